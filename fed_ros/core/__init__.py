@@ -1,0 +1,1 @@
+"""Federated core: parameters, strategies, clustering, robust rules, model store (numpy/scipy only)."""

@@ -1,0 +1,1 @@
+"""Onboard learning: policies, losses, local trainer, datasets, descriptors (torch, no ROS)."""

@@ -1,0 +1,1 @@
+"""Simulated arms: robosuite environments, scripted experts, evaluation (no ROS)."""
