@@ -158,3 +158,45 @@ def test_composition_table_and_manifest():
     import json
     man = json.loads(P.partition_manifest(part, 1, [f"ep{i}.npz" for i in range(8)]))
     assert len(man["items"]) == 4 and sum(man["groups"].values()) == 4
+
+
+def _write_demos(root, per_task=6):
+    from fed_ros.core.episode import ACTION_DIM, Episode
+    rng = np.random.default_rng(0)
+    files = []
+    for task in ("lift", "stack"):
+        for i in range(per_task):
+            ep = Episode(task=task, instruction=f"do {task}", variation="default" if i % 2 else "dim_light",
+                         observations={"joint_pos": rng.normal(size=(5, 7)).astype(np.float32)},
+                         actions=rng.uniform(-1, 1, size=(5, ACTION_DIM)), success=i != 0)
+            files.append(ep.save(root / f"{task}_{i:02d}.npz"))
+    return files
+
+
+def test_partition_cli_writes_manifests(tmp_path, capsys):
+    import json
+    from fed_ros.learning.partition_cli import main
+    _write_demos(tmp_path / "demos")
+    rc = main([str(tmp_path / "demos"), "--robots", "2", "--alpha", "0.5", "--by", "task",
+               "--out", str(tmp_path / "parts"), "--seed", "4"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| robot | lift | stack | total |" in out
+    mans = [json.loads((tmp_path / "parts" / f"robot_{n}.json").read_text()) for n in range(2)]
+    items = mans[0]["items"] + mans[1]["items"]
+    # Failed demos (index 0 of each task) are excluded; the rest are split disjointly.
+    assert sorted(items) == sorted(f"{t}_{i:02d}.npz" for t in ("lift", "stack") for i in range(1, 6))
+    summary = json.loads((tmp_path / "parts" / "partition.json").read_text())
+    assert summary["group_names"] == ["lift", "stack"] and summary["alpha"] == 0.5
+
+
+def test_partition_cli_variation_and_quantity_and_errors(tmp_path, capsys):
+    from fed_ros.learning.partition_cli import main
+    _write_demos(tmp_path)
+    assert main([str(tmp_path), "--robots", "3", "--by", "task+variation", "--include-failed"]) == 0
+    assert "lift/dim_light" in capsys.readouterr().out
+    assert main([str(tmp_path), "--robots", "2", "--by", "quantity", "--beta", "1.0"]) == 0
+    assert main([str(tmp_path / "missing"), "--robots", "2"]) == 2
+    assert "does not exist" in capsys.readouterr().out
+    assert main([str(tmp_path), "--by", "embedding"]) == 2
+    assert "--checkpoint" in capsys.readouterr().out
