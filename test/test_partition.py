@@ -163,6 +163,7 @@ def test_composition_table_and_manifest():
 def _write_demos(root, per_task=6):
     from fed_ros.core.episode import ACTION_DIM, Episode
     rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
     files = []
     for task in ("lift", "stack"):
         for i in range(per_task):
