@@ -1,0 +1,186 @@
+"""S3 (signed updates), L5 (replayed/late rejected), key files and the `fed-ros keys` command."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from fed_ros.core import auth
+from fed_ros.core.auth import AllowList, ReplayGuard, Signer
+
+
+@pytest.fixture(scope="module")
+def robot() -> Signer:
+    return Signer.generate()
+
+
+def test_update_signature_verifies_and_binds_every_field(robot):
+    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"payload")
+    allow = AllowList({"robot_0": robot.public_key})
+    sig = robot.sign_update(3, "robot_0", nonce, digest)
+    assert allow.verify_update("robot_0", 3, nonce, digest, sig) is None
+    # Changing any signed field breaks the signature.
+    assert "bad signature" in allow.verify_update("robot_0", 4, nonce, digest, sig)
+    assert "bad signature" in allow.verify_update("robot_0", 3, auth.new_nonce(), digest, sig)
+    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, auth.sha256_hex(b"other"), sig)
+    flipped = bytes([sig[0] ^ 1]) + sig[1:]
+    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, digest, flipped)
+
+
+def test_forged_and_unknown_keys_rejected(robot):
+    mallory = Signer.generate()
+    allow = AllowList({"robot_0": robot.public_key})
+    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
+    # Mallory signs as robot_0 with her own key: forged.
+    forged = mallory.sign_update(1, "robot_0", nonce, digest)
+    assert "bad signature" in allow.verify_update("robot_0", 1, nonce, digest, forged)
+    # Mallory as herself: not on the allow-list.
+    own = mallory.sign_update(1, "mallory", nonce, digest)
+    assert "unknown robot 'mallory'" in allow.verify_update("mallory", 1, nonce, digest, own)
+    assert "not signed" in allow.verify_update("robot_0", 1, nonce, digest, b"")
+
+
+def test_signatures_are_domain_separated(robot):
+    """An update signature is not a valid descriptor signature over the same digest."""
+    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
+    allow = AllowList({"robot_0": robot.public_key})
+    sig = robot.sign_update(2, "robot_0", nonce, digest)
+    assert allow.verify_descriptor("robot_0", 2, nonce, digest, sig) is not None
+    assert allow.verify_descriptor("robot_0", 2, nonce, digest,
+                                   robot.sign_descriptor(2, "robot_0", nonce, digest)) is None
+
+
+def test_canonical_message_rejects_bad_fields():
+    nonce = auth.new_nonce()
+    digest = "ab" * 32
+    with pytest.raises(ValueError, match="nonce must be 16 bytes, got 3"):
+        auth.update_message(1, "r", b"abc", digest)
+    with pytest.raises(ValueError, match="round must be in"):
+        auth.update_message(-1, "r", nonce, digest)
+    with pytest.raises(ValueError, match="robot id must be a non-empty string"):
+        auth.update_message(1, "", nonce, digest)
+    with pytest.raises(ValueError, match="payload sha256 is not hex"):
+        auth.update_message(1, "r", nonce, "zz" * 32)
+    with pytest.raises(ValueError, match="32 bytes"):
+        auth.update_message(1, "r", nonce, "ab" * 8)
+    # Id length is encoded: ("ab", round) and ("a", ...) cannot collide.
+    assert auth.update_message(1, "ab", nonce, digest) != auth.update_message(1, "a", nonce, digest)
+
+
+def test_descriptor_digest_is_canonical():
+    base = dict(kind="gaussian", dims=3, mean=[1.0, 2.0, 3.0], variance=[0.1, 0.2, 0.3], num_samples=10)
+    d = auth.descriptor_digest(**base)
+    # float64 and float32 inputs hash the same (both ends send float32 on the wire).
+    assert d == auth.descriptor_digest(**{**base, "mean": np.array([1, 2, 3], np.float64)})
+    assert d != auth.descriptor_digest(**{**base, "num_samples": 11})
+    assert d != auth.descriptor_digest(**{**base, "variance": [0.1, 0.2, 0.4]})
+    s1 = auth.descriptor_digest(**base, scores={"a": 1.0, "b": 2.0})
+    assert s1 == auth.descriptor_digest(**base, scores={"b": 2.0, "a": 1.0})
+    assert s1 != auth.descriptor_digest(**base, scores={"a": 2.0, "b": 1.0})
+
+
+def test_cluster_model_signature(robot):
+    digest = auth.sha256_hex(b"model")
+    sig = robot.sign_cluster_model(5, 1, digest)
+    assert auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 1, digest), sig)
+    assert not auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 0, digest), sig)
+    assert not auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 1, digest), sig[:10])
+
+
+def test_replay_guard_rejects_reused_nonce_and_old_round():
+    guard = ReplayGuard()
+    guard.advance(3)
+    nonce = auth.new_nonce()
+    assert guard.check("r", 3, nonce) is None
+    guard.record("r", 3, nonce)
+    assert "already used (replay)" in guard.check("r", 3, nonce)
+    assert "older than the oldest open round 3" in guard.check("r", 2, auth.new_nonce())
+    guard.advance(4)
+    # Round-3 nonces are forgotten, but round 3 itself is now refused.
+    assert len(guard) == 0
+    assert "older than" in guard.check("r", 3, nonce)
+
+
+def test_replay_guard_memory_is_bounded_and_stays_safe():
+    guard = ReplayGuard(max_nonces=100)
+    nonces = []
+    for i in range(1000):
+        n = auth.new_nonce()
+        nonces.append((i // 10, n))
+        guard.record("r", i // 10, n)
+    assert len(guard) == 100
+    # Every evicted nonce is either still held or its round is now below the floor.
+    for rnd, n in nonces:
+        assert guard.check("r", rnd, n) is not None
+    state = guard.state()
+    clone = ReplayGuard(max_nonces=100)
+    clone.load_state(state)
+    assert clone.floor == guard.floor and len(clone) == 100
+
+
+def test_key_files_are_private_and_round_trip(tmp_path):
+    s = Signer.generate()
+    path = s.save(tmp_path / "robot_0.key")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert auth.public_key_path(path).read_text().strip() == s.public_key.hex()
+    assert Signer.from_file(path).public_key == s.public_key
+    os.chmod(path, 0o644)
+    with pytest.raises(ValueError, match="mode 0644"):
+        Signer.from_file(path)
+    with pytest.raises(ValueError, match="not found"):
+        Signer.from_file(tmp_path / "missing.key")
+
+
+def test_allow_list_yaml_round_trip_and_errors(tmp_path, robot):
+    allow = AllowList({"robot_0": robot.public_key}, server=Signer.generate().public_key)
+    path = allow.to_yaml(tmp_path / "allow.yaml")
+    back = AllowList.from_yaml(path)
+    assert back.public_key("robot_0") == robot.public_key and back.server == allow.server
+    assert back.key_matches("robot_0", robot.public_key)
+    assert not back.key_matches("robot_0", Signer.generate().public_key)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("robots:\n  robot_1: 'abcd'\n")
+    with pytest.raises(ValueError, match="robot 'robot_1'.*32 raw bytes, got 2"):
+        AllowList.from_yaml(bad)
+    bad.write_text("robots:\n  robot_1: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(yaml.YAMLError):  # safe_load: no code runs on load (V4)
+        AllowList.from_yaml(bad)
+    bad.write_text("robotz: {}\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        AllowList.from_yaml(bad)
+
+
+def test_keys_command(tmp_path, capsys):
+    out = tmp_path / "keys"
+    assert auth.keys_main(["generate", "--num-robots", "3", "--server", "--out", str(out)]) == 0
+    allow = AllowList.from_yaml(out / "allow_list.yaml")
+    assert allow.robot_ids == ["robot_0", "robot_1", "robot_2"] and allow.server is not None
+    for name in ("robot_0", "robot_1", "robot_2", "server"):
+        key = out / f"{name}.key"
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    first = (out / "robot_0.pub").read_text()
+    # Re-running keeps existing keys (no silent rotation) and extends the list.
+    assert auth.keys_main(["generate", "robot_9", "robot_0", "--out", str(out)]) == 0
+    assert (out / "robot_0.pub").read_text() == first
+    assert "robot_9" in AllowList.from_yaml(out / "allow_list.yaml")
+    other = Signer.generate()
+    assert auth.keys_main(["allow", "arm_7", other.public_key.hex(),
+                           "--allow-list", str(out / "allow_list.yaml")]) == 0
+    assert auth.keys_main(["revoke", "robot_9", "--allow-list", str(out / "allow_list.yaml")]) == 0
+    allow = AllowList.from_yaml(out / "allow_list.yaml")
+    assert "arm_7" in allow and "robot_9" not in allow
+    assert auth.keys_main(["allow", "x", "nothex", "--allow-list", str(out / "allow_list.yaml")]) == 1
+    assert "not hex" in capsys.readouterr().err
+
+
+def test_keys_via_cli_entry_point(tmp_path):
+    """`fed-ros keys` through the real CLI dispatcher, in a fresh process."""
+    res = subprocess.run([sys.executable, "-m", "fed_ros.cli", "keys", "generate", "robot_0",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "robot_0.key").exists() and "allow-list" in res.stdout
