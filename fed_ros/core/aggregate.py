@@ -1,0 +1,162 @@
+"""Stateless aggregation arithmetic over stacked (K, P) float32 updates.
+
+Everything here works on flat vectors: a cluster average is one row of `W @ stacked`
+where W (C, K) holds each cluster's normalised sample weights, so all clusters are
+averaged in a single BLAS pass over the updates (the read-pass bound).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fed_ros.core.params import Manifest, StateDict, check_manifest, manifest_of, stack_state_dicts, unflatten
+
+
+def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = None) -> np.ndarray:
+    """n_k / sum n_j as float64; raises ValueError for negative, non-finite or all-zero counts."""
+    n = np.asarray(list(num_samples), dtype=np.float64)
+    if n.ndim != 1 or n.size == 0:
+        raise ValueError("sample_weights: need at least one sample count")
+    for k, v in enumerate(n):
+        who = names[k] if names is not None else f"index {k}"
+        if not np.isfinite(v) or v < 0:
+            raise ValueError(f"num_samples of {who} is {v!r}; must be a finite count >= 0")
+    total = n.sum()
+    if total <= 0:
+        raise ValueError(f"num_samples sum to {total!r}; at least one client needs samples > 0")
+    return n / total
+
+
+def membership_matrix(groups: Sequence[Sequence[int]], num_samples: Sequence[float], K: int) -> np.ndarray:
+    """(C, K) float32 matrix whose row s holds n_k / sum_{j in G_s} n_j on G_s's members."""
+    n = np.asarray(list(num_samples), dtype=np.float64)
+    if n.shape != (K,):
+        raise ValueError(f"membership_matrix: {n.shape[0]} sample counts for K={K}")
+    W = np.zeros((len(groups), K), dtype=np.float64)
+    for s, g in enumerate(groups):
+        g = list(g)
+        if not g:
+            raise ValueError(f"cluster {s} is empty")
+        if any(i < 0 or i >= K for i in g):
+            raise ValueError(f"cluster {s} has member index out of range 0..{K - 1}: {g}")
+        W[s, g] = sample_weights(n[g], [f"member {i}" for i in g])
+    return W.astype(np.float32)
+
+
+def weighted_rows(stacked: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop)."""
+    if stacked.ndim != 2 or stacked.dtype != np.float32:
+        raise ValueError(f"stacked must be (K, P) float32, got {stacked.shape} {stacked.dtype}")
+    W = np.ascontiguousarray(W, dtype=np.float32)
+    if W.ndim == 1:
+        W = W[None, :]
+    if W.shape[1] != stacked.shape[0]:
+        raise ValueError(f"weights for {W.shape[1]} clients but {stacked.shape[0]} stacked updates")
+    if W.shape[0] == 1:
+        # 1-D @ 2-D dispatches to sgemv: a single streaming read of `stacked`.
+        return (W[0] @ stacked)[None, :]
+    return W @ stacked
+
+
+def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """sum_k w_k x_k over the rows of a (K, P) float32 array (weights must sum to 1)."""
+    return weighted_rows(stacked, np.asarray(weights, dtype=np.float32)[None, :])[0]
+
+
+def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
+    """Index of the first row holding NaN/Inf (-1 if none), scanning in chunks to bound memory."""
+    for k in range(stacked.shape[0]):
+        row = stacked[k]
+        for a in range(0, row.shape[0], chunk):
+            if not np.isfinite(row[a:a + chunk]).all():
+                return k
+    return -1
+
+
+def fedavg(state_dicts: Sequence[Mapping[str, np.ndarray]], num_samples: Sequence[float],
+           manifest: Manifest | None = None) -> StateDict:
+    """FedAvg of state dicts weighted by sample counts (n_k / sum n_j).
+
+    Non-finite inputs raise ValueError naming the update's index; the check is fused with
+    the average (a NaN/Inf in any input makes the float32 result non-finite, since weights
+    are finite) so the honest path reads the updates once.
+    """
+    if not state_dicts:
+        raise ValueError("fedavg: no updates")
+    manifest = manifest or manifest_of(state_dicts[0])
+    for k, sd in enumerate(state_dicts):
+        try:
+            check_manifest(sd, manifest)
+        except ValueError as exc:
+            raise ValueError(f"update {k}: {exc}") from None
+    w = sample_weights(num_samples)
+    if len(w) != len(state_dicts):
+        raise ValueError(f"fedavg: {len(w)} sample counts for {len(state_dicts)} updates")
+    stacked = stack_state_dicts(state_dicts, manifest)
+    out = weighted_average(stacked, w)
+    if not np.isfinite(out).all():
+        bad = first_nonfinite_row(stacked)
+        raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "fedavg overflowed to Inf")
+    return unflatten(out, manifest)
+
+
+def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
+    """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
+    V = np.asarray(V)
+    if V.ndim != 2:
+        raise ValueError(f"cosine_similarity_matrix expects (K, D), got shape {V.shape}")
+    V64 = V.astype(np.float64, copy=False)
+    G = V64 @ V64.T
+    norms = np.sqrt(np.maximum(np.diag(G), 0.0))
+    safe = np.where(norms > 0, norms, 1.0)
+    S = G / safe[:, None] / safe[None, :]
+    S[norms == 0, :] = 0.0
+    S[:, norms == 0] = 0.0
+    np.fill_diagonal(S, 1.0)
+    return np.clip(S, -1.0, 1.0)
+
+
+def kl_diag_gaussian(mu_p: np.ndarray, var_p: np.ndarray, mu_q: np.ndarray, var_q: np.ndarray) -> float:
+    """KL(N(mu_p, diag var_p) || N(mu_q, diag var_q))."""
+    mu_p, var_p, mu_q, var_q = (np.asarray(a, dtype=np.float64) for a in (mu_p, var_p, mu_q, var_q))
+    return float(0.5 * np.sum(np.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / var_q - 1.0))
+
+
+def jeffreys_diag(mu_i: np.ndarray, var_i: np.ndarray, mu_j: np.ndarray, var_j: np.ndarray) -> float:
+    """Symmetric Jeffreys divergence KL(N_i||N_j) + KL(N_j||N_i) of diagonal Gaussians."""
+    return kl_diag_gaussian(mu_i, var_i, mu_j, var_j) + kl_diag_gaussian(mu_j, var_j, mu_i, var_i)
+
+
+def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+    """(K, K) Jeffreys divergences between K diagonal Gaussians given as (K, D) arrays.
+
+    Closed form: J_ij = 1/2 sum_d [(v_i + (m_i-m_j)^2)/v_j + (v_j + (m_i-m_j)^2)/v_i] - D,
+    expanded into matrix products so K=1000 clients cost a few GEMMs, not K^2 loops.
+    """
+    m = np.asarray(means, dtype=np.float64)
+    v = np.asarray(variances, dtype=np.float64)
+    if m.ndim != 2 or v.shape != m.shape:
+        raise ValueError(f"jeffreys_matrix: means {m.shape} and variances {v.shape} must both be (K, D)")
+    if not (np.isfinite(m).all() and np.isfinite(v).all()):
+        raise ValueError("jeffreys_matrix: descriptors hold NaN/Inf")
+    if (v <= 0).any():
+        k = int(np.argwhere(v <= 0)[0][0])
+        raise ValueError(f"jeffreys_matrix: descriptor {k} has a variance <= 0")
+    iv = 1.0 / v
+    K, D = m.shape
+    if K * K * D <= 20_000_000:
+        # Direct broadcast: exact up to rounding (no cancellation between large terms).
+        d2 = (m[:, None, :] - m[None, :, :]) ** 2
+        J = 0.5 * np.sum((v[:, None, :] + d2) * iv[None, :, :] + (v[None, :, :] + d2) * iv[:, None, :],
+                         axis=2) - D
+        np.fill_diagonal(J, 0.0)
+        return np.maximum(J, 0.0)
+    # sum_d (v_i + m_i^2 - 2 m_i m_j + m_j^2) / v_j, for both orders.
+    a = (v + m * m) @ iv.T            # sum_d (v_i + m_i^2) / v_j
+    b = m @ (m * iv).T                # sum_d m_i m_j / v_j
+    cj = np.sum(m * m * iv, axis=1)   # sum_d m_j^2 / v_j, depends on j only
+    term_ij = a - 2.0 * b + cj[None, :]
+    J = 0.5 * (term_ij + term_ij.T) - D
+    np.fill_diagonal(J, 0.0)
+    return np.maximum(J, 0.0)

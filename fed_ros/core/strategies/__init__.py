@@ -1,0 +1,1 @@
+"""One module per strategy; build them with `fed_ros.core.strategy.make_strategy(name, **settings)`."""
