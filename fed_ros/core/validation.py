@@ -466,8 +466,11 @@ def _validate_descriptor(desc: Any, ctx: ValidationContext, round_idx: int, nonc
     residual = getattr(desc, "residual_std", math.nan)
     if isinstance(residual, bool) or not isinstance(residual, (int, float, np.floating, np.integer)):
         return _reject(MALFORMED, f"robot {rid!r}: residual_std {_short(residual)} is not a number")
-    if not math.isnan(float(residual)) and not (math.isfinite(float(residual)) and float(residual) >= 0):
-        return _reject(DESCRIPTOR, f"robot {rid!r}: residual_std {residual!r} must be finite and >= 0 (or NaN)")
+    # RND federations divide by sigma_i, so an RND descriptor needs a real one; others may omit it (NaN).
+    if (kind == "rnd" or not math.isnan(float(residual))) and \
+            not (math.isfinite(float(residual)) and float(residual) >= 0):
+        return _reject(DESCRIPTOR, f"robot {rid!r}: residual_std {residual!r} must be finite and >= 0"
+                                   + ("" if kind == "rnd" else " (or NaN)"))
     if ctx.allow_list is None and ctx.replay_guard is None:
         return ACCEPTED
     return _check_auth(rid, round_idx, nonce, signature, ctx, lambda: ctx.allow_list.verify_descriptor(

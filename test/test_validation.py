@@ -1,0 +1,323 @@
+"""V1-V5 input validation, L5 late/replayed updates, S3 authenticity and P4 audit log."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fed_ros.core import auth, validation as V
+from fed_ros.core.auth import AllowList, ReplayGuard, Signer
+from fed_ros.core.params import TensorSpec, manifest_of
+from fed_ros.core.strategy import ClientDescriptor
+
+MANIFEST = (TensorSpec("enc.weight", (8, 4)), TensorSpec("enc.bias", (8,)), TensorSpec("head.weight", (4, 8)))
+SIGNERS = {f"robot_{i}": Signer.generate() for i in range(3)}
+
+
+def make_params(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {s.name: rng.normal(size=s.shape).astype(np.float32) for s in MANIFEST}
+
+
+def payload_of(params) -> bytes:
+    return b"".join(np.ascontiguousarray(a, "<f4").tobytes() for a in params.values())
+
+
+def signed_envelope(params, robot_id="robot_0", round_idx=5, base_round=4, nonce=None, **over):
+    payload = payload_of(params)
+    digest = auth.sha256_hex(payload)
+    nonce = auth.new_nonce() if nonce is None else nonce
+    fields = dict(robot_id=robot_id, round_idx=round_idx, base_round=base_round, num_samples=100,
+                  manifest=manifest_of(params), total_bytes=len(payload), payload_sha256=digest, nonce=nonce,
+                  signature=SIGNERS[robot_id].sign_update(round_idx, robot_id, nonce, digest)
+                  if robot_id in SIGNERS else b"")
+    fields.update(over)
+    return V.UpdateEnvelope(**fields)
+
+
+@pytest.fixture
+def ctx() -> V.ValidationContext:
+    guard = ReplayGuard()
+    guard.advance(5)
+    return V.ValidationContext(
+        current_round=5, expected_manifest=MANIFEST, base_rounds={4}, participants=set(SIGNERS),
+        limits=V.Limits(max_update_bytes=4096, max_num_samples=10_000),
+        allow_list=AllowList({rid: s.public_key for rid, s in SIGNERS.items()}), replay_guard=guard)
+
+
+def test_valid_update_accepted(ctx):
+    params = make_params()
+    env = signed_envelope(params)
+    d = V.validate_update(env, params, ctx, received_sha256=auth.sha256_hex(payload_of(params)))
+    assert d.accepted and d.code == V.OK and bool(d)
+
+
+def test_v1_oversize_rejected_before_decoding_then_next_valid_accepted(ctx):
+    """V1: the cap is checked on the envelope (first chunk) -> nothing is collected or decoded."""
+    huge = signed_envelope(make_params(), total_bytes=10 * 2**30)
+    d = V.check_update_envelope(huge, ctx)
+    assert not d and d.code == V.OVERSIZE
+    assert "10737418240 bytes exceeds the cap 4096 bytes" in d.reason
+    # A lying size (not what the manifest implies) is refused too.
+    d = V.check_update_envelope(signed_envelope(make_params(), total_bytes=100), ctx)
+    assert d.code == V.SIZE_MISMATCH and "total_bytes 100 != 288" in d.reason
+    params = make_params(1)
+    assert V.validate_update(signed_envelope(params), params, ctx)
+
+
+@pytest.mark.parametrize("mutate, code, needle", [
+    (lambda p: {k: v for k, v in list(p.items())[:2]}, V.SCHEMA, "update has 2 tensors, expected 3"),
+    (lambda p: {**p, "enc.bias": np.zeros(9, np.float32)}, V.SCHEMA, "'enc.bias' has shape (9,), expected (8,)"),
+    (lambda p: {**p, "enc.bias": p["enc.bias"].astype(np.float64)}, V.SCHEMA, "dtype float64"),
+    (lambda p: dict(reversed(list(p.items()))), V.SCHEMA, "at position 0, expected 'enc.weight'"),
+    (lambda p: {("x" if k == "enc.bias" else k): v for k, v in p.items()}, V.SCHEMA, "'x' at position 1"),
+])
+def test_v2_schema_mismatch_rejected(ctx, mutate, code, needle):
+    good = make_params()
+    env = signed_envelope(good)
+    d = V.validate_update(env, mutate(good), ctx)
+    assert d.code == code and needle in d.reason, d
+
+
+def test_v2_announced_manifest_checked_on_envelope(ctx):
+    params = make_params()
+    wrong = (TensorSpec("enc.weight", (4, 8)),) + MANIFEST[1:]
+    d = V.check_update_envelope(signed_envelope(params, manifest=wrong), ctx)
+    assert d.code == V.SCHEMA and "'enc.weight' has shape (4, 8), expected (8, 4)" in d.reason
+    tuples = [(s.name, list(s.shape), "float16") for s in MANIFEST]
+    d = V.check_update_envelope(signed_envelope(params, manifest=tuples), ctx)
+    assert d.code == V.SCHEMA and "dtype 'float16'" in d.reason
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_v3_any_non_finite_value_rejects_whole_update(ctx, bad):
+    params = make_params()
+    params["head.weight"][3, 7] = bad
+    d = V.validate_update(signed_envelope(params), params, ctx)
+    assert d.code == V.NON_FINITE and "'head.weight' has 1 NaN/Inf" in d.reason
+    assert len(ctx.replay_guard) == 0  # a rejected update leaves no trace in the guard
+
+
+def test_out_of_range_values_rejected(ctx):
+    params = make_params()
+    params["enc.bias"][0] = 1e9
+    d = V.validate_update(signed_envelope(params), params, ctx)
+    assert d.code == V.OUT_OF_RANGE and "1e+09" in d.reason
+
+
+@pytest.mark.parametrize("n, needle", [(0, "must be >= 1"), (10_001, "exceeds the cap 10000"),
+                                       (2**63, "exceeds the cap")])
+def test_v5_sample_count_capped(ctx, n, needle):
+    params = make_params()
+    d = V.validate_update(signed_envelope(params, num_samples=n), params, ctx)
+    assert d.code == V.NUM_SAMPLES and needle in d.reason
+
+
+def test_l5_late_future_stale_and_after_deadline(ctx):
+    params = make_params()
+    d = V.validate_update(signed_envelope(params, round_idx=4, base_round=3), params, ctx)
+    assert d.code == V.LATE and "round 4 is over (current round 5)" in d.reason
+    d = V.validate_update(signed_envelope(params, round_idx=6), params, ctx)
+    assert d.code == V.FUTURE
+    d = V.validate_update(signed_envelope(params, base_round=2), params, ctx)
+    assert d.code == V.STALE_BASE and "model version 2, expected one of [4]" in d.reason
+    late_ctx = dataclasses.replace(ctx, deadline_passed=True)
+    d = V.validate_update(signed_envelope(params), params, late_ctx)
+    assert d.code == V.LATE and "after the deadline" in d.reason
+
+
+def test_l5_replayed_update_rejected(ctx):
+    params = make_params()
+    env = signed_envelope(params)
+    assert V.validate_update(env, params, ctx)
+    d = V.validate_update(env, params, ctx)  # byte-identical replay, valid signature
+    assert d.code == V.REPLAY and "already used (replay)" in d.reason
+    # The same update replayed in a later round is refused as late before the nonce is even looked at.
+    ctx.current_round = 6
+    ctx.replay_guard.advance(6)
+    assert V.validate_update(env, params, ctx).code == V.LATE
+
+
+def test_s3_forged_unknown_unsigned_rejected(ctx):
+    params = make_params()
+    mallory = Signer.generate()
+    env = signed_envelope(params)
+    forged = dataclasses.replace(env, signature=mallory.sign_update(5, "robot_0", env.nonce, env.payload_sha256))
+    d = V.validate_update(forged, params, ctx)
+    assert d.code == V.BAD_SIGNATURE and "robot 'robot_0': bad signature" in d.reason
+    ctx.participants = None
+    d = V.validate_update(signed_envelope(params, robot_id="mallory"), params, ctx)
+    assert d.code == V.UNKNOWN_ROBOT and "'mallory'" in d.reason
+    d = V.validate_update(dataclasses.replace(env, signature=b""), params, ctx)
+    assert d.code == V.UNSIGNED
+    # Received bytes that differ from the signed digest: tampering in transit.
+    d = V.validate_update(env, params, ctx, received_sha256=auth.sha256_hex(b"other"))
+    assert d.code == V.DIGEST
+
+
+def test_not_participant_and_auth_off(ctx):
+    params = make_params()
+    ctx.participants = {"robot_1"}
+    assert V.validate_update(signed_envelope(params), params, ctx).code == V.NOT_PARTICIPANT
+    open_ctx = V.ValidationContext(current_round=5, expected_manifest=MANIFEST)
+    unsigned = signed_envelope(params, robot_id="anyone", signature=b"", nonce=b"")
+    assert V.validate_update(unsigned, params, open_ctx)
+
+
+def test_commit_false_does_not_record(ctx):
+    params = make_params()
+    env = signed_envelope(params)
+    assert V.validate_update(env, params, ctx, commit=False)
+    assert V.validate_update(env, params, ctx)  # still fresh
+    assert not V.validate_update(env, params, ctx)
+
+
+def test_decision_raise_if_rejected():
+    V.ACCEPTED.raise_if_rejected()
+    with pytest.raises(ValueError, match="oversize: too big"):
+        V.Decision(False, V.OVERSIZE, "too big").raise_if_rejected()
+
+
+def test_limits_validated():
+    with pytest.raises(ValueError, match="max_update_bytes must be a positive int, got 0"):
+        V.Limits(max_update_bytes=0)
+
+
+# ----------------------------------------------------------------------------- descriptors (V5)
+
+@dataclasses.dataclass
+class RawDescriptor:
+    """ClientDescriptor's fields without its constructor checks: what a hostile message can carry."""
+
+    robot_id: object
+    kind: object
+    mean: object = None
+    variance: object = None
+    num_samples: object = 0
+    scores: object = dataclasses.field(default_factory=dict)
+    residual_std: object = math.nan
+    payload: object = b""
+
+
+def gaussian(robot_id="robot_0", **over) -> RawDescriptor:
+    fields = dict(robot_id=robot_id, kind="gaussian", mean=np.arange(6, dtype=np.float32),
+                  variance=np.full(6, 0.5, np.float32), num_samples=200)
+    fields.update(over)
+    return RawDescriptor(**fields)
+
+
+def test_real_client_descriptor_validates(ctx):
+    desc = ClientDescriptor(robot_id="robot_1", kind="gaussian", mean=np.ones(6), variance=np.ones(6),
+                            num_samples=50)
+    assert V.validate_descriptor(desc, ctx, dims=6, **signed_descriptor(desc))
+    rnd = ClientDescriptor(robot_id="robot_2", kind="rnd", num_samples=50, scores={"robot_0": 0.5},
+                           residual_std=0.1, payload=b"predictor")
+    assert V.validate_descriptor(rnd, ctx, **signed_descriptor(rnd))
+
+
+def signed_descriptor(desc, round_idx=5):
+    nonce = auth.new_nonce()
+    digest = V.digest_of_descriptor(desc)
+    return dict(round_idx=round_idx, nonce=nonce,
+                signature=SIGNERS[desc.robot_id].sign_descriptor(round_idx, desc.robot_id, nonce, digest))
+
+
+def test_v5_valid_descriptor_accepted_and_replay_rejected(ctx):
+    desc = gaussian()
+    sig = signed_descriptor(desc)
+    assert V.validate_descriptor(desc, ctx, dims=6, **sig)
+    assert V.validate_descriptor(desc, ctx, dims=6, **sig).code == V.REPLAY
+
+
+@pytest.mark.parametrize("over, dims, needle", [
+    (dict(variance=np.array([0.5, 0.5, 0, 0.5, 0.5, 0.5], np.float32)), 6, "variance must be > 0, found 0.0"),
+    (dict(variance=np.full(6, -1.0, np.float32)), 6, "variance must be > 0, found -1.0"),
+    (dict(mean=np.array([0, 1, np.nan, 3, 4, 5], np.float32)), 6, "mean has 1 NaN/Inf"),
+    (dict(variance=np.full(5, 0.5, np.float32)), 6, "mean has 6 dims but variance 5"),
+    ({}, 7, "announced dims 7 but mean has 6"),
+    (dict(num_samples=10**9), 6, "num_samples 1000000000 exceeds the cap 10000"),
+    (dict(kind="magic"), 6, "descriptor kind 'magic'"),
+    (dict(mean=None), 6, "needs mean and variance"),
+    (dict(mean=np.zeros((2, 3), np.float32)), 6, "1-D numeric vector"),
+    (dict(scores={"robot_1": -1.0}), 6, "score for 'robot_1' is -1.0"),
+    (dict(kind="rnd", residual_std=math.inf), 6, "residual_std inf"),
+    (dict(kind="rnd", residual_std=math.nan), 6, "residual_std nan"),
+])
+def test_v5_bad_descriptors_rejected(ctx, over, dims, needle):
+    desc = gaussian(**over)
+    d = V.validate_descriptor(desc, ctx, dims=dims, **signed_descriptor(desc))
+    assert not d and needle in d.reason, d
+    assert len(ctx.replay_guard) == 0
+
+
+def test_descriptor_dims_and_signature_checked(ctx):
+    ctx.descriptor_dims = 8
+    desc = gaussian()
+    assert "expected 8" in V.validate_descriptor(desc, ctx, **signed_descriptor(desc)).reason
+    ctx.descriptor_dims = None
+    sig = signed_descriptor(desc)
+    tampered = dataclasses.replace(desc, num_samples=9000)  # signed 200, claims 9000
+    assert V.validate_descriptor(tampered, ctx, **sig).code == V.BAD_SIGNATURE
+
+
+def test_descriptor_oversize_payload(ctx):
+    ctx.limits = V.Limits(max_descriptor_payload_bytes=1000)
+    desc = RawDescriptor(robot_id="robot_0", kind="rnd", num_samples=5, payload=b"\0" * 1001, residual_std=0.1)
+    d = V.validate_descriptor(desc, ctx, **signed_descriptor(desc))
+    assert d.code == V.OVERSIZE and "1001 bytes exceeds the cap 1000" in d.reason
+
+
+# ----------------------------------------------------------------------------- cluster models (robot)
+
+def test_cluster_model_checks_on_the_robot():
+    server = Signer.generate()
+    params = make_params()
+    digest = auth.sha256_hex(payload_of(params))
+    sig = server.sign_cluster_model(7, 1, digest)
+    common = dict(cluster_id=1, round_idx=7, params=params, expected_manifest=MANIFEST,
+                  payload_sha256=digest, received_sha256=digest, signature=sig,
+                  server_public_key=server.public_key, total_bytes=288)
+    assert V.validate_cluster_model(**common, last_round=7)
+    assert V.validate_cluster_model(**{**common, "round_idx": 6}, last_round=7).code == V.ROLLBACK
+    assert V.validate_cluster_model(**{**common, "cluster_id": 0}).code == V.BAD_SIGNATURE
+    assert V.validate_cluster_model(**{**common, "signature": b""}).code == V.UNSIGNED
+    assert V.validate_cluster_model(**{**common, "total_bytes": 2**40}).code == V.OVERSIZE
+    assert V.validate_cluster_model(**{**common, "received_sha256": "0" * 64}).code == V.DIGEST
+    bad = {**params, "enc.bias": np.full(8, np.nan, np.float32)}
+    assert V.validate_cluster_model(**{**common, "params": bad}).code == V.NON_FINITE
+    assert V.validate_cluster_model(**{**common, "params": {"x": np.zeros(3, np.float32)}}).code == V.SCHEMA
+    # Without a known manifest (first model after start-up) the values are still checked.
+    assert V.validate_cluster_model(**{**common, "expected_manifest": None, "params": bad}).code == V.NON_FINITE
+
+
+# ----------------------------------------------------------------------------- audit log (P4)
+
+def test_p4_audit_line_for_every_accept_and_reject(ctx, tmp_path):
+    path = tmp_path / "audit.jsonl"
+    params = make_params()
+    bad = {**params, "enc.bias": np.full(8, np.nan, np.float32)}
+    with V.AuditLog(path) as audit:
+        for i, p in enumerate([params, bad, params]):
+            env = signed_envelope(p, robot_id=f"robot_{i}")
+            audit.record(kind="update", robot_id=env.robot_id, round_idx=5,
+                         decision=V.validate_update(env, p, ctx), num_samples=env.num_samples)
+        c = audit.counters(5)
+    assert (c.received, c.accepted, c.rejected) == (3, 2, 1)
+    assert c.by_code == {V.OK: 2, V.NON_FINITE: 1}
+    assert "NaN/Inf" in c.reasons["robot_1"]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["accepted"] for e in lines] == [True, False, True]
+    assert lines[1]["code"] == V.NON_FINITE and "'enc.bias' has 8 NaN/Inf" in lines[1]["reason"]
+    assert lines[0]["num_samples"] == 100 and lines[0]["round"] == 5
+    assert V.read_audit_log(path) == lines
+    assert V.AuditLog().counters(99).received == 0
+
+
+def test_audit_counters_bounded():
+    audit = V.AuditLog(keep_rounds=4)
+    for r in range(10):
+        audit.record(kind="update", robot_id="r", round_idx=r, decision=V.ACCEPTED)
+    assert audit.counters(9).received == 1 and audit.counters(0).received == 0
