@@ -1,0 +1,312 @@
+"""The arm interface: topic names under an arm namespace, and observation assembly.
+
+Every arm (MuJoCo bridge or real driver) offers the same topics (docs/contracts.md,
+"Topics"), relative to the robot namespace (``/robot_<i>``):
+
+    arm/agentview/image_raw   sensor_msgs/Image (rgb8)          sensor-data QoS
+    arm/wrist/image_raw       sensor_msgs/Image (rgb8)          sensor-data QoS
+    arm/joint_states          sensor_msgs/JointState            sensor-data QoS
+    arm/gripper_state         sensor_msgs/JointState (fingers)  sensor-data QoS
+    arm/eef_pose              geometry_msgs/PoseStamped         sensor-data QoS
+    arm/object_state          std_msgs/Float32MultiArray        sensor-data QoS
+    arm/task                  std_msgs/String (instruction)     reliable, transient local
+    arm/command               fed_ros/ArmCommand                control QoS (in)
+    arm/applied_command       fed_ros/ArmCommand                control QoS (out)
+    arm/episode_status        fed_ros/EpisodeStatus             control QoS
+    arm/reset                 fed_ros/srv/ResetEpisode          service
+
+Synchronisation rule: all observation messages of one control tick carry the same
+``header.stamp`` (the tick's stamp). ``Float32MultiArray`` has no header, so the bridge
+writes the stamp into its first layout dimension's label (``object_state@<sec>.<nsec>``).
+``arm/applied_command`` is the command the driver actually applied to the observation
+stamped ``header.stamp`` (``MODE_HOLD`` with zero action when it held still); a policy
+stamps its ``arm/command`` with the stamp of the observation it answered.
+"""
+from __future__ import annotations
+
+import array
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from fed_ros.core.episode import (
+    AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
+    WRIST_IMAGE)
+
+# Relative names (resolved in the node's namespace, or prefixed by ArmTopics.namespace).
+AGENTVIEW_TOPIC = "arm/agentview/image_raw"
+WRIST_TOPIC = "arm/wrist/image_raw"
+JOINT_STATES_TOPIC = "arm/joint_states"
+GRIPPER_STATE_TOPIC = "arm/gripper_state"
+EEF_POSE_TOPIC = "arm/eef_pose"
+OBJECT_STATE_TOPIC = "arm/object_state"
+TASK_TOPIC = "arm/task"
+COMMAND_TOPIC = "arm/command"
+APPLIED_COMMAND_TOPIC = "arm/applied_command"
+EPISODE_STATUS_TOPIC = "arm/episode_status"
+RESET_SERVICE = "arm/reset"
+
+OBJECT_STATE_LABEL_PREFIX = "object_state@"
+
+# Observation part -> topic carrying it (the assembler's and the recorder's vocabulary).
+IMAGE_PARTS = {AGENTVIEW_IMAGE: AGENTVIEW_TOPIC, WRIST_IMAGE: WRIST_TOPIC}
+STATE_PARTS = {"joint_states": JOINT_STATES_TOPIC, "gripper_state": GRIPPER_STATE_TOPIC,
+               "eef_pose": EEF_POSE_TOPIC, OBJECT_STATE: OBJECT_STATE_TOPIC}
+
+
+def _join(namespace: str, name: str) -> str:
+    namespace = namespace.rstrip("/")
+    return f"{namespace}/{name}" if namespace else name
+
+
+@dataclass(frozen=True)
+class ArmTopics:
+    """Topic and service names of one arm; ``namespace`` "" keeps them node-relative."""
+
+    namespace: str = ""
+
+    def __post_init__(self) -> None:
+        if self.namespace and not self.namespace.startswith("/"):
+            raise ValueError(f"arm namespace must be absolute or empty, got {self.namespace!r}")
+
+    def name(self, relative: str) -> str:
+        """Full name of a relative arm topic (e.g. ``arm/command``)."""
+        return _join(self.namespace, relative)
+
+    @property
+    def agentview_image(self) -> str:
+        return self.name(AGENTVIEW_TOPIC)
+
+    @property
+    def wrist_image(self) -> str:
+        return self.name(WRIST_TOPIC)
+
+    @property
+    def joint_states(self) -> str:
+        return self.name(JOINT_STATES_TOPIC)
+
+    @property
+    def gripper_state(self) -> str:
+        return self.name(GRIPPER_STATE_TOPIC)
+
+    @property
+    def eef_pose(self) -> str:
+        return self.name(EEF_POSE_TOPIC)
+
+    @property
+    def object_state(self) -> str:
+        return self.name(OBJECT_STATE_TOPIC)
+
+    @property
+    def task(self) -> str:
+        return self.name(TASK_TOPIC)
+
+    @property
+    def command(self) -> str:
+        return self.name(COMMAND_TOPIC)
+
+    @property
+    def applied_command(self) -> str:
+        return self.name(APPLIED_COMMAND_TOPIC)
+
+    @property
+    def episode_status(self) -> str:
+        return self.name(EPISODE_STATUS_TOPIC)
+
+    @property
+    def reset(self) -> str:
+        return self.name(RESET_SERVICE)
+
+
+# --- stamps -----------------------------------------------------------------------------
+
+def stamp_to_ns(stamp) -> int:
+    """builtin_interfaces/Time -> integer nanoseconds (the synchronisation key)."""
+    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
+
+
+def ns_to_stamp(ns: int):
+    """Integer nanoseconds -> builtin_interfaces/Time."""
+    from builtin_interfaces.msg import Time
+    return Time(sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000))
+
+
+def object_state_label(stamp_ns: int) -> str:
+    """Layout label that carries the tick stamp of a (headerless) object state message."""
+    return f"{OBJECT_STATE_LABEL_PREFIX}{stamp_ns // 1_000_000_000}.{stamp_ns % 1_000_000_000:09d}"
+
+
+def object_state_stamp_ns(msg) -> int:
+    """Tick stamp of an object-state Float32MultiArray; ValueError when it carries none."""
+    dims = msg.layout.dim
+    return parse_object_state_label(dims[0].label if dims else "")
+
+
+def parse_object_state_label(label: str) -> int:
+    """Stamp (ns) written by :func:`object_state_label`; ValueError on any other label."""
+    if not label.startswith(OBJECT_STATE_LABEL_PREFIX):
+        raise ValueError(f"object state message has no stamp label (label {label!r})")
+    sec, _, nsec = label[len(OBJECT_STATE_LABEL_PREFIX):].partition(".")
+    try:
+        return int(sec) * 1_000_000_000 + int(nsec)
+    except ValueError:
+        raise ValueError(f"object state stamp label {label!r} is malformed") from None
+
+
+# --- QoS and message types per topic -------------------------------------------------------
+
+# Subscribers keep a deeper sensor history than the publisher so a busy executor does not
+# lose a tick's image before the recorder or the policy has read it.
+SENSOR_TOPICS = frozenset({AGENTVIEW_TOPIC, WRIST_TOPIC, JOINT_STATES_TOPIC, GRIPPER_STATE_TOPIC,
+                           EEF_POSE_TOPIC, OBJECT_STATE_TOPIC})
+
+
+def qos_for(relative_topic: str, subscriber: bool = True):
+    """QoS profile of an arm topic (publisher and subscriber profiles are compatible)."""
+    from fed_ros.ros import qos
+    if relative_topic in SENSOR_TOPICS:
+        return qos.sensor_qos(depth=10 if subscriber else 5)
+    if relative_topic == TASK_TOPIC:
+        return qos.latched_qos()
+    if relative_topic in (COMMAND_TOPIC, APPLIED_COMMAND_TOPIC, EPISODE_STATUS_TOPIC):
+        # Reliable, newest wins; a deep queue so a recorder never loses a step at 20 Hz.
+        return qos.command_qos(depth=10 if relative_topic == COMMAND_TOPIC else 100)
+    raise ValueError(f"unknown arm topic {relative_topic!r}")
+
+
+def message_class(msgtype: str):
+    """Python class of a message type name such as ``sensor_msgs/msg/Image``."""
+    import importlib
+    parts = msgtype.split("/")
+    if len(parts) != 3:
+        raise ValueError(f"message type must be 'pkg/msg/Name', got {msgtype!r}")
+    module = importlib.import_module(f"{parts[0]}.{parts[1]}")
+    try:
+        return getattr(module, parts[2])
+    except AttributeError:
+        raise ValueError(f"no message type {msgtype!r}") from None
+
+
+# --- message <-> numpy -------------------------------------------------------------------
+
+def image_to_msg(image: np.ndarray, stamp, frame_id: str):
+    """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8, one buffer copy."""
+    from sensor_msgs.msg import Image
+    image = np.ascontiguousarray(image)
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ValueError(f"expected HxWx3 uint8 image, got {image.dtype} {image.shape}")
+    msg = Image()
+    msg.header.stamp = stamp
+    msg.header.frame_id = frame_id
+    msg.height, msg.width = int(image.shape[0]), int(image.shape[1])
+    msg.encoding = "rgb8"
+    msg.is_bigendian = 0
+    msg.step = int(image.shape[1] * 3)
+    # array('B').frombytes is a memcpy; the generated setter would iterate per element.
+    data = array.array("B")
+    data.frombytes(image.tobytes())
+    msg.data = data
+    return msg
+
+
+def image_from_msg(msg) -> np.ndarray:
+    """sensor_msgs/Image (rgb8 / bgr8 / rgba8) -> HxWx3 uint8 RGB; ValueError otherwise."""
+    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4}.get(msg.encoding)
+    if channels is None:
+        raise ValueError(f"unsupported image encoding {msg.encoding!r}")
+    height, width, step = int(msg.height), int(msg.width), int(msg.step)
+    if step < width * channels or len(msg.data) < step * height:
+        raise ValueError(f"image buffer of {len(msg.data)} bytes too small for "
+                         f"{height}x{width} {msg.encoding} (step {step})")
+    flat = np.frombuffer(msg.data, dtype=np.uint8, count=step * height)
+    image = flat.reshape(height, step)[:, : width * channels].reshape(height, width, channels)
+    if msg.encoding.startswith("bgr"):
+        image = image[..., ::-1]
+    return np.ascontiguousarray(image[..., :3])
+
+
+# --- observation assembly ----------------------------------------------------------------
+
+class ObservationAssembler:
+    """Collects one tick's messages by stamp and yields the complete observation dict.
+
+    Parts arrive on separate topics in any order; the observation of stamp ``s`` is
+    complete when every required part with stamp ``s`` is in. Incomplete stamps older
+    than ``history`` ticks are dropped (a lost best-effort sample).
+    """
+
+    def __init__(self, cameras: bool = True, history: int = 8) -> None:
+        if history < 1:
+            raise ValueError(f"history must be >= 1, got {history}")
+        self.required = set(STATE_PARTS) | (set(IMAGE_PARTS) if cameras else set())
+        self.history = history
+        self._pending: OrderedDict[int, dict[str, object]] = OrderedDict()
+        self._last_emitted = -1
+        self.dropped = 0
+
+    def add(self, part: str, stamp_ns: int, value: object) -> dict[str, np.ndarray] | None:
+        """Add one decoded part; returns the observation when this completes it."""
+        if part not in self.required:
+            return None
+        if stamp_ns <= self._last_emitted:
+            return None  # late duplicate of an observation already handed out
+        parts = self._pending.get(stamp_ns)
+        if parts is None:
+            parts = self._pending[stamp_ns] = {}
+            while len(self._pending) > self.history:
+                self._pending.popitem(last=False)
+                self.dropped += 1
+        parts[part] = value
+        if len(parts) < len(self.required):
+            return None
+        del self._pending[stamp_ns]
+        # Older incomplete stamps can never be used once a newer one is complete.
+        for old in [s for s in self._pending if s < stamp_ns]:
+            del self._pending[old]
+            self.dropped += 1
+        self._last_emitted = stamp_ns
+        return observation_from_parts(parts)
+
+    def clear(self) -> None:
+        """Forget partial observations (after a reset)."""
+        self._pending.clear()
+
+
+def observation_from_parts(parts: dict[str, object]) -> dict[str, np.ndarray]:
+    """Decoded messages of one tick -> observation dict with core/episode.py keys."""
+    joint_pos, _ = parts["joint_states"]
+    pos, quat = parts["eef_pose"]
+    obs = {
+        JOINT_POS: np.asarray(joint_pos, dtype=np.float32),
+        GRIPPER_QPOS: np.asarray(parts["gripper_state"][0], dtype=np.float32),
+        EEF_POS: np.asarray(pos, dtype=np.float32),
+        EEF_QUAT: np.asarray(quat, dtype=np.float32),
+        OBJECT_STATE: np.asarray(parts[OBJECT_STATE], dtype=np.float32),
+    }
+    for key in IMAGE_PARTS:
+        if key in parts:
+            obs[key] = parts[key]
+    return obs
+
+
+def decode_joint_state(msg) -> tuple[np.ndarray, np.ndarray]:
+    """JointState -> (positions, velocities) float32 (velocities zero when absent)."""
+    pos = np.asarray(msg.position, dtype=np.float32)
+    vel = np.asarray(msg.velocity, dtype=np.float32) if len(msg.velocity) else np.zeros_like(pos)
+    return pos, vel
+
+
+def decode_pose(msg) -> tuple[np.ndarray, np.ndarray]:
+    """PoseStamped -> (position (3,), quaternion xyzw (4,)) float32."""
+    p, q = msg.pose.position, msg.pose.orientation
+    return (np.array([p.x, p.y, p.z], dtype=np.float32),
+            np.array([q.x, q.y, q.z, q.w], dtype=np.float32))
+
+
+def decode_object_state(msg) -> np.ndarray:
+    """Float32MultiArray -> (OBJECT_STATE_DIM,) float32; ValueError on a wrong size."""
+    data = np.asarray(msg.data, dtype=np.float32)
+    if data.shape != (OBJECT_STATE_DIM,):
+        raise ValueError(f"object state has {data.size} values, expected {OBJECT_STATE_DIM}")
+    return data
