@@ -1,0 +1,519 @@
+"""Robosuite Panda arms with one 4-D action space, upright images and controlled variation.
+
+``make_env(task, variation)`` builds a robosuite environment (Lift, PickPlaceCan or Stack)
+with OSC position control, then wraps it in :class:`ArmEnv`, which
+
+* validates actions (shape (4,), finite; values are clipped to [-1, 1]),
+* returns observations under the keys of :mod:`fed_ros.core.episode` (positions and
+  orientations in the robot base frame, object state zero-padded to 32),
+* renders the agent-view and wrist cameras itself with ``mujoco.Renderer`` (upright
+  images, shadows/reflections/multisampling off, EGL by default), and
+* applies a :class:`~fed_ros.sim.variations.Variation` by editing the compiled MuJoCo
+  model from saved originals (idempotent; soft resets keep it).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+# MuJoCo picks its GL backend when it is first imported; EGL renders headless.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from dataclasses import dataclass  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from fed_ros.core.episode import (  # noqa: E402
+    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
+    OBJECT_STATE_DIM, WRIST_IMAGE,
+)
+from fed_ros.sim.variations import (  # noqa: E402
+    PALETTE, TABLE_MATERIALS, VARIATIONS, Variation, random_variation, resolve_variation,
+)
+
+__all__ = [
+    "TASKS", "TASK_SPECS", "VARIATIONS", "Variation", "random_variation", "resolve_variation",
+    "ArmEnv", "make_env", "AGENTVIEW_CAMERA", "WRIST_CAMERA",
+]
+
+TASKS = ("lift", "pick_place_can", "stack")
+AGENTVIEW_CAMERA = "agentview"
+WRIST_CAMERA = "robot0_eye_in_hand"
+CONTROL_HZ = 20
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What differs between task families."""
+
+    env_name: str  # robosuite environment class name
+    horizon: int  # control steps before an episode times out
+    default_colors: tuple[str, ...]  # colour words of the unvaried objects
+    instruction: Callable[[tuple[str, ...]], str]
+
+
+TASK_SPECS: dict[str, TaskSpec] = {
+    "lift": TaskSpec("Lift", 200, ("red",), lambda c: f"lift the {c[0]} cube"),
+    "pick_place_can": TaskSpec(
+        "PickPlaceCan", 400, ("soda",),
+        lambda c: f"pick up the {c[0]} can and place it in its bin"),
+    "stack": TaskSpec("Stack", 400, ("red", "green"), lambda c: f"stack the {c[0]} cube on the {c[1]} cube"),
+}
+
+
+def _controller_config() -> dict:
+    """Panda with a 4-D OSC position controller (3 deltas in the base frame + gripper)."""
+    from robosuite.controllers import load_composite_controller_config, load_part_controller_config
+
+    cfg = load_composite_controller_config(controller="BASIC", robot="Panda")
+    arm = load_part_controller_config(default_controller="OSC_POSITION")
+    arm["gripper"] = {"type": "GRIP"}
+    # Only the one arm the Panda has; extra parts make robosuite warn on every reset.
+    cfg["body_parts"] = {"right": arm}
+    return cfg
+
+
+def _quat_wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
+    return np.array([q[1], q[2], q[3], q[0]], dtype=np.float64)
+
+
+def _mat_to_quat_xyzw(mat: np.ndarray) -> np.ndarray:
+    import mujoco
+
+    q = np.empty(4)
+    mujoco.mju_mat2Quat(q, np.ascontiguousarray(mat, dtype=np.float64).reshape(9))
+    if q[0] < 0:  # one hemisphere, so equal rotations give equal observations
+        q = -q
+    return _quat_wxyz_to_xyzw(q)
+
+
+class ArmEnv:
+    """One simulated Panda arm running one task under one variation."""
+
+    control_hz: int = CONTROL_HZ
+
+    def __init__(self, task: str, variation: "str | Variation" = "default", cameras: bool = True,
+                 image_size: int = 84, seed: int = 0, horizon: int | None = None) -> None:
+        if task not in TASK_SPECS:
+            raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")
+        if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
+            raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        if horizon is not None and (not isinstance(horizon, (int, np.integer)) or horizon <= 0):
+            raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+        self.task = task
+        self.spec = TASK_SPECS[task]
+        self.cameras = bool(cameras)
+        self.image_size = int(image_size)
+        self.horizon = int(horizon or self.spec.horizon)
+        self._variation = resolve_variation(variation)
+
+        import robosuite
+
+        logging.getLogger("robosuite").setLevel(logging.ERROR)
+        # The robosuite env never renders: ArmEnv owns the renderer (upright, fast settings).
+        self._env = robosuite.make(
+            self.spec.env_name, robots="Panda", controller_configs=_controller_config(),
+            has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False,
+            use_object_obs=True, reward_shaping=False, control_freq=CONTROL_HZ,
+            horizon=self.horizon, ignore_done=True, hard_reset=False, seed=int(seed),
+        )
+        self._sim = self._env.sim
+        self._model = self._sim.model._model  # raw mujoco.MjModel
+        self._data = self._sim.data._data
+        robot = self._env.robots[0]
+        self._robot = robot
+        self.joint_names: list[str] = list(robot.robot_joints)
+        self.gripper_joint_names: list[str] = list(robot.gripper_joints["right"])
+        self._arm_qpos = np.array([self._sim.model.get_joint_qpos_addr(j) for j in self.joint_names])
+        self._grip_qpos = np.array([self._sim.model.get_joint_qpos_addr(j) for j in self.gripper_joint_names])
+        self._eef_site = int(robot.eef_site_id["right"])
+        self._base_body = self._sim.model.body_name2id(robot.robot_model.root_body)
+        self._objects = self._task_objects()
+        self._object_bodies = [self._sim.model.body_name2id(o.root_body) for o in self._objects]
+        self._originals = self._save_originals()
+        self._renderer = None
+        self._vopt = None
+        self._steps = 0
+        self._last_obs: dict[str, np.ndarray] | None = None
+        self._closed = False
+        self._apply_variation(self._variation)
+        self.reset(seed=int(seed))
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def variation(self) -> Variation:
+        """The variation in effect."""
+        return self._variation
+
+    @property
+    def instruction(self) -> str:
+        """Language instruction; object colour words follow the variation."""
+        colours = list(self.spec.default_colors)
+        for i, name in enumerate(self._variation.object_colors[: len(colours)]):
+            colours[i] = name
+        return self.spec.instruction(tuple(colours))
+
+    @property
+    def steps(self) -> int:
+        """Control steps taken since the last reset."""
+        return self._steps
+
+    @property
+    def raw_env(self) -> Any:
+        """The wrapped robosuite environment (for advanced use; do not step it directly)."""
+        return self._env
+
+    def set_variation(self, variation: "str | Variation") -> None:
+        """Switch the scene's variation (takes effect now; call reset() for a fresh episode)."""
+        self._check_open()
+        self._variation = resolve_variation(variation)
+        self._apply_variation(self._variation)
+
+    def reset(self, seed: int | None = None) -> dict[str, np.ndarray]:
+        """Start an episode; a given seed fixes robot noise and object placement exactly."""
+        self._check_open()
+        if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or seed < 0:
+                raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+            # Re-seed in place: robosuite's placement samplers hold this same Generator.
+            self._env.rng.bit_generator.state = np.random.default_rng(int(seed)).bit_generator.state
+        self._env.reset()
+        self._steps = 0
+        self._last_obs = self._observe()
+        return self._last_obs
+
+    def step(self, action: np.ndarray) -> tuple[dict[str, np.ndarray], bool, bool]:
+        """Apply one 4-D action for 1/control_hz s; returns (obs, done, success).
+
+        ``done`` is True on success (episodes terminate on success) or at the horizon.
+        """
+        self._check_open()
+        act = self.check_action(action)
+        self._env.step(act)
+        self._steps += 1
+        success = bool(self._env._check_success())
+        done = success or self._steps >= self.horizon
+        self._last_obs = self._observe()
+        return self._last_obs, done, success
+
+    @staticmethod
+    def check_action(action: Any) -> np.ndarray:
+        """Validated copy of an action: shape (4,), finite; clipped to [-1, 1]."""
+        try:
+            arr = np.asarray(action, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"action must be numeric with shape ({ACTION_DIM},), got {action!r}") from exc
+        if arr.shape != (ACTION_DIM,):
+            raise ValueError(f"action must have shape ({ACTION_DIM},), got shape {arr.shape}")
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"action contains NaN/Inf: {arr.tolist()}")
+        return np.clip(arr, -1.0, 1.0)
+
+    def success(self) -> bool:
+        """Whether the task is currently solved."""
+        return bool(self._env._check_success())
+
+    def render(self, camera: str = AGENTVIEW_CAMERA, size: int | None = None) -> np.ndarray:
+        """Upright HxWx3 uint8 image from a named camera (works with cameras=False too)."""
+        self._check_open()
+        if size is not None and size != self.image_size:
+            return self._render_once(camera, int(size))
+        return self._render(camera)
+
+    def close(self) -> None:
+        """Free the renderer and the simulator (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+        try:
+            self._env.close()
+        except Exception:  # robosuite's close may touch renderers that were never created
+            pass
+
+    def __enter__(self) -> "ArmEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ observations
+    def object_positions(self) -> dict[str, np.ndarray]:
+        """World-frame positions of task objects and targets (what experts plan with)."""
+        d = self._data
+        out = {obj.name: d.xpos[b].copy() for obj, b in zip(self._objects, self._object_bodies)}
+        if self.task == "pick_place_can":
+            out["target"] = np.array(self._env.target_bin_placements[self._env.object_to_id["can"]], dtype=float)
+        return out
+
+    def _to_base(self, p: np.ndarray) -> np.ndarray:
+        return self._base_rot.T @ (p - self._base_pos)
+
+    def _observe(self) -> dict[str, np.ndarray]:
+        d = self._data
+        self._base_pos = d.xpos[self._base_body].copy()
+        self._base_rot = d.xmat[self._base_body].reshape(3, 3).copy()
+        eef_world = d.site_xpos[self._eef_site].copy()
+        eef_rot = self._base_rot.T @ d.site_xmat[self._eef_site].reshape(3, 3)
+        obs: dict[str, np.ndarray] = {
+            JOINT_POS: d.qpos[self._arm_qpos].astype(np.float32),
+            GRIPPER_QPOS: d.qpos[self._grip_qpos].astype(np.float32),
+            EEF_POS: self._to_base(eef_world).astype(np.float32),
+            EEF_QUAT: _mat_to_quat_xyzw(eef_rot).astype(np.float32),
+            OBJECT_STATE: self._object_state(eef_world),
+        }
+        if self.cameras:
+            obs[AGENTVIEW_IMAGE] = self._render(AGENTVIEW_CAMERA)
+            obs[WRIST_IMAGE] = self._render(WRIST_CAMERA)
+        return obs
+
+    def _object_state(self, eef_world: np.ndarray) -> np.ndarray:
+        """Per object: position, quaternion (xyzw), eef->object vector, all in the base frame.
+
+        Stack appends cubeA->cubeB; PickPlaceCan appends the target bin position.
+        """
+        d = self._data
+        parts: list[np.ndarray] = []
+        positions = []
+        for body in self._object_bodies:
+            pos = d.xpos[body]
+            rot = self._base_rot.T @ d.xmat[body].reshape(3, 3)
+            positions.append(pos)
+            parts += [self._to_base(pos), _mat_to_quat_xyzw(rot), self._base_rot.T @ (pos - eef_world)]
+        if self.task == "stack":
+            parts.append(self._base_rot.T @ (positions[1] - positions[0]))
+        elif self.task == "pick_place_can":
+            parts.append(self._to_base(self.object_positions()["target"]))
+        flat = np.concatenate(parts).astype(np.float32)
+        out = np.zeros(OBJECT_STATE_DIM, dtype=np.float32)
+        out[: flat.size] = flat
+        return out
+
+    # ------------------------------------------------------------------ rendering
+    def _make_renderer(self) -> None:
+        import mujoco
+
+        # Multisampling is the costliest part of software GL; read when the context is made.
+        self._model.vis.quality.offsamples = 0
+        if self._renderer is not None:
+            self._renderer.close()
+        self._renderer = mujoco.Renderer(self._model, height=self.image_size, width=self.image_size)
+        flags = self._renderer.scene.flags
+        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+        flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
+        self._vopt = mujoco.MjvOption()
+        # robosuite puts collision geoms in group 0 and visual geoms in group 1.
+        self._vopt.geomgroup[0] = 0
+        self._camera_ids = {
+            name: mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, name)
+            for name in (AGENTVIEW_CAMERA, WRIST_CAMERA)
+        }
+
+    def _render(self, camera: str) -> np.ndarray:
+        if self._renderer is None:
+            self._make_renderer()
+        cam_id = self._camera_ids.get(camera)
+        if cam_id is None:
+            import mujoco
+
+            cam_id = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
+            if cam_id < 0:
+                raise ValueError(f"unknown camera {camera!r}")
+            self._camera_ids[camera] = cam_id
+        self._renderer.update_scene(self._data, camera=cam_id, scene_option=self._vopt)
+        # mujoco.Renderer already flips rows, so row 0 is the top of the image.
+        return self._renderer.render().copy()
+
+    def _render_once(self, camera: str, size: int) -> np.ndarray:
+        saved = (self._renderer, self.image_size)
+        self._renderer, self.image_size = None, size
+        try:
+            return self._render(camera)
+        finally:
+            if self._renderer is not None:
+                self._renderer.close()
+            self._renderer, self.image_size = saved
+
+    # ------------------------------------------------------------------ variation
+    def _task_objects(self) -> list:
+        env = self._env
+        if self.task == "lift":
+            return [env.cube]
+        if self.task == "stack":
+            return [env.cubeA, env.cubeB]
+        return [o for o in env.objects if o.name.lower().startswith("can")]
+
+    def _geoms_of(self, body_ids: list[int]) -> list[int]:
+        m = self._model
+        subtree = set()
+        for root in body_ids:
+            subtree |= {b for b in range(m.nbody) if self._is_descendant(b, root)}
+        return [g for g in range(m.ngeom) if int(m.geom_bodyid[g]) in subtree]
+
+    def _is_descendant(self, body: int, root: int) -> bool:
+        m = self._model
+        while body != 0:
+            if body == root:
+                return True
+            body = int(m.body_parentid[body])
+        return root == 0
+
+    def _save_originals(self) -> dict[str, Any]:
+        import mujoco
+
+        m = self._model
+        name2id = lambda kind, name: mujoco.mj_name2id(m, kind, name)  # noqa: E731
+        obj_bodies = []
+        for root in self._object_bodies:
+            obj_bodies.append(sorted(b for b in range(m.nbody) if self._is_descendant(b, root)))
+        obj_geoms = [self._geoms_of([root]) for root in self._object_bodies]
+        all_bodies = sorted({b for bs in obj_bodies for b in bs})
+        all_geoms = sorted({g for gs in obj_geoms for g in gs})
+        meshes = sorted({int(m.geom_dataid[g]) for g in all_geoms
+                         if m.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH and m.geom_dataid[g] >= 0})
+        mesh_verts = {k: m.mesh_vert[m.mesh_vertadr[k]: m.mesh_vertadr[k] + m.mesh_vertnum[k]].copy() for k in meshes}
+        mesh_bvh = {k: m.bvh_aabb[m.mesh_bvhadr[k]: m.mesh_bvhadr[k] + m.mesh_bvhnum[k]].copy()
+                    for k in meshes if m.mesh_bvhadr[k] >= 0}
+        body_bvh = {b: m.bvh_aabb[m.body_bvhadr[b]: m.body_bvhadr[b] + m.body_bvhnum[b]].copy()
+                    for b in all_bodies if m.body_bvhadr[b] >= 0}
+        sites = [s for s in range(m.nsite) if int(m.site_bodyid[s]) in set(all_bodies)]
+        background = [g for g in range(m.ngeom)
+                      if m.geom(g).name == "floor" or (m.geom(g).name.startswith("wall") and m.geom(g).name.endswith("visual"))]
+        # Python-side object sizes feed robosuite's placement sampler (bottom offset, radius).
+        py_sizes = []
+        for obj in self._objects:
+            if hasattr(obj, "size") and getattr(obj, "size", None) is not None and not hasattr(obj, "file"):
+                py_sizes.append(("size", np.array(obj.size, dtype=float)))
+            else:
+                site_pos = {}
+                for el in obj.worldbody.iter("site"):
+                    if el.get("pos") is not None:
+                        site_pos[el] = el.get("pos")
+                py_sizes.append(("sites", site_pos))
+        return {
+            "cam": {c: (m.cam_pos[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy(),
+                        m.cam_quat[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy()) for c in (AGENTVIEW_CAMERA,)},
+            "light": (m.light_diffuse.copy(), m.light_specular.copy(), m.light_ambient.copy(), m.light_pos.copy()),
+            "headlight": (np.array(m.vis.headlight.diffuse), np.array(m.vis.headlight.ambient),
+                          np.array(m.vis.headlight.specular)),
+            "table": name2id(mujoco.mjtObj.mjOBJ_GEOM, "table_visual"),
+            "geom_matid": m.geom_matid.copy(), "geom_rgba": m.geom_rgba.copy(),
+            "geom_size": m.geom_size.copy(), "geom_pos": m.geom_pos.copy(),
+            "geom_rbound": m.geom_rbound.copy(), "geom_aabb": m.geom_aabb.copy(),
+            "body_pos": m.body_pos.copy(), "body_mass": m.body_mass.copy(), "body_inertia": m.body_inertia.copy(),
+            "site_pos": m.site_pos.copy(), "obj_bodies": obj_bodies, "obj_geoms": obj_geoms,
+            "all_geoms": all_geoms, "mesh_verts": mesh_verts, "mesh_bvh": mesh_bvh, "body_bvh": body_bvh,
+            "sites": sites, "background": background, "py_sizes": py_sizes,
+        }
+
+    def _apply_variation(self, v: Variation) -> None:
+        """Edit the compiled model to match ``v``, always starting from the saved originals."""
+        import mujoco
+        from scipy.spatial.transform import Rotation
+
+        m, o = self._model, self._originals
+        # Camera pose (agent view only: the wrist camera is rigidly mounted on the hand).
+        for cam, (pos, quat) in o["cam"].items():
+            cid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, cam)
+            m.cam_pos[cid] = pos + np.asarray(v.camera_pos_offset)
+            base = Rotation.from_quat(_quat_wxyz_to_xyzw(quat))
+            delta = Rotation.from_euler("xyz", v.camera_rot_offset, degrees=True)
+            x, y, z, w = (base * delta).as_quat()
+            m.cam_quat[cid] = (w, x, y, z)
+        # Lighting.
+        diffuse, specular, ambient, light_pos = o["light"]
+        tint = np.asarray(v.light_tint)
+        m.light_diffuse[:] = diffuse * v.light_scale * tint
+        m.light_specular[:] = specular * v.light_scale
+        m.light_ambient[:] = ambient if v.light_ambient is None else v.light_ambient
+        m.light_pos[:] = light_pos + np.asarray(v.light_pos_offset)
+        hd, ha, hs = o["headlight"]
+        m.vis.headlight.diffuse = hd * v.light_scale * tint
+        m.vis.headlight.specular = hs * v.light_scale
+        m.vis.headlight.ambient = ha if v.light_ambient is None else np.full(3, v.light_ambient)
+        # Colours and textures (a geom with a material shows the material, so clear it).
+        m.geom_matid[:] = o["geom_matid"]
+        m.geom_rgba[:] = o["geom_rgba"]
+        table = o["table"]
+        if table >= 0:
+            if v.table_rgba is not None:
+                m.geom_matid[table] = -1
+                m.geom_rgba[table] = v.table_rgba
+            elif v.table_material is not None:
+                m.geom_matid[table] = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL,
+                                                        TABLE_MATERIALS[v.table_material])
+        if v.background_rgba is not None:
+            for g in o["background"]:
+                m.geom_matid[g] = -1
+                m.geom_rgba[g] = v.background_rgba
+        for geoms, colour in zip(o["obj_geoms"], v.object_colors):
+            for g in geoms:
+                if m.geom_rgba[g][3] > 0:  # collision-only geoms stay invisible
+                    m.geom_matid[g] = -1
+                    m.geom_rgba[g] = PALETTE[colour]
+        self._apply_scale(v.object_scale)
+        mujoco.mj_forward(m, self._data)
+        # Mesh vertices are uploaded when a GL context is made: rebuild the renderer.
+        if self._renderer is not None:
+            self._make_renderer()
+
+    def _apply_scale(self, s: float) -> None:
+        m, o = self._model, self._originals
+        m.geom_size[:] = o["geom_size"]
+        m.geom_pos[:] = o["geom_pos"]
+        m.geom_rbound[:] = o["geom_rbound"]
+        m.geom_aabb[:] = o["geom_aabb"]
+        m.body_pos[:] = o["body_pos"]
+        m.body_mass[:] = o["body_mass"]
+        m.body_inertia[:] = o["body_inertia"]
+        m.site_pos[:] = o["site_pos"]
+        for k, verts in o["mesh_verts"].items():
+            m.mesh_vert[m.mesh_vertadr[k]: m.mesh_vertadr[k] + m.mesh_vertnum[k]] = verts * s
+        for k, aabb in o["mesh_bvh"].items():
+            m.bvh_aabb[m.mesh_bvhadr[k]: m.mesh_bvhadr[k] + m.mesh_bvhnum[k]] = aabb * s
+        for b, aabb in o["body_bvh"].items():
+            m.bvh_aabb[m.body_bvhadr[b]: m.body_bvhadr[b] + m.body_bvhnum[b]] = aabb * s
+        for g in o["all_geoms"]:
+            m.geom_size[g] = o["geom_size"][g] * s
+            m.geom_pos[g] = o["geom_pos"][g] * s
+            m.geom_rbound[g] = o["geom_rbound"][g] * s
+            m.geom_aabb[g] = o["geom_aabb"][g] * s
+        roots = set(self._object_bodies)
+        for bodies in o["obj_bodies"]:
+            for b in bodies:
+                if b not in roots:  # child bodies sit at scaled offsets from their parent
+                    m.body_pos[b] = o["body_pos"][b] * s
+                m.body_mass[b] = o["body_mass"][b] * s ** 3
+                m.body_inertia[b] = o["body_inertia"][b] * s ** 5
+        for site in o["sites"]:
+            m.site_pos[site] = o["site_pos"][site] * s
+        # robosuite places objects from their Python-side size; keep it in step so they
+        # rest on the table after the next reset instead of starting inside it.
+        for obj, (kind, value) in zip(self._objects, o["py_sizes"]):
+            if kind == "size":
+                obj.size = value * s
+            else:
+                for el, pos in value.items():
+                    el.set("pos", " ".join(repr(float(x) * s) for x in pos.split()))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("environment is closed")
+
+
+def make_env(task: str, variation: "str | Variation" = "default", cameras: bool = True,
+             image_size: int = 84, seed: int = 0, horizon: int | None = None) -> ArmEnv:
+    """Build an :class:`ArmEnv` for ``task`` in :data:`TASKS` under a named or given variation."""
+    return ArmEnv(task, variation=variation, cameras=cameras, image_size=image_size, seed=seed, horizon=horizon)

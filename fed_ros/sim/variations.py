@@ -1,0 +1,187 @@
+"""Controlled environment variation: named presets and a seeded random generator.
+
+A :class:`Variation` describes how one robot's scene differs from the default robosuite
+scene (camera pose, lighting, table and object appearance, object size). It is pure data
+with validation; :mod:`fed_ros.sim.envs` applies it by editing the compiled MuJoCo model,
+so no XML is regenerated and soft resets keep it. Variations are the source of the
+non-IID heterogeneity between robots in a fleet.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+# Colour names usable for objects; instructions name them ("lift the blue cube"), so the
+# language stays true to what the camera sees.
+PALETTE: dict[str, tuple[float, float, float, float]] = {
+    "red": (0.85, 0.10, 0.10, 1.0),
+    "green": (0.10, 0.70, 0.15, 1.0),
+    "blue": (0.10, 0.25, 0.90, 1.0),
+    "yellow": (0.95, 0.85, 0.10, 1.0),
+    "orange": (0.95, 0.50, 0.05, 1.0),
+    "purple": (0.55, 0.15, 0.75, 1.0),
+    "cyan": (0.10, 0.80, 0.85, 1.0),
+    "white": (0.92, 0.92, 0.92, 1.0),
+}
+
+# Table surface materials that exist in every robosuite table-top model (swapping the
+# material id changes the texture without uploading new textures).
+TABLE_MATERIALS: dict[str, str] = {
+    "ceramic": "table_ceramic",  # robosuite default
+    "metal": "table_legs_metal",
+    "plaster": "walls_mat",
+    "floor": "floorplane",
+}
+
+# Limits keep the scene physically sensible and the scripted experts able to solve it:
+# the Panda gripper opens to 8 cm and the soda can is 6.6 cm wide.
+OBJECT_SCALE_RANGE = (0.75, 1.2)
+CAMERA_SHIFT_LIMIT = 0.25  # metres per axis
+CAMERA_ROTATION_LIMIT = 25.0  # degrees per axis
+LIGHT_SCALE_RANGE = (0.0, 3.0)
+
+
+def _check_vector(name: str, value: tuple[float, ...], length: int, low: float, high: float) -> None:
+    if len(value) != length:
+        raise ValueError(f"Variation.{name} must have {length} values, got {value!r}")
+    for v in value:
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and low <= v <= high):
+            raise ValueError(f"Variation.{name} value {v!r} outside [{low}, {high}]")
+
+
+@dataclass(frozen=True)
+class Variation:
+    """How one scene differs from the default; every field's default means 'unchanged'."""
+
+    name: str = "custom"
+    # Agent-view camera: position offset (m, world frame) and rotation offset
+    # (pitch, yaw, roll in degrees, about the camera's own x, y, z axes).
+    camera_pos_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    camera_rot_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Lighting: diffuse/specular multiplier of scene light and headlight, an RGB tint
+    # multiplied into the diffuse colour, ambient level (None = unchanged), light position offset (m).
+    light_scale: float = 1.0
+    light_tint: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    light_ambient: float | None = None
+    light_pos_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Table top: a material from TABLE_MATERIALS and/or a flat colour (flat colour wins).
+    table_material: str | None = None
+    table_rgba: tuple[float, float, float, float] | None = None
+    # Task objects in task order (lift: cube; stack: cubeA, cubeB; pick_place_can: can),
+    # colour names from PALETTE; fewer names than objects leaves the rest unchanged.
+    object_colors: tuple[str, ...] = ()
+    # Uniform scale of the task objects (geometry, mass and inertia scale consistently).
+    object_scale: float = 1.0
+    # Floor and wall colour (None = unchanged): background clutter for the image encoder.
+    background_rgba: tuple[float, float, float, float] | None = None
+    meta: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"Variation.name must be a non-empty string, got {self.name!r}")
+        _check_vector("camera_pos_offset", self.camera_pos_offset, 3, -CAMERA_SHIFT_LIMIT, CAMERA_SHIFT_LIMIT)
+        _check_vector("camera_rot_offset", self.camera_rot_offset, 3, -CAMERA_ROTATION_LIMIT, CAMERA_ROTATION_LIMIT)
+        _check_vector("light_scale", (self.light_scale,), 1, *LIGHT_SCALE_RANGE)
+        _check_vector("light_tint", self.light_tint, 3, 0.0, 1.0)
+        if self.light_ambient is not None:
+            _check_vector("light_ambient", (self.light_ambient,), 1, 0.0, 1.0)
+        _check_vector("light_pos_offset", self.light_pos_offset, 3, -2.0, 2.0)
+        if self.table_material is not None and self.table_material not in TABLE_MATERIALS:
+            raise ValueError(f"Variation.table_material {self.table_material!r} not in {sorted(TABLE_MATERIALS)}")
+        if self.table_rgba is not None:
+            _check_vector("table_rgba", self.table_rgba, 4, 0.0, 1.0)
+        if self.background_rgba is not None:
+            _check_vector("background_rgba", self.background_rgba, 4, 0.0, 1.0)
+        for colour in self.object_colors:
+            if colour not in PALETTE:
+                raise ValueError(f"Variation.object_colors: unknown colour {colour!r}; known: {sorted(PALETTE)}")
+        _check_vector("object_scale", (self.object_scale,), 1, *OBJECT_SCALE_RANGE)
+        # Tuples, not lists, so variations stay hashable-by-value and comparable.
+        for name in ("camera_pos_offset", "camera_rot_offset", "light_tint", "light_pos_offset", "object_colors"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("table_rgba", "background_rgba"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+
+    def to_dict(self) -> dict:
+        """Plain JSON-able dict (for episode metadata and ROS parameters)."""
+        out = asdict(self)
+        out.pop("meta")
+        return out
+
+
+VARIATIONS: dict[str, Variation] = {
+    v.name: v
+    for v in (
+        Variation(name="default"),
+        Variation(name="dim_light", light_scale=0.35, light_ambient=0.05),
+        Variation(name="bright_light", light_scale=1.8, light_ambient=0.35),
+        Variation(name="warm_light", light_tint=(1.0, 0.75, 0.45), light_pos_offset=(0.8, -0.6, 0.0)),
+        Variation(name="red_table", table_rgba=(0.65, 0.12, 0.10, 1.0)),
+        Variation(name="dark_table", table_rgba=(0.12, 0.12, 0.14, 1.0)),
+        Variation(name="metal_table", table_material="metal"),
+        Variation(name="shifted_camera", camera_pos_offset=(0.10, 0.15, 0.05), camera_rot_offset=(0.0, 8.0, 0.0)),
+        Variation(name="tilted_camera", camera_pos_offset=(-0.05, 0.0, 0.12), camera_rot_offset=(-10.0, 0.0, 6.0)),
+        Variation(name="big_objects", object_scale=1.15),
+        Variation(name="small_objects", object_scale=0.8),
+        Variation(name="blue_objects", object_colors=("blue", "yellow", "blue")),
+        Variation(name="dark_background", background_rgba=(0.15, 0.15, 0.18, 1.0)),
+    )
+}
+
+
+def random_variation(seed: int, name: str | None = None) -> Variation:
+    """A random but seed-reproducible variation of every factor (moderate ranges)."""
+    if not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"random_variation seed must be a non-negative int, got {seed!r}")
+    rng = np.random.default_rng([int(seed), 0x5EED])
+    colours = list(PALETTE)
+
+    def uniform(low: float, high: float, size: int | None = None):
+        value = rng.uniform(low, high, size)
+        return float(value) if size is None else tuple(float(v) for v in value)
+
+    table_rgba = None
+    table_material = None
+    if rng.random() < 0.5:
+        table_rgba = (*uniform(0.05, 0.9, 3), 1.0)
+    else:
+        table_material = str(rng.choice(sorted(TABLE_MATERIALS)))
+    first, second = rng.choice(len(colours), size=2, replace=False)
+    return Variation(
+        name=name or f"random:{int(seed)}",
+        camera_pos_offset=uniform(-0.08, 0.08, 3),
+        camera_rot_offset=uniform(-8.0, 8.0, 3),
+        light_scale=uniform(0.4, 1.6),
+        light_tint=uniform(0.6, 1.0, 3),
+        light_ambient=uniform(0.0, 0.4),
+        light_pos_offset=uniform(-0.8, 0.8, 3),
+        table_material=table_material,
+        table_rgba=table_rgba,
+        object_colors=(colours[first], colours[second], colours[first]),
+        object_scale=uniform(0.85, 1.12),
+        background_rgba=(*uniform(0.1, 0.9, 3), 1.0) if rng.random() < 0.5 else None,
+    )
+
+
+def resolve_variation(variation: "str | Variation") -> Variation:
+    """A preset name, ``"random:<seed>"``, or a Variation -> Variation (ValueError otherwise)."""
+    if isinstance(variation, Variation):
+        return variation
+    if not isinstance(variation, str):
+        raise ValueError(f"variation must be a name or a Variation, got {variation!r}")
+    if variation in VARIATIONS:
+        return VARIATIONS[variation]
+    if variation.startswith("random:"):
+        suffix = variation[len("random:"):]
+        if not suffix.isdigit():
+            raise ValueError(f"variation {variation!r}: expected 'random:<non-negative int>'")
+        return random_variation(int(suffix))
+    raise ValueError(f"unknown variation {variation!r}; presets: {sorted(VARIATIONS)} or 'random:<seed>'")
+
+
+def with_name(variation: Variation, name: str) -> Variation:
+    """Copy of ``variation`` under another name."""
+    return replace(variation, name=name)
