@@ -14,6 +14,7 @@ the one unavoidable memcpy into the DDS sample), and received bytes are read wit
 """
 from __future__ import annotations
 
+import array
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -90,14 +91,12 @@ def set_bytes_field(msg: Any, name: str, data: Any) -> None:
 
 def set_float32_field(msg: Any, name: str, values: Any) -> None:
     """Assign a float32 array to a float32[] field in one copy (no element-wise setter)."""
-    import array
-
     private = "_" + name
     if private not in getattr(type(msg), "__slots__", ()):
         raise ValueError(f"message {type(msg).__name__} has no field {name!r}")
-    arr = np.ascontiguousarray(values, dtype="<f4").ravel()
+    arr = np.ascontiguousarray(values, dtype=np.float32).ravel()
     out = array.array("f")
-    out.frombytes(arr)
+    out.frombytes(memoryview(arr).cast("B"))
     setattr(msg, private, out)
 
 
