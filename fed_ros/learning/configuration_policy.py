@@ -1,0 +1,116 @@
+"""Policy configuration: a validated dataclass (LeRobot/robomimic style).
+
+The configuration fixes the policy's parameter manifest. Nothing in it depends on the task a
+robot trains on (object state, action and text dimensions are global constants), so every
+robot of a fleet that shares a ``PolicyConfig`` can federate the same tensors.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE_DIM
+
+POLICY_KINDS = ("image", "lowdim")
+
+# Modalities whose encoder features `features(batch)` exposes (the subspace-distillation set).
+IMAGE_MODALITIES = ("text", "agentview", "wrist", "joint", "gripper")
+LOWDIM_MODALITIES = ("text", "object", "eef", "joint", "gripper")
+
+JOINT_DIM = 7
+GRIPPER_DIM = 2
+EEF_DIM = 7  # eef_pos (3) + eef_quat xyzw (4)
+
+
+@dataclass
+class PolicyConfig:
+    """Architecture of the onboard GMM policy (LIBERO ResNet-T style, scaled for CPU training).
+
+    Attributes:
+        kind: "image" (agentview + wrist cameras, FiLM language conditioning) or "lowdim"
+            (object state + end-effector pose instead of images).
+        image_size: square image side in pixels the image encoders expect (HxWx3 uint8 input).
+        window: observation history length T fed to the temporal transformer.
+        num_modes: GMM mixture components of the action head.
+        embed_dim: token width of every modality encoder and of the transformer.
+        text_dim: width of the built-in instruction embedding (see ``text.py``).
+        conv_channels: channel widths of the per-camera residual conv trunk stages.
+        num_keypoints: spatial-softmax keypoints per camera (2 coordinates each).
+        transformer_layers / transformer_heads / transformer_ff: temporal transformer size.
+        dropout: dropout in the transformer and encoders (0 gives a deterministic forward).
+        min_std: floor added to the softplus GMM scales so the NLL stays bounded.
+        tanh_means: squash component means with tanh (actions live in [-1, 1]).
+        random_shift: pixels of random-shift augmentation the trainer applies to image
+            windows (0: off).
+        action_dim / object_state_dim: fixed by ``fed_ros.core.episode``; kept here so a
+            checkpoint records them.
+    """
+
+    kind: str = "lowdim"
+    image_size: int = 84
+    window: int = 5
+    num_modes: int = 5
+    embed_dim: int = 64
+    text_dim: int = 256
+    conv_channels: tuple[int, ...] = (32, 32, 64)
+    num_keypoints: int = 32
+    transformer_layers: int = 2
+    transformer_heads: int = 4
+    transformer_ff: int = 256
+    dropout: float = 0.1
+    min_std: float = 1e-4
+    tanh_means: bool = True
+    random_shift: int = 4
+    action_dim: int = ACTION_DIM
+    object_state_dim: int = OBJECT_STATE_DIM
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.conv_channels = tuple(int(c) for c in self.conv_channels)
+        if self.kind not in POLICY_KINDS:
+            raise ValueError(f"kind must be one of {POLICY_KINDS}, got {self.kind!r}")
+        for name in ("image_size", "window", "num_modes", "embed_dim", "text_dim",
+                     "num_keypoints", "transformer_layers", "transformer_heads",
+                     "transformer_ff"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.image_size < 16:
+            raise ValueError(f"image_size must be >= 16, got {self.image_size}")
+        if not self.conv_channels or any(c < 1 for c in self.conv_channels):
+            raise ValueError(f"conv_channels must be positive ints, got {self.conv_channels!r}")
+        if self.embed_dim % self.transformer_heads:
+            raise ValueError(f"embed_dim {self.embed_dim} is not divisible by "
+                             f"transformer_heads {self.transformer_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not self.min_std > 0.0:
+            raise ValueError(f"min_std must be > 0, got {self.min_std!r}")
+        if not isinstance(self.random_shift, int) or self.random_shift < 0:
+            raise ValueError(f"random_shift must be an int >= 0, got {self.random_shift!r}")
+        if self.action_dim != ACTION_DIM:
+            raise ValueError(f"action_dim must be {ACTION_DIM} (fleet-wide), got {self.action_dim}")
+        if self.object_state_dim != OBJECT_STATE_DIM:
+            raise ValueError(f"object_state_dim must be {OBJECT_STATE_DIM} (fleet-wide), "
+                             f"got {self.object_state_dim}")
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        """Encoder modalities of this variant, in token order."""
+        return IMAGE_MODALITIES if self.kind == "image" else LOWDIM_MODALITIES
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples become lists)."""
+        out = dataclasses.asdict(self)
+        out["conv_channels"] = list(self.conv_channels)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PolicyConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ValueError naming them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown PolicyConfig field(s): {unknown}")
+        return cls(**data)

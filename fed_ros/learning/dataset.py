@@ -1,0 +1,142 @@
+"""Demonstration dataset: observation windows over recorded episodes, kept decoded in memory.
+
+Every observation key is concatenated once into one contiguous array (images stay uint8),
+so an epoch is pure fancy indexing: nothing is re-decoded. A sample is the window of the
+``cfg.window`` frames ending at a frame; at an episode's start the window is padded by
+repeating the first frame (``valid`` marks padded steps False). Failed episodes
+(``success=False``) are excluded.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from fed_ros.core import episode as ep
+from fed_ros.core.episode import Episode
+from fed_ros.learning.configuration_policy import PolicyConfig
+from fed_ros.learning.modeling_policy import LOWDIM_SPECS
+from fed_ros.learning.text import encode_instruction
+
+Stats = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def required_keys(cfg: PolicyConfig) -> tuple[str, ...]:
+    """Observation keys a policy variant consumes."""
+    if cfg.kind == "image":
+        return ep.IMAGE_KEYS + (ep.JOINT_POS, ep.GRIPPER_QPOS)
+    return (ep.JOINT_POS, ep.GRIPPER_QPOS, ep.EEF_POS, ep.EEF_QUAT, ep.OBJECT_STATE)
+
+
+def split_episodes(episodes: Sequence[Episode], val_fraction: float = 0.1,
+                   seed: int = 0) -> tuple[list[Episode], list[Episode]]:
+    """Split by episode (never inside one): (train, val); val gets >= 1 episode if possible."""
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    n_val = int(round(val_fraction * len(episodes)))
+    if val_fraction > 0 and n_val == 0 and len(episodes) >= 2:
+        n_val = 1
+    val_idx = set(order[:n_val].tolist())
+    train = [e for i, e in enumerate(episodes) if i not in val_idx]
+    val = [e for i, e in enumerate(episodes) if i in val_idx]
+    return train, val
+
+
+def compute_stats(episodes: Sequence[Episode]) -> tuple[Stats, int]:
+    """Per-key mean/std of the low-dim observations (successful episodes) and the frame count."""
+    stats: Stats = {}
+    kept = [e for e in episodes if e.success]
+    count = sum(len(e) for e in kept)
+    for key in LOWDIM_SPECS:
+        if not kept or any(key not in e.observations for e in kept):
+            continue
+        x = np.concatenate([np.asarray(e.observations[key], np.float64) for e in kept])
+        stats[key] = (x.mean(0).astype(np.float32), x.std(0).astype(np.float32))
+    return stats, count
+
+
+def merge_stats(parts: Sequence[tuple[Stats, int]], min_std: float = 1e-3) -> Stats:
+    """Count-weighted merge of per-dataset (stats, count); std floored at ``min_std``."""
+    merged: Stats = {}
+    keys = set().union(*(p[0].keys() for p in parts)) if parts else set()
+    for key in sorted(keys):
+        rows = [(s[key][0].astype(np.float64), s[key][1].astype(np.float64), n)
+                for s, n in parts if key in s and n > 0]
+        total = sum(n for _, _, n in rows)
+        if total == 0:
+            continue
+        mean = sum(n * m for m, _, n in rows) / total
+        # Law of total variance: within-dataset variance + spread of the dataset means.
+        var = sum(n * (sd ** 2 + (m - mean) ** 2) for m, sd, n in rows) / total
+        merged[key] = (mean.astype(np.float32),
+                       np.maximum(np.sqrt(var), min_std).astype(np.float32))
+    return merged
+
+
+class DemoDataset:
+    """Windows of ``cfg.window`` steps over successful episodes, indexable in batches."""
+
+    def __init__(self, episodes: Sequence[Episode], cfg: PolicyConfig,
+                 stats: Stats | None = None) -> None:
+        self.cfg = cfg
+        kept = [e for e in episodes if e.success]
+        if not kept:
+            raise ValueError(f"no successful episodes among {len(episodes)} given")
+        keys = required_keys(cfg)
+        for i, e in enumerate(kept):
+            for key in keys:
+                if key not in e.observations:
+                    raise ValueError(f"episode {i} ({e.task!r}) lacks observation {key!r} "
+                                     f"needed by a {cfg.kind!r} policy")
+            if cfg.kind == "image":
+                for key in ep.IMAGE_KEYS:
+                    shape = np.shape(e.observations[key])[1:]
+                    if shape != (cfg.image_size, cfg.image_size, 3):
+                        raise ValueError(f"episode {i} {key!r} frames are {shape}, expected "
+                                         f"({cfg.image_size}, {cfg.image_size}, 3)")
+        self.episodes = kept
+        self.lengths = np.array([len(e) for e in kept], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
+        self.obs: dict[str, np.ndarray] = {}
+        for key in keys:
+            dtype = np.uint8 if key in ep.IMAGE_KEYS else np.float32
+            self.obs[key] = np.concatenate([np.asarray(e.observations[key], dtype) for e in kept])
+        self.actions = np.concatenate([e.actions for e in kept]).astype(np.float32)
+        self.text = np.stack([encode_instruction(e.instruction, cfg.text_dim) for e in kept])
+        self.frame_episode = np.repeat(np.arange(len(kept)), self.lengths)
+        frame = np.arange(len(self.actions))
+        ep_start = starts[self.frame_episode]
+        offsets = np.arange(-cfg.window + 1, 1)  # window ends at the frame itself
+        raw = frame[:, None] + offsets[None, :]
+        self.window_index = np.maximum(raw, ep_start[:, None])  # pad by repeating frame 0
+        self.window_valid = raw >= ep_start[:, None]
+        self.stats = stats if stats is not None else compute_stats(kept)[0]
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    @property
+    def num_episodes(self) -> int:
+        """Number of (successful) episodes."""
+        return len(self.episodes)
+
+    def batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, np.ndarray]:
+        """Numpy batch of windows ending at the given frames (layout of ``modeling_policy``)."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if idx.ndim != 1 or (len(idx) and (idx.min() < 0 or idx.max() >= len(self))):
+            raise ValueError(f"indices must be 1-D in [0, {len(self)})")
+        win = self.window_index[idx]  # B,T
+        out: dict[str, np.ndarray] = {k: v[win] for k, v in self.obs.items()}
+        out["actions"] = self.actions[win]
+        out["valid"] = self.window_valid[idx]
+        out["text"] = self.text[self.frame_episode[idx]]
+        return out
+
+    def torch_batch(self, indices: np.ndarray | Sequence[int],
+                    device: torch.device | str = "cpu") -> dict[str, Any]:
+        """The same batch as tensors on ``device`` (images stay uint8 until the model)."""
+        dev = torch.device(device)
+        nb = dev.type == "cuda"
+        return {k: torch.from_numpy(v).to(dev, non_blocking=nb) for k, v in self.batch(indices).items()}
