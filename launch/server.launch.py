@@ -1,0 +1,35 @@
+"""Launch the fleet server alone (robots run on their own computers: robot.launch.py).
+
+    ros2 launch fed_ros server.launch.py fleet:=/path/to/fleet.yaml
+"""
+from __future__ import annotations
+
+import os
+
+from fed_ros.ros.fleet_plan import NodeSpec, default_fleet_file, load_fleet_config, plan_fleet
+
+
+def plan_nodes(fleet: str = "") -> list[NodeSpec]:
+    """The nodes this launch file starts: the server of the fleet, no robots."""
+    config = load_fleet_config(fleet or default_fleet_file(os.path.dirname(__file__)))
+    return plan_fleet(config, robot_ids=[])
+
+
+def generate_launch_description():
+    """ROS 2 launch entry point (needs launch / launch_ros, imported only here)."""
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    def nodes(context):
+        specs = plan_nodes(LaunchConfiguration("fleet").perform(context))
+        return [Node(package=s.package, executable=s.executable, name=s.name, namespace=s.namespace,
+                     parameters=[dict(s.parameters)], remappings=list(s.remappings), output="screen")
+                for s in specs]
+
+    return LaunchDescription([
+        DeclareLaunchArgument("fleet", default_value=default_fleet_file(os.path.dirname(__file__)),
+                              description="fleet config YAML"),
+        OpaqueFunction(function=nodes),
+    ])

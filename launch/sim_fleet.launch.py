@@ -1,0 +1,36 @@
+"""Launch a whole fleet (server, and per robot its MuJoCo bridge and onboard node).
+
+    ros2 launch fed_ros sim_fleet.launch.py fleet:=/path/to/fleet.yaml
+
+The nodes come from fed_ros.ros.fleet_plan.plan_fleet, the same plan `fed-ros up` runs.
+"""
+from __future__ import annotations
+
+import os
+
+from fed_ros.ros.fleet_plan import NodeSpec, default_fleet_file, load_fleet_config, plan_fleet
+
+
+def plan_nodes(fleet: str = "") -> list[NodeSpec]:
+    """The nodes this launch file starts for a fleet config (default: config/fleet_demo.yaml)."""
+    return plan_fleet(load_fleet_config(fleet or default_fleet_file(os.path.dirname(__file__))))
+
+
+def generate_launch_description():
+    """ROS 2 launch entry point (needs launch / launch_ros, imported only here)."""
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    def nodes(context):
+        specs = plan_nodes(LaunchConfiguration("fleet").perform(context))
+        return [Node(package=s.package, executable=s.executable, name=s.name, namespace=s.namespace,
+                     parameters=[dict(s.parameters)], remappings=list(s.remappings), output="screen")
+                for s in specs]
+
+    return LaunchDescription([
+        DeclareLaunchArgument("fleet", default_value=default_fleet_file(os.path.dirname(__file__)),
+                              description="fleet config YAML (robots, tasks, algorithm, rounds)"),
+        OpaqueFunction(function=nodes),
+    ])

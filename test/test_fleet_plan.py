@@ -1,0 +1,148 @@
+"""The fleet plan: config validation, the node set, and that the launch files and
+`fed-ros up` start exactly the same nodes."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fed_ros.ros import fleet_cli
+from fed_ros.ros.fleet_plan import (ALGORITHMS, ROBOT_DEFAULTS, SERVER_DEFAULTS, SIM_TASKS, fleet_config_from_dict,
+                                    load_fleet_config, plan_fleet, validate_robot_params,
+                                    validate_server_params)
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "config" / "fleet_demo.yaml"
+
+
+def _fleet(**overrides):
+    data = {"name": "t", "algorithm": "feddrman", "rounds": 2,
+            "robots": [{"task": "lift"}, {"task": "lift"}, {"task": "stack", "count": 2}]}
+    data.update(overrides)
+    return fleet_config_from_dict({"fleet": data})
+
+
+def _load_launch(name: str):
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), REPO / "launch" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # must not need launch / launch_ros at import time
+    return module
+
+
+def test_plan_has_server_bridges_and_robots_in_their_namespaces():
+    nodes = plan_fleet(_fleet())
+    assert [n.fqn for n in nodes] == [
+        "/fleet/server",
+        "/robot_0/arm", "/robot_0/robot", "/robot_1/arm", "/robot_1/robot",
+        "/robot_2/arm", "/robot_2/robot", "/robot_3/arm", "/robot_3/robot"]
+    server = nodes[0]
+    assert server.parameters["expected_robots"] == ["robot_0", "robot_1", "robot_2", "robot_3"]
+    assert server.parameters["algorithm"] == "feddrman" and server.parameters["state_dir"] == "runs/t/server"
+    robot3 = next(n for n in nodes if n.fqn == "/robot_3/robot")
+    assert robot3.parameters["tasks"] == ["stack"] and robot3.parameters["robot_id"] == "robot_3"
+    bridge3 = next(n for n in nodes if n.fqn == "/robot_3/arm")
+    assert bridge3.parameters["task"] == "stack" and bridge3.parameters["cameras"] is False
+
+
+def test_real_robot_gets_no_bridge_and_keeps_remappings():
+    config = _fleet(robots=[{"id": "ur5", "tasks": ["wipe"], "sim": False,
+                             "remappings": {"arm/command": "/ur5_driver/command"}}])
+    nodes = plan_fleet(config)
+    assert [n.fqn for n in nodes] == ["/fleet/server", "/ur5/robot"]
+    assert nodes[1].remappings == (("arm/command", "/ur5_driver/command"),)
+
+
+def test_plan_subsets_for_one_machine():
+    config = _fleet()
+    assert [n.fqn for n in plan_fleet(config, robot_ids=[])] == ["/fleet/server"]
+    assert [n.fqn for n in plan_fleet(config, include_server=False, robot_ids=["robot_1"])] == [
+        "/robot_1/arm", "/robot_1/robot"]
+    with pytest.raises(ValueError, match="robot_9"):
+        plan_fleet(config, robot_ids=["robot_9"])
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"algorithm": "fedsgd"}, "algorithm"),
+    ({"rounds": 0}, "rounds"),
+    ({"robots": [{"task": "juggle"}]}, "juggle"),
+    ({"robots": [{"id": "a", "task": "lift"}, {"id": "a", "task": "lift"}]}, "duplicate robot ids"),
+    ({"robots": [{"task": "lift", "colour": "red"}]}, "colour"),
+    ({"server": {"quorum_fraction": 1.5}}, "quorum_fraction"),
+    ({"server": {"round_timeout": 3}}, "round_timeout"),
+    ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
+    ({"policy": "pixels"}, "policy"),
+    ({"speed": 3}, "speed"),
+])
+def test_bad_configs_name_the_offending_value(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        _fleet(**overrides)
+
+
+def test_node_validators_name_bad_parameters():
+    with pytest.raises(ValueError, match="'rounds'"):
+        validate_server_params({"rounds": "three"})
+    with pytest.raises(ValueError, match="'expected_robots'"):
+        validate_server_params({"expected_robots": ["bad id"]})
+    assert validate_server_params({"strategy.beta": 0.9})["strategy.beta"] == 0.9
+    with pytest.raises(ValueError, match="'device'"):
+        validate_robot_params({"device": "tpu"}, "/robot_0")
+    params = validate_robot_params({}, "/robot_7")
+    assert params["robot_id"] == "robot_7" and params["data_dir"] == "runs/robots/robot_7"
+
+
+def test_config_yaml_files_document_every_parameter():
+    server = yaml.safe_load((REPO / "config" / "server.yaml").read_text())
+    robot = yaml.safe_load((REPO / "config" / "robot.yaml").read_text())
+    assert set(server["/fleet/server"]["ros__parameters"]) == set(SERVER_DEFAULTS)
+    assert set(robot["/**/robot"]["ros__parameters"]) == set(ROBOT_DEFAULTS)
+    validate_server_params(server["/fleet/server"]["ros__parameters"])
+    validate_robot_params(robot["/**/robot"]["ros__parameters"], "/robot_0")
+    demo = load_fleet_config(DEMO)
+    assert len(demo.robots) == 4 and demo.algorithm == "feddrman"
+    assert len({r.tasks for r in demo.robots}) == 2  # two task families
+
+
+def test_literal_lists_match_core_and_sim():
+    from fed_ros.core.strategy import STRATEGIES
+    assert set(ALGORITHMS) == set(STRATEGIES)
+    from fed_ros.sim.envs import TASKS
+    assert set(SIM_TASKS) == set(TASKS)
+
+
+def test_launch_files_and_up_start_the_same_nodes(tmp_path):
+    config = load_fleet_config(DEMO)
+    plan = plan_fleet(config)
+    up_nodes = fleet_cli.build_commands(plan, tmp_path)
+    fleet_launch = _load_launch("sim_fleet.launch.py").plan_nodes(str(DEMO))
+    assert fleet_launch == plan
+    assert [c.spec for c in up_nodes] == plan
+    # `fed-ros up` passes exactly the plan's name, namespace and parameters on the command line.
+    for cmd in up_nodes:
+        argv = cmd.argv
+        assert f"__node:={cmd.spec.name}" in argv and f"__ns:={cmd.spec.namespace}" in argv
+        params = yaml.safe_load(Path(argv[argv.index("--params-file") + 1]).read_text())
+        assert params == {cmd.spec.fqn: {"ros__parameters": dict(cmd.spec.parameters)}}
+    # Server + robot launch files on separate machines together give the whole fleet.
+    split = _load_launch("server.launch.py").plan_nodes(str(DEMO))
+    for rid in config.robot_ids:
+        split += _load_launch("robot.launch.py").plan_nodes(str(DEMO), rid)
+    assert sorted(n.fqn for n in split) == sorted(n.fqn for n in plan)
+
+
+def test_launch_description_matches_plan():
+    pytest.importorskip("launch_ros", reason="launch_ros not installable from PyPI")
+    from launch import LaunchContext
+    from launch_ros.actions import Node
+
+    module = _load_launch("sim_fleet.launch.py")
+    description = module.generate_launch_description()
+    context = LaunchContext()
+    nodes = []
+    for entity in description.entities:
+        entity.visit(context)
+        if hasattr(entity, "function"):
+            nodes += [n for n in entity.function(context) if isinstance(n, Node)]
+    assert sorted((n.node_package, n.node_executable) for n in nodes) == sorted(
+        (s.package, s.executable) for s in module.plan_nodes(str(DEMO)))

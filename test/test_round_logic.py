@@ -1,0 +1,230 @@
+"""The server's round state machine (pure, no ROS): roster, deadlines, quorum, rejections,
+abandoned rounds, commit-before-publish and resume, driven by a fake clock with the real
+core strategies and model store."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fed_ros.core.store import ModelStore
+from fed_ros.core.strategy import ClientUpdate, make_strategy
+from fed_ros.ros.round_logic import (DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, Roster, RoundCoordinator, RoundPlan,
+                                     RoundSettings, StageCollector, quorum_for)
+
+ROBOTS = ("robot_0", "robot_1", "robot_2")
+
+
+def _initial() -> dict[str, np.ndarray]:
+    return {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
+
+
+def _update(rid: str, value: float, round_idx: int, base: int | None = None, n: int = 10) -> ClientUpdate:
+    upd = ClientUpdate(robot_id=rid, params={"w": np.full((2, 3), value, np.float32),
+                                             "b": np.full(3, value, np.float32)},
+                       num_samples=n, base_round=round_idx if base is None else base,
+                       metrics={"train_loss": 1.0 + value})
+    upd.round_idx = round_idx
+    return upd
+
+
+def _coordinator(tmp_path, algorithm="fedavg", rounds=3, timeout=10.0, max_attempts=2, **strategy):
+    clock = [0.0]
+    settings = RoundSettings(algorithm=algorithm, rounds=rounds, quorum_fraction=0.6,
+                             round_timeout_s=timeout, max_attempts=max_attempts)
+    coord = RoundCoordinator(make_strategy(algorithm, **strategy), ModelStore(tmp_path / "store"), settings,
+                             _initial(), clock=lambda: clock[0])
+    for rid in ROBOTS:
+        assert coord.roster.register(rid, tasks=["lift"], num_samples=10).accepted
+    return coord, clock
+
+
+def _plan(participants=ROBOTS, deadline=10.0, quorum=2, round_idx=1) -> RoundPlan:
+    return RoundPlan(round_idx=round_idx, stage=TRAIN, attempt=1, deadline_s=deadline, algorithm="fedavg",
+                     participants=tuple(participants), memberships={r: [(0, 1.0)] for r in participants},
+                     quorum=quorum)
+
+
+def test_quorum_is_ceil_fraction_bounded_by_participants():
+    assert quorum_for(4, 0.75, 1) == 3
+    assert quorum_for(3, 0.6, 1) == 2
+    assert quorum_for(2, 0.1, 3) == 2
+    with pytest.raises(ValueError, match="quorum fraction"):
+        quorum_for(3, 0.0, 1)
+
+
+def test_roster_pins_first_key_and_rejects_bad_ids():
+    roster = Roster()
+    assert roster.register("robot_0", public_key=b"k" * 32).accepted
+    assert roster.register("robot_0", public_key=b"k" * 32).accepted  # restart: same key
+    verdict = roster.register("robot_0", public_key=b"x" * 32)
+    assert not verdict.accepted and "different public key" in verdict.reason
+    assert not roster.register("0bad id").accepted
+    assert "action_dim" in roster.register("robot_1", action_dim=7).reason
+    assert roster.ids == ["robot_0"]
+
+
+def test_roster_allow_list():
+    roster = Roster(allowed_keys={"robot_0": b"a" * 32})
+    assert "allow-list" in roster.register("robot_1", public_key=b"a" * 32).reason
+    assert "does not match" in roster.register("robot_0", public_key=b"b" * 32).reason
+    assert roster.register("robot_0", public_key=b"a" * 32).accepted
+
+
+@pytest.mark.parametrize("robot,round_idx,base,now,expected", [
+    ("robot_9", 1, 1, 1.0, "not a participant"),
+    ("robot_0", 0, 0, 1.0, "stale: answer for round 0"),
+    ("robot_0", 2, 2, 1.0, "future round 2"),
+    ("robot_0", 1, 0, 1.0, "stale base"),
+    ("robot_0", 1, 1, 11.0, "late"),
+])
+def test_collector_rejects_with_reason(robot, round_idx, base, now, expected):
+    verdict = StageCollector(_plan()).check(robot, round_idx, now, base_round=base)
+    assert not verdict.accepted
+    assert expected in verdict.reason
+
+
+def test_collector_rejects_duplicates_and_decides():
+    col = StageCollector(_plan())
+    assert col.check("robot_0", 1, 1.0, 1).accepted
+    col.accept("robot_0", "u0")
+    assert "duplicate" in col.check("robot_0", 1, 2.0, 1).reason
+    assert col.decision(5.0).kind == "wait"
+    assert col.decision(11.0).kind == "abandon"  # 1 of quorum 2 by the deadline
+    col.accept("robot_1", "u1")
+    late = col.decision(11.0)
+    assert late.kind == "proceed" and late.stragglers == ("robot_2",)
+    col.accept("robot_2", "u2")
+    assert col.decision(1.0).kind == "proceed"  # everyone answered: no need to wait
+
+
+def test_round_commits_before_next_announcement(tmp_path):
+    coord, clock = _coordinator(tmp_path)
+    plan = coord.start_round()
+    assert plan.stage == TRAIN and plan.round_idx == 0 and plan.participants == ROBOTS and plan.quorum == 2
+    for i, rid in enumerate(ROBOTS):
+        assert coord.offer_update(_update(rid, float(i), 0)).accepted
+    nxt, outcome = coord.poll()
+    assert outcome.completed and outcome.updates_accepted == 3 and outcome.round_idx == 0
+    assert nxt.round_idx == 1 and nxt.stage == TRAIN
+    snap = ModelStore(tmp_path / "store").load_latest()
+    assert snap is not None and snap.round_idx == 0  # committed when poll returned
+    np.testing.assert_allclose(snap.cluster_models[0]["w"], 1.0)  # FedAvg of 0, 1, 2 (equal n)
+    np.testing.assert_array_equal(coord.cluster_models[0]["w"], snap.cluster_models[0]["w"])
+    assert [r["robot_id"] for r in snap.meta["roster"]] == list(ROBOTS)
+
+
+def test_straggler_dropped_at_deadline_with_quorum(tmp_path):
+    coord, clock = _coordinator(tmp_path)
+    coord.start_round()
+    coord.offer_update(_update("robot_0", 1.0, 0))
+    coord.offer_update(_update("robot_1", 3.0, 0))
+    assert coord.poll() == (None, None)  # robot_2 may still answer
+    clock[0] = 10.5
+    nxt, outcome = coord.poll()
+    assert outcome.completed and "straggler" in outcome.status
+    by_id = {r.robot_id: r for r in outcome.robots}
+    assert not by_id["robot_2"].accepted and "straggler" in by_id["robot_2"].reason
+    np.testing.assert_allclose(coord.cluster_models[0]["b"], 2.0)
+    late = coord.offer_update(_update("robot_2", 9.0, 0))
+    assert not late.accepted and "stale" in late.reason  # round 0 is closed; round 1 is open
+
+
+def test_below_quorum_round_is_abandoned_and_models_unchanged(tmp_path):
+    coord, clock = _coordinator(tmp_path, max_attempts=2)
+    coord.start_round()
+    before = {k: v.copy() for k, v in coord.cluster_models[0].items()}
+    coord.offer_update(_update("robot_0", 5.0, 0))
+    clock[0] = 10.5
+    nxt, outcome = coord.poll()
+    assert not outcome.completed and "below quorum" in outcome.status
+    assert outcome.updates_accepted == 0
+    assert nxt.round_idx == 0 and nxt.attempt == 2  # same round announced again
+    for k in before:
+        np.testing.assert_array_equal(coord.cluster_models[0][k], before[k])
+    assert ModelStore(tmp_path / "store").load_latest() is None  # nothing committed
+    clock[0] = 25.0
+    nxt, outcome = coord.poll()
+    assert nxt is None and not outcome.completed
+    assert "abandoned 2 times" in coord.failed_reason
+
+
+def test_bad_updates_rejected_with_reason(tmp_path):
+    coord, _ = _coordinator(tmp_path)
+    coord.start_round()
+    nan = _update("robot_0", 1.0, 0)
+    nan.params["w"][0, 0] = np.nan
+    assert "NaN" in coord.offer_update(nan).reason
+    shape = _update("robot_1", 1.0, 0)
+    shape.params["b"] = np.zeros(4, np.float32)
+    assert "tensor 'b'" in coord.offer_update(shape).reason
+    extra = _update("robot_2", 1.0, 0)
+    extra.params["evil"] = np.zeros(1, np.float32)
+    assert "unexpected tensor 'evil'" in coord.offer_update(extra).reason
+    assert coord.collector.rejections and len(coord.collector.answers) == 0
+    # The rejected robots may still send a valid update before the deadline.
+    assert coord.offer_update(_update("robot_0", 1.0, 0)).accepted
+
+
+def test_restart_resumes_from_last_commit_with_identical_models(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=3)
+    coord.start_round()
+    for i, rid in enumerate(ROBOTS):
+        coord.offer_update(_update(rid, float(i + 1), 0))
+    nxt, _ = coord.poll()
+    assert nxt.round_idx == 1
+    coord.offer_update(_update("robot_0", 7.0, 1))  # in flight when the server dies: lost
+    # A fresh process: new strategy, new coordinator, same store, empty roster.
+    settings = coord.settings
+    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial())
+    assert again.resume()
+    assert again.round_idx == 1 and again.roster.ids == list(ROBOTS)
+    plan = again.start_round(now=0.0)
+    assert plan.round_idx == 1 and plan.participants == ROBOTS
+    for cid, model in coord.cluster_models.items():
+        for k in model:
+            np.testing.assert_array_equal(again.cluster_models[cid][k], model[k])
+
+
+def test_finishes_after_configured_rounds(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=1)
+    coord.start_round()
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 0))
+    nxt, outcome = coord.poll()
+    assert outcome.completed and nxt.stage == DONE and coord.finished
+    assert coord.poll() == (None, None)
+    assert "no training round" in coord.offer_update(_update("robot_0", 1.0, 1)).reason
+
+
+def test_descriptor_stages_precede_training_for_fedepth(tmp_path):
+    coord, _ = _coordinator(tmp_path, algorithm="fedepth")
+    plan = coord.start_round()
+    if plan.stage == TRAIN:
+        pytest.fail("fedepth needs Gaussian descriptors before aggregating")
+    assert plan.stage == DESCRIBE and SCORE not in coord.stages
+
+
+def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
+    clock = [0.0]
+    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=0.6, round_timeout_s=10.0,
+                             evaluate_every=1, eval_timeout_s=5.0)
+    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(),
+                             clock=lambda: clock[0])
+    for rid in ROBOTS:
+        coord.roster.register(rid)
+    coord.start_round()
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 0))
+    plan, outcome = coord.poll()
+    assert outcome is None  # held until the new models are evaluated
+    assert plan.stage == EVALUATE and plan.round_idx == 1 and plan.quorum == 0
+    assert ModelStore(tmp_path / "s").load_latest().round_idx == 0  # committed before evaluation
+    assert coord.offer_metrics("robot_0", 0.5).accepted
+    assert "not in [0, 1]" in coord.offer_metrics("robot_1", 1.5).reason
+    assert "duplicate" in coord.offer_metrics("robot_0", 0.5).reason
+    clock[0] = 6.0  # evaluation deadline: whoever answered is reported
+    plan, outcome = coord.poll()
+    assert plan.stage == TRAIN and plan.round_idx == 1
+    rates = {r.robot_id: r.success_rate for r in outcome.robots}
+    assert rates["robot_0"] == 0.5 and np.isnan(rates["robot_2"])
+    assert "no evaluation stage" in coord.offer_metrics("robot_2", 1.0).reason
