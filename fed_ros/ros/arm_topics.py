@@ -24,7 +24,6 @@ stamps its ``arm/command`` with the stamp of the observation it answered.
 """
 from __future__ import annotations
 
-import array
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -191,39 +190,22 @@ def message_class(msgtype: str):
 # --- message <-> numpy -------------------------------------------------------------------
 
 def image_to_msg(image: np.ndarray, stamp, frame_id: str):
-    """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8, one buffer copy."""
-    from sensor_msgs.msg import Image
-    image = np.ascontiguousarray(image)
+    """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8 (fed_ros.ros.images, one copy)."""
+    from fed_ros.ros.images import image_to_msg as _to_msg
+    image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected HxWx3 uint8 image, got {image.dtype} {image.shape}")
-    msg = Image()
-    msg.header.stamp = stamp
-    msg.header.frame_id = frame_id
-    msg.height, msg.width = int(image.shape[0]), int(image.shape[1])
-    msg.encoding = "rgb8"
-    msg.is_bigendian = 0
-    msg.step = int(image.shape[1] * 3)
-    # array('B').frombytes is a memcpy; the generated setter would iterate per element.
-    data = array.array("B")
-    data.frombytes(image.tobytes())
-    msg.data = data
-    return msg
+    return _to_msg(image, "rgb8", frame_id=frame_id, stamp=stamp)
 
 
 def image_from_msg(msg) -> np.ndarray:
-    """sensor_msgs/Image (rgb8 / bgr8 / rgba8) -> HxWx3 uint8 RGB; ValueError otherwise."""
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4}.get(msg.encoding)
-    if channels is None:
-        raise ValueError(f"unsupported image encoding {msg.encoding!r}")
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    if step < width * channels or len(msg.data) < step * height:
-        raise ValueError(f"image buffer of {len(msg.data)} bytes too small for "
-                         f"{height}x{width} {msg.encoding} (step {step})")
-    flat = np.frombuffer(msg.data, dtype=np.uint8, count=step * height)
-    image = flat.reshape(height, step)[:, : width * channels].reshape(height, width, channels)
-    if msg.encoding.startswith("bgr"):
-        image = image[..., ::-1]
-    return np.ascontiguousarray(image[..., :3])
+    """sensor_msgs/Image (rgb8 / bgr8 / rgba8 / bgra8) -> HxWx3 uint8 RGB, owning its memory."""
+    from fed_ros.ros.images import msg_to_image
+    if msg.encoding not in ("rgb8", "bgr8", "rgba8", "bgra8"):
+        raise ValueError(f"unsupported camera image encoding {msg.encoding!r} (expected rgb8)")
+    image = msg_to_image(msg, desired_encoding="rgb8", backend="own")
+    # The decoded view borrows the message buffer; observations outlive the message.
+    return np.array(image[..., :3], dtype=np.uint8, copy=True)
 
 
 # --- observation assembly ----------------------------------------------------------------
@@ -284,9 +266,10 @@ def observation_from_parts(parts: dict[str, object]) -> dict[str, np.ndarray]:
         EEF_QUAT: np.asarray(quat, dtype=np.float32),
         OBJECT_STATE: np.asarray(parts[OBJECT_STATE], dtype=np.float32),
     }
-    for key in IMAGE_PARTS:
-        if key in parts:
-            obs[key] = parts[key]
+    # Images and any extra parts a caller registered (e.g. the episode status) pass through.
+    for key, value in parts.items():
+        if key not in STATE_PARTS:
+            obs[key] = value
     return obs
 
 

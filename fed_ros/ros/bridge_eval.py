@@ -1,0 +1,252 @@
+"""Driving an arm over ROS: :class:`ArmClient` (reset, observe, command) and closed-loop
+evaluation of a policy through a bridge (the real path; ``fed_ros.sim.evaluate`` is the
+in-process fast path).
+
+A policy (``reset()`` / ``act(obs) -> (4,)``, e.g. a ``PolicyRunner`` or a scripted
+expert) sees the same observation dict as in-process, assembled from one control tick's
+messages (matching stamps), plus ``"instruction"``. Each command is stamped with the
+observation it answers, so a lockstep bridge reproduces in-process rollouts exactly.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
+from fed_ros.ros import arm_topics as at
+
+STATUS_PART = "status"
+
+
+@dataclass
+class EpisodeOutcome:
+    """What one episode driven over ROS ended with."""
+
+    episode: int
+    success: bool
+    steps: int
+    overruns: int
+    timed_out: bool = False
+
+
+class ArmClient:
+    """Client side of one arm's topics, attached to a node spun by another thread."""
+
+    def __init__(self, node, namespace: str = "", cameras: bool = True, source: str = "policy",
+                 callback_group=None) -> None:
+        from fed_ros.msg import ArmCommand, EpisodeStatus
+        from fed_ros.srv import ResetEpisode
+        from geometry_msgs.msg import PoseStamped
+        from rclpy.callback_groups import ReentrantCallbackGroup
+        from sensor_msgs.msg import Image, JointState
+        from std_msgs.msg import Float32MultiArray, String
+
+        self.node = node
+        self.topics = at.ArmTopics(namespace)
+        self.cameras = cameras
+        self.source = source
+        self._ArmCommand = ArmCommand
+        self._ResetRequest = ResetEpisode.Request
+        group = callback_group or ReentrantCallbackGroup()
+        self._lock = threading.Lock()
+        self._assembler = at.ObservationAssembler(cameras=cameras)
+        self._assembler.required.add(STATUS_PART)
+        self._observations: queue.Queue = queue.Queue()
+        self.instruction = ""
+
+        def sub(msg_type, rel, part, decode):
+            def callback(msg):
+                try:
+                    stamp, value = decode(msg)
+                except ValueError as exc:
+                    self.node.get_logger().warning(f"bad message on {rel}: {exc}")
+                    return
+                self._add(part, stamp, value)
+            return node.create_subscription(msg_type, self.topics.name(rel), callback,
+                                            at.qos_for(rel), callback_group=group)
+
+        def stamped(decode):
+            return lambda msg: (at.stamp_to_ns(msg.header.stamp), decode(msg))
+
+        self._subs = [
+            sub(JointState, at.JOINT_STATES_TOPIC, "joint_states", stamped(at.decode_joint_state)),
+            sub(JointState, at.GRIPPER_STATE_TOPIC, "gripper_state", stamped(at.decode_joint_state)),
+            sub(PoseStamped, at.EEF_POSE_TOPIC, "eef_pose", stamped(at.decode_pose)),
+            sub(Float32MultiArray, at.OBJECT_STATE_TOPIC, OBJECT_STATE,
+                lambda m: (at.object_state_stamp_ns(m), at.decode_object_state(m))),
+            sub(EpisodeStatus, at.EPISODE_STATUS_TOPIC, STATUS_PART, stamped(lambda m: m)),
+        ]
+        if cameras:
+            self._subs += [
+                sub(Image, at.AGENTVIEW_TOPIC, AGENTVIEW_IMAGE, stamped(at.image_from_msg)),
+                sub(Image, at.WRIST_TOPIC, WRIST_IMAGE, stamped(at.image_from_msg)),
+            ]
+        self._subs.append(node.create_subscription(
+            String, self.topics.task, self._on_task, at.qos_for(at.TASK_TOPIC), callback_group=group))
+        self._command_pub = node.create_publisher(ArmCommand, self.topics.command,
+                                                  at.qos_for(at.COMMAND_TOPIC, subscriber=False))
+        self._reset_client = node.create_client(ResetEpisode, self.topics.reset, callback_group=group)
+
+    def _on_task(self, msg) -> None:
+        self.instruction = msg.data
+
+    def _add(self, part: str, stamp_ns: int, value: Any) -> None:
+        with self._lock:
+            obs = self._assembler.add(part, stamp_ns, value)
+        if obs is not None:
+            self._observations.put((stamp_ns, obs))
+
+    # ------------------------------------------------------------------ arm operations
+    def wait_for_arm(self, timeout: float = 30.0) -> None:
+        """Block until the arm's reset service and observation streams are discovered."""
+        deadline = time.monotonic() + timeout
+        if not self._reset_client.wait_for_service(timeout_sec=timeout):
+            raise TimeoutError(f"no arm reset service {self.topics.reset!r} after {timeout:.0f} s")
+        names = [self.topics.joint_states, self.topics.episode_status, self.topics.object_state]
+        if self.cameras:
+            names += [self.topics.agentview_image, self.topics.wrist_image]
+        for name in names:
+            while self.node.count_publishers(name) == 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no publisher on arm topic {name!r} after {timeout:.0f} s")
+                time.sleep(0.05)
+        # Subscriptions match a publisher slightly after the graph shows it.
+        while self._command_pub.get_subscription_count() == 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"arm does not subscribe to {self.topics.command!r}")
+            time.sleep(0.05)
+
+    def reset(self, task: str = "", variation: str = "", seed: int = -1,
+              timeout: float = 60.0) -> tuple[str, int]:
+        """Call the arm's reset service; returns (instruction, episode number)."""
+        request = self._ResetRequest(task=task, variation=variation, seed=int(seed))
+        future = self._reset_client.call_async(request)
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(timeout):
+            self._reset_client.remove_pending_request(future)
+            raise TimeoutError(f"arm reset {self.topics.reset!r} did not answer in {timeout:.0f} s")
+        response = future.result()
+        if not response.ok:
+            raise RuntimeError(f"arm reset refused: {response.message}")
+        self.instruction = response.instruction
+        return response.instruction, int(response.episode)
+
+    def send(self, action: np.ndarray, stamp_ns: int, mode: int = 0) -> None:
+        """Publish an ArmCommand answering the observation stamped ``stamp_ns``."""
+        action = np.asarray(action, dtype=np.float32).reshape(-1)
+        msg = self._ArmCommand()
+        msg.header.stamp = at.ns_to_stamp(stamp_ns)
+        msg.action = action[:3].tolist()
+        msg.gripper = float(action[3]) if action.size > 3 else 0.0
+        msg.mode = int(mode)
+        msg.source = self.source
+        self._command_pub.publish(msg)
+
+    def run_episode(self, policy, episode: int, timeout: float = 120.0,
+                    max_steps: int | None = None) -> EpisodeOutcome:
+        """Drive ``policy`` on the arm's current episode until it reports done.
+
+        Always acts on the newest complete observation (a slow policy skips ticks rather
+        than lagging behind them). The action is clipped to [-1, 1] like the in-process
+        path; a non-finite action is sent as is and the arm rejects it.
+        """
+        policy.reset()
+        deadline = time.monotonic() + timeout
+        steps = overruns = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return EpisodeOutcome(episode, False, steps, overruns, timed_out=True)
+            try:
+                items = [self._observations.get(timeout=min(remaining, 1.0))]
+            except queue.Empty:
+                continue
+            while True:  # drain: only the newest observation of this episode matters
+                try:
+                    items.append(self._observations.get_nowait())
+                except queue.Empty:
+                    break
+            current = [(s, o) for s, o in items if int(o[STATUS_PART].episode) == episode]
+            if not current:
+                continue
+            stamp_ns, obs = current[-1]
+            status = obs.pop(STATUS_PART)
+            steps, overruns = int(status.step), int(status.overruns)
+            if status.done or (max_steps is not None and steps >= max_steps):
+                return EpisodeOutcome(episode, bool(status.success), steps, overruns)
+            obs["instruction"] = self.instruction
+            action = np.asarray(policy.act(obs), dtype=np.float32)
+            if action.shape == (4,) and np.all(np.isfinite(action)):
+                action = np.clip(action, -1.0, 1.0)
+            self.send(action, stamp_ns)
+
+    def destroy(self) -> None:
+        """Remove this client's subscriptions, publisher and service client."""
+        for sub in self._subs:
+            self.node.destroy_subscription(sub)
+        self.node.destroy_publisher(self._command_pub)
+        self.node.destroy_client(self._reset_client)
+
+
+def _as_policy(policy: Any):
+    if hasattr(policy, "act"):
+        return policy
+    if callable(policy):
+        return policy()
+    raise ValueError(f"policy must have act()/reset() or be a factory, got {policy!r}")
+
+
+def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", episodes: int = 10,
+                            seed: int = 0, namespace: str = "", cameras: bool = True,
+                            episode_timeout: float = 120.0, connect_timeout: float = 60.0,
+                            progress: Callable[[int, EpisodeOutcome], None] | None = None):
+    """Evaluate ``policy`` closed loop through a running bridge; returns an ``EvalResult``.
+
+    Episode seeds are the ones ``fed_ros.sim.evaluate.evaluate`` uses, so with a lockstep
+    bridge the two paths run the same episodes.
+    """
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+
+    from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
+    from fed_ros.sim.evaluate import EvalResult
+
+    if not isinstance(episodes, int) or episodes <= 0:
+        raise ValueError(f"episodes must be a positive int, got {episodes!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed!r}")
+    policy = _as_policy(policy)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    node = rclpy.create_node("bridge_eval", context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    client = ArmClient(node, namespace=namespace, cameras=cameras, source="policy")
+    successes, lengths, seeds = [], [], []
+    try:
+        client.wait_for_arm(connect_timeout)
+        for i in range(episodes):
+            reset_seed = episode_seed(seed, i, STREAM_EVALUATE)
+            _, episode = client.reset(task=task, variation=variation, seed=reset_seed)
+            outcome = client.run_episode(policy, episode, timeout=episode_timeout)
+            successes.append(outcome.success)
+            lengths.append(outcome.steps)
+            seeds.append(reset_seed)
+            if progress is not None:
+                progress(i, outcome)
+    finally:
+        client.destroy()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5)
+    return EvalResult(task=task, variation=variation, success_rate=float(np.mean(successes)),
+                      successes=successes, episode_lengths=lengths, seeds=seeds)

@@ -1,0 +1,362 @@
+"""MuJoCo arm behind the same ROS 2 interface a real arm driver offers.
+
+Each control tick (fixed-rate timer, ``control_rate_hz``) applies the latest valid
+``arm/command`` (or holds still when there is none, it is older than
+``command_timeout_s``, or the last one was rejected), steps the simulator and publishes
+the new observation: camera images, joint and gripper states, end-effector pose and
+object state, all with the tick's stamp, then ``arm/episode_status``. Before stepping it
+publishes ``arm/applied_command`` stamped with the observation the action was applied
+to, which is what recordings are built from (see :mod:`fed_ros.ros.arm_topics`).
+
+``lockstep:=true`` (evaluation, benchmarks) steps only when a command answering the
+current observation arrives (its ``header.stamp`` equals the observation's), so a run is
+exactly reproducible whatever the machine load; the control rate is then ignored.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+import rclpy  # noqa: E402
+from rclpy.executors import ExternalShutdownException  # noqa: E402
+from rclpy.node import Node  # noqa: E402
+from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
+
+from fed_ros.core.episode import (  # noqa: E402
+    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
+    WRIST_IMAGE)
+from fed_ros.ros import arm_topics as at  # noqa: E402
+
+MODE_OSC_POSITION = 0
+MODE_OSC_POSE = 1
+MODE_JOINT_VELOCITY = 2
+MODE_HOLD = 3
+_MODE_NAMES = {MODE_OSC_POSITION: "OSC_POSITION", MODE_OSC_POSE: "OSC_POSE",
+               MODE_JOINT_VELOCITY: "JOINT_VELOCITY", MODE_HOLD: "HOLD"}
+
+
+@dataclass(frozen=True)
+class ValidCommand:
+    """A command that passed validation: ``hold`` or an OSC position action."""
+
+    action: np.ndarray  # (3,) float32, ignored when hold
+    gripper: float
+    hold: bool
+    stamp_ns: int
+    source: str
+
+
+def validate_command(msg) -> ValidCommand:
+    """Check an ArmCommand for this arm (OSC position, 4-D); ValueError names the problem."""
+    mode = int(msg.mode)
+    if mode not in (MODE_OSC_POSITION, MODE_HOLD):
+        name = _MODE_NAMES.get(mode, "unknown")
+        raise ValueError(f"mode {mode} ({name}) is not supported by this arm "
+                         f"(supported: {MODE_OSC_POSITION} OSC_POSITION, {MODE_HOLD} HOLD)")
+    gripper = float(msg.gripper)
+    if not np.isfinite(gripper) or not -1.0 <= gripper <= 1.0:
+        raise ValueError(f"gripper {gripper!r} is not a finite value in [-1, 1]")
+    action = np.asarray(msg.action, dtype=np.float32)
+    stamp_ns = at.stamp_to_ns(msg.header.stamp)
+    if mode == MODE_HOLD:
+        return ValidCommand(np.zeros(ACTION_DIM - 1, np.float32), gripper, True, stamp_ns, msg.source)
+    if action.shape != (ACTION_DIM - 1,):
+        raise ValueError(f"action has {action.size} values, expected {ACTION_DIM - 1} "
+                         "(OSC position dx, dy, dz)")
+    if not np.all(np.isfinite(action)):
+        raise ValueError(f"action contains NaN/Inf: {action.tolist()}")
+    if np.any(np.abs(action) > 1.0):
+        raise ValueError(f"action {action.tolist()} is outside [-1, 1]")
+    return ValidCommand(action, gripper, False, stamp_ns, msg.source)
+
+
+class SimBridgeNode(Node):
+    """One simulated Panda arm: publishes observations, applies commands, resets episodes."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("sim_bridge", **kwargs)
+        from fed_ros.sim.envs import TASKS
+        self.declare_parameter("task", "lift", ParameterDescriptor(description=f"one of {TASKS}"))
+        self.declare_parameter("variation", "default", ParameterDescriptor(
+            description="named variation preset (fed_ros.sim.envs.VARIATIONS)"))
+        self.declare_parameter("cameras", True, ParameterDescriptor(
+            description="render and publish agent-view and wrist images"))
+        self.declare_parameter("image_size", 84, ParameterDescriptor(description="image side, pixels"))
+        self.declare_parameter("control_rate_hz", 20.0, ParameterDescriptor(description="control ticks per second"))
+        self.declare_parameter("seed", 0, ParameterDescriptor(description="seed of the first episode"))
+        self.declare_parameter("command_timeout_s", 0.25, ParameterDescriptor(
+            description="a command older than this is stale and the arm holds still, seconds"))
+        self.declare_parameter("lockstep", False, ParameterDescriptor(
+            description="step only on a command answering the current observation"))
+        self.declare_parameter("horizon", 0, ParameterDescriptor(description="steps per episode; 0 = task default"))
+        self.declare_parameter("frame_prefix", "", ParameterDescriptor(description="prefix of published frame ids"))
+
+        p = self.get_parameter
+        self.task = str(p("task").value)
+        self.variation = str(p("variation").value)
+        self.cameras = bool(p("cameras").value)
+        self.image_size = int(p("image_size").value)
+        self.rate_hz = float(p("control_rate_hz").value)
+        self.seed = int(p("seed").value)
+        self.command_timeout_ns = int(float(p("command_timeout_s").value) * 1e9)
+        self.lockstep = bool(p("lockstep").value)
+        self.horizon = int(p("horizon").value)
+        self.frame_prefix = str(p("frame_prefix").value)
+        if self.task not in TASKS:
+            raise ValueError(f"parameter task={self.task!r} is not one of {TASKS}")
+        if not np.isfinite(self.rate_hz) or self.rate_hz <= 0:
+            raise ValueError(f"parameter control_rate_hz={self.rate_hz!r} must be > 0")
+        if self.command_timeout_ns <= 0:
+            raise ValueError(f"parameter command_timeout_s={p('command_timeout_s').value!r} must be > 0")
+        if self.seed < 0:
+            raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
+        if self.horizon < 0:
+            raise ValueError(f"parameter horizon={self.horizon!r} must be >= 0")
+
+        def pub(msg_type, rel):
+            return self.create_publisher(msg_type, rel, at.qos_for(rel, subscriber=False))
+
+        from fed_ros.msg import ArmCommand, EpisodeStatus
+        from fed_ros.srv import ResetEpisode
+        from geometry_msgs.msg import PoseStamped
+        from sensor_msgs.msg import Image, JointState
+        from std_msgs.msg import Float32MultiArray, String
+        self._ArmCommand, self._EpisodeStatus = ArmCommand, EpisodeStatus
+        self._PoseStamped, self._JointState, self._Float32MultiArray = PoseStamped, JointState, Float32MultiArray
+        self._pub_images = {}
+        if self.cameras:
+            self._pub_images = {AGENTVIEW_IMAGE: pub(Image, at.AGENTVIEW_TOPIC),
+                                WRIST_IMAGE: pub(Image, at.WRIST_TOPIC)}
+        self._pub_joints = pub(JointState, at.JOINT_STATES_TOPIC)
+        self._pub_gripper = pub(JointState, at.GRIPPER_STATE_TOPIC)
+        self._pub_eef = pub(PoseStamped, at.EEF_POSE_TOPIC)
+        self._pub_object = pub(Float32MultiArray, at.OBJECT_STATE_TOPIC)
+        self._pub_task = pub(String, at.TASK_TOPIC)
+        self._String = String
+        self._pub_applied = pub(ArmCommand, at.APPLIED_COMMAND_TOPIC)
+        self._pub_status = pub(EpisodeStatus, at.EPISODE_STATUS_TOPIC)
+        self.create_subscription(ArmCommand, at.COMMAND_TOPIC, self._on_command,
+                                 at.qos_for(at.COMMAND_TOPIC))
+        self.create_service(ResetEpisode, at.RESET_SERVICE, self._on_reset)
+
+        self.env = None
+        self.episode = 0
+        self.step_index = 0
+        self.done = True
+        self.success = False
+        self.overruns = 0
+        self.rejected = 0
+        self.steps_total = 0
+        self._command: ValidCommand | None = None
+        self._command_rx_ns = 0
+        self._held_gripper = -1.0  # robosuite resets with the gripper open
+        self._obs: dict[str, np.ndarray] | None = None
+        self._obs_stamp_ns = 0
+        self._last_stamp_ns = 0
+        self._last_tick: float | None = None
+        self._period = 1.0 / self.rate_hz
+        self._joint_qvel = self._grip_qvel = None
+
+        self._build_env(self.task, self.variation)
+        self._reset(self.seed)
+        self._timer = None if self.lockstep else self.create_timer(self._period, self._on_tick)
+        self.get_logger().info(
+            f"sim bridge up: task={self.task} variation={self.variation} cameras={self.cameras} "
+            f"image_size={self.image_size} rate={self.rate_hz:g} Hz lockstep={self.lockstep}")
+
+    # ------------------------------------------------------------------ environment
+    def _build_env(self, task: str, variation: str) -> None:
+        from fed_ros.sim.envs import make_env
+        if self.env is not None:
+            self.env.close()
+        self.env = make_env(task, variation=variation, cameras=self.cameras,
+                            image_size=self.image_size, seed=self.seed, horizon=self.horizon or None)
+        self.task, self.variation = task, variation
+        sim = self.env.raw_env.sim
+        # Velocities come straight from the simulator state, as a real driver reports them.
+        self._joint_qvel = np.array([sim.model.get_joint_qvel_addr(j) for j in self.env.joint_names])
+        self._grip_qvel = np.array([sim.model.get_joint_qvel_addr(j)
+                                    for j in self.env.gripper_joint_names])
+
+    def _reset(self, seed: int) -> None:
+        self._obs = self.env.reset(seed=int(seed))
+        self.episode += 1
+        self.step_index = 0
+        self.done = False
+        self.success = False
+        self._command = None
+        self._held_gripper = -1.0
+        self._pub_task.publish(self._String(data=self.env.instruction))
+        self._publish_observation()
+
+    def _on_reset(self, request, response):
+        """ResetEpisode: optionally switch task/variation, then start a new episode."""
+        from fed_ros.sim.envs import TASKS, VARIATIONS
+        task = request.task or self.task
+        variation = request.variation or self.variation
+        seed = int(request.seed) if request.seed >= 0 else self.seed + self.episode
+        if task not in TASKS:
+            response.ok, response.message = False, f"unknown task {task!r}; known: {list(TASKS)}"
+            self.get_logger().warning(f"reset refused: {response.message}")
+            return response
+        if variation not in VARIATIONS:
+            response.ok = False
+            response.message = f"unknown variation {variation!r}; known: {sorted(VARIATIONS)}"
+            self.get_logger().warning(f"reset refused: {response.message}")
+            return response
+        try:
+            if task != self.task:
+                self._build_env(task, variation)
+            elif variation != self.variation:
+                self.env.set_variation(variation)
+                self.variation = variation
+            self._reset(seed)
+        except Exception as exc:  # a failed reset must not take the driver down
+            response.ok, response.message = False, f"reset failed: {exc}"
+            self.get_logger().error(response.message)
+            return response
+        response.ok = True
+        response.message = f"episode {self.episode}: {task}/{variation} seed {seed}"
+        response.instruction = self.env.instruction
+        response.episode = self.episode
+        self.get_logger().info(response.message)
+        return response
+
+    # ------------------------------------------------------------------ commands
+    def _on_command(self, msg) -> None:
+        try:
+            command = validate_command(msg)
+        except ValueError as exc:
+            self.rejected += 1
+            # Hold still until a valid command arrives: never keep executing the last one.
+            self._command = None
+            self.get_logger().warning(f"ArmCommand rejected ({self.rejected} so far): {exc}; holding still")
+            return
+        self._command = command
+        self._command_rx_ns = time.monotonic_ns()
+        if self.lockstep and not self.done and command.stamp_ns == self._obs_stamp_ns:
+            self._step(command)
+
+    def _current_command(self) -> ValidCommand | None:
+        command = self._command
+        if command is None:
+            return None
+        if time.monotonic_ns() - self._command_rx_ns > self.command_timeout_ns:
+            return None
+        return command
+
+    # ------------------------------------------------------------------ control loop
+    def _on_tick(self) -> None:
+        start = time.monotonic()
+        late = self._last_tick is not None and start - self._last_tick > 1.5 * self._period
+        self._last_tick = start
+        if self.done:
+            return
+        self._step(self._current_command())
+        if late or time.monotonic() - start > self._period:
+            self.overruns += 1
+            self.get_logger().warning(
+                f"control loop overrun ({self.overruns} so far): tick took "
+                f"{(time.monotonic() - start) * 1e3:.1f} ms of a {self._period * 1e3:.1f} ms period",
+                throttle_duration_sec=2.0)
+
+    def _step(self, command: ValidCommand | None) -> None:
+        """Apply one action (or hold), step the simulator, publish the new observation."""
+        hold = command is None or command.hold
+        if not hold:
+            self._held_gripper = command.gripper  # MODE_HOLD keeps the gripper as it is
+        action = np.zeros(ACTION_DIM, dtype=np.float32)
+        if not hold:
+            action[:3] = command.action
+        action[3] = self._held_gripper
+        applied = self._ArmCommand()
+        applied.header.stamp = at.ns_to_stamp(self._obs_stamp_ns)
+        applied.header.frame_id = self.frame_prefix + "base"
+        applied.action = action[:3].tolist()
+        applied.gripper = float(action[3])
+        applied.mode = MODE_HOLD if hold else MODE_OSC_POSITION
+        applied.source = command.source if command is not None else "hold"
+        self._pub_applied.publish(applied)
+        self._obs, self.done, self.success = self.env.step(action)
+        self.step_index += 1
+        self.steps_total += 1
+        self._publish_observation()
+
+    def _next_stamp_ns(self) -> int:
+        # Strictly increasing, so a stamp identifies exactly one tick.
+        now = self.get_clock().now().nanoseconds
+        self._last_stamp_ns = max(now, self._last_stamp_ns + 1)
+        return self._last_stamp_ns
+
+    def _publish_observation(self) -> None:
+        obs = self._obs
+        stamp_ns = self._next_stamp_ns()
+        stamp = at.ns_to_stamp(stamp_ns)
+        self._obs_stamp_ns = stamp_ns
+        for key, publisher in self._pub_images.items():
+            frame = "agentview" if key == AGENTVIEW_IMAGE else "wrist"
+            publisher.publish(at.image_to_msg(obs[key], stamp, self.frame_prefix + frame + "_camera"))
+        qvel = self.env.raw_env.sim.data.qvel
+        joints = self._JointState()
+        joints.header.stamp = stamp
+        joints.name = list(self.env.joint_names)
+        joints.position = obs[JOINT_POS].astype(float).tolist()
+        joints.velocity = qvel[self._joint_qvel].astype(float).tolist()
+        self._pub_joints.publish(joints)
+        gripper = self._JointState()
+        gripper.header.stamp = stamp
+        gripper.name = list(self.env.gripper_joint_names)
+        gripper.position = obs[GRIPPER_QPOS].astype(float).tolist()
+        gripper.velocity = qvel[self._grip_qvel].astype(float).tolist()
+        self._pub_gripper.publish(gripper)
+        pose = self._PoseStamped()
+        pose.header.stamp = stamp
+        pose.header.frame_id = self.frame_prefix + "base"
+        p, q = obs[EEF_POS].astype(float), obs[EEF_QUAT].astype(float)
+        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = p
+        (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
+         pose.pose.orientation.w) = q
+        self._pub_eef.publish(pose)
+        objects = self._Float32MultiArray()
+        from std_msgs.msg import MultiArrayDimension
+        state = obs[OBJECT_STATE]
+        objects.layout.dim = [MultiArrayDimension(label=at.object_state_label(stamp_ns),
+                                                  size=int(state.size), stride=int(state.size))]
+        objects.data = state.astype(np.float32).tolist()
+        self._pub_object.publish(objects)
+        status = self._EpisodeStatus()
+        status.header.stamp = stamp
+        status.task, status.instruction, status.variation = self.task, self.env.instruction, self.variation
+        status.episode, status.step = self.episode, self.step_index
+        status.success, status.done, status.overruns = self.success, self.done, self.overruns
+        self._pub_status.publish(status)
+
+    def destroy_node(self) -> None:
+        """Close the simulator with the node."""
+        if self.env is not None:
+            self.env.close()
+            self.env = None
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``)."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimBridgeNode()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
