@@ -14,6 +14,9 @@ from fed_ros.core import auth
 from fed_ros.core.auth import AllowList, ReplayGuard, Signer
 
 
+HDR = dict(base_round=2, num_samples=100, cluster_id=-1)
+
+
 @pytest.fixture(scope="module")
 def robot() -> Signer:
     return Signer.generate()
@@ -22,14 +25,17 @@ def robot() -> Signer:
 def test_update_signature_verifies_and_binds_every_field(robot):
     nonce, digest = auth.new_nonce(), auth.sha256_hex(b"payload")
     allow = AllowList({"robot_0": robot.public_key})
-    sig = robot.sign_update(3, "robot_0", nonce, digest)
-    assert allow.verify_update("robot_0", 3, nonce, digest, sig) is None
+    sig = robot.sign_update(3, "robot_0", nonce, digest, **HDR)
+    assert allow.verify_update("robot_0", 3, nonce, digest, sig, **HDR) is None
     # Changing any signed field breaks the signature.
-    assert "bad signature" in allow.verify_update("robot_0", 4, nonce, digest, sig)
-    assert "bad signature" in allow.verify_update("robot_0", 3, auth.new_nonce(), digest, sig)
-    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, auth.sha256_hex(b"other"), sig)
+    assert "bad signature" in allow.verify_update("robot_0", 4, nonce, digest, sig, **HDR)
+    assert "bad signature" in allow.verify_update("robot_0", 3, auth.new_nonce(), digest, sig, **HDR)
+    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, auth.sha256_hex(b"other"), sig, **HDR)
     flipped = bytes([sig[0] ^ 1]) + sig[1:]
-    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, digest, flipped)
+    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, digest, flipped, **HDR)
+    # The header fields that steer aggregation are signed too (no re-weighting in transit).
+    for field, value in (("num_samples", 10**6), ("base_round", 1), ("cluster_id", 0)):
+        assert "bad signature" in allow.verify_update("robot_0", 3, nonce, digest, sig, **{**HDR, field: value})
 
 
 def test_forged_and_unknown_keys_rejected(robot):
@@ -37,19 +43,19 @@ def test_forged_and_unknown_keys_rejected(robot):
     allow = AllowList({"robot_0": robot.public_key})
     nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
     # Mallory signs as robot_0 with her own key: forged.
-    forged = mallory.sign_update(1, "robot_0", nonce, digest)
-    assert "bad signature" in allow.verify_update("robot_0", 1, nonce, digest, forged)
+    forged = mallory.sign_update(1, "robot_0", nonce, digest, **HDR)
+    assert "bad signature" in allow.verify_update("robot_0", 1, nonce, digest, forged, **HDR)
     # Mallory as herself: not on the allow-list.
-    own = mallory.sign_update(1, "mallory", nonce, digest)
-    assert "unknown robot 'mallory'" in allow.verify_update("mallory", 1, nonce, digest, own)
-    assert "not signed" in allow.verify_update("robot_0", 1, nonce, digest, b"")
+    own = mallory.sign_update(1, "mallory", nonce, digest, **HDR)
+    assert "unknown robot 'mallory'" in allow.verify_update("mallory", 1, nonce, digest, own, **HDR)
+    assert "not signed" in allow.verify_update("robot_0", 1, nonce, digest, b"", **HDR)
 
 
 def test_signatures_are_domain_separated(robot):
     """An update signature is not a valid descriptor signature over the same digest."""
     nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
     allow = AllowList({"robot_0": robot.public_key})
-    sig = robot.sign_update(2, "robot_0", nonce, digest)
+    sig = robot.sign_update(2, "robot_0", nonce, digest, **HDR)
     assert allow.verify_descriptor("robot_0", 2, nonce, digest, sig) is not None
     assert allow.verify_descriptor("robot_0", 2, nonce, digest,
                                    robot.sign_descriptor(2, "robot_0", nonce, digest)) is None
@@ -59,17 +65,17 @@ def test_canonical_message_rejects_bad_fields():
     nonce = auth.new_nonce()
     digest = "ab" * 32
     with pytest.raises(ValueError, match="nonce must be 16 bytes, got 3"):
-        auth.update_message(1, "r", b"abc", digest)
+        auth.update_message(1, "r", b"abc", digest, **HDR)
     with pytest.raises(ValueError, match="round must be in"):
-        auth.update_message(-1, "r", nonce, digest)
+        auth.update_message(-1, "r", nonce, digest, **HDR)
     with pytest.raises(ValueError, match="robot id must be a non-empty string"):
-        auth.update_message(1, "", nonce, digest)
+        auth.update_message(1, "", nonce, digest, **HDR)
     with pytest.raises(ValueError, match="payload sha256 is not hex"):
-        auth.update_message(1, "r", nonce, "zz" * 32)
+        auth.update_message(1, "r", nonce, "zz" * 32, **HDR)
     with pytest.raises(ValueError, match="32 bytes"):
-        auth.update_message(1, "r", nonce, "ab" * 8)
+        auth.update_message(1, "r", nonce, "ab" * 8, **HDR)
     # Id length is encoded: ("ab", round) and ("a", ...) cannot collide.
-    assert auth.update_message(1, "ab", nonce, digest) != auth.update_message(1, "a", nonce, digest)
+    assert auth.update_message(1, "ab", nonce, digest, **HDR) != auth.update_message(1, "a", nonce, digest, **HDR)
 
 
 def test_descriptor_digest_is_canonical():

@@ -31,11 +31,14 @@ def signed_envelope(params, robot_id="robot_0", round_idx=5, base_round=4, nonce
     digest = auth.sha256_hex(payload)
     nonce = auth.new_nonce() if nonce is None else nonce
     fields = dict(robot_id=robot_id, round_idx=round_idx, base_round=base_round, num_samples=100,
-                  manifest=manifest_of(params), total_bytes=len(payload), payload_sha256=digest, nonce=nonce,
-                  signature=SIGNERS[robot_id].sign_update(round_idx, robot_id, nonce, digest)
-                  if robot_id in SIGNERS else b"")
+                  manifest=manifest_of(params), total_bytes=len(payload), payload_sha256=digest, nonce=nonce)
+    signature = over.pop("signature", None)
     fields.update(over)
-    return V.UpdateEnvelope(**fields)
+    env = V.UpdateEnvelope(**fields)
+    if signature is not None:
+        return dataclasses.replace(env, signature=signature)
+    signer = SIGNERS.get(robot_id, Signer.generate())  # unknown robots sign with their own key
+    return env.signed(signer) if isinstance(robot_id, str) and robot_id else env
 
 
 @pytest.fixture
@@ -145,7 +148,7 @@ def test_s3_forged_unknown_unsigned_rejected(ctx):
     params = make_params()
     mallory = Signer.generate()
     env = signed_envelope(params)
-    forged = dataclasses.replace(env, signature=mallory.sign_update(5, "robot_0", env.nonce, env.payload_sha256))
+    forged = env.signed(mallory)
     d = V.validate_update(forged, params, ctx)
     assert d.code == V.BAD_SIGNATURE and "robot 'robot_0': bad signature" in d.reason
     ctx.participants = None
@@ -153,6 +156,9 @@ def test_s3_forged_unknown_unsigned_rejected(ctx):
     assert d.code == V.UNKNOWN_ROBOT and "'mallory'" in d.reason
     d = V.validate_update(dataclasses.replace(env, signature=b""), params, ctx)
     assert d.code == V.UNSIGNED
+    # A genuine update re-weighted in transit (num_samples changed) no longer verifies.
+    d = V.validate_update(dataclasses.replace(env, num_samples=9000), params, ctx)
+    assert d.code == V.BAD_SIGNATURE
     # Received bytes that differ from the signed digest: tampering in transit.
     d = V.validate_update(env, params, ctx, received_sha256=auth.sha256_hex(b"other"))
     assert d.code == V.DIGEST

@@ -46,8 +46,18 @@ _MAX_ID_BYTES = 255  # robot ids are short names; longer ones are refused, not t
 
 # ----------------------------------------------------------------------------- encoding
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _check_int32(value: int, what: str) -> int:
+    if not _is_int(value) or not -2**31 <= int(value) < 2**31:
+        raise ValueError(f"{what} must be an int32, got {value!r}")
+    return int(value)
+
+
 def _check_round(round_idx: int, what: str = "round") -> int:
-    if isinstance(round_idx, bool) or not isinstance(round_idx, (int, np.integer)):
+    if not _is_int(round_idx):
         raise ValueError(f"{what} must be an integer, got {round_idx!r}")
     if not 0 <= int(round_idx) < 2**32:
         raise ValueError(f"{what} must be in [0, 2**32), got {round_idx!r}")
@@ -88,11 +98,21 @@ def _nonce_bytes(nonce: bytes) -> bytes:
     return nonce
 
 
-def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes) -> bytes:
-    """Canonical bytes a robot signs for a model update: (round, robot id, nonce, payload sha256)."""
+def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
+                   base_round: int, num_samples: int, cluster_id: int) -> bytes:
+    """Canonical bytes a robot signs for a model update.
+
+    (round, robot id, nonce, payload sha256) as the design asks, plus the header fields that
+    steer aggregation (base round, sample count = aggregation weight, chosen cluster), so a
+    man in the middle cannot re-weight or re-route a genuine update.
+    """
     rid = _id_bytes(robot_id)
+    if not _is_int(num_samples) or not 0 <= int(num_samples) < 2**64:
+        raise ValueError(f"num_samples must be a uint64, got {num_samples!r}")
     return b"".join((_TAG_UPDATE, struct.pack("<IB", _check_round(round_idx), len(rid)), rid,
-                     _nonce_bytes(nonce), _digest_bytes(payload_sha256, "payload sha256")))
+                     _nonce_bytes(nonce), _digest_bytes(payload_sha256, "payload sha256"),
+                     struct.pack("<IQi", _check_round(base_round, "base_round"), int(num_samples),
+                                 _check_int32(cluster_id, "cluster id"))))
 
 
 def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes) -> bytes:
@@ -104,10 +124,8 @@ def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_s
 
 def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str | bytes) -> bytes:
     """Canonical bytes the server signs for a published cluster model: (round, cluster id, sha256)."""
-    if isinstance(cluster_id, bool) or not isinstance(cluster_id, (int, np.integer)) \
-            or not -2**31 <= int(cluster_id) < 2**31:
-        raise ValueError(f"cluster id must be an int32, got {cluster_id!r}")
-    return b"".join((_TAG_CLUSTER_MODEL, struct.pack("<Ii", _check_round(round_idx), int(cluster_id)),
+    return b"".join((_TAG_CLUSTER_MODEL, struct.pack("<Ii", _check_round(round_idx),
+                                                     _check_int32(cluster_id, "cluster id")),
                      _digest_bytes(payload_sha256, "payload sha256")))
 
 
@@ -211,9 +229,11 @@ class Signer:
         """64-byte Ed25519 signature of `message`."""
         return self.private_key.sign(message)
 
-    def sign_update(self, round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes) -> bytes:
-        """Signature for ModelUpdate.signature."""
-        return self.sign(update_message(round_idx, robot_id, nonce, payload_sha256))
+    def sign_update(self, round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
+                    base_round: int, num_samples: int, cluster_id: int) -> bytes:
+        """Signature for ModelUpdate.signature (see ``update_message``)."""
+        return self.sign(update_message(round_idx, robot_id, nonce, payload_sha256, base_round=base_round,
+                                        num_samples=num_samples, cluster_id=cluster_id))
 
     def sign_descriptor(self, round_idx: int, robot_id: str, nonce: bytes, digest: str | bytes) -> bytes:
         """Signature for ClientDescriptor.signature (digest from ``descriptor_digest``)."""
@@ -366,10 +386,11 @@ class AllowList:
         return known is not None and hmac.compare_digest(known, bytes(public_key))
 
     def verify_update(self, robot_id: str, round_idx: int, nonce: bytes, payload_sha256: str | bytes,
-                      signature: bytes) -> str | None:
+                      signature: bytes, *, base_round: int, num_samples: int, cluster_id: int) -> str | None:
         """None if the update signature is valid, else the reject reason."""
-        return self._verify(robot_id, signature,
-                            lambda: update_message(round_idx, robot_id, nonce, payload_sha256))
+        return self._verify(robot_id, signature, lambda: update_message(
+            round_idx, robot_id, nonce, payload_sha256, base_round=base_round, num_samples=num_samples,
+            cluster_id=cluster_id))
 
     def verify_descriptor(self, robot_id: str, round_idx: int, nonce: bytes, digest: str | bytes,
                           signature: bytes) -> str | None:

@@ -14,6 +14,7 @@ checks on the decoded tensors (schema again, finite values, digest of the receiv
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.auth import (NONCE_BYTES, AllowList, ReplayGuard, cluster_model_message,
+from fed_ros.core.auth import (NONCE_BYTES, AllowList, ReplayGuard, Signer, cluster_model_message,
                                descriptor_digest, verify_signature)
 from fed_ros.core.params import Manifest
 
@@ -126,6 +127,12 @@ class UpdateEnvelope:
     cluster_id: int = -1
     nonce: bytes = b""
     signature: bytes = b""
+
+    def signed(self, signer: Signer) -> "UpdateEnvelope":
+        """A copy carrying `signer`'s signature over every signed field (what a robot sends)."""
+        return dataclasses.replace(self, signature=signer.sign_update(
+            self.round_idx, self.robot_id, self.nonce, self.payload_sha256, base_round=self.base_round,
+            num_samples=self.num_samples, cluster_id=self.cluster_id))
 
 
 @dataclass
@@ -334,8 +341,11 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
                                    f"expected one of {sorted(ctx.base_rounds)}")
     if not isinstance(env.payload_sha256, str) or len(env.payload_sha256) != 64:
         return _reject(MALFORMED, f"robot {rid!r}: payload sha256 {_short(env.payload_sha256)} is not 64 hex chars")
+    if not _is_int(env.cluster_id) or not -1 <= env.cluster_id < 2**31:
+        return _reject(MALFORMED, f"robot {rid!r}: cluster_id {_short(env.cluster_id)} must be an int >= -1")
     return _check_auth(rid, env.round_idx, env.nonce, env.signature, ctx, lambda: ctx.allow_list.verify_update(
-        rid, env.round_idx, env.nonce, env.payload_sha256, env.signature))
+        rid, env.round_idx, env.nonce, env.payload_sha256, env.signature, base_round=env.base_round,
+        num_samples=env.num_samples, cluster_id=env.cluster_id))
 
 
 def validate_update(env: UpdateEnvelope, params: Mapping[str, np.ndarray], ctx: ValidationContext, *,
