@@ -95,7 +95,7 @@ class DemoDataset:
                     shape = np.shape(e.observations[key])[1:]
                     if shape != (cfg.image_size, cfg.image_size, 3):
                         raise ValueError(f"episode {i} {key!r} frames are {shape}, expected "
-                                         f"({cfg.image_size}, {cfg.image_size}, 3)")
+                                         f"({cfg.image_size}, {cfg.image_size}, 3) (image_size={cfg.image_size})")
         self.episodes = kept
         self.lengths = np.array([len(e) for e in kept], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
@@ -140,3 +140,58 @@ class DemoDataset:
         dev = torch.device(device)
         nb = dev.type == "cuda"
         return {k: torch.from_numpy(v).to(dev, non_blocking=nb) for k, v in self.batch(indices).items()}
+
+
+def synthetic_episodes(n: int, length: int = 40, kind: str = "lowdim", seed: int = 0,
+                       image_size: int = 84, shift: float = 0.0, task: str = "lift",
+                       instruction: str = "lift the red cube") -> list[Episode]:
+    """Synthetic demonstrations with a learnable observation -> action map (tests, benches).
+
+    The object drifts smoothly; the expert action moves the end effector towards it and
+    closes the gripper when near. Images (``kind="image"``) draw the object as a bright
+    square on a background whose brightness ``shift`` changes; low-dim observations are
+    offset by ``shift`` (a covariate shift for descriptor tests).
+    """
+    if n < 1 or length < 1:
+        raise ValueError(f"n and length must be >= 1, got {n}, {length}")
+    if kind not in ("image", "lowdim"):
+        raise ValueError(f"kind must be 'image' or 'lowdim', got {kind!r}")
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for _ in range(n):
+        obj = rng.uniform(-0.3, 0.3, 3) + np.cumsum(rng.normal(0, 0.01, (length, 3)), 0)
+        eef = rng.uniform(-0.3, 0.3, 3) + np.zeros((length, 3))
+        actions = np.zeros((length, ep.ACTION_DIM), np.float32)
+        for t in range(length):
+            delta = obj[t] - eef[t]
+            actions[t, :3] = np.clip(delta / 0.1, -1, 1)
+            actions[t, 3] = 1.0 if np.linalg.norm(delta) < 0.05 else -1.0
+            if t + 1 < length:
+                eef[t + 1] = eef[t] + 0.02 * actions[t, :3]
+        object_state = np.zeros((length, ep.OBJECT_STATE_DIM), np.float32)
+        object_state[:, :3] = obj
+        object_state[:, 3:6] = obj - eef
+        grip = np.where(actions[:, 3:4] > 0, 0.0, 0.04) * np.ones((1, 2))
+        obs = {
+            ep.JOINT_POS: (np.tile(rng.normal(0, 0.5, 7), (length, 1))
+                           + 0.5 * np.concatenate([eef, eef, eef[:, :1]], 1)),
+            ep.GRIPPER_QPOS: grip,
+            ep.EEF_POS: eef,
+            ep.EEF_QUAT: np.tile([0.0, 1.0, 0.0, 0.0], (length, 1)),
+            ep.OBJECT_STATE: object_state,
+        }
+        obs = {k: (np.asarray(v) + shift).astype(np.float32) for k, v in obs.items()}
+        if kind == "image":
+            base = int(np.clip(40 + 150 * shift, 0, 200))
+            for key, source in ((ep.AGENTVIEW_IMAGE, obj), (ep.WRIST_IMAGE, obj - eef)):
+                imgs = np.full((length, image_size, image_size, 3), base, np.uint8)
+                imgs += rng.integers(0, 20, imgs.shape, dtype=np.uint8)  # sensor noise
+                side = max(2, image_size // 8)
+                for t in range(length):
+                    cy, cx = ((np.clip(source[t, :2], -0.5, 0.5) + 0.5)
+                              * (image_size - side)).astype(int)
+                    imgs[t, cy:cy + side, cx:cx + side] = (230, 40, 40)
+                obs[key] = imgs
+        episodes.append(Episode(task=task, instruction=instruction, observations=obs,
+                                actions=actions))
+    return episodes

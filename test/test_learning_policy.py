@@ -1,0 +1,155 @@
+"""Policy construction, fixed manifests, features, weights round trip, runner, text encoder."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fed_ros.core import episode as ep
+from fed_ros.learning.configuration_policy import PolicyConfig
+from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
+from fed_ros.learning.modeling_policy import build_policy
+from fed_ros.learning.runner import PolicyRunner
+from fed_ros.learning.text import encode_instruction
+from fed_ros.learning.weights import (load_checkpoint, load_state_dict_into, policy_to_state_dict,
+                                      read_checkpoint_config, save_checkpoint,
+                                      state_dict_from_bytes, state_dict_to_bytes)
+
+TINY = dict(embed_dim=32, window=3, transformer_layers=1, transformer_heads=2,
+            transformer_ff=64, dropout=0.0, text_dim=64, conv_channels=(8, 16),
+            num_keypoints=8, image_size=32)
+
+
+def tiny(kind: str, **kw) -> PolicyConfig:
+    return PolicyConfig(kind=kind, **{**TINY, **kw})
+
+
+@pytest.mark.parametrize("field,value", [("kind", "rgb"), ("window", 0), ("num_modes", -1),
+                                         ("dropout", 1.0), ("min_std", 0.0), ("action_dim", 7),
+                                         ("object_state_dim", 10), ("transformer_heads", 3)])
+def test_config_rejects_bad_field_naming_it(field, value):
+    with pytest.raises(ValueError, match=field):
+        PolicyConfig(**{field: value})
+
+
+def test_config_dict_round_trip_and_unknown_key():
+    cfg = tiny("image")
+    assert PolicyConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="bogus"):
+        PolicyConfig.from_dict({"bogus": 1})
+
+
+@pytest.mark.parametrize("kind", ["lowdim", "image"])
+def test_manifest_is_fixed_and_independent_of_task(kind):
+    cfg = tiny(kind)
+    a = policy_to_state_dict(build_policy(cfg, seed=0))
+    b = policy_to_state_dict(build_policy(cfg, seed=1))
+    assert [(k, v.shape) for k, v in a.items()] == [(k, v.shape) for k, v in b.items()]
+    assert all(v.dtype == np.float32 for v in a.values())
+    assert any(k.startswith("temporal.") for k in a) and any(k.startswith("head.") for k in a)
+    # Training on different tasks needs no change of the model: same cfg, same manifest.
+    for task in ("lift", "stack"):
+        data = DemoDataset(synthetic_episodes(2, 6, kind, task=task, image_size=32,
+                                              instruction=f"do {task}"), cfg)
+        loss, _ = build_policy(cfg, seed=0)(data.torch_batch(np.arange(4)))
+        assert torch.isfinite(loss)
+
+
+def test_lowdim_and_image_share_transformer_and_head_names():
+    low = policy_to_state_dict(build_policy(tiny("lowdim"), seed=0))
+    img = policy_to_state_dict(build_policy(tiny("image"), seed=0))
+    shared = [k for k in low if k.startswith(("temporal.", "head."))]
+    assert shared == [k for k in img if k.startswith(("temporal.", "head."))]
+
+
+@pytest.mark.parametrize("kind,mods", [("lowdim", ("text", "object", "eef", "joint", "gripper")),
+                                       ("image", ("text", "agentview", "wrist", "joint", "gripper"))])
+def test_features_expose_every_modality(kind, mods):
+    cfg = tiny(kind)
+    data = DemoDataset(synthetic_episodes(2, 5, kind, image_size=32), cfg)
+    feats = build_policy(cfg, seed=0).features(data.torch_batch(np.arange(4)))
+    assert tuple(feats) == mods
+    assert all(f.shape == (4, cfg.window, cfg.embed_dim) for f in feats.values())
+
+
+def test_wrong_image_size_is_rejected():
+    cfg = tiny("image")
+    with pytest.raises(ValueError, match="image_size"):
+        DemoDataset(synthetic_episodes(1, 4, "image", image_size=48), cfg)
+
+
+def test_state_dict_round_trip_is_exact(tmp_path):
+    cfg = tiny("image")
+    sd = policy_to_state_dict(build_policy(cfg, seed=3))
+    path = save_checkpoint(tmp_path / "m.safetensors", sd, policy_cfg=cfg)
+    back = load_checkpoint(path)
+    assert list(back) == list(sd)
+    assert all(np.array_equal(back[k], sd[k]) for k in sd)
+    assert read_checkpoint_config(path) == cfg
+    blob = state_dict_from_bytes(state_dict_to_bytes(sd))
+    assert list(blob) == list(sd) and all(np.array_equal(blob[k], sd[k]) for k in sd)
+    model = load_state_dict_into(build_policy(cfg, seed=9), back)
+    again = policy_to_state_dict(model)
+    assert all(np.array_equal(again[k], sd[k]) for k in sd)
+
+
+def test_load_rejects_bad_state_dicts():
+    cfg = tiny("lowdim")
+    model = build_policy(cfg, seed=0)
+    sd = policy_to_state_dict(model)
+    name = next(iter(sd))
+    with pytest.raises(ValueError, match="missing"):
+        load_state_dict_into(model, {k: v for k, v in sd.items() if k != name})
+    with pytest.raises(ValueError, match=name):
+        load_state_dict_into(model, {**sd, name: np.zeros((1, 2), np.float32)})
+    with pytest.raises(ValueError, match="NaN"):
+        load_state_dict_into(model, {**sd, name: np.full_like(sd[name], np.nan)})
+    with pytest.raises(ValueError, match="unexpected"):
+        load_state_dict_into(model, {**sd, "extra.weight": np.zeros(1, np.float32)})
+
+
+@pytest.mark.parametrize("kind", ["lowdim", "image"])
+def test_runner_acts_with_window_history_and_reset(kind):
+    cfg = tiny(kind)
+    episode = synthetic_episodes(1, 6, kind, image_size=32)[0]
+    sd = policy_to_state_dict(build_policy(cfg, seed=0))
+    runner = PolicyRunner(sd, cfg, device="cpu", instruction=episode.instruction)
+    obs = [{k: v[t] for k, v in episode.observations.items()} for t in range(4)]
+    first = [runner.act(o) for o in obs]
+    assert all(a.shape == (ep.ACTION_DIM,) and a.dtype == np.float32 for a in first)
+    assert all(np.all(np.abs(a) <= 1.0) for a in first)
+    runner.reset()
+    again = [runner.act({**o, "instruction": episode.instruction}) for o in obs]
+    assert all(np.allclose(a, b, atol=1e-6) for a, b in zip(first, again))
+    # The closed-loop action equals the batch forward on the same (padded) window.
+    data = DemoDataset([episode], cfg)
+    model = load_state_dict_into(build_policy(cfg, seed=0), sd).eval()
+    out = model.compute(data.torch_batch([3])).gmm
+    mode = out.logits[0, -1].argmax()
+    assert np.allclose(first[3], out.means[0, -1, mode].clamp(-1, 1).detach().numpy(), atol=1e-5)
+
+
+def test_runner_requires_instruction_and_observations():
+    cfg = tiny("lowdim")
+    runner = PolicyRunner(policy_to_state_dict(build_policy(cfg, seed=0)), cfg, device="cpu")
+    obs = {k: v[0] for k, v in synthetic_episodes(1, 2)[0].observations.items()}
+    with pytest.raises(ValueError, match="instruction"):
+        runner.act(obs)
+    runner.set_instruction("lift")
+    del obs[ep.OBJECT_STATE]
+    with pytest.raises(ValueError, match=ep.OBJECT_STATE):
+        runner.act(obs)
+
+
+def test_text_encoder_is_deterministic_normalised_and_meaningful():
+    a = encode_instruction("lift the red cube", 256)
+    assert a.dtype == np.float32 and a.shape == (256,)
+    assert np.linalg.norm(a) == pytest.approx(1.0, abs=1e-5)
+    assert np.array_equal(a, encode_instruction("Lift the red cube", 256))
+    near = encode_instruction("lift the red cubes", 256) @ a
+    far = encode_instruction("stack the green block on the plate", 256) @ a
+    assert near > far + 0.3
+    # Fixed values guard against accidental changes of the fleet-wide encoder.
+    assert np.allclose(encode_instruction("pick", 4), encode_instruction("pick", 4))
+    with pytest.raises(ValueError, match="dim"):
+        encode_instruction("x", 0)
