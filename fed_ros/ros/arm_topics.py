@@ -208,6 +208,52 @@ def image_from_msg(msg) -> np.ndarray:
     return np.array(image[..., :3], dtype=np.uint8, copy=True)
 
 
+# --- observation -> messages (what an arm driver publishes each tick) -----------------------
+
+def observation_messages(obs: dict[str, np.ndarray], stamp_ns: int, *, joint_names, gripper_names,
+                         joint_vel: np.ndarray | None = None, gripper_vel: np.ndarray | None = None,
+                         frame_prefix: str = "") -> dict[str, object]:
+    """One tick's observation as messages keyed by relative topic, all stamped ``stamp_ns``."""
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+    stamp = ns_to_stamp(stamp_ns)
+    out: dict[str, object] = {}
+    for key, rel, frame in ((AGENTVIEW_IMAGE, AGENTVIEW_TOPIC, "agentview_camera"),
+                            (WRIST_IMAGE, WRIST_TOPIC, "wrist_camera")):
+        if key in obs:
+            out[rel] = image_to_msg(obs[key], stamp, frame_prefix + frame)
+
+    def joint_state(names, positions, velocities):
+        msg = JointState()
+        msg.header.stamp = stamp
+        msg.name = [str(n) for n in names]
+        msg.position = np.asarray(positions, dtype=float).tolist()
+        if velocities is not None:
+            msg.velocity = np.asarray(velocities, dtype=float).tolist()
+        if len(msg.name) != len(msg.position):
+            raise ValueError(f"{len(msg.name)} joint names for {len(msg.position)} positions")
+        return msg
+
+    out[JOINT_STATES_TOPIC] = joint_state(joint_names, obs[JOINT_POS], joint_vel)
+    out[GRIPPER_STATE_TOPIC] = joint_state(gripper_names, obs[GRIPPER_QPOS], gripper_vel)
+    pose = PoseStamped()
+    pose.header.stamp = stamp
+    pose.header.frame_id = frame_prefix + "base"
+    p, q = (np.asarray(obs[EEF_POS], dtype=float), np.asarray(obs[EEF_QUAT], dtype=float))
+    pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in p)
+    (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
+     pose.pose.orientation.w) = (float(v) for v in q)
+    out[EEF_POSE_TOPIC] = pose
+    state = np.asarray(obs[OBJECT_STATE], dtype=np.float32)
+    objects = Float32MultiArray()
+    objects.layout.dim = [MultiArrayDimension(label=object_state_label(stamp_ns),
+                                              size=int(state.size), stride=int(state.size))]
+    objects.data = state.tolist()
+    out[OBJECT_STATE_TOPIC] = objects
+    return out
+
+
 # --- observation assembly ----------------------------------------------------------------
 
 class ObservationAssembler:

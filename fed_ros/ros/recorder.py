@@ -344,7 +344,7 @@ class Recorder:
         self._lock = threading.Condition()
         self._writer: Rosbag2McapWriter | None = None
         self._meta: dict[str, str] = {}
-        self._task_msg: bytes | None = None
+        self._latest: dict[str, tuple[bytes, int | None, int]] = {}
         self._applied: set[int] = set()
         self._seen: dict[str, set[int]] = {}
         self._sequence = 0
@@ -361,6 +361,10 @@ class Recorder:
                 callback_group=group)
             self._subs.append(sub)
             self._qos[rel] = (sub.topic_name, msgtype, qos)
+
+    def _resolved_namespace(self) -> str:
+        topic = self._qos[at.JOINT_STATES_TOPIC][0]
+        return topic[: -len(at.JOINT_STATES_TOPIC)].rstrip("/")
 
     @property
     def recording(self) -> bool:
@@ -392,37 +396,41 @@ class Recorder:
             self._meta = {"robot_id": self.robot_id, "task": task, "instruction": instruction,
                           "variation": variation or "default",
                           "cameras": "true" if self.cameras else "false",
-                          "arm_namespace": self.topics.namespace,
+                          "arm_namespace": self._resolved_namespace(),
                           "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             self._applied = set()
             self._seen = {rel: set() for rel in self._qos}
-            if self._task_msg is not None:
-                # The instruction is latched: store the last one so the bag is self-contained.
-                now = self.node.get_clock().now().nanoseconds
-                writer.write(self._qos[at.TASK_TOPIC][0], self._task_msg, now)
+            # Pre-roll: the newest sample of every topic, so the observation the arm
+            # published just before START (its reset observation) is in the episode, and
+            # the latched instruction makes the bag self-contained.
+            # Commands are excluded: they belong to the previous episode.
+            for rel, (data, stamp, rx_ns) in sorted(self._latest.items(), key=lambda kv: kv[1][2]):
+                if rel not in (at.COMMAND_TOPIC, at.APPLIED_COMMAND_TOPIC):
+                    self._record(writer, rel, data, stamp, rx_ns)
             self._writer = writer
             return directory
 
     def _on_message(self, rel: str, data: bytes) -> None:
-        if rel == at.TASK_TOPIC:
-            self._task_msg = bytes(data)
+        now = self.node.get_clock().now().nanoseconds
+        try:
+            stamp = _peek_stamp(rel, data)
+        except (ValueError, struct.error) as exc:
+            self.node.get_logger().warning(f"recorder: unreadable message on {rel}: {exc}")
+            stamp = None
         with self._lock:
-            writer = self._writer
-            if writer is None:
-                return
-            now = self.node.get_clock().now().nanoseconds
-            try:
-                stamp = _peek_stamp(rel, data)
-            except ValueError as exc:
-                self.node.get_logger().warning(f"recorder: unreadable message on {rel}: {exc}")
-                stamp = None
-            writer.write(self._qos[rel][0], data, now, stamp or now)
-            if stamp is not None:
-                if rel == at.APPLIED_COMMAND_TOPIC:
-                    self._applied.add(stamp)
-                else:
-                    self._seen[rel].add(stamp)
-            self._lock.notify_all()
+            self._latest[rel] = (bytes(data), stamp, now)
+            if self._writer is not None:
+                self._record(self._writer, rel, data, stamp, now)
+                self._lock.notify_all()
+
+    def _record(self, writer: Rosbag2McapWriter, rel: str, data: bytes, stamp: int | None,
+                rx_ns: int) -> None:
+        writer.write(self._qos[rel][0], data, rx_ns, stamp or rx_ns)
+        if stamp is not None:
+            if rel == at.APPLIED_COMMAND_TOPIC:
+                self._applied.add(stamp)
+            elif rel in self._seen:
+                self._seen[rel].add(stamp)
 
     def _complete(self) -> bool:
         needed = [rel for rel in self.required_topics() if rel in self._seen]

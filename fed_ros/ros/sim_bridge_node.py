@@ -126,15 +126,15 @@ class SimBridgeNode(Node):
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float32MultiArray, String
         self._ArmCommand, self._EpisodeStatus = ArmCommand, EpisodeStatus
-        self._PoseStamped, self._JointState, self._Float32MultiArray = PoseStamped, JointState, Float32MultiArray
-        self._pub_images = {}
+        # Observation topics, published in this order each tick (images first: largest).
+        self._publishers_by_topic = {}
         if self.cameras:
-            self._pub_images = {AGENTVIEW_IMAGE: pub(Image, at.AGENTVIEW_TOPIC),
-                                WRIST_IMAGE: pub(Image, at.WRIST_TOPIC)}
-        self._pub_joints = pub(JointState, at.JOINT_STATES_TOPIC)
-        self._pub_gripper = pub(JointState, at.GRIPPER_STATE_TOPIC)
-        self._pub_eef = pub(PoseStamped, at.EEF_POSE_TOPIC)
-        self._pub_object = pub(Float32MultiArray, at.OBJECT_STATE_TOPIC)
+            self._publishers_by_topic[at.AGENTVIEW_TOPIC] = pub(Image, at.AGENTVIEW_TOPIC)
+            self._publishers_by_topic[at.WRIST_TOPIC] = pub(Image, at.WRIST_TOPIC)
+        self._publishers_by_topic[at.JOINT_STATES_TOPIC] = pub(JointState, at.JOINT_STATES_TOPIC)
+        self._publishers_by_topic[at.GRIPPER_STATE_TOPIC] = pub(JointState, at.GRIPPER_STATE_TOPIC)
+        self._publishers_by_topic[at.EEF_POSE_TOPIC] = pub(PoseStamped, at.EEF_POSE_TOPIC)
+        self._publishers_by_topic[at.OBJECT_STATE_TOPIC] = pub(Float32MultiArray, at.OBJECT_STATE_TOPIC)
         self._pub_task = pub(String, at.TASK_TOPIC)
         self._String = String
         self._pub_applied = pub(ArmCommand, at.APPLIED_COMMAND_TOPIC)
@@ -293,43 +293,18 @@ class SimBridgeNode(Node):
         return self._last_stamp_ns
 
     def _publish_observation(self) -> None:
-        obs = self._obs
         stamp_ns = self._next_stamp_ns()
-        stamp = at.ns_to_stamp(stamp_ns)
         self._obs_stamp_ns = stamp_ns
-        for key, publisher in self._pub_images.items():
-            frame = "agentview" if key == AGENTVIEW_IMAGE else "wrist"
-            publisher.publish(at.image_to_msg(obs[key], stamp, self.frame_prefix + frame + "_camera"))
         qvel = self.env.raw_env.sim.data.qvel
-        joints = self._JointState()
-        joints.header.stamp = stamp
-        joints.name = list(self.env.joint_names)
-        joints.position = obs[JOINT_POS].astype(float).tolist()
-        joints.velocity = qvel[self._joint_qvel].astype(float).tolist()
-        self._pub_joints.publish(joints)
-        gripper = self._JointState()
-        gripper.header.stamp = stamp
-        gripper.name = list(self.env.gripper_joint_names)
-        gripper.position = obs[GRIPPER_QPOS].astype(float).tolist()
-        gripper.velocity = qvel[self._grip_qvel].astype(float).tolist()
-        self._pub_gripper.publish(gripper)
-        pose = self._PoseStamped()
-        pose.header.stamp = stamp
-        pose.header.frame_id = self.frame_prefix + "base"
-        p, q = obs[EEF_POS].astype(float), obs[EEF_QUAT].astype(float)
-        pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = p
-        (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
-         pose.pose.orientation.w) = q
-        self._pub_eef.publish(pose)
-        objects = self._Float32MultiArray()
-        from std_msgs.msg import MultiArrayDimension
-        state = obs[OBJECT_STATE]
-        objects.layout.dim = [MultiArrayDimension(label=at.object_state_label(stamp_ns),
-                                                  size=int(state.size), stride=int(state.size))]
-        objects.data = state.astype(np.float32).tolist()
-        self._pub_object.publish(objects)
+        messages = at.observation_messages(
+            self._obs, stamp_ns, joint_names=self.env.joint_names,
+            gripper_names=self.env.gripper_joint_names, joint_vel=qvel[self._joint_qvel],
+            gripper_vel=qvel[self._grip_qvel], frame_prefix=self.frame_prefix)
+        for rel, msg in messages.items():
+            if rel in self._publishers_by_topic:
+                self._publishers_by_topic[rel].publish(msg)
         status = self._EpisodeStatus()
-        status.header.stamp = stamp
+        status.header.stamp = at.ns_to_stamp(stamp_ns)
         status.task, status.instruction, status.variation = self.task, self.env.instruction, self.variation
         status.episode, status.step = self.episode, self.step_index
         status.success, status.done, status.overruns = self.success, self.done, self.overruns

@@ -1,0 +1,190 @@
+"""Scripted expert driving an arm over ROS to produce demonstrations.
+
+The expert sees only what arrives on the arm's topics (the path a teleoperated real arm
+takes) and publishes ``arm/command``. Each episode: reset the arm (``arm/reset``), Record
+START, drive until the arm reports done, Record STOP with the outcome. Recording goes
+through a robot node's ``fed_ros/srv/Record`` service (``record_service``) or, with
+``record_dir`` set, through a :class:`~fed_ros.ros.recorder.Recorder` owned by this node
+(standalone: no robot node needed).
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rcl_interfaces.msg import ParameterDescriptor
+
+from fed_ros.ros.bridge_eval import ArmClient
+
+
+@dataclass
+class DemoResult:
+    """One driven episode."""
+
+    index: int
+    seed: int
+    success: bool
+    steps: int
+    path: str
+    message: str = ""
+
+
+class ExpertDriverNode(Node):
+    """Runs ``episodes`` expert episodes on one arm and records each of them."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("expert_driver", **kwargs)
+        d = ParameterDescriptor
+        self.declare_parameter("task", "lift", d(description="task family the expert solves"))
+        self.declare_parameter("variation", "default", d(description="variation the arm resets into"))
+        self.declare_parameter("episodes", 1, d(description="number of demonstrations"))
+        self.declare_parameter("seed", 0, d(description="run seed (episode seeds as collect_demos)"))
+        self.declare_parameter("noise_std", 0.0, d(description="expert action noise, in [0, 1]"))
+        self.declare_parameter("cameras", True, d(description="the arm publishes camera images"))
+        self.declare_parameter("record_service", "", d(
+            description="Record service to call (e.g. 'record'); empty: do not call one"))
+        self.declare_parameter("record_dir", "", d(
+            description="standalone recording directory (own Recorder); empty: none"))
+        self.declare_parameter("robot_id", "", d(description="robot id written into recordings"))
+        self.declare_parameter("episode_timeout_s", 120.0, d(description="give up an episode after, seconds"))
+        self.declare_parameter("connect_timeout_s", 60.0, d(description="wait for the arm, seconds"))
+
+        p = self.get_parameter
+        from fed_ros.sim.envs import TASKS
+        self.task = str(p("task").value)
+        self.variation = str(p("variation").value)
+        self.episodes = int(p("episodes").value)
+        self.seed = int(p("seed").value)
+        self.noise_std = float(p("noise_std").value)
+        self.cameras = bool(p("cameras").value)
+        self.record_service = str(p("record_service").value)
+        self.record_dir = str(p("record_dir").value)
+        self.robot_id = str(p("robot_id").value)
+        self.episode_timeout = float(p("episode_timeout_s").value)
+        self.connect_timeout = float(p("connect_timeout_s").value)
+        if self.task not in TASKS:
+            raise ValueError(f"parameter task={self.task!r} is not one of {TASKS}")
+        if self.episodes < 1:
+            raise ValueError(f"parameter episodes={self.episodes!r} must be >= 1")
+        if self.seed < 0:
+            raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
+        if not 0.0 <= self.noise_std <= 1.0:
+            raise ValueError(f"parameter noise_std={self.noise_std!r} must be in [0, 1]")
+        if self.record_service and self.record_dir:
+            raise ValueError("set either record_service or record_dir, not both "
+                             f"(got {self.record_service!r} and {self.record_dir!r})")
+
+        self.arm = ArmClient(self, cameras=self.cameras, source="expert")
+        self.recorder = None
+        self._record_client = None
+        if self.record_dir:
+            from fed_ros.ros.recorder import Recorder
+            self.recorder = Recorder(self, self.record_dir, robot_id=self.robot_id, cameras=self.cameras)
+        elif self.record_service:
+            from fed_ros.srv import Record
+            self._Record = Record
+            self._record_client = self.create_client(Record, self.record_service)
+        self.results: list[DemoResult] = []
+
+    # ------------------------------------------------------------------ recording
+    def _call_record(self, command: int, success: bool = False, instruction: str = ""):
+        request = self._Record.Request(command=command, task=self.task, instruction=instruction,
+                                       variation=self.variation, success=success)
+        future = self._record_client.call_async(request)
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        if not done.wait(30.0):
+            self._record_client.remove_pending_request(future)
+            raise TimeoutError(f"Record service {self.record_service!r} did not answer in 30 s")
+        response = future.result()
+        if not response.ok:
+            raise RuntimeError(f"Record {['START', 'STOP', 'DISCARD'][command]} refused: {response.message}")
+        return response
+
+    def _start_recording(self, instruction: str) -> None:
+        if self.recorder is not None:
+            self.recorder.start(self.task, instruction, self.variation)
+        elif self._record_client is not None:
+            self._call_record(self._Record.Request.START, instruction=instruction)
+
+    def _stop_recording(self, success: bool) -> tuple[str, int]:
+        if self.recorder is not None:
+            result = self.recorder.stop(success)
+            return str(result.path), result.num_steps
+        if self._record_client is not None:
+            response = self._call_record(self._Record.Request.STOP, success=success)
+            return response.episode_path, int(response.num_steps)
+        return "", 0
+
+    # ------------------------------------------------------------------ episodes
+    def run(self) -> list[DemoResult]:
+        """Drive all episodes (call from a thread other than the executor's)."""
+        from fed_ros.sim.collect import STREAM_COLLECT, episode_seed
+        from fed_ros.sim.experts import make_expert
+
+        if self._record_client is not None and not self._record_client.wait_for_service(
+                timeout_sec=self.connect_timeout):
+            raise TimeoutError(f"no Record service {self.record_service!r}")
+        self.arm.wait_for_arm(self.connect_timeout)
+        expert = make_expert(self.task, noise_std=self.noise_std, seed=self.seed)
+        for i in range(self.episodes):
+            seed = episode_seed(self.seed, i, STREAM_COLLECT)
+            instruction, episode = self.arm.reset(self.task, self.variation, seed)
+            self._start_recording(instruction)
+            outcome = self.arm.run_episode(expert, episode, timeout=self.episode_timeout)
+            message = "timed out" if outcome.timed_out else ""
+            try:
+                path, steps = self._stop_recording(outcome.success)
+            except (ValueError, RuntimeError) as exc:
+                # A recording that cannot become an episode is reported, never trained on.
+                path, steps, message = "", 0, str(exc)
+                self.get_logger().error(f"episode {i}: recording unusable: {exc}")
+            result = DemoResult(i, seed, outcome.success and not message, outcome.steps, path, message)
+            self.results.append(result)
+            self.get_logger().info(
+                f"episode {i + 1}/{self.episodes} seed {seed}: "
+                f"{'success' if outcome.success else 'failure'} in {outcome.steps} steps "
+                f"(overruns {outcome.overruns}){' -> ' + path if path else ''}")
+        good = sum(r.success for r in self.results)
+        self.get_logger().info(f"expert driver done: {good}/{self.episodes} successful demonstrations")
+        return self.results
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the expert driver: spin in a background thread, drive episodes, shut down."""
+    rclpy.init(args=args)
+    node = None
+    executor = MultiThreadedExecutor(num_threads=3)
+    spinner = None
+    code = 1
+    try:
+        node = ExpertDriverNode()
+        executor.add_node(node)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        results = node.run()
+        code = 0 if results and all(r.success for r in results) else 1
+    except (KeyboardInterrupt, ExternalShutdownException):
+        code = 130
+    except (ValueError, TimeoutError, RuntimeError) as exc:
+        print(f"expert driver: {exc}", file=sys.stderr)
+        code = 2
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        if node is not None:
+            if node.recorder is not None:
+                node.recorder.destroy()
+            node.destroy_node()
+        rclpy.try_shutdown()
+        if spinner is not None:
+            spinner.join(timeout=2.0)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

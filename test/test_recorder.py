@@ -1,0 +1,256 @@
+"""Recorder: rosbag2/MCAP layout read back by independent readers, conversion to Episode,
+refusal of failed / incomplete recordings, and recording over real DDS from a tiny arm."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fed_ros.core.episode import (
+    AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
+    WRIST_IMAGE, Episode)
+from fed_ros.ros import arm_topics as at
+from fed_ros.ros.recorder import (
+    EPISODE_CACHE, RECORDED_TOPICS, Recorder, RecordingError, Rosbag2McapWriter,
+    load_recorded_episodes, recording_to_episode)
+
+JOINTS = [f"robot0_joint{i}" for i in range(1, 8)]
+FINGERS = ["gripper0_finger_joint1", "gripper0_finger_joint2"]
+T0 = 1_700_000_000_000_000_000
+
+
+def synthetic_ticks(n: int, seed: int = 0, size: int = 16):
+    """n ticks of (stamp, observation, applied action) with random content."""
+    rng = np.random.default_rng(seed)
+    ticks = []
+    for k in range(n):
+        obs = {
+            AGENTVIEW_IMAGE: rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
+            WRIST_IMAGE: rng.integers(0, 256, (size, size, 3), dtype=np.uint8),
+            JOINT_POS: rng.normal(size=7).astype(np.float32),
+            GRIPPER_QPOS: rng.normal(size=2).astype(np.float32),
+            EEF_POS: rng.normal(size=3).astype(np.float32),
+            EEF_QUAT: rng.normal(size=4).astype(np.float32),
+            OBJECT_STATE: rng.normal(size=OBJECT_STATE_DIM).astype(np.float32),
+        }
+        action = rng.uniform(-1, 1, 4).astype(np.float32)
+        ticks.append((T0 + k * 50_000_000, obs, action))
+    return ticks
+
+
+def tick_messages(stamp_ns, obs, action, episode=1, step=0, done=False, omit=()):
+    """Messages of one tick keyed by relative topic, in the bridge's publishing order."""
+    from fed_ros.msg import ArmCommand, EpisodeStatus
+    applied = ArmCommand()
+    applied.header.stamp = at.ns_to_stamp(stamp_ns)
+    applied.action = action[:3].tolist()
+    applied.gripper = float(action[3])
+    applied.source = "test"
+    msgs = {at.APPLIED_COMMAND_TOPIC: applied}
+    msgs.update(at.observation_messages(obs, stamp_ns, joint_names=JOINTS, gripper_names=FINGERS))
+    status = EpisodeStatus()
+    status.header.stamp = at.ns_to_stamp(stamp_ns)
+    status.task, status.episode, status.step, status.done = "lift", episode, step, done
+    msgs[at.EPISODE_STATUS_TOPIC] = status
+    return {rel: m for rel, m in msgs.items() if rel not in omit}
+
+
+def write_bag(directory: Path, ticks, *, success=True, omit=(), cameras=True) -> Path:
+    """A bag as the Recorder writes it, built directly with the writer."""
+    from rclpy.serialization import serialize_message
+    writer = Rosbag2McapWriter(directory)
+    for rel, msgtype in RECORDED_TOPICS.items():
+        if rel not in omit and (cameras or rel not in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)):
+            writer.add_topic("/robot_1/" + rel, msgtype, at.qos_for(rel))
+    for k, (stamp, obs, action) in enumerate(ticks):
+        for rel, msg in tick_messages(stamp, obs, action, step=k, omit=omit).items():
+            if cameras or rel not in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC):
+                writer.write("/robot_1/" + rel, serialize_message(msg), stamp + 1000)
+    writer.close({"robot_id": "robot_1", "task": "lift", "instruction": "lift the red cube",
+                  "variation": "default", "success": "true" if success else "false",
+                  "cameras": "true" if cameras else "false", "arm_namespace": "/robot_1"})
+    return directory
+
+
+def test_bag_reopens_with_rosbags_and_mcap_readers(tmp_path):
+    ticks = synthetic_ticks(5)
+    path = write_bag(tmp_path / "ep", ticks)
+    assert (path / "metadata.yaml").is_file() and (path / "ep_0.mcap").is_file()
+
+    from rosbags.highlevel import AnyReader
+    with AnyReader([path]) as reader:  # registers types from the bag, checks RIHS01 hashes
+        conns = [c for c in reader.connections if c.topic == "/robot_1/arm/applied_command"]
+        actions = [reader.deserialize(raw, c.msgtype).action for c, _, raw in reader.messages(conns)]
+        images = [c for c in reader.connections if c.topic.endswith("agentview/image_raw")]
+        first = next(reader.deserialize(raw, c.msgtype) for c, _, raw in reader.messages(images))
+    np.testing.assert_allclose(np.stack(actions), np.stack([a[:3] for _, _, a in ticks]), rtol=1e-6)
+    assert first.encoding == "rgb8"
+    assert np.array_equal(np.asarray(first.data).reshape(16, 16, 3), ticks[0][1][AGENTVIEW_IMAGE])
+
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+    with open(path / "ep_0.mcap", "rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        grippers = [m.gripper for _, ch, _, m in reader.iter_decoded_messages(
+            topics=["/robot_1/arm/applied_command"])]
+    np.testing.assert_allclose(grippers, [a[3] for _, _, a in ticks], rtol=1e-6)
+
+
+def test_rosbags_reader_sees_episode_metadata(tmp_path):
+    from rosbags.rosbag2 import Reader
+    path = write_bag(tmp_path / "ep", synthetic_ticks(2), success=False)
+    with Reader(path) as reader:
+        custom = reader.storage.metadata.custom
+        topics = set(reader.topics)
+    assert custom["robot_id"] == "robot_1" and custom["success"] == "false"
+    assert custom["instruction"] == "lift the red cube"
+    assert "/robot_1/arm/command" in topics
+
+
+def test_conversion_pairs_observations_with_applied_actions(tmp_path):
+    ticks = synthetic_ticks(6)
+    path = write_bag(tmp_path / "ep", ticks)
+    episode = recording_to_episode(path)
+    assert len(episode) == 6 and episode.success and episode.robot_id == "robot_1"
+    assert episode.instruction == "lift the red cube"
+    np.testing.assert_array_equal(episode.actions, np.stack([a for _, _, a in ticks]))
+    for key in (AGENTVIEW_IMAGE, WRIST_IMAGE, JOINT_POS, OBJECT_STATE, EEF_QUAT):
+        np.testing.assert_allclose(episode.observations[key], np.stack([o[key] for _, o, _ in ticks]),
+                                   rtol=1e-6)
+    cached = Episode.load(path / EPISODE_CACHE)
+    np.testing.assert_array_equal(cached.actions, episode.actions)
+
+
+def test_missing_topic_fails_naming_it(tmp_path):
+    path = write_bag(tmp_path / "ep", synthetic_ticks(3), omit=(at.OBJECT_STATE_TOPIC,))
+    with pytest.raises(RecordingError, match="/robot_1/arm/object_state"):
+        recording_to_episode(path)
+
+
+def test_failed_and_unfinished_recordings_are_never_trained_on(tmp_path):
+    write_bag(tmp_path / "good", synthetic_ticks(3))
+    bad = write_bag(tmp_path / "bad", synthetic_ticks(3, seed=1), success=False)
+    with pytest.raises(RecordingError, match="failed"):
+        recording_to_episode(bad)
+    assert recording_to_episode(bad, allow_failed=True).success is False
+    assert not (bad / EPISODE_CACHE).exists()
+    unfinished = write_bag(tmp_path / "unfinished", synthetic_ticks(3))
+    (unfinished / "metadata.yaml").unlink()
+    with pytest.raises(RecordingError, match="not a finished recording"):
+        recording_to_episode(unfinished)
+    episodes = load_recorded_episodes(tmp_path)
+    assert [e.metadata["recording"] for e in episodes] == [str(tmp_path / "good")]
+
+
+def test_too_many_lost_observations_fail(tmp_path):
+    from rclpy.serialization import serialize_message
+    ticks = synthetic_ticks(4)
+    writer = Rosbag2McapWriter(tmp_path / "ep")
+    for rel, msgtype in RECORDED_TOPICS.items():
+        writer.add_topic("/" + rel, msgtype)
+    for k, (stamp, obs, action) in enumerate(ticks):
+        for rel, msg in tick_messages(stamp, obs, action, step=k).items():
+            if rel == at.WRIST_TOPIC and k % 2:
+                continue  # half of the wrist frames lost
+            writer.write("/" + rel, serialize_message(msg), stamp)
+    writer.close({"task": "lift", "success": "true", "cameras": "true"})
+    with pytest.raises(RecordingError, match="lack observations"):
+        recording_to_episode(tmp_path / "ep")
+    episode = recording_to_episode(tmp_path / "ep", max_dropped_fraction=0.5, use_cache=False)
+    np.testing.assert_array_equal(episode.actions, np.stack([ticks[0][2], ticks[2][2]]))
+
+
+# --- over real DDS ------------------------------------------------------------------------
+
+class TinyArm:
+    """A minimal arm driver publishing synthetic ticks on the arm topics (no simulator)."""
+
+    def __init__(self, node, omit=()):
+        from fed_ros.msg import ArmCommand, EpisodeStatus
+        from geometry_msgs.msg import PoseStamped
+        from sensor_msgs.msg import Image, JointState
+        from std_msgs.msg import Float32MultiArray, String
+        types = {at.AGENTVIEW_TOPIC: Image, at.WRIST_TOPIC: Image, at.JOINT_STATES_TOPIC: JointState,
+                 at.GRIPPER_STATE_TOPIC: JointState, at.EEF_POSE_TOPIC: PoseStamped,
+                 at.OBJECT_STATE_TOPIC: Float32MultiArray, at.APPLIED_COMMAND_TOPIC: ArmCommand,
+                 at.EPISODE_STATUS_TOPIC: EpisodeStatus, at.TASK_TOPIC: String}
+        self.omit = omit
+        self.pubs = {rel: node.create_publisher(t, rel, at.qos_for(rel, subscriber=False))
+                     for rel, t in types.items() if rel not in omit}
+        self.pubs[at.TASK_TOPIC].publish(String(data="lift the red cube"))
+
+    def wait_for_subscribers(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while any(p.get_subscription_count() == 0 for p in self.pubs.values()):
+            assert time.monotonic() < deadline, "recorder subscriptions never matched"
+            time.sleep(0.05)
+
+    def publish(self, ticks):
+        for k, (stamp, obs, action) in enumerate(ticks):
+            for rel, msg in tick_messages(stamp, obs, action, step=k, omit=self.omit).items():
+                self.pubs[rel].publish(msg)
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def ros_context(ros_env):
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    nodes = []
+
+    def make(name):
+        node = rclpy.create_node(name, context=context)
+        executor.add_node(node)
+        nodes.append(node)
+        return node
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        yield make
+    finally:
+        executor.shutdown()
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5)
+
+
+def test_recorder_over_dds_records_what_was_applied(ros_context, tmp_path):
+    ticks = synthetic_ticks(12, seed=3)
+    recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")
+    arm = TinyArm(ros_context("tiny_arm"))
+    arm.wait_for_subscribers()
+    time.sleep(0.3)  # latched instruction delivered
+    path = recorder.start("lift", "lift the red cube", "default")
+    arm.publish(ticks)
+    result = recorder.stop(success=True, timeout=5.0)
+    assert result.path == path and result.success and result.num_steps == 12
+    np.testing.assert_array_equal(result.episode.actions, np.stack([a for _, _, a in ticks]))
+    np.testing.assert_array_equal(result.episode.observations[WRIST_IMAGE],
+                                  np.stack([o[WRIST_IMAGE] for _, o, _ in ticks]))
+    assert (path / EPISODE_CACHE).is_file()
+    from rosbags.highlevel import AnyReader
+    with AnyReader([path]) as reader:
+        task = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()
+                if c.topic == "/arm/task"]
+    assert task == ["lift the red cube"]
+    # A discarded episode leaves nothing behind.
+    discarded = recorder.start("lift")
+    arm.publish(ticks[:2])
+    assert recorder.discard() == discarded and not discarded.exists()
+
+
+def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
+    recorder = Recorder(ros_context("robot"), tmp_path)
+    arm = TinyArm(ros_context("tiny_arm"), omit=(at.WRIST_TOPIC,))
+    arm.wait_for_subscribers()
+    recorder.start("lift")
+    arm.publish(synthetic_ticks(3))
+    with pytest.raises(RecordingError, match="/arm/wrist/image_raw"):
+        recorder.stop(success=True, timeout=0.5)
