@@ -1,0 +1,143 @@
+"""FedDRMan server step: CUA partition + per-cluster FedAvg + SRB + persistent cluster models.
+
+Round r, participating robots k with full models theta_k:
+1. v_k = vec((theta_k - theta^0)|Omega), S = cosine(v_i, v_j)      (CUA, Eq. 10)
+2. {G_s} = argmax over partitions into exactly C groups              (Eq. 11-12, `cua.py`)
+3. group ids are matched to the previous clusters (Hungarian on member overlap), so a
+   cluster keeps its id and its persistent model theta_s across rounds
+4. theta_avg,s = sum_{k in G_s} n_k/sum n_j theta_k (all groups in one GEMM)
+5. Delta_s = theta_avg,s - theta_s;  SRB on eligible 2-D blocks of Delta_s   (Eq. 13-14)
+6. theta_s^{r+1} = theta_s^r + Delta~_s
+Robots that did not take part keep their assignment. Ablations: use_cua=False puts all
+robots in one cluster (C = 1); use_srb=False skips step 5 (theta_s^{r+1} = theta_avg,s).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from fed_ros.core.aggregate import cosine_similarity_matrix
+from fed_ros.core.cua import cua_partition
+from fed_ros.core.params import prefix_columns
+from fed_ros.core.srb import apply_srb, eligible_blocks
+from fed_ros.core.strategy import (ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly,
+                                   match_cluster_ids)
+
+log = logging.getLogger("fed_ros.core.feddrman")
+
+
+class FedDRManStrategy(Strategy):
+    """FedDRMan compatibility-aware clustered spectral aggregation (see module docstring)."""
+
+    name = "feddrman"
+
+    def __init__(self, *, num_clusters: int = 1, beta: float = 0.9, use_cua: bool = True, use_srb: bool = True,
+                 omega_prefixes: Sequence[str] = ("temporal.",), cua_method: str = "auto",
+                 singleton_intra: float = 1.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
+                 srb_exclude: Sequence[str] = (), seed: int = 0, **kw: Any) -> None:
+        super().__init__(**kw)
+        if not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
+            raise ValueError(f"num_clusters must be an int >= 1, got {num_clusters!r}")
+        if not (isinstance(beta, (int, float)) and 0.0 <= beta <= 1.0):
+            raise ValueError(f"beta must be in [0, 1], got {beta!r}")
+        if cua_method not in ("auto", "exact", "scalable"):
+            raise ValueError(f"cua_method {cua_method!r} not in ('auto', 'exact', 'scalable')")
+        if isinstance(omega_prefixes, str):
+            omega_prefixes = (omega_prefixes,)
+        if not math.isfinite(singleton_intra):
+            raise ValueError(f"singleton_intra must be finite, got {singleton_intra!r}")
+        self.num_clusters = int(num_clusters)
+        self.beta = float(beta)
+        self.use_cua = bool(use_cua)
+        self.use_srb = bool(use_srb)
+        self.omega_prefixes = tuple(omega_prefixes)
+        self.cua_method = cua_method
+        self.singleton_intra = float(singleton_intra)
+        self.srb_prefixes = tuple(srb_prefixes) if srb_prefixes else None
+        self.srb_min_dim = int(srb_min_dim)
+        self.srb_exclude = tuple(srb_exclude)
+        self.seed = int(seed)
+        self._omega: np.ndarray | slice | None = None
+        self._omega_all = False
+
+    @property
+    def effective_clusters(self) -> int:
+        """C used for partitioning (1 when CUA is ablated)."""
+        return self.num_clusters if self.use_cua else 1
+
+    def _setup(self, robot_ids: list[str]) -> None:
+        # All C persistent models start at theta^0 (one shared read-only array, no copies).
+        self._models = {s: self._theta0 for s in range(self.effective_clusters)}
+        self._assign = {rid: [(0, 1.0)] for rid in robot_ids}
+        self._resolve_omega()
+
+    def _resolve_omega(self) -> None:
+        cols = prefix_columns(self._manifest, self.omega_prefixes)
+        empty = isinstance(cols, np.ndarray) and cols.size == 0
+        self._omega_all = empty
+        if empty:
+            msg = (f"FedDRMan: no tensor matches omega_prefixes {list(self.omega_prefixes)}; "
+                   "CUA falls back to ALL parameters for update similarity")
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            log.warning(msg)
+            self._omega = slice(0, self._theta0.shape[0])
+        else:
+            self._omega = cols
+
+    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
+                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
+        """CUA -> per-cluster FedAvg -> SRB -> persistent cluster models (ids stable across rounds)."""
+        prep = self._prepare(round_idx, updates)
+        K = len(prep.robot_ids)
+        C = self.effective_clusters
+        if K < C:
+            raise ValueError(f"FedDRMan round {round_idx}: K={K} updates < num_clusters C={C}")
+        diag: dict[str, Any] = {"round": round_idx, "robots": prep.robot_ids, "num_clusters": C,
+                                "omega": "all" if self._omega_all else list(self.omega_prefixes)}
+        if C > 1:
+            # Accumulated update from the common initialisation, restricted to Omega (K x |Omega|).
+            V = prep.stacked[:, self._omega] - self._theta0[self._omega][None, :]
+            if not np.isfinite(V).all():
+                bad = int(np.argwhere(~np.isfinite(V).all(axis=1))[0][0])
+                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values")
+            S = cosine_similarity_matrix(V)
+            del V
+            res = cua_partition(S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed)
+            groups = res.groups()
+            diag.update({"similarity": S.round(6).tolist(), "partition": res.labels.tolist(),
+                         "objective": res.objective, "cua_method": res.method})
+        else:
+            groups = [list(range(K))]
+        previous = {rid: self._assign[rid][0][0] for rid in prep.robot_ids if rid in self._assign}
+        ids = match_cluster_ids([[prep.robot_ids[i] for i in g] for g in groups], previous, list(self._models))
+        references = [self._models.get(cid, self._theta0) for cid in ids]
+        avg = self._average_groups(prep, groups, references=references)   # (C, P), new buffer
+        srb_info: dict[str, Any] = {}
+        blocks = eligible_blocks(self._manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude)
+        for g, cid in enumerate(ids):
+            theta = references[g]
+            if self.use_srb and blocks:
+                row = avg[g]
+                row -= theta                                           # Delta_s, in place
+                info = apply_srb(row, self._manifest, self.beta, blocks)
+                row += theta                                           # theta_s + Delta~_s
+                srb_info[str(cid)] = {name: i.to_json() for name, i in info.items()}
+            self._models[cid] = _readonly(avg[g])
+        for g, cid in zip(groups, ids):
+            for i in g:
+                self._assign[prep.robot_ids[i]] = [(cid, 1.0)]
+        diag.update({"groups": {str(cid): [prep.robot_ids[i] for i in g] for g, cid in zip(groups, ids)},
+                     "srb": srb_info, "beta": self.beta, "use_cua": self.use_cua, "use_srb": self.use_srb})
+        return self._result(diag)
+
+    def _extra_meta(self) -> dict[str, Any]:
+        return {"num_clusters": self.num_clusters, "beta": self.beta, "use_cua": self.use_cua,
+                "use_srb": self.use_srb, "omega_prefixes": list(self.omega_prefixes)}
+
+    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+        self._resolve_omega()
