@@ -1,0 +1,409 @@
+"""`fed-ros bench federation`: the seed papers' claims on MuJoCo arms, in-process (no ROS).
+
+Experiments (each result cell is a JSON file under ``<out>/cells``; reruns skip finished
+cells, ``--force`` recomputes):
+
+* ``cross``: cross-family fleet (conflicting families) x methods x seeds -> success table,
+  success-vs-round, co-assignment heat maps, update similarity (FedDRMan Fig. 5).
+* ``same``: same-family fleet (Lift variations, Dirichlet alpha=0.5) x methods x seeds.
+* ``overlap``: FeDepth overlap-ratio sweep on overlapping domains (soft vs hard).
+* ``rnd``: RND federations on clustered feature skew: ARI vs the latent groups, novelty
+  matrix, clustering compute vs IFCA's (ratio).
+* ``partition``: loss vs alpha for embedding- vs task-based Dirichlet splits.
+
+Demonstrations come from the scripted experts without cameras and are cached as Episode
+``.npz`` under ``<out>/demos``. Output: ``<out>/report.md``, ``<out>/*.png``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from fed_ros.bench import federation_report as R
+from fed_ros.bench.federation_run import CellSpec, DemoCache, cell_path, run_cell, save_json
+from fed_ros.bench.federation_settings import (METHODS, PROFILES, Profile, cross_family, fedepth_method,
+                                               overlap_setting, same_family, with_overrides)
+
+EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition")
+log = logging.getLogger("fed_ros.bench.federation")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fed-ros bench federation", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the <= 10 min profile (same as --profile quick)")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    ap.add_argument("--out", default="runs/bench_federation", help="output directory")
+    ap.add_argument("--only", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
+    ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
+    ap.add_argument("--robots", type=int, help="override K robots")
+    ap.add_argument("--rounds", type=int, help="override rounds")
+    ap.add_argument("--local-steps", type=int, help="override optimiser steps per robot per round")
+    ap.add_argument("--demos", type=int, help="override demos per robot")
+    ap.add_argument("--eval-episodes", type=int, help="override closed-loop episodes per (model, family)")
+    ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
+    ap.add_argument("--force", action="store_true", help="recompute finished cells")
+    return ap
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    base = PROFILES["quick" if args.quick else args.profile]
+    prof = with_overrides(base, robots=args.robots, rounds=args.rounds, local_steps=args.local_steps,
+                          demos_per_robot=args.demos, eval_episodes=args.eval_episodes,
+                          seeds=tuple(args.seeds) if args.seeds else None)
+    if args.methods:
+        unknown = [m for m in args.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
+        prof = with_overrides(prof, methods_cross=tuple(args.methods), methods_same=tuple(args.methods))
+    if prof.robots < 2:
+        raise ValueError(f"--robots must be >= 2, got {prof.robots}")
+    if prof.rounds < 1 or prof.local_steps < 1 or prof.eval_episodes < 1 or prof.demos_per_robot < 2:
+        raise ValueError(f"rounds/local-steps/eval-episodes must be >= 1 and demos >= 2, got {prof}")
+    return prof
+
+
+def _run_or_load(spec: CellSpec, out: Path, cache: DemoCache, force: bool, bar: Any) -> dict[str, Any]:
+    path = cell_path(out, spec)
+    if path.is_file() and not force:
+        bar.set_postfix_str(f"cached {spec.key}")
+        return json.loads(path.read_text())
+    bar.set_postfix_str(spec.key)
+    try:
+        rec = run_cell(spec, cache, progress=lambda s: bar.set_postfix_str(s))
+    except (ValueError, ImportError, NotImplementedError, AttributeError, TypeError, KeyError) as exc:
+        # A method whose component is unavailable or misconfigured is reported, not fatal,
+        # so the rest of the table is still produced; the cell is not saved (retried later).
+        log.warning("cell %s failed: %s", spec.key, exc)
+        return {"setting": spec.setting.name, "method": spec.method.name, "seed": spec.seed,
+                "error": f"{type(exc).__name__}: {exc}", "rounds": [], "evals": [], "final": {}}
+    save_json(path, rec)
+    return rec
+
+
+def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequence[str],
+                 force: bool) -> list[dict[str, Any]]:
+    """Cross/same-family method grids and the FeDepth overlap sweep."""
+    specs: list[CellSpec] = []
+    for seed in prof.seeds:
+        if "cross" in experiments:
+            specs += [CellSpec(cross_family(prof), METHODS[m], seed, prof) for m in prof.methods_cross]
+        if "same" in experiments:
+            specs += [CellSpec(same_family(prof, seed=seed), METHODS[m], seed, prof) for m in prof.methods_same]
+        if "overlap" in experiments:
+            ov = overlap_setting(prof)
+            specs += [CellSpec(ov, fedepth_method(o), seed, prof) for o in prof.overlaps]
+            specs += [CellSpec(ov, METHODS["fedavg"], seed, prof), CellSpec(ov, METHODS["local"], seed, prof)]
+    cells = []
+    with tqdm(specs, desc="federation cells", unit="cell") as bar:
+        for spec in bar:
+            cells.append(_run_or_load(spec, out, cache, force, bar))
+    return cells
+
+
+# --------------------------------------------------------------------------- RND
+
+
+def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
+    """RND federations on clustered feature skew: ARI, novelty matrix, cost vs IFCA."""
+    from fed_ros.bench.federation_run import _ifca_pick, compute_descriptors, hard_clusters
+    from fed_ros.bench.federation_settings import rnd_setting
+    from fed_ros.core.params import flatten
+    from fed_ros.core.partition import adjusted_rand_index
+    from fed_ros.core.strategy import ClientUpdate, make_strategy
+    from fed_ros.learning.trainer import initial_state_dict
+
+    path = out / "cells" / "rnd_feature_skew.json"
+    if path.is_file() and not force:
+        return json.loads(path.read_text())
+    setting = rnd_setting(prof)
+    cfg = prof.policy_config()
+    data = cache.robot_data(setting)
+    ids = setting.robot_ids
+    groups = [setting.dominant_family(n) for n in range(len(ids))]
+    runs = []
+    for seed in prof.seeds:
+        theta0 = initial_state_dict(cfg, seed=seed, episodes=[e for r in ids for e in data[r]])
+        rnd = make_strategy("rnd")
+        rnd.initialize(theta0, ids)
+        rnd.configure_round(0, ids)
+        t0 = time.perf_counter()
+        descs, extra = compute_descriptors({"rnd"}, data, cfg, {r: theta0 for r in ids}, seed)
+        updates = [ClientUpdate(robot_id=r, params=theta0, num_samples=sum(len(e) for e in data[r]), base_round=0)
+                   for r in ids]
+        result = rnd.aggregate_round(0, updates, descs)
+        rnd_s = time.perf_counter() - t0
+        labels = hard_clusters({k: [[c, w] for c, w in v] for k, v in result.assignments.items()}, ids)
+        ari = adjusted_rand_index(labels, groups)
+        # IFCA's clustering step for the same fleet: every robot evaluates all C cluster models.
+        ifca = make_strategy("ifca", num_clusters=setting.num_clusters)
+        ifca.initialize(theta0, ids)
+        mems = ifca.configure_round(0, ids)
+        ifca_s = sum(_ifca_pick(ifca, mems[r], data[r], cfg)[1] for r in ids)
+        runs.append({"seed": seed, "ari": ari, "clusters": labels, "scores": extra.get("rnd_scores"),
+                     "rnd_cluster_s": rnd_s, "ifca_cluster_s_per_round": ifca_s,
+                     "diagnostics": {k: v for k, v in result.diagnostics.items()
+                                     if isinstance(v, (int, float, str))}})
+    rec = {"setting": setting.name, "robots": ids, "groups": groups, "runs": runs,
+           "ari_mean": float(np.mean([r["ari"] for r in runs])),
+           "ari_min": float(np.min([r["ari"] for r in runs]))}
+    save_json(path, rec)
+    return rec
+
+
+# --------------------------------------------------------------------------- partition study
+
+
+def _segments(eps: Sequence[Any], length: int) -> list[Any]:
+    """Cut episodes into fixed-length segments (the pool items of the partition study)."""
+    from fed_ros.core.episode import Episode
+
+    out = []
+    for e in eps:
+        for s in range(0, len(e) - length + 1, length):
+            out.append(Episode(task=e.task, instruction=e.instruction,
+                               observations={k: v[s:s + length] for k, v in e.observations.items()},
+                               actions=e.actions[s:s + length], variation=e.variation, success=True,
+                               metadata={"segment": str(s)}))
+    return out
+
+
+def segment_embeddings(sd: dict[str, np.ndarray], segs: Sequence[Any], cfg: Any) -> np.ndarray:
+    """(N, E) penultimate-layer (action-token) embeddings averaged over each segment."""
+    import torch
+
+    from fed_ros.learning.dataset import DemoDataset
+    from fed_ros.learning.modeling_policy import build_policy
+    from fed_ros.learning.weights import load_state_dict_into
+
+    model = load_state_dict_into(build_policy(cfg, seed=0), sd).eval()
+    out = []
+    with torch.no_grad():
+        for seg in segs:
+            data = DemoDataset([seg], cfg)
+            batch = data.torch_batch(np.arange(len(data)), torch.device("cpu"))
+            emb = model.compute(batch).embedding[:, -1]  # last step of each window: B,E
+            out.append(emb.mean(0).numpy())
+    return np.stack(out).astype(np.float64)
+
+
+def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
+    """Loss vs alpha for task- (variation-label) and embedding-based splits under FedAvg."""
+    from fed_ros.core import partition as P
+    from fed_ros.core.params import flatten, unflatten, manifest_of
+    from fed_ros.learning.dataset import DemoDataset
+    from fed_ros.learning.modeling_policy import build_policy
+    from fed_ros.learning.trainer import TrainerConfig, evaluate_nll, initial_state_dict, train_local
+    from fed_ros.learning.weights import load_state_dict_into
+
+    path = out / "cells" / "partition_alpha.json"
+    if path.is_file() and not force:
+        return json.loads(path.read_text())
+    cfg = prof.policy_config()
+    seg_len = 8
+    variations = ("default", "small_objects", "big_objects")
+    per_var = max(2, int(math.ceil(prof.partition_segments / len(variations) / 5)))
+    eps, held = [], []
+    for v in variations:
+        pool = cache.pool("lift", v, per_var + 2)
+        eps += pool[:per_var]
+        held += pool[per_var:per_var + 2]
+    segs = _segments(eps, seg_len)
+    labels = [s.variation for s in segs]
+    seed = prof.seeds[0]
+    theta0 = initial_state_dict(cfg, seed=seed, episodes=eps)
+    tc = TrainerConfig(lr=prof.lr, epochs=10_000, max_steps=prof.local_steps * 4, device="cpu",
+                       progress=False, val_fraction=0.0, use_sub=False, use_act=False, seed=seed)
+    t0 = time.perf_counter()
+    central = train_local(theta0, segs, cfg, tc, val_episodes=[]).params  # the "task-trained" model
+    emb = segment_embeddings(central, segs, cfg)
+    k = min(16, len(segs) // 4)
+    km = P.kmeans(emb, k, seed=seed)
+    diag = {"k": k, "segments": len(segs), "segment_len": seg_len,
+            "ari_clusters_vs_variation": P.adjusted_rand_index(km.labels, labels),
+            "silhouette_vs_k": P.silhouette_vs_k(emb, [k2 for k2 in (2, 4, 8, 16) if k2 < len(segs) // 2], seed=seed),
+            "stability_ari": P.kmeans_stability(emb, k, seeds=(0, 1, 2)),
+            "embedding_s": time.perf_counter() - t0}
+    held_data = DemoDataset(held, cfg)
+    K = prof.robots
+    results: dict[str, dict[str, float]] = {"task": {}, "embedding": {}}
+    comps: dict[str, str] = {}
+    for kind in ("task", "embedding"):
+        for alpha in prof.alphas:
+            part = (P.task_split(labels, K, alpha, seed=seed) if kind == "task"
+                    else P.dirichlet_split(km.labels, K, alpha, seed=seed, kind="embedding"))
+            comps[f"{kind}_alpha{alpha:g}"] = P.composition_table(part)
+            theta = theta0
+            for r in range(prof.partition_rounds):
+                ups, ns = [], []
+                for n in range(K):
+                    robot_segs = [segs[i] for i in part.indices[n]]
+                    if not robot_segs:
+                        continue
+                    res = train_local(theta, robot_segs, cfg, tc.replace(max_steps=prof.local_steps, seed=seed + 97 * r + n),
+                                      val_episodes=[])
+                    ups.append(flatten(res.params))
+                    ns.append(res.num_samples)
+                w = np.asarray(ns, dtype=np.float64) / sum(ns)
+                theta = unflatten((np.stack(ups) * w[:, None]).sum(0).astype(np.float32), manifest_of(theta0))
+            model = load_state_dict_into(build_policy(cfg, seed=0), theta)
+            results[kind][f"{alpha:g}"] = evaluate_nll(model, held_data)
+    rec = {"alphas": list(prof.alphas), "loss": results, "diagnostics": diag, "compositions": comps,
+           "gap": {kind: results[kind][f"{min(prof.alphas):g}"] - results[kind][f"{max(prof.alphas):g}"]
+                   for kind in results}}
+    save_json(path, rec)
+    return rec
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _claims(cells: list[dict[str, Any]], rnd: dict | None, part: dict | None) -> list[str]:
+    g = R.group_cells(cells)
+    lines = []
+
+    def mean(setting: str, m: str) -> float | None:
+        return R.success_stats(g.get((setting, m), []))["mean"]
+
+    fa, fd, nc = mean("cross_family", "fedavg"), mean("cross_family", "feddrman"), mean("cross_family", "feddrman_no_cua")
+    if fa is not None and fd is not None:
+        ok = fd >= fa + 0.20
+        lines.append(f"- Cross-family FedDRMan {100 * fd:.1f}% vs FedAvg {100 * fa:.1f}% "
+                     f"(+{100 * (fd - fa):.1f} pp; claim >= +20 pp): {'REPRODUCED' if ok else 'NOT reproduced'}")
+    if nc is not None and fd is not None and fa is not None:
+        ok = abs(nc - fa) < abs(nc - fd)
+        lines.append(f"- FedDRMan without CUA {100 * nc:.1f}% (FedAvg {100 * fa:.1f}%, FedDRMan "
+                     f"{100 * fd:.1f}%): {'collapses towards FedAvg' if ok else 'does NOT collapse towards FedAvg'}")
+    same, cross = R.coassign_stats([c for c in g.get(("cross_family", "feddrman"), []) if not c.get("error")])
+    if same is not None:
+        ok = same >= 0.95 and cross <= 0.05
+        lines.append(f"- FedDRMan co-clustering: same-family pairs {100 * same:.0f}% of rounds (claim >= 95%), "
+                     f"cross-family {100 * cross:.0f}% (claim <= 5%): {'REPRODUCED' if ok else 'NOT reproduced'}")
+    if rnd and rnd.get("runs"):
+        ratio = np.mean([r["ifca_cluster_s_per_round"] / max(r["rnd_cluster_s"], 1e-9) for r in rnd["runs"]])
+        lines.append(f"- RND federations ARI vs latent groups: mean {rnd['ari_mean']:.3f}, min {rnd['ari_min']:.3f} "
+                     f"(claim >= 0.9: {'REPRODUCED' if rnd['ari_min'] >= 0.9 else 'NOT reproduced'}); "
+                     f"IFCA clustering compute per round / RND clustering compute = {ratio:.2f}x")
+    soft = R.success_stats(g.get(("overlap", "fedepth_ov020"), []))["mean"]
+    hard = R.success_stats(g.get(("overlap", "fedepth_ov000"), []))["mean"]
+    if soft is not None and hard is not None:
+        lines.append(f"- FeDepth on overlapping domains: soft (20%) {100 * soft:.1f}% vs hard {100 * hard:.1f}%: "
+                     f"{'soft >= hard REPRODUCED' if soft >= hard else 'soft < hard, NOT reproduced'}")
+    if part:
+        lines.append(f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} (held-out NLL, FedAvg): "
+                     f"embedding-based {part['gap']['embedding']:+.3f}, task-based {part['gap']['task']:+.3f} "
+                     f"(claim: embedding gap > task gap: "
+                     f"{'REPRODUCED' if part['gap']['embedding'] > part['gap']['task'] else 'NOT reproduced'})")
+    return lines
+
+
+def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dict | None,
+                 part: dict | None, wall_s: float) -> Path:
+    """report.md with the tables, claims and plot links; PNGs next to it."""
+    g = R.group_cells(cells)
+    md = [f"# fed-ros bench federation — profile `{prof.name}`", "",
+          f"K={prof.robots} robots, {prof.rounds} rounds x {prof.local_steps} local steps, "
+          f"{prof.demos_per_robot} demos/robot, {prof.eval_episodes} seeded rollouts per (model, family), "
+          f"seeds {list(prof.seeds)}; low-dim GMM policy {prof.policy_config().to_dict()['embed_dim']}-d; "
+          f"wall {wall_s:.0f} s.", "", "## Claims", ""]
+    md += _claims(cells, rnd, part) or ["- (no claim cells ran)"]
+    for setting, methods in (("cross_family", prof.methods_cross), ("same_family", prof.methods_same),
+                             ("overlap", [f"fedepth_ov{int(round(o * 100)):03d}" for o in prof.overlaps]
+                              + ["fedavg", "local"])):
+        if not any(s == setting for s, _ in g):
+            continue
+        md += ["", f"## {setting}: success rate (%) per family, mean ± std over seeds", "",
+               R.method_table(setting, g, methods)]
+        png = R.plot_success_vs_round(out / f"{setting}_success_vs_round.png", setting, g, methods)
+        md += ["", f"![success vs round]({png.name})"]
+        for m in ("feddrman", "ifca", "rnd", "fedepth_soft", "fedepth_ov020", "feddrman_no_cua"):
+            cells_m = [c for c in g.get((setting, m), []) if not c.get("error") and c.get("rounds")]
+            if cells_m and cells_m[0]["rounds"][0].get("coassign"):
+                png = R.plot_coassignment(out / f"{setting}_{m}_coassignment.png", cells_m[0])
+                md += [f"![{m} co-assignment]({png.name})"]
+        sim_cells = [c for m in ("fedavg", "feddrman") for c in g.get((setting, m), [])[:1]
+                     if not c.get("error") and c.get("rounds")]
+        if sim_cells:
+            png = R.plot_update_similarity(out / f"{setting}_update_similarity.png", sim_cells)
+            md += [f"![update similarity]({png.name})"]
+    if any(s == "overlap" for s, _ in g):
+        xs, ys = [], []
+        for o in prof.overlaps:
+            st = R.success_stats(g.get(("overlap", f"fedepth_ov{int(round(o * 100)):03d}"), []))
+            if st["mean"] is not None:
+                xs.append(100 * o)
+                ys.append(100 * st["mean"])
+        md += ["", "## FeDepth overlap-ratio sensitivity", "", "| overlap ratio | success (%) |", "|---|---|"]
+        md += [f"| {x:.0f}% | {y:.1f} |" for x, y in zip(xs, ys)]
+        if xs:
+            png = R.plot_xy(out / "fedepth_overlap_sweep.png", {"FeDepth": (xs, ys)}, "overlap ratio (%)",
+                            "success (%)", "FeDepth overlap sensitivity")
+            md += ["", f"![overlap sweep]({png.name})"]
+    if rnd and rnd.get("runs"):
+        md += ["", "## RND federations on clustered feature skew", "",
+               "| seed | ARI | clusters | RND clustering s | IFCA clustering s / round | ratio |", "|---|---|---|---|---|---|"]
+        for r in rnd["runs"]:
+            md.append(f"| {r['seed']} | {r['ari']:.3f} | {r['clusters']} | {r['rnd_cluster_s']:.2f} | "
+                      f"{r['ifca_cluster_s_per_round']:.2f} | {r['ifca_cluster_s_per_round'] / max(r['rnd_cluster_s'], 1e-9):.2f}x |")
+        if rnd["runs"][0].get("scores"):
+            labels = [f"{a}:{b}" for a, b in zip(rnd["robots"], rnd["groups"])]
+            png = R.plot_matrix(out / "rnd_novelty_matrix.png", np.array(rnd["runs"][0]["scores"]), labels,
+                                "RND novelty s_ij (predictor j on data of i)", "MSE")
+            md += ["", f"![RND novelty]({png.name})"]
+    if part:
+        md += ["", "## Partitioning: held-out loss vs alpha (FedAvg)", "",
+               "| split | " + " | ".join(f"alpha={a:g}" for a in part["alphas"]) + " | gap |",
+               "|" + "---|" * (len(part["alphas"]) + 2)]
+        for kind in ("task", "embedding"):
+            md.append(f"| {kind}-based | " + " | ".join(f"{part['loss'][kind][f'{a:g}']:.3f}" for a in part["alphas"])
+                      + f" | {part['gap'][kind]:+.3f} |")
+        d = part["diagnostics"]
+        md += ["", f"k-means k={d['k']} over {d['segments']} segments of {d['segment_len']} steps; "
+               f"ARI(clusters, variation labels) = {d['ari_clusters_vs_variation']:.3f}; "
+               f"stability ARI over seeds = {d['stability_ari'][0]:.3f} ± {d['stability_ari'][1]:.3f}; "
+               "silhouette vs k: " + ", ".join(f"k={k}: {v:.3f}" for k, v in d["silhouette_vs_k"].items())]
+        png = R.plot_xy(out / "partition_loss_vs_alpha.png",
+                        {kind: (part["alphas"], [part["loss"][kind][f"{a:g}"] for a in part["alphas"]])
+                         for kind in ("task", "embedding")},
+                        "alpha", "held-out NLL", "FedAvg loss vs Dirichlet alpha", logx=True)
+        md += ["", f"![loss vs alpha]({png.name})"]
+    path = out / "report.md"
+    path.write_text("\n".join(md) + "\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `fed-ros bench federation`; returns the exit code."""
+    args = _parser().parse_args(list(argv) if argv is not None else None)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        prof = _profile(args)
+    except ValueError as exc:
+        print(f"fed-ros bench federation: error: {exc}", file=sys.stderr)
+        return 2
+    experiments = tuple(args.only or EXPERIMENTS)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = DemoCache(out / "demos", noise_std=prof.noise_std)
+    t0 = time.perf_counter()
+    cells = run_settings(prof, out, cache, experiments, args.force)
+    rnd = part = None
+    if "rnd" in experiments:
+        try:
+            rnd = run_rnd(prof, out, cache, args.force)
+        except (ValueError, ImportError, AttributeError, TypeError) as exc:
+            log.warning("RND experiment unavailable: %s", exc)
+    if "partition" in experiments:
+        part = run_partition(prof, out, cache, args.force)
+    report = write_report(prof, out, cells, rnd, part, time.perf_counter() - t0)
+    print(report.read_text())
+    print(f"report: {report}")
+    return 0

@@ -1,0 +1,461 @@
+"""In-process federation (no ROS) of `fed-ros bench federation`: demos, rounds, evaluation.
+
+Runs the fleet's real core strategies, local trainer and MuJoCo evaluation in one process:
+per round, every robot starts from ``strategy.model_for`` (IFCA robots pick the lowest-loss
+cluster model), trains with ``train_local``, the server aggregates (with descriptors when
+the strategy asks), and every ``eval_every`` rounds the robots' models are rolled out in
+MuJoCo with seeded episodes. Cells are saved as JSON (resumable).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fed_ros.core.episode import Episode
+from fed_ros.bench.federation_settings import Family, Method, Profile, Setting
+
+log = logging.getLogger("fed_ros.bench.federation")
+
+
+# --------------------------------------------------------------------------- demos
+
+
+def mirror_episode(ep: Episode) -> Episode:
+    """The same demo as commanded by a mirrored-mount arm (x/y end-effector deltas negated)."""
+    actions = ep.actions.copy()
+    actions[:, :2] *= -1.0
+    return Episode(task=ep.task, instruction=ep.instruction, observations=ep.observations,
+                   actions=actions, variation=ep.variation, robot_id=ep.robot_id,
+                   success=ep.success, metadata=dict(ep.metadata, mirrored="1"))
+
+
+class DemoCache:
+    """Scripted-expert demos (no cameras) cached as Episode .npz under ``root``."""
+
+    def __init__(self, root: str | Path, noise_std: float = 0.05, data_seed: int = 1000) -> None:
+        self.root = Path(root)
+        self.noise_std = float(noise_std)
+        self.data_seed = int(data_seed)
+        self._mem: dict[tuple[str, str], list[Episode]] = {}
+
+    def _dir(self, task: str, variation: str) -> Path:
+        return self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}"
+
+    def pool(self, task: str, variation: str, n: int) -> list[Episode]:
+        """At least ``n`` successful demos of (task, variation), generating missing ones once."""
+        key = (task, variation)
+        have = self._mem.get(key)
+        if have is not None and len(have) >= n:
+            return have[:n]
+        d = self._dir(task, variation)
+        files = sorted(d.glob("demo_*.npz")) if d.is_dir() else []
+        eps = [Episode.load(f) for f in files]
+        ok = [e for e in eps if e.success]
+        if len(ok) < n:
+            from fed_ros.sim.collect import collect_demos
+
+            # Generate in one seeded batch with headroom for expert failures; appended
+            # files keep indices so reruns reproduce the same pool.
+            want = n - len(ok)
+            extra = max(2, int(math.ceil(want * 0.25)))
+            t0 = time.perf_counter()
+            new = collect_demos(task, variation, n=want + extra, seed=self.data_seed + len(eps),
+                                cameras=False, noise_std=self.noise_std)
+            d.mkdir(parents=True, exist_ok=True)
+            for i, e in enumerate(new):
+                e.save(d / f"demo_{len(eps) + i:05d}.npz")
+            log.info("collected %d %s/%s demos in %.1fs", len(new), task, variation,
+                     time.perf_counter() - t0)
+            eps += new
+            ok = [e for e in eps if e.success]
+            if len(ok) < n:
+                raise RuntimeError(f"scripted expert produced only {len(ok)} successful "
+                                   f"{task}/{variation} demos, {n} needed")
+        self._mem[key] = ok
+        return ok[:n]
+
+    def robot_data(self, setting: Setting) -> dict[str, list[Episode]]:
+        """Each robot's demos: disjoint slices of the (task, variation) pools, mirrored as needed."""
+        need: dict[tuple[str, str], int] = {}
+        for mix in setting.robots:
+            for fam_name, count in mix:
+                f = setting.family(fam_name)
+                need[(f.task, f.variation)] = need.get((f.task, f.variation), 0) + count
+        pools = {k: self.pool(k[0], k[1], n) for k, n in need.items()}
+        used = {k: 0 for k in need}
+        out: dict[str, list[Episode]] = {}
+        for rid, mix in zip(setting.robot_ids, setting.robots):
+            eps: list[Episode] = []
+            for fam_name, count in mix:
+                f = setting.family(fam_name)
+                k = (f.task, f.variation)
+                chunk = pools[k][used[k]:used[k] + count]
+                used[k] += count
+                eps += [mirror_episode(e) if f.mirrored else e for e in chunk]
+            out[rid] = eps
+        return out
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+class MirroredPolicy:
+    """Closed-loop adapter of a mirrored-mount arm: policy x/y commands are negated."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def reset(self) -> None:
+        """Start a new episode."""
+        self.policy.reset()
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        """Policy action expressed in the mirrored arm's own frame."""
+        a = np.array(self.policy.act(obs), dtype=np.float32)
+        a[:2] *= -1.0
+        return a
+
+
+def _digest(sd: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha1()
+    for k in sorted(sd):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(sd[k]).tobytes())
+    return h.hexdigest()
+
+
+class Evaluator:
+    """Seeded closed-loop evaluation; identical (model, family) pairs are rolled out once."""
+
+    def __init__(self, policy_cfg: Any, episodes: int, seed: int) -> None:
+        self.policy_cfg = policy_cfg
+        self.episodes = int(episodes)
+        self.seed = int(seed)
+        self._envs: dict[tuple[str, str], Any] = {}
+        self.seconds = 0.0
+
+    def _env(self, task: str, variation: str) -> Any:
+        key = (task, variation)
+        if key not in self._envs:
+            from fed_ros.sim.envs import make_env
+
+            self._envs[key] = make_env(task, variation, cameras=False, seed=self.seed)
+        return self._envs[key]
+
+    def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
+        """Success rate of one model on one family (seeded rollouts)."""
+        from fed_ros.learning.runner import PolicyRunner
+        from fed_ros.sim.evaluate import evaluate
+
+        t0 = time.perf_counter()
+        runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu")
+        if family.mirrored:
+            runner = MirroredPolicy(runner)
+        res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
+                       seed=self.seed, cameras=False, env=self._env(family.task, family.variation))
+        self.seconds += time.perf_counter() - t0
+        return float(res.success_rate)
+
+    def evaluate_fleet(self, setting: Setting, models: dict[str, dict[str, np.ndarray]]
+                       ) -> dict[str, Any]:
+        """Per robot: success on each family it has data of; per family: mean over robots."""
+        cache: dict[tuple[str, str], float] = {}
+        per_robot: dict[str, dict[str, float]] = {}
+        for rid, mix in zip(setting.robot_ids, setting.robots):
+            digest = _digest(models[rid])
+            per_robot[rid] = {}
+            for fam_name, _ in mix:
+                key = (digest, fam_name)
+                if key not in cache:
+                    cache[key] = self.family_success(models[rid], setting.family(fam_name))
+                per_robot[rid][fam_name] = cache[key]
+        per_family: dict[str, float] = {}
+        for f in setting.families:
+            vals = [v[f.name] for v in per_robot.values() if f.name in v]
+            if vals:
+                per_family[f.name] = float(np.mean(vals))
+        robot_means = [float(np.mean(list(v.values()))) for v in per_robot.values()]
+        return {"per_robot": per_robot, "per_family": per_family,
+                "mean": float(np.mean(robot_means)), "rollouts": len(cache) * self.episodes}
+
+    def close(self) -> None:
+        """Close cached environments."""
+        for env in self._envs.values():
+            env.close()
+        self._envs.clear()
+
+
+# --------------------------------------------------------------------------- round metrics
+
+
+def _cos(m: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(m, axis=1, keepdims=True)
+    u = m / np.maximum(n, 1e-12)
+    return u @ u.T
+
+
+def intra_inter(sim: np.ndarray, groups: Sequence[str]) -> tuple[float, float]:
+    """Mean pairwise similarity within and across latent groups (distinct pairs)."""
+    g = np.asarray(groups)
+    same = g[:, None] == g[None, :]
+    off = ~np.eye(len(g), dtype=bool)
+    intra = sim[same & off]
+    inter = sim[~same]
+    return (float(intra.mean()) if intra.size else math.nan,
+            float(inter.mean()) if inter.size else math.nan)
+
+
+def hard_clusters(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> list[int]:
+    """Cluster of largest weight per robot (-1 if unknown)."""
+    out = []
+    for rid in robot_ids:
+        mem = assignments.get(rid) or []
+        out.append(int(max(mem, key=lambda cw: cw[1])[0]) if mem else -1)
+    return out
+
+
+def coassignment(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> np.ndarray:
+    """(K, K) 1 where two robots share a cluster with positive weight (soft memberships count)."""
+    sets = [{int(c) for c, w in (assignments.get(r) or []) if w > 0} for r in robot_ids]
+    return np.array([[1.0 if a & b else 0.0 for b in sets] for a in sets])
+
+
+def _jsonable(x: Any, depth: int = 0) -> Any:
+    if depth > 6:
+        return None
+    if isinstance(x, (str, bool, int)) or x is None:
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return _jsonable(float(x))
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist(), depth + 1) if x.size <= 4096 else None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in x]
+    return str(x)
+
+
+# --------------------------------------------------------------------------- descriptors
+
+
+def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_cfg: Any,
+                        models: dict[str, dict[str, np.ndarray]], seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Descriptors the strategy asked for, computed as each robot would; plus timing/extras."""
+    from fed_ros.core.strategy import ClientDescriptor
+    from fed_ros.learning import descriptors as D
+
+    out: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    ids = list(data)
+    for kind in sorted(kinds):
+        t0 = time.perf_counter()
+        if kind == "gaussian":
+            for rid in ids:
+                mean, var = D.gaussian_descriptor(data[rid], policy_cfg=policy_cfg, state_dict=models[rid])
+                out[rid] = ClientDescriptor(robot_id=rid, kind="gaussian", mean=np.asarray(mean),
+                                            variance=np.asarray(var), num_samples=sum(len(e) for e in data[rid]))
+        elif kind == "rnd":
+            preds = {rid: D.train_rnd_predictor(data[rid], seed=seed) for rid in ids}
+            scores = np.zeros((len(ids), len(ids)))
+            for i, rid in enumerate(ids):
+                for j, pid in enumerate(ids):
+                    scores[i, j] = D.rnd_novelty(preds[pid], data[rid])
+            for i, rid in enumerate(ids):
+                out[rid] = ClientDescriptor(
+                    robot_id=rid, kind="rnd", num_samples=sum(len(e) for e in data[rid]),
+                    scores={pid: float(scores[i, j]) for j, pid in enumerate(ids)},
+                    residual_std=float(D.rnd_residual_std(preds[rid], data[rid])), payload=preds[rid])
+            extra["rnd_scores"] = scores.tolist()
+        else:
+            raise ValueError(f"bench cannot compute descriptor kind {kind!r}")
+        extra[f"descriptor_s_{kind}"] = time.perf_counter() - t0
+    return out, extra
+
+
+# --------------------------------------------------------------------------- one cell
+
+
+@dataclass
+class CellSpec:
+    """What one cell runs."""
+
+    setting: Setting
+    method: Method
+    seed: int
+    profile: Profile
+
+    @property
+    def key(self) -> str:
+        """File-name key."""
+        return f"{self.setting.name}__{self.method.name}__s{self.seed}"
+
+
+def _trainer_cfg(profile: Profile, method: Method, seed: int, **extra: Any) -> Any:
+    from fed_ros.learning.trainer import TrainerConfig
+
+    kw: dict[str, Any] = dict(lr=profile.lr, epochs=10_000, max_steps=profile.local_steps,
+                              device="cpu", progress=False, val_fraction=0.0, seed=seed)
+    kw.update(dict(method.trainer))
+    kw.update(extra)
+    return TrainerConfig(**kw)
+
+
+def _ifca_pick(strategy: Any, mem: Sequence[tuple[int, float]], eps: list[Episode], policy_cfg: Any,
+               device: str = "cpu") -> tuple[int, float]:
+    """IFCA client step: evaluate every offered cluster model, pick the lowest loss; returns (id, s)."""
+    from fed_ros.learning.dataset import DemoDataset
+    from fed_ros.learning.modeling_policy import build_policy
+    from fed_ros.learning.trainer import evaluate_nll
+    from fed_ros.learning.weights import load_state_dict_into
+
+    t0 = time.perf_counter()
+    models = strategy.cluster_models()
+    data = DemoDataset([e for e in eps if e.success], policy_cfg)
+    losses = {}
+    for cid, _ in mem:
+        model = load_state_dict_into(build_policy(policy_cfg, seed=0), models[cid])
+        losses[int(cid)] = evaluate_nll(model, data, device=device)
+    try:
+        from fed_ros.core.strategies.ifca import ifca_select
+
+        best = int(ifca_select(losses))
+    except ImportError:
+        best = min(sorted(losses), key=lambda c: losses[c])
+    return best, time.perf_counter() - t0
+
+
+def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run one (setting, method, seed) federation and return its JSON record."""
+    import torch
+
+    from fed_ros.core.params import flatten
+    from fed_ros.core.strategy import ClientUpdate, make_strategy
+    from fed_ros.learning.trainer import initial_state_dict, train_local
+
+    torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
+    setting, method, profile, seed = spec.setting, spec.method, spec.profile, spec.seed
+    policy_cfg = profile.policy_config()
+    data = cache.robot_data(setting)
+    ids = setting.robot_ids
+    groups = [setting.dominant_family(n) for n in range(len(ids))]
+    all_eps = [e for rid in ids for e in data[rid]]
+    theta0_sd = initial_state_dict(policy_cfg, seed=seed, episodes=all_eps)
+    theta0 = flatten(theta0_sd)
+    evaluator = Evaluator(policy_cfg, profile.eval_episodes, seed=seed)
+    eval_rounds = sorted({r for r in range(profile.rounds) if (r + 1) % profile.eval_every == 0}
+                         | {profile.rounds - 1})
+    record: dict[str, Any] = {
+        "setting": setting.name, "method": method.name, "seed": seed, "profile": profile.to_json(),
+        "robots": ids, "groups": groups, "strategy": method.strategy,
+        "robot_mix": {rid: dict(mix) for rid, mix in zip(ids, setting.robots)},
+        "rounds": [], "evals": [],
+    }
+    t_start = time.perf_counter()
+    try:
+        if method.strategy == "centralized":
+            sd = theta0_sd
+            for r in range(profile.rounds):
+                # Same total optimiser steps as the fleet performs per round.
+                res = train_local(sd, all_eps, policy_cfg,
+                                  _trainer_cfg(profile, method, seed * 1000 + r,
+                                               max_steps=profile.local_steps * len(ids)),
+                                  val_episodes=[])
+                sd = res.params
+                record["rounds"].append({"round": r, "loss_bc": res.metrics.get("loss_bc")})
+                if r in eval_rounds:
+                    ev = evaluator.evaluate_fleet(setting, {rid: sd for rid in ids})
+                    record["evals"].append({"round": r, **ev})
+                if progress:
+                    progress(f"{spec.key} r{r}")
+        else:
+            strategy = make_strategy(method.strategy, **method.strategy_settings(setting.num_clusters))
+            strategy.initialize(theta0_sd, ids)
+            for r in range(profile.rounds):
+                row: dict[str, Any] = {"round": r}
+                mems = strategy.configure_round(r, ids)
+                extra_tc = dict(strategy.round_config(r))
+                updates, vecs, deltas, losses = [], [], [], []
+                cluster_cost = 0.0
+                t_train = time.perf_counter()
+                for i, rid in enumerate(ids):
+                    cid = -1
+                    if getattr(strategy, "client_selects_cluster", False):
+                        cid, cost = _ifca_pick(strategy, mems[rid], data[rid], policy_cfg)
+                        cluster_cost += cost
+                        start = strategy.cluster_models()[cid]
+                    else:
+                        start = strategy.model_for(rid)
+                    start_vec = flatten(start)
+                    tc = _trainer_cfg(profile, method, seed * 100_000 + r * 100 + i, **extra_tc)
+                    res = train_local(start, data[rid], policy_cfg, tc, val_episodes=[])
+                    vec = flatten(res.params)
+                    vecs.append(vec - theta0)
+                    deltas.append(vec - start_vec)
+                    losses.append(float(res.metrics.get("loss_bc", math.nan)))
+                    updates.append(ClientUpdate(robot_id=rid, params=res.params, num_samples=res.num_samples,
+                                                base_round=r, cluster_id=cid, metrics={}))
+                row["train_s"] = time.perf_counter() - t_train
+                kinds = set(strategy.needs_descriptors(r))
+                descs: dict[str, Any] = {}
+                if kinds:
+                    t0 = time.perf_counter()
+                    descs, dextra = compute_descriptors(kinds, data, policy_cfg,
+                                                        {u.robot_id: u.params for u in updates}, seed)
+                    cluster_cost += time.perf_counter() - t0
+                    row.update(dextra)
+                t0 = time.perf_counter()
+                result = strategy.aggregate_round(r, updates, descs)
+                row["aggregate_s"] = time.perf_counter() - t0
+                row["cluster_cost_s"] = cluster_cost + (row["aggregate_s"] if kinds or method.strategy
+                                                        in ("feddrman", "rnd", "fedepth") else 0.0)
+                acc, step = _cos(np.stack(vecs)), _cos(np.stack(deltas))
+                row["acc_intra"], row["acc_inter"] = intra_inter(acc, groups)
+                row["step_intra"], row["step_inter"] = intra_inter(step, groups)
+                row["loss_bc"] = float(np.nanmean(losses))
+                row["assignments"] = {k: [[int(c), float(w)] for c, w in v] for k, v in result.assignments.items()}
+                row["clusters"] = hard_clusters(row["assignments"], ids)
+                row["coassign"] = coassignment(row["assignments"], ids).tolist()
+                row["num_clusters"] = len(result.cluster_models)
+                row["diagnostics"] = _jsonable({k: v for k, v in result.diagnostics.items()
+                                                if k not in ("similarity",)})
+                record["rounds"].append(row)
+                if r in eval_rounds:
+                    models = {rid: strategy.model_for(rid) for rid in ids}
+                    ev = evaluator.evaluate_fleet(setting, models)
+                    record["evals"].append({"round": r, **ev})
+                if progress:
+                    progress(f"{spec.key} r{r}")
+    finally:
+        evaluator.close()
+    record["eval_s"] = evaluator.seconds
+    record["wall_s"] = time.perf_counter() - t_start
+    final = record["evals"][-1] if record["evals"] else {}
+    record["final"] = {"mean": final.get("mean"), "per_family": final.get("per_family", {})}
+    return record
+
+
+def cell_path(out_dir: Path, spec: CellSpec) -> Path:
+    """Where a cell's JSON lives."""
+    return out_dir / "cells" / f"{spec.key}.json"
+
+
+def save_json(path: Path, obj: Any) -> None:
+    """Atomic JSON write (temp + rename) so an interrupted run never leaves half a cell."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(obj), indent=1))
+    os.replace(tmp, path)

@@ -1,0 +1,234 @@
+"""Profiles, fleet settings and method table of `fed-ros bench federation`.
+
+A *setting* is a fleet: K robots, each a member of a *family* (task, simulator variation,
+action frame) with its share of demonstrations. A *method* is a strategy name from
+``fed_ros.core.strategy.make_strategy`` plus strategy settings and local-training switches
+(or "centralized": one model trained on the pooled data). A *cell* is (setting, method,
+seed); each finished cell is one JSON file, so reruns skip it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from fed_ros.learning.configuration_policy import PolicyConfig
+
+
+@dataclass(frozen=True)
+class Family:
+    """Demonstrations of one (task, variation) as seen by one kind of arm.
+
+    ``mirrored``: the arm is mounted rotated 180 degrees about the vertical axis relative to
+    the shared work-cell frame its observations are expressed in, so the same observation
+    needs the opposite x/y end-effector command (an embodiment/calibration skew). Its demos
+    are the scripted expert's with x/y negated, and closed-loop actions are negated back
+    before they reach the simulator, which is exactly what such an arm's controller sees.
+    """
+
+    name: str
+    task: str = "lift"
+    variation: str = "default"
+    mirrored: bool = False
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A fleet: robot n draws its demos from the families in ``robots[n]`` (name -> count)."""
+
+    name: str
+    families: tuple[Family, ...]
+    robots: tuple[tuple[tuple[str, int], ...], ...]
+    num_clusters: int  # C for CUA/IFCA (paper: 1 same-suite, 2 cross-suite)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        names = {f.name for f in self.families}
+        if len(names) != len(self.families):
+            raise ValueError(f"setting {self.name!r}: duplicate family names")
+        for n, mix in enumerate(self.robots):
+            for fam, count in mix:
+                if fam not in names:
+                    raise ValueError(f"setting {self.name!r}: robot {n} uses unknown family {fam!r}")
+                if count < 1:
+                    raise ValueError(f"setting {self.name!r}: robot {n} has {count} demos of {fam!r}")
+        if self.num_clusters < 1:
+            raise ValueError(f"setting {self.name!r}: num_clusters must be >= 1")
+
+    @property
+    def robot_ids(self) -> list[str]:
+        """robot_0 .. robot_{K-1}."""
+        return [f"robot_{n}" for n in range(len(self.robots))]
+
+    def family(self, name: str) -> Family:
+        """Family by name."""
+        for f in self.families:
+            if f.name == name:
+                return f
+        raise ValueError(f"setting {self.name!r} has no family {name!r}")
+
+    def dominant_family(self, n: int) -> str:
+        """Family robot n has most demos of (its latent group)."""
+        return max(self.robots[n], key=lambda fc: fc[1])[0]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A federated method: strategy + settings + local-training switches."""
+
+    name: str
+    strategy: str  # make_strategy name, or "centralized"
+    settings: tuple[tuple[str, Any], ...] = ()
+    trainer: tuple[tuple[str, Any], ...] = ()
+    description: str = ""
+
+    def strategy_settings(self, num_clusters: int) -> dict[str, Any]:
+        """Strategy kwargs; the placeholder value "C" becomes the setting's cluster count."""
+        return {k: (num_clusters if v == "C" else v) for k, v in self.settings}
+
+
+BC_ONLY = (("use_sub", False), ("use_act", False))
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("local", "local", (), BC_ONLY, "each robot trains alone"),
+    Method("centralized", "centralized", (), BC_ONLY, "one model on the pooled data (upper bound)"),
+    Method("fedavg", "fedavg", (), BC_ONLY, "sample-weighted mean of all robots"),
+    Method("fedprox", "fedprox", (("mu", 1e-3),), BC_ONLY, "FedAvg + proximal term mu=1e-3"),
+    Method("ifca", "ifca", (("num_clusters", "C"),), BC_ONLY, "robots pick the lowest-loss cluster model"),
+    Method("feddrman", "feddrman", (("num_clusters", "C"),), (), "CUA + SRB + L_sub + L_act"),
+    Method("feddrman_no_lsub", "feddrman", (("num_clusters", "C"),), (("use_sub", False),), "ablation"),
+    Method("feddrman_no_lact", "feddrman", (("num_clusters", "C"),), (("use_act", False),), "ablation"),
+    Method("feddrman_no_srb", "feddrman", (("num_clusters", "C"), ("use_srb", False)), (), "ablation"),
+    Method("feddrman_no_cua", "feddrman", (("num_clusters", "C"), ("use_cua", False)), (), "ablation"),
+    Method("fedepth_soft", "fedepth", (("overlap_ratio", 0.2),), BC_ONLY, "soft clusters, 20% overlap"),
+    Method("fedepth_hard", "fedepth", (("overlap_ratio", 0.0),), BC_ONLY, "hard clusters"),
+    Method("rnd", "rnd", (), BC_ONLY, "RND federations, FedAvg inside each"),
+)}
+
+
+def fedepth_method(overlap: float) -> Method:
+    """FeDepth at a given overlap ratio (the sensitivity sweep)."""
+    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth",
+                  (("overlap_ratio", float(overlap)),), BC_ONLY, f"overlap {overlap:.0%}")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one benchmark run (quick: minutes on 2 cores; default: <= 1 h; gpu: larger)."""
+
+    name: str
+    robots: int = 4
+    demos_per_robot: int = 10
+    rounds: int = 6
+    local_steps: int = 60  # optimiser steps per robot per round
+    lr: float = 3e-3
+    eval_episodes: int = 5
+    eval_every: int = 3  # closed-loop evaluation every this many rounds (and the last)
+    seeds: tuple[int, ...] = (0,)
+    methods_cross: tuple[str, ...] = ()
+    methods_same: tuple[str, ...] = ()
+    overlaps: tuple[float, ...] = (0.0, 0.2, 1.0)
+    rnd_robots_per_group: int = 2
+    rnd_demos_per_robot: int = 3
+    alphas: tuple[float, ...] = (0.1, 1000.0)
+    partition_segments: int = 160  # pool items (episode segments) for the loss-vs-alpha study
+    partition_rounds: int = 4
+    policy: dict[str, Any] = field(default_factory=dict)
+    noise_std: float = 0.05
+
+    def policy_config(self) -> PolicyConfig:
+        """The benchmark's low-dim policy (small enough for CPU rounds)."""
+        base = dict(kind="lowdim", embed_dim=32, window=2, transformer_layers=1,
+                    transformer_heads=2, transformer_ff=64, dropout=0.0, text_dim=64, num_modes=5)
+        base.update(self.policy)
+        return PolicyConfig(**base)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form (recorded in every cell for provenance)."""
+        return asdict(self)
+
+
+CORE_METHODS = ("local", "centralized", "fedavg", "fedprox", "ifca", "feddrman",
+                "feddrman_no_cua", "fedepth_soft", "fedepth_hard", "rnd")
+ALL_METHODS = tuple(METHODS)
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
+                     eval_episodes=4, eval_every=3, seeds=(0,),
+                     methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
+                     overlaps=(0.0, 0.2, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
+                     partition_rounds=3),
+    "default": Profile(name="default", robots=4, demos_per_robot=12, rounds=10, local_steps=80,
+                       eval_episodes=8, eval_every=2, seeds=(0, 1),
+                       methods_cross=ALL_METHODS, methods_same=CORE_METHODS,
+                       overlaps=(0.0, 0.1, 0.2, 0.5, 1.0), alphas=(0.1, 10.0, 1000.0),
+                       partition_segments=192, partition_rounds=6),
+    "gpu": Profile(name="gpu", robots=6, demos_per_robot=30, rounds=30, local_steps=300,
+                   eval_episodes=20, eval_every=5, seeds=(0, 1, 2),
+                   methods_cross=ALL_METHODS, methods_same=ALL_METHODS,
+                   overlaps=(0.0, 0.1, 0.2, 0.3, 0.5, 1.0), alphas=(0.1, 1.0, 10.0, 1000.0),
+                   partition_segments=512, partition_rounds=20,
+                   policy={"embed_dim": 64, "window": 5, "transformer_layers": 2,
+                           "transformer_heads": 4, "transformer_ff": 256, "text_dim": 256}),
+}
+
+
+def cross_family(profile: Profile) -> Setting:
+    """Robots specialised in conflicting families: half normal, half mirrored arms (C=2)."""
+    k = max(2, profile.robots)
+    fams = (Family("lift", "lift", "default", False), Family("lift_mirrored", "lift", "default", True))
+    robots = tuple(((fams[0 if n < (k + 1) // 2 else 1].name, profile.demos_per_robot),)
+                   for n in range(k))
+    return Setting("cross_family", fams, robots, num_clusters=2,
+                   description="half the robots are mirrored-mount arms: same observations, "
+                               "opposite x/y commands; families genuinely conflict")
+
+
+def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
+    """One task family (Lift) over object variations, per-robot mixture ~ Dir(alpha) (C=1)."""
+    from fed_ros.core.partition import dirichlet_proportions, _round_preserving_sum
+    import numpy as np
+
+    variations = ("default", "small_objects", "big_objects")
+    fams = tuple(Family(f"lift/{v}", "lift", v, False) for v in variations)
+    rng = np.random.default_rng(seed)
+    q = dirichlet_proportions(alpha, np.ones(len(fams)), profile.robots, rng)
+    robots = []
+    for n in range(profile.robots):
+        counts = _round_preserving_sum(q[n] * profile.demos_per_robot)
+        mix = tuple((f.name, int(c)) for f, c in zip(fams, counts) if c > 0)
+        robots.append(mix)
+    return Setting("same_family", fams, tuple(robots), num_clusters=1,
+                   description=f"Lift with object-size variations, Dir(alpha={alpha}) per robot")
+
+
+def overlap_setting(profile: Profile) -> Setting:
+    """FeDepth's overlapping domains: pure and mixed robots over two conflicting families."""
+    fams = (Family("lift", "lift", "small_objects", False),
+            Family("lift_mirrored", "lift", "big_objects", True))
+    d = profile.demos_per_robot
+    robots = (((fams[0].name, d),), ((fams[0].name, d),),
+              ((fams[0].name, d // 2), (fams[1].name, d - d // 2)),
+              ((fams[1].name, d),), ((fams[1].name, d),))
+    return Setting("overlap", fams, robots, num_clusters=2,
+                   description="two domains (small cubes / normal arm, big cubes / mirrored arm) "
+                               "and one robot holding both")
+
+
+def rnd_setting(profile: Profile) -> Setting:
+    """Clustered feature skew for RND: robot groups in different work cells (task scenes)."""
+    fams = (Family("lift", "lift"), Family("stack", "stack"), Family("pick_place_can", "pick_place_can"))
+    per = profile.rnd_robots_per_group
+    robots = tuple(((f.name, profile.rnd_demos_per_robot),) for f in fams for _ in range(per))
+    return Setting("rnd_feature_skew", fams, robots, num_clusters=len(fams),
+                   description="robots in three work cells (lift / stack / can scenes)")
+
+
+def with_overrides(profile: Profile, **changes: Any) -> Profile:
+    """Profile copy with CLI overrides (None values ignored)."""
+    return replace(profile, **{k: v for k, v in changes.items() if v is not None})
+
+
+def fmt_alpha(a: float) -> str:
+    """Alpha for file names and tables."""
+    return "inf" if math.isinf(a) else f"{a:g}"
