@@ -1,0 +1,318 @@
+"""Chunked transfer (assembler caps, sha256, resume) and the zmq bulk channel.
+
+The assembler tests are pure (messages built in-process, a fake clock); the bulk tests
+run a real BulkServer thread and fetch over loopback TCP. The cross-process paths over
+Fast DDS are in test_interfaces_roundtrip.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zmq
+
+from fed_ros.msg import TensorPayload
+from fed_ros.ros import conversions as conv
+from fed_ros.ros import transport as tr
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _encoded(n_floats: int = 10_000, seed: int = 0) -> conv.EncodedPayload:
+    rng = np.random.default_rng(seed)
+    return conv.encode_state_dict({"a": rng.standard_normal(n_floats // 2, dtype=np.float32),
+                                   "b": rng.standard_normal((n_floats - n_floats // 2, 1), dtype=np.float32)})
+
+
+def _assert_same(done: tr.CompletePayload, enc: conv.EncodedPayload) -> None:
+    assert done.sha256 == enc.sha256
+    assert done.data.tobytes() == enc.data.tobytes()
+    sd = done.state_dict()
+    assert list(sd) == ["a", "b"] and sd["b"].shape == (5000, 1)
+
+
+# ---------------------------------------------------------------------- assembler
+
+def test_out_of_order_chunks_complete_once() -> None:
+    enc = _encoded()
+    sender = tr.ChunkedSender(enc, "robot_1/r1/update", chunk_bytes=4096)
+    assert sender.chunk_count == 10
+    asm = tr.PayloadAssembler()
+    chunks = list(sender.chunks())
+    order = [3, 0, 9, 1, 2, 8, 4, 7, 5]
+    for i in order:
+        assert asm.add(chunks[i]) is None
+    assert asm.missing("robot_1/r1/update") == [6]
+    done = asm.add(chunks[6])
+    _assert_same(done, enc)
+    assert asm.pending_ids == [] and asm.pending_bytes == 0
+    assert asm.add(chunks[6]) is None  # late duplicate of a finished payload is ignored
+
+
+def test_duplicate_chunk_is_ignored() -> None:
+    enc = _encoded()
+    sender = tr.ChunkedSender(enc, "p", chunk_bytes=8192)
+    asm = tr.PayloadAssembler()
+    first = sender.chunk(0)
+    assert asm.add(first) is None and asm.add(sender.chunk(0)) is None
+    assert asm.missing("p") == list(range(1, sender.chunk_count))
+
+
+def test_oversize_payload_rejected_before_any_allocation() -> None:
+    enc = _encoded(100_000)  # 400 kB
+    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=100_000))
+    with pytest.raises(tr.PayloadRejected, match="total_bytes 400000 exceeds cap 100000"):
+        asm.add(tr.ChunkedSender(enc, "big", chunk_bytes=1000).chunk(0))
+    assert asm.pending_bytes == 0 and asm.pending_ids == []
+    # the next valid payload is still accepted
+    small = _encoded(1000)
+    sender = tr.ChunkedSender(small, "small", chunk_bytes=1 << 20)
+    done = asm.add(sender.chunk(0))
+    assert done is not None and done.sha256 == small.sha256
+
+
+def test_lying_header_rejected() -> None:
+    enc = _encoded()
+    asm = tr.PayloadAssembler(tr.TransferLimits(max_chunk_bytes=1024))
+    with pytest.raises(tr.PayloadRejected, match="cap 1024"):
+        asm.add(tr.ChunkedSender(enc, "p", chunk_bytes=4096).chunk(0))
+    chunk = tr.ChunkedSender(enc, "q", chunk_bytes=1024).chunk(0)
+    chunk.total_bytes = enc.total_bytes + 4  # manifest says otherwise
+    with pytest.raises(tr.PayloadRejected, match="manifest implies 40000 bytes"):
+        asm.add(chunk)
+    chunk = tr.ChunkedSender(enc, "r", chunk_bytes=1024).chunk(0)
+    chunk.chunk_index = chunk.chunk_count
+    with pytest.raises(tr.PayloadRejected, match="chunk_index 40 >= chunk_count 40"):
+        asm.add(chunk)
+    chunk = tr.ChunkedSender(enc, "s", chunk_bytes=1024).chunk(1)
+    chunk.chunk_offset = enc.total_bytes - 10
+    with pytest.raises(tr.PayloadRejected, match="beyond total_bytes"):
+        asm.add(chunk)
+    chunk = tr.ChunkedSender(enc, "t", chunk_bytes=1024).chunk(0)
+    chunk.sha256 = "XYZ"
+    with pytest.raises(tr.PayloadRejected, match="sha256 must be 64"):
+        asm.add(chunk)
+    assert asm.pending_bytes == 0
+
+
+def test_mixed_payload_headers_rejected() -> None:
+    a, b = _encoded(seed=1), _encoded(seed=2)
+    asm = tr.PayloadAssembler()
+    asm.add(tr.ChunkedSender(a, "same-id", chunk_bytes=4096).chunk(0))
+    with pytest.raises(tr.PayloadRejected, match="disagrees with the first chunk"):
+        asm.add(tr.ChunkedSender(b, "same-id", chunk_bytes=4096).chunk(1))
+
+
+def test_overlapping_chunk_rejected() -> None:
+    enc = _encoded()
+    asm = tr.PayloadAssembler()
+    sender = tr.ChunkedSender(enc, "p", chunk_bytes=4096)
+    asm.add(sender.chunk(0))
+    bad = sender.chunk(1)
+    bad.chunk_offset = 100
+    with pytest.raises(tr.PayloadRejected, match="overlaps chunk 0"):
+        asm.add(bad)
+
+
+def test_corrupted_bytes_fail_sha256_and_drop_payload() -> None:
+    enc = _encoded()
+    sender = tr.ChunkedSender(enc, "p", chunk_bytes=8192)
+    asm = tr.PayloadAssembler()
+    chunks = list(sender.chunks())
+    corrupted = bytearray(chunks[2].data)
+    corrupted[17] ^= 0xFF
+    conv.set_bytes_field(chunks[2], "data", bytes(corrupted))
+    for c in chunks[:-1]:
+        asm.add(c)
+    with pytest.raises(tr.PayloadRejected, match="sha256 mismatch"):
+        asm.add(chunks[-1])
+    assert asm.pending_ids == []
+
+
+def test_stalled_payload_reports_missing_and_resend_completes_it() -> None:
+    clock = FakeClock()
+    enc = _encoded()
+    sender = tr.ChunkedSender(enc, "robot_2/r5/update", chunk_bytes=4096)
+    asm = tr.PayloadAssembler(stall_timeout_s=1.0, clock=clock)
+    lost = {2, 7}
+    for c in sender.chunks():
+        if c.chunk_index not in lost:
+            asm.add(c)
+    assert asm.stalled() == {}  # not yet timed out
+    clock.now = 1.5
+    requests = asm.stalled()
+    assert requests == {"robot_2/r5/update": [2, 7]}
+    # the request travels as JSON in a std_msgs/String; the sender resends only those
+    pid, indices = tr.decode_resend_request(tr.encode_resend_request(*next(iter(requests.items()))))
+    resent = sender.resend(indices)
+    assert [c.chunk_index for c in resent] == [2, 7]
+    assert asm.add(resent[0]) is None
+    _assert_same(asm.add(resent[1]), enc)
+
+
+def test_payload_given_up_after_max_resume_requests() -> None:
+    clock = FakeClock()
+    enc = _encoded()
+    asm = tr.PayloadAssembler(stall_timeout_s=1.0, max_resume_requests=2, clock=clock)
+    asm.add(tr.ChunkedSender(enc, "p", chunk_bytes=4096).chunk(0))
+    for step in range(1, 3):
+        clock.now = step * 1.1
+        assert "p" in asm.stalled()
+    clock.now = 10.0
+    assert asm.stalled() == {} and asm.pending_ids == [] and asm.pending_bytes == 0
+
+
+def test_max_pending_bounds_memory() -> None:
+    clock = FakeClock()
+    asm = tr.PayloadAssembler(max_pending=2, stall_timeout_s=1.0, max_resume_requests=1, clock=clock)
+    for pid in ("a", "b"):
+        asm.add(tr.ChunkedSender(_encoded(), pid, chunk_bytes=4096).chunk(0))
+    with pytest.raises(tr.PayloadRejected, match="max_pending=2"):
+        asm.add(tr.ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
+    clock.now = 5.0  # "a" abandoned long ago: it makes room
+    asm.add(tr.ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
+    assert asm.pending_ids == ["b", "c"]
+
+
+def test_resend_rejects_bad_indices_and_requests_validate() -> None:
+    sender = tr.ChunkedSender(_encoded(), "p", chunk_bytes=4096)
+    with pytest.raises(ValueError, match=r"\[10\]"):
+        sender.resend([1, 10])
+    for bad in ("not json", json.dumps({"payload_id": "p"}), json.dumps({"payload_id": "", "chunks": []}),
+                json.dumps({"payload_id": "p", "chunks": [-1]})):
+        with pytest.raises(ValueError, match="malformed resend request"):
+            tr.decode_resend_request(bad)
+
+
+def test_bulk_control_message_is_not_assembled() -> None:
+    enc = _encoded()
+    msg = tr.ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:1/abc").chunk(0)
+    with pytest.raises(tr.PayloadRejected, match="use fetch_bulk"):
+        tr.PayloadAssembler().add(msg)
+
+
+# --------------------------------------------------------------------- bulk channel
+
+@pytest.fixture
+def bulk_server():
+    ctx = zmq.Context()
+    server = tr.BulkServer(context=ctx)
+    try:
+        yield server, ctx
+    finally:
+        server.close()
+        ctx.term()
+
+
+def test_bulk_fetch_round_trip(bulk_server) -> None:
+    server, ctx = bulk_server
+    enc = _encoded(300_000)  # 1.2 MB, several 256 kB chunks
+    uri = server.offer(enc.data)
+    control = tr.ChunkedSender(enc, "robot_1/r2/update", bulk_uri=uri).chunk(0)
+    assert len(control.data) == 0 and control.bulk_uri == uri
+    data = tr.fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
+    assert data.tobytes() == enc.data.tobytes()
+    sd = conv.decode_state_dict(conv.manifest_from_msgs(control.manifest), control.encoding, data)
+    np.testing.assert_array_equal(sd["a"], conv.decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"])
+
+
+def test_bulk_size_cap_checked_before_connecting() -> None:
+    enc = _encoded(100_000)
+    # nothing listens on this endpoint: a fetch that connected would time out instead
+    control = tr.ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:9/deadbeef").chunk(0)
+    with pytest.raises(tr.PayloadRejected, match="exceeds cap 1000"):
+        tr.fetch_bulk(control, limits=tr.TransferLimits(max_total_bytes=1000))
+
+
+def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
+    server, ctx = bulk_server
+    enc = _encoded()
+    uri = server.offer(enc.data)
+    with pytest.raises(tr.PayloadRejected, match="unknown token"):
+        tr.fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
+    with pytest.raises(tr.PayloadRejected, match="sha256 mismatch"):
+        tr.fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
+    server.withdraw(uri)
+    with pytest.raises(tr.PayloadRejected, match="unknown token"):
+        tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
+
+
+class _LossyBulkServer(tr.BulkServer):
+    """Drops the first transmission of some chunks (a lost frame / restarted peer)."""
+
+    def __init__(self, drop: set[int], **kw) -> None:
+        self.drop = set(drop)
+        self.sent: list[int] = []
+        super().__init__(**kw)
+
+    def _send_chunk(self, ident, token, data, index, ranges) -> None:
+        self.sent.append(index)
+        if index in self.drop:
+            self.drop.discard(index)
+            return
+        super()._send_chunk(ident, token, data, index, ranges)
+
+
+def test_bulk_fetch_resumes_only_missing_chunks() -> None:
+    ctx = zmq.Context()
+    server = _LossyBulkServer({1, 3}, context=ctx)
+    try:
+        enc = _encoded(20_000)  # 80 kB in 16 kB chunks = 5 chunks
+        uri = server.offer(enc.data)
+        data = tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=8,
+                             idle_timeout_s=0.3, context=ctx)
+        assert data.tobytes() == enc.data.tobytes()
+        assert server.sent == [0, 1, 2, 3, 4, 1, 3]  # second request: only the lost ones
+    finally:
+        server.close()
+        ctx.term()
+
+
+def test_bulk_fetch_times_out_when_server_gone(bulk_server) -> None:
+    server, ctx = bulk_server
+    enc = _encoded()
+    uri = server.offer(enc.data)
+    server.close()
+    with pytest.raises(TimeoutError, match="resume attempts"):
+        tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, idle_timeout_s=0.1, max_retries=2, context=ctx)
+
+
+def test_parse_bulk_uri() -> None:
+    assert tr.parse_bulk_uri("tcp://10.0.0.5:5555/abc") == ("tcp://10.0.0.5:5555", b"abc")
+    for bad in ("http://x:1/a", "tcp://x:1/", "tcp://x:1"):
+        with pytest.raises(ValueError, match="bulk_uri"):
+            tr.parse_bulk_uri(bad)
+
+
+# ------------------------------------------------------------------ Fast DDS profile
+
+def test_fastdds_profile_exists_and_is_applied_only_if_present(tmp_path: Path) -> None:
+    path = tr.fastdds_profile_path()
+    assert path is not None and path.name == "fastdds_shm.xml"
+    text = path.read_text()
+    assert "<type>SHM</type>" in text and "<useBuiltinTransports>false</useBuiltinTransports>" in text
+    env: dict[str, str] = {}
+    assert tr.apply_fastdds_profile(env) == path and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(path)
+    env = {}
+    assert tr.apply_fastdds_profile(env, path=tmp_path / "missing.xml") is None
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in env
+    env = {"FASTDDS_DEFAULT_PROFILES_FILE": os.fspath(tmp_path / "user.xml")}
+    assert tr.apply_fastdds_profile(env) is None  # user's setting kept, reported missing
+    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == os.fspath(tmp_path / "user.xml")
+
+
+def test_transfer_limits_validate() -> None:
+    with pytest.raises(ValueError, match="max_total_bytes"):
+        tr.TransferLimits(max_total_bytes=0)
+    with pytest.raises(ValueError, match="payload_id"):
+        tr.ChunkedSender(_encoded(), "")
+    assert isinstance(tr.ChunkedSender(_encoded(), "p").chunk(0), TensorPayload)
