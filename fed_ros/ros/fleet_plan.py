@@ -79,8 +79,8 @@ ROBOT_DEFAULTS: dict[str, Any] = {
     "tasks": ["lift"],                # tasks this robot records and is evaluated on
     "variation": "default",           # environment variation preset (sim) / site tag (real)
     "fleet_namespace": SERVER_NAMESPACE,  # where the server's topics and services live
-    "arm_namespace": "arm",           # arm topics, relative to the robot namespace
-    "data_dir": "",                   # demonstrations and models ("" = runs/robots/<robot_id>)
+    "arm_namespace": "",              # "" = <robot ns>/arm/...; "/P" = /P/arm/... (a real driver)
+    "data_dir": "",                   # demonstrations (demos/: recordings, *.npz episodes), models ("" = runs/robots/<robot_id>)
     "collect_demos_on_start": 0,      # episodes to record with the scripted expert over ROS
     "demo_seed": 0,                   # seed of the first bootstrap episode
     "demo_noise_std": 0.0,            # expert action noise for demonstration diversity
@@ -215,6 +215,8 @@ def validate_robot_params(params: Mapping[str, Any], namespace: str = "") -> dic
     _require(p["transfer_channel"] in TRANSFER_CHANNELS,
              f"robot parameter 'transfer_channel' must be one of {TRANSFER_CHANNELS}, "
              f"got {p['transfer_channel']!r}")
+    _require(p["arm_namespace"] == "" or p["arm_namespace"].startswith("/"),
+             f"robot parameter 'arm_namespace' must be empty or absolute, got {p['arm_namespace']!r}")
     _require(p["fleet_namespace"].startswith("/"),
              f"robot parameter 'fleet_namespace' must be absolute, got {p['fleet_namespace']!r}")
     if not p["data_dir"]:

@@ -445,6 +445,21 @@ class RoundCoordinator:
         return self.collector.plan if self.collector else None
 
     # ------------------------------------------------------------------ answers
+    def check_update(self, robot_id: str, round_idx: int, base_round: int, now: float | None = None) -> Verdict:
+        """Pre-check an update's header (before its bytes arrive); records a rejection."""
+        now = self.clock() if now is None else now
+        col = self.collector
+        if col is None or col.plan.stage != TRAIN:
+            stage = col.plan.stage if col else "none"
+            return Verdict(False, f"no training round is open (stage {stage}); update from {robot_id!r} rejected")
+        verdict = col.check(robot_id, round_idx, now, base_round=base_round)
+        return verdict if verdict.accepted else col.reject(robot_id, verdict.reason)
+
+    def record_rejection(self, robot_id: str, reason: str) -> None:
+        """Count a rejection decided elsewhere (transport, validation) in the open stage's report."""
+        if self.collector is not None:
+            self.collector.reject(robot_id, reason)
+
     def offer_update(self, update: Any, now: float | None = None) -> Verdict:
         """Check and record a core ClientUpdate (robot_id, params, num_samples, base_round, ...).
 
@@ -583,16 +598,31 @@ class RoundCoordinator:
 
     def _aggregate(self, col: StageCollector, decision: Decision, now: float
                    ) -> tuple[RoundPlan | None, RoundOutcome]:
-        updates = [col.answers[r] for r in decision.answered]
-        descriptors = {r: d for r, d in self.descriptors.items() if r in decision.answered}
+        answered = list(decision.answered)
+        if self.strategy.needs_descriptors(self.round_idx):
+            # A robot whose descriptor did not arrive cannot be clustered this round.
+            for rid in [r for r in answered if r not in self.descriptors]:
+                answered.remove(rid)
+                col.reject(rid, f"update from {rid!r} dropped: no descriptor this round")
+                del col.answers[rid]
+            if len(answered) < col.plan.quorum:
+                return self._abandon(col, Decision("abandon", tuple(answered), decision.stragglers,
+                                                   "below quorum after dropping robots without descriptors"), now)
+        updates = [col.answers[r] for r in answered]
+        descriptors = {r: d for r, d in self.descriptors.items() if r in answered}
         t0 = time.perf_counter()
-        result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
+        try:
+            result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
+        except ValueError as exc:
+            # The strategy refused these inputs: the round is abandoned, models stay unchanged.
+            return self._abandon(col, Decision("abandon", tuple(answered), decision.stragglers,
+                                               f"aggregation refused: {exc}"), now)
         seconds = time.perf_counter() - t0
         # Commit point of the round: nothing about round r+1 is visible before this returns.
         self.store.commit(self.round_idx, result.cluster_models, result.assignments,
                           self.strategy.state(),
                           {"roster": self.roster.to_json(), "algorithm": self.settings.algorithm,
-                           "accepted": list(decision.answered), "stragglers": list(decision.stragglers)})
+                           "accepted": answered, "stragglers": list(decision.stragglers)})
         old = self.cluster_models
         self.cluster_models = {int(c): dict(m) for c, m in result.cluster_models.items()}
         self.memberships = {r: list(m) for r, m in result.assignments.items()}
