@@ -297,6 +297,9 @@ class Strategy(ABC):
                 check_manifest(u.params, self._manifest)
             except ValueError as exc:
                 raise ValueError(f"update of {u.robot_id!r}: {exc}") from None
+        # Robot-id order, not arrival order: the float arithmetic (and so every bit of the
+        # result) is then independent of which robot's update arrived first.
+        updates = sorted(updates, key=lambda u: u.robot_id)
         ids = [u.robot_id for u in updates]
         n = np.array([u.num_samples for u in updates], dtype=np.float64)
         sample_weights(n, ids)  # raises on all-zero
