@@ -320,7 +320,7 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
     if env.total_bytes > limits.max_update_bytes:
         return _reject(OVERSIZE, f"robot {rid!r}: update of {env.total_bytes} bytes exceeds the cap "
                                  f"{limits.max_update_bytes} bytes")
-    if env.encoding not in BYTES_PER_VALUE:
+    if not _is_int(env.encoding) or env.encoding not in BYTES_PER_VALUE:
         return _reject(MALFORMED, f"robot {rid!r}: unknown encoding {_short(env.encoding)}")
     why = compare_manifest(env.manifest, ctx.expected_manifest)
     if why is not None:
