@@ -161,22 +161,10 @@ class ArmClient:
         steps = overruns = 0
         while True:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return EpisodeOutcome(episode, False, steps, overruns, timed_out=True)
             try:
-                items = [self._observations.get(timeout=min(remaining, 1.0))]
-            except queue.Empty:
-                continue
-            while True:  # drain: only the newest observation of this episode matters
-                try:
-                    items.append(self._observations.get_nowait())
-                except queue.Empty:
-                    break
-            current = [(s, o) for s, o in items if int(o[STATUS_PART].episode) == episode]
-            if not current:
-                continue
-            stamp_ns, obs = current[-1]
-            status = obs.pop(STATUS_PART)
+                stamp_ns, obs, status = self.next_observation(episode, max(remaining, 0.0))
+            except TimeoutError:
+                return EpisodeOutcome(episode, False, steps, overruns, timed_out=True)
             steps, overruns = int(status.step), int(status.overruns)
             if status.done or (max_steps is not None and steps >= max_steps):
                 return EpisodeOutcome(episode, bool(status.success), steps, overruns)
@@ -185,6 +173,30 @@ class ArmClient:
             if action.shape == (4,) and np.all(np.isfinite(action)):
                 action = np.clip(action, -1.0, 1.0)
             self.send(action, stamp_ns)
+
+    def next_observation(self, episode: int, timeout: float = 10.0) -> tuple[int, dict[str, Any], Any]:
+        """Newest complete observation of ``episode``: (stamp ns, obs dict, EpisodeStatus).
+
+        Older queued observations are skipped (a slow consumer acts on the latest tick).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no observation of episode {episode} in {timeout:.1f} s")
+            try:
+                items = [self._observations.get(timeout=min(remaining, 0.5))]
+            except queue.Empty:
+                continue
+            while True:
+                try:
+                    items.append(self._observations.get_nowait())
+                except queue.Empty:
+                    break
+            current = [(s, o) for s, o in items if int(o[STATUS_PART].episode) == episode]
+            if current:
+                stamp_ns, obs = current[-1]
+                return stamp_ns, obs, obs.pop(STATUS_PART)
 
     def destroy(self) -> None:
         """Remove this client's subscriptions, publisher and service client."""
