@@ -10,6 +10,15 @@ from fed_ros.learning.losses import (GMMParams, _TopProjector, action_distillati
                                      subspace_projector)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Intra-op threads thrash on a loaded 2-core machine; these models are tiny anyway."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def test_subspace_loss_matches_hand_computed_value():
     # Teacher rows span e1 (dominant, energy 8) and e2 (2); student spans e2 (18) and e1 (2).
     # Rank 1: P_g = e1 e1^T, P_k = e2 e2^T, so term1 = 26 and term2 = 4 (worked by hand).
