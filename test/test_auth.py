@@ -190,3 +190,33 @@ def test_keys_via_cli_entry_point(tmp_path):
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "robot_0.key").exists() and "allow-list" in res.stdout
+
+
+def test_sros2_policy_grants_what_the_nodes_use():
+    """config/security/fleet.policy.xml parses and grants the server's and robots' real topics."""
+    import re
+    import xml.etree.ElementTree as ET  # our own file, not untrusted input
+    from pathlib import Path
+    root_dir = Path(__file__).resolve().parents[1]
+    policy = ET.parse(root_dir / "config/security/fleet.policy.xml").getroot()
+    enclaves = {e.get("path"): e for e in policy.iter("enclave")}
+    assert {"/fleet/server", "/fleet/robot_0", "/fleet/robot_1"} <= set(enclaves)
+
+    def granted(enclave, kind, mode):
+        return {t.text for group in enclave.iter(kind + "s") if group.get(mode) == "ALLOW" for t in group}
+
+    server_src = (root_dir / "fed_ros/ros/server_node.py").read_text()
+    pubs = set(re.findall(r'create_publisher\(\w+, "(\w+)"', server_src))
+    subs = set(re.findall(r'create_subscription\(\w+, "(\w+)"', server_src))
+    assert pubs and subs
+    assert pubs <= granted(enclaves["/fleet/server"], "topic", "publish")
+    assert subs <= granted(enclaves["/fleet/server"], "topic", "subscribe")
+    robot_src = (root_dir / "fed_ros/ros/robot_node.py").read_text()
+    robot_pubs = {f"/fleet/{t}" for t in re.findall(r'create_publisher\(\w+, f"\{fleet\}/(\w+)"', robot_src)}
+    robot_subs = {f"/fleet/{t}" for t in re.findall(r'create_subscription\(\w+, f"\{fleet\}/(\w+)"', robot_src)}
+    assert robot_pubs and robot_subs
+    for rid in ("robot_0", "robot_1"):
+        assert robot_pubs <= granted(enclaves[f"/fleet/{rid}"], "topic", "publish")
+        assert robot_subs <= granted(enclaves[f"/fleet/{rid}"], "topic", "subscribe")
+        # A robot may not impersonate the server.
+        assert not {"/fleet/round", "/fleet/cluster_models"} & granted(enclaves[f"/fleet/{rid}"], "topic", "publish")
