@@ -13,8 +13,10 @@ with OSC position control, then wraps it in :class:`ArmEnv`, which
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import weakref
 
 # MuJoCo picks its GL backend when it is first imported; EGL renders headless.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -41,6 +43,20 @@ TASKS = ("lift", "pick_place_can", "stack")
 AGENTVIEW_CAMERA = "agentview"
 WRIST_CAMERA = "robot0_eye_in_hand"
 CONTROL_HZ = 20
+
+# GL contexts must be freed before MuJoCo's own exit hook terminates the EGL display, or
+# their finalisers raise at exit. atexit runs hooks last-registered-first, so ours is
+# registered after the first renderer exists (i.e. after MuJoCo registered its hook).
+_OPEN_ENVS: "weakref.WeakSet[ArmEnv]" = weakref.WeakSet()
+_EXIT_HOOK_REGISTERED = False
+
+
+def _close_open_envs() -> None:
+    for env in list(_OPEN_ENVS):
+        try:
+            env.close()
+        except Exception:  # at exit there is nobody left to report to
+            pass
 
 
 @dataclass(frozen=True)
@@ -139,6 +155,7 @@ class ArmEnv:
         self._steps = 0
         self._last_obs: dict[str, np.ndarray] | None = None
         self._closed = False
+        _OPEN_ENVS.add(self)
         self._apply_variation(self._variation)
         self.reset(seed=int(seed))
 
@@ -309,6 +326,10 @@ class ArmEnv:
         if self._renderer is not None:
             self._renderer.close()
         self._renderer = mujoco.Renderer(self._model, height=self.image_size, width=self.image_size)
+        global _EXIT_HOOK_REGISTERED
+        if not _EXIT_HOOK_REGISTERED:
+            atexit.register(_close_open_envs)
+            _EXIT_HOOK_REGISTERED = True
         flags = self._renderer.scene.flags
         flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
         flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
@@ -370,6 +391,16 @@ class ArmEnv:
             body = int(m.body_parentid[body])
         return root == 0
 
+    def _table_geoms(self) -> list[int]:
+        """Visual geoms of the work surface: the table top, or the bins in PickPlace."""
+        m = self._model
+        names = [m.geom(g).name for g in range(m.ngeom)]
+        if "table_visual" in names:
+            return [names.index("table_visual")]
+        bins = {b for b in range(m.nbody) if m.body(b).name in ("bin1", "bin2")}
+        return [g for g in range(m.ngeom)
+                if int(m.geom_bodyid[g]) in bins and m.geom_group[g] == 1 and "leg" not in names[g]]
+
     def _save_originals(self) -> dict[str, Any]:
         import mujoco
 
@@ -408,7 +439,7 @@ class ArmEnv:
             "light": (m.light_diffuse.copy(), m.light_specular.copy(), m.light_ambient.copy(), m.light_pos.copy()),
             "headlight": (np.array(m.vis.headlight.diffuse), np.array(m.vis.headlight.ambient),
                           np.array(m.vis.headlight.specular)),
-            "table": name2id(mujoco.mjtObj.mjOBJ_GEOM, "table_visual"),
+            "table": self._table_geoms(),
             "geom_matid": m.geom_matid.copy(), "geom_rgba": m.geom_rgba.copy(),
             "geom_size": m.geom_size.copy(), "geom_pos": m.geom_pos.copy(),
             "geom_rbound": m.geom_rbound.copy(), "geom_aabb": m.geom_aabb.copy(),
@@ -446,8 +477,7 @@ class ArmEnv:
         # Colours and textures (a geom with a material shows the material, so clear it).
         m.geom_matid[:] = o["geom_matid"]
         m.geom_rgba[:] = o["geom_rgba"]
-        table = o["table"]
-        if table >= 0:
+        for table in o["table"]:
             if v.table_rgba is not None:
                 m.geom_matid[table] = -1
                 m.geom_rgba[table] = v.table_rgba

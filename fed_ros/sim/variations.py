@@ -26,10 +26,9 @@ PALETTE: dict[str, tuple[float, float, float, float]] = {
     "white": (0.92, 0.92, 0.92, 1.0),
 }
 
-# Table surface materials that exist in every robosuite table-top model (swapping the
-# material id changes the texture without uploading new textures).
+# Table surface materials that exist in every robosuite arena used here (table top and
+# bins); swapping the material id changes the texture without uploading new textures.
 TABLE_MATERIALS: dict[str, str] = {
-    "ceramic": "table_ceramic",  # robosuite default
     "metal": "table_legs_metal",
     "plaster": "walls_mat",
     "floor": "floorplane",
