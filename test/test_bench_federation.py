@@ -1,0 +1,109 @@
+"""`fed-ros bench federation`: helpers, and one tiny end-to-end cell in real MuJoCo."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fed_ros.bench import federation as F
+from fed_ros.bench import federation_run as FR
+from fed_ros.bench.federation_settings import (PROFILES, Family, Setting, cross_family, same_family,
+                                               overlap_setting)
+from fed_ros.core.episode import ACTION_DIM, Episode
+
+
+def _episode(n: int = 6) -> Episode:
+    rng = np.random.default_rng(0)
+    return Episode(task="lift", instruction="lift the red cube",
+                   observations={"eef_pos": rng.normal(size=(n, 3)).astype(np.float32)},
+                   actions=rng.uniform(-1, 1, size=(n, ACTION_DIM)))
+
+
+def test_mirror_episode_negates_xy_only():
+    ep = _episode()
+    m = FR.mirror_episode(ep)
+    assert np.allclose(m.actions[:, :2], -ep.actions[:, :2])
+    assert np.allclose(m.actions[:, 2:], ep.actions[:, 2:])
+    assert m.observations["eef_pos"] is ep.observations["eef_pos"]
+    assert m.metadata["mirrored"] == "1"
+
+
+def test_mirrored_policy_negates_commands():
+    class Const:
+        def reset(self):
+            self.reset_called = True
+
+        def act(self, obs):
+            return np.array([0.5, -0.25, 0.1, 1.0], dtype=np.float32)
+
+    p = FR.MirroredPolicy(Const())
+    p.reset()
+    assert p.act({}).tolist() == [-0.5, 0.25, pytest.approx(0.1), 1.0]
+
+
+def test_intra_inter_and_coassignment():
+    sim = np.array([[1.0, 0.9, 0.1], [0.9, 1.0, 0.2], [0.1, 0.2, 1.0]])
+    intra, inter = FR.intra_inter(sim, ["a", "a", "b"])
+    assert intra == pytest.approx(0.9) and inter == pytest.approx(0.15)
+    assign = {"r0": [[0, 1.0]], "r1": [[0, 0.5], [1, 0.5]], "r2": [[1, 1.0]]}
+    co = FR.coassignment(assign, ["r0", "r1", "r2"])
+    assert co.tolist() == [[1, 1, 0], [1, 1, 1], [0, 1, 1]]
+    assert FR.hard_clusters(assign, ["r0", "r2", "missing"]) == [0, 1, -1]
+
+
+def test_settings_shapes_and_validation():
+    prof = PROFILES["quick"]
+    cross = cross_family(prof)
+    assert len(cross.robots) == prof.robots and cross.num_clusters == 2
+    assert [cross.dominant_family(n) for n in range(4)] == ["lift", "lift", "lift_mirrored", "lift_mirrored"]
+    same = same_family(prof, seed=3)
+    assert all(sum(c for _, c in mix) == prof.demos_per_robot for mix in same.robots)
+    assert same_family(prof, seed=3) == same  # reproducible by seed
+    assert len(overlap_setting(prof).robots) == 5
+    with pytest.raises(ValueError, match="unknown family"):
+        Setting("bad", (Family("a"),), ((("b", 1),),), num_clusters=1)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    assert F.main(["--quick", "--robots", "1", "--out", "/tmp/never"]) == 2
+    assert "robots" in capsys.readouterr().err
+    assert F.main(["--quick", "--methods", "nope", "--out", "/tmp/never"]) == 2
+
+
+def test_report_claims_from_records():
+    def cell(method, mean, coassign):
+        return {"setting": "cross_family", "method": method, "seed": 0, "groups": ["a", "a", "b"],
+                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
+                "rounds": [{"round": 0, "coassign": coassign}]}
+    full = [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    ones = [[1, 1, 1]] * 3
+    cells = [cell("fedavg", 0.3, ones), cell("feddrman", 0.8, full), cell("feddrman_no_cua", 0.35, ones)]
+    lines = "\n".join(F._claims(cells, None, None))
+    assert "+50.0 pp" in lines and "REPRODUCED" in lines
+    assert "collapses towards FedAvg" in lines
+    assert "same-family pairs 100%" in lines and "cross-family 0%" in lines
+
+
+@pytest.mark.sim
+def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
+    out = tmp_path / "bench"
+    argv = ["--quick", "--only", "cross", "--methods", "fedavg", "--robots", "2", "--demos", "2",
+            "--rounds", "1", "--local-steps", "3", "--eval-episodes", "1", "--out", str(out)]
+    assert F.main(argv) == 0
+    cell = json.loads((out / "cells" / "cross_family__fedavg__s0.json").read_text())
+    assert cell["method"] == "fedavg" and len(cell["rounds"]) == 1
+    row = cell["rounds"][0]
+    # FedAvg keeps every robot in one cluster, and both families were rolled out.
+    assert row["coassign"] == [[1.0, 1.0], [1.0, 1.0]]
+    assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored"}
+    assert 0.0 <= cell["final"]["mean"] <= 1.0
+    assert len(list((out / "demos").rglob("*.npz"))) >= 4  # cached scripted demos
+    report = (out / "report.md").read_text()
+    assert "| fedavg |" in report and (out / "cross_family_success_vs_round.png").is_file()
+
+    # Rerun: the finished cell is loaded, not recomputed.
+    def boom(*a, **k):
+        raise AssertionError("finished cell was recomputed")
+    monkeypatch.setattr(F, "run_cell", boom)
+    assert F.main(argv) == 0
