@@ -1,0 +1,252 @@
+"""L3/L4/P1 crash safety end to end: the server's round logic + model store killed at every commit
+step and at random times, then restarted; a robot killed mid-upload.
+
+The "server" here is the real RoundCoordinator over the real ModelStore and strategy (what
+`server_node.py` runs), in a forked child process that dies by `os._exit` at an injected commit
+step (the store's crash-point hook) or by SIGKILL at a random time - no cleanup, no flush, no
+atexit. After every kill a fresh process resumes from the store and finishes the federation;
+its cluster models must be bit-identical to an uninterrupted run.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fed_ros.core import auth, validation as V
+from fed_ros.core.params import manifest_of
+from fed_ros.core.store import ModelStore
+from fed_ros.core.strategy import ClientUpdate, make_strategy
+from fed_ros.ros.round_logic import RoundCoordinator, RoundSettings
+
+ROBOTS = [f"robot_{k}" for k in range(4)]
+ROUNDS = 4
+INITIAL = {"enc.weight": np.linspace(-1, 1, 64 * 32, dtype=np.float32).reshape(64, 32),
+           "enc.bias": np.zeros(32, np.float32)}
+KILLED = 137
+
+
+def local_update(model: dict[str, np.ndarray], round_idx: int, k: int) -> dict[str, np.ndarray]:
+    """Deterministic 'local training' of robot k in a round: start model + a seeded step."""
+    rng = np.random.default_rng([round_idx, k])
+    return {n: (a + rng.normal(0, 0.1, a.shape)).astype(np.float32) for n, a in model.items()}
+
+
+def make_coordinator(store_dir: Path, crash_point=None, algorithm: str = "fedavg") -> RoundCoordinator:
+    store = ModelStore(store_dir, keep=ROUNDS + 1, _crash_point=crash_point)
+    coord = RoundCoordinator(make_strategy(algorithm), store,
+                             RoundSettings(algorithm=algorithm, rounds=ROUNDS, round_timeout_s=1e6),
+                             INITIAL, clock=lambda: 0.0)
+    if not coord.resume():
+        for k, rid in enumerate(ROBOTS):
+            assert coord.roster.register(rid, num_samples=10 + k).accepted
+    return coord
+
+
+def run_federation(store_dir: Path, crash_point=None, step_delay: float = 0.0) -> RoundCoordinator:
+    """Resume from the store (if anything is committed) and run the remaining rounds."""
+    def hook(step: str) -> None:
+        if crash_point is not None:
+            crash_point(step)
+        if step_delay:
+            time.sleep(step_delay)  # widens the commit window for the random-kill test
+
+    coord = make_coordinator(store_dir, hook)
+    while not coord.finished:
+        plan = coord.start_round(now=0.0)
+        for k, rid in enumerate(plan.participants):
+            upd = ClientUpdate(robot_id=rid, params=local_update(coord.strategy.model_for(rid), plan.round_idx, k),
+                               num_samples=10 + k, base_round=plan.round_idx)
+            upd.round_idx = plan.round_idx
+            assert coord.offer_update(upd, now=0.0).accepted
+        coord.poll(now=0.0)
+    return coord
+
+
+def models_bytes(store_dir: Path, round_idx: int | None = None) -> dict:
+    store = ModelStore(store_dir, keep=ROUNDS + 1)
+    snap = store.load_latest() if round_idx is None else store.load_round(round_idx)
+    assert snap is not None
+    return {"round": int(snap.round_idx),
+            "models": {c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()},
+            "assignments": {r: [tuple(x) for x in m] for r, m in snap.assignments.items()}}
+
+
+def in_child(fn) -> int:
+    """Run fn() in a forked child; returns its exit status (KILLED when it died at a crash point)."""
+    pid = os.fork()
+    if pid == 0:  # child: never returns into pytest
+        code = 0
+        try:
+            fn()
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, list[str]]:
+    """An uninterrupted federation, and the commit steps the store goes through."""
+    steps: list[str] = []
+    ref = tmp_path_factory.mktemp("reference")
+    run_federation(ref, crash_point=steps.append)
+    per_commit = steps[: steps.index("committed") + 1]
+    assert per_commit[0] == "begin" and "renamed:manifest" in per_commit
+    return ref, per_commit
+
+
+def test_l3_kill_at_every_commit_step_resumes_with_identical_models(reference, tmp_path):
+    ref, steps = reference
+    final = models_bytes(ref)
+    assert final["round"] == ROUNDS - 1
+    for i, step in enumerate(steps):
+        store_dir = tmp_path / f"kill_{i}"
+
+        def crash(s: str, step=step, seen=[0]) -> None:  # noqa: B006 - per-child counter
+            if s == "begin":
+                seen[0] += 1
+            if s == step and seen[0] == 2:  # die inside the commit of round 1
+                os._exit(KILLED)
+
+        assert in_child(lambda: run_federation(store_dir, crash)) == KILLED, step
+        # The last good version is loadable and intact: round 0, or round 1 once its manifest is in place.
+        after = models_bytes(store_dir)
+        committed = steps.index(step) >= steps.index("renamed:manifest")
+        assert after["round"] == (1 if committed else 0), step
+        assert after == models_bytes(ref, after["round"]), step
+        # Restart: resume from the store and finish -> bit-identical to the uninterrupted run.
+        assert in_child(lambda: run_federation(store_dir)) == 0
+        assert models_bytes(store_dir) == final, step
+
+
+def test_l3_kill_at_random_times_resumes_with_identical_models(reference, tmp_path):
+    ref, _ = reference
+    final = models_bytes(ref)
+    rng = random.Random(1234)  # seeded faults
+    delays = []
+    for trial in range(6):
+        store_dir = tmp_path / f"random_{trial}"
+        kills = 0
+        while True:  # kill repeatedly until one run gets to the end
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    run_federation(store_dir, step_delay=0.002)
+                except BaseException:  # noqa: BLE001
+                    code = 1
+                os._exit(code)
+            delay = rng.uniform(0.0, 0.25)
+            time.sleep(delay)
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                kills += 1
+                delays.append(round(delay, 3))
+                snap = ModelStore(store_dir, keep=ROUNDS + 1).load_latest()
+                if snap is not None:  # whatever is committed is a round of the reference, intact
+                    assert models_bytes(store_dir) == models_bytes(ref, int(snap.round_idx))
+                if kills < 3:
+                    continue
+                assert in_child(lambda: run_federation(store_dir)) == 0
+            else:
+                assert os.waitstatus_to_exitcode(status) == 0
+            break
+        assert models_bytes(store_dir) == final, (trial, kills)
+    assert delays, "no run was killed mid-federation: the test did not exercise anything"
+    print("random kill delays (s):", delays)
+
+
+def test_p1_flipped_byte_detected_never_used(reference, tmp_path):
+    ref, _ = reference
+    store_dir = tmp_path / "flip"
+    run_federation(store_dir)
+    latest = store_dir / f"round_{ROUNDS - 1:08d}"
+    target = latest / "cluster_0.npy"
+    data = bytearray(target.read_bytes())
+    data[-5] ^= 0x40
+    target.write_bytes(bytes(data))
+    after = models_bytes(store_dir)
+    assert after["round"] == ROUNDS - 2  # the corrupt round is skipped, the previous one is used
+    assert after == models_bytes(ref, ROUNDS - 2)
+
+
+# ----------------------------------------------------------------------------- L4 robot killed mid-upload
+
+def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
+    from fed_ros.ros.conversions import encode_state_dict
+    from fed_ros.ros.transport import ChunkedSender, PayloadAssembler, TransferLimits
+
+    clock = [0.0]
+    store = ModelStore(tmp_path / "store")
+    coord = RoundCoordinator(make_strategy("fedavg"), store,
+                             RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=10.0,
+                                           quorum_fraction=0.75), INITIAL, clock=lambda: clock[0])
+    signers = {rid: auth.Signer.generate() for rid in ROBOTS}
+    for k, rid in enumerate(ROBOTS):
+        assert coord.roster.register(rid, num_samples=10 + k, public_key=signers[rid].public_key).accepted
+    allow = auth.AllowList({rid: s.public_key for rid, s in signers.items()})
+    guard = auth.ReplayGuard()
+    assembler = PayloadAssembler(TransferLimits(), max_pending=8)
+    manifest = manifest_of(INITIAL)
+    plan = coord.start_round(now=0.0)
+    guard.advance(plan.round_idx)
+
+    def send(rid: str, k: int, round_idx: int, chunks_to_send: int | None = None):
+        params = local_update(coord.strategy.model_for(rid), round_idx, k)
+        encoded = encode_state_dict(params)
+        env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx, num_samples=10 + k,
+                               manifest=manifest, total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
+                               nonce=auth.new_nonce()).signed(signers[rid])
+        sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/update", chunk_bytes=1024)
+        ctx = V.ValidationContext(current_round=round_idx, expected_manifest=manifest, base_rounds={round_idx},
+                                  participants=set(coord.current_plan.participants), allow_list=allow,
+                                  replay_guard=guard)
+        assert V.check_update_envelope(env, ctx)
+        chunks = list(sender.chunks())
+        assert len(chunks) > 4
+        complete = None
+        for chunk in chunks[:chunks_to_send]:
+            complete = assembler.add(chunk)
+        if complete is None:
+            return None  # the robot died before its last chunk
+        sd = complete.state_dict(copy=True)
+        assert V.validate_update(env, sd, ctx, received_sha256=complete.sha256)
+        upd = ClientUpdate(robot_id=rid, params=sd, num_samples=env.num_samples, base_round=env.base_round)
+        upd.round_idx = round_idx
+        assert coord.offer_update(upd, now=clock[0]).accepted
+        return sd
+
+    sent = {rid: send(rid, k, 0) for k, rid in enumerate(ROBOTS[:3])}
+    assert send("robot_3", 3, 0, chunks_to_send=3) is None  # killed after 3 of its chunks
+    assert assembler.pending_ids == ["robot_3/r0/update"]
+    assert coord.poll(now=5.0) == (None, None)  # still waiting for robot_3 before the deadline
+    clock[0] = 11.0
+    next_plan, outcome = coord.poll(now=11.0)  # deadline: quorum 3 of 4 -> aggregate without robot_3
+    assert outcome is not None and outcome.completed and outcome.updates_accepted == 3
+    assert "robot_3" not in store.load_latest().meta["accepted"]
+    # The committed model is exactly the weighted FedAvg of the three complete updates.
+    weights = np.array([10, 11, 12], np.float64) / 33
+    for name in INITIAL:
+        expected = sum(w * sent[r][name].astype(np.float64) for w, r in zip(weights, ROBOTS[:3]))
+        np.testing.assert_allclose(coord.cluster_models[0][name], expected, rtol=1e-5, atol=1e-6)
+    assembler.discard("robot_3/r0/update")  # the round ended: its partial payload is dropped
+    assert assembler.pending_bytes == 0
+    # robot_3 restarts: registers again with the same key, downloads round 1's model and takes part.
+    assert coord.roster.register("robot_3", num_samples=13, public_key=signers["robot_3"].public_key).accepted
+    guard.advance(next_plan.round_idx)
+    assert "robot_3" in next_plan.participants
+    start = coord.strategy.model_for("robot_3")
+    assert all(np.array_equal(start[n], coord.cluster_models[0][n]) for n in INITIAL)
+    for k, rid in enumerate(ROBOTS):
+        assert send(rid, k, next_plan.round_idx) is not None
+    _, outcome = coord.poll(now=12.0)
+    assert outcome.completed and outcome.updates_accepted == 4
