@@ -64,6 +64,15 @@ def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return weighted_rows(stacked, np.asarray(weights, dtype=np.float32)[None, :])[0]
 
 
+def all_finite(arr: np.ndarray) -> bool:
+    """True iff no NaN/Inf, via one summation pass (NaN/Inf propagate through a sum) with an
+    exact chunked re-check only when the sum itself overflows."""
+    if np.isfinite(np.sum(arr, dtype=np.float32)):
+        return True
+    flat = arr.reshape(-1)
+    return all(np.isfinite(flat[a:a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
+
+
 def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
     """Index of the first row holding NaN/Inf (-1 if none), scanning in chunks to bound memory."""
     for k in range(stacked.shape[0]):
@@ -95,7 +104,7 @@ def fedavg(state_dicts: Sequence[Mapping[str, np.ndarray]], num_samples: Sequenc
         raise ValueError(f"fedavg: {len(w)} sample counts for {len(state_dicts)} updates")
     stacked = stack_state_dicts(state_dicts, manifest)
     out = weighted_average(stacked, w)
-    if not np.isfinite(out).all():
+    if not all_finite(out):
         bad = first_nonfinite_row(stacked)
         raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "fedavg overflowed to Inf")
     return unflatten(out, manifest)
@@ -108,6 +117,37 @@ def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
         raise ValueError(f"cosine_similarity_matrix expects (K, D), got shape {V.shape}")
     V64 = V.astype(np.float64, copy=False)
     G = V64 @ V64.T
+    norms = np.sqrt(np.maximum(np.diag(G), 0.0))
+    safe = np.where(norms > 0, norms, 1.0)
+    S = G / safe[:, None] / safe[None, :]
+    S[norms == 0, :] = 0.0
+    S[:, norms == 0] = 0.0
+    np.fill_diagonal(S, 1.0)
+    return np.clip(S, -1.0, 1.0)
+
+
+def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray,
+                      chunk: int = 1 << 16) -> np.ndarray:
+    """Cosine similarity of v_k = stacked[k, columns] - origin[columns] without materialising V.
+
+    The (K, K) Gram matrix is accumulated in float64 over column chunks, so the extra
+    memory is K x chunk floats instead of a K x |Omega| copy.
+    """
+    K = stacked.shape[0]
+    chunk = max(1024, min(chunk, (1 << 18) // max(K, 1)))   # block stays <= 2 MB of float64
+    cols = np.arange(stacked.shape[1])[columns] if isinstance(columns, slice) else np.asarray(columns)
+    G = np.zeros((K, K), dtype=np.float64)
+    for a in range(0, cols.size, chunk):
+        idx = cols[a:a + chunk]
+        if idx.size and idx[-1] - idx[0] == idx.size - 1:
+            block = stacked[:, idx[0]:idx[-1] + 1].astype(np.float64)   # contiguous run: slice
+        else:
+            block = stacked[:, idx].astype(np.float64)
+        block -= origin[idx].astype(np.float64)[None, :]
+        G += block @ block.T
+    if not np.isfinite(G).all():
+        bad = int(np.flatnonzero(~np.isfinite(np.diag(G)))[0]) if not np.isfinite(np.diag(G)).all() else -1
+        raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "update similarity overflowed")
     norms = np.sqrt(np.maximum(np.diag(G), 0.0))
     safe = np.where(norms > 0, norms, 1.0)
     S = G / safe[:, None] / safe[None, :]

@@ -5,9 +5,11 @@ Objective of a partition {G_s} of the cosine-similarity matrix S:
     J = (1/C) sum_s mean_intra(G_s) - binom(C,2)^-1 sum_{s<s'} mean_inter(G_s, G_s')
 
 with means over distinct pairs i != j. A singleton group has no distinct pair; its intra
-mean is defined as `singleton_intra` (default 1.0 = S_ii, the cosine of an update with
-itself), so isolating one robot is neither free nor forbidden: it still pays the inter
-term against every other group. For C = 1 the inter term is empty (0).
+mean is defined as `singleton_intra`, default 0.0 (the cosine of orthogonal updates: a
+robot alone has no partner to agree with, so it earns no intra credit). With 1.0 (= S_ii)
+every isolated robot would score as a perfectly coherent cluster and CUA would split off
+mildly noisy robots instead of the real groups; 1.0 stays available as a setting. For
+C = 1 the inter term is empty (0).
 
 Solvers: `cua_exact` enumerates every partition into exactly C non-empty groups
 (restricted-growth strings, Stirling number S(K, C) of them) and scores them in vectorised
@@ -102,7 +104,7 @@ def _blocks(S0: np.ndarray, labels: np.ndarray, C: int) -> tuple[np.ndarray, np.
     return A, Z.sum(axis=-2)
 
 
-def cua_objective(S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 1.0) -> float:
+def cua_objective(S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 0.0) -> float:
     """Objective J of one partition given as labels (K,) with values 0..C-1 (all groups non-empty)."""
     labels = np.asarray(labels, dtype=np.int64)
     C = int(labels.max()) + 1 if C is None else int(C)
@@ -145,7 +147,7 @@ def enumerate_partitions(K: int, C: int) -> np.ndarray:
     return lab[mx == C - 1]
 
 
-def cua_exact(S: np.ndarray, C: int, singleton_intra: float = 1.0, max_partitions: int = 3_000_000,
+def cua_exact(S: np.ndarray, C: int, singleton_intra: float = 0.0, max_partitions: int = 3_000_000,
               batch: int = 50_000) -> CUAResult:
     """Best partition by exhaustive enumeration (refuses more than `max_partitions` candidates)."""
     S = _check_similarity(S, C)
@@ -279,7 +281,7 @@ def _agglomerative_start(S: np.ndarray, C: int) -> np.ndarray:
     return (fcluster(Z, t=C, criterion="maxclust") - 1).astype(np.int64)
 
 
-def cua_scalable(S: np.ndarray, C: int, singleton_intra: float = 1.0, seed: int = 0, restarts: int = 3,
+def cua_scalable(S: np.ndarray, C: int, singleton_intra: float = 0.0, seed: int = 0, restarts: int = 3,
                  max_moves: int | None = None) -> CUAResult:
     """Heuristic CUA for large K: agglomerative + spectral + random starts, then local moves."""
     S = _check_similarity(S, C)
@@ -330,7 +332,7 @@ def _canonical(labels: np.ndarray) -> np.ndarray:
     return out
 
 
-def cua_partition(S: np.ndarray, C: int, method: str = "auto", singleton_intra: float = 1.0, seed: int = 0,
+def cua_partition(S: np.ndarray, C: int, method: str = "auto", singleton_intra: float = 0.0, seed: int = 0,
                   exact_max_k: int = 12, exact_max_partitions: int = 3_000_000) -> CUAResult:
     """Partition by `method` in {auto, exact, scalable}; auto = exact when K <= exact_max_k and feasible."""
     if method not in ("auto", "exact", "scalable"):

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from fed_ros.core.aggregate import first_nonfinite_row, sample_weights, weighted_rows
+from fed_ros.core.aggregate import all_finite, first_nonfinite_row, sample_weights, weighted_rows
 from fed_ros.core.params import (Manifest, StateDict, check_manifest, flatten, manifest_from_json, manifest_of,
                                  manifest_to_json, num_params, stack_state_dicts, unflatten)
 from fed_ros.core.robust import RULES, aggregate_robust
@@ -319,7 +319,7 @@ class Strategy(ABC):
                 members = list(members)
                 W[g, members] = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
             out = weighted_rows(prep.stacked, W.astype(np.float32))
-            if not np.isfinite(out).all():
+            if not all_finite(out):
                 # Weights are finite, so a non-finite average means a non-finite input.
                 bad = first_nonfinite_row(prep.stacked)
                 raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0

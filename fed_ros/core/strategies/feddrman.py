@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.aggregate import cosine_similarity_matrix
+from fed_ros.core.aggregate import first_nonfinite_row, update_similarity
 from fed_ros.core.cua import cua_partition
 from fed_ros.core.params import prefix_columns
 from fed_ros.core.srb import apply_srb, eligible_blocks
@@ -38,7 +38,7 @@ class FedDRManStrategy(Strategy):
 
     def __init__(self, *, num_clusters: int = 1, beta: float = 0.9, use_cua: bool = True, use_srb: bool = True,
                  omega_prefixes: Sequence[str] = ("temporal.",), cua_method: str = "auto",
-                 singleton_intra: float = 1.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
+                 singleton_intra: float = 0.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
                  srb_exclude: Sequence[str] = (), seed: int = 0, **kw: Any) -> None:
         super().__init__(**kw)
         if not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
@@ -101,12 +101,12 @@ class FedDRManStrategy(Strategy):
                                 "omega": "all" if self._omega_all else list(self.omega_prefixes)}
         if C > 1:
             # Accumulated update from the common initialisation, restricted to Omega (K x |Omega|).
-            V = prep.stacked[:, self._omega] - self._theta0[self._omega][None, :]
-            if not np.isfinite(V).all():
-                bad = int(np.argwhere(~np.isfinite(V).all(axis=1))[0][0])
-                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values")
-            S = cosine_similarity_matrix(V)
-            del V
+            try:
+                S = update_similarity(prep.stacked, self._omega, self._theta0)
+            except ValueError as exc:
+                bad = first_nonfinite_row(prep.stacked)
+                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0
+                                 else str(exc)) from None
             res = cua_partition(S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed)
             groups = res.groups()
             diag.update({"similarity": S.round(6).tolist(), "partition": res.labels.tolist(),
