@@ -69,7 +69,7 @@ def bc_nll(params: GMMParams, actions: torch.Tensor, valid: torch.Tensor | None 
 
 
 class _TopProjector(torch.autograd.Function):
-    """P = U_r U_r^T from the top-r eigenvectors of a symmetric PSD Gram matrix G (d x d).
+    """P = U_r U_r^T from the top-r eigenvectors of symmetric PSD Gram matrices G (..., d, d).
 
     The backward pass is the derivative of the spectral projector itself,
     dP = sum_{i<=r<j} (u_i^T dG u_j) / (l_i - l_j) (u_i u_j^T + u_j u_i^T),
@@ -81,82 +81,85 @@ class _TopProjector(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gram: torch.Tensor, rank: int) -> torch.Tensor:  # type: ignore[override]
         evals, evecs = torch.linalg.eigh(gram.double())
-        top = evecs[:, -rank:]
+        top = evecs[..., -rank:]
         ctx.save_for_backward(evals, evecs)
         ctx.rank = rank
-        return (top @ top.T).to(gram.dtype)
+        return (top @ top.mT).to(gram.dtype)
 
     @staticmethod
     def backward(ctx, grad_p: torch.Tensor):  # type: ignore[override]
         evals, evecs = ctx.saved_tensors
         rank = ctx.rank
-        d = evals.shape[0]
+        d = evals.shape[-1]
         g = grad_p.double()
-        a = evecs.T @ (g + g.T) @ evecs
-        lam_top = evals[d - rank:]
-        lam_rest = evals[: d - rank]
-        eps = 1e-9 * evals.abs().max().clamp_min(1e-30)
-        gap = (lam_top[:, None] - lam_rest[None, :]).clamp_min(eps)
+        a = evecs.mT @ (g + g.mT) @ evecs
+        lam_top = evals[..., d - rank:]
+        lam_rest = evals[..., : d - rank]
+        eps = 1e-9 * evals.abs().amax(-1, keepdim=True).clamp_min(1e-30)[..., None]
+        gap = (lam_top[..., :, None] - lam_rest[..., None, :]).clamp_min(eps)
         k = torch.zeros_like(a)
-        k[d - rank:, : d - rank] = a[d - rank:, : d - rank] / gap
-        grad_g = evecs @ k @ evecs.T
-        grad_g = 0.5 * (grad_g + grad_g.T)
+        k[..., d - rank:, : d - rank] = a[..., d - rank:, : d - rank] / gap
+        grad_g = evecs @ k @ evecs.mT
+        grad_g = 0.5 * (grad_g + grad_g.mT)
         return grad_g.to(grad_p.dtype), None
 
 
 def subspace_projector(feats: torch.Tensor, rank: int, noise: torch.Tensor | None = None,
                        differentiable: bool = True) -> torch.Tensor:
-    """Rank-r orthogonal projector onto the dominant column space of F = feats^T (Eq. 5).
+    """Rank-r orthogonal projector(s) onto the dominant column space of F = feats^T (Eq. 5).
 
-    ``feats`` is (N, d) (rows are the N = B*T feature vectors); the rank is capped at
-    min(d, N). ``noise`` (N, d), if given, is added before the decomposition only (the loss
-    uses the clean features). Instead of an SVD of the d x N matrix the smaller Gram matrix
-    is eigen-decomposed: F F^T (d x d), or F^T F (N x N) when N < d without gradient (the
-    differentiable path always uses the d x d Gram and the gap-only projector derivative).
+    ``feats`` is (N, d) or batched (M, N, d) (rows are the N = B*T feature vectors); the
+    rank is capped at min(d, N). ``noise`` (same shape), if given, is added before the
+    decomposition only (the loss uses the clean features). Instead of an SVD of the d x N
+    matrix the smaller Gram matrix is eigen-decomposed: F F^T (d x d), or F^T F (N x N)
+    when N < d without gradient (the differentiable path always uses the d x d Gram and
+    the gap-only projector derivative). Returns (d, d) or (M, d, d).
     """
-    n, d = feats.shape
+    n, d = feats.shape[-2:]
     r = min(int(rank), d, n)
     if r < 1:
         raise ValueError(f"rank must be >= 1, got {rank}")
     if r == d:
         # A full-rank projector is the identity (the noise makes F full rank): no eigh.
-        return torch.eye(d, device=feats.device, dtype=torch.float32)
+        eye = torch.eye(d, device=feats.device, dtype=torch.float32)
+        return eye.expand(*feats.shape[:-2], d, d)
     x = feats.float()
     if noise is not None:
         x = x + noise
     if differentiable and torch.is_grad_enabled() and x.requires_grad:
-        return _TopProjector.apply(x.T @ x, r)
+        return _TopProjector.apply(x.mT @ x, r)
     with torch.no_grad():
         if n < d:
             # Column space of F from the N x N Gram: U_r = F V_r / sigma_r.
-            evals, evecs = torch.linalg.eigh((x @ x.T).double())
-            v = evecs[:, -r:]
-            u = (x.double().T @ v) / evals[-r:].clamp_min(1e-30).sqrt()
-            return (u @ u.T).float()
-        evals, evecs = torch.linalg.eigh((x.T @ x).double())
-        top = evecs[:, -r:]
-        return (top @ top.T).float()
+            evals, evecs = torch.linalg.eigh((x @ x.mT).double())
+            v = evecs[..., -r:]
+            u = (x.double().mT @ v) / evals[..., None, -r:].clamp_min(1e-30).sqrt()
+            return (u @ u.mT).float()
+        evals, evecs = torch.linalg.eigh((x.mT @ x).double())
+        top = evecs[..., -r:]
+        return (top @ top.mT).float()
 
 
-def subspace_loss(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
-                  noise_std: float = 0.01, generator: torch.Generator | None = None,
-                  reduction: str = "sum", grad_through_projector: bool = True) -> torch.Tensor:
-    """L_sub^m (Eq. 6) for one modality; teacher/student features (..., d) flattened to (N, d).
+def subspace_losses(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
+                    noise_std: float = 0.01, generator: torch.Generator | None = None,
+                    reduction: str = "sum", grad_through_projector: bool = True) -> torch.Tensor:
+    """L_sub (Eq. 6) for M modalities at once: features (M, N, d) -> losses (M,).
 
     L = ||P^g F^g - P^k F^k||_F^2 + ||P^g F^k - P^k F^g||_F^2. ``reduction="sum"`` is the
     paper's Frobenius norm; ``"mean"`` divides by N. Gradients flow into the student
     features and, with ``grad_through_projector``, through the student projector P^k too
     (the paper propagates gradients through everything the student computes). The same
     pre-SVD noise draw perturbs both matrices: it only stabilises the decomposition, and
-    a shared draw keeps L_sub exactly 0 while the student equals the teacher.
+    a shared draw keeps L_sub exactly 0 while the student equals the teacher. Batching the
+    modalities turns 2M small eigendecompositions into two batched calls.
     """
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
-    if teacher.shape != student.shape:
-        raise ValueError(f"teacher/student feature shapes differ: {tuple(teacher.shape)} "
-                         f"vs {tuple(student.shape)}")
-    fg = teacher.detach().reshape(-1, teacher.shape[-1]).float()
-    fk = student.reshape(-1, student.shape[-1]).float()
+    if teacher.shape != student.shape or teacher.ndim != 3:
+        raise ValueError(f"teacher/student features must both be (M, N, d); shapes differ: "
+                         f"{tuple(teacher.shape)} vs {tuple(student.shape)}")
+    fg = teacher.detach().float()
+    fk = student.float()
     noise = None
     if noise_std > 0:
         noise = noise_std * torch.randn(fg.shape, generator=generator, device=fg.device,
@@ -167,10 +170,22 @@ def subspace_loss(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
     # Row form: (P F)^T = F^T P because P is symmetric.
     term1 = fg @ pg - fk @ pk
     term2 = fk @ pg - fg @ pk
-    loss = term1.pow(2).sum() + term2.pow(2).sum()
+    loss = term1.pow(2).sum((-2, -1)) + term2.pow(2).sum((-2, -1))
     if reduction == "mean":
-        loss = loss / fk.shape[0]
+        loss = loss / fk.shape[-2]
     return loss
+
+
+def subspace_loss(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
+                  noise_std: float = 0.01, generator: torch.Generator | None = None,
+                  reduction: str = "sum", grad_through_projector: bool = True) -> torch.Tensor:
+    """L_sub^m (Eq. 6) for one modality; features (..., d) are flattened to (N, d)."""
+    if teacher.shape != student.shape:
+        raise ValueError(f"teacher/student feature shapes differ: {tuple(teacher.shape)} "
+                         f"vs {tuple(student.shape)}")
+    d = teacher.shape[-1]
+    return subspace_losses(teacher.reshape(1, -1, d), student.reshape(1, -1, d), rank, noise_std,
+                           generator, reduction, grad_through_projector)[0]
 
 
 # ---------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
 from fed_ros.learning.losses import (action_distillation_loss, bc_nll, proximal_term,
-                                     subspace_loss)
+                                     subspace_losses)
 from fed_ros.learning.modeling_policy import GMMPolicy, PolicyOutput, build_policy, random_shift
 from fed_ros.learning.weights import StateDict, load_state_dict_into, policy_to_state_dict
 
@@ -190,16 +190,18 @@ class LocalTrainer:
         losses: dict[str, torch.Tensor] = {"bc": bc_nll(out_s.gmm.float(), batch["actions"], valid)}
         total = losses["bc"]
         if tc.use_sub and out_t is not None:
-            for m in self.pc.modalities:
-                lam = tc.weight_of(m)
-                if lam == 0.0:
-                    continue
-                l_m = subspace_loss(out_t.features[m], out_s.features[m], rank=tc.rank,
-                                    noise_std=tc.sub_noise_std, generator=self.noise_gen,
-                                    reduction=tc.sub_reduction,
-                                    grad_through_projector=tc.sub_grad_through_projector)
-                losses[f"sub_{m}"] = l_m
-                total = total + lam * l_m
+            mods = [m for m in self.pc.modalities if tc.weight_of(m) > 0.0]
+            if mods:
+                # All modality features share embed_dim: one batched decomposition call.
+                l_sub = subspace_losses(
+                    torch.stack([out_t.features[m].reshape(-1, self.pc.embed_dim) for m in mods]),
+                    torch.stack([out_s.features[m].reshape(-1, self.pc.embed_dim) for m in mods]),
+                    rank=tc.rank, noise_std=tc.sub_noise_std, generator=self.noise_gen,
+                    reduction=tc.sub_reduction,
+                    grad_through_projector=tc.sub_grad_through_projector)
+                for i, m in enumerate(mods):
+                    losses[f"sub_{m}"] = l_sub[i]
+                    total = total + tc.weight_of(m) * l_sub[i]
         if tc.use_act and out_t is not None:
             losses["act"] = action_distillation_loss(out_t.gmm.float(), out_s.gmm.float(),
                                                      self.act_gen, tc.act_logp_clamp, valid)
