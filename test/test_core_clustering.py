@@ -82,7 +82,7 @@ def test_cua_permutation_invariant(seed):
 
 
 def test_scalable_cua_recovers_large_separated_fleet():
-    S, truth = _separated(1, 300, 3)
+    S, truth = _separated(1, 150, 3)
     res = cua_partition(S, 3)
     assert res.method == "scalable"
     assert len({(x, y) for x, y in zip(res.labels, truth)}) == 3
