@@ -157,6 +157,10 @@ def _fleet_arg(parser: argparse.ArgumentParser) -> None:
                         help="fleet config YAML (default: config/fleet_demo.yaml)")
 
 
+def _robot_list(text: str | None) -> list[str] | None:
+    return None if text is None else [r for r in text.split(",") if r]
+
+
 def _load(path: str | None) -> FleetConfig:
     return load_fleet_config(path or default_fleet_file())
 
@@ -174,7 +178,7 @@ def plan_main(argv: list[str]) -> int:
     try:
         config = _load(args.fleet)
         plan = plan_fleet(config, include_server=not args.no_server,
-                          robot_ids=args.robots.split(",") if args.robots is not None else None)
+                          robot_ids=_robot_list(args.robots))
     except ValueError as exc:
         print(f"fed-ros plan: {exc}", file=sys.stderr)
         return 2
@@ -238,7 +242,7 @@ def up_main(argv: list[str]) -> int:
         stop = [False]
         _stop_on_signals(stop)
         fleet = start_fleet(config, run_dir, domain, args.discovery_range, not args.no_server,
-                            args.robots.split(",") if args.robots is not None else None)
+                            _robot_list(args.robots))
     except ValueError as exc:
         print(f"fed-ros up: {exc}", file=sys.stderr)
         return 2
@@ -293,19 +297,25 @@ def format_report(report: dict) -> str:
 
 
 def status_main(argv: list[str]) -> int:
-    """`fed-ros status [fleet.yaml] [--domain-id N]`: robots, clusters, round, last metrics."""
+    """`fed-ros status [fleet.yaml] [--domain-id N]`: robots, clusters, round, last metrics.
+
+    The domain is --domain-id, else the one `fed-ros up` recorded for fleet.yaml, else
+    ROS_DOMAIN_ID from the environment.
+    """
     parser = argparse.ArgumentParser(prog="fed-ros status", description=status_main.__doc__)
     _fleet_arg(parser)
     parser.add_argument("--domain-id", type=int, default=None, help="the fleet's ROS_DOMAIN_ID")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to listen for the fleet")
     parser.add_argument("--watch", action="store_true", help="keep printing new round reports")
     args = parser.parse_args(argv)
-    try:
-        config = _load(args.fleet)
-    except ValueError as exc:
-        print(f"fed-ros status: {exc}", file=sys.stderr)
-        return 2
-    domain = args.domain_id if args.domain_id is not None else _domain_from_run_dir(config)
+    domain = args.domain_id
+    if domain is None and args.fleet:
+        # The domain `fed-ros up` picked for this fleet (recorded in its run directory).
+        try:
+            domain = _domain_from_run_dir(_load(args.fleet))
+        except ValueError as exc:
+            print(f"fed-ros status: {exc}", file=sys.stderr)
+            return 2
     if domain is not None:
         os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

@@ -591,12 +591,16 @@ class RobotNode(Node):
 
     def destroy_node(self) -> None:
         """Stop the worker, the bulk server and the recorder."""
-        self._stop.set()
-        self._worker.join(timeout=2.0)
-        if self._bulk is not None:
+        # Defensive: also called by rclpy's context clean-up after a failed constructor.
+        if getattr(self, "_stop", None) is not None:
+            self._stop.set()
+            self._worker.join(timeout=2.0)
+        if getattr(self, "_bulk", None) is not None:
             self._bulk.close()
-        self.recorder.destroy()
-        self._transfer_log.close()
+        if getattr(self, "recorder", None) is not None:
+            self.recorder.destroy()
+        if getattr(self, "_transfer_log", None) is not None:
+            self._transfer_log.close()
         super().destroy_node()
 
 

@@ -442,10 +442,13 @@ class FleetServer(Node):
 
     def destroy_node(self) -> None:
         """Stop the fetch workers and the bulk server, close the audit log."""
-        self._fetches.shutdown(wait=False, cancel_futures=True)
-        if self._bulk is not None:
+        # Defensive: also called by rclpy's context clean-up after a failed constructor.
+        if getattr(self, "_fetches", None) is not None:
+            self._fetches.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "_bulk", None) is not None:
             self._bulk.close()
-        self.audit.close()
+        if getattr(self, "audit", None) is not None:
+            self.audit.close()
         super().destroy_node()
 
 
