@@ -250,3 +250,164 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
         assert send(rid, k, next_plan.round_idx) is not None
     _, outcome = coord.poll(now=12.0)
     assert outcome.completed and outcome.updates_accepted == 4
+
+
+# ----------------------------------------------------------------------------- real server process over DDS
+
+E2E_ROUNDS = 5
+TRAIN_SECONDS = 0.8  # the scripted robots "train" this long before answering a round
+E2E_ROBOTS = ["robot_0", "robot_1", "robot_2"]
+
+
+def _e2e_update(initial: dict, round_idx: int, k: int) -> dict:
+    rng = np.random.default_rng([7, round_idx, k])
+    return {n: (a + rng.normal(0, 0.01, a.shape)).astype(np.float32) for n, a in initial.items()}
+
+
+class ScriptedRobots:
+    """Three robots as one rclpy node in the test process: register, then answer every TRAIN
+    announcement with a deterministic, signed, chunked ModelUpdate over /fleet/updates."""
+
+    def __init__(self, signers: dict, initial: dict) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from fed_ros.msg import RoundAnnouncement, RoundReport, ModelUpdate
+        from fed_ros.ros import qos
+        from fed_ros.srv import Register
+        self.ctx = Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node("crash_test_robots", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.signers, self.initial = signers, initial
+        self.announcement = None
+        self.reports: dict[int, object] = {}
+        self.answered: set[tuple] = set()
+        self.pending = None  # (due time, announcement) of the round being "trained"
+        self.Register = Register
+        self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
+        self.node.create_subscription(RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos())
+        self.node.create_subscription(RoundReport, "/fleet/round_report",
+                                      lambda m: self.reports.__setitem__(int(m.round), m), qos.latched_qos())
+        self.client = self.node.create_client(Register, "/fleet/register")
+
+    def spin(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.executor.spin_once(timeout_sec=0.05)
+            if self.pending and time.monotonic() >= self.pending[0]:
+                _, ann = self.pending
+                self.pending = None
+                self._answer(*ann)
+
+    def register_all(self, timeout: float = 60.0) -> None:
+        assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
+        for k, rid in enumerate(E2E_ROBOTS):
+            req = self.Register.Request(robot_id=rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"])
+            req.public_key = list(self.signers[rid].public_key)
+            fut = self.client.call_async(req)
+            end = time.monotonic() + timeout
+            while not fut.done() and time.monotonic() < end:
+                self.executor.spin_once(timeout_sec=0.05)
+            assert fut.done() and fut.result().accepted, (rid, fut.result() and fut.result().reason)
+
+    def _on_round(self, msg) -> None:
+        from fed_ros.ros.conversions import STAGE_NAMES
+        self.announcement = (int(msg.round), STAGE_NAMES.get(int(msg.stage)), list(msg.participants),
+                             (msg.header.stamp.sec, msg.header.stamp.nanosec))
+        if self.announcement[1] == "train":
+            self.pending = (time.monotonic() + TRAIN_SECONDS, self.announcement)
+
+    def _answer(self, round_idx: int, stage: str, participants: list, stamp: tuple) -> None:
+        from fed_ros.ros.conversions import encode_state_dict, model_update_msg
+        from fed_ros.ros.transport import ChunkedSender
+        for k, rid in enumerate(E2E_ROBOTS):
+            if rid not in participants or (rid, round_idx, stamp) in self.answered:
+                continue
+            self.answered.add((rid, round_idx, stamp))
+            encoded = encode_state_dict(_e2e_update(self.initial, round_idx, k))
+            env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
+                                   num_samples=100 + 10 * k, manifest=encoded.manifest,
+                                   total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
+                                   nonce=auth.new_nonce()).signed(self.signers[rid])
+            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{env.nonce.hex()[:8]}", chunk_bytes=256 << 10)
+            for chunk in sender.chunks():
+                self.pub.publish(model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
+                                                  num_samples=env.num_samples, nonce=env.nonce,
+                                                  signature=env.signature))
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+@pytest.mark.ros
+@pytest.mark.timeout(400)
+def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, ros_env, processes):
+    """The real server node (DDS, signatures, chunked updates) is SIGKILLed mid-federation at a
+    random time after round 0 and restarted; it resumes from the store and finishes with cluster
+    models identical to the same federation computed without interruption."""
+    import sys
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.learning.trainer import initial_state_dict
+
+    assert auth.keys_main(["generate", *E2E_ROBOTS, "--out", str(tmp_path / "keys")]) == 0
+    signers = {rid: auth.Signer.from_file(tmp_path / "keys" / f"{rid}.key") for rid in E2E_ROBOTS}
+    initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
+    state_dir = tmp_path / "server_state"
+    argv = [sys.executable, "-m", "fed_ros.ros.server_node", "--ros-args", "-r", "__ns:=/fleet",
+            "-p", "algorithm:=fedavg", "-p", f"rounds:={E2E_ROUNDS}", "-p", f"state_dir:={state_dir}",
+            "-p", f"expected_robots:=[{','.join(E2E_ROBOTS)}]", "-p", "transfer_channel:=ros",
+            "-p", "round_timeout_s:=120.0", "-p", "require_signatures:=true",
+            "-p", f"allowed_keys_file:={tmp_path / 'keys' / 'allow_list.yaml'}", "-p", "seed:=0"]
+    server = processes.start(argv, ros_env, log_path=tmp_path / "server_1.log")
+    robots = ScriptedRobots(signers, initial)
+    rng = random.Random(99)
+    try:
+        robots.register_all()
+        end = time.monotonic() + 150
+        while 0 not in robots.reports and time.monotonic() < end:
+            robots.spin(0.2)
+            assert server.poll() is None, (tmp_path / "server_1.log").read_text()[-3000:]
+        assert 0 in robots.reports, f"round 0 never completed: {(tmp_path / 'server_1.log').read_text()[-3000:]}"
+        robots.spin(rng.uniform(0.1, 2.0))  # random kill time somewhere in rounds 1-3
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=10)
+        committed = ModelStore(state_dir, keep=E2E_ROUNDS).committed_rounds()
+        before = {r: models_bytes(state_dir, r) for r in committed}
+        assert committed and committed[-1] < E2E_ROUNDS - 1, f"killed too late: {committed}"
+        server = processes.start(argv, ros_env, log_path=tmp_path / "server_2.log")
+        end = time.monotonic() + 200
+        while not (robots.announcement and robots.announcement[1] == "done") and time.monotonic() < end:
+            robots.spin(0.2)
+            assert server.poll() is None, (tmp_path / "server_2.log").read_text()[-3000:]
+        assert robots.announcement and robots.announcement[1] == "done", \
+            f"no DONE after restart: {(tmp_path / 'server_2.log').read_text()[-3000:]}"
+    finally:
+        robots.close()
+    log2 = (tmp_path / "server_2.log").read_text()
+    assert "resumed after committed round" in log2
+    # Rounds committed before the kill are untouched; the federation completed all rounds.
+    still_kept = set(ModelStore(state_dir, keep=E2E_ROUNDS).committed_rounds())  # the server keeps 3
+    assert still_kept
+    for r, snap in before.items():
+        if r in still_kept:
+            assert models_bytes(state_dir, r) == snap
+    final = models_bytes(state_dir)
+    assert final["round"] == E2E_ROUNDS - 1
+    # Reference: the same updates through the same strategy, without any interruption.
+    strategy = make_strategy("fedavg")
+    strategy.initialize(initial, E2E_ROBOTS)
+    for r in range(E2E_ROUNDS):
+        strategy.configure_round(r, E2E_ROBOTS)
+        ups = [ClientUpdate(robot_id=rid, params=_e2e_update(initial, r, k), num_samples=100 + 10 * k, base_round=r)
+               for k, rid in enumerate(E2E_ROBOTS)]
+        result = strategy.aggregate_round(r, ups, {})
+    expected = {c: {n: a.tobytes() for n, a in m.items()} for c, m in result.cluster_models.items()}
+    assert final["models"] == expected
+    # Every accepted update is in the audit log with its reason; none was rejected.
+    entries = V.read_audit_log(state_dir / "audit.jsonl")
+    accepted = [e for e in entries if e["kind"] == "update" and e["accepted"]]
+    assert {(e["robot_id"], e["round"]) for e in accepted} >= {(rid, r) for rid in E2E_ROBOTS
+                                                              for r in range(E2E_ROUNDS)}
