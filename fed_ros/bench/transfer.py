@@ -4,7 +4,7 @@ Methods, each run with a fresh sender ("robot") and receiver ("server") process:
 - ``raw_zmq``: pyzmq PUSH/PULL over loopback TCP, one frame, copy=False, no checks (the
   reference every ratio is relative to);
 - ``ros_default``: fed_ros ModelUpdate chunks over Fast DDS with its default transports;
-- ``ros_tuned``: the same with config/fastdds_shm.xml (shared memory only, 64 MiB segment);
+- ``ros_tuned``: the same with config/fastdds_shm.xml (shared memory only, 32 MiB segment);
 - ``zmq_bulk``: the fed_ros default for large payloads: a ModelUpdate control message over
   ROS 2 (manifest, size, sha256, bulk_uri), the bytes pulled from the robot's BulkServer;
 - ``memcpy``: numpy copy of the payload in one process (the memory-bandwidth ceiling).
@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -191,8 +192,9 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[f
     if method == "ros_tuned":
         from fed_ros.ros.transport import apply_fastdds_profile
 
-        if apply_fastdds_profile(env) is None:
-            raise SystemExit("config/fastdds_shm.xml not found; cannot run ros_tuned")
+        profile = Path(args.fastdds_profile) if args.fastdds_profile else None
+        if apply_fastdds_profile(env, path=profile) is None:
+            raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run ros_tuned")
     common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
               "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port())]
     cmd = [sys.executable, "-m", "fed_ros.bench.transfer"]
@@ -231,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {METHODS}")
     parser.add_argument("--chunk-sweep", action="store_true",
                         help="also time ros_default/ros_tuned at 1, 2, 4, 8 MiB chunks and unchunked")
+    parser.add_argument("--fastdds-profile", default="",
+                        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml)")
     parser.add_argument("--json", default="", help="write the results to this file")
     parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
