@@ -9,7 +9,8 @@ it prints, side by side:
 - FedAvg: the full `FedAvgStrategy.aggregate_round` (validation + average), target <= 2x;
 - SVD: LAPACK gesdd of every block SRB rebalances, for each of the C clusters;
 - FedDRMan: CUA + per-cluster averages + SRB + persistent models, target <= 1.5x (FedAvg + SVD);
-- FeDepth: Jeffreys clustering + multi-membership averages;
+- FeDepth: a steady-state round (multi-membership averages) and, once, the round-0
+  clustering (Jeffreys matrix, tau calibration to 20% overlap, subset merging);
 - peak: traced peak memory during the FedDRMan step, in model sizes, updates included,
   target <= K + 3 (updates arrive in an `UpdateBuffer`, so stacking copies nothing).
 
@@ -126,11 +127,11 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
 
     fdp = make_strategy("fedepth", target_overlap=0.2)
     desc = _descriptors(K, seed)
-
-    def fedepth_round() -> None:
-        fdp.initialize(initial, ids)
-        fdp.aggregate_round(0, _updates(buf, K), desc)
-    t_fedepth = _best_of(fedepth_round, reps)
+    fdp.initialize(initial, ids)
+    t = time.perf_counter()
+    fdp.aggregate_round(0, _updates(buf, K), desc)      # round 0: Jeffreys + tau calibration + merge
+    t_fedepth_cluster = time.perf_counter() - t
+    t_fedepth = _best_of(lambda: fdp.aggregate_round(1, _updates(buf, K), {}), reps)   # steady-state round
 
     # Peak memory of the FedDRMan step (traced numpy allocations), updates + state included.
     drm2 = make_strategy("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
@@ -146,7 +147,7 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
     model_bytes = 4 * P
     peak_models = K + (peak - before) / model_bytes   # K = the updates themselves (in the buffer)
     return {"K": K, "P": P, "read": read_pass, "fedavg": t_fedavg, "svd": t_svd, "feddrman": t_drm,
-            "fedepth": t_fedepth, "peak": peak_models, "blocks": len(blocks)}
+            "fedepth": t_fedepth, "fedepth_cluster": t_fedepth_cluster, "peak": peak_models, "blocks": len(blocks)}
 
 
 def bench_cua(sizes: list[int], gap_trials: int, seed: int = 0) -> tuple[list[tuple[int, float, float]], list[float]]:
@@ -206,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
 
     print(f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of {reps})")
     hdr = (f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} {'FedDRMan':>8} "
-           f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} | {'peak':>6} {'K+3':>5} {'ok':>3}")
+           f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | {'peak':>6} {'K+3':>5} {'ok':>3}")
     print(hdr)
     print("-" * len(hdr))
     for p in ps:
@@ -217,7 +218,8 @@ def _run(args: argparse.Namespace) -> int:
             ok = lambda c: "yes" if c else "NO"
             print(f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms {fa_ratio:>6.2f} "
                   f"{ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms {r['feddrman'] * 1e3:>6.0f}ms "
-                  f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | {r['fedepth'] * 1e3:>5.1f}ms | "
+                  f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | {r['fedepth'] * 1e3:>5.1f}ms "
+                  f"{r['fedepth_cluster'] * 1e3:>5.0f}ms | "
                   f"{r['peak']:>6.2f} {k + 3:>5} {ok(r['peak'] <= k + 3):>3}", flush=True)
             gc.collect()
     sizes = [12, 100, 300] if args.quick else [12, 100, 300, 1000]

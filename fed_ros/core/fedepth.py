@@ -50,28 +50,25 @@ def threshold_membership(A: np.ndarray, tau: float) -> np.ndarray:
 
 
 def merge_subsets(M: np.ndarray) -> np.ndarray:
-    """Absorb duplicate and proper-subset rows until none is left; rows ordered by first member."""
+    """Absorb duplicate and proper-subset rows until none is left; rows ordered by first member.
+
+    Absorbing a subset into a superset leaves the superset unchanged, so iterating to a fixed
+    point keeps exactly the inclusion-maximal rows; they are found in one pass from the
+    (N, N) intersection counts: row i lies inside row j iff |R_i & R_j| = |R_i|.
+    """
     M = np.asarray(M, dtype=bool)
     if M.ndim != 2:
         raise ValueError(f"membership matrix must be 2-D, got shape {M.shape}")
-    rows = [r for r in np.unique(M, axis=0) if r.any()]
-    changed = True
-    while changed:
-        changed = False
-        keep = []
-        for i, r in enumerate(rows):
-            # r is absorbed if some other row contains it and is strictly larger.
-            absorbed = any(j != i and (rows[j] | r).sum() == rows[j].sum() and rows[j].sum() > r.sum()
-                           for j in range(len(rows)))
-            if absorbed:
-                changed = True
-            else:
-                keep.append(r)
-        rows = keep
-    if not rows:
+    rows = np.unique(M, axis=0)
+    rows = rows[rows.any(axis=1)]
+    if rows.shape[0] == 0:
         return np.zeros((0, M.shape[1]), dtype=bool)
-    out = np.array(rows)
-    order = sorted(range(len(rows)), key=lambda i: tuple(np.flatnonzero(out[i]).tolist()))
+    R = rows.astype(np.float32)
+    inter = R @ R.T
+    size = R.sum(axis=1)
+    inside = (inter >= size[:, None] - 0.5) & (size[None, :] > size[:, None])
+    out = rows[~inside.any(axis=1)]
+    order = sorted(range(out.shape[0]), key=lambda i: tuple(np.flatnonzero(out[i]).tolist()))
     return out[order]
 
 
@@ -109,17 +106,21 @@ def overlap_ratio(clusters: Clusters, K: int) -> float:
     return float(np.mean(counts > 1)) if K else 0.0
 
 
-def calibrate_tau(A: np.ndarray, target_overlap: float = 0.2, hard: bool = False) -> tuple[float, float]:
+def calibrate_tau(A: np.ndarray, target_overlap: float = 0.2, hard: bool = False,
+                  max_candidates: int = 256) -> tuple[float, float]:
     """Tau whose clustering's overlap ratio is closest to the target (ties -> smaller tau); returns (tau, overlap).
 
     Candidates are the distinct off-diagonal divergences (the only values where the
-    clustering can change) plus 0.
+    clustering can change) plus 0; above `max_candidates` of them, a quantile grid.
     """
     A = _check_A(A)
     if not 0.0 <= target_overlap <= 1.0:
         raise ValueError(f"target_overlap must be in [0, 1], got {target_overlap!r}")
     K = A.shape[0]
     cand = np.unique(np.concatenate([[0.0], A[np.triu_indices(K, 1)]]))
+    if cand.size > max_candidates:
+        # Large fleets: scan a quantile grid of the divergences (still exact values of A).
+        cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, max_candidates), method="nearest"))
     best = (np.inf, 0.0, 0.0)
     for tau in cand:
         cl = hard_clusters(A, tau) if hard else soft_clusters(A, tau)
