@@ -318,11 +318,14 @@ def initial_state_dict(policy_cfg: PolicyConfig, seed: int = 0,
                        episodes: Sequence[Episode] | None = None) -> StateDict:
     """The fleet's common initial model theta^0; with episodes, normalisation from their stats."""
     from fed_ros.learning.dataset import compute_stats
-    from fed_ros.learning.modeling_policy import set_normalization
+    from fed_ros.learning.modeling_policy import LOWDIM_SPECS, set_normalization
 
     model = build_policy(policy_cfg, seed=seed)
     if episodes:
         stats, _ = compute_stats(episodes)
-        floored = {k: (m, np.maximum(s, 1e-3)) for k, (m, s) in stats.items()}
+        # Floor each std at a tenth of the key's physical scale: a dimension that is
+        # (nearly) constant in these demos (a padded object slot, a fixed orientation) must
+        # not amplify the small deviations other robots or tasks will show by 1000x.
+        floored = {k: (m, np.maximum(s, 0.1 * LOWDIM_SPECS[k][2])) for k, (m, s) in stats.items()}
         set_normalization(model, floored)
     return policy_to_state_dict(model)
