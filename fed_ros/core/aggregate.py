@@ -67,8 +67,9 @@ def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
 def all_finite(arr: np.ndarray) -> bool:
     """True iff no NaN/Inf, via one summation pass (NaN/Inf propagate through a sum) with an
     exact chunked re-check only when the sum itself overflows."""
-    if np.isfinite(np.sum(arr, dtype=np.float32)):
-        return True
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(arr, dtype=np.float32)):
+            return True
     flat = arr.reshape(-1)
     return all(np.isfinite(flat[a:a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
 
