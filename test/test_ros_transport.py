@@ -334,3 +334,51 @@ def test_bench_transfer_runs_every_path_between_processes(ros_env, tmp_path: Pat
     assert [r["method"] for r in rows] == ["ros_tuned", "zmq_bulk", "memcpy"]
     assert all(len(r["times_s"]) == 1 and r["median_s"] > 0 for r in rows)
     assert "x raw pyzmq" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------ fuzzing
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fed_ros.msg import TensorSpec as TensorSpecMsg  # noqa: E402
+
+_U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+@st.composite
+def _chunks(draw) -> TensorPayload:
+    specs = draw(st.lists(st.builds(
+        lambda n, s, d: TensorSpecMsg(name=n, shape=s, dtype=d),
+        st.sampled_from(["a", "b", "", "w"]), st.lists(st.integers(0, _U32), max_size=3),
+        st.sampled_from(["float32", "float64", "int8", ""])), max_size=3))
+    msg = TensorPayload(payload_id=draw(st.sampled_from(["p", "q", "", "x" * 300])), manifest=specs,
+                        encoding=draw(st.integers(0, 255)), total_bytes=draw(st.integers(0, _U64)),
+                        chunk_index=draw(st.integers(0, _U32)), chunk_count=draw(st.integers(0, _U32)),
+                        chunk_offset=draw(st.integers(0, _U64)),
+                        sha256=draw(st.sampled_from(["0" * 64, "g" * 64, "", "ab"])),
+                        bulk_uri=draw(st.sampled_from(["", "tcp://127.0.0.1:9/t"])))
+    msg.scales = draw(st.lists(st.floats(width=32), max_size=3))
+    conv.set_bytes_field(msg, "data", draw(st.binary(max_size=64)))
+    if draw(st.booleans()):  # sometimes a consistent small header, so deeper checks are reached
+        n = draw(st.integers(0, 8))
+        msg.manifest = [TensorSpecMsg(name="w", shape=[n], dtype="float32")]
+        msg.encoding, msg.total_bytes, msg.scales = TensorPayload.ENCODING_FLOAT32, 4 * n, []
+        msg.chunk_count = draw(st.integers(1, 4))
+        msg.chunk_index = draw(st.integers(0, msg.chunk_count - 1))
+        msg.chunk_offset = draw(st.integers(0, 4 * n))
+    return msg
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_chunks(), min_size=1, max_size=6))
+def test_assembler_never_crashes_on_malformed_chunks(chunks: list[TensorPayload]) -> None:
+    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=1 << 16, max_chunk_bytes=1 << 12), max_pending=2)
+    for chunk in chunks:
+        try:
+            done = asm.add(chunk)
+        except tr.PayloadRejected:
+            continue
+        if done is not None:  # only a payload whose bytes hash to the claimed sha256 completes
+            assert conv.sha256_hex(done.data) == chunk.sha256
+    assert asm.pending_bytes <= 2 * (1 << 16)
