@@ -382,3 +382,19 @@ def test_assembler_never_crashes_on_malformed_chunks(chunks: list[TensorPayload]
         if done is not None:  # only a payload whose bytes hash to the claimed sha256 completes
             assert conv.sha256_hex(done.data) == chunk.sha256
     assert asm.pending_bytes <= 2 * (1 << 16)
+
+
+def test_bulk_server_bind_and_advertised_host_from_environment(monkeypatch) -> None:
+    monkeypatch.setenv("FED_ROS_BULK_BIND", "tcp://127.0.0.1:*")
+    monkeypatch.setenv("FED_ROS_BULK_HOST", "robot-7.fleet.lan")
+    ctx = zmq.Context()
+    server = tr.BulkServer(context=ctx)
+    try:
+        uri = server.offer(b"x" * 10)
+        assert uri.startswith("tcp://robot-7.fleet.lan:") and len(uri.rsplit("/", 1)[1]) == 32
+        # the advertised name is for other machines; locally fetch through the bound endpoint
+        local = "tcp://127.0.0.1:" + uri.split(":")[2]
+        assert tr.fetch_bulk(local, 10, conv.sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
+    finally:
+        server.close()
+        ctx.term()

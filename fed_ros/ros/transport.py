@@ -382,10 +382,6 @@ _ERR = b"ERR"
 _CHUNK_HDR = struct.Struct("<IIQ")  # index, count, offset
 
 
-def _default_host() -> str:
-    return os.environ.get("FED_ROS_BULK_HOST", "127.0.0.1")
-
-
 def parse_bulk_uri(uri: str) -> tuple[str, bytes]:
     """'tcp://host:port/<token>' -> (zmq endpoint, token)."""
     if not uri.startswith("tcp://") or uri.count("/") != 3:
@@ -403,8 +399,12 @@ class BulkServer:
     message; offers expire after ``ttl_s`` so memory stays bounded.
     """
 
-    def __init__(self, bind: str = "tcp://127.0.0.1:*", advertise_host: str | None = None,
+    def __init__(self, bind: str | None = None, advertise_host: str | None = None,
                  context: zmq.Context | None = None, ttl_s: float = 120.0) -> None:
+        # Loopback unless told otherwise: FED_ROS_BULK_BIND (e.g. tcp://0.0.0.0:5555) and
+        # FED_ROS_BULK_HOST (the address other machines use) open it to a fleet network.
+        bind = bind or os.environ.get("FED_ROS_BULK_BIND", "tcp://127.0.0.1:*")
+        advertise_host = advertise_host or os.environ.get("FED_ROS_BULK_HOST") or None
         self._ctx = context or zmq.Context.instance()
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
