@@ -87,6 +87,7 @@ ROBOT_DEFAULTS: dict[str, Any] = {
     "max_episode_steps": 400,         # steps; safety cap for expert / policy episodes
     "policy": "lowdim",               # policy kind (must match the server's model)
     "device": "auto",                 # torch device for training: auto | cpu | cuda
+    "torch_threads": 0,               # CPU threads for torch (0 = torch's default: all cores)
     "seed": 0,                        # training seed (offset by round)
     "train_batch_size": 32,           # frames per batch
     "train_lr": 1e-4,                 # AdamW learning rate
@@ -203,6 +204,8 @@ def validate_robot_params(params: Mapping[str, Any], namespace: str = "") -> dic
              f"robot parameter 'policy' must be one of {POLICY_KINDS}, got {p['policy']!r}")
     _require(p["device"] in ("auto", "cpu", "cuda") or p["device"].startswith("cuda:"),
              f"robot parameter 'device' must be auto, cpu or cuda[:N], got {p['device']!r}")
+    _require(p["torch_threads"] >= 0,
+             f"robot parameter 'torch_threads' must be >= 0, got {p['torch_threads']}")
     _require(p["train_batch_size"] >= 1,
              f"robot parameter 'train_batch_size' must be >= 1, got {p['train_batch_size']}")
     _require(p["train_lr"] > 0.0, f"robot parameter 'train_lr' must be > 0, got {p['train_lr']}")
@@ -432,6 +435,10 @@ def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
         "demo_seed": 1000 * (config.seed + index),
         "data_dir": f"{config.run_dir}/{robot.robot_id}",
     }
+    if robot.sim:
+        # Simulated arms share one machine: one torch thread each (oversubscribed CPU
+        # threads made local training ~30x slower when measured on 2 cores).
+        params["torch_threads"] = 1
     params.update(config.robot_defaults)
     params.update(robot.parameters)
     return NodeSpec(PACKAGE, "robot_node", ROBOT_NODE_NAME, f"/{robot.robot_id}", params,

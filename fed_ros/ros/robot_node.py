@@ -91,6 +91,9 @@ class RobotNode(Node):
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p["private_key_file"])
 
+        if p["torch_threads"]:
+            import torch
+            torch.set_num_threads(p["torch_threads"])
         from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import TrainerConfig
         self.policy_cfg = PolicyConfig(kind=p["policy"])

@@ -1,0 +1,160 @@
+"""Fleet fault tolerance with real processes: a robot killed mid-round, the server killed
+and restarted, `fed-ros up` noticing a dead node and shutting down cleanly on Ctrl-C.
+
+Robots here train on small synthetic demonstration files (no simulator) so the tests
+spend their time on the protocol, not on MuJoCo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fed_ros.core.store import ModelStore
+from fed_ros.ros.fleet_cli import build_commands, fleet_env
+from fed_ros.ros.fleet_plan import fleet_config_from_dict, plan_fleet
+
+
+def _fleet(tmp_path: Path, robots: int, rounds: int, algorithm: str = "fedavg", **server) -> list:
+    from fed_ros.learning.dataset import synthetic_episodes
+    config = fleet_config_from_dict({"fleet": {
+        "name": "faults", "algorithm": algorithm, "rounds": rounds, "run_dir": str(tmp_path),
+        "server": dict({"round_timeout_s": 60.0}, **server),
+        "robot_defaults": {"train_max_steps": 2, "register_timeout_s": 120.0, "trainer.val_fraction": 0.0,
+                           "torch_threads": 1},
+        "robots": [{"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(robots)]}})
+    for i in range(robots):
+        demos = tmp_path / f"robot_{i}" / "demos"
+        demos.mkdir(parents=True)
+        for k, episode in enumerate(synthetic_episodes(2, length=20, seed=i)):
+            episode.save(demos / f"synthetic_{k}.npz")
+    return build_commands(plan_fleet(config), tmp_path)
+
+
+def _wait(monitor, predicate, timeout: float, procs: dict, what: str, allow_dead=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        monitor.spin_once(0.2)
+        dead = {f: p.returncode for f, p in procs.items() if p.poll() is not None and f not in allow_dead}
+        assert not dead, f"nodes died while waiting for {what}: {dead}"
+        if predicate():
+            return
+    pytest.fail(f"timed out waiting for {what}; reports: {monitor.reports}")
+
+
+@pytest.mark.timeout(240)
+def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, processes):
+    commands = _fleet(tmp_path, robots=3, rounds=1, quorum_fraction=0.6, round_timeout_s=45.0)
+    env = fleet_env(base=ros_env)
+    procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
+    from fed_ros.ros.fleet_monitor import FleetMonitor
+    with FleetMonitor(track_models=False) as monitor:
+        _wait(monitor, lambda: monitor.announcement is not None and monitor.announcement["stage"] == "train",
+              120, procs, "round 0")
+        assert monitor.announcement["quorum"] == 2 and len(monitor.announcement["participants"]) == 3
+        os.killpg(procs["/robot_2/robot"].pid, signal.SIGKILL)  # dies while the round is open
+        _wait(monitor, lambda: bool(monitor.reports), 120, procs, "round 0 report",
+              allow_dead=("/robot_2/robot",))
+    report = monitor.reports[0]
+    assert report["completed"] and report["updates_accepted"] == 2, report
+    robots = {r["robot_id"]: r for r in report["robots"]}
+    assert not robots["robot_2"]["accepted"] and "straggler" in robots["robot_2"]["reason"]
+    assert robots["robot_0"]["accepted"] and robots["robot_1"]["accepted"]
+    assert ModelStore(tmp_path / "server").load_latest().round_idx == 0
+
+
+@pytest.mark.timeout(300)
+def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros_env, processes):
+    commands = _fleet(tmp_path, robots=2, rounds=3)
+    env = fleet_env(base=ros_env)
+    procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
+    server = next(c for c in commands if c.spec.fqn == "/fleet/server")
+    from fed_ros.ros.fleet_monitor import FleetMonitor
+    with FleetMonitor() as monitor:
+        _wait(monitor, lambda: any(r["round"] == 0 and r["completed"] for r in monitor.reports) and
+              (0, 1) in monitor.models, 150, procs, "round 0 committed")
+        before = monitor.models[(0, 1)]["sha256"]
+        committed = ModelStore(tmp_path / "server").load_latest()
+        assert committed.round_idx == 0
+        # Kill the server while round 1 is in flight (robots are training or uploading).
+        os.killpg(procs["/fleet/server"].pid, signal.SIGKILL)
+        procs["/fleet/server"].wait(timeout=10)
+        seen = len(monitor.model_log)
+        procs["/fleet/server"] = processes.start(server.argv, env, log_path=tmp_path / "logs" / "server_restart.log")
+        _wait(monitor, lambda: any(m[:2] == (0, 1) for m in monitor.model_log[seen:]), 90, procs,
+              "models republished after the restart")
+        republished = [m[2] for m in monitor.model_log[seen:] if m[:2] == (0, 1)]
+        assert republished[0] == before  # resumed from the committed round: identical model
+        _wait(monitor, lambda: any(r["round"] == 2 and r["completed"] for r in monitor.reports), 150, procs,
+              "the remaining rounds after the restart")
+    log = (tmp_path / "logs" / "server_restart.log").read_text()
+    assert "resumed after committed round 0" in log
+    final = ModelStore(tmp_path / "server").load_latest()
+    assert final.round_idx == 2
+    reports = {r["round"]: r for r in monitor.reports if r["completed"]}
+    assert set(reports) == {0, 1, 2}
+
+
+@pytest.mark.timeout(120)
+def test_fed_ros_up_exits_nonzero_when_a_node_dies_and_cleanly_on_ctrl_c(tmp_path, ros_env):
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump({"fleet": {
+        "name": "up", "algorithm": "fedavg", "rounds": 1, "run_dir": str(tmp_path / "run"),
+        "robots": [{"id": "robot_0", "task": "lift", "sim": False}]}}))
+    env = dict(ros_env)
+
+    def up() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "fed_ros.cli", "up", str(fleet_file), "--robots", ""],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+
+    def node_pids(timeout: float = 30.0) -> dict[str, int]:
+        state = tmp_path / "run" / "fleet.json"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if state.is_file():
+                try:
+                    return json.loads(state.read_text())["pids"]
+                except (ValueError, KeyError):
+                    pass
+            time.sleep(0.2)
+        raise AssertionError("fed-ros up wrote no fleet.json")
+
+    # A node dies -> `fed-ros up` stops the rest and exits 1.
+    proc = up()
+    try:
+        pids = node_pids()
+        assert list(pids) == ["/fleet/server"]
+        time.sleep(3.0)
+        os.kill(pids["/fleet/server"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 1, out
+        assert "node /fleet/server exited with code -9" in out
+        state = json.loads((tmp_path / "run" / "fleet.json").read_text())
+        assert state["discovery_range"] == "LOCALHOST" and 1 <= state["domain_id"] <= 101
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Ctrl-C -> every node stopped, exit 0, a log per node.
+    (tmp_path / "run" / "fleet.json").unlink()
+    proc = up()
+    try:
+        pids = node_pids()
+        time.sleep(3.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 0, out
+        for pid in pids.values():
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        assert (tmp_path / "run" / "logs" / "fleet__server.log").stat().st_size > 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
