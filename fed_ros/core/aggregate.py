@@ -131,20 +131,21 @@ def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: 
                       chunk: int = 1 << 16) -> np.ndarray:
     """Cosine similarity of v_k = stacked[k, columns] - origin[columns] without materialising V.
 
-    The (K, K) Gram matrix is accumulated in float64 over column chunks, so the extra
-    memory is K x chunk floats instead of a K x |Omega| copy.
+    Each column chunk is centred in float32 (subtracting before the product avoids the
+    cancellation of expanding |x - o|^2), multiplied with one sgemm and accumulated into a
+    float64 (K, K) Gram matrix, so the extra memory is K x chunk floats instead of a
+    K x |Omega| copy.
     """
     K = stacked.shape[0]
-    chunk = max(1024, min(chunk, (1 << 18) // max(K, 1)))   # block stays <= 2 MB of float64
+    chunk = max(1024, min(chunk, (1 << 19) // max(K, 1)))   # block stays <= 2 MB of float32
     cols = np.arange(stacked.shape[1])[columns] if isinstance(columns, slice) else np.asarray(columns)
     G = np.zeros((K, K), dtype=np.float64)
     for a in range(0, cols.size, chunk):
         idx = cols[a:a + chunk]
         if idx.size and idx[-1] - idx[0] == idx.size - 1:
-            block = stacked[:, idx[0]:idx[-1] + 1].astype(np.float64)   # contiguous run: slice
+            block = stacked[:, idx[0]:idx[-1] + 1] - origin[idx[0]:idx[-1] + 1]   # contiguous run
         else:
-            block = stacked[:, idx].astype(np.float64)
-        block -= origin[idx].astype(np.float64)[None, :]
+            block = stacked[:, idx] - origin[idx]
         G += block @ block.T
     if not np.isfinite(G).all():
         bad = int(np.flatnonzero(~np.isfinite(np.diag(G)))[0]) if not np.isfinite(np.diag(G)).all() else -1
