@@ -217,3 +217,11 @@ def test_presets_are_valid_and_named() -> None:
     assert "default" in VARIATIONS and len(VARIATIONS) >= 5
     assert all(name == v.name for name, v in VARIATIONS.items())
     assert set(TASKS) == {"lift", "pick_place_can", "stack"}
+
+
+def test_variation_round_trips_through_a_dict() -> None:
+    v = random_variation(8)
+    assert Variation.from_dict(v.to_dict()) == v
+    assert resolve_variation({"name": "x", "object_scale": 0.9}).object_scale == 0.9
+    with pytest.raises(ValueError, match="unknown Variation fields"):
+        Variation.from_dict({"name": "x", "gravity": 3})

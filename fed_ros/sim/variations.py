@@ -9,7 +9,7 @@ non-IID heterogeneity between robots in a fleet.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
@@ -75,7 +75,6 @@ class Variation:
     object_scale: float = 1.0
     # Floor and wall colour (None = unchanged): background clutter for the image encoder.
     background_rgba: tuple[float, float, float, float] | None = None
-    meta: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -106,9 +105,18 @@ class Variation:
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (for episode metadata and ROS parameters)."""
-        out = asdict(self)
-        out.pop("meta")
-        return out
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Variation":
+        """Inverse of :meth:`to_dict` (lists accepted for tuples); unknown keys raise ValueError."""
+        if not isinstance(data, dict):
+            raise ValueError(f"variation dict expected, got {data!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown Variation fields {unknown}; known: {sorted(known)}")
+        return cls(**data)
 
 
 VARIATIONS: dict[str, Variation] = {
@@ -165,10 +173,12 @@ def random_variation(seed: int, name: str | None = None) -> Variation:
     )
 
 
-def resolve_variation(variation: "str | Variation") -> Variation:
-    """A preset name, ``"random:<seed>"``, or a Variation -> Variation (ValueError otherwise)."""
+def resolve_variation(variation: "str | Variation | dict") -> Variation:
+    """A preset name, ``"random:<seed>"``, a field dict or a Variation -> Variation (ValueError otherwise)."""
     if isinstance(variation, Variation):
         return variation
+    if isinstance(variation, dict):
+        return Variation.from_dict(variation)
     if not isinstance(variation, str):
         raise ValueError(f"variation must be a name or a Variation, got {variation!r}")
     if variation in VARIATIONS:
