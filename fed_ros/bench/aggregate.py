@@ -90,7 +90,7 @@ def _descriptors(K: int, seed: int) -> dict[str, ClientDescriptor]:
     rng = np.random.default_rng(seed)
     return {f"robot_{k:04d}": ClientDescriptor(f"robot_{k:04d}", "gaussian",
                                                mean=3.0 * (k % NUM_CLUSTERS) + 0.3 * rng.standard_normal(64),
-                                               variance=rng.uniform(0.5, 1.5, 64), num_samples=100)
+                                               variance=rng.uniform(0.95, 1.05, 64), num_samples=100)
             for k in range(K)}
 
 
