@@ -327,3 +327,21 @@ def test_audit_counters_bounded():
     for r in range(10):
         audit.record(kind="update", robot_id="r", round_idx=r, decision=V.ACCEPTED)
     assert audit.counters(9).received == 1 and audit.counters(0).received == 0
+
+
+@pytest.mark.parametrize("desc", [
+    ClientDescriptor(robot_id="robot_1", kind="gaussian", mean=np.linspace(0, 1, 5), variance=np.full(5, 0.3),
+                     num_samples=40),
+    ClientDescriptor(robot_id="robot_1", kind="rnd", num_samples=40, scores={"robot_0": 0.25, "robot_2": 1.5},
+                     residual_std=0.05, payload=b"\x01predictor-bytes"),
+])
+def test_descriptor_signature_survives_the_wire(ctx, desc):
+    """Robot signs its core descriptor; the server verifies what descriptor_from_msg rebuilds."""
+    from fed_ros.ros.conversions import descriptor_from_msg, descriptor_to_msg
+    nonce = auth.new_nonce()
+    sig = SIGNERS["robot_1"].sign_descriptor(5, "robot_1", nonce, V.digest_of_descriptor(desc))
+    msg = descriptor_to_msg(desc, 5, nonce=nonce, signature=sig)
+    received = descriptor_from_msg(msg)
+    d = V.validate_descriptor(received, ctx, round_idx=int(msg.round), nonce=bytes(msg.nonce),
+                              signature=bytes(msg.signature), dims=int(msg.dims))
+    assert d, d

@@ -131,9 +131,10 @@ def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str |
 
 def _f32(values: Any, what: str) -> bytes:
     if values is None:
-        return struct.pack("<q", -1)  # distinguishes "absent" from "empty"
+        return struct.pack("<q", 0)
     with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf, as on the wire
         arr = np.ascontiguousarray(np.asarray(values, dtype="<f4").ravel())
+    # An absent vector and an empty one travel the same way (an empty float32[]): same bytes.
     # NaNs have many bit patterns; canonicalise so both ends hash the same bytes.
     if not np.all(np.isfinite(arr)):
         arr = arr.copy()
