@@ -128,7 +128,8 @@ class ArmEnv:
 
         import robosuite
 
-        logging.getLogger("robosuite").setLevel(logging.ERROR)
+        # robosuite logs every controller load and reset at INFO/WARNING; keep errors only.
+        logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
         # The robosuite env never renders: ArmEnv owns the renderer (upright, fast settings).
         self._env = robosuite.make(
             self.spec.env_name, robots="Panda", controller_configs=_controller_config(),
