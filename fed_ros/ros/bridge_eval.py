@@ -262,3 +262,106 @@ def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", 
         spinner.join(timeout=5)
     return EvalResult(task=task, variation=variation, success_rate=float(np.mean(successes)),
                       successes=successes, episode_lengths=lengths, seeds=seeds)
+
+
+class _ZeroPolicy:
+    """Holds the arm still (benchmarks: the bridge's cost, not a policy's)."""
+
+    def reset(self) -> None:
+        pass
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        return np.array([0.0, 0.0, 0.0, -1.0], dtype=np.float32)
+
+
+def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, image_size: int = 84,
+                                    steps: int = 100, lockstep: bool = False, seed: int = 0,
+                                    timeout: float = 300.0) -> float:
+    """Control steps per second of a bridge process with these render settings.
+
+    Free-running (``lockstep=False``): the control rate is set far above what the machine
+    sustains, so the bridge steps back to back; the rate is measured from the stamps of its
+    own episode statuses (publishing included, subscriber lag excluded). ``lockstep=True``
+    measures the full round trip: a client answers every observation over ROS.
+    """
+    import os
+    import random
+    import subprocess
+    import sys
+
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+
+    if steps < 10:
+        raise ValueError(f"steps must be >= 10, got {steps!r}")
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(161, 215))
+    horizon = steps + 50
+    args = [sys.executable, "-m", "fed_ros.ros.sim_bridge_node", "--ros-args",
+            "-p", f"task:={task}", "-p", f"cameras:={'true' if cameras else 'false'}",
+            "-p", f"image_size:={int(image_size)}", "-p", f"seed:={int(seed)}",
+            "-p", f"horizon:={horizon}", "-p", f"lockstep:={'true' if lockstep else 'false'}",
+            "-p", "control_rate_hz:=1000.0", "--log-level", "error"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
+    os.environ["ROS_DOMAIN_ID"] = env["ROS_DOMAIN_ID"]
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = env["ROS_AUTOMATIC_DISCOVERY_RANGE"]
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    node = rclpy.create_node("bridge_bench", context=context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        if lockstep:
+            client = ArmClient(node, cameras=cameras, source="bench")
+            client.wait_for_arm(timeout)
+            _, episode = client.reset(task=task, seed=int(seed))
+            hold = _ZeroPolicy().act({})
+            stamp, _, status = client.next_observation(episode, timeout)
+            start = None
+            while status.step < steps + 10:
+                if status.step == 10:  # start-up ticks excluded
+                    start = time.perf_counter()
+                client.send(hold, stamp)
+                stamp, _, status = client.next_observation(episode, timeout)
+            return steps / (time.perf_counter() - start)
+        from fed_ros.msg import EpisodeStatus
+        stamps: dict[int, int] = {}
+        done = threading.Event()
+
+        def on_status(msg) -> None:
+            stamps[int(msg.step)] = at.stamp_to_ns(msg.header.stamp)
+            if msg.step >= steps + 10 or msg.done:
+                done.set()
+        node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status,
+                                 at.qos_for(at.EPISODE_STATUS_TOPIC))
+        if not done.wait(timeout):
+            raise TimeoutError(f"bridge reached step {max(stamps, default=0)} of {steps + 10} "
+                               f"in {timeout:.0f} s")
+        first = min(s for s in stamps if s >= 10)  # skip start-up ticks
+        last = max(stamps)
+        return (last - first) / ((stamps[last] - stamps[first]) / 1e9)
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        import signal
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=5)
