@@ -56,12 +56,16 @@ def raw_steps_per_second(task: str, variation: str = "default", cameras: bool = 
 # --- hook owned by the sim-bridge work (fed_ros/ros): fill in, keep the signature -------------
 def bridge_steps_per_second(task: str, variation: str = "default", cameras: bool = True, image_size: int = 84,
                             steps: int = 200, seed: int = 0) -> float | None:
-    """Control steps/s through the ROS 2 bridge at the same settings; None if not measurable here.
+    """Control steps/s through the ROS 2 bridge at the same settings (a bridge process over DDS).
 
-    HOOK: the sim-bridge engineer replaces this body (bridge node over DDS, images published,
-    same task/variation/render settings as ``raw_steps_per_second``). Until then: None.
+    The bridge free-runs (control rate far above what the machine sustains) while the
+    scripted expert drives it over ROS, images published; the rate comes from the stamps
+    of the bridge's own episode statuses, resets excluded (as ``raw_steps_per_second``).
     """
-    return None
+    from fed_ros.ros.bridge_eval import measure_bridge_steps_per_second
+
+    return measure_bridge_steps_per_second(task, cameras=cameras, image_size=image_size, steps=steps,
+                                           seed=seed, variation=variation, expert=True)
 
 
 # --- end of hook -----------------------------------------------------------------------------

@@ -276,32 +276,37 @@ class _ZeroPolicy:
 
 def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, image_size: int = 84,
                                     steps: int = 100, lockstep: bool = False, seed: int = 0,
-                                    timeout: float = 300.0) -> float:
+                                    variation: str = "default", expert: bool = True,
+                                    timeout: float = 600.0) -> float:
     """Control steps per second of a bridge process with these render settings.
 
     Free-running (``lockstep=False``): the control rate is set far above what the machine
-    sustains, so the bridge steps back to back; the rate is measured from the stamps of its
-    own episode statuses (publishing included, subscriber lag excluded). ``lockstep=True``
-    measures the full round trip: a client answers every observation over ROS.
+    sustains, so the bridge steps back to back while the scripted expert (or a hold, with
+    ``expert=False``) commands it over ROS; the rate comes from the stamps of the bridge's
+    own episode statuses (publishing included, subscriber lag and resets excluded).
+    ``lockstep=True`` times the full round trip: every observation is answered over ROS.
     """
     import os
     import random
+    import signal
     import subprocess
     import sys
 
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
 
+    from fed_ros.msg import EpisodeStatus
+
     if steps < 10:
         raise ValueError(f"steps must be >= 10, got {steps!r}")
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(161, 215))
-    horizon = steps + 50
     args = [sys.executable, "-m", "fed_ros.ros.sim_bridge_node", "--ros-args",
-            "-p", f"task:={task}", "-p", f"cameras:={'true' if cameras else 'false'}",
+            "-p", f"task:={task}", "-p", f"variation:={variation}",
+            "-p", f"cameras:={'true' if cameras else 'false'}",
             "-p", f"image_size:={int(image_size)}", "-p", f"seed:={int(seed)}",
-            "-p", f"horizon:={horizon}", "-p", f"lockstep:={'true' if lockstep else 'false'}",
+            "-p", f"lockstep:={'true' if lockstep else 'false'}",
             "-p", "control_rate_hz:=1000.0", "--log-level", "error"]
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
@@ -315,36 +320,48 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
     executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
-    try:
-        if lockstep:
-            client = ArmClient(node, cameras=cameras, source="bench")
-            client.wait_for_arm(timeout)
-            _, episode = client.reset(task=task, seed=int(seed))
-            hold = _ZeroPolicy().act({})
-            stamp, _, status = client.next_observation(episode, timeout)
-            start = None
-            while status.step < steps + 10:
-                if status.step == 10:  # start-up ticks excluded
-                    start = time.perf_counter()
-                client.send(hold, stamp)
-                stamp, _, status = client.next_observation(episode, timeout)
-            return steps / (time.perf_counter() - start)
-        from fed_ros.msg import EpisodeStatus
-        stamps: dict[int, int] = {}
-        done = threading.Event()
+    # episode -> step -> stamp (ns), from the bridge's own statuses
+    stamps: dict[int, dict[int, int]] = {}
+    lock = threading.Lock()
 
-        def on_status(msg) -> None:
-            stamps[int(msg.step)] = at.stamp_to_ns(msg.header.stamp)
-            if msg.step >= steps + 10 or msg.done:
-                done.set()
-        node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status,
-                                 at.qos_for(at.EPISODE_STATUS_TOPIC))
-        if not done.wait(timeout):
-            raise TimeoutError(f"bridge reached step {max(stamps, default=0)} of {steps + 10} "
-                               f"in {timeout:.0f} s")
-        first = min(s for s in stamps if s >= 10)  # skip start-up ticks
-        last = max(stamps)
-        return (last - first) / ((stamps[last] - stamps[first]) / 1e9)
+    def on_status(msg) -> None:
+        with lock:
+            stamps.setdefault(int(msg.episode), {})[int(msg.step)] = at.stamp_to_ns(msg.header.stamp)
+    node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status,
+                             at.qos_for(at.EPISODE_STATUS_TOPIC))
+    try:
+        client = ArmClient(node, cameras=cameras, source="bench")
+        client.wait_for_arm(timeout)
+        if expert:
+            from fed_ros.sim.experts import make_expert
+            policy = make_expert(task, seed=seed)
+        else:
+            policy = _ZeroPolicy()
+        deadline = time.monotonic() + timeout
+        started = time.perf_counter()
+        done_steps, index = 0, 0
+        while done_steps < steps + 5:
+            _, episode = client.reset(task=task, variation=variation, seed=int(seed) + index)
+            index += 1
+            outcome = client.run_episode(policy, episode, timeout=max(1.0, deadline - time.monotonic()),
+                                         max_steps=steps + 5 - done_steps)
+            if outcome.timed_out:
+                raise TimeoutError(f"bridge benchmark episode {episode} timed out")
+            done_steps += outcome.steps
+        if lockstep:
+            return done_steps / (time.perf_counter() - started)
+        time.sleep(0.2)  # last statuses in flight
+        total_steps, total_ns = 0, 0
+        with lock:
+            for episode_stamps in stamps.values():
+                # From step 1: the reset observation (step 0) is not a control tick.
+                ticks = sorted(s for s in episode_stamps if s >= 1)
+                if len(ticks) >= 2:
+                    total_steps += ticks[-1] - ticks[0]
+                    total_ns += episode_stamps[ticks[-1]] - episode_stamps[ticks[0]]
+        if total_ns <= 0:
+            raise RuntimeError("bridge benchmark saw no control ticks")
+        return total_steps / (total_ns / 1e9)
     finally:
         executor.shutdown()
         node.destroy_node()
@@ -355,7 +372,6 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        import signal
         try:
             os.killpg(proc.pid, signal.SIGINT)
             proc.wait(timeout=10)
