@@ -72,6 +72,7 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "exit_when_done": False,          # exit 0 after the last round instead of staying up
     "require_signatures": False,      # reject unsigned updates (Ed25519, fed-ros keys)
     "allowed_keys_file": "",          # allow-list of robot public keys (YAML), "" = any
+    "private_key_file": "",           # server Ed25519 key: signs cluster models, "" = unsigned
 }
 
 ROBOT_DEFAULTS: dict[str, Any] = {
@@ -96,6 +97,7 @@ ROBOT_DEFAULTS: dict[str, Any] = {
     "register_timeout_s": 60.0,       # s to keep retrying registration before giving up
     "transfer_channel": "auto",       # model bytes over ROS messages or the zmq bulk channel
     "private_key_file": "",           # Ed25519 key (fed-ros keys) to sign updates, "" = unsigned
+    "allowed_keys_file": "",          # allow-list YAML whose `server:` key signs cluster models
 }
 
 

@@ -90,6 +90,10 @@ class RobotNode(Node):
         if p["private_key_file"]:
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p["private_key_file"])
+        self.server_key = None  # cluster models must carry the server's signature when set
+        if p["allowed_keys_file"]:
+            from fed_ros.core.auth import AllowList
+            self.server_key = AllowList.from_yaml(p["allowed_keys_file"]).server
 
         if p["torch_threads"]:
             import torch
@@ -100,6 +104,9 @@ class RobotNode(Node):
         overrides = {k[len("trainer."):]: v for k, v in p.items() if k.startswith("trainer.")}
         TrainerConfig(**overrides)  # fail at start on a bad trainer.* override
         self.trainer_overrides = overrides
+        from fed_ros.core.params import manifest_of
+        from fed_ros.learning.trainer import initial_state_dict
+        self.manifest = manifest_of(initial_state_dict(self.policy_cfg))  # what cluster models must match
 
         fleet = p["fleet_namespace"].rstrip("/")
         arm_ns = p["arm_namespace"]
@@ -296,8 +303,7 @@ class RobotNode(Node):
             self.get_logger().warning(f"cluster model {payload.payload_id} rejected: {exc}")
             return
         if complete is not None:
-            self._store_model(cid, round_idx, complete.state_dict(copy=True), complete.sha256,
-                              list(msg.member_robot_ids), complete.data.nbytes)
+            self._store_model(msg, complete.state_dict(copy=True), complete.sha256, complete.data.nbytes)
 
     def _fetch_model(self, msg) -> None:
         from fed_ros.ros.conversions import decode_state_dict, manifest_from_msgs
@@ -309,14 +315,20 @@ class RobotNode(Node):
             return
         params = decode_state_dict(manifest_from_msgs(payload.manifest), int(payload.encoding), data,
                                    np.asarray(payload.scales, np.float32), copy=True)
-        self._store_model(int(msg.cluster_id), int(msg.round), params, payload.sha256,
-                          list(msg.member_robot_ids), int(data.nbytes))
+        self._store_model(msg, params, payload.sha256, int(data.nbytes))
 
-    def _store_model(self, cid: int, round_idx: int, params: dict, sha256: str, members: list[str],
-                     nbytes: int) -> None:
-        from fed_ros.core.validation import check_tensors  # finite, bounded values before use
-        from fed_ros.core.params import manifest_of
-        decision = check_tensors(params, manifest_of(params), 1e6)
+    def _store_model(self, msg, params: dict, received_sha256: str, nbytes: int) -> None:
+        from fed_ros.core.validation import validate_cluster_model
+        cid, round_idx, members = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids)
+        sha256 = msg.payload.sha256
+        with self._models_lock:
+            held = self.cluster_models.get(cid)
+        # Size, exact manifest, finite values, no rollback, server signature, digest.
+        decision = validate_cluster_model(
+            cluster_id=cid, round_idx=round_idx, params=params, expected_manifest=self.manifest,
+            total_bytes=int(msg.payload.total_bytes), payload_sha256=sha256, received_sha256=received_sha256,
+            signature=bytes(msg.signature), server_public_key=self.server_key,
+            last_round=held[0] if held else None)
         if not decision:
             self.get_logger().warning(f"cluster {cid} model for round {round_idx} rejected: {decision.reason}")
             return
@@ -520,7 +532,11 @@ class RobotNode(Node):
 
     def _publish_descriptor(self, desc, round_idx: int) -> None:
         nonce = secrets.token_bytes(16)
-        msg = descriptor_to_msg(desc, round_idx, nonce=nonce)
+        signature = b""
+        if self.signer is not None:
+            from fed_ros.core.validation import digest_of_descriptor
+            signature = self.signer.sign_descriptor(round_idx, self.robot_id, nonce, digest_of_descriptor(desc))
+        msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
         self._wait_subscribers(self.descriptor_pub, "the fleet's descriptors topic")
         self.descriptor_pub.publish(msg)
         self.get_logger().info(f"round {round_idx}: sent {desc.kind} descriptor")

@@ -41,7 +41,7 @@ from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import STRATEGIES, ClientUpdate, make_strategy
 from fed_ros.core.validation import (AuditLog, Decision, Limits, UpdateEnvelope, ValidationContext,
-                                     check_update_envelope, validate_update)
+                                     check_update_envelope, validate_descriptor, validate_update)
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport)
 from fed_ros.ros import qos
@@ -121,6 +121,10 @@ class FleetServer(Node):
             raise ValueError("server parameter 'require_signatures' is true but 'allowed_keys_file' is empty")
         else:
             self.replay_guard = None
+        self.signer = None
+        if p["private_key_file"]:
+            from fed_ros.core.auth import Signer
+            self.signer = Signer.from_file(p["private_key_file"])
         from fed_ros.ros.round_logic import Roster
         settings = RoundSettings(
             algorithm=p["algorithm"], rounds=p["rounds"], quorum_fraction=p["quorum_fraction"],
@@ -140,6 +144,7 @@ class FleetServer(Node):
         self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float], float]] = {}
         self._closed_payloads: set[str] = set()
         self._model_senders: dict[str, ChunkedSender] = {}
+        self._model_signatures: dict[str, bytes] = {}
         self._published_models_round = -1
         self._started = False
         self._start_time = time.monotonic()
@@ -176,6 +181,7 @@ class FleetServer(Node):
         return ValidationContext(
             current_round=round_idx, expected_manifest=self.manifest, base_rounds={round_idx},
             participants=set(plan.participants) if plan else set(),
+            deadline_passed=bool(plan and self._now() > plan.deadline_s),
             limits=Limits(max_update_bytes=self.params["max_update_bytes"],
                           max_num_samples=max(self.params["max_samples"], 1) * 10),
             allow_list=self.allow_list, replay_guard=self.replay_guard)
@@ -295,10 +301,13 @@ class FleetServer(Node):
                 uri = self._bulk.offer(encoded.data)
             sender = ChunkedSender(encoded, pid, bulk_uri=uri)
             self._model_senders[pid] = sender
+            signature = (self.signer.sign_cluster_model(round_idx, cid, encoded.sha256)
+                         if self.signer is not None else b"")
+            self._model_signatures[pid] = signature
             for chunk in sender.chunks():
                 self.model_pub.publish(cluster_model_msg(chunk, cluster_id=cid, round_idx=round_idx,
                                                          member_robot_ids=sorted(members.get(cid, [])),
-                                                         stamp=stamp))
+                                                         signature=signature, stamp=stamp))
         self._published_models_round = round_idx
         self.get_logger().info(f"published {len(self.coord.cluster_models)} cluster model(s) for round {round_idx}")
 
@@ -416,7 +425,8 @@ class FleetServer(Node):
         try:
             for chunk in sender.resend(chunks):
                 self.model_pub.publish(cluster_model_msg(chunk, cluster_id=cid, round_idx=self.coord.round_idx,
-                                                         member_robot_ids=members))
+                                                         member_robot_ids=members,
+                                                         signature=self._model_signatures.get(pid, b"")))
         except ValueError as exc:
             self.get_logger().warning(f"bad model resend request for {pid}: {exc}")
 
@@ -429,6 +439,13 @@ class FleetServer(Node):
             self.coord.record_rejection(rid, str(exc))
             self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round),
                               decision=Decision(False, "bad_descriptor", str(exc)))
+            return
+        decision = validate_descriptor(desc, self._validation_ctx(), round_idx=int(msg.round),
+                                       nonce=bytes(msg.nonce), signature=bytes(msg.signature), dims=int(msg.dims))
+        if not decision:
+            self.coord.record_rejection(rid, decision.reason)
+            self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round), decision=decision)
+            self.get_logger().warning(f"descriptor from {rid} rejected: {decision.reason}")
             return
         verdict = self.coord.offer_descriptor(desc, int(msg.round))
         self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round),
