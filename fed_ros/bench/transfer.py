@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed transfers per method (after 1 warm-up)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed transfers per method (after the warm-ups)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed transfers first (TCP windows, allocator and page faults settle)")
     parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="ROS chunk size")

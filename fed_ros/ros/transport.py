@@ -411,6 +411,9 @@ class BulkServer:
         # Unknown peers raise instead of silently dropping; bounded queue per peer.
         self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._sock.setsockopt(zmq.SNDHWM, 4 * DEFAULT_BULK_WINDOW)
+        # A fetcher that stops reading must not block the serving thread for everyone else:
+        # after this many ms the send fails, the request is dropped and the fetcher resumes.
+        self._sock.setsockopt(zmq.SNDTIMEO, 5000)
         self._sock.bind(bind)
         endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         host, port = endpoint.rsplit(":", 1)
