@@ -67,6 +67,11 @@ def test_int8_rejects_non_finite() -> None:
         conv.encode_state_dict({"bad": np.array([1.0, np.nan], np.float32)}, "int8")
 
 
+def test_float16_rejects_values_out_of_range() -> None:
+    with pytest.raises(ValueError, match="'big'.*float16 range"):
+        conv.encode_state_dict({"big": np.array([1.0, 7e4], np.float32)}, "float16")
+
+
 def test_encode_rejects_bad_dtype_and_unknown_encoding() -> None:
     with pytest.raises(ValueError, match="'w'"):
         conv.encode_state_dict({"w": np.zeros(3, np.float64)})

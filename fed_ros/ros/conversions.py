@@ -52,6 +52,7 @@ _WIRE_DTYPE: dict[int, np.dtype] = {
     TensorPayload.ENCODING_FLOAT16: np.dtype("<f2"),
     TensorPayload.ENCODING_INT8: np.dtype("i1"),
 }
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
 # Model dtypes a manifest may name (core state dicts are float32; see core/params.py).
 MODEL_DTYPES = frozenset({"float32"})
 DESCRIPTOR_KINDS: dict[str, int] = {
@@ -199,6 +200,9 @@ def encode_state_dict(sd: Mapping[str, np.ndarray], encoding: int | str = "float
             scales[i] = scale
             np.clip(np.rint(arr.reshape(-1) / scale), -127, 127, out=dest, casting="unsafe")
         else:
+            if enc == TensorPayload.ENCODING_FLOAT16 and n and float(np.max(np.abs(arr))) > _FLOAT16_MAX:
+                # float16 would turn these into inf silently; the server rejects non-finite updates.
+                raise ValueError(f"tensor {name!r} exceeds the float16 range (|x| > {_FLOAT16_MAX})")
             # Writes straight into the payload buffer: the only copy of the tensor bytes.
             np.copyto(dest, arr.reshape(-1), casting="same_kind")
         offset += n * wire.itemsize
