@@ -254,3 +254,25 @@ def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
     arm.publish(synthetic_ticks(3))
     with pytest.raises(RecordingError, match="/arm/wrist/image_raw"):
         recorder.stop(success=True, timeout=0.5)
+
+
+def test_record_service_body_start_stop_discard(ros_context, tmp_path):
+    from fed_ros.ros.recorder import handle_record_request
+    from fed_ros.srv import Record
+    recorder = Recorder(ros_context("robot"), tmp_path)
+    arm = TinyArm(ros_context("tiny_arm"))
+    arm.wait_for_subscribers()
+    ticks = synthetic_ticks(4, seed=9)
+
+    def call(**fields):
+        return handle_record_request(recorder, Record.Request(**fields), Record.Response())
+    assert not call(command=Record.Request.STOP, success=True).ok  # STOP without START
+    started = call(command=Record.Request.START, task="lift", instruction="lift the red cube")
+    assert started.ok and Path(started.episode_path).is_dir()
+    assert not call(command=Record.Request.START, task="lift").ok  # already recording
+    arm.publish(ticks)
+    stopped = call(command=Record.Request.STOP, success=True)
+    assert stopped.ok and stopped.num_steps == 4 and stopped.episode_path == started.episode_path
+    call(command=Record.Request.START, task="lift")
+    discarded = call(command=Record.Request.DISCARD)
+    assert discarded.ok and len(load_recorded_episodes(tmp_path)) == 1

@@ -433,7 +433,8 @@ class Recorder:
                 self._seen[rel].add(stamp)
 
     def _complete(self) -> bool:
-        needed = [rel for rel in self.required_topics() if rel in self._seen]
+        needed = [rel for rel in self.required_topics()
+                  if rel in self._seen and rel != at.APPLIED_COMMAND_TOPIC]
         return all(self._applied <= self._seen[rel] for rel in needed)
 
     def stop(self, success: bool, timeout: float = 1.0) -> RecordResult:
@@ -477,6 +478,30 @@ class Recorder:
         for sub in self._subs:
             self.node.destroy_subscription(sub)
         self._subs.clear()
+
+
+def handle_record_request(recorder: Recorder, request, response):
+    """Serve a ``fed_ros/srv/Record`` request with ``recorder`` (the robot node's service body)."""
+    try:
+        if request.command == 0:  # START
+            path = recorder.start(request.task, request.instruction, request.variation or "default")
+            response.ok, response.episode_path = True, str(path)
+            response.message = f"recording {request.task!r} into {path}"
+        elif request.command == 1:  # STOP
+            result = recorder.stop(bool(request.success))
+            response.ok, response.episode_path = True, str(result.path)
+            response.num_steps = int(result.num_steps)
+            response.message = (f"saved {result.num_steps} steps" if result.success
+                                 else "saved as failed (never trained on)")
+        elif request.command == 2:  # DISCARD
+            path = recorder.discard()
+            response.ok = path is not None
+            response.message = f"discarded {path}" if path else "nothing was being recorded"
+        else:
+            response.ok, response.message = False, f"unknown Record command {request.command}"
+    except (ValueError, RuntimeError) as exc:
+        response.ok, response.message = False, str(exc)
+    return response
 
 
 # --- reading recordings back ---------------------------------------------------------------
@@ -637,5 +662,6 @@ def load_recorded_episodes(directory: str | Path, *, include_failed: bool = Fals
 
 
 __all__ = ["Recorder", "RecordResult", "RecordingError", "Rosbag2McapWriter", "applied_action",
+           "handle_record_request",
            "load_recorded_episodes", "message_definition", "read_recording_metadata",
            "recording_to_episode", "type_description_hash", "IMAGE_KEYS"]
