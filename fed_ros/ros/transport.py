@@ -67,9 +67,10 @@ DEFAULT_BULK_WINDOW = 16
 # travel inside ROS messages (one round trip fewer, nothing else to open).
 BULK_THRESHOLD_BYTES = 1 << 20
 # Default path for large payloads, chosen by `fed-ros bench transfer` (docs/transport.md).
-# 21.5 MB robot -> server, two processes, x raw pyzmq (load ~3 | load ~14 on 2 cores):
-# ROS 2 default 4 MiB chunks 0.30 | 0.28, unchunked 0.06; ROS 2 + SHM profile 0.37 | 0.24;
-# zmq bulk with ROS control message, sha256 verified 0.70 | 1.06. Only zmq meets >= 0.5x.
+# 21.5 MB robot -> server, two processes, x raw pyzmq (runs at load ~3 | ~14 | ~6, 2 cores):
+# ROS 2 default 4 MiB chunks 0.30 | 0.28 | 0.21, unchunked 0.06; ROS 2 + SHM profile
+# 0.37 | 0.24 | 0.58 (one host only); zmq bulk with ROS control message, sha256 verified,
+# 0.70 | 1.06 | 0.62: the only path at >= 0.5x in every run, and it works across hosts.
 DEFAULT_TRANSPORT = "zmq"
 
 # Size caps (V1): a payload larger than this is rejected from its first chunk's header.
