@@ -398,3 +398,23 @@ def test_bulk_server_bind_and_advertised_host_from_environment(monkeypatch) -> N
     finally:
         server.close()
         ctx.term()
+
+
+def test_50mb_update_arrives_intact_with_bounded_memory() -> None:
+    """L7: 50 MB in 4 MiB chunks; assembly allocates the payload once, nothing per chunk."""
+    import tracemalloc
+
+    enc = conv.encode_state_dict({"w": np.random.default_rng(0).standard_normal(12_500_000, dtype=np.float32)})
+    sender = tr.ChunkedSender(enc, "robot_9/r1/update")  # default 4 MiB chunks
+    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=64 << 20))
+    tracemalloc.start()
+    try:
+        done = None
+        for chunk in sender.chunks():
+            done = asm.add(chunk) or done
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert done is not None and done.sha256 == enc.sha256
+    assert np.array_equal(done.data, enc.data)
+    assert enc.total_bytes <= peak < enc.total_bytes + (1 << 20), f"assembly peaked at {peak} bytes for a {enc.total_bytes}-byte payload"
