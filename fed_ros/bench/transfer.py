@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -187,7 +188,8 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[f
     """Start receiver and sender processes for one method; returns the receiver's times."""
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
+    # A random domain in the safe 1..101 range: two benches on one host must not hear each other.
+    env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
     if method == "ros_tuned":
         from fed_ros.ros.transport import apply_fastdds_profile
