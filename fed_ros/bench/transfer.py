@@ -282,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             from fed_ros.ros.transport import DEFAULT_BULK_CHUNK_BYTES
 
             chunk = f"{DEFAULT_BULK_CHUNK_BYTES >> 20} MiB"
-        print(f"{method:<13} {chunk:>9} {med * 1e3:>10.1f} {rate / 1e6:>9.0f} {rate / ref:>12.2f}")
+        ratio = f"{rate / ref:.2f}" if raw else "-"  # no raw_zmq row: no reference
+        print(f"{method:<13} {chunk:>9} {med * 1e3:>10.1f} {rate / 1e6:>9.0f} {ratio:>12}")
         rows.append({"method": method, "chunk_bytes": cb, "median_s": med, "times_s": times,
-                     "mb_per_s": rate / 1e6, "ratio_vs_raw_zmq": rate / ref})
+                     "mb_per_s": rate / 1e6, "ratio_vs_raw_zmq": rate / ref if raw else None})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"bytes": nbytes, "repeats": args.repeats, "rows": rows}, f, indent=1)
