@@ -67,8 +67,8 @@ def method_table(setting: str, grouped: dict[tuple[str, str], list[dict[str, Any
             for f in c.get("final", {}).get("per_family", {}):
                 if f not in fams:
                     fams.append(f)
-    head = "| method | " + " | ".join(fams) + " | mean | same-group co-clustered | cross-group co-clustered | seeds | wall s |"
-    lines = [head, "|" + "---|" * (len(fams) + 6)]
+    head = "| method | " + " | ".join(fams) + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round | seeds | CPU s |"
+    lines = [head, "|" + "---|" * (len(fams) + 7)]
     for m in methods:
         cells = grouped.get((setting, m))
         if not cells:
@@ -77,11 +77,13 @@ def method_table(setting: str, grouped: dict[tuple[str, str], list[dict[str, Any
         st = success_stats(cells)
         same, cross = coassign_stats([c for c in cells if not c.get("error")])
         fam_cells = [_fmt(*st["per_family"].get(f, (None, None))) for f in fams]
-        wall = np.mean([c.get("wall_s", 0.0) for c in cells])
+        cpu = np.mean([c.get("cpu_s", c.get("wall_s", 0.0)) for c in cells])
+        ccost = [row["cluster_cpu_s"] for c in cells for row in c.get("rounds", []) if "cluster_cpu_s" in row]
+        ccost_s = f"{np.mean(ccost):.2f}" if ccost else "-"
         co = [f"{100 * v:.0f}%" if v is not None else "-" for v in (same, cross)]
         name = m + (f" (error: {errs[0][:60]})" if errs else "")
         lines.append(f"| {name} | " + " | ".join(fam_cells)
-                     + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {st['seeds']} | {wall:.0f} |")
+                     + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s} | {st['seeds']} | {cpu:.0f} |")
     return "\n".join(lines)
 
 

@@ -157,7 +157,7 @@ class Evaluator:
         from fed_ros.sim.evaluate import evaluate
 
         t0 = time.perf_counter()
-        runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu")
+        runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu", sample=True, seed=self.seed)
         if family.mirrored:
             runner = MirroredPolicy(runner)
         res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
@@ -262,7 +262,7 @@ def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_
     extra: dict[str, Any] = {}
     ids = list(data)
     for kind in sorted(kinds):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         if kind == "gaussian":
             for rid in ids:
                 mean, var = D.gaussian_descriptor(data[rid], policy_cfg=policy_cfg, state_dict=models[rid])
@@ -280,9 +280,10 @@ def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_
                     scores={pid: float(scores[i, j]) for j, pid in enumerate(ids)},
                     residual_std=float(D.rnd_residual_std(preds[rid], data[rid])), payload=preds[rid])
             extra["rnd_scores"] = scores.tolist()
+            extra["rnd_residual_std"] = [out[r].residual_std for r in ids]
         else:
             raise ValueError(f"bench cannot compute descriptor kind {kind!r}")
-        extra[f"descriptor_s_{kind}"] = time.perf_counter() - t0
+        extra[f"descriptor_cpu_s_{kind}"] = time.process_time() - t0
     return out, extra
 
 
@@ -322,20 +323,18 @@ def _ifca_pick(strategy: Any, mem: Sequence[tuple[int, float]], eps: list[Episod
     from fed_ros.learning.trainer import evaluate_nll
     from fed_ros.learning.weights import load_state_dict_into
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
     models = strategy.cluster_models()
     data = DemoDataset([e for e in eps if e.success], policy_cfg)
     losses = {}
     for cid, _ in mem:
         model = load_state_dict_into(build_policy(policy_cfg, seed=0), models[cid])
         losses[int(cid)] = evaluate_nll(model, data, device=device)
-    try:
-        from fed_ros.core.strategies.ifca import ifca_select
+    from fed_ros.core.strategies.ifca import ifca_select
 
-        best = int(ifca_select(losses))
-    except ImportError:
-        best = min(sorted(losses), key=lambda c: losses[c])
-    return best, time.perf_counter() - t0
+    order = sorted(losses)
+    best = order[ifca_select([losses[c] for c in order])]
+    return best, time.process_time() - t0
 
 
 def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -365,6 +364,7 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
         "rounds": [], "evals": [],
     }
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
     try:
         if method.strategy == "centralized":
             sd = theta0_sd
@@ -412,16 +412,17 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
                 kinds = set(strategy.needs_descriptors(r))
                 descs: dict[str, Any] = {}
                 if kinds:
-                    t0 = time.perf_counter()
+                    t0 = time.process_time()
                     descs, dextra = compute_descriptors(kinds, data, policy_cfg,
                                                         {u.robot_id: u.params for u in updates}, seed)
-                    cluster_cost += time.perf_counter() - t0
+                    cluster_cost += time.process_time() - t0
                     row.update(dextra)
-                t0 = time.perf_counter()
+                t0 = time.process_time()
                 result = strategy.aggregate_round(r, updates, descs)
-                row["aggregate_s"] = time.perf_counter() - t0
-                row["cluster_cost_s"] = cluster_cost + (row["aggregate_s"] if kinds or method.strategy
-                                                        in ("feddrman", "rnd", "fedepth") else 0.0)
+                row["aggregate_cpu_s"] = time.process_time() - t0
+                # CPU seconds spent deciding clusters this round (client-side IFCA evaluation,
+                # descriptor computation, and the server's aggregation including clustering).
+                row["cluster_cpu_s"] = cluster_cost + row["aggregate_cpu_s"]
                 acc, step = _cos(np.stack(vecs)), _cos(np.stack(deltas))
                 row["acc_intra"], row["acc_inter"] = intra_inter(acc, groups)
                 row["step_intra"], row["step_inter"] = intra_inter(step, groups)
@@ -443,6 +444,7 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
         evaluator.close()
     record["eval_s"] = evaluator.seconds
     record["wall_s"] = time.perf_counter() - t_start
+    record["cpu_s"] = time.process_time() - cpu_start
     final = record["evals"][-1] if record["evals"] else {}
     record["final"] = {"mean": final.get("mean"), "per_family": final.get("per_family", {})}
     return record

@@ -100,16 +100,19 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("feddrman_no_lact", "feddrman", (("num_clusters", "C"),), (("use_act", False),), "ablation"),
     Method("feddrman_no_srb", "feddrman", (("num_clusters", "C"), ("use_srb", False)), (), "ablation"),
     Method("feddrman_no_cua", "feddrman", (("num_clusters", "C"), ("use_cua", False)), (), "ablation"),
-    Method("fedepth_soft", "fedepth", (("overlap_ratio", 0.2),), BC_ONLY, "soft clusters, 20% overlap"),
-    Method("fedepth_hard", "fedepth", (("overlap_ratio", 0.0),), BC_ONLY, "hard clusters"),
+    Method("fedepth_soft", "fedepth", (("target_overlap", 0.2),), BC_ONLY, "soft clusters, 20% overlap"),
+    Method("fedepth_hard", "fedepth", (("target_overlap", 0.0), ("hard", True)), BC_ONLY, "hard clusters"),
     Method("rnd", "rnd", (), BC_ONLY, "RND federations, FedAvg inside each"),
 )}
 
 
 def fedepth_method(overlap: float) -> Method:
     """FeDepth at a given overlap ratio (the sensitivity sweep)."""
-    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth",
-                  (("overlap_ratio", float(overlap)),), BC_ONLY, f"overlap {overlap:.0%}")
+    settings: tuple[tuple[str, Any], ...] = (("target_overlap", float(overlap)),)
+    if overlap == 0:
+        settings += (("hard", True),)
+    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth", settings, BC_ONLY,
+                  f"overlap {overlap:.0%}")
 
 
 @dataclass(frozen=True)
