@@ -165,10 +165,14 @@ def _write_demos(root, per_task=6):
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     files = []
+    dims = {"joint_pos": 7, "gripper_qpos": 2, "eef_pos": 3, "eef_quat": 4, "object_state": 32}
     for task in ("lift", "stack"):
         for i in range(per_task):
+            # The two tasks' states sit far apart, so embedding clusters follow the task.
+            offset = 0.0 if task == "lift" else 3.0
+            obs = {k: (offset + rng.normal(size=(5, d))).astype(np.float32) for k, d in dims.items()}
             ep = Episode(task=task, instruction=f"do {task}", variation="default" if i % 2 else "dim_light",
-                         observations={"joint_pos": rng.normal(size=(5, 7)).astype(np.float32)},
+                         observations=obs,
                          actions=rng.uniform(-1, 1, size=(5, ACTION_DIM)), success=i != 0)
             files.append(ep.save(root / f"{task}_{i:02d}.npz"))
     return files
@@ -201,3 +205,24 @@ def test_partition_cli_variation_and_quantity_and_errors(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().out
     assert main([str(tmp_path), "--by", "embedding"]) == 2
     assert "--checkpoint" in capsys.readouterr().out
+
+
+def test_partition_cli_embedding_split(tmp_path, capsys):
+    import json
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.learning.partition_cli import main
+    from fed_ros.learning.trainer import initial_state_dict
+    from fed_ros.learning.weights import save_checkpoint
+    _write_demos(tmp_path / "demos")
+    cfg = PolicyConfig(kind="lowdim", embed_dim=16, window=2, transformer_layers=1, transformer_heads=2,
+                       transformer_ff=32, text_dim=32, dropout=0.0)
+    save_checkpoint(tmp_path / "p.safetensors", initial_state_dict(cfg, seed=0), cfg)
+    rc = main([str(tmp_path / "demos"), "--robots", "2", "--by", "embedding", "--k", "2", "--alpha", "0.1",
+               "--checkpoint", str(tmp_path / "p.safetensors"), "--out", str(tmp_path / "parts")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| robot | 0 | 1 | total |" in out
+    summary = json.loads((tmp_path / "parts" / "partition.json").read_text())
+    assert summary["kind"] == "embedding" and sum(map(sum, summary["counts"])) == 10
+    # Even an untrained policy's penultimate layer separates the two far-apart state clouds.
+    assert summary["ari_clusters_vs_task"] == pytest.approx(1.0)

@@ -187,22 +187,11 @@ def _segments(eps: Sequence[Any], length: int) -> list[Any]:
 
 
 def segment_embeddings(sd: dict[str, np.ndarray], segs: Sequence[Any], cfg: Any) -> np.ndarray:
-    """(N, E) penultimate-layer (action-token) embeddings averaged over each segment."""
-    import torch
+    """(N, E) penultimate-layer (action-token) embeddings averaged over each segment's windows."""
+    from fed_ros.learning.descriptors import penultimate_embeddings
 
-    from fed_ros.learning.dataset import DemoDataset
-    from fed_ros.learning.modeling_policy import build_policy
-    from fed_ros.learning.weights import load_state_dict_into
-
-    model = load_state_dict_into(build_policy(cfg, seed=0), sd).eval()
-    out = []
-    with torch.no_grad():
-        for seg in segs:
-            data = DemoDataset([seg], cfg)
-            batch = data.torch_batch(np.arange(len(data)), torch.device("cpu"))
-            emb = model.compute(batch).embedding[:, -1]  # last step of each window: B,E
-            out.append(emb.mean(0).numpy())
-    return np.stack(out).astype(np.float64)
+    return np.stack([np.asarray(penultimate_embeddings(sd, cfg, [seg]), dtype=np.float64).mean(0)
+                     for seg in segs])
 
 
 def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:

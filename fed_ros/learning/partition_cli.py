@@ -49,22 +49,23 @@ def list_episodes(directory: str | Path, include_failed: bool = False) -> tuple[
 
 def episode_embeddings(paths: Sequence[Path], checkpoint: str | Path,
                        policy_config: str | Path | None = None) -> np.ndarray:
-    """(N, D) per-episode penultimate-layer embeddings (time-averaged) of a trained policy."""
+    """(N, D) per-episode penultimate-layer embeddings (mean over its windows) of a trained policy."""
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.descriptors import penultimate_embeddings
-    from fed_ros.learning.weights import load_checkpoint
+    from fed_ros.learning.weights import load_checkpoint, read_checkpoint_config
 
+    if not Path(checkpoint).is_file():
+        raise ValueError(f"checkpoint {str(checkpoint)!r} not found")
     sd = load_checkpoint(checkpoint)
-    cfg_path = Path(policy_config) if policy_config else Path(checkpoint).with_suffix(".json")
-    if not cfg_path.is_file():
-        raise ValueError(f"policy config {str(cfg_path)!r} not found (pass --policy-config)")
-    raw = json.loads(cfg_path.read_text())
-    cfg = PolicyConfig.from_dict(raw.get("policy", raw))
-    out = []
-    for p in paths:
-        emb = np.asarray(penultimate_embeddings(sd, [Episode.load(p)], cfg), dtype=np.float64)
-        out.append(emb.reshape(-1, emb.shape[-1]).mean(0))
-    return np.stack(out)
+    if policy_config:
+        raw = json.loads(Path(policy_config).read_text())
+        cfg = PolicyConfig.from_dict(raw.get("policy", raw))
+    else:
+        cfg = read_checkpoint_config(checkpoint)
+        if cfg is None:
+            raise ValueError(f"checkpoint {str(checkpoint)!r} has no policy config; pass --policy-config")
+    return np.stack([np.asarray(penultimate_embeddings(sd, cfg, [Episode.load(p)]), dtype=np.float64).mean(0)
+                     for p in paths])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--beta", type=float, default=0.5, help="size concentration for --by quantity")
     ap.add_argument("--k", type=int, default=16, help="k-means clusters for --by embedding")
     ap.add_argument("--checkpoint", help="trained policy (.safetensors) for --by embedding")
-    ap.add_argument("--policy-config", help="PolicyConfig JSON (default: checkpoint with .json)")
+    ap.add_argument("--policy-config", help="PolicyConfig JSON (default: stored in the checkpoint)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--include-failed", action="store_true", help="also partition failed demos")
     ap.add_argument("--fractions", action="store_true", help="print fractions instead of counts")
