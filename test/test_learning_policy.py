@@ -162,3 +162,32 @@ def test_text_encoder_is_deterministic_normalised_and_meaningful():
     assert np.allclose(encode_instruction("pick", 4), encode_instruction("pick", 4))
     with pytest.raises(ValueError, match="dim"):
         encode_instruction("x", 0)
+
+
+def test_film_conditions_image_features_on_the_instruction():
+    cfg = tiny("image")
+    data = DemoDataset(synthetic_episodes(1, 4, "image", image_size=32), cfg)
+    model = build_policy(cfg, seed=0)
+    batch = data.torch_batch(np.arange(2))
+    other = {**batch, "text": torch.from_numpy(np.stack([encode_instruction("stack blocks", 64)] * 2))}
+    with torch.no_grad():
+        a, b = model.features(batch), model.features(other)
+    assert not torch.allclose(a["agentview"], b["agentview"])
+    assert torch.equal(a["joint"], b["joint"])  # proprio encoders are not text-conditioned
+
+
+def test_image_trainer_shares_augmented_inputs_between_teacher_and_student():
+    from fed_ros.learning.trainer import LocalTrainer, TrainerConfig
+
+    cfg = tiny("image", random_shift=4)
+    eps = synthetic_episodes(2, 6, "image", image_size=32)
+    trainer = LocalTrainer(policy_to_state_dict(build_policy(cfg, seed=0)), cfg,
+                           TrainerConfig(device="cpu", progress=False, rank=8))
+    batch = trainer._process_batch(DemoDataset(eps, cfg), np.arange(4))
+    raw = DemoDataset(eps, cfg).batch(np.arange(4))[ep.AGENTVIEW_IMAGE]
+    assert batch[ep.AGENTVIEW_IMAGE].dtype == torch.uint8
+    assert not np.array_equal(batch[ep.AGENTVIEW_IMAGE].numpy(), raw)  # shifted
+    losses = trainer._compute_losses(batch, *trainer._forward(batch))
+    for m in cfg.modalities:
+        assert losses[f"sub_{m}"].item() < 1e-6, m
+    assert abs(losses["act"].item()) < 1e-5
