@@ -7,7 +7,7 @@ robot of a fleet that shares a ``PolicyConfig`` can federate the same tensors.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE_DIM
@@ -64,7 +64,6 @@ class PolicyConfig:
     random_shift: int = 4
     action_dim: int = ACTION_DIM
     object_state_dim: int = OBJECT_STATE_DIM
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.conv_channels = tuple(int(c) for c in self.conv_channels)
