@@ -155,3 +155,14 @@ def test_split_by_episode_and_count_weighted_stats():
         assert np.allclose(merged[key][0], mean, atol=1e-5)
         assert np.allclose(merged[key][1], std, atol=1e-4)
     assert n_all == 40
+
+
+def test_normalisation_from_episodes_is_floored_and_shipped_in_the_state_dict(demos):
+    sd = initial_state_dict(CFG, seed=0, episodes=demos)
+    # eef_quat is constant in the synthetic demos: its std is floored at 0.1 (not ~0).
+    assert np.allclose(sd["normalizer.eef_quat_std"], 0.1)
+    assert np.allclose(sd["normalizer.object_state_std"][10:], 0.1)  # zero-padded slots
+    plain = initial_state_dict(CFG, seed=0)
+    from fed_ros.learning.trainer import with_normalization
+    again = with_normalization(plain, demos)
+    assert all(np.array_equal(again[k], sd[k]) for k in sd)

@@ -314,18 +314,39 @@ def train_local(start: StateDict, episodes: Sequence[Episode], policy_cfg: Polic
                        metrics=metrics)
 
 
+def normalization_stats(episodes: Sequence[Episode]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Low-dim (mean, std) of episodes, each std floored at a tenth of the key's physical scale.
+
+    The floor matters: a dimension that is (nearly) constant in these demos (a padded object
+    slot, a fixed orientation) must not amplify the small deviations other robots or tasks
+    will show by 1000x.
+    """
+    from fed_ros.learning.dataset import compute_stats
+    from fed_ros.learning.modeling_policy import LOWDIM_SPECS
+
+    stats, _ = compute_stats(episodes)
+    return {k: (m, np.maximum(s, 0.1 * LOWDIM_SPECS[k][2]).astype(np.float32))
+            for k, (m, s) in stats.items()}
+
+
+def with_normalization(sd: StateDict, episodes: Sequence[Episode]) -> StateDict:
+    """A copy of ``sd`` whose ``normalizer.*`` buffers hold :func:`normalization_stats`."""
+    out = dict(sd)
+    for key, (mean, std) in normalization_stats(episodes).items():
+        for suffix, value in (("mean", mean), ("std", std)):
+            name = f"normalizer.{key}_{suffix}"
+            if name not in out:
+                raise ValueError(f"state dict has no normalisation buffer {name!r}")
+            out[name] = np.asarray(value, np.float32).reshape(np.shape(out[name]))
+    return out
+
+
 def initial_state_dict(policy_cfg: PolicyConfig, seed: int = 0,
                        episodes: Sequence[Episode] | None = None) -> StateDict:
     """The fleet's common initial model theta^0; with episodes, normalisation from their stats."""
-    from fed_ros.learning.dataset import compute_stats
-    from fed_ros.learning.modeling_policy import LOWDIM_SPECS, set_normalization
+    from fed_ros.learning.modeling_policy import set_normalization
 
     model = build_policy(policy_cfg, seed=seed)
     if episodes:
-        stats, _ = compute_stats(episodes)
-        # Floor each std at a tenth of the key's physical scale: a dimension that is
-        # (nearly) constant in these demos (a padded object slot, a fixed orientation) must
-        # not amplify the small deviations other robots or tasks will show by 1000x.
-        floored = {k: (m, np.maximum(s, 0.1 * LOWDIM_SPECS[k][2])) for k, (m, s) in stats.items()}
-        set_normalization(model, floored)
+        set_normalization(model, normalization_stats(episodes))
     return policy_to_state_dict(model)
