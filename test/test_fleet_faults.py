@@ -127,12 +127,22 @@ def test_fed_ros_up_exits_nonzero_when_a_node_dies_and_cleanly_on_ctrl_c(tmp_pat
             time.sleep(0.2)
         raise AssertionError("fed-ros up wrote no fleet.json")
 
+    log = tmp_path / "run" / "logs" / "fleet__server.log"
+
+    def wait_running(timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if log.is_file() and "fleet server:" in log.read_text():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"server did not start: {log.read_text() if log.is_file() else 'no log'}")
+
     # A node dies -> `fed-ros up` stops the rest and exits 1.
     proc = up()
     try:
         pids = node_pids()
         assert list(pids) == ["/fleet/server"]
-        time.sleep(3.0)
+        wait_running()
         os.kill(pids["/fleet/server"], signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 1, out
@@ -144,17 +154,18 @@ def test_fed_ros_up_exits_nonzero_when_a_node_dies_and_cleanly_on_ctrl_c(tmp_pat
             os.killpg(proc.pid, signal.SIGKILL)
     # Ctrl-C -> every node stopped, exit 0, a log per node.
     (tmp_path / "run" / "fleet.json").unlink()
+    log.unlink()
     proc = up()
     try:
         pids = node_pids()
-        time.sleep(3.0)
+        wait_running()
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 0, out
+        assert "/fleet/server=0" in out  # the node itself shut down cleanly on SIGINT
         for pid in pids.values():
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
-        assert (tmp_path / "run" / "logs" / "fleet__server.log").stat().st_size > 0
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
