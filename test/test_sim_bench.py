@@ -23,3 +23,18 @@ def test_bench_sim_smoke(tmp_path, capsys) -> None:
 def test_bench_sim_rejects_unknown_task() -> None:
     with pytest.raises(SystemExit):
         bench_sim.main(["--tasks", "juggle"])
+
+
+def test_variation_sheet_cli_writes_distinct_tiles(tmp_path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from fed_ros.sim import render
+
+    out = tmp_path / "sheet.png"
+    assert render.main(["--task", "lift", "--variations", "default,red_table", "--image-size", "32",
+                        "--columns", "2", "--out", str(out)]) == 0
+    sheet = plt.imread(out)
+    assert sheet.shape[:2] == (64, 64)
+    left, right = sheet[:, :32, :3], sheet[:, 32:, :3]
+    assert np.abs(left - right).mean() > 0.02  # the red table is visible
