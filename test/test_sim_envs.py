@@ -7,7 +7,7 @@ import pytest
 
 from fed_ros.core.episode import (
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, IMAGE_KEYS, JOINT_POS, LOWDIM_KEYS,
-    OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE,
+    OBJECT_STATE, OBJECT_STATE_DIM,
 )
 from fed_ros.sim.envs import AGENTVIEW_CAMERA, TASKS, WRIST_CAMERA, ArmEnv, make_env
 from fed_ros.sim.variations import VARIATIONS, Variation, random_variation, resolve_variation

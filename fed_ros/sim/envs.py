@@ -105,7 +105,11 @@ def _mat_to_quat_xyzw(mat: np.ndarray) -> np.ndarray:
 
 
 class ArmEnv:
-    """One simulated Panda arm running one task under one variation."""
+    """One simulated Panda arm running one task under one variation.
+
+    Not thread-safe: step, reset and render it from one thread at a time (the bridge node
+    serialises calls). Independent instances may live side by side in one process.
+    """
 
     control_hz: int = CONTROL_HZ
 

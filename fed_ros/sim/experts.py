@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.episode import ACTION_DIM, EEF_POS, GRIPPER_QPOS, OBJECT_STATE
+from fed_ros.core.episode import ACTION_DIM, EEF_POS, OBJECT_STATE
 
 __all__ = ["ScriptedExpert", "LiftExpert", "StackExpert", "PickPlaceCanExpert", "make_expert", "OBJECT_FIELDS"]
 
