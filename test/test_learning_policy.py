@@ -191,3 +191,18 @@ def test_image_trainer_shares_augmented_inputs_between_teacher_and_student():
     for m in cfg.modalities:
         assert losses[f"sub_{m}"].item() < 1e-6, m
     assert abs(losses["act"].item()) < 1e-5
+
+
+def test_corrupt_checkpoints_and_payloads_raise_value_error(tmp_path):
+    sd = policy_to_state_dict(build_policy(tiny("lowdim"), seed=0))
+    path = save_checkpoint(tmp_path / "m.safetensors", sd)
+    raw = bytearray(path.read_bytes())
+    raw[8:40] = b"x" * 32  # destroy the JSON header
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="safetensors"):
+        load_checkpoint(bad)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="safetensors"):
+        state_dict_from_bytes(bytes(raw))

@@ -90,11 +90,14 @@ def load_checkpoint(path: str | Path) -> StateDict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
-    arrays = st_load_file(str(path))
-    with open(path, "rb") as f:
-        head = f.read(8)
-        head += f.read(int.from_bytes(head, "little"))
-    return OrderedDict((k, arrays[k]) for k in _ordered_names(head, arrays))
+    try:
+        arrays = st_load_file(str(path))
+        with open(path, "rb") as f:
+            head = f.read(8)
+            head += f.read(int.from_bytes(head, "little"))
+        return OrderedDict((k, arrays[k]) for k in _ordered_names(head, arrays))
+    except Exception as exc:  # safetensors raises its own error type on corrupt input
+        raise ValueError(f"checkpoint {str(path)!r} is not a valid safetensors file: {exc}") from exc
 
 
 def read_checkpoint_config(path: str | Path) -> PolicyConfig | None:
@@ -117,8 +120,11 @@ def state_dict_from_bytes(blob: bytes) -> StateDict:
     """Inverse of :func:`state_dict_to_bytes` (tensor order preserved)."""
     if not isinstance(blob, (bytes, bytearray)) or len(blob) < 8:
         raise ValueError("blob is not a safetensors payload")
-    arrays = st_load(bytes(blob))
-    return OrderedDict((k, arrays[k]) for k in _ordered_names(bytes(blob), arrays))
+    try:
+        arrays = st_load(bytes(blob))
+        return OrderedDict((k, arrays[k]) for k in _ordered_names(bytes(blob), arrays))
+    except Exception as exc:  # safetensors raises its own error type on corrupt input
+        raise ValueError(f"blob is not a valid safetensors payload: {exc}") from exc
 
 
 def _ordered_names(blob: bytes, arrays: dict[str, np.ndarray]) -> list[str]:
