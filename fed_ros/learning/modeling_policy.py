@@ -296,7 +296,11 @@ class GMMPolicy(nn.Module):
         feats = self.features(batch)
         tokens = torch.stack([feats[m] for m in self.cfg.modalities], dim=2)  # B,T,M,E
         emb = self.temporal(tokens)
-        return PolicyOutput(feats, emb, self.head(emb))
+        # The GMM head runs in float32 even under autocast: bf16 means carry ~3 significant
+        # digits, far coarser than the scales (down to min_std) the NLL divides by.
+        with torch.autocast(device_type=emb.device.type, enabled=False):
+            gmm = self.head(emb.float())
+        return PolicyOutput(feats, emb, gmm)
 
     def forward(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """BC loss (GMM NLL, Eq. 4) and an info dict holding the ``PolicyOutput``."""
