@@ -166,3 +166,24 @@ def test_normalisation_from_episodes_is_floored_and_shipped_in_the_state_dict(de
     from fed_ros.learning.trainer import with_normalization
     again = with_normalization(plain, demos)
     assert all(np.array_equal(again[k], sd[k]) for k in sd)
+
+
+def test_mixed_precision_path_runs_with_bf16_autocast(demos, start, monkeypatch):
+    # The CUDA AMP path differs from CPU only by the autocast context; exercise the same
+    # dtype mixing on CPU with bf16 autocast (features bf16, losses and GMM head float32).
+    import contextlib
+
+    from fed_ros.learning import trainer as trainer_mod
+
+    def cpu_bf16(device, enabled=True):
+        return (torch.autocast(device_type="cpu", dtype=torch.bfloat16) if enabled
+                else contextlib.nullcontext())
+
+    monkeypatch.setattr(trainer_mod, "autocast", cpu_bf16)
+    t = LocalTrainer(start, CFG, tc())
+    t.use_amp = True
+    values = t.train_step(DemoDataset(demos, CFG), np.arange(8))
+    assert all(np.isfinite(v) for v in values.values())
+    assert all(p.dtype == torch.float32 for p in t.student.parameters())
+    out_s, _ = t._forward(t._process_batch(DemoDataset(demos, CFG), np.arange(4)))
+    assert out_s.gmm.means.dtype == torch.float32
