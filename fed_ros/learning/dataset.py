@@ -96,7 +96,9 @@ class DemoDataset:
                     if shape != (cfg.image_size, cfg.image_size, 3):
                         raise ValueError(f"episode {i} {key!r} frames are {shape}, expected "
                                          f"({cfg.image_size}, {cfg.image_size}, 3) (image_size={cfg.image_size})")
-        self.episodes = kept
+        # No reference to the episodes is kept: once built, the caller may free them and
+        # only the concatenated arrays stay in memory.
+        self.instructions = [e.instruction for e in kept]
         self.lengths = np.array([len(e) for e in kept], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
         self.obs: dict[str, np.ndarray] = {}
@@ -120,7 +122,7 @@ class DemoDataset:
     @property
     def num_episodes(self) -> int:
         """Number of (successful) episodes."""
-        return len(self.episodes)
+        return len(self.lengths)
 
     def batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, np.ndarray]:
         """Numpy batch of windows ending at the given frames (layout of ``modeling_policy``)."""
