@@ -225,3 +225,28 @@ def test_variation_round_trips_through_a_dict() -> None:
     assert resolve_variation({"name": "x", "object_scale": 0.9}).object_scale == 0.9
     with pytest.raises(ValueError, match="unknown Variation fields"):
         Variation.from_dict({"name": "x", "gravity": 3})
+
+
+def test_variation_from_untrusted_dicts_only_raises_value_error() -> None:
+    # Variations arrive from ROS requests and fleet configs: anything malformed must be a
+    # ValueError (never TypeError/KeyError), anything accepted must be fully valid.
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
+                       st.text(max_size=8))
+    value = st.one_of(scalar, st.lists(scalar, max_size=5), st.tuples(scalar, scalar, scalar))
+    keys = st.sampled_from(["name", "camera_pos_offset", "camera_rot_offset", "light_scale", "light_tint",
+                            "light_ambient", "light_pos_offset", "table_material", "table_rgba",
+                            "object_colors", "object_scale", "background_rgba", "bogus"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.dictionaries(keys, value, max_size=4))
+    def check(data: dict) -> None:
+        try:
+            v = resolve_variation(data)
+        except ValueError:
+            return
+        assert Variation.from_dict(v.to_dict()) == v
+
+    check()

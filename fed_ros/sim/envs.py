@@ -115,7 +115,7 @@ class ArmEnv:
 
     def __init__(self, task: str, variation: "str | Variation" = "default", cameras: bool = True,
                  image_size: int = 84, seed: int = 0, horizon: int | None = None) -> None:
-        if task not in TASK_SPECS:
+        if not isinstance(task, str) or task not in TASK_SPECS:
             raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
             raise ValueError(f"image_size must be an int in [16, 1024], got {image_size!r}")

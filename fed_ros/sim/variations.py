@@ -42,12 +42,21 @@ CAMERA_ROTATION_LIMIT = 25.0  # degrees per axis
 LIGHT_SCALE_RANGE = (0.0, 3.0)
 
 
-def _check_vector(name: str, value: tuple[float, ...], length: int, low: float, high: float) -> None:
-    if len(value) != length:
-        raise ValueError(f"Variation.{name} must have {length} values, got {value!r}")
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _check_vector(name: str, value: object, length: int, low: float, high: float) -> None:
+    if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != length:
+        raise ValueError(f"Variation.{name} must be a sequence of {length} numbers, got {value!r}")
     for v in value:
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and low <= v <= high):
+        if not (_is_number(v) and low <= v <= high):
             raise ValueError(f"Variation.{name} value {v!r} outside [{low}, {high}]")
+
+
+def _check_scalar(name: str, value: object, low: float, high: float) -> None:
+    if not (_is_number(value) and low <= value <= high):
+        raise ValueError(f"Variation.{name} must be a number in [{low}, {high}], got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -81,27 +90,34 @@ class Variation:
             raise ValueError(f"Variation.name must be a non-empty string, got {self.name!r}")
         _check_vector("camera_pos_offset", self.camera_pos_offset, 3, -CAMERA_SHIFT_LIMIT, CAMERA_SHIFT_LIMIT)
         _check_vector("camera_rot_offset", self.camera_rot_offset, 3, -CAMERA_ROTATION_LIMIT, CAMERA_ROTATION_LIMIT)
-        _check_vector("light_scale", (self.light_scale,), 1, *LIGHT_SCALE_RANGE)
+        _check_scalar("light_scale", self.light_scale, *LIGHT_SCALE_RANGE)
         _check_vector("light_tint", self.light_tint, 3, 0.0, 1.0)
         if self.light_ambient is not None:
-            _check_vector("light_ambient", (self.light_ambient,), 1, 0.0, 1.0)
+            _check_scalar("light_ambient", self.light_ambient, 0.0, 1.0)
         _check_vector("light_pos_offset", self.light_pos_offset, 3, -2.0, 2.0)
-        if self.table_material is not None and self.table_material not in TABLE_MATERIALS:
+        if self.table_material is not None and (not isinstance(self.table_material, str)
+                                                or self.table_material not in TABLE_MATERIALS):
             raise ValueError(f"Variation.table_material {self.table_material!r} not in {sorted(TABLE_MATERIALS)}")
         if self.table_rgba is not None:
             _check_vector("table_rgba", self.table_rgba, 4, 0.0, 1.0)
         if self.background_rgba is not None:
             _check_vector("background_rgba", self.background_rgba, 4, 0.0, 1.0)
+        if not isinstance(self.object_colors, (tuple, list)):
+            raise ValueError(f"Variation.object_colors must be a sequence of colour names, got {self.object_colors!r}")
         for colour in self.object_colors:
-            if colour not in PALETTE:
+            if not isinstance(colour, str) or colour not in PALETTE:
                 raise ValueError(f"Variation.object_colors: unknown colour {colour!r}; known: {sorted(PALETTE)}")
-        _check_vector("object_scale", (self.object_scale,), 1, *OBJECT_SCALE_RANGE)
-        # Tuples, not lists, so variations stay hashable-by-value and comparable.
-        for name in ("camera_pos_offset", "camera_rot_offset", "light_tint", "light_pos_offset", "object_colors"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        for name in ("table_rgba", "background_rgba"):
+        _check_scalar("object_scale", self.object_scale, *OBJECT_SCALE_RANGE)
+        # Plain tuples of floats, so variations compare by value and serialise to JSON.
+        for name in ("camera_pos_offset", "camera_rot_offset", "light_tint", "light_pos_offset",
+                     "table_rgba", "background_rgba"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        object.__setattr__(self, "object_colors", tuple(self.object_colors))
+        for name in ("light_scale", "object_scale"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.light_ambient is not None:
+            object.__setattr__(self, "light_ambient", float(self.light_ambient))
 
     def to_dict(self) -> dict:
         """Plain JSON-able dict (for episode metadata and ROS parameters)."""
