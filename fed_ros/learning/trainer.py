@@ -1,8 +1,9 @@
 """One round of local training with FedDRMan distillation (methods.md Eq. 3-9).
 
-Template (robomimic style): ``_prepare`` (student from the cluster model, frozen teacher
-copy) -> per batch ``_forward`` -> ``_compute_losses`` -> ``_train_step``. Every term is
-switchable for ablations: ``use_sub`` (L_sub), ``use_act`` (L_act), ``prox_mu`` (FedProx).
+Template (robomimic style): the constructor (student from the cluster model, frozen teacher
+copy), then per batch ``_process_batch`` -> ``_forward`` -> ``_compute_losses`` ->
+``_train_step``. Every term is switchable for ablations: ``use_sub`` (L_sub), ``use_act``
+(L_act), ``prox_mu`` (FedProx).
 With all of them off no teacher is built and the loop is plain behaviour cloning.
 
 Randomness is split into independent streams so switching a loss on or off never changes
