@@ -92,3 +92,12 @@ def test_penultimate_embeddings_shape_and_argument_orders():
     assert emb.shape == (20, 32) and emb.dtype == np.float32
     assert np.array_equal(penultimate_embeddings(sd, eps, cfg), emb)
     assert penultimate_embeddings(sd, cfg, eps, max_windows=5).shape == (5, 32)
+
+
+def test_penultimate_embeddings_include_failed_episodes():
+    cfg = PolicyConfig(kind="lowdim", embed_dim=32, window=3, transformer_layers=1,
+                       transformer_heads=2, transformer_ff=64, dropout=0.0, text_dim=64)
+    sd = policy_to_state_dict(build_policy(cfg, seed=0))
+    (episode,) = synthetic_episodes(1, 6)
+    episode.success = False
+    assert penultimate_embeddings(sd, cfg, [episode]).shape == (6, 32)

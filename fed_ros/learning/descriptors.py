@@ -6,6 +6,7 @@ data give bit-identical descriptors on every robot.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any, Sequence
 
@@ -289,8 +290,8 @@ def penultimate_embeddings(state_dict: dict[str, np.ndarray], policy_cfg: Any, e
                            batch_size: int = 128) -> np.ndarray:
     """(n, embed_dim) action-token embeddings (input of the GMM head) of windows of episodes.
 
-    Windows are all frames of the successful episodes (or ``max_windows`` sampled ones, in
-    frame order). The argument order ``(state_dict, episodes, policy_cfg)`` is also accepted.
+    Windows are all frames of the episodes, failed ones included (or ``max_windows``
+    sampled ones, in frame order). The argument order ``(state_dict, episodes, policy_cfg)`` is also accepted.
     """
     from fed_ros.learning.dataset import DemoDataset
     from fed_ros.learning.modeling_policy import build_policy
@@ -301,7 +302,9 @@ def penultimate_embeddings(state_dict: dict[str, np.ndarray], policy_cfg: Any, e
     if not isinstance(policy_cfg, PolicyConfig):
         raise ValueError(f"policy_cfg must be a PolicyConfig, got {type(policy_cfg).__name__}")
     model = load_state_dict_into(build_policy(policy_cfg, seed=0), state_dict).eval()
-    data = DemoDataset(list(episodes), policy_cfg)
+    # Embeddings describe data, so failed demonstrations are embedded too (the dataset
+    # would drop them for training).
+    data = DemoDataset([dataclasses.replace(e, success=True) for e in episodes], policy_cfg)
     idx = np.arange(len(data))
     if max_windows is not None and len(idx) > max_windows:
         idx = np.sort(np.random.default_rng(seed).choice(len(idx), max_windows, replace=False))
