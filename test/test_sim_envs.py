@@ -250,3 +250,20 @@ def test_variation_from_untrusted_dicts_only_raises_value_error() -> None:
         assert Variation.from_dict(v.to_dict()) == v
 
     check()
+
+
+def test_renders_headless_even_if_mujoco_was_imported_first(tmp_path) -> None:
+    # Users (and ROS nodes) may import mujoco before fed_ros.sim without setting MUJOCO_GL.
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    code = ("import mujoco\n"
+            "from fed_ros.sim.envs import make_env\n"
+            "with make_env('lift', cameras=True, image_size=24) as e:\n"
+            "    img = e.reset(seed=0)['agentview_image']\n"
+            "    assert img.shape == (24, 24, 3) and img.std() > 5\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import weakref
 
 # MuJoCo picks its GL backend when it is first imported; EGL renders headless.
@@ -88,6 +89,21 @@ def _controller_config() -> dict:
     # Only the one arm the Panda has; extra parts make robosuite warn on every reset.
     cfg["body_parts"] = {"right": arm}
     return cfg
+
+
+def _ensure_headless_gl() -> None:
+    """Use EGL when MuJoCo was imported before MUJOCO_GL was set and there is no display.
+
+    MuJoCo picks its GL backend at import; without MUJOCO_GL it picks GLFW, which cannot
+    open a context on a headless machine. An explicit MUJOCO_GL choice is always respected.
+    """
+    from mujoco import gl_context
+
+    headless = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
+    if headless and getattr(gl_context, "_MUJOCO_GL", None) == "":
+        from mujoco.egl import GLContext as EGLContext
+
+        gl_context.GLContext = EGLContext
 
 
 def _quat_wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
@@ -326,6 +342,7 @@ class ArmEnv:
     def _make_renderer(self) -> None:
         import mujoco
 
+        _ensure_headless_gl()
         # Multisampling is the costliest part of software GL; read when the context is made.
         self._model.vis.quality.offsamples = 0
         if self._renderer is not None:
