@@ -267,3 +267,19 @@ def test_renders_headless_even_if_mujoco_was_imported_first(tmp_path) -> None:
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_object_material_textures_uncoloured_objects_and_instruction_follows() -> None:
+    v = Variation(name="tex", object_colors=("blue",), object_material="floor")
+    with make_env("stack", v, cameras=False) as env:
+        m = _model(env)
+        floor = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL, "floorplane")
+        a_vis = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "cubeA_g0_vis")
+        b_vis = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "cubeB_g0_vis")
+        assert m.geom_matid[a_vis] == -1 and m.geom_matid[b_vis] == floor
+        assert env.instruction == "stack the blue cube on the brown cube"
+        env.set_variation("metal_objects")
+        assert env.instruction == "stack the grey cube on the grey cube"
+        env.set_variation("default")
+        assert env.instruction == "stack the red cube on the green cube"
+        assert m.geom_matid[b_vis] != floor

@@ -32,7 +32,7 @@ from fed_ros.core.episode import (  # noqa: E402
     OBJECT_STATE_DIM, WRIST_IMAGE,
 )
 from fed_ros.sim.variations import (  # noqa: E402
-    PALETTE, TABLE_MATERIALS, VARIATIONS, Variation, random_variation, resolve_variation,
+    MATERIAL_COLOR_WORDS, PALETTE, TABLE_MATERIALS, VARIATIONS, Variation, random_variation, resolve_variation,
 )
 
 __all__ = [
@@ -189,9 +189,13 @@ class ArmEnv:
     @property
     def instruction(self) -> str:
         """Language instruction; object colour words follow the variation."""
+        v = self._variation
         colours = list(self.spec.default_colors)
-        for i, name in enumerate(self._variation.object_colors[: len(colours)]):
-            colours[i] = name
+        for i in range(len(colours)):
+            if i < len(v.object_colors):
+                colours[i] = v.object_colors[i]
+            elif v.object_material is not None:
+                colours[i] = MATERIAL_COLOR_WORDS[v.object_material]
         return self.spec.instruction(tuple(colours))
 
     @property
@@ -510,11 +514,19 @@ class ArmEnv:
             for g in o["background"]:
                 m.geom_matid[g] = -1
                 m.geom_rgba[g] = v.background_rgba
-        for geoms, colour in zip(o["obj_geoms"], v.object_colors):
+        material = (-1 if v.object_material is None else
+                    mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL, TABLE_MATERIALS[v.object_material]))
+        for i, geoms in enumerate(o["obj_geoms"]):
+            colour = v.object_colors[i] if i < len(v.object_colors) else None
             for g in geoms:
-                if m.geom_rgba[g][3] > 0:  # collision-only geoms stay invisible
+                if m.geom_group[g] != 1:  # collision geoms are never drawn
+                    continue
+                if colour is not None:
                     m.geom_matid[g] = -1
                     m.geom_rgba[g] = PALETTE[colour]
+                elif material >= 0:
+                    m.geom_matid[g] = material
+                    m.geom_rgba[g] = (1.0, 1.0, 1.0, 1.0)
         self._apply_scale(v.object_scale)
         mujoco.mj_forward(m, self._data)
         # Mesh vertices are uploaded when a GL context is made: rebuild the renderer.

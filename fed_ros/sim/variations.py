@@ -34,6 +34,9 @@ TABLE_MATERIALS: dict[str, str] = {
     "floor": "floorplane",
 }
 
+# What a textured object looks like, for the instruction ("stack the red cube on the brown cube").
+MATERIAL_COLOR_WORDS: dict[str, str] = {"metal": "grey", "plaster": "white", "floor": "brown"}
+
 # Limits keep the scene physically sensible and the scripted experts able to solve it:
 # the Panda gripper opens to 8 cm and the soda can is 6.6 cm wide.
 OBJECT_SCALE_RANGE = (0.75, 1.2)
@@ -80,6 +83,8 @@ class Variation:
     # Task objects in task order (lift: cube; stack: cubeA, cubeB; pick_place_can: can),
     # colour names from PALETTE; fewer names than objects leaves the rest unchanged.
     object_colors: tuple[str, ...] = ()
+    # Texture (a TABLE_MATERIALS name) for task objects that object_colors does not colour.
+    object_material: str | None = None
     # Uniform scale of the task objects (geometry, mass and inertia scale consistently).
     object_scale: float = 1.0
     # Floor and wall colour (None = unchanged): background clutter for the image encoder.
@@ -102,6 +107,9 @@ class Variation:
             _check_vector("table_rgba", self.table_rgba, 4, 0.0, 1.0)
         if self.background_rgba is not None:
             _check_vector("background_rgba", self.background_rgba, 4, 0.0, 1.0)
+        if self.object_material is not None and (not isinstance(self.object_material, str)
+                                                 or self.object_material not in TABLE_MATERIALS):
+            raise ValueError(f"Variation.object_material {self.object_material!r} not in {sorted(TABLE_MATERIALS)}")
         if not isinstance(self.object_colors, (tuple, list)):
             raise ValueError(f"Variation.object_colors must be a sequence of colour names, got {self.object_colors!r}")
         for colour in self.object_colors:
@@ -150,6 +158,7 @@ VARIATIONS: dict[str, Variation] = {
         Variation(name="big_objects", object_scale=1.15),
         Variation(name="small_objects", object_scale=0.8),
         Variation(name="blue_objects", object_colors=("blue", "yellow", "blue")),
+        Variation(name="metal_objects", object_material="metal"),
         Variation(name="dark_background", background_rgba=(0.15, 0.15, 0.18, 1.0)),
     )
 }
@@ -173,6 +182,12 @@ def random_variation(seed: int, name: str | None = None) -> Variation:
     else:
         table_material = str(rng.choice(sorted(TABLE_MATERIALS)))
     first, second = rng.choice(len(colours), size=2, replace=False)
+    object_colors = (colours[first], colours[second], colours[first])
+    object_material = None
+    if rng.random() < 0.35:
+        # Only the manipulated object keeps a flat colour; the others show a texture.
+        object_material = str(rng.choice(sorted(TABLE_MATERIALS)))
+        object_colors = (colours[first],) if rng.random() < 0.5 else ()
     return Variation(
         name=name or f"random:{int(seed)}",
         camera_pos_offset=uniform(-0.08, 0.08, 3),
@@ -183,7 +198,8 @@ def random_variation(seed: int, name: str | None = None) -> Variation:
         light_pos_offset=uniform(-0.8, 0.8, 3),
         table_material=table_material,
         table_rgba=table_rgba,
-        object_colors=(colours[first], colours[second], colours[first]),
+        object_colors=object_colors,
+        object_material=object_material,
         object_scale=uniform(0.85, 1.12),
         background_rgba=(*uniform(0.1, 0.9, 3), 1.0) if rng.random() < 0.5 else None,
     )
