@@ -22,13 +22,14 @@ from fed_ros.ros.fleet_cli import build_commands, fleet_env
 from fed_ros.ros.fleet_plan import fleet_config_from_dict, plan_fleet
 
 
-def _fleet(tmp_path: Path, robots: int, rounds: int, algorithm: str = "fedavg", **server) -> list:
+def _fleet(tmp_path: Path, robots: int, rounds: int, algorithm: str = "fedavg", channel: str = "auto",
+           **server) -> list:
     from fed_ros.learning.dataset import synthetic_episodes
     config = fleet_config_from_dict({"fleet": {
         "name": "faults", "algorithm": algorithm, "rounds": rounds, "run_dir": str(tmp_path),
-        "server": dict({"round_timeout_s": 60.0}, **server),
+        "server": dict({"round_timeout_s": 60.0, "transfer_channel": channel}, **server),
         "robot_defaults": {"train_max_steps": 2, "register_timeout_s": 120.0, "trainer.val_fraction": 0.0,
-                           "torch_threads": 1},
+                           "torch_threads": 1, "transfer_channel": channel},
         "robots": [{"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(robots)]}})
     for i in range(robots):
         demos = tmp_path / f"robot_{i}" / "demos"
@@ -72,7 +73,8 @@ def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, pro
 
 @pytest.mark.timeout(300)
 def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros_env, processes):
-    commands = _fleet(tmp_path, robots=2, rounds=3)
+    # Model bytes on the zmq bulk channel here (the ROS-chunk path runs in the other tests).
+    commands = _fleet(tmp_path, robots=2, rounds=3, channel="zmq")
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     server = next(c for c in commands if c.spec.fqn == "/fleet/server")
@@ -96,6 +98,8 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
               "the remaining rounds after the restart")
     log = (tmp_path / "logs" / "server_restart.log").read_text()
     assert "resumed after committed round 0" in log
+    sent = [json.loads(line) for line in (tmp_path / "robot_0" / "transfers.jsonl").read_text().splitlines()]
+    assert {t["channel"] for t in sent if t["kind"] == "update_sent"} == {"zmq"}
     final = ModelStore(tmp_path / "server").load_latest()
     assert final.round_idx == 2
     reports = {r["round"]: r for r in monitor.reports if r["completed"]}

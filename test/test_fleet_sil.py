@@ -58,6 +58,15 @@ def test_fleet_of_four_arms_runs_feddrman_end_to_end(tmp_path, ros_env, processe
             monitor.spin_once(0.2)
         status = subprocess.run([sys.executable, "-m", "fed_ros.cli", "status", "--timeout", "10"],
                                 env=env, capture_output=True, text=True, timeout=60)
+        # EvaluatePolicy: the robot runs its current cluster model closed loop through its arm.
+        from fed_ros.srv import EvaluatePolicy
+        client = monitor.node.create_client(EvaluatePolicy, "/robot_0/evaluate")
+        assert client.wait_for_service(timeout_sec=30)
+        future = client.call_async(EvaluatePolicy.Request(episodes=1, seed=7))
+        deadline = time.monotonic() + 120
+        while not future.done() and time.monotonic() < deadline:
+            monitor.spin_once(0.2)
+        evaluation = future.result()
         reports = {r["round"]: r for r in monitor.reports}
         models = dict(monitor.models)
 
@@ -93,6 +102,46 @@ def test_fleet_of_four_arms_runs_feddrman_end_to_end(tmp_path, ros_env, processe
         bags = list((tmp_path / rid / "demos").glob("*/metadata.yaml"))
         assert len(bags) >= 2 and list(bags[0].parent.glob("*.mcap")), rid
 
+    assert evaluation is not None and evaluation.ok, evaluation
+    assert list(evaluation.tasks) == ["lift"] and 0.0 <= evaluation.mean_success_rate <= 1.0
+
     # `fed-ros status` sees the same fleet.
     assert status.returncode == 0, status.stderr
     assert "stage done" in status.stdout and "cluster 0:" in status.stdout and "cluster 1:" in status.stdout
+
+
+@pytest.mark.timeout(180)
+def test_record_service_records_expert_demonstrations_through_the_robot_node(tmp_path, ros_env, processes):
+    """Teleop path: a driver calls the robot node's Record service while it drives the arm."""
+    env = fleet_env(base=ros_env)
+    ns = ["--ros-args", "-r", "__ns:=/robot_0"]
+    processes.start([sys.executable, "-m", "fed_ros.ros.sim_bridge_node", *ns, "-r", "__node:=arm",
+                     "-p", "task:=lift", "-p", "cameras:=false", "-p", "lockstep:=true"], env,
+                    log_path=tmp_path / "arm.log")
+    robot = processes.start([sys.executable, "-m", "fed_ros.ros.robot_node", *ns, "-r", "__node:=robot",
+                             "-p", f"data_dir:={tmp_path / 'robot_0'}", "-p", "register_timeout_s:=600.0"], env,
+                            log_path=tmp_path / "robot.log")
+    driver = processes.start([sys.executable, "-m", "fed_ros.ros.expert_driver_node", *ns,
+                              "-p", "task:=lift", "-p", "episodes:=2", "-p", "cameras:=false",
+                              "-p", "record_service:=record"], env, log_path=tmp_path / "driver.log")
+    assert driver.wait(timeout=150) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    assert robot.poll() is None
+    from fed_ros.ros.recorder import load_recorded_episodes, read_recording_metadata
+    bags = sorted((tmp_path / "robot_0" / "demos").glob("*/metadata.yaml"))
+    assert len(bags) == 2
+    meta = read_recording_metadata(bags[0].parent)["custom_data"]
+    assert meta["robot_id"] == "robot_0" and meta["task"] == "lift"
+    episodes = load_recorded_episodes(tmp_path / "robot_0" / "demos")
+    assert episodes and all(e.task == "lift" and len(e) > 10 for e in episodes)
+
+
+def test_nodes_refuse_bad_parameters_naming_them(tmp_path, ros_env):
+    env = fleet_env(base=ros_env)
+    server = subprocess.run([sys.executable, "-m", "fed_ros.ros.server_node", "--ros-args",
+                             "-p", "quorum_fraction:=1.5", "-p", f"state_dir:={tmp_path}"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert server.returncode == 2 and "quorum_fraction" in server.stderr
+    robot = subprocess.run([sys.executable, "-m", "fed_ros.ros.robot_node", "--ros-args",
+                            "-r", "__ns:=/robot_0", "-p", "device:=tpu"],
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert robot.returncode == 2 and "'device'" in robot.stderr

@@ -68,8 +68,10 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
         fig, ax = plt.subplots(figsize=(6, 4))
         data = values(key)
         for i, rid in enumerate(robots):
-            ax.plot(rounds, data[i], marker="o", color=colours[task_of[rid]],
-                    label=f"{rid} ({'+'.join(task_of[rid])})")
+            keep = ~np.isnan(data[i])  # rounds without an evaluation are skipped, not gaps
+            ax.plot(np.asarray(rounds)[keep], data[i][keep], marker="o", color=colours[task_of[rid]],
+                    linestyle="-" if i % 2 == 0 else "--", label=f"{rid} ({'+'.join(task_of[rid])})")
+        ax.set_xticks(rounds)
         ax.set_xlabel("round")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{config.algorithm}: {ylabel}")

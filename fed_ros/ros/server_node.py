@@ -12,7 +12,7 @@ live there and are unit-tested without ROS). Interfaces, in the server namespace
     model_resend    std_msgs/String               robots -> server: missing model chunks
     descriptors     fed_ros/msg/ClientDescriptor  robots -> server (DESCRIBE / SCORE stages)
     robot_metrics   fed_ros/msg/RobotMetrics      robots -> server (EVALUATE stage)
-    round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL (fed-ros status)
+    round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL, last 16 (fed-ros status)
 
 Order after a round (commit point): aggregate -> ModelStore.commit -> publish models ->
 report -> next announcement. Killed at any point, the server restarts from the last
@@ -59,6 +59,8 @@ _ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
 # Depth of the latched cluster-model topic: every chunk of every cluster's current model
 # must fit (robots keep the newest round per cluster and ignore older samples).
 MODEL_TOPIC_DEPTH = 64
+# Round reports a late reader (fed-ros status, the demo) receives on connecting.
+REPORT_HISTORY = 16
 
 
 def strategy_settings(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +139,6 @@ class FleetServer(Node):
         self.resumed = self.coord.resume()
         self.limits = TransferLimits(max_total_bytes=p["max_update_bytes"])
         self.assembler = PayloadAssembler(self.limits, max_pending=16)
-        self._use_bulk = p["transfer_channel"] in ("zmq", "auto")
         self._bulk: BulkServer | None = None
         self._fetches = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fed_ros-fetch")
         self._fetched: queue.Queue = queue.Queue()
@@ -154,7 +155,9 @@ class FleetServer(Node):
         group = MutuallyExclusiveCallbackGroup()  # every callback that touches round state
         self.announce_pub = self.create_publisher(RoundAnnouncement, "round", qos.latched_qos())
         self.model_pub = self.create_publisher(ClusterModel, "cluster_models", qos.model_state_qos(MODEL_TOPIC_DEPTH))
-        self.report_pub = self.create_publisher(RoundReport, "round_report", qos.latched_qos())
+        # Reports keep a history: with KEEP_LAST(1) a report published right after another
+        # can replace it before a reader acknowledged it (reliable + keep-last drops).
+        self.report_pub = self.create_publisher(RoundReport, "round_report", qos.model_state_qos(REPORT_HISTORY))
         self.resend_pub = self.create_publisher(String, "update_resend", qos.control_qos())
         self.create_subscription(ModelUpdate, "updates", self._on_update, qos.control_qos(), callback_group=group)
         self.create_subscription(DescriptorMsg, "descriptors", self._on_descriptor, qos.control_qos(),
@@ -295,7 +298,8 @@ class FleetServer(Node):
             encoded = encode_state_dict(model)
             pid = f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}"
             uri = ""
-            if self._use_bulk and encoded.total_bytes >= BULK_THRESHOLD_BYTES:
+            channel = self.params["transfer_channel"]
+            if channel == "zmq" or (channel == "auto" and encoded.total_bytes >= BULK_THRESHOLD_BYTES):
                 if self._bulk is None:
                     self._bulk = BulkServer(ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
                 uri = self._bulk.offer(encoded.data)
