@@ -8,6 +8,7 @@ for a few steps per round and exchange models through the fleet topics.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -145,3 +146,35 @@ def test_nodes_refuse_bad_parameters_naming_them(tmp_path, ros_env):
                             "-r", "__ns:=/robot_0", "-p", "device:=tpu"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert robot.returncode == 2 and "'device'" in robot.stderr
+
+
+@pytest.mark.timeout(180)
+def test_rnd_fleet_exchanges_predictors_and_scores_before_training(tmp_path, ros_env, processes):
+    """RND over ROS: DESCRIBE (predictors) -> SCORE (novelty of every peer's predictor) -> TRAIN."""
+    from fed_ros.learning.dataset import synthetic_episodes
+    config = fleet_config_from_dict({"fleet": {
+        "name": "rnd", "algorithm": "rnd", "rounds": 2, "run_dir": str(tmp_path),
+        "server": {"round_timeout_s": 90.0},
+        "robot_defaults": {"train_max_steps": 2, "torch_threads": 1, "trainer.val_fraction": 0.0},
+        "robots": [{"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(3)]}})
+    for i in range(3):
+        (tmp_path / f"robot_{i}" / "demos").mkdir(parents=True)
+        for k, episode in enumerate(synthetic_episodes(2, length=20, seed=i, shift=3.0 * (i == 2))):
+            episode.save(tmp_path / f"robot_{i}" / "demos" / f"synthetic_{k}.npz")
+    env = fleet_env(base=ros_env)
+    procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path)
+             for c in build_commands(plan_fleet(config), tmp_path)}
+    from fed_ros.ros.fleet_monitor import FleetMonitor
+    with FleetMonitor(track_models=False) as monitor:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not any(r["round"] == 1 and r["completed"] for r in monitor.reports):
+            monitor.spin_once(0.3)
+            assert all(p.poll() is None for p in procs.values()), f"a node died; logs in {tmp_path / 'logs'}"
+    log = (tmp_path / "logs" / "fleet__server.log").read_text()
+    stages = [(int(m.group(1)), m.group(2)) for m in re.finditer(r"announced round (\d+) stage (\w+)", log)]
+    assert [r["round"] for r in monitor.reports if r["completed"]] == [0, 1], monitor.reports
+    # Round 0 is preceded by the two descriptor stages; round 1 (no reclustering) is not.
+    assert stages.index((0, "describe")) < stages.index((0, "score")) < stages.index((0, "train"))
+    assert (1, "describe") not in stages
+    descriptors = [e for e in read_audit_log(tmp_path / "server" / "audit.jsonl") if e["kind"] == "descriptor"]
+    assert len(descriptors) == 6 and all(e["accepted"] for e in descriptors)  # 3 predictors + 3 score sets
