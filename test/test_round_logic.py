@@ -228,3 +228,12 @@ def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
     rates = {r.robot_id: r.success_rate for r in outcome.robots}
     assert rates["robot_0"] == 0.5 and np.isnan(rates["robot_2"])
     assert "no evaluation stage" in coord.offer_metrics("robot_2", 1.0).reason
+
+
+def test_intra_cluster_similarity_of_accumulated_updates():
+    from fed_ros.ros.round_logic import intra_cluster_similarity
+    init = {"w": np.zeros(2, np.float32)}
+    params = {"a": {"w": np.array([1.0, 0.0], np.float32)}, "b": {"w": np.array([2.0, 0.0], np.float32)},
+              "c": {"w": np.array([0.0, 1.0], np.float32)}}
+    sims = intra_cluster_similarity(params, init, {0: ["a", "b"], 1: ["a", "c"], 2: ["c"]})
+    assert sims[0] == pytest.approx(1.0) and sims[1] == pytest.approx(0.0) and np.isnan(sims[2])

@@ -292,7 +292,8 @@ def format_report(report: dict) -> str:
         lines.append(f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
                      f"{r['reason']}")
     for c in report["clusters"]:
-        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}")
+        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}  "
+                     f"update cosine {c['intra_similarity']:.2f}")
     return "\n".join(lines)
 
 

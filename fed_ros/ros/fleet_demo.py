@@ -35,6 +35,9 @@ def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]
         clusters = ",".join(str(c) for c in r["cluster_ids"]) or "-"
         lines.append(f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<16} {clusters:>7} "
                      f"{success:>8} {loss:>8}")
+    for c in report["clusters"]:
+        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])} (members' update cosine "
+                     f"{c['intra_similarity']:.2f})")
     return "\n".join(lines)
 
 

@@ -308,6 +308,7 @@ class RoundOutcome:
     robots: list[RobotOutcome] = field(default_factory=list)
     clusters: dict[int, list[str]] = field(default_factory=dict)
     cluster_update_norms: dict[int, float] = field(default_factory=dict)
+    cluster_intra_similarity: dict[int, float] = field(default_factory=dict)
     diagnostics: dict[str, float] = field(default_factory=dict)
 
 
@@ -326,6 +327,29 @@ def _scalar_diagnostics(diag: Mapping[str, Any], prefix: str = "") -> dict[str, 
                 isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value):
             for i, v in enumerate(value):
                 out[f"{name}[{i}]"] = float(v)
+    return out
+
+
+def intra_cluster_similarity(params: Mapping[str, Mapping[str, np.ndarray]], initial: Mapping[str, np.ndarray],
+                             clusters: Mapping[int, Sequence[str]]) -> dict[int, float]:
+    """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0) per cluster.
+
+    NaN for clusters with fewer than two members that sent an update this round.
+    """
+    base = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial.values()])
+    out: dict[int, float] = {}
+    for cid, members in clusters.items():
+        rows = [np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
+                for rid in members if (p := params.get(rid)) is not None]
+        if len(rows) < 2:
+            out[cid] = float("nan")
+            continue
+        unit = np.stack(rows).astype(np.float64)
+        norms = np.linalg.norm(unit, axis=1, keepdims=True)
+        unit /= np.where(norms > 0, norms, 1.0)
+        sims = unit @ unit.T
+        k = len(rows)
+        out[cid] = float((sims.sum() - np.trace(sims)) / (k * (k - 1)))
     return out
 
 
@@ -630,6 +654,8 @@ class RoundCoordinator:
         outcome = self._outcome(col, completed=True, status=status, assignments=result.assignments)
         outcome.aggregation_seconds = seconds
         outcome.diagnostics = _scalar_diagnostics(getattr(result, "diagnostics", {}) or {})
+        outcome.cluster_intra_similarity = intra_cluster_similarity(
+            {u.robot_id: u.params for u in updates}, self.initial_model, outcome.clusters)
         for cid, model in self.cluster_models.items():
             if cid in old:
                 outcome.cluster_update_norms[cid] = float(math.sqrt(sum(

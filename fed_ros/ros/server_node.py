@@ -326,8 +326,7 @@ class FleetServer(Node):
                                    accepted=r.accepted, reason=r.reason) for r in outcome.robots]
         msg.clusters = [ClusterMetrics(cluster_id=cid, member_robot_ids=members,
                                        update_norm=float(outcome.cluster_update_norms.get(cid, math.nan)),
-                                       intra_similarity=float(outcome.diagnostics.get(
-                                           f"intra_similarity.{cid}", math.nan)))
+                                       intra_similarity=float(outcome.cluster_intra_similarity.get(cid, math.nan)))
                         for cid, members in sorted(outcome.clusters.items())]
         names = sorted(outcome.diagnostics)
         msg.diagnostic_names = names
