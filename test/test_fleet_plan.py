@@ -40,6 +40,7 @@ def test_plan_has_server_bridges_and_robots_in_their_namespaces():
     server = nodes[0]
     assert server.parameters["expected_robots"] == ["robot_0", "robot_1", "robot_2", "robot_3"]
     assert server.parameters["algorithm"] == "feddrman" and server.parameters["state_dir"] == "runs/t/server"
+    assert server.parameters["min_robots"] == 3  # a quorum (0.75 of 4) may start without a lost robot
     robot3 = next(n for n in nodes if n.fqn == "/robot_3/robot")
     assert robot3.parameters["tasks"] == ["stack"] and robot3.parameters["robot_id"] == "robot_3"
     bridge3 = next(n for n in nodes if n.fqn == "/robot_3/arm")
@@ -141,8 +142,7 @@ def test_launch_description_matches_plan():
     context = LaunchContext()
     nodes = []
     for entity in description.entities:
-        entity.visit(context)
-        if hasattr(entity, "function"):
-            nodes += [n for n in entity.function(context) if isinstance(n, Node)]
+        # DeclareLaunchArgument sets its default; OpaqueFunction returns the planned Nodes.
+        nodes += [n for n in (entity.visit(context) or []) if isinstance(n, Node)]
     assert sorted((n.node_package, n.node_executable) for n in nodes) == sorted(
         (s.package, s.executable) for s in module.plan_nodes(str(DEMO)))

@@ -422,10 +422,15 @@ def server_spec(config: FleetConfig) -> NodeSpec:
     params: dict[str, Any] = {
         "algorithm": config.algorithm, "rounds": config.rounds,
         "num_clusters": config.num_clusters, "policy": config.policy, "seed": config.seed,
-        "expected_robots": config.robot_ids, "min_robots": len(config.robots),
-        "state_dir": f"{config.run_dir}/server",
+        "expected_robots": config.robot_ids, "state_dir": f"{config.run_dir}/server",
     }
     params.update(config.server)
+    if "min_robots" not in params:
+        # All robots start round 0 together; if some never register, the fleet starts after
+        # registration_timeout_s with a quorum of them instead of waiting forever.
+        fraction = params.get("quorum_fraction", SERVER_DEFAULTS["quorum_fraction"])
+        if isinstance(fraction, (int, float)) and 0 < fraction <= 1:
+            params["min_robots"] = max(1, math.ceil(fraction * len(config.robots) - 1e-9))
     return NodeSpec(PACKAGE, "server_node", SERVER_NODE_NAME, SERVER_NAMESPACE, params)
 
 
