@@ -151,6 +151,7 @@ class RobotNode(Node):
         self._own_predictor: tuple[int, bytes] | None = None
         self._bulk: BulkServer | None = None
         self._stop = threading.Event()
+        self._arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
         self.failed: str = ""
         self._transfer_log = open(self.data_dir / "transfers.jsonl", "a", encoding="utf-8")
         self._worker = threading.Thread(target=self._work, name=f"{self.robot_id}-worker", daemon=True)
@@ -208,6 +209,10 @@ class RobotNode(Node):
 
     def _collect_demos(self, count: int, first_index: int = 0) -> None:
         """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
+        with self._arm_lock:
+            self._drive_expert(count, first_index)
+
+    def _drive_expert(self, count: int, first_index: int) -> None:
         from fed_ros.sim.collect import STREAM_COLLECT, episode_seed
         from fed_ros.sim.experts import make_expert
 
@@ -570,9 +575,17 @@ class RobotNode(Node):
                        ) -> dict[str, float]:
         """Closed-loop success rate per task, driving this robot's arm over ROS."""
         from fed_ros.learning.runner import PolicyRunner
-        from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
 
         runner = PolicyRunner(model, self.policy_cfg, device=self.params["device"])
+        if not self._arm_lock.acquire(timeout=600.0):
+            raise TimeoutError("the arm is busy (another evaluation or demonstration run)")
+        try:
+            return self._run_policy(runner, episodes, seed)
+        finally:
+            self._arm_lock.release()
+
+    def _run_policy(self, runner, episodes: int, seed: int) -> dict[str, float]:
+        from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
         self.arm.wait_for_arm(60.0)
         rates = {}
         for task in self.tasks:
