@@ -38,6 +38,7 @@ class _Phase:
     min_steps: int = 0  # dwell (e.g. while the fingers close)
     max_steps: int = 120  # give up on the phase and move on
     stop_on_stall: bool = False  # descending phases end on contact
+    slew: float = 2.0  # max change of the position action per step; small = gentle accelerations
 
 
 class ScriptedExpert:
@@ -71,6 +72,7 @@ class ScriptedExpert:
         self._steps_in_phase = 0
         self._z_history: list[float] = []
         self._memory: dict[str, np.ndarray] = {}
+        self._last_move = np.zeros(3)
 
     @property
     def phase_name(self) -> str:
@@ -100,7 +102,10 @@ class ScriptedExpert:
         phase = self.phases[min(self._phase, len(self.phases) - 1)]
         goal = self.target(phase, obs)
         action = np.zeros(ACTION_DIM)
-        action[:3] = np.clip(self.gain * (goal - eef), -1.0, 1.0)
+        desired = np.clip(self.gain * (goal - eef), -1.0, 1.0)
+        # Rate-limit the command: jerky starts swing a held object out of the fingers.
+        action[:3] = self._last_move + np.clip(desired - self._last_move, -phase.slew, phase.slew)
+        self._last_move = action[:3].copy()
         action[3] = phase.gripper
         if self.noise_std > 0:
             action[:3] = np.clip(action[:3] + self._rng.normal(0.0, self.noise_std, 3), -1.0, 1.0)
@@ -206,15 +211,15 @@ class StackExpert(ScriptedExpert):
 class PickPlaceCanExpert(ScriptedExpert):
     """Pick the can, carry it above its target bin at a safe height, drop it, retreat."""
 
-    carry_height = 0.16  # above the target bin floor: clears the bin walls with the can hanging
+    carry_height = 0.22  # above the target bin floor: the hanging can (up to 1.2x) clears the bin walls
 
     phases = (
         _Phase("approach", OPEN, xy_tol=0.008, z_tol=0.02),
         _Phase("descend", OPEN, xy_tol=0.01, z_tol=0.006, stop_on_stall=True, max_steps=60),
         _Phase("grasp", CLOSE, min_steps=12, max_steps=12),
-        _Phase("lift", CLOSE, xy_tol=0.03, z_tol=0.02),
-        _Phase("carry", CLOSE, xy_tol=0.015, z_tol=0.03, max_steps=200),
-        _Phase("lower", CLOSE, xy_tol=0.02, z_tol=0.02, stop_on_stall=True),
+        _Phase("lift", CLOSE, xy_tol=0.03, z_tol=0.02, slew=0.15),
+        _Phase("carry", CLOSE, xy_tol=0.015, z_tol=0.03, max_steps=200, slew=0.15),
+        _Phase("lower", CLOSE, xy_tol=0.02, z_tol=0.02, stop_on_stall=True, slew=0.15),
         _Phase("release", OPEN, min_steps=8, max_steps=8),
         _Phase("retreat", OPEN, xy_tol=0.0, z_tol=0.0, max_steps=10_000),
     )
