@@ -136,6 +136,7 @@ def plot_coassignment(path: Path, cell: dict[str, Any]) -> Path:
     fig.colorbar(im, ax=a)
     im2 = b.imshow(clusters, aspect="auto", cmap="tab10", interpolation="nearest")
     b.set_xlabel("round")
+    b.set_xticks(range(clusters.shape[1]), [str(r["round"] + 1) for r in rows], fontsize=7)
     b.set_yticks(range(len(labels)), labels, fontsize=6)
     b.set_title("cluster id per robot over rounds")
     fig.colorbar(im2, ax=b)
