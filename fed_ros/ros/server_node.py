@@ -271,6 +271,7 @@ class FleetServer(Node):
                                algorithm=plan.algorithm, participants=plan.participants,
                                memberships=plan.memberships, quorum=plan.quorum, prox_mu=plan.prox_mu,
                                local_epochs=plan.local_epochs)
+            self._forget_stale_payloads(plan.round_idx)
             msg = announcement_to_msg(ann)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.announce_pub.publish(msg)
@@ -280,6 +281,16 @@ class FleetServer(Node):
                                    f"{len(plan.participants)} robots (quorum {plan.quorum})")
             if plan.stage == DONE:
                 self.get_logger().info("federation finished: robots keep their cluster models")
+
+    def _forget_stale_payloads(self, round_idx: int) -> None:
+        """Free partial updates of closed rounds (a robot died mid-upload); bound the closed-id memory."""
+        for pid, (env, _, _) in list(self._envelopes.items()):
+            if env.round_idx < round_idx:
+                self._envelopes.pop(pid, None)
+                self.assembler.discard(pid)
+                self._closed_payloads.add(pid)
+        if len(self._closed_payloads) > 100_000:
+            self._closed_payloads.clear()  # ids of old rounds: their rounds are stale anyway
 
     def _publish_models(self) -> None:
         round_idx = self.coord.round_idx
