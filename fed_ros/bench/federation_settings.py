@@ -91,7 +91,7 @@ BC_ONLY = (("use_sub", False), ("use_act", False))
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("local", "local", (), BC_ONLY, "each robot trains alone"),
-    Method("centralized", "centralized", (), BC_ONLY, "one model on the pooled data (upper bound)"),
+    Method("centralized", "centralized", (), BC_ONLY, "one model on the pooled data"),
     Method("fedavg", "fedavg", (), BC_ONLY, "sample-weighted mean of all robots"),
     Method("fedprox", "fedprox", (("mu", 1e-3),), BC_ONLY, "FedAvg + proximal term mu=1e-3"),
     Method("ifca", "ifca", (("num_clusters", "C"),), BC_ONLY, "robots pick the lowest-loss cluster model"),
