@@ -157,15 +157,79 @@ def test_soft_clusters_threshold_and_routing():
     assert fd.route_clusters(np.full(4, 50.0), clusters, tau=2.0) == [0]   # none within tau -> argmin
 
 
-def test_tau_calibration_hits_target_overlap():
-    rng = np.random.default_rng(0)
-    means = np.concatenate([rng.normal(0, 0.3, (5, 4)), rng.normal(2, 0.3, (5, 4))])
-    A = fd.jeffreys_matrix(means, np.ones_like(means))
+def _blocks(sizes, within=1.0, between=50.0):
+    """Divergence matrix of well-separated groups: `within` inside a group, `between` across."""
+    lab = np.repeat(np.arange(len(sizes)), sizes)
+    A = np.where(lab[:, None] == lab[None, :], within, between)
+    np.fill_diagonal(A, 0.0)
+    return A
+
+
+def test_tau_calibration_two_groups_and_a_bridge_of_five():
+    # {0,1} and {3,4} far apart, client 2 halfway. 20% of 5 (one bridge client) is not
+    # reachable: two clusters can never share exactly one client, because the bridge's own
+    # row {0..4} unites them. Old rule (closest, smaller tau on ties) gave 5 singletons.
+    A = _blocks([2, 1, 2])
+    A[2, :] = A[:, 2] = 5.0
+    A[2, 2] = 0.0
     tau, ov = fd.calibrate_tau(A, 0.2)
-    assert ov == pytest.approx(0.2)
-    assert fd.overlap_ratio(fd.soft_clusters(A, tau), 10) == pytest.approx(0.2)
-    tau0, ov0 = fd.calibrate_tau(A, 0.0, hard=True)
-    assert ov0 == 0.0
+    assert (tau, ov) == (1.0, 0.0)
+    assert fd.soft_clusters(A, tau) == [(0, 1), (2,), (3, 4)]
+    assert fd.calibrate_tau(A, 0.0) == (1.0, 0.0)                 # 0%: hard, not singletons
+    tau1, ov1 = fd.calibrate_tau(A, 1.0)                           # 100%: one cluster ~ FedAvg
+    assert ov1 == 1.0 and fd.soft_clusters(A, tau1) == [(0, 1, 2, 3, 4)]
+    taus, ovs, ns = fd.overlap_sweep(A)
+    np.testing.assert_array_equal(taus, [0.0, 1.0, 5.0, 50.0])
+    np.testing.assert_array_equal(ovs, [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(ns, [5, 3, 1, 1])
+
+
+def test_tau_calibration_two_bridge_clients_share_both_clusters():
+    # A = {0..3}, B = {6..9}; 4 is close to A and to 5, 5 close to B and to 4.
+    A = _blocks([4, 1, 1, 4])
+    A[4, :4] = A[:4, 4] = 2.0
+    A[5, 6:] = A[6:, 5] = 2.0
+    A[4, 5] = A[5, 4] = 2.0
+    A[4, 6:] = A[6:, 4] = 30.0
+    A[5, :4] = A[:4, 5] = 30.0
+    tau, ov = fd.calibrate_tau(A, 0.2)
+    assert tau == 2.0 and ov == pytest.approx(0.2)
+    assert fd.soft_clusters(A, tau) == [(0, 1, 2, 3, 4, 5), (4, 5, 6, 7, 8, 9)]
+    # At 10% the bridges are not affordable: largest disjoint clustering instead.
+    assert fd.calibrate_tau(A, 0.1) == (1.0, 0.0)
+    assert fd.soft_clusters(A, 1.0) == [(0, 1, 2, 3), (4,), (5,), (6, 7, 8, 9)]
+
+
+def test_tau_calibration_twenty_robots_two_groups_gives_two_clusters():
+    rng = np.random.default_rng(0)
+    means = np.concatenate([rng.normal(0, 0.3, (10, 4)), rng.normal(3, 0.3, (10, 4))])
+    A = fd.jeffreys_matrix(means, np.ones_like(means))
+    for target in (0.1, 0.2, 0.3):
+        tau, ov = fd.calibrate_tau(A, target)
+        clusters = fd.soft_clusters(A, tau)
+        assert len(clusters) == 2 and ov <= target          # was 15 clusters at 20%
+        # Each cluster holds one whole group plus its bridge robots from the other group.
+        assert set(range(10)) <= set(clusters[0]) and set(range(10, 20)) <= set(clusters[1])
+        assert len(set(clusters[0]) & set(clusters[1])) == round(20 * ov)
+    tau0, ov0 = fd.calibrate_tau(A, 0.0)
+    assert ov0 == 0.0 and fd.soft_clusters(A, tau0) == [tuple(range(10)), tuple(range(10, 20))]
+    tau1, ov1 = fd.calibrate_tau(A, 1.0)
+    assert ov1 == 1.0 and len(fd.soft_clusters(A, tau1)) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_calibrated_tau_is_largest_admissible_in_sweep(seed):
+    rng = np.random.default_rng(seed)
+    means = rng.normal(0, 1, (12, 3)) + 2.0 * rng.integers(0, 3, (12, 1))
+    A = fd.jeffreys_matrix(means, rng.uniform(0.5, 2.0, (12, 3)))
+    taus, ovs, _ = fd.overlap_sweep(A)
+    for target in (0.0, 0.2, 0.5, 1.0):
+        tau, ov = fd.calibrate_tau(A, target)
+        assert tau == taus[ovs <= target + 1e-9].max() and ov <= target + 1e-9
+    with pytest.raises(ValueError, match="target_overlap"):
+        fd.calibrate_tau(A, 1.5)
+    with pytest.raises(ValueError, match="max_candidates"):
+        fd.calibrate_tau(A, 0.2, max_candidates=1)
 
 
 # --------------------------------------------------------------------------------- RND

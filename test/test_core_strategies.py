@@ -203,6 +203,22 @@ def test_fedepth_multi_membership_and_routing():
     assert all(len(m) == 1 for m in hres.assignments.values())
 
 
+def test_fedepth_calibration_on_twenty_robots_finds_the_two_groups():
+    ids = [f"robot_{i:02d}" for i in range(20)]
+    init = _initial()
+    groups = sorted([ids[0::2], ids[1::2]])
+    for hard in (False, True):
+        s = make_strategy("fedepth", target_overlap=0.2, hard=hard)
+        s.initialize(init, ids)
+        res = s.aggregate_round(0, _fleet_updates(init, ids, 0), _gaussians(ids))
+        clusters = sorted(sorted(g) for g in res.diagnostics["clusters"].values())
+        assert len(clusters) == 2 and res.diagnostics["overlap"] <= 0.2   # was 15 clusters
+        if hard:    # same tau, disjoint: exactly the two groups
+            assert clusters == groups
+        else:       # soft: each cluster is a whole group plus its bridge robots
+            assert all(set(g) <= set(c) for g, c in zip(groups, clusters))
+
+
 def test_rnd_strategy_reclusters_every_tau_rounds():
     init = _initial()
     s = make_strategy("rnd", eps=1.0, recluster_every=2)

@@ -9,6 +9,13 @@
 - Overlap ratio of a clustering: fraction of clients that belong to more than one cluster;
   by convention a single cluster holding every client counts as 100% (the paper's
   "100% = single cluster ~ FedAvg" end of the sweep), disjoint clusters as 0% (hard).
+  The paper ("client overlap ratio", Table 3b) does not spell the measure out; this is the
+  reading that matches its two ends. Two clusters can never share exactly one client
+  (that client's own row holds members of both, so it survives as a third cluster or
+  unites them): bridges come as >= 2 clients or as extra overlapping clusters.
+- Calibration (`calibrate_tau`): the paper only says tau is "calibrated to maintain an
+  empirical cluster overlap ratio of 20%"; we take the LARGEST candidate tau whose overlap
+  ratio is <= the target (see its docstring for why not "closest").
 - Hard mode (the paper's hard-clustering ablation): average-linkage agglomerative
   clustering on A cut at distance tau -> disjoint clusters.
 - Routing an unseen client: S_k = mean_{c in k} A(test, c); all clusters with S_k <= tau
@@ -25,7 +32,7 @@ from scipy.spatial.distance import squareform
 from fed_ros.core.aggregate import jeffreys_diag, jeffreys_matrix
 
 __all__ = ["jeffreys_diag", "jeffreys_matrix", "threshold_membership", "merge_subsets", "soft_clusters",
-           "hard_clusters", "overlap_ratio", "calibrate_tau", "route_scores", "route_clusters"]
+           "hard_clusters", "overlap_ratio", "overlap_sweep", "calibrate_tau", "route_scores", "route_clusters"]
 
 Clusters = list[tuple[int, ...]]
 
@@ -106,29 +113,62 @@ def overlap_ratio(clusters: Clusters, K: int) -> float:
     return float(np.mean(counts > 1)) if K else 0.0
 
 
+def _candidate_taus(A: np.ndarray, max_candidates: int) -> np.ndarray:
+    if not isinstance(max_candidates, int) or max_candidates < 2:
+        raise ValueError(f"max_candidates must be an int >= 2, got {max_candidates!r}")
+    cand = np.unique(np.concatenate([[0.0], A[np.triu_indices(A.shape[0], 1)]]))
+    if cand.size > max_candidates:
+        # Large fleets: scan a quantile grid of the divergences (still exact values of A,
+        # always including 0 and the largest, i.e. singletons and one cluster).
+        cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, max_candidates), method="nearest"))
+    return cand
+
+
+def overlap_sweep(A: np.ndarray, hard: bool = False, max_candidates: int = 256
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(taus, overlap ratios, cluster counts) at every candidate tau, ascending.
+
+    Candidates are 0 plus the distinct off-diagonal divergences (the only values where the
+    clustering can change); above `max_candidates` of them, a quantile grid of those values.
+    """
+    A = _check_A(A)
+    K = A.shape[0]
+    cand = _candidate_taus(A, max_candidates)
+    ov = np.empty(cand.size)
+    n = np.empty(cand.size, dtype=int)
+    for i, tau in enumerate(cand):
+        cl = hard_clusters(A, tau) if hard else soft_clusters(A, tau)
+        ov[i], n[i] = overlap_ratio(cl, K), len(cl)
+    return cand, ov, n
+
+
 def calibrate_tau(A: np.ndarray, target_overlap: float = 0.2, hard: bool = False,
                   max_candidates: int = 256) -> tuple[float, float]:
-    """Tau whose clustering's overlap ratio is closest to the target (ties -> smaller tau); returns (tau, overlap).
+    """Largest candidate tau whose overlap ratio does not exceed the target; returns (tau, overlap).
 
-    Candidates are the distinct off-diagonal divergences (the only values where the
-    clustering can change) plus 0; above `max_candidates` of them, a quantile grid.
+    The overlap ratio is not monotone in tau: tiny taus give fragments (pairs, singletons)
+    with little overlap, partial neighbourhoods overlap a lot, whole groups become disjoint
+    cliques (0%) and finally bridges and one all-client cluster (100%) appear. Taking the
+    LARGEST admissible tau lets groups merge as far as the target allows, so 0% gives the
+    coarsest disjoint (hard) clustering short of one cluster, 100% gives one cluster
+    (~FedAvg), and an unreachable target (e.g. 20% of 5 robots) falls back to the most
+    merged clustering below it instead of all singletons. Candidates as in `overlap_sweep`;
+    tau = 0 (singletons, 0%) is always admissible. `hard=True` scores the hard clustering
+    (overlap 0 or 100%, so it returns the coarsest split); FeDepthStrategy calibrates on
+    the soft clustering in both modes, as the paper compares them at the same tau.
     """
     A = _check_A(A)
     if not 0.0 <= target_overlap <= 1.0:
         raise ValueError(f"target_overlap must be in [0, 1], got {target_overlap!r}")
     K = A.shape[0]
-    cand = np.unique(np.concatenate([[0.0], A[np.triu_indices(K, 1)]]))
-    if cand.size > max_candidates:
-        # Large fleets: scan a quantile grid of the divergences (still exact values of A).
-        cand = np.unique(np.quantile(cand, np.linspace(0.0, 1.0, max_candidates), method="nearest"))
-    best = (np.inf, 0.0, 0.0)
-    for tau in cand:
+    cand = _candidate_taus(A, max_candidates)
+    # Scan from the top: the first admissible tau is the answer (often after a few steps).
+    for tau in cand[::-1]:
         cl = hard_clusters(A, tau) if hard else soft_clusters(A, tau)
         ov = overlap_ratio(cl, K)
-        err = abs(ov - target_overlap)
-        if err < best[0] - 1e-12:
-            best = (err, float(tau), ov)
-    return best[1], best[2]
+        if ov <= target_overlap + 1e-9:
+            return float(tau), ov
+    return 0.0, overlap_ratio(hard_clusters(A, 0.0) if hard else soft_clusters(A, 0.0), K)
 
 
 def route_scores(a_test: np.ndarray, clusters: Clusters) -> np.ndarray:

@@ -3,9 +3,9 @@
 Clustering runs on the first round whose descriptors arrive (and every `recluster_every`
 rounds when > 0). Each cluster model is the sample-weighted mean of its members' models
 (all clusters in one GEMM); a robot's next model is the plain mean of the models of all
-clusters it belongs to (Membership weights 1/m). tau is either given or calibrated so the
-overlap ratio is closest to `target_overlap` (0.2 by default); `hard=True` gives disjoint
-agglomerative clusters. Unseen robots are routed with their Gaussian descriptor.
+clusters it belongs to (Membership weights 1/m). tau is either given or calibrated as the
+largest tau whose soft-clustering overlap ratio is <= `target_overlap` (0.2 by default);
+`hard=True` cuts average-linkage disjoint clusters at that same tau. Unseen robots are routed with their Gaussian descriptor.
 """
 from __future__ import annotations
 
@@ -64,7 +64,9 @@ class FeDepthStrategy(Strategy):
         var = np.stack([np.asarray(descriptors[r].variance, dtype=np.float64) for r in robot_ids])
         A = fd.jeffreys_matrix(means, var)
         if self.tau_setting is None:
-            tau, overlap = fd.calibrate_tau(A, self.target_overlap, hard=self.hard)
+            # Calibrated on the soft clustering in both modes: the paper's hard ablation uses
+            # the same tau (Table 3a); hard clusters alone only ever overlap 0% or 100%.
+            tau, _ = fd.calibrate_tau(A, self.target_overlap)
         else:
             tau = self.tau_setting
         clusters = fd.hard_clusters(A, tau) if self.hard else fd.soft_clusters(A, tau)
