@@ -18,10 +18,11 @@ def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = N
     n = np.asarray(list(num_samples), dtype=np.float64)
     if n.ndim != 1 or n.size == 0:
         raise ValueError("sample_weights: need at least one sample count")
-    for k, v in enumerate(n):
+    bad = np.flatnonzero(~np.isfinite(n) | (n < 0))
+    if bad.size:
+        k = int(bad[0])
         who = names[k] if names is not None else f"index {k}"
-        if not np.isfinite(v) or v < 0:
-            raise ValueError(f"num_samples of {who} is {v!r}; must be a finite count >= 0")
+        raise ValueError(f"num_samples of {who} is {n[k]!r}; must be a finite count >= 0")
     total = n.sum()
     if total <= 0:
         raise ValueError(f"num_samples sum to {total!r}; at least one client needs samples > 0")
@@ -65,10 +66,15 @@ def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def all_finite(arr: np.ndarray) -> bool:
-    """True iff no NaN/Inf, via one summation pass (NaN/Inf propagate through a sum) with an
-    exact chunked re-check only when the sum itself overflows."""
+    """True iff no NaN/Inf, via one BLAS dot pass (NaN/Inf propagate through x.x) with an
+    exact chunked re-check only when that overflows (|x| ~ 1e19, never for real models)."""
+    flat = arr.reshape(-1) if arr.flags.c_contiguous else None
     with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(np.sum(arr, dtype=np.float32)):
+        if flat is not None and flat.dtype == np.float32:
+            # sdot streams the array once, ~3x faster than np.sum's pairwise reduction.
+            if np.isfinite(np.dot(flat, flat)):
+                return True
+        elif np.isfinite(np.sum(arr, dtype=np.float32)):
             return True
     flat = arr.reshape(-1)
     return all(np.isfinite(flat[a:a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
