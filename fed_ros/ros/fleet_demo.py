@@ -41,6 +41,67 @@ def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]
     return "\n".join(lines)
 
 
+def _success_by_round(reports: list[dict[str, Any]]) -> list[tuple[int, dict[str, float], dict[str, list[int]]]]:
+    """(round, {robot: success}, {robot: clusters}) of every completed round with an evaluation."""
+    out = []
+    for rep in reports:
+        if not rep["completed"]:
+            continue
+        rates = {r["robot_id"]: r["success_rate"] for r in rep["robots"] if not math.isnan(r["success_rate"])}
+        if rates:
+            out.append((rep["round"], rates, {r["robot_id"]: r["cluster_ids"] for r in rep["robots"]}))
+    return out
+
+
+def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]) -> str:
+    """Success of every robot after each evaluated round, per-task means, clusters vs task families."""
+    evaluated = _success_by_round(reports)
+    if not evaluated:
+        return "summary: no evaluated round completed"
+    robots = list(tasks)
+    families = sorted({"+".join(t) for t in tasks.values()})
+    family_of = {rid: "+".join(t) for rid, t in tasks.items()}
+    width = max(8, *(len(x) for x in robots + families))
+    row1 = [rid.ljust(width) for rid in robots] + ["mean".ljust(width)] * len(families) + ["mean"]
+    row2 = [family_of[rid].ljust(width) for rid in robots] + [f.ljust(width) for f in families] + ["all"]
+    lines = ["success rate after each evaluated round [cluster]:",
+             f"{'round':>5} | " + " | ".join(row1), f"{'':>5} | " + " | ".join(row2)]
+    lines.append("-" * len(lines[-1]))
+
+    def family_means(rates: dict[str, float]) -> dict[str, float]:
+        out = {}
+        for fam in families:
+            vals = [v for rid, v in rates.items() if family_of.get(rid) == fam]
+            out[fam] = sum(vals) / len(vals) if vals else math.nan
+        return out
+
+    for rnd, rates, clusters in evaluated:
+        cells = []
+        for rid in robots:
+            cid = ",".join(str(c) for c in clusters.get(rid, [])) or "-"
+            cells.append((f"{rates[rid]:.2f} [{cid}]" if rid in rates else f"- [{cid}]").ljust(width))
+        fam = family_means(rates)
+        cells += [f"{fam[f]:.2f}".ljust(width) for f in families]
+        lines.append(f"{rnd:>5} | " + " | ".join(cells) + f" | {sum(rates.values()) / len(rates):.2f}")
+    (r0, first, _), (r1, last, clusters) = evaluated[0], evaluated[-1]
+    f0, f1 = family_means(first), family_means(last)
+    per_family = ", ".join(f"{f} {f0[f]:.2f} -> {f1[f]:.2f}" for f in families)
+    lines.append(f"mean success: round {r0} {sum(first.values()) / len(first):.2f} -> round {r1} "
+                 f"{sum(last.values()) / len(last):.2f} ({per_family})")
+    groups: dict[int, list[str]] = {}
+    for rid in robots:
+        for cid in clusters.get(rid, []):
+            groups.setdefault(cid, []).append(rid)
+    found = "; ".join(f"cluster {cid}: {', '.join(m)}" for cid, m in sorted(groups.items()))
+    pure = all(len({family_of[m] for m in members}) == 1 for members in groups.values())
+    whole = all(len({cid for cid, m in groups.items() if rid in m}) <= 1 for rid in robots) and \
+        len(groups) == len(families)
+    verdict = ("each task family is one cluster" if pure and whole else
+               "clusters are single-family but a family is split" if pure else "clusters MIX task families")
+    lines.append(f"clusters found: {found} ({verdict})")
+    return "\n".join(lines)
+
+
 def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Path) -> list[Path]:
     """Success per robot vs round, cluster assignments over rounds, local BC loss (PNG, Agg)."""
     import matplotlib
@@ -174,10 +235,6 @@ def run_demo(argv: list[str]) -> int:
     completed = sum(r["completed"] for r in reports)
     print(f"fed-ros demo: {completed}/{config.rounds} rounds completed in {elapsed / 60:.1f} min; "
           f"report {run_dir / 'report.json'}; plots: {', '.join(str(p) for p in plots) or 'none'}")
-    if reports and reports[-1]["completed"]:
-        final = {}
-        for line in reports[-1]["robots"]:
-            for cid in line["cluster_ids"]:
-                final.setdefault(cid, []).append(line["robot_id"])
-        print("final clusters: " + "; ".join(f"{cid}: {', '.join(m)}" for cid, m in sorted(final.items())))
+    if reports:
+        print(format_summary(reports, tasks))
     return code

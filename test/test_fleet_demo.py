@@ -1,0 +1,38 @@
+"""The `fed-ros demo` result table: per-round success, family means, cluster verdict (no ROS)."""
+from __future__ import annotations
+
+import math
+
+from fed_ros.ros.fleet_demo import format_round_table, format_summary
+
+TASKS = {"robot_0": ("lift",), "robot_1": ("lift",), "robot_2": ("pick_place_can",), "robot_3": ("pick_place_can",)}
+
+
+def _report(round_idx: int, success: list[float], clusters: list[int], completed: bool = True) -> dict:
+    return {"round": round_idx, "status": "aggregated", "completed": completed, "updates_accepted": 4,
+            "updates_received": 4, "aggregation_seconds": 0.1, "clusters": [],
+            "robots": [{"robot_id": f"robot_{i}", "success_rate": s, "cluster_ids": [c], "train_loss": 1.5}
+                       for i, (s, c) in enumerate(zip(success, clusters))]}
+
+
+def test_summary_compares_first_and_last_evaluated_round():
+    reports = [_report(0, [0.0, 0.25, 0.0, 0.0], [0, 0, 1, 1]),
+               _report(1, [math.nan] * 4, [0, 0, 1, 1]),  # no evaluation this round
+               _report(2, [0.5] * 4, [0, 0, 1, 1], completed=False),  # abandoned: ignored
+               _report(3, [0.75, 1.0, 0.0, 0.25], [0, 0, 1, 1])]
+    text = format_summary(reports, TASKS)
+    assert "mean success: round 0 0.06 -> round 3 0.50 (lift 0.12 -> 0.88, pick_place_can 0.00 -> 0.12)" in text
+    assert "cluster 0: robot_0, robot_1; cluster 1: robot_2, robot_3 (each task family is one cluster)" in text
+    rows = [line for line in text.splitlines() if line.lstrip().startswith(("0 |", "3 |"))]
+    assert len(rows) == 2 and "1.00 [0]" in rows[1]
+
+
+def test_summary_flags_mixed_clusters_and_missing_evaluations():
+    mixed = format_summary([_report(0, [0.0] * 4, [0, 1, 0, 1])], TASKS)
+    assert "clusters MIX task families" in mixed
+    assert format_summary([_report(0, [math.nan] * 4, [0, 0, 1, 1])], TASKS) == "summary: no evaluated round completed"
+
+
+def test_round_table_shows_dashes_for_missing_values():
+    table = format_round_table(_report(1, [math.nan, 0.5, math.nan, 0.0], [0, 0, 1, 1]), TASKS)
+    assert "robot_0" in table and "lift" in table and "0.50" in table and " -" in table
