@@ -134,6 +134,42 @@ def test_aggregation_is_bit_identical_for_any_arrival_order(seed, name):
             assert np.array_equal(outs[0][c][k], outs[1][c][k])
 
 
+@pytest.mark.parametrize("name,kw", [("fedavg", {}), ("fedepth", {"tau": 100.0}), ("feddrman", {"num_clusters": 2})])
+def test_recycled_average_buffers_never_touch_models_still_held(name, kw):
+    init = _initial()
+    desc = _gaussians(IDS)
+    keeper, recycler = make_strategy(name, **kw), make_strategy(name, **kw)
+    keeper.initialize(init, IDS)
+    recycler.initialize(init, IDS)
+    take, reused = recycler._spare_buffer, []
+
+    def counting_take(shape):
+        buf = take(shape)
+        reused.append(buf is not None)     # a bool: holding the buffer would block its reuse
+        return buf
+
+    recycler._spare_buffer = counting_take
+
+    def assert_same(a, b):
+        for c, sd in b.items():
+            for k, v in sd.items():
+                np.testing.assert_array_equal(a[c][k], v)
+
+    held, snapshots = [], []
+    for r in range(8):
+        ups = _fleet_updates(init, IDS, r, seed=r)
+        kept = keeper.aggregate_round(r, ups, desc).cluster_models       # every result held
+        res = recycler.aggregate_round(r, ups, desc).cluster_models      # odd rounds dropped
+        assert_same(res, kept)                                          # same bits either way
+        if r % 2 == 0:
+            held.append(res)
+            snapshots.append({c: {k: v.copy() for k, v in sd.items()} for c, sd in res.items()})
+        del res
+    for res, snap in zip(held, snapshots):                              # held results never change
+        assert_same(snap, res)
+    assert sum(reused) >= 3                 # the dropped (odd) rounds' buffers were reused
+
+
 def test_fedavg_of_identical_updates_is_that_model_for_every_strategy():
     init = _initial()
     same = {k: v + 1.0 for k, v in init.items()}

@@ -45,8 +45,8 @@ def membership_matrix(groups: Sequence[Sequence[int]], num_samples: Sequence[flo
     return W.astype(np.float32)
 
 
-def weighted_rows(stacked: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop)."""
+def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop), into `out` if given."""
     if stacked.ndim != 2 or stacked.dtype != np.float32:
         raise ValueError(f"stacked must be (K, P) float32, got {stacked.shape} {stacked.dtype}")
     W = np.ascontiguousarray(W, dtype=np.float32)
@@ -54,10 +54,18 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray) -> np.ndarray:
         W = W[None, :]
     if W.shape[1] != stacked.shape[0]:
         raise ValueError(f"weights for {W.shape[1]} clients but {stacked.shape[0]} stacked updates")
+    shape = (W.shape[0], stacked.shape[1])
+    if out is not None and (out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous
+                            or not out.flags.writeable):
+        raise ValueError(f"out must be a writeable C-contiguous {shape} float32 array, got {out.shape} {out.dtype}")
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)   # owns its memory (callers may recycle it)
     if W.shape[0] == 1:
         # 1-D @ 2-D dispatches to sgemv: a single streaming read of `stacked`.
-        return (W[0] @ stacked)[None, :]
-    return W @ stacked
+        np.dot(W[0], stacked, out=out[0])
+    else:
+        np.dot(W, stacked, out=out)
+    return out
 
 
 def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,7 @@ class Strategy(ABC):
         self._theta0: np.ndarray | None = None
         self._models: dict[int, np.ndarray] = {}
         self._assign: dict[str, Membership] = {}
+        self._owners: list[np.ndarray] = []   # recent average buffers, recycled when unreferenced
 
     # ------------------------------------------------------------------ life cycle
     def initialize(self, initial: StateDict, robot_ids: Sequence[str]) -> None:
@@ -309,7 +311,7 @@ class Strategy(ABC):
     def _average_groups(self, prep: PreparedRound, groups: Sequence[Sequence[int]],
                         references: Sequence[np.ndarray] | None = None) -> np.ndarray:
         """(G, P) averages of the given member-index groups (one GEMM for FedAvg, robust rule otherwise)."""
-        K = prep.stacked.shape[0]
+        K, P = prep.stacked.shape
         for g, members in enumerate(groups):
             if len(members) == 0:
                 raise ValueError(f"cluster group {g} is empty")
@@ -318,12 +320,15 @@ class Strategy(ABC):
             for g, members in enumerate(groups):
                 members = list(members)
                 W[g, members] = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
-            out = weighted_rows(prep.stacked, W.astype(np.float32))
+            out = weighted_rows(prep.stacked, W.astype(np.float32), out=self._spare_buffer((len(groups), P)))
             if not all_finite(out):
                 # Weights are finite, so a non-finite average means a non-finite input.
                 bad = first_nonfinite_row(prep.stacked)
                 raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0
                                  else "cluster average overflowed to Inf")
+            if out.base is None:          # only buffers that own their memory are recycled
+                self._owners.append(out)
+                del self._owners[:-3]
             return out
         out = np.empty((len(groups), prep.stacked.shape[1]), dtype=np.float32)
         for g, members in enumerate(groups):
@@ -337,6 +342,20 @@ class Strategy(ABC):
             w = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
             out[g] = aggregate_robust(prep.stacked[members], w, self.robust, **kw)
         return out
+
+    def _spare_buffer(self, shape: tuple[int, int]) -> np.ndarray | None:
+        """A (G, P) buffer of an earlier round's averages that nothing references any more.
+
+        Writing a fresh multi-MB result makes the kernel fault in and zero new pages, which at
+        1M parameters costs about as much as the average itself. A buffer is recycled only when
+        its reference count shows that no model, view or caller still holds it (every view of
+        a row keeps the owner alive), so results handed out earlier never change.
+        """
+        for i in range(len(self._owners)):
+            # References when unused: the list slot and getrefcount's argument (no loop variable).
+            if self._owners[i].shape == shape and sys.getrefcount(self._owners[i]) == 2:
+                return self._owners.pop(i)
+        return None
 
     def _result(self, diagnostics: dict[str, Any]) -> RoundResult:
         diagnostics.setdefault("strategy", self.name)
