@@ -9,7 +9,7 @@ import pytest
 from fed_ros.bench import federation as F
 from fed_ros.bench import federation_run as FR
 from fed_ros.bench.federation_settings import (PROFILES, Family, Setting, cross_family, same_family,
-                                               overlap_setting)
+                                               overlap_setting, with_overrides)
 from fed_ros.core.episode import ACTION_DIM, Episode
 
 
@@ -69,6 +69,27 @@ def test_cli_rejects_bad_arguments(capsys):
     assert F.main(["--quick", "--robots", "1", "--out", "/tmp/never"]) == 2
     assert "robots" in capsys.readouterr().err
     assert F.main(["--quick", "--methods", "nope", "--out", "/tmp/never"]) == 2
+    assert F.main(["--quick", "--overlaps", "0.2", "1.5", "--out", "/tmp/never"]) == 2
+    assert "1.5" in capsys.readouterr().err
+
+
+def test_overlap_claim_uses_a_really_overlapping_target(tmp_path):
+    """20% unreachable (calibrated 0%) -> 'NOT tested'; the 40% cell that overlaps is compared instead."""
+    def cell(method, mean, overlap, clusters):
+        diag = {"overlap": overlap, "clusters": clusters}
+        return {"setting": "overlap", "method": method, "seed": 0, "groups": ["a", "b"], "cpu_s": 1.0,
+                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
+                "rounds": [{"round": 0, "diagnostics": diag}]}
+    prof = with_overrides(PROFILES["quick"], overlaps=(0.0, 0.2, 0.4, 1.0))
+    cells = [cell("fedepth_ov000", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
+             cell("fedepth_ov020", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
+             cell("fedepth_ov040", 0.25, 0.4, {"0": ["robot_0", "robot_1"], "1": ["robot_1", "robot_0"]}),
+             cell("fedepth_ov100", 0.05, 1.0, {"0": ["robot_0", "robot_1"]})]
+    lines = "\n".join(F._claims(cells, None, None, prof))
+    assert "NOT tested" in lines
+    assert "target 40% (calibrated overlap 40%): 25.0% vs hard 10.0%: soft >= hard" in lines
+    md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
+    assert "| 20% | 0% | {0} {1} | 10.0 |" in md and "| 40% | 40% | {0,1} {1,0} | 25.0 |" in md
 
 
 def test_report_claims_from_records():
