@@ -36,3 +36,15 @@ def test_summary_flags_mixed_clusters_and_missing_evaluations():
 def test_round_table_shows_dashes_for_missing_values():
     table = format_round_table(_report(1, [math.nan, 0.5, math.nan, 0.0], [0, 0, 1, 1]), TASKS)
     assert "robot_0" in table and "lift" in table and "0.50" in table and " -" in table
+
+
+def test_plots_are_written_under_the_run_dir(tmp_path):
+    from fed_ros.ros.fleet_demo import write_plots
+    from fed_ros.ros.fleet_plan import fleet_config_from_dict
+    config = fleet_config_from_dict({"fleet": {"name": "t", "algorithm": "feddrman", "rounds": 2, "robots": [
+        {"id": rid, "task": t[0]} for rid, t in TASKS.items()]}})
+    reports = [_report(0, [0.0, 0.25, 0.0, 0.0], [0, 0, 1, 1]), _report(1, [1.0, 1.0, 0.0, 0.5], [0, 0, 1, 1])]
+    paths = write_plots(reports, config, tmp_path)
+    assert sorted(p.name for p in paths) == ["clusters.png", "success_per_round.png", "train_loss_per_round.png"]
+    assert all(p.parent == tmp_path and p.stat().st_size > 1000 for p in paths)
+    assert write_plots([_report(0, [0.0] * 4, [0] * 4, completed=False)], config, tmp_path / "none") == []

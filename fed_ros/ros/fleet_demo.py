@@ -162,7 +162,11 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
     ax.set_xticks(range(len(done)), [str(r) for r in rounds])
     ax.set_xlabel("round")
     ax.set_title("cluster assignment after each round")
-    fig.colorbar(im, ax=ax, label="cluster id")
+    for (i, j), cid in np.ndenumerate(clusters):
+        ax.text(j, i, "-" if cid < 0 else str(int(cid)), ha="center", va="center", fontsize=8,
+                color="k" if im.norm(cid) > 0.5 else "w")  # viridis is bright at the top
+    ids = sorted({int(c) for c in clusters.ravel() if c >= 0})
+    fig.colorbar(im, ax=ax, label="cluster id", ticks=ids or None)
     fig.tight_layout()
     fig.savefig(out_dir / "clusters.png", dpi=120)
     plt.close(fig)
