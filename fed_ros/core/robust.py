@@ -94,8 +94,10 @@ def multi_krum(stacked: np.ndarray, weights: np.ndarray, f: int, m: int | None =
     if not 1 <= m <= n:
         raise ValueError(f"multi_krum: m must be in 1..{n}, got {m}")
     scores = krum_scores(stacked, f)
-    # Stable sort: ties resolved by index, so the choice does not depend on float noise.
-    chosen = sorted(np.argsort(scores, kind="stable")[:m].tolist())
+    # Ties in score are broken by the update's bytes, not its position, so the choice (and
+    # the aggregate) does not depend on the order in which updates arrived (property B2).
+    order = sorted(range(n), key=lambda i: (float(scores[i]), stacked[i].tobytes()))
+    chosen = sorted(order[:m])
     w = np.asarray(weights, dtype=np.float64)[chosen]
     if w.sum() <= 0:
         w = np.ones(len(chosen))
