@@ -1,0 +1,296 @@
+"""`fed-ros bench transfer`: a 21.5 MB model update robot -> server between two processes.
+
+Methods, each run with a fresh sender ("robot") and receiver ("server") process:
+- ``raw_zmq``: pyzmq PUSH/PULL over loopback TCP, one frame, copy=False, no checks (the
+  reference every ratio is relative to);
+- ``ros_default``: fed_ros ModelUpdate chunks over Fast DDS with its default transports;
+- ``ros_tuned``: the same with config/fastdds_shm.xml (shared memory only, 32 MiB segment);
+- ``zmq_bulk``: the fed_ros default for large payloads: a ModelUpdate control message over
+  ROS 2 (manifest, size, sha256, bulk_uri), the bytes pulled from the robot's BulkServer;
+- ``memcpy``: numpy copy of the payload in one process (the memory-bandwidth ceiling).
+
+The ROS and bulk paths are measured end to end as the server sees them: chunks
+assembled, size caps checked, sha256 verified. Time = receiver's completion time minus
+the sender's start time (same host, same clock); the median over repeats is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHODS = ("raw_zmq", "ros_default", "ros_tuned", "zmq_bulk", "memcpy")
+_READY_TIMEOUT_S = 20.0
+
+
+def _payload(megabytes: float) -> dict[str, np.ndarray]:
+    """A float32 state dict of the requested size (a few tensors, like a policy)."""
+    n = int(megabytes * 1e6) // 4
+    rng = np.random.default_rng(0)
+    sizes = [n // 2, n // 4, n // 8, n - n // 2 - n // 4 - n // 8]
+    return {f"layer{i}.weight": rng.standard_normal(s, dtype=np.float32) for i, s in enumerate(sizes)}
+
+
+# ----------------------------------------------------------------------- workers
+
+def _emit(obj: dict[str, Any]) -> None:
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def _ros_sender(args: argparse.Namespace) -> None:
+    import rclpy
+    from std_msgs.msg import String
+
+    from fed_ros.msg import ModelUpdate
+    from fed_ros.ros import conversions as conv
+    from fed_ros.ros.qos import control_qos
+    from fed_ros.ros.transport import BulkServer, ChunkedSender
+
+    encoded = conv.encode_state_dict(_payload(args.mb))
+    rclpy.init()
+    node = rclpy.create_node("bench_robot")
+    pub = node.create_publisher(ModelUpdate, "bench/updates", control_qos())
+    acks: list[dict] = []
+    node.create_subscription(String, "bench/acks", lambda m: acks.append(json.loads(m.data)), control_qos())
+    bulk = BulkServer() if args.method == "zmq_bulk" else None
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while (pub.get_subscription_count() < 1 or node.count_publishers("bench/acks") < 1) \
+            and time.monotonic() < deadline:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    time.sleep(0.5)  # let discovery settle in both directions
+    for i in range(args.warmup + args.repeats):  # warm-ups are dropped by the receiver
+        t0 = time.time()
+        uri = bulk.offer(encoded.data) if bulk else ""
+        sender = ChunkedSender(encoded, f"bench/{i}", chunk_bytes=args.chunk_bytes, bulk_uri=uri)
+        for chunk in sender.chunks():
+            msg = conv.model_update_msg(chunk, robot_id="bench_robot", round_idx=i, base_round=0)
+            msg.header.stamp.sec = int(t0)
+            msg.header.stamp.nanosec = int((t0 % 1) * 1e9)
+            pub.publish(msg)
+        wait = time.monotonic() + 30
+        while len(acks) <= i and time.monotonic() < wait:
+            rclpy.spin_once(node, timeout_sec=0.05)
+        if bulk:
+            bulk.withdraw(uri)
+    if bulk:
+        bulk.close()
+    node.destroy_node()
+    rclpy.shutdown()
+
+
+def _ros_receiver(args: argparse.Namespace) -> None:
+    import rclpy
+    from std_msgs.msg import String
+
+    from fed_ros.msg import ModelUpdate
+    from fed_ros.ros.qos import control_qos
+    from fed_ros.ros.transport import PayloadAssembler, TransferLimits, fetch_bulk
+
+    rclpy.init()
+    node = rclpy.create_node("bench_server")
+    ack = node.create_publisher(String, "bench/acks", control_qos())
+    assembler = PayloadAssembler(TransferLimits(max_total_bytes=1 << 30, max_chunk_bytes=1 << 30))
+    times: list[float] = []
+
+    def on_update(msg: ModelUpdate) -> None:
+        if msg.payload.bulk_uri:
+            fetch_bulk(msg.payload, limits=assembler.limits)
+            done = True
+        else:
+            done = assembler.add(msg.payload) is not None
+        if done:
+            t1 = time.time()
+            t0 = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+            times.append(t1 - t0)
+            ack.publish(String(data=json.dumps({"round": msg.round})))
+
+    node.create_subscription(ModelUpdate, "bench/updates", on_update, control_qos())
+    deadline = time.monotonic() + _READY_TIMEOUT_S + 30 * (args.warmup + args.repeats)
+    while len(times) < args.warmup + args.repeats and time.monotonic() < deadline:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    time.sleep(0.3)  # let the last ack go out
+    _emit({"times": times[args.warmup:]})
+    node.destroy_node()
+    rclpy.shutdown()
+
+
+def _zmq_sender(args: argparse.Namespace) -> None:
+    import zmq
+
+    from fed_ros.ros import conversions as conv
+
+    encoded = conv.encode_state_dict(_payload(args.mb))
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    push.connect(f"tcp://127.0.0.1:{args.port}")
+    acks = ctx.socket(zmq.PULL)
+    acks.connect(f"tcp://127.0.0.1:{args.port + 1}")
+    for _ in range(args.warmup + args.repeats):
+        t0 = time.time()
+        push.send_multipart([str(t0).encode(), encoded.data], copy=False)
+        acks.recv()
+    push.close(0)
+    acks.close(0)
+    ctx.term()
+
+
+def _zmq_receiver(args: argparse.Namespace) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(f"tcp://127.0.0.1:{args.port}")
+    acks = ctx.socket(zmq.PUSH)
+    acks.bind(f"tcp://127.0.0.1:{args.port + 1}")
+    times = []
+    for _ in range(args.warmup + args.repeats):
+        stamp, frame = pull.recv_multipart(copy=False)
+        times.append(time.time() - float(stamp.bytes))
+        assert len(frame) > 0
+        acks.send(b"ok")
+    _emit({"times": times[args.warmup:]})
+    pull.close(0)
+    acks.close(0)
+    ctx.term()
+
+
+def _memcpy(args: argparse.Namespace) -> list[float]:
+    src = np.concatenate([v.view(np.uint8) for v in _payload(args.mb).values()])
+    dst = np.empty_like(src)
+    times = []
+    for _ in range(args.warmup + args.repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return times[args.warmup:]
+
+
+# -------------------------------------------------------------------- orchestration
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1] if s.getsockname()[1] < 65000 else _free_port()
+
+
+def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[float]:
+    """Start receiver and sender processes for one method; returns the receiver's times."""
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    # A random domain in the safe 1..101 range: two benches on one host must not hear each other.
+    env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
+    env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
+    if method == "ros_tuned":
+        from fed_ros.ros.transport import apply_fastdds_profile
+
+        profile = Path(args.fastdds_profile) if args.fastdds_profile else None
+        if apply_fastdds_profile(env, path=profile) is None:
+            raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run ros_tuned")
+    common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+              "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port())]
+    cmd = [sys.executable, "-m", "fed_ros.ros.transfer_bench"]
+    recv = subprocess.Popen([*cmd, "--role", "receiver", *common], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    time.sleep(0.3)
+    send = subprocess.Popen([*cmd, "--role", "sender", *common], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = recv.communicate(timeout=_READY_TIMEOUT_S + 30 * (args.warmup + args.repeats) + 10)
+        send.wait(timeout=30)
+    finally:
+        for p in (recv, send):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for line in out.splitlines():
+        if line.startswith("RESULT "):
+            times = json.loads(line[7:])["times"]
+            if len(times) < args.repeats:
+                raise RuntimeError(f"{method}: only {len(times)}/{args.repeats} transfers completed\n{out[-2000:]}")
+            return times
+    raise RuntimeError(f"{method}: receiver printed no result\n{out[-3000:]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `fed-ros bench transfer`; prints a side-by-side table, returns 0."""
+    from fed_ros.ros.transport import DEFAULT_CHUNK_BYTES
+
+    parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed transfers per method (after the warm-ups)")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed transfers first (TCP windows, allocator and page faults settle)")
+    parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="ROS chunk size")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {METHODS}")
+    parser.add_argument("--chunk-sweep", action="store_true",
+                        help="also time ros_default/ros_tuned at 1, 2, 4, 8 MiB chunks and unchunked")
+    parser.add_argument("--fastdds-profile", default="",
+                        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml)")
+    parser.add_argument("--json", default="", help="write the results to this file")
+    parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
+    parser.add_argument("--method", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role:
+        worker = {("sender", "raw_zmq"): _zmq_sender, ("receiver", "raw_zmq"): _zmq_receiver}.get(
+            (args.role, args.method), _ros_sender if args.role == "sender" else _ros_receiver)
+        worker(args)
+        return 0
+    if args.mb <= 0 or args.repeats < 1 or args.warmup < 0:
+        parser.error(f"--mb must be > 0, --repeats >= 1, --warmup >= 0 (got {args.mb}, {args.repeats}, "
+                     f"{args.warmup})")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"unknown methods {unknown}; choose from {METHODS}")
+    runs: list[tuple[str, int, list[float]]] = []
+    for method in methods:
+        if method == "memcpy":
+            runs.append((method, 0, _memcpy(args)))
+        else:
+            runs.append((method, args.chunk_bytes, _run_pair(method, args, args.chunk_bytes)))
+        print(f"  measured {method}: median {statistics.median(runs[-1][2]) * 1e3:.1f} ms", file=sys.stderr)
+    if args.chunk_sweep:
+        for method in ("ros_default", "ros_tuned"):
+            for cb in (1 << 20, 2 << 20, 4 << 20, 8 << 20, 1 << 30):
+                runs.append((f"{method}", cb, _run_pair(method, args, cb)))
+                print(f"  measured {method} chunk {cb}: median {statistics.median(runs[-1][2]) * 1e3:.1f} ms",
+                      file=sys.stderr)
+    nbytes = int(args.mb * 1e6) // 4 * 4
+    raw = [statistics.median(t) for m, _, t in runs if m == "raw_zmq"]
+    ref = nbytes / raw[0] if raw else float("nan")
+    print(f"\nfed-ros bench transfer: {nbytes / 1e6:.1f} MB robot -> server, two processes, loopback, "
+          f"median of {args.repeats}")
+    print(f"{'method':<13} {'chunk':>9} {'median ms':>10} {'MB/s':>9} {'x raw pyzmq':>12}")
+    rows = []
+    for method, cb, times in runs:
+        med = statistics.median(times)
+        rate = nbytes / med
+        chunk = "-" if method in ("raw_zmq", "memcpy") else ("whole" if cb >= nbytes else f"{cb >> 20} MiB")
+        if method == "zmq_bulk":
+            from fed_ros.ros.transport import DEFAULT_BULK_CHUNK_BYTES
+
+            chunk = f"{DEFAULT_BULK_CHUNK_BYTES >> 20} MiB"
+        ratio = f"{rate / ref:.2f}" if raw else "-"  # no raw_zmq row: no reference
+        print(f"{method:<13} {chunk:>9} {med * 1e3:>10.1f} {rate / 1e6:>9.0f} {ratio:>12}")
+        rows.append({"method": method, "chunk_bytes": cb, "median_s": med, "times_s": times,
+                     "mb_per_s": rate / 1e6, "ratio_vs_raw_zmq": rate / ref if raw else None})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"bytes": nbytes, "repeats": args.repeats, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
