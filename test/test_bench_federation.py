@@ -87,7 +87,7 @@ def test_overlap_claim_uses_a_really_overlapping_target(tmp_path):
              cell("fedepth_ov100", 0.05, 1.0, {"0": ["robot_0", "robot_1"]})]
     lines = "\n".join(F._claims(cells, None, None, prof))
     assert "NOT tested" in lines
-    assert "target 40% (calibrated overlap 40%): 25.0% vs hard 10.0%: soft >= hard" in lines
+    assert "target 40% (calibrated overlap 40%): 25.0% vs hard 10.0%: soft > hard" in lines
     md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
     assert "| 20% | 0% | {0} {1} | 10.0 |" in md and "| 40% | 40% | {0,1} {1,0} | 25.0 |" in md
 

@@ -358,7 +358,8 @@ def _claims(cells: list[dict[str, Any]], rnd: dict | None, part: dict | None,
     if soft is not None and hard is not None:
         overlaps = [row.get("diagnostics", {}).get("overlap") for c in soft_cells for row in c["rounds"]]
         degenerate = all(o in (0, 0.0, None) for o in overlaps)
-        verdict = ("soft >= hard" if soft >= hard else "soft < hard, NOT reproduced")
+        verdict = ("soft > hard" if soft > hard else "tie (soft = hard)" if soft == hard
+                   else "soft < hard, NOT reproduced")
         if degenerate:
             verdict = ("NOT tested: the calibrated tau gave 0% overlap, so soft clustering was identical "
                        "to hard")
@@ -374,7 +375,7 @@ def _claims(cells: list[dict[str, Any]], rnd: dict | None, part: dict | None,
                 st = R.success_stats(cells_o)["mean"]
                 lines.append(f"- FeDepth soft at target {100 * o:.0f}% (calibrated overlap {100 * got:.0f}%): "
                              f"{100 * st:.1f}% vs hard {100 * hard:.1f}%: "
-                             f"{'soft >= hard' if st >= hard else 'soft < hard, NOT reproduced'}")
+                             f"{'soft > hard' if st > hard else 'tie (soft = hard)' if st == hard else 'soft < hard, NOT reproduced'}")
                 break
     if part:
         lines.append(f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} (held-out NLL, FedAvg): "

@@ -159,7 +159,7 @@ PROFILES: dict[str, Profile] = {
     "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
                      eval_episodes=4, eval_every=3, seeds=(0,),
                      methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                     overlaps=(0.0, 0.2, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
+                     overlaps=(0.0, 0.2, 0.4, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
                      partition_rounds=3),
     "default": Profile(name="default", robots=4, demos_per_robot=12, rounds=10, local_steps=80,
                        eval_episodes=8, eval_every=2, seeds=(0, 1),
