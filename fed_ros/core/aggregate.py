@@ -125,13 +125,8 @@ def fedavg(state_dicts: Sequence[Mapping[str, np.ndarray]], num_samples: Sequenc
     return unflatten(out, manifest)
 
 
-def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
-    """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
-    V = np.asarray(V)
-    if V.ndim != 2:
-        raise ValueError(f"cosine_similarity_matrix expects (K, D), got shape {V.shape}")
-    V64 = V.astype(np.float64, copy=False)
-    G = V64 @ V64.T
+def gram_to_cosine(G: np.ndarray) -> np.ndarray:
+    """Cosine matrix from a Gram matrix; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
     norms = np.sqrt(np.maximum(np.diag(G), 0.0))
     safe = np.where(norms > 0, norms, 1.0)
     S = G / safe[:, None] / safe[None, :]
@@ -139,6 +134,16 @@ def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
     S[:, norms == 0] = 0.0
     np.fill_diagonal(S, 1.0)
     return np.clip(S, -1.0, 1.0)
+
+
+def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
+    """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
+    V = np.asarray(V)
+    if V.ndim != 2:
+        raise ValueError(f"cosine_similarity_matrix expects (K, D), got shape {V.shape}")
+    V64 = V.astype(np.float64, copy=False)
+    G = V64 @ V64.T
+    return gram_to_cosine(G)
 
 
 def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray,
@@ -164,13 +169,7 @@ def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: 
     if not np.isfinite(G).all():
         bad = int(np.flatnonzero(~np.isfinite(np.diag(G)))[0]) if not np.isfinite(np.diag(G)).all() else -1
         raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "update similarity overflowed")
-    norms = np.sqrt(np.maximum(np.diag(G), 0.0))
-    safe = np.where(norms > 0, norms, 1.0)
-    S = G / safe[:, None] / safe[None, :]
-    S[norms == 0, :] = 0.0
-    S[:, norms == 0] = 0.0
-    np.fill_diagonal(S, 1.0)
-    return np.clip(S, -1.0, 1.0)
+    return gram_to_cosine(G)
 
 
 def kl_diag_gaussian(mu_p: np.ndarray, var_p: np.ndarray, mu_q: np.ndarray, var_q: np.ndarray) -> float:
