@@ -76,3 +76,15 @@ def processes():
         yield group
     finally:
         group.kill_all()
+
+
+@pytest.fixture(scope="module")
+def torch_one_thread():
+    """One intra-op torch thread for a module: threads thrash on a loaded 2-core machine
+    and the test models are tiny anyway."""
+    import torch  # imported here so ROS-only test runs never pay for torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -17,13 +17,7 @@ from fed_ros.learning.modeling_policy import build_policy
 from fed_ros.learning.weights import policy_to_state_dict
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Intra-op threads thrash on a loaded 2-core machine; these models are tiny anyway."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.mark.parametrize("kind", ["image", "lowdim"])

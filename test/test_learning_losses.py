@@ -10,13 +10,7 @@ from fed_ros.learning.losses import (GMMParams, _TopProjector, action_distillati
                                      subspace_projector)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Intra-op threads thrash on a loaded 2-core machine; these models are tiny anyway."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def test_subspace_loss_matches_hand_computed_value():

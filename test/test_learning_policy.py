@@ -16,13 +16,7 @@ from fed_ros.learning.weights import (load_checkpoint, load_state_dict_into, pol
                                       state_dict_from_bytes, state_dict_to_bytes)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Intra-op threads thrash on a loaded 2-core machine; these models are tiny anyway."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 TINY = dict(embed_dim=32, window=3, transformer_layers=1, transformer_heads=2,
             transformer_ff=64, dropout=0.0, text_dim=64, conv_channels=(8, 16),

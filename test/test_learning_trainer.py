@@ -15,13 +15,7 @@ from fed_ros.learning.trainer import (LocalTrainer, TrainerConfig, evaluate_nll,
 from fed_ros.learning.weights import load_state_dict_into, policy_to_state_dict
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Intra-op threads thrash on a loaded 2-core machine; these models are tiny anyway."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 CFG = PolicyConfig(kind="lowdim", embed_dim=32, window=3, transformer_layers=1,
                    transformer_heads=2, transformer_ff=64, dropout=0.1, text_dim=64)
