@@ -12,7 +12,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
@@ -510,3 +510,27 @@ def default_fleet_file(launch_dir: str = "") -> str:
         if path.is_file():
             return str(path)
     return str(candidates[-1])
+
+
+def launch_description(plan_nodes: Callable[..., list[NodeSpec]],
+                       arguments: Sequence[tuple[str, str, str]]):
+    """A ROS 2 LaunchDescription that starts ``plan_nodes(*argument values)``.
+
+    ``arguments`` are (name, default, description) of the launch arguments, passed to
+    ``plan_nodes`` in order. The launch files call this so the NodeSpec -> launch_ros Node
+    conversion exists once; launch / launch_ros are imported here, only when launching.
+    """
+    from launch import LaunchDescription
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.substitutions import LaunchConfiguration
+    from launch_ros.actions import Node
+
+    def nodes(context):
+        specs = plan_nodes(*(LaunchConfiguration(name).perform(context) for name, _, _ in arguments))
+        return [Node(package=s.package, executable=s.executable, name=s.name, namespace=s.namespace,
+                     parameters=[dict(s.parameters)], remappings=list(s.remappings), output="screen")
+                for s in specs]
+
+    declared = [DeclareLaunchArgument(name, default_value=default, description=description)
+                for name, default, description in arguments]
+    return LaunchDescription([*declared, OpaqueFunction(function=nodes)])
