@@ -10,9 +10,9 @@ import torch
 
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
-from fed_ros.learning.descriptors import (gaussian_descriptor, gem_pool, load_rnd_predictor,
-                                          penultimate_embeddings, rnd_novelty, rnd_residual_std,
-                                          train_rnd_predictor)
+from fed_ros.learning.descriptors import gaussian_descriptor, gem_pool, penultimate_embeddings
+from fed_ros.learning.rnd_descriptor import (load_rnd_predictor, rnd_novelty, rnd_residual_std,
+                                             train_rnd_predictor)
 from fed_ros.learning.modeling_policy import build_policy
 from fed_ros.learning.weights import policy_to_state_dict
 

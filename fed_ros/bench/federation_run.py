@@ -257,6 +257,7 @@ def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_
     """Descriptors the strategy asked for, computed as each robot would; plus timing/extras."""
     from fed_ros.core.strategy import ClientDescriptor
     from fed_ros.learning import descriptors as D
+    from fed_ros.learning import rnd_descriptor as RND
 
     out: dict[str, Any] = {}
     extra: dict[str, Any] = {}
@@ -269,16 +270,16 @@ def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_
                 out[rid] = ClientDescriptor(robot_id=rid, kind="gaussian", mean=np.asarray(mean),
                                             variance=np.asarray(var), num_samples=sum(len(e) for e in data[rid]))
         elif kind == "rnd":
-            preds = {rid: D.train_rnd_predictor(data[rid], seed=seed) for rid in ids}
+            preds = {rid: RND.train_rnd_predictor(data[rid], seed=seed) for rid in ids}
             scores = np.zeros((len(ids), len(ids)))
             for i, rid in enumerate(ids):
                 for j, pid in enumerate(ids):
-                    scores[i, j] = D.rnd_novelty(preds[pid], data[rid])
+                    scores[i, j] = RND.rnd_novelty(preds[pid], data[rid])
             for i, rid in enumerate(ids):
                 out[rid] = ClientDescriptor(
                     robot_id=rid, kind="rnd", num_samples=sum(len(e) for e in data[rid]),
                     scores={pid: float(scores[i, j]) for j, pid in enumerate(ids)},
-                    residual_std=float(D.rnd_residual_std(preds[rid], data[rid])), payload=preds[rid])
+                    residual_std=float(RND.rnd_residual_std(preds[rid], data[rid])), payload=preds[rid])
             extra["rnd_scores"] = scores.tolist()
             extra["rnd_residual_std"] = [out[r].residual_std for r in ids]
         else:

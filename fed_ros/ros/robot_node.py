@@ -527,7 +527,7 @@ class RobotNode(Node):
         kind = descriptor_kind_for(ann.algorithm)
         n = sum(len(e) for e in episodes)
         if kind == "rnd":
-            from fed_ros.learning.descriptors import rnd_residual_std, train_rnd_predictor
+            from fed_ros.learning.rnd_descriptor import rnd_residual_std, train_rnd_predictor
             predictor = train_rnd_predictor(episodes, seed=self.params["seed"])
             self._own_predictor = (ann.round_idx, predictor)
             desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=n, payload=predictor,
@@ -540,7 +540,7 @@ class RobotNode(Node):
 
     def _score(self, ann: Announcement) -> None:
         from fed_ros.core.strategy import ClientDescriptor
-        from fed_ros.learning.descriptors import rnd_novelty, rnd_residual_std
+        from fed_ros.learning.rnd_descriptor import rnd_novelty, rnd_residual_std
         episodes = self._episodes()
         deadline = time.monotonic() + 30.0
         peers = [r for r in ann.participants if r != self.robot_id]
