@@ -136,12 +136,18 @@ def _digest(sd: dict[str, np.ndarray]) -> str:
 class Evaluator:
     """Seeded closed-loop evaluation; identical (model, family) pairs are rolled out once."""
 
-    def __init__(self, policy_cfg: Any, episodes: int, seed: int) -> None:
+    def __init__(self, policy_cfg: Any, episodes: int, seed: int,
+                 max_steps: dict[str, int] | None = None) -> None:
         self.policy_cfg = policy_cfg
         self.episodes = int(episodes)
         self.seed = int(seed)
+        self.max_steps = dict(max_steps or {})  # per family name; absent -> the task's horizon
         self._envs: dict[tuple[str, str], Any] = {}
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
+        # (family, success, control steps) of every rollout: shows how long successful
+        # rollouts take, which is what an evaluation horizon must leave room for.
+        self.rollouts: list[tuple[str, bool, int]] = []
 
     def _env(self, task: str, variation: str) -> Any:
         key = (task, variation)
@@ -156,13 +162,16 @@ class Evaluator:
         from fed_ros.learning.runner import PolicyRunner
         from fed_ros.sim.evaluate import evaluate
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu", sample=True, seed=self.seed)
         if family.mirrored:
             runner = MirroredPolicy(runner)
         res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
-                       seed=self.seed, cameras=False, env=self._env(family.task, family.variation))
+                       seed=self.seed, cameras=False, env=self._env(family.task, family.variation),
+                       max_steps=self.max_steps.get(family.name))
         self.seconds += time.perf_counter() - t0
+        self.cpu_seconds += time.process_time() - c0
+        self.rollouts += [(family.name, bool(ok), int(n)) for ok, n in zip(res.successes, res.episode_lengths)]
         return float(res.success_rate)
 
     def evaluate_fleet(self, setting: Setting, models: dict[str, dict[str, np.ndarray]]
@@ -338,6 +347,26 @@ def _ifca_pick(strategy: Any, mem: Sequence[tuple[int, float]], eps: list[Episod
     return best, time.process_time() - t0
 
 
+def eval_horizons(setting: Setting, data: dict[str, list[Episode]], factor: float | None) -> dict[str, int]:
+    """Per family: rollouts end (as failures) after ``factor`` x its longest demonstration.
+
+    Failed rollouts run to the horizon and dominate evaluation time, while successful ones
+    finish near the expert's length, so a multiple of the longest demo keeps the success
+    rates and cuts the cost. None: the task's own horizon for every family.
+    """
+    if factor is None:
+        return {}
+    if not factor >= 1.0:
+        raise ValueError(f"eval_horizon_factor must be >= 1 (or None), got {factor!r}")
+    out: dict[str, int] = {}
+    for fam in setting.families:
+        lengths = [len(e) for eps in data.values() for e in eps
+                   if e.task == fam.task and e.variation == fam.variation]
+        if lengths:
+            out[fam.name] = int(math.ceil(factor * max(lengths)))
+    return out
+
+
 def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run one (setting, method, seed) federation and return its JSON record."""
     import torch
@@ -355,7 +384,8 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     all_eps = [e for rid in ids for e in data[rid]]
     theta0_sd = initial_state_dict(policy_cfg, seed=seed, episodes=all_eps)
     theta0 = flatten(theta0_sd)
-    evaluator = Evaluator(policy_cfg, profile.eval_episodes, seed=seed)
+    evaluator = Evaluator(policy_cfg, profile.eval_episodes, seed=seed,
+                          max_steps=eval_horizons(setting, data, profile.eval_horizon_factor))
     eval_rounds = sorted({r for r in range(profile.rounds) if (r + 1) % profile.eval_every == 0}
                          | {profile.rounds - 1})
     record: dict[str, Any] = {
@@ -444,6 +474,9 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     finally:
         evaluator.close()
     record["eval_s"] = evaluator.seconds
+    record["eval_cpu_s"] = evaluator.cpu_seconds
+    record["eval_max_steps"] = evaluator.max_steps
+    record["rollouts"] = [list(r) for r in evaluator.rollouts]
     record["wall_s"] = time.perf_counter() - t_start
     record["cpu_s"] = time.process_time() - cpu_start
     final = record["evals"][-1] if record["evals"] else {}

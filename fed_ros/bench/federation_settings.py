@@ -127,6 +127,10 @@ class Profile:
     lr: float = 3e-3
     eval_episodes: int = 5
     eval_every: int = 3  # closed-loop evaluation every this many rounds (and the last)
+    # Rollouts end as failures after this multiple of the family's longest demo (None: the
+    # task's horizon). Measured in the quick profile: successful Lift rollouts took 40-99
+    # steps (expert demos 46-53), failures ran the full 200-step horizon.
+    eval_horizon_factor: float | None = None
     seeds: tuple[int, ...] = (0,)
     methods_cross: tuple[str, ...] = ()
     methods_same: tuple[str, ...] = ()
@@ -157,7 +161,7 @@ ALL_METHODS = tuple(METHODS)
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
-                     eval_episodes=4, eval_every=3, seeds=(0,),
+                     eval_episodes=4, eval_every=3, eval_horizon_factor=2.5, seeds=(0,),
                      methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
                      overlaps=(0.0, 0.2, 0.4, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
                      partition_rounds=3),
