@@ -119,6 +119,10 @@ def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
     assert row["coassign"] == [[1.0, 1.0], [1.0, 1.0]]
     assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored"}
     assert 0.0 <= cell["final"]["mean"] <= 1.0
+    # Every rollout is recorded, and none outlasts its family's evaluation horizon.
+    horizons = cell["eval_max_steps"]
+    assert set(horizons) == {"lift", "lift_mirrored"} and cell["rollouts"]
+    assert all(0 < steps <= horizons[fam] for fam, _, steps in cell["rollouts"])
     assert len(list((out / "demos").rglob("*.npz"))) >= 4  # cached scripted demos
     report = (out / "report.md").read_text()
     assert "| fedavg |" in report and (out / "cross_family_success_vs_round.png").is_file()
@@ -128,3 +132,15 @@ def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
         raise AssertionError("finished cell was recomputed")
     monkeypatch.setattr(F, "run_cell", boom)
     assert F.main(argv) == 0
+
+
+def test_eval_horizons_scale_the_longest_demo_per_family():
+    fams = (Family("lift"), Family("lift_mirrored", mirrored=True), Family("stack", "stack"))
+    setting = Setting("s", fams, ((("lift", 1),), (("lift_mirrored", 1),)), num_clusters=2)
+    data = {"robot_0": [_episode(40), _episode(52)], "robot_1": [_episode(50)]}
+    # Mirroring changes actions only, so both lift families share the lift demos' lengths;
+    # a family without demos keeps its task horizon (absent from the map).
+    assert FR.eval_horizons(setting, data, 2.5) == {"lift": 130, "lift_mirrored": 130}
+    assert FR.eval_horizons(setting, data, None) == {}
+    with pytest.raises(ValueError, match="eval_horizon_factor"):
+        FR.eval_horizons(setting, data, 0.5)
