@@ -165,9 +165,11 @@ PROFILES: dict[str, Profile] = {
                      methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
                      overlaps=(0.0, 0.2, 0.4, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
                      partition_rounds=3),
-    "default": Profile(name="default", robots=4, demos_per_robot=12, rounds=10, local_steps=80,
-                       eval_episodes=8, eval_every=2, seeds=(0, 1),
-                       methods_cross=ALL_METHODS, methods_same=CORE_METHODS,
+    # Sized from measured idle-core costs (training ~10 ms per step, a control step with
+    # policy inference ~12.5 ms): about 45 min for three seeds with --jobs 2.
+    "default": Profile(name="default", robots=4, demos_per_robot=10, rounds=6, local_steps=80,
+                       eval_episodes=6, eval_every=3, eval_horizon_factor=2.5, seeds=(0, 1, 2),
+                       methods_cross=ALL_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
                        overlaps=(0.0, 0.1, 0.2, 0.5, 1.0), alphas=(0.1, 10.0, 1000.0),
                        partition_segments=192, partition_rounds=6),
     "gpu": Profile(name="gpu", robots=6, demos_per_robot=30, rounds=30, local_steps=300,
