@@ -20,7 +20,6 @@ from fed_ros.learning.configuration_policy import PolicyConfig
 DESCRIPTOR_SEED = 7_001  # fleet-wide: the frozen descriptor encoder
 LOWDIM_STATE_KEYS = (ep.OBJECT_STATE, ep.EEF_POS, ep.EEF_QUAT, ep.JOINT_POS, ep.GRIPPER_QPOS)
 LOWDIM_STATE_DIM = ep.OBJECT_STATE_DIM + 3 + 4 + 7 + 2
-MIN_VARIANCE = 1e-8  # descriptors must have variances > 0 (reliability V5)
 
 
 def _kaiming_(module: nn.Module, gen: torch.Generator) -> nn.Module:
@@ -89,6 +88,70 @@ def _gather(episodes: Sequence[Episode], frames: list[tuple[int, int]], mode: st
 
 # ---------------------------------------------------------------------------------------
 # FeDepth Gaussian descriptor
+#
+# The Jeffreys divergence between diagonal Gaussians sums (var_a + d^2) / var_b over channels,
+# so one channel whose variance is ~0 in one robot dominates the whole matrix. Two choices
+# keep every channel informative and on one scale:
+# * low-dim states are divided by FIXED physical scales (below; the same on every robot, so
+#   identical data still give identical descriptors) and mapped by random Fourier features
+#   cos(W x + b): bounded, never dead (no ReLU half-space), and the channel means form a
+#   kernel mean embedding of the state distribution, so they move with the data distribution;
+# * the variance floor is a fixed fraction of each encoder's nominal feature power, not an
+#   absolute 1e-8, so near-constant channels cannot produce variance ratios of 1e4.
+
+# Fixed scales of the 53-d low-dim state (LOWDIM_STATE_KEYS order): roughly the spread of
+# each quantity within one work cell. Positions and vectors in metres (5 cm: the scale of
+# object placement and of one reach), quaternion components 0.5, joints 0.25 rad, fingers 1 cm.
+# They are not fitted to any data set (per-robot statistics would make descriptors of
+# different robots incomparable).
+POSITION_SCALE_M = 0.05
+QUAT_SCALE = 0.5
+JOINT_SCALE_RAD = 0.25
+GRIPPER_SCALE_M = 0.01
+# Object-state slots (see fed_ros.sim.envs._object_state): per object position(3),
+# quaternion(4), eef->object vector(3); stack appends a vector, pick_place_can a bin position.
+_OBJECT_QUAT_SLOTS = (3, 4, 5, 6, 13, 14, 15, 16)
+# Random Fourier feature bandwidth on the scaled state: w ~ N(0, 1/L^2). With ~10-20 state
+# entries varying by ~1 scale unit, w.x varies by about 1 rad, so features neither saturate
+# into noise (too high a frequency) nor stay constant (too low).
+RFF_LENGTHSCALE = 4.0
+# Variance floor = a fixed fraction of the nominal per-channel feature power (0.5 for a
+# random-phase cosine; the image encoder's is measured on a fixed reference image), so every
+# robot uses the same floor and one channel's Jeffreys term is bounded by d^2 / floor.
+# Low-dim: Fourier channels of one robot's Lift demos have variances of 6-73 % of their power
+# (10th-90th percentile), so 1 % only lifts channels that barely move. Images: GeM features of
+# a mostly static scene vary by ~1e-4 of their power from frame to frame (synthetic test
+# images) while dead channels have exactly 0 variance, so the floor sits at 1e-4 (1 % would
+# flatten every channel).
+VARIANCE_FLOOR_FRACTION = {"lowdim": 1e-2, "image": 1e-4}
+MIN_VARIANCE = 1e-8  # absolute lower bound on top of the relative floor (variances > 0, V5)
+
+
+def lowdim_state_scale() -> np.ndarray:
+    """(LOWDIM_STATE_DIM,) fixed fleet-wide scales dividing the raw low-dim state."""
+    obj = np.full(ep.OBJECT_STATE_DIM, POSITION_SCALE_M)
+    obj[list(_OBJECT_QUAT_SLOTS)] = QUAT_SCALE
+    scale = np.concatenate([obj, np.full(3, POSITION_SCALE_M), np.full(4, QUAT_SCALE),
+                            np.full(7, JOINT_SCALE_RAD), np.full(2, GRIPPER_SCALE_M)])
+    assert scale.shape == (LOWDIM_STATE_DIM,)
+    return scale
+
+
+class RandomFourierFeatures(nn.Module):
+    """cos(W (x / scale) + b), W ~ N(0, 1/L^2), b ~ U[0, 2 pi): (n, 53) -> (n, width), in [-1, 1]."""
+
+    def __init__(self, scale: np.ndarray, width: int, lengthscale: float, gen: torch.Generator) -> None:
+        super().__init__()
+        if width < 1 or not lengthscale > 0:
+            raise ValueError(f"width must be >= 1 and lengthscale > 0, got {width!r}, {lengthscale!r}")
+        d = scale.shape[0]
+        self.register_buffer("inv_scale", torch.from_numpy(1.0 / np.asarray(scale, np.float64)))
+        self.register_buffer("W", torch.randn((d, width), generator=gen, dtype=torch.float64) / lengthscale)
+        self.register_buffer("b", torch.rand((width,), generator=gen, dtype=torch.float64) * 2 * np.pi)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Features of (n, d) float64 states."""
+        return torch.cos((x * self.inv_scale) @ self.W + self.b)
 
 
 def frozen_image_encoder(seed: int = DESCRIPTOR_SEED) -> nn.Module:
@@ -99,9 +162,8 @@ def frozen_image_encoder(seed: int = DESCRIPTOR_SEED) -> nn.Module:
 
 
 def frozen_lowdim_encoder(seed: int = DESCRIPTOR_SEED, width: int = 64) -> nn.Module:
-    """Fixed random-feature map of the low-dim state: relu(W x + b), (n, 53) -> (n, width)."""
-    enc = nn.Sequential(nn.Linear(LOWDIM_STATE_DIM, width), nn.ReLU())
-    return _kaiming_(enc.double(), _gen(seed)).eval().requires_grad_(False)
+    """Fixed random Fourier features of the scaled low-dim state: (n, 53) -> (n, width) in [-1, 1]."""
+    return RandomFourierFeatures(lowdim_state_scale(), width, RFF_LENGTHSCALE, _gen(seed)).eval()
 
 
 def gem_pool(maps: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Tensor:
@@ -112,10 +174,22 @@ def gem_pool(maps: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Ten
 
 
 @torch.no_grad()
+def image_feature_power(height: int, width: int, p: float = 3.0, seed: int = DESCRIPTOR_SEED) -> float:
+    """Nominal per-channel power (mean square) of the image descriptor's GeM features.
+
+    Measured on one fixed reference image (uniform noise from ``seed``) of the given size,
+    so it is a fleet-wide constant of the encoder, not a statistic of any robot's data.
+    """
+    ref = torch.rand((1, 3, height, width), generator=_gen(seed + 1), dtype=torch.float64)
+    feats = gem_pool(frozen_image_encoder(seed)(ref), p)
+    return float(feats.pow(2).mean())
+
+
+@torch.no_grad()
 def descriptor_features(episodes: Sequence[Episode], n_frames: int | None = 64, seed: int = 0,
                         p: float = 3.0, mode: str = "auto",
                         policy_cfg: PolicyConfig | None = None) -> np.ndarray:
-    """Per-frame descriptor vectors (n, C): GeM-pooled frozen-encoder features."""
+    """Per-frame descriptor vectors (n, C): GeM-pooled conv features or low-dim Fourier features."""
     episodes = list(episodes)
     mode = _detect_mode(episodes, policy_cfg) if mode == "auto" else mode
     x = _gather(episodes, _sample_frames(episodes, n_frames, seed), mode)
@@ -127,22 +201,41 @@ def descriptor_features(episodes: Sequence[Episode], n_frames: int | None = 64, 
     return feats.numpy()
 
 
+def variance_floor(mode: str, image_hw: tuple[int, int] | None = None, p: float = 3.0) -> float:
+    """Per-channel variance floor: VARIANCE_FLOOR_FRACTION of the encoder's nominal feature power."""
+    if mode == "lowdim":
+        power = 0.5  # E[cos^2(u + b)] for a uniform random phase b
+    elif mode == "image":
+        if image_hw is None:
+            raise ValueError("image variance floor needs the image size (height, width)")
+        power = image_feature_power(int(image_hw[0]), int(image_hw[1]), p)
+    else:
+        raise ValueError(f"descriptor mode must be 'image' or 'lowdim', got {mode!r}")
+    return max(VARIANCE_FLOOR_FRACTION[mode] * power, MIN_VARIANCE)
+
+
 def gaussian_descriptor(episodes: Sequence[Episode], n_frames: int | None = 64, seed: int = 0,
                         p: float = 3.0, mode: str = "auto",
                         policy_cfg: PolicyConfig | None = None,
                         state_dict: dict[str, np.ndarray] | None = None
                         ) -> tuple[np.ndarray, np.ndarray]:
-    """FeDepth descriptor: per-channel (mean, variance) of GeM features over sampled frames.
+    """FeDepth descriptor: per-channel (mean, variance) of the frozen features over sampled frames.
 
     The encoder is a frozen fixed-seed network shared by the whole fleet, so descriptors of
-    different robots are comparable. ``policy_cfg`` only chooses image vs low-dim inputs;
-    ``state_dict`` is accepted for interface symmetry and not used (a robot's own trained
-    trunk would make descriptors of different robots incomparable).
+    different robots are comparable. Variances are floored at `variance_floor` (a fixed
+    fraction of the feature scale, the same on every robot). ``policy_cfg`` only chooses
+    image vs low-dim inputs; ``state_dict`` is accepted for interface symmetry and not used
+    (a robot's own trained trunk would make descriptors of different robots incomparable).
     """
     del state_dict
+    episodes = list(episodes)
+    mode = _detect_mode(episodes, policy_cfg) if mode == "auto" else mode
     feats = descriptor_features(episodes, n_frames, seed, p, mode, policy_cfg)
+    hw = None
+    if mode == "image":
+        hw = episodes[0].observations[ep.AGENTVIEW_IMAGE].shape[1:3]
     mean = feats.mean(0)
-    var = np.maximum(feats.var(0), MIN_VARIANCE)
+    var = np.maximum(feats.var(0), variance_floor(mode, hw, p))
     return mean.astype(np.float64), var.astype(np.float64)
 
 
