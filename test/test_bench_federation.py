@@ -42,6 +42,53 @@ def test_mirrored_policy_negates_commands():
     assert p.act({}).tolist() == [-0.5, 0.25, pytest.approx(0.1), 1.0]
 
 
+def test_offset_cell_shifts_absolute_positions_only():
+    rng = np.random.default_rng(0)
+    obs = {"eef_pos": rng.normal(size=(4, 3)).astype(np.float32),
+           "object_state": rng.normal(size=(4, 32)).astype(np.float32),
+           "joint_pos": rng.normal(size=(4, 7)).astype(np.float32)}
+    ep = Episode(task="lift", instruction="lift the red cube", observations=obs,
+                 actions=rng.uniform(-1, 1, size=(4, ACTION_DIM)))
+    off = (0.0, 0.06, -0.01)
+    moved = FR.offset_episode(ep, off)
+    assert np.allclose(moved.observations["eef_pos"], obs["eef_pos"] + np.float32(off))
+    assert np.allclose(moved.observations["object_state"][:, :3], obs["object_state"][:, :3] + np.float32(off))
+    # quaternion, eef->object vector, joints and actions (deltas) do not move with the cell
+    assert np.array_equal(moved.observations["object_state"][:, 3:], obs["object_state"][:, 3:])
+    assert moved.observations["joint_pos"] is obs["joint_pos"] and moved.actions is ep.actions
+    assert np.array_equal(ep.observations["eef_pos"], obs["eef_pos"])  # the pool demo is untouched
+    fam = Family("b", "lift", "default", True, off)
+    both = FR.family_episode(ep, fam)
+    assert np.allclose(both.actions[:, :2], -ep.actions[:, :2])
+    assert np.allclose(both.observations["eef_pos"], moved.observations["eef_pos"])
+    with pytest.raises(ValueError, match="task"):
+        FR.offset_observations(obs, "wipe", off)
+    with pytest.raises(ValueError, match="cell_offset"):
+        Family("bad", cell_offset=(0.0, 5.0, 0.0))
+
+    class Echo:
+        def reset(self):
+            pass
+
+        def act(self, o):
+            return np.asarray(o["eef_pos"], dtype=np.float32)
+
+    frame = {k: v[0] for k, v in obs.items()}
+    assert np.allclose(FR.OffsetCellPolicy(Echo(), "lift", off).act(frame), frame["eef_pos"] + np.float32(off))
+
+
+def test_overlap_setting_has_input_skewed_domains_and_two_unequal_bridges():
+    prof = PROFILES["quick"]
+    ov = overlap_setting(prof)
+    a, b = ov.families
+    assert b.mirrored and any(b.cell_offset) and not a.mirrored and not any(a.cell_offset)
+    mixes = [dict(m) for m in ov.robots]
+    bridges = [m for m in mixes if len(m) == 2]
+    assert len(bridges) == 2 and all(sum(m.values()) == prof.demos_per_robot for m in mixes)
+    # one bridge leans to each domain (equal mixtures would merge everything, see fedepth)
+    assert bridges[0][a.name] > bridges[0][b.name] and bridges[1][b.name] > bridges[1][a.name]
+
+
 def test_intra_inter_and_coassignment():
     sim = np.array([[1.0, 0.9, 0.1], [0.9, 1.0, 0.2], [0.1, 0.2, 1.0]])
     intra, inter = FR.intra_inter(sim, ["a", "a", "b"])

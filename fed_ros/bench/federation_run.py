@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fed_ros.core.episode import Episode
+from fed_ros.core.episode import EEF_POS, OBJECT_STATE, Episode
 from fed_ros.bench.federation_settings import Family, Method, Profile, Setting
 
 log = logging.getLogger("fed_ros.bench.federation")
@@ -36,6 +36,42 @@ def mirror_episode(ep: Episode) -> Episode:
     return Episode(task=ep.task, instruction=ep.instruction, observations=ep.observations,
                    actions=actions, variation=ep.variation, robot_id=ep.robot_id,
                    success=ep.success, metadata=dict(ep.metadata, mirrored="1"))
+
+
+# Object-state entries holding absolute base-frame positions (fed_ros.sim.envs._object_state:
+# per object position(3), quaternion(4), eef->object vector(3); pick_place_can appends the
+# bin position at 10). Vectors between things do not move with a work-cell offset.
+_OBJECT_POSITION_SLOTS = {"lift": (0,), "stack": (0, 10), "pick_place_can": (0, 10)}
+
+
+def offset_observations(obs: dict[str, np.ndarray], task: str, offset: Sequence[float]
+                        ) -> dict[str, np.ndarray]:
+    """Observations (one frame or a (T, ...) stack) seen from a work cell offset by ``offset`` m."""
+    if task not in _OBJECT_POSITION_SLOTS:
+        raise ValueError(f"no work-cell offset defined for task {task!r}; known: {sorted(_OBJECT_POSITION_SLOTS)}")
+    off = np.asarray(offset, dtype=np.float32)
+    out = dict(obs)
+    out[EEF_POS] = np.asarray(obs[EEF_POS]) + off
+    state = np.array(obs[OBJECT_STATE], dtype=np.float32, copy=True)
+    for s in _OBJECT_POSITION_SLOTS[task]:
+        state[..., s:s + 3] += off
+    out[OBJECT_STATE] = state
+    return out
+
+
+def offset_episode(ep: Episode, offset: Sequence[float]) -> Episode:
+    """The same demo recorded in a work cell offset by ``offset`` (absolute positions shifted)."""
+    return Episode(task=ep.task, instruction=ep.instruction,
+                   observations=offset_observations(ep.observations, ep.task, offset),
+                   actions=ep.actions, variation=ep.variation, robot_id=ep.robot_id,
+                   success=ep.success, metadata=dict(ep.metadata, cell_offset=",".join(f"{v:g}" for v in offset)))
+
+
+def family_episode(ep: Episode, family: Family) -> Episode:
+    """A pool demo as the family's arm records it (work-cell offset, mirrored commands)."""
+    if any(family.cell_offset):
+        ep = offset_episode(ep, family.cell_offset)
+    return mirror_episode(ep) if family.mirrored else ep
 
 
 class DemoCache:
@@ -100,7 +136,7 @@ class DemoCache:
                 k = (f.task, f.variation)
                 chunk = pools[k][used[k]:used[k] + count]
                 used[k] += count
-                eps += [mirror_episode(e) if f.mirrored else e for e in chunk]
+                eps += [family_episode(e, f) for e in chunk]
             out[rid] = eps
         return out
 
@@ -123,6 +159,21 @@ class MirroredPolicy:
         a = np.array(self.policy.act(obs), dtype=np.float32)
         a[:2] *= -1.0
         return a
+
+
+class OffsetCellPolicy:
+    """Closed-loop adapter of an arm in an offset work cell: observations shifted as in its demos."""
+
+    def __init__(self, policy: Any, task: str, offset: Sequence[float]) -> None:
+        self.policy, self.task, self.offset = policy, task, tuple(offset)
+
+    def reset(self) -> None:
+        """Start a new episode."""
+        self.policy.reset()
+
+    def act(self, obs: dict[str, Any]) -> np.ndarray:
+        """Policy action for the observation expressed in the offset cell."""
+        return self.policy.act(offset_observations(obs, self.task, self.offset))
 
 
 def _digest(sd: dict[str, np.ndarray]) -> str:
@@ -164,6 +215,8 @@ class Evaluator:
 
         t0, c0 = time.perf_counter(), time.process_time()
         runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu", sample=True, seed=self.seed)
+        if any(family.cell_offset):
+            runner = OffsetCellPolicy(runner, family.task, family.cell_offset)
         if family.mirrored:
             runner = MirroredPolicy(runner)
         res = evaluate(runner, family.task, family.variation, episodes=self.episodes,

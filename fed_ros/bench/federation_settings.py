@@ -24,12 +24,26 @@ class Family:
     needs the opposite x/y end-effector command (an embodiment/calibration skew). Its demos
     are the scripted expert's with x/y negated, and closed-loop actions are negated back
     before they reach the simulator, which is exactly what such an arm's controller sees.
+
+    ``cell_offset``: the family works in its own work cell whose origin sits this far (m)
+    from the shared frame's, so every absolute position it observes (end effector, objects,
+    targets) is shifted by it; relative vectors, joints and actions (deltas) are unchanged.
+    Demos and closed-loop observations are shifted the same way by the bench. This is an
+    input-distribution skew (what FeDepth's descriptor sees) with no effect on the physics.
     """
 
     name: str
     task: str = "lift"
     variation: str = "default"
     mirrored: bool = False
+    cell_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        off = tuple(float(v) for v in self.cell_offset)
+        if len(off) != 3 or not all(math.isfinite(v) and abs(v) <= 1.0 for v in off):
+            raise ValueError(f"family {self.name!r}: cell_offset must be 3 finite metres within "
+                             f"[-1, 1], got {self.cell_offset!r}")
+        object.__setattr__(self, "cell_offset", off)
 
 
 @dataclass(frozen=True)
@@ -134,7 +148,9 @@ class Profile:
     seeds: tuple[int, ...] = (0,)
     methods_cross: tuple[str, ...] = ()
     methods_same: tuple[str, ...] = ()
-    overlaps: tuple[float, ...] = (0.0, 0.2, 1.0)
+    # FeDepth target overlaps of the overlap sweep. Its 5-robot setting reaches 0, 40, 60
+    # and 100 %; 20 % (one bridging robot) cannot occur (fed_ros.core.fedepth).
+    overlaps: tuple[float, ...] = (0.0, 0.4, 1.0)
     rnd_robots_per_group: int = 2
     rnd_demos_per_robot: int = 3
     alphas: tuple[float, ...] = (0.1, 1000.0)
@@ -163,19 +179,19 @@ PROFILES: dict[str, Profile] = {
     "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
                      eval_episodes=4, eval_every=3, eval_horizon_factor=2.5, seeds=(0,),
                      methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                     overlaps=(0.0, 0.2, 0.4, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
+                     overlaps=(0.0, 0.4, 0.6, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
                      partition_rounds=3),
     # Sized from measured idle-core costs (training ~10 ms per step, a control step with
     # policy inference ~12.5 ms): about 45 min for three seeds with --jobs 2.
     "default": Profile(name="default", robots=4, demos_per_robot=10, rounds=6, local_steps=80,
                        eval_episodes=6, eval_every=3, eval_horizon_factor=2.5, seeds=(0, 1, 2),
                        methods_cross=ALL_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                       overlaps=(0.0, 0.1, 0.2, 0.5, 1.0), alphas=(0.1, 10.0, 1000.0),
+                       overlaps=(0.0, 0.4, 0.6, 1.0), alphas=(0.1, 10.0, 1000.0),
                        partition_segments=192, partition_rounds=6),
     "gpu": Profile(name="gpu", robots=6, demos_per_robot=30, rounds=30, local_steps=300,
                    eval_episodes=20, eval_every=5, seeds=(0, 1, 2),
                    methods_cross=ALL_METHODS, methods_same=ALL_METHODS,
-                   overlaps=(0.0, 0.1, 0.2, 0.3, 0.5, 1.0), alphas=(0.1, 1.0, 10.0, 1000.0),
+                   overlaps=(0.0, 0.4, 0.6, 1.0), alphas=(0.1, 1.0, 10.0, 1000.0),
                    partition_segments=512, partition_rounds=20,
                    policy={"embed_dim": 64, "window": 5, "transformer_layers": 2,
                            "transformer_heads": 4, "transformer_ff": 256, "text_dim": 256}),
@@ -211,17 +227,35 @@ def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
                    description=f"Lift with object-size variations, Dir(alpha={alpha}) per robot")
 
 
+# Work cell of the mirrored domain in the overlap setting, relative to the shared frame (m):
+# comparable to Lift's cube placement range, so single frames of the two domains overlap
+# (a small policy cannot simply read the domain off its input) while a robot's frame
+# distribution, which FeDepth's descriptor summarises, clearly shifts.
+OVERLAP_CELL_OFFSET = (0.0, 0.06, 0.0)
+
+
 def overlap_setting(profile: Profile) -> Setting:
-    """FeDepth's overlapping domains: pure and mixed robots over two conflicting families."""
-    fams = (Family("lift", "lift", "small_objects", False),
-            Family("lift_mirrored", "lift", "big_objects", True))
+    """FeDepth's overlapping domains: two conflicting domains and two mixed (bridge) robots.
+
+    Domain A: normal arms; domain B: mirrored arms (opposite x/y commands, so averaging the
+    domains hurts) working in a second work cell offset by OVERLAP_CELL_OFFSET (so their
+    inputs differ). Robots 0-1 hold A, robot 4 holds B, robot 2 mostly A with some B and
+    robot 3 the reverse. The bridges are unequal mixtures on purpose: each bridge is close
+    to its own side and to the other bridge, so soft clustering gives two clusters that share
+    both bridges (overlap 2/5); equal mixtures would be equidistant from both sides, and
+    their neighbourhoods would merge everything (fed_ros.core.fedepth: a cluster pair cannot
+    share one client).
+    """
+    fams = (Family("lift", "lift", "default", False),
+            Family("lift_mirrored_cell", "lift", "default", True, OVERLAP_CELL_OFFSET))
     d = profile.demos_per_robot
-    robots = (((fams[0].name, d),), ((fams[0].name, d),),
-              ((fams[0].name, d // 2), (fams[1].name, d - d // 2)),
-              ((fams[1].name, d),), ((fams[1].name, d),))
+    minor = max(1, d // 4)
+    a, b = fams[0].name, fams[1].name
+    robots = (((a, d),), ((a, d),), ((a, d - minor), (b, minor)), ((a, minor), (b, d - minor)), ((b, d),))
     return Setting("overlap", fams, robots, num_clusters=2,
-                   description="two domains (small cubes / normal arm, big cubes / mirrored arm) "
-                               "and one robot holding both")
+                   description="domain A (normal arms) and domain B (mirrored arms in a work cell "
+                               f"offset by {OVERLAP_CELL_OFFSET} m); robots 2 and 3 hold unequal "
+                               "mixtures of both")
 
 
 def rnd_setting(profile: Profile) -> Setting:
