@@ -332,18 +332,22 @@ def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_
                 out[rid] = ClientDescriptor(robot_id=rid, kind="gaussian", mean=np.asarray(mean),
                                             variance=np.asarray(var), num_samples=sum(len(e) for e in data[rid]))
         elif kind == "rnd":
-            preds = {rid: RND.train_rnd_predictor(data[rid], seed=seed) for rid in ids}
+            # As the fleet robots do (robot_node DESCRIBE/SCORE): s_ii and sigma_i held out
+            # by fit_rnd, s_ij = peer j's predictor on all of robot i's frames.
+            fits = {rid: RND.fit_rnd(data[rid], seed=seed) for rid in ids}
             scores = np.zeros((len(ids), len(ids)))
             for i, rid in enumerate(ids):
                 for j, pid in enumerate(ids):
-                    scores[i, j] = RND.rnd_novelty(preds[pid], data[rid])
+                    scores[i, j] = (fits[rid].self_novelty if i == j
+                                    else RND.rnd_novelty(fits[pid].predictor, data[rid]))
             for i, rid in enumerate(ids):
                 out[rid] = ClientDescriptor(
                     robot_id=rid, kind="rnd", num_samples=sum(len(e) for e in data[rid]),
                     scores={pid: float(scores[i, j]) for j, pid in enumerate(ids)},
-                    residual_std=float(RND.rnd_residual_std(preds[rid], data[rid])), payload=preds[rid])
+                    residual_std=fits[rid].residual_std, payload=fits[rid].predictor)
             extra["rnd_scores"] = scores.tolist()
             extra["rnd_residual_std"] = [out[r].residual_std for r in ids]
+            extra["rnd_cv_folds"] = [fits[r].folds for r in ids]
         else:
             raise ValueError(f"bench cannot compute descriptor kind {kind!r}")
         extra[f"descriptor_cpu_s_{kind}"] = time.process_time() - t0

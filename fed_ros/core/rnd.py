@@ -1,7 +1,10 @@
 """RND federations: novelty matrix -> eps-sigma compatibility -> connected components.
 
 Robot i evaluates every peer's RND predictor j on its own data: s_ij (its novelty matrix
-row) and sigma_i (std of its own residuals). j is compatible with i iff
+row). Its self-novelty s_ii and sigma_i (std of its own residuals) must be measured on
+episodes its own predictor was not trained on (`fed_ros.learning.rnd_descriptor.fit_rnd`),
+so that s_ii is comparable with a peer's s_ij; on training frames an overfitted predictor
+makes every peer look novel. j is compatible with i iff
 
     s_ij <= s_ii + eps * sigma_i.
 

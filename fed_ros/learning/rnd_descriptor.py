@@ -1,13 +1,18 @@
 """RND descriptors: a fleet-wide fixed random target, per-robot predictors, novelty scores.
 
 Robot j trains a small predictor to regress the fixed random target network (same seed on
-every robot) on its local frames; peers evaluate it on their own frames (novelty s_ij);
-the residual spread sigma_i of a robot's own predictor sets the compatibility margin
-(`fed_ros.core.rnd`). Predictors travel as safetensors bytes (no code is run on load).
+every robot) on its local frames; peers evaluate it on their own frames (novelty s_ij).
+A robot's own self-novelty s_ii and residual spread sigma_i (the compatibility margin of
+`fed_ros.core.rnd`) are measured on frames its predictor has NOT seen: episode-level
+K-fold cross-validation (:func:`fit_rnd`). Measured on its training frames instead, an
+overfitted predictor makes every peer, even one in the same work cell, look novel.
+Predictors travel as safetensors bytes (no code is run on load).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -17,14 +22,52 @@ import torch.nn.functional as F
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
+from fed_ros.core import episode as ep
 from fed_ros.core.episode import Episode
-from fed_ros.learning.descriptors import LOWDIM_STATE_DIM, _detect_mode, _gather, _gen, _kaiming_, _sample_frames
+from fed_ros.learning.descriptors import (LOWDIM_STATE_DIM, LOWDIM_STATE_KEYS, _detect_mode, _gather, _gen,
+                                          _kaiming_, _sample_frames)
 
 RND_TARGET_SEED = 7_002  # fleet-wide: the RND target network
 RND_IMAGE_SIZE = 32  # images are average-pooled to this side before RND
 RND_OUT_DIM = 64
+RND_FORMAT = "fed_ros.rnd.v2"  # v2: low-dim inputs in fleet-wide fixed units (v1 predictors are rejected)
+RND_CV_FOLDS = 3  # folds of the episode-level cross-validation of s_ii and sigma_i
+# Low-dim RND inputs are expressed in fleet-wide FIXED units before the target sees them:
+# lengths (positions, eef->object vectors, finger openings; metres in the observation) in
+# units of RND_LENGTH_M, angles (rad) and quaternion components unchanged. Raw, a 5 cm
+# object displacement moves the input as little as a 0.05 rad joint wobble, so the random
+# target barely separates work cells while per-episode nuisances (cube yaw, arm posture)
+# dominate the novelty. Burda et al. standardise RND inputs with running statistics, but
+# per-robot statistics would give every robot a different input map and make predictors
+# incomparable across robots; fixed constants of the fleet-wide observation layout give
+# every robot the identical map. 0.1 m is the tabletop manipulation scale (objects and
+# their displacements are centimetres to decimetres); the benchmark measured the same
+# federations with 0.05 m and 0.2 m (docs/benchmark.md), so the value is not critical.
+RND_LENGTH_M = 0.1
+# object_state layout (fed_ros.sim.envs.ArmEnv._object_state, fed_ros.sim.experts.OBJECT_STRIDE):
+# per object 10 values: position (3), quaternion xyzw (4), eef->object vector (3); task extras
+# (Stack's cubeA->cubeB, PickPlaceCan's bin position) are positions in the next slots.
+OBJECT_STRIDE = 10
+OBJECT_QUAT_SLOTS = range(3, 7)
 
 
+def lowdim_input_scale() -> torch.Tensor:
+    """(LOWDIM_STATE_DIM,) fleet-wide divisors of the low-dim RND input (see RND_LENGTH_M)."""
+    sizes = {ep.OBJECT_STATE: ep.OBJECT_STATE_DIM, ep.EEF_POS: 3, ep.EEF_QUAT: 4, ep.JOINT_POS: 7,
+             ep.GRIPPER_QPOS: 2}
+    parts = []
+    for key in LOWDIM_STATE_KEYS:
+        n = sizes[key]
+        if key == ep.OBJECT_STATE:
+            parts += [1.0 if i % OBJECT_STRIDE in OBJECT_QUAT_SLOTS else RND_LENGTH_M for i in range(n)]
+        elif key in (ep.EEF_POS, ep.GRIPPER_QPOS):
+            parts += [RND_LENGTH_M] * n
+        else:  # quaternion components, joint angles (rad): already O(1)
+            parts += [1.0] * n
+    scale = torch.tensor(parts, dtype=torch.float64)
+    if scale.numel() != LOWDIM_STATE_DIM:
+        raise ValueError(f"RND input scale has {scale.numel()} entries, expected {LOWDIM_STATE_DIM}")
+    return scale
 
 
 class _RNDImageNet(nn.Module):
@@ -52,9 +95,16 @@ def _rnd_net(mode: str, role: str) -> nn.Module:
 
 
 def _rnd_inputs(x: torch.Tensor, mode: str) -> torch.Tensor:
-    if mode == "image" and x.shape[-1] != RND_IMAGE_SIZE:
-        x = F.adaptive_avg_pool2d(x, RND_IMAGE_SIZE)
-    return x.float()
+    """Gathered frames -> RND inputs: images pooled (already in [0, 1]); states in fixed units."""
+    if mode == "image":
+        if x.shape[-1] != RND_IMAGE_SIZE:
+            x = F.adaptive_avg_pool2d(x, RND_IMAGE_SIZE)
+        return x.float()
+    return (x / lowdim_input_scale()).float()
+
+
+def _inputs(episodes: Sequence[Episode], mode: str, max_frames: int | None, seed: int) -> torch.Tensor:
+    return _rnd_inputs(_gather(episodes, _sample_frames(episodes, max_frames, seed), mode), mode)
 
 
 class RNDModels:
@@ -80,16 +130,16 @@ class RNDModels:
         return torch.cat(out)
 
 
-def train_rnd_predictor(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto",
-                        steps: int = 300, lr: float = 1e-3, batch_size: int = 128,
-                        max_frames: int | None = 4096, target_seed: int = RND_TARGET_SEED) -> bytes:
-    """Train a predictor to regress the fixed target on local frames (MSE); safetensors bytes."""
-    episodes = list(episodes)
+def _check_training_args(steps: int, batch_size: int, lr: float) -> None:
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be >= 1, got {steps}, {batch_size}")
-    mode = _detect_mode(episodes, None) if mode == "auto" else mode
-    models = RNDModels(mode, target_seed)
-    x = _rnd_inputs(_gather(episodes, _sample_frames(episodes, max_frames, seed), mode), mode)
+    if not np.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be finite and > 0, got {lr!r}")
+
+
+def _fit_predictor(models: RNDModels, x: torch.Tensor, seed: int, steps: int, lr: float,
+                   batch_size: int) -> nn.Module:
+    """Regress the fixed target on inputs ``x`` (MSE); deterministic given ``seed``."""
     with torch.no_grad():
         y = models.target(x)
     predictor = models.new_predictor(seed + 1)
@@ -102,9 +152,95 @@ def train_rnd_predictor(episodes: Sequence[Episode], seed: int = 0, mode: str = 
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    meta = {"mode": mode, "target_seed": str(target_seed), "format": "fed_ros.rnd.v1"}
+    return predictor.eval()
+
+
+def _to_bytes(predictor: nn.Module, mode: str, target_seed: int) -> bytes:
+    meta = {"mode": mode, "target_seed": str(target_seed), "format": RND_FORMAT}
     tensors = {k: v.detach().contiguous() for k, v in predictor.state_dict().items()}
     return st_save(tensors, metadata=meta)
+
+
+def train_rnd_predictor(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto",
+                        steps: int = 300, lr: float = 1e-3, batch_size: int = 128,
+                        max_frames: int | None = 4096, target_seed: int = RND_TARGET_SEED) -> bytes:
+    """Train a predictor to regress the fixed target on local frames (MSE); safetensors bytes."""
+    episodes = list(episodes)
+    _check_training_args(steps, batch_size, lr)
+    mode = _detect_mode(episodes, None) if mode == "auto" else mode
+    models = RNDModels(mode, target_seed)
+    predictor = _fit_predictor(models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size)
+    return _to_bytes(predictor, mode, target_seed)
+
+
+@dataclass(frozen=True)
+class RNDFit:
+    """What a robot publishes about itself: its predictor and its held-out self-novelty."""
+
+    predictor: bytes  # trained on ALL local episodes; peers evaluate it on their frames (s_ji)
+    self_novelty: float  # s_ii: mean held-out squared residual (episode-level cross-validation)
+    residual_std: float  # sigma_i: std of the same held-out per-frame residuals
+    folds: int  # cross-validation folds actually used
+
+
+def _time_blocks(episode: Episode, k: int) -> list[Episode]:
+    """Cut one episode into ``k`` contiguous time blocks (pseudo-episodes for the split)."""
+    cuts = np.linspace(0, len(episode), k + 1).round().astype(int)
+    return [dataclasses.replace(episode, observations={key: v[a:b] for key, v in episode.observations.items()},
+                                actions=episode.actions[a:b])
+            for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def episode_folds(n_episodes: int, seed: int, folds: int = RND_CV_FOLDS) -> list[list[int]]:
+    """Deterministic episode-level K-fold split: K = min(folds, n) folds of episode indices.
+
+    The episodes are permuted with ``seed`` and dealt round-robin, so every episode is held
+    out exactly once and every fold holds out at least one episode.
+    """
+    if n_episodes < 2:
+        raise ValueError(f"a held-out split needs >= 2 episodes, got {n_episodes}")
+    if folds < 2:
+        raise ValueError(f"folds must be >= 2, got {folds}")
+    k = min(folds, n_episodes)
+    order = np.random.default_rng(seed).permutation(n_episodes)
+    return [sorted(int(i) for i in order[f::k]) for f in range(k)]
+
+
+def fit_rnd(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto", folds: int = RND_CV_FOLDS,
+            steps: int = 300, lr: float = 1e-3, batch_size: int = 128, max_frames: int | None = 4096,
+            target_seed: int = RND_TARGET_SEED) -> RNDFit:
+    """A robot's RND descriptor in one call: predictor bytes, held-out s_ii and sigma_i.
+
+    Rule: the shipped predictor is trained on all local episodes. s_ii and sigma_i come from
+    episode-level K-fold cross-validation (K = min(``folds``, episodes), split by ``seed``,
+    :func:`episode_folds`): for each fold a predictor (same seed and settings) is trained on
+    the other episodes and its per-frame residuals on the held-out episodes are pooled; s_ii
+    is their mean and sigma_i their std. So s_ii, like a peer's s_ij, is the novelty of a
+    predictor on episodes it has not seen (slightly pessimistic: the fold predictors saw
+    fewer episodes). A robot with a single episode splits it into K contiguous time blocks.
+    Cost: K + 1 predictor trainings.
+    """
+    episodes = list(episodes)
+    if not episodes:
+        raise ValueError("fit_rnd needs at least one episode")
+    _check_training_args(steps, batch_size, lr)
+    mode = _detect_mode(episodes, None) if mode == "auto" else mode
+    units = episodes
+    if len(units) == 1:
+        if len(units[0]) < 2:
+            raise ValueError(f"a single episode of {len(units[0])} frame(s) cannot be split for held-out novelty")
+        units = _time_blocks(units[0], min(max(2, folds), len(units[0])))
+    models = RNDModels(mode, target_seed)
+    residuals = []
+    for held in episode_folds(len(units), seed, folds):
+        held_set = set(held)
+        train = [u for i, u in enumerate(units) if i not in held_set]
+        predictor = _fit_predictor(models, _inputs(train, mode, max_frames, seed), seed, steps, lr, batch_size)
+        residuals.append(models.residuals(predictor, _inputs([units[i] for i in held], mode, max_frames, seed)))
+    res = torch.cat(residuals).double().numpy()
+    full = _fit_predictor(models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size)
+    return RNDFit(predictor=_to_bytes(full, mode, target_seed), self_novelty=float(res.mean()),
+                  residual_std=float(res.std()), folds=len(residuals))
 
 
 def load_rnd_predictor(blob: bytes) -> tuple[nn.Module, RNDModels]:
@@ -116,7 +252,7 @@ def load_rnd_predictor(blob: bytes) -> tuple[nn.Module, RNDModels]:
         raise ValueError("RND predictor payload has a corrupt header")
     header = json.loads(bytes(blob[8:8 + n]).decode())
     meta = header.get("__metadata__") or {}
-    if meta.get("format") != "fed_ros.rnd.v1":
+    if meta.get("format") != RND_FORMAT:
         raise ValueError(f"RND predictor payload has unknown format {meta.get('format')!r}")
     models = RNDModels(meta["mode"], int(meta["target_seed"]))
     predictor = models.new_predictor(0)
@@ -132,10 +268,7 @@ def rnd_residuals(predictor_bytes: bytes, episodes: Sequence[Episode], max_frame
                   seed: int = 0) -> np.ndarray:
     """Per-frame squared residuals of a predictor on (a sample of) local frames."""
     predictor, models = load_rnd_predictor(predictor_bytes)
-    episodes = list(episodes)
-    x = _rnd_inputs(_gather(episodes, _sample_frames(episodes, max_frames, seed), models.mode),
-                    models.mode)
-    return models.residuals(predictor, x).double().numpy()
+    return models.residuals(predictor, _inputs(list(episodes), models.mode, max_frames, seed)).double().numpy()
 
 
 def rnd_novelty(predictor_bytes: bytes, episodes: Sequence[Episode], max_frames: int | None = 2048,
@@ -146,5 +279,9 @@ def rnd_novelty(predictor_bytes: bytes, episodes: Sequence[Episode], max_frames:
 
 def rnd_residual_std(predictor_bytes: bytes, episodes: Sequence[Episode],
                      max_frames: int | None = 2048, seed: int = 0) -> float:
-    """sigma_i: std of the per-frame residuals of a predictor on its own robot's frames."""
+    """Std of a predictor's per-frame residuals on these episodes.
+
+    Not sigma_i of the compatibility rule when these are the predictor's own training
+    frames (use :func:`fit_rnd`, which measures it on held-out episodes).
+    """
     return float(rnd_residuals(predictor_bytes, episodes, max_frames, seed).std())

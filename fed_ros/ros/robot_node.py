@@ -148,7 +148,7 @@ class RobotNode(Node):
         self._jobs: queue.Queue = queue.Queue()
         self._update_senders: dict[int, tuple[ChunkedSender, dict[str, Any]]] = {}
         self._peer_predictors: dict[tuple[int, str], bytes] = {}
-        self._own_predictor: tuple[int, bytes] | None = None
+        self._own_predictor: tuple[int, Any] | None = None  # (round, RNDFit) from DESCRIBE
         self._bulk: BulkServer | None = None
         self._stop = threading.Event()
         self._arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
@@ -527,11 +527,13 @@ class RobotNode(Node):
         kind = descriptor_kind_for(ann.algorithm)
         n = sum(len(e) for e in episodes)
         if kind == "rnd":
-            from fed_ros.learning.rnd_descriptor import rnd_residual_std, train_rnd_predictor
-            predictor = train_rnd_predictor(episodes, seed=self.params["seed"])
-            self._own_predictor = (ann.round_idx, predictor)
-            desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=n, payload=predictor,
-                                    residual_std=rnd_residual_std(predictor, episodes))
+            from fed_ros.learning.rnd_descriptor import fit_rnd
+            # Same method as `fed-ros bench federation` (compute_descriptors): predictor on all
+            # local episodes, s_ii and sigma_i on held-out episodes (cross-validated).
+            fit = fit_rnd(episodes, seed=self.params["seed"])
+            self._own_predictor = (ann.round_idx, fit)
+            desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=n, payload=fit.predictor,
+                                    residual_std=fit.residual_std)
         else:
             from fed_ros.learning.descriptors import gaussian_descriptor
             mean, var = gaussian_descriptor(episodes, policy_cfg=self.policy_cfg)
@@ -540,7 +542,7 @@ class RobotNode(Node):
 
     def _score(self, ann: Announcement) -> None:
         from fed_ros.core.strategy import ClientDescriptor
-        from fed_ros.learning.rnd_descriptor import rnd_novelty, rnd_residual_std
+        from fed_ros.learning.rnd_descriptor import rnd_novelty
         episodes = self._episodes()
         deadline = time.monotonic() + 30.0
         peers = [r for r in ann.participants if r != self.robot_id]
@@ -550,10 +552,11 @@ class RobotNode(Node):
             raise RuntimeError("SCORE stage without a predictor of this robot (DESCRIBE missed)")
         predictors = {r: self._peer_predictors[(ann.round_idx, r)] for r in peers
                       if (ann.round_idx, r) in self._peer_predictors}
-        predictors[self.robot_id] = self._own_predictor[1]
+        fit = self._own_predictor[1]
         scores = {r: rnd_novelty(blob, episodes) for r, blob in predictors.items()}
+        scores[self.robot_id] = fit.self_novelty  # held out, comparable with the peers' s_ij
         desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=sum(len(e) for e in episodes),
-                                scores=scores, residual_std=rnd_residual_std(self._own_predictor[1], episodes))
+                                scores=scores, residual_std=fit.residual_std)
         self._publish_descriptor(desc, ann.round_idx)
 
     def _publish_descriptor(self, desc, round_idx: int) -> None:
