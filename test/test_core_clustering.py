@@ -112,6 +112,20 @@ def test_srb_on_matrix_with_known_singular_values():
     np.testing.assert_allclose(np.linalg.svd(out, compute_uv=False), [8, 4, 2, 2, 2], atol=1e-5)
 
 
+def test_srb_raises_the_noise_tail_of_a_rank_one_update_to_sigma_1():
+    # A layer fed a constant input (the bench's text encoder: one instruction) gets a
+    # numerically rank-1 update. sigma_1 alone then holds >= beta of the spectrum, so c* = 1
+    # and every tail direction, noise included, is raised to sigma_1: the update's norm grows
+    # by sqrt(min(m, n)) (x5.66 for the bench's 32x64 text_encoder.0). This pins that
+    # property of Eq. 13-14; it is not clipped.
+    rng = np.random.default_rng(1)
+    D = (rng.normal(size=(32, 1)) @ rng.normal(size=(1, 8)) + 1e-4 * rng.normal(size=(32, 8))).astype(np.float32)
+    out, info = srb_block(D, 0.9)
+    assert info.c_star == 1 and info.raised == 7
+    assert info.norm_after / info.norm_before == pytest.approx(np.sqrt(8.0), rel=1e-3)
+    np.testing.assert_allclose(np.linalg.svd(out, compute_uv=False), info.sigma_c, rtol=1e-4)
+
+
 def test_srb_beta_one_keeps_block_and_zero_block_untouched():
     D, _, _ = _matrix_with_singular_values([3.0, 2.0, 1.0])
     out, info = srb_block(D.astype(np.float32), 1.0)

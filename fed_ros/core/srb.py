@@ -9,6 +9,13 @@ i.e. every singular value after c* is raised to sigma_c*, so weak directions ave
 down by the cluster mean regain energy. Only the tail changes, so the rebalanced block is
 Delta + U[:, c*:] diag(sigma_c* - sigma_i) V[c*:, :] (a low-cost correction in place).
 Blocks that are not eligible keep their averaged update.
+
+On a (numerically) rank-1 block, c* = 1 and every tail direction is raised to sigma_1, so
+the update's norm grows by sqrt(min(m, n)) along directions that are only noise of the
+average. In the fleet benchmark's low-dim policy this hits text_encoder.0 (one constant
+instruction, x5.66 every round) and gripper_encoder.0 (32x2, x1.41); the other blocks grow
+by 1.00-1.5x. The eq. is applied as written; see docs/benchmark.md (same-family) for the
+measured effect.
 """
 from __future__ import annotations
 
