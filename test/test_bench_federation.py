@@ -8,8 +8,9 @@ import pytest
 
 from fed_ros.bench import federation as F
 from fed_ros.bench import federation_run as FR
-from fed_ros.bench.federation_settings import (PROFILES, Family, Setting, cross_family, same_family,
-                                               overlap_setting, with_overrides)
+from fed_ros.bench.federation_settings import (OVERLAP_CELL_OFFSET, PROFILES, Family, Setting, cross_family,
+                                               fedepth_method, method_by_name, overlap_methods, overlap_setting,
+                                               overlap_shift_setting, same_family, with_overrides)
 from fed_ros.core.episode import ACTION_DIM, Episode
 
 
@@ -87,6 +88,62 @@ def test_overlap_setting_has_input_skewed_domains_and_two_unequal_bridges():
     assert len(bridges) == 2 and all(sum(m.values()) == prof.demos_per_robot for m in mixes)
     # one bridge leans to each domain (equal mixtures would merge everything, see fedepth)
     assert bridges[0][a.name] > bridges[0][b.name] and bridges[1][b.name] > bridges[1][a.name]
+
+
+def test_overlap_shift_is_the_same_fleet_with_unmirrored_offset_domain_b():
+    prof = PROFILES["quick"]
+    ov, sh = overlap_setting(prof), overlap_shift_setting(prof)
+    assert sh.name == "overlap_shift" and ov.name == "overlap"
+    a, b = sh.families
+    # pure covariate shift: B sits in the offset work cell but commands like A
+    assert not a.mirrored and not any(a.cell_offset)
+    assert not b.mirrored and b.cell_offset == OVERLAP_CELL_OFFSET == ov.families[1].cell_offset
+    rename = {ov.families[0].name: a.name, ov.families[1].name: b.name}
+    assert sh.robots == tuple(tuple((rename[f], c) for f, c in mix) for mix in ov.robots)
+    assert sh.num_clusters == ov.num_clusters == 2
+
+
+def test_overlap_methods_per_variant_and_cell_wiring():
+    quick, default = PROFILES["quick"], PROFILES["default"]
+    names = lambda prof, st: [m.name for m in overlap_methods(prof, st)]  # noqa: E731
+    # quick: the shift variant runs hard, the smallest reachable soft target and the baselines
+    assert names(quick, overlap_shift_setting(quick)) == ["fedepth_ov000", "fedepth_ov040", "fedavg", "local"]
+    sweep = [fedepth_method(o).name for o in quick.overlaps] + ["fedavg", "local"]
+    assert names(quick, overlap_setting(quick)) == sweep
+    # default/gpu: the full sweep on both variants
+    for prof in (default, PROFILES["gpu"]):
+        assert names(prof, overlap_shift_setting(prof)) == names(prof, overlap_setting(prof))
+    assert method_by_name("fedepth_ov040") == fedepth_method(0.4) and method_by_name("local").name == "local"
+    for bad in ("fedepth_ov140", "fedepth_ov4", "nope"):
+        with pytest.raises(ValueError, match=bad):
+            method_by_name(bad)
+    keys = [s.key for s in F.cell_specs(with_overrides(quick, seeds=(0, 1)), ["overlap"])]
+    assert len(keys) == 2 * (len(sweep) + 4) and len(set(keys)) == len(keys)
+    assert "overlap__fedepth_ov060__s1" in keys and "overlap_shift__fedepth_ov040__s1" in keys
+    assert "overlap_shift__fedepth_ov060__s0" not in keys
+    with pytest.raises(ValueError, match="fedepth_ov7"):
+        F.cell_specs(with_overrides(quick, overlap_shift_methods=("fedepth_ov7",)), ["overlap"])
+
+
+def test_overlap_claims_per_variant_and_seed(tmp_path):
+    def cell(setting, method, seed, mean, overlap):
+        return {"setting": setting, "method": method, "seed": seed, "groups": ["a", "b"], "cpu_s": 1.0,
+                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
+                "rounds": [{"round": 0, "diagnostics": {"overlap": overlap, "clusters": {"0": ["robot_0"]}}}]}
+    prof = with_overrides(PROFILES["quick"], seeds=(0, 1))
+    cells = [cell(st, "fedepth_ov000", s, h, 0.0) for st, h in (("overlap", 0.5), ("overlap_shift", 0.2))
+             for s in (0, 1)]
+    cells += [cell(st, "fedepth_ov040", s, v, 0.4) for st, v in (("overlap", 0.25), ("overlap_shift", 0.3))
+              for s in (0, 1)]
+    lines = F._claims(cells, None, None, prof)
+    conf = [ln for ln in lines if ln.startswith("- overlap (B mirrored")]
+    shift = [ln for ln in lines if ln.startswith("- overlap_shift (B not mirrored")]
+    assert len(conf) == 1 and "25.0% vs hard 50.0%: soft < hard" in conf[0] and "soft >= hard on 0 of 2" in conf[0]
+    assert len(shift) == 1 and "30.0% vs hard 20.0%: soft > hard" in shift[0]
+    assert "s0: 30.0 vs 20.0, s1: 30.0 vs 20.0" in shift[0] and "soft >= hard on 2 of 2" in shift[0]
+    md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
+    assert "## overlap_shift: success rate" in md and "sensitivity: overlap_shift" in md
+    assert (tmp_path / "fedepth_overlap_shift_sweep.png").is_file()
 
 
 def test_intra_inter_and_coassignment():

@@ -6,7 +6,9 @@ cells, ``--force`` recomputes):
 * ``cross``: cross-family fleet (conflicting families) x methods x seeds -> success table,
   success-vs-round, co-assignment heat maps, update similarity (FedDRMan Fig. 5).
 * ``same``: same-family fleet (Lift variations, Dirichlet alpha=0.5) x methods x seeds.
-* ``overlap``: FeDepth overlap-ratio sweep on overlapping domains (soft vs hard).
+* ``overlap``: FeDepth overlap-ratio sweep on overlapping domains (soft vs hard), in two
+  variants: ``overlap`` (domain B mirrored: input shift + conflicting actions) and
+  ``overlap_shift`` (domain B not mirrored: pure covariate shift, FeDepth's setting).
 * ``rnd``: RND federations on clustered feature skew: ARI vs the latent groups, novelty
   matrix, clustering compute vs IFCA's (ratio).
 * ``partition``: loss vs alpha for embedding- vs task-based Dirichlet splits.
@@ -33,7 +35,8 @@ from tqdm.auto import tqdm
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_run import CellSpec, DemoCache, cell_path, run_cell, save_json
 from fed_ros.bench.federation_settings import (METHODS, PROFILES, Profile, cross_family, fedepth_method,
-                                               overlap_setting, same_family, with_overrides)
+                                               overlap_methods, overlap_setting, overlap_shift_setting,
+                                               same_family, with_overrides)
 
 RND_EPS_SWEEP = (1.0, 3.0, 10.0, 30.0)  # first = the strategy's default eps
 EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition")
@@ -45,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--quick", action="store_true", help="the <= 10 min profile (same as --profile quick)")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
     ap.add_argument("--out", default="runs/bench_federation", help="output directory")
-    ap.add_argument("--only", nargs="+", choices=EXPERIMENTS, help="run only these experiments")
+    ap.add_argument("--only", nargs="+", choices=EXPERIMENTS,
+                    help="run only these experiments (overlap: both variants, overlap and overlap_shift)")
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")
     ap.add_argument("--rounds", type=int, help="override rounds")
@@ -54,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-episodes", type=int, help="override closed-loop episodes per (model, family)")
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
     ap.add_argument("--overlaps", type=float, nargs="+",
-                    help="override the FeDepth target overlap ratios of the overlap sweep (each in [0, 1])")
+                    help="override the FeDepth target overlap ratios of the overlap sweep (each in [0, 1]); "
+                         "overlap_shift follows them only where the profile sets no overlap_shift_methods")
     ap.add_argument("--force", action="store_true", help="recompute finished cells")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                     help="cells run side by side in this many worker processes (default: min(2, cores))")
@@ -77,6 +82,7 @@ def _profile(args: argparse.Namespace) -> Profile:
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
         prof = with_overrides(prof, methods_cross=tuple(args.methods), methods_same=tuple(args.methods))
+    overlap_methods(prof, overlap_shift_setting(prof))  # validates overlap_shift_methods
     if prof.robots < 2:
         raise ValueError(f"--robots must be >= 2, got {prof.robots}")
     if prof.rounds < 1 or prof.local_steps < 1 or prof.eval_episodes < 1 or prof.demos_per_robot < 2:
@@ -102,10 +108,8 @@ def _run_or_load(spec: CellSpec, out: Path, cache: DemoCache, force: bool, bar: 
     return rec
 
 
-def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequence[str],
-                 force: bool, jobs: int = 1, worker_argv: Sequence[str] | None = None,
-                 only_cells: set[str] | None = None) -> list[dict[str, Any]]:
-    """Cross/same-family method grids and the FeDepth overlap sweep."""
+def cell_specs(prof: Profile, experiments: Sequence[str]) -> list[CellSpec]:
+    """Every cell of the cross/same/overlap experiments, seed by seed."""
     specs: list[CellSpec] = []
     for seed in prof.seeds:
         if "cross" in experiments:
@@ -113,9 +117,17 @@ def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequen
         if "same" in experiments:
             specs += [CellSpec(same_family(prof, seed=seed), METHODS[m], seed, prof) for m in prof.methods_same]
         if "overlap" in experiments:
-            ov = overlap_setting(prof)
-            specs += [CellSpec(ov, fedepth_method(o), seed, prof) for o in prof.overlaps]
-            specs += [CellSpec(ov, METHODS["fedavg"], seed, prof), CellSpec(ov, METHODS["local"], seed, prof)]
+            # Both variants: conflicting (mirrored B) and pure covariate shift (unmirrored B).
+            for ov in (overlap_setting(prof), overlap_shift_setting(prof)):
+                specs += [CellSpec(ov, m, seed, prof) for m in overlap_methods(prof, ov)]
+    return specs
+
+
+def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequence[str],
+                 force: bool, jobs: int = 1, worker_argv: Sequence[str] | None = None,
+                 only_cells: set[str] | None = None) -> list[dict[str, Any]]:
+    """Cross/same-family method grids and the FeDepth overlap sweep."""
+    specs = cell_specs(prof, experiments)
     if only_cells is not None:
         specs = [s for s in specs if s.key in only_cells]
     done: dict[str, dict[str, Any]] = {}
@@ -441,31 +453,60 @@ def _verdict(soft: float, hard: float) -> str:
     return "soft > hard" if soft > hard else "tie (soft = hard)" if soft == hard else "soft < hard, NOT reproduced"
 
 
+OVERLAP_VARIANTS = (("overlap", "B mirrored: input shift + conflicting actions"),
+                    ("overlap_shift", "B not mirrored: pure covariate shift"))
+
+
+def _variant_overlaps(prof: Profile | None, setting: str) -> list[float]:
+    """FeDepth target overlaps run on an overlap variant (the sweep cells it has)."""
+    if prof is None:
+        return []
+    ov = overlap_setting(prof) if setting == "overlap" else overlap_shift_setting(prof)
+    return [float(dict(m.settings)["target_overlap"]) for m in overlap_methods(prof, ov)
+            if m.strategy == "fedepth"]
+
+
+def _variant_methods(prof: Profile, setting: str) -> list[str]:
+    """Method (cell) names of an overlap variant, for its table."""
+    ov = overlap_setting(prof) if setting == "overlap" else overlap_shift_setting(prof)
+    return [m.name for m in overlap_methods(prof, ov)]
+
+
 def _overlap_claims(g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profile | None) -> list[str]:
-    """FeDepth soft >= hard on the overlap setting: the paper's 20% target if it was run, and the
+    """FeDepth soft >= hard on each overlap variant (conflicting and covariate shift)."""
+    lines: list[str] = []
+    for setting, label in OVERLAP_VARIANTS:
+        lines += [f"- {setting} ({label}): {line}"
+                  for line in _variant_claims(g, setting, _variant_overlaps(prof, setting))]
+    return lines
+
+
+def _variant_claims(g: dict[tuple[str, str], list[dict[str, Any]]], setting: str,
+                    overlaps: Sequence[float]) -> list[str]:
+    """FeDepth soft >= hard on one overlap variant: the paper's 20% target if it was run, and the
     smallest swept target whose calibrated overlap is strictly between 0 and 100% (where soft
     clustering really differs from hard), with the per-seed comparison."""
     lines: list[str] = []
-    hard_cells = [c for c in g.get(("overlap", "fedepth_ov000"), []) if not c.get("error")]
+    hard_cells = [c for c in g.get((setting, "fedepth_ov000"), []) if not c.get("error")]
     hard = R.success_stats(hard_cells)["mean"]
     if hard is None:
         return lines
     hard_seed = _per_seed_mean(hard_cells)
-    soft_cells = [c for c in g.get(("overlap", "fedepth_ov020"), []) if not c.get("error")]
+    soft_cells = [c for c in g.get((setting, "fedepth_ov020"), []) if not c.get("error")]
     soft = R.success_stats(soft_cells)["mean"]
     if soft is not None:
-        overlaps = [row.get("diagnostics", {}).get("overlap") for c in soft_cells for row in c["rounds"]]
+        overlaps_got = [row.get("diagnostics", {}).get("overlap") for c in soft_cells for row in c["rounds"]]
         verdict = _verdict(soft, hard)
-        if all(o in (0, 0.0, None) for o in overlaps):
+        if all(o in (0, 0.0, None) for o in overlaps_got):
             verdict = ("NOT tested: the calibrated tau gave 0% overlap, so soft clustering was identical "
                        "to hard")
-        lines.append(f"- FeDepth on overlapping domains: soft (target 20%) {100 * soft:.1f}% vs hard "
+        lines.append(f"FeDepth on overlapping domains: soft (target 20%) {100 * soft:.1f}% vs hard "
                      f"{100 * hard:.1f}%: {verdict}")
     # A 20% target can be unreachable (5 robots: one bridging robot is absorbed by subset
     # merging), so compare at the smallest swept target whose calibrated overlap is strictly
     # between 0 and 100%.
-    for o in sorted(prof.overlaps) if prof else []:
-        cells_o = [c for c in g.get(("overlap", _ov_name(o)), []) if not c.get("error") and c.get("rounds")]
+    for o in sorted(overlaps):
+        cells_o = [c for c in g.get((setting, _ov_name(o)), []) if not c.get("error") and c.get("rounds")]
         got = _achieved_overlap(cells_o)
         if o > 0 and got is not None and 0.0 < got < 1.0:
             st = R.success_stats(cells_o)["mean"]
@@ -473,7 +514,7 @@ def _overlap_claims(g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profil
             both = sorted(set(soft_seed) & set(hard_seed))
             per_seed = ", ".join(f"s{s}: {100 * soft_seed[s]:.1f} vs {100 * hard_seed[s]:.1f}" for s in both)
             holds = sum(soft_seed[s] >= hard_seed[s] for s in both)
-            lines.append(f"- FeDepth soft at target {100 * o:.0f}% (calibrated overlap {100 * got:.0f}%): "
+            lines.append(f"FeDepth soft at target {100 * o:.0f}% (calibrated overlap {100 * got:.0f}%): "
                          f"{100 * st:.1f}% vs hard {100 * hard:.1f}%: {_verdict(st, hard)}"
                          + (f"; per seed ({per_seed}): soft >= hard on {holds} of {len(both)}" if both else ""))
             break
@@ -492,6 +533,37 @@ def _achieved_overlap(cells: Sequence[dict[str, Any]]) -> float | None:
     return float(np.mean(ov)) if ov else None
 
 
+def _overlap_sweep_section(out: Path, g: dict[tuple[str, str], list[dict[str, Any]]], setting: str,
+                           label: str, overlaps: Sequence[float]) -> list[str]:
+    """Report section: FeDepth target vs calibrated overlap, round-0 clusters, success."""
+    md: list[str] = []
+    xs, ys = [], []
+    for o in overlaps:
+        st = R.success_stats(g.get((setting, _ov_name(o)), []))
+        if st["mean"] is not None:
+            xs.append(100 * o)
+            ys.append(100 * st["mean"])
+    # Target and calibrated (achieved) overlap differ when the target is unreachable.
+    md += ["", f"## FeDepth overlap-ratio sensitivity: {setting} ({label})", "",
+           "| target overlap | calibrated overlap | clusters (round 0) | success (%) |", "|---|---|---|---|"]
+    for o in overlaps:
+        cells_o = [c for c in g.get((setting, _ov_name(o)), []) if not c.get("error") and c.get("rounds")]
+        st = R.success_stats(cells_o)
+        if st["mean"] is None:
+            continue
+        got = _achieved_overlap(cells_o)
+        diag = cells_o[0]["rounds"][0].get("diagnostics", {})
+        cl = " ".join("{" + ",".join(r.rsplit("_", 1)[-1] for r in m) + "}"
+                      for m in diag.get("clusters", {}).values())
+        md.append(f"| {100 * o:.0f}% | {'?' if got is None else f'{100 * got:.0f}%'} | {cl or '?'} | "
+                  f"{100 * st['mean']:.1f} |")
+    if xs:
+        png = R.plot_xy(out / f"fedepth_{setting}_sweep.png", {"FeDepth": (xs, ys)}, "target overlap ratio (%)",
+                        "success (%)", f"FeDepth overlap sensitivity ({setting})")
+        md += ["", f"![overlap sweep]({png.name})"]
+    return md
+
+
 def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dict | None,
                  part: dict | None, wall_s: float, cpu_s: float | None = None) -> Path:
     """report.md with the tables, claims and plot links; PNGs next to it."""
@@ -507,8 +579,7 @@ def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dic
           "", "## Claims", ""]
     md += _claims(cells, rnd, part, prof) or ["- (no claim cells ran)"]
     for setting, methods in (("cross_family", prof.methods_cross), ("same_family", prof.methods_same),
-                             ("overlap", [_ov_name(o) for o in prof.overlaps]
-                              + ["fedavg", "local"])):
+                             *((v, _variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS)):
         if not any(s == setting for s, _ in g):
             continue
         md += ["", f"## {setting}: success rate (%) per family, mean ± std over seeds", "",
@@ -525,31 +596,9 @@ def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dic
         if sim_cells:
             png = R.plot_update_similarity(out / f"{setting}_update_similarity.png", sim_cells)
             md += [f"![update similarity]({png.name})"]
-    if any(s == "overlap" for s, _ in g):
-        xs, ys = [], []
-        for o in prof.overlaps:
-            st = R.success_stats(g.get(("overlap", _ov_name(o)), []))
-            if st["mean"] is not None:
-                xs.append(100 * o)
-                ys.append(100 * st["mean"])
-        # Target and calibrated (achieved) overlap differ when the target is unreachable.
-        md += ["", "## FeDepth overlap-ratio sensitivity", "",
-               "| target overlap | calibrated overlap | clusters (round 0) | success (%) |", "|---|---|---|---|"]
-        for o in prof.overlaps:
-            cells_o = [c for c in g.get(("overlap", _ov_name(o)), []) if not c.get("error") and c.get("rounds")]
-            st = R.success_stats(cells_o)
-            if st["mean"] is None:
-                continue
-            got = _achieved_overlap(cells_o)
-            diag = cells_o[0]["rounds"][0].get("diagnostics", {})
-            cl = " ".join("{" + ",".join(r.rsplit("_", 1)[-1] for r in m) + "}"
-                          for m in diag.get("clusters", {}).values())
-            md.append(f"| {100 * o:.0f}% | {'?' if got is None else f'{100 * got:.0f}%'} | {cl or '?'} | "
-                      f"{100 * st['mean']:.1f} |")
-        if xs:
-            png = R.plot_xy(out / "fedepth_overlap_sweep.png", {"FeDepth": (xs, ys)}, "target overlap ratio (%)",
-                            "success (%)", "FeDepth overlap sensitivity")
-            md += ["", f"![overlap sweep]({png.name})"]
+    for setting, label in OVERLAP_VARIANTS:
+        if any(s == setting for s, _ in g):
+            md += _overlap_sweep_section(out, g, setting, label, _variant_overlaps(prof, setting))
     if rnd and rnd.get("runs"):
         md += ["", "## RND federations on clustered feature skew", "",
                f"| seed | ARI (eps={RND_EPS_SWEEP[0]:g}) | clusters | RND clustering CPU s | IFCA clustering CPU s / round | ratio per round |", "|---|---|---|---|---|---|"]

@@ -9,6 +9,7 @@ seed); each finished cell is one JSON file, so reruns skip it.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -120,6 +121,17 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 )}
 
 
+def method_by_name(name: str) -> Method:
+    """A METHODS entry, or a FeDepth sweep cell named fedepth_ovNNN (NNN = overlap in %)."""
+    if name in METHODS:
+        return METHODS[name]
+    m = re.fullmatch(r"fedepth_ov(\d{3})", name)
+    if m is None or int(m.group(1)) > 100:
+        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)} or fedepth_ovNNN "
+                         "with NNN in 000..100")
+    return fedepth_method(int(m.group(1)) / 100)
+
+
 def fedepth_method(overlap: float) -> Method:
     """FeDepth at a given overlap ratio (the sensitivity sweep)."""
     settings: tuple[tuple[str, Any], ...] = (("target_overlap", float(overlap)),)
@@ -151,6 +163,11 @@ class Profile:
     # FeDepth target overlaps of the overlap sweep. Its 5-robot setting reaches 0, 40, 60
     # and 100 %; 20 % (one bridging robot) cannot occur (fed_ros.core.fedepth).
     overlaps: tuple[float, ...] = (0.0, 0.4, 1.0)
+    # Methods of the covariate-shift overlap variant (`overlap_shift_setting`): method names
+    # or fedepth_ovNNN sweep names; None runs the same sweep as `overlap` (``overlaps`` +
+    # fedavg + local). The quick profile keeps it to hard, the smallest reachable soft
+    # target and the two baselines.
+    overlap_shift_methods: tuple[str, ...] | None = None
     rnd_robots_per_group: int = 2
     rnd_demos_per_robot: int = 3
     alphas: tuple[float, ...] = (0.1, 1000.0)
@@ -179,8 +196,9 @@ PROFILES: dict[str, Profile] = {
     "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
                      eval_episodes=4, eval_every=3, eval_horizon_factor=2.5, seeds=(0,),
                      methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                     overlaps=(0.0, 0.4, 0.6, 1.0), alphas=(0.1, 1000.0), partition_segments=96,
-                     partition_rounds=3),
+                     overlaps=(0.0, 0.4, 0.6, 1.0),
+                     overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
+                     alphas=(0.1, 1000.0), partition_segments=96, partition_rounds=3),
     # Sized from measured idle-core costs (training ~10 ms per step, a control step with
     # policy inference ~12.5 ms): about 45 min for three seeds with --jobs 2.
     "default": Profile(name="default", robots=4, demos_per_robot=10, rounds=6, local_steps=80,
@@ -234,28 +252,46 @@ def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
 OVERLAP_CELL_OFFSET = (0.0, 0.06, 0.0)
 
 
-def overlap_setting(profile: Profile) -> Setting:
-    """FeDepth's overlapping domains: two conflicting domains and two mixed (bridge) robots.
+def overlap_setting(profile: Profile, mirrored: bool = True) -> Setting:
+    """FeDepth's overlapping domains: two input-skewed domains and two mixed (bridge) robots.
 
-    Domain A: normal arms; domain B: mirrored arms (opposite x/y commands, so averaging the
-    domains hurts) working in a second work cell offset by OVERLAP_CELL_OFFSET (so their
-    inputs differ). Robots 0-1 hold A, robot 4 holds B, robot 2 mostly A with some B and
-    robot 3 the reverse. The bridges are unequal mixtures on purpose: each bridge is close
-    to its own side and to the other bridge, so soft clustering gives two clusters that share
-    both bridges (overlap 2/5); equal mixtures would be equidistant from both sides, and
-    their neighbourhoods would merge everything (fed_ros.core.fedepth: a cluster pair cannot
+    Domain A: normal arms; domain B works in a second work cell offset by
+    OVERLAP_CELL_OFFSET (so their inputs differ). With ``mirrored`` (setting ``overlap``)
+    domain B's arms are mirrored (opposite x/y commands), so the domains also conflict and
+    averaging them hurts; without it (setting ``overlap_shift``) B's arms are normal: pure
+    covariate shift with one task mapping, FeDepth's paper setting, where sharing helps.
+    Robots 0-1 hold A, robot 4 holds B, robot 2 mostly A with some B and robot 3 the
+    reverse. The bridges are unequal mixtures on purpose: each bridge is close to its own
+    side and to the other bridge, so soft clustering gives two clusters that share both
+    bridges (overlap 2/5); equal mixtures would be equidistant from both sides, and their
+    neighbourhoods would merge everything (fed_ros.core.fedepth: a cluster pair cannot
     share one client).
     """
+    b_name = "lift_mirrored_cell" if mirrored else "lift_cell"
     fams = (Family("lift", "lift", "default", False),
-            Family("lift_mirrored_cell", "lift", "default", True, OVERLAP_CELL_OFFSET))
+            Family(b_name, "lift", "default", mirrored, OVERLAP_CELL_OFFSET))
     d = profile.demos_per_robot
     minor = max(1, d // 4)
     a, b = fams[0].name, fams[1].name
     robots = (((a, d),), ((a, d),), ((a, d - minor), (b, minor)), ((a, minor), (b, d - minor)), ((b, d),))
-    return Setting("overlap", fams, robots, num_clusters=2,
-                   description="domain A (normal arms) and domain B (mirrored arms in a work cell "
+    arms = "mirrored arms" if mirrored else "normal arms (same task mapping)"
+    return Setting("overlap" if mirrored else "overlap_shift", fams, robots, num_clusters=2,
+                   description=f"domain A (normal arms) and domain B ({arms} in a work cell "
                                f"offset by {OVERLAP_CELL_OFFSET} m); robots 2 and 3 hold unequal "
                                "mixtures of both")
+
+
+def overlap_shift_setting(profile: Profile) -> Setting:
+    """The covariate-shift overlap variant: as `overlap_setting` but domain B not mirrored."""
+    return overlap_setting(profile, mirrored=False)
+
+
+def overlap_methods(profile: Profile, setting: Setting) -> list[Method]:
+    """Methods run on an overlap variant: the FeDepth sweep + fedavg + local, except that
+    ``overlap_shift`` runs ``profile.overlap_shift_methods`` when the profile sets it."""
+    if setting.name == "overlap_shift" and profile.overlap_shift_methods is not None:
+        return [method_by_name(n) for n in profile.overlap_shift_methods]
+    return [fedepth_method(o) for o in profile.overlaps] + [METHODS["fedavg"], METHODS["local"]]
 
 
 def rnd_setting(profile: Profile) -> Setting:
