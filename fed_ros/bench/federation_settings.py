@@ -165,8 +165,8 @@ class Profile:
     overlaps: tuple[float, ...] = (0.0, 0.4, 1.0)
     # Methods of the covariate-shift overlap variant (`overlap_shift_setting`): method names
     # or fedepth_ovNNN sweep names; None runs the same sweep as `overlap` (``overlaps`` +
-    # fedavg + local). The quick profile keeps it to hard, the smallest reachable soft
-    # target and the two baselines.
+    # fedavg + local). The quick and default profiles keep it to hard, the smallest
+    # reachable soft target and the two baselines.
     overlap_shift_methods: tuple[str, ...] | None = None
     rnd_robots_per_group: int = 2
     rnd_demos_per_robot: int = 3
