@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fed_ros.learning.losses import (GMMParams, _TopProjector, action_distillation_loss,
-                                     gmm_log_prob, proximal_term, subspace_loss,
+                                     gmm_log_prob, proximal_term, subspace_loss, subspace_losses,
                                      subspace_projector)
 
 
@@ -117,3 +117,24 @@ def test_subspace_loss_rejects_bad_arguments():
         subspace_loss(torch.zeros(4, 3), torch.zeros(4, 2))
     with pytest.raises(ValueError, match="reduction"):
         subspace_loss(torch.zeros(4, 3), torch.zeros(4, 3), reduction="max")
+
+
+def test_subspace_projector_stays_finite_on_low_rank_features_with_fewer_rows_than_dims():
+    # Regression (quick bench, same-family FedDRMan): a last batch of N = 30 rows of 32-d
+    # joint features of rank 3. With the 0.01 pre-SVD noise the N x N Gram's smallest kept
+    # eigenvalues (~1e-6) were below a float32 Gram's rounding, went <= 0 and the division
+    # by sqrt(eigenvalue) gave an inf projector and an inf L_sub.
+    gen = torch.Generator().manual_seed(0)
+    basis = torch.randn(3, 32, generator=gen)
+    feats = (torch.randn(30, 3, generator=gen) @ basis).float()
+    noise = 0.01 * torch.randn(30, 32, generator=gen)
+    p = subspace_projector(feats, rank=48, noise=noise, differentiable=False)
+    assert torch.isfinite(p).all()
+    assert torch.allclose(p, p.mT, atol=1e-5)
+    assert torch.allclose(p @ p, p, atol=1e-4)
+    assert abs(float(torch.trace(p)) - 30.0) < 1e-3  # rank capped at N = 30
+    student = (feats + 0.01 * torch.randn(30, 32, generator=gen)).requires_grad_(True)
+    loss = subspace_losses(feats[None], student[None], rank=48, noise_std=0.01, generator=gen)
+    assert torch.isfinite(loss).all()
+    loss.sum().backward()
+    assert torch.isfinite(student.grad).all()

@@ -129,13 +129,18 @@ def subspace_projector(feats: torch.Tensor, rank: int, noise: torch.Tensor | Non
     if differentiable and torch.is_grad_enabled() and x.requires_grad:
         return _TopProjector.apply(x.mT @ x, r)
     with torch.no_grad():
+        xd = x.double()  # a float32 Gram's rounding can exceed its smallest kept eigenvalues
         if n < d:
-            # Column space of F from the N x N Gram: U_r = F V_r / sigma_r.
-            evals, evecs = torch.linalg.eigh((x @ x.mT).double())
-            v = evecs[..., -r:]
-            u = (x.double().mT @ v) / evals[..., None, -r:].clamp_min(1e-30).sqrt()
-            return (u @ u.mT).float()
-        evals, evecs = torch.linalg.eigh((x.mT @ x).double())
+            # Column space of F from the N x N Gram: U_r = F V_r / sigma_r. Dividing by
+            # sigma_r is only accurate while the kept eigenvalues are well above rounding;
+            # low-rank features (e.g. joint features of a slow arm: rank 3 in a 32-d space,
+            # lifted only by the 0.01 noise) fall back to the d x d Gram, which never divides.
+            evals, evecs = torch.linalg.eigh(xd @ xd.mT)
+            kept = evals[..., -r:]
+            if bool((kept[..., 0] > 1e-9 * kept[..., -1].clamp_min(1e-300)).all()):
+                u = (xd.mT @ evecs[..., -r:]) / kept[..., None, :].sqrt()
+                return (u @ u.mT).float()
+        evals, evecs = torch.linalg.eigh(xd.mT @ xd)
         top = evecs[..., -r:]
         return (top @ top.mT).float()
 
