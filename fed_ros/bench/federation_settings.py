@@ -200,7 +200,8 @@ PROFILES: dict[str, Profile] = {
                      overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
                      alphas=(0.1, 1000.0), partition_segments=96, partition_rounds=3),
     # Sized from measured idle-core costs (training ~10 ms per step, a control step with
-    # policy inference ~12.5 ms): about 45 min for three seeds with --jobs 2.
+    # policy inference ~12.5 ms). Measured: 34 min 20 s wall for three seeds with --jobs 2
+    # on 2 idle cores (the quick profile: 8 min 32 s), fresh output directory.
     "default": Profile(name="default", robots=4, demos_per_robot=10, rounds=6, local_steps=80,
                        eval_episodes=6, eval_every=3, eval_horizon_factor=2.5, seeds=(0, 1, 2),
                        methods_cross=ALL_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
