@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_run import CellSpec, DemoCache, cell_path, run_cell, save_json
-from fed_ros.bench.federation_settings import (METHODS, PROFILES, Profile, cross_family, fedepth_method,
+from fed_ros.bench.federation_settings import (METHODS, PROFILES, Method, Profile, cross_family, fedepth_method,
                                                overlap_methods, overlap_setting, overlap_shift_setting,
                                                same_family, with_overrides)
 
@@ -457,19 +457,23 @@ OVERLAP_VARIANTS = (("overlap", "B mirrored: input shift + conflicting actions")
                     ("overlap_shift", "B not mirrored: pure covariate shift"))
 
 
+def _variant_methods_of(prof: Profile, setting: str) -> list[Method]:
+    """Methods run on an overlap variant (``overlap`` or ``overlap_shift``)."""
+    ov = overlap_setting(prof) if setting == "overlap" else overlap_shift_setting(prof)
+    return overlap_methods(prof, ov)
+
+
 def _variant_overlaps(prof: Profile | None, setting: str) -> list[float]:
     """FeDepth target overlaps run on an overlap variant (the sweep cells it has)."""
     if prof is None:
         return []
-    ov = overlap_setting(prof) if setting == "overlap" else overlap_shift_setting(prof)
-    return [float(dict(m.settings)["target_overlap"]) for m in overlap_methods(prof, ov)
+    return [float(dict(m.settings)["target_overlap"]) for m in _variant_methods_of(prof, setting)
             if m.strategy == "fedepth"]
 
 
 def _variant_methods(prof: Profile, setting: str) -> list[str]:
     """Method (cell) names of an overlap variant, for its table."""
-    ov = overlap_setting(prof) if setting == "overlap" else overlap_shift_setting(prof)
-    return [m.name for m in overlap_methods(prof, ov)]
+    return [m.name for m in _variant_methods_of(prof, setting)]
 
 
 def _overlap_claims(g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profile | None) -> list[str]:
