@@ -20,6 +20,13 @@ ACTION_DIM = 4
 # Low-dimensional object state is zero-padded to this fixed size for the same reason
 # (Lift, PickPlaceCan and Stack expose different numbers of object features).
 OBJECT_STATE_DIM = 32
+# object_state layout (fed_ros.sim.envs.ArmEnv._object_state): per object OBJECT_STRIDE
+# values, position (3), quaternion xyzw (4), eef->object vector (3), all in the base frame;
+# task extras (Stack's cubeA->cubeB vector, PickPlaceCan's bin position) follow, then zeros.
+OBJECT_STRIDE = 10
+OBJECT_FIELDS = {"pos": slice(0, 3), "quat": slice(3, 7), "eef_to_obj": slice(7, 10)}
+OBJECT_QUAT_SLOTS = tuple(i for i in range(OBJECT_STATE_DIM)
+                          if OBJECT_FIELDS["quat"].start <= i % OBJECT_STRIDE < OBJECT_FIELDS["quat"].stop)
 
 # Observation keys (shapes per time step). Images are HxWx3 uint8, upright (row 0 = top).
 AGENTVIEW_IMAGE = "agentview_image"

@@ -108,9 +108,6 @@ POSITION_SCALE_M = 0.05
 QUAT_SCALE = 0.5
 JOINT_SCALE_RAD = 0.25
 GRIPPER_SCALE_M = 0.01
-# Object-state slots (see fed_ros.sim.envs._object_state): per object position(3),
-# quaternion(4), eef->object vector(3); stack appends a vector, pick_place_can a bin position.
-_OBJECT_QUAT_SLOTS = (3, 4, 5, 6, 13, 14, 15, 16)
 # Random Fourier feature bandwidth on the scaled state: w ~ N(0, 1/L^2). With ~10-20 state
 # entries varying by ~1 scale unit, w.x varies by about 1 rad, so features neither saturate
 # into noise (too high a frequency) nor stay constant (too low).
@@ -127,12 +124,18 @@ VARIANCE_FLOOR_FRACTION = {"lowdim": 1e-2, "image": 1e-4}
 MIN_VARIANCE = 1e-8  # absolute lower bound on top of the relative floor (variances > 0, V5)
 
 
-def lowdim_state_scale() -> np.ndarray:
-    """(LOWDIM_STATE_DIM,) fixed fleet-wide scales dividing the raw low-dim state."""
-    obj = np.full(ep.OBJECT_STATE_DIM, POSITION_SCALE_M)
-    obj[list(_OBJECT_QUAT_SLOTS)] = QUAT_SCALE
-    scale = np.concatenate([obj, np.full(3, POSITION_SCALE_M), np.full(4, QUAT_SCALE),
-                            np.full(7, JOINT_SCALE_RAD), np.full(2, GRIPPER_SCALE_M)])
+def lowdim_state_scale(length_m: float = POSITION_SCALE_M, quat: float = QUAT_SCALE,
+                       joint_rad: float = JOINT_SCALE_RAD, gripper_m: float = GRIPPER_SCALE_M) -> np.ndarray:
+    """(LOWDIM_STATE_DIM,) fixed fleet-wide scales dividing the raw low-dim state.
+
+    Lengths (object positions and vectors, end-effector position), quaternion components,
+    joint angles and finger positions each get one divisor (defaults: the FeDepth
+    descriptor's; the RND descriptor passes its own units).
+    """
+    obj = np.full(ep.OBJECT_STATE_DIM, float(length_m))
+    obj[list(ep.OBJECT_QUAT_SLOTS)] = quat
+    scale = np.concatenate([obj, np.full(3, float(length_m)), np.full(4, float(quat)),
+                            np.full(7, float(joint_rad)), np.full(2, float(gripper_m))])
     assert scale.shape == (LOWDIM_STATE_DIM,)
     return scale
 

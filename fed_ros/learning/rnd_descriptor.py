@@ -24,8 +24,8 @@ from safetensors.torch import save as st_save
 
 from fed_ros.core import episode as ep
 from fed_ros.core.episode import Episode
-from fed_ros.learning.descriptors import (LOWDIM_STATE_DIM, LOWDIM_STATE_KEYS, _detect_mode, _gather, _gen,
-                                          _kaiming_, _sample_frames)
+from fed_ros.learning.descriptors import (LOWDIM_STATE_DIM, _detect_mode, _gather, _gen, _kaiming_,
+                                          _sample_frames, lowdim_state_scale)
 
 RND_TARGET_SEED = 7_002  # fleet-wide: the RND target network
 RND_IMAGE_SIZE = 32  # images are average-pooled to this side before RND
@@ -44,30 +44,16 @@ RND_CV_FOLDS = 3  # folds of the episode-level cross-validation of s_ii and sigm
 # their displacements are centimetres to decimetres); the benchmark measured the same
 # federations with 0.05 m and 0.2 m (docs/benchmark.md), so the value is not critical.
 RND_LENGTH_M = 0.1
-# object_state layout (fed_ros.sim.envs.ArmEnv._object_state, fed_ros.sim.experts.OBJECT_STRIDE):
-# per object 10 values: position (3), quaternion xyzw (4), eef->object vector (3); task extras
-# (Stack's cubeA->cubeB, PickPlaceCan's bin position) are positions in the next slots.
-OBJECT_STRIDE = 10
-OBJECT_QUAT_SLOTS = range(3, 7)
+# object_state layout: fed_ros.core.episode (re-exported for the RND unit tests).
+OBJECT_STRIDE = ep.OBJECT_STRIDE
+OBJECT_QUAT_SLOTS = range(ep.OBJECT_FIELDS["quat"].start, ep.OBJECT_FIELDS["quat"].stop)
 
 
 def lowdim_input_scale() -> torch.Tensor:
-    """(LOWDIM_STATE_DIM,) fleet-wide divisors of the low-dim RND input (see RND_LENGTH_M)."""
-    sizes = {ep.OBJECT_STATE: ep.OBJECT_STATE_DIM, ep.EEF_POS: 3, ep.EEF_QUAT: 4, ep.JOINT_POS: 7,
-             ep.GRIPPER_QPOS: 2}
-    parts = []
-    for key in LOWDIM_STATE_KEYS:
-        n = sizes[key]
-        if key == ep.OBJECT_STATE:
-            parts += [1.0 if i % OBJECT_STRIDE in OBJECT_QUAT_SLOTS else RND_LENGTH_M for i in range(n)]
-        elif key in (ep.EEF_POS, ep.GRIPPER_QPOS):
-            parts += [RND_LENGTH_M] * n
-        else:  # quaternion components, joint angles (rad): already O(1)
-            parts += [1.0] * n
-    scale = torch.tensor(parts, dtype=torch.float64)
-    if scale.numel() != LOWDIM_STATE_DIM:
-        raise ValueError(f"RND input scale has {scale.numel()} entries, expected {LOWDIM_STATE_DIM}")
-    return scale
+    """(LOWDIM_STATE_DIM,) fleet-wide divisors of the low-dim RND input (see RND_LENGTH_M):
+    lengths and finger openings in RND_LENGTH_M, quaternion components and angles as is."""
+    return torch.from_numpy(lowdim_state_scale(length_m=RND_LENGTH_M, quat=1.0, joint_rad=1.0,
+                                               gripper_m=RND_LENGTH_M))
 
 
 class _RNDImageNet(nn.Module):

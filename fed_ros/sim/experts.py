@@ -12,14 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.episode import ACTION_DIM, EEF_POS, OBJECT_STATE
+from fed_ros.core.episode import ACTION_DIM, EEF_POS, OBJECT_FIELDS, OBJECT_STATE, OBJECT_STRIDE
 
 __all__ = ["ScriptedExpert", "LiftExpert", "StackExpert", "PickPlaceCanExpert", "make_expert", "OBJECT_FIELDS"]
 
 OPEN, CLOSE = -1.0, 1.0
-# object_state layout (see fed_ros.sim.envs.ArmEnv._object_state): per object 10 values.
-OBJECT_FIELDS = {"pos": slice(0, 3), "quat": slice(3, 7), "eef_to_obj": slice(7, 10)}
-OBJECT_STRIDE = 10
 
 
 def _obj_pos(obs: dict[str, np.ndarray], index: int) -> np.ndarray:
