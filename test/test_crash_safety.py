@@ -285,6 +285,7 @@ class ScriptedRobots:
         self.reports: dict[int, object] = {}
         self.answered: set[tuple] = set()
         self.pending = None  # (due time, announcement) of the round being "trained"
+        self.dead_server_endpoints: set[tuple] = set()
         self.Register = Register
         self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
         self.node.create_subscription(RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos())
@@ -312,6 +313,26 @@ class ScriptedRobots:
                 self.executor.spin_once(timeout_sec=0.05)
             assert fut.done() and fut.result().accepted, (rid, fut.result() and fut.result().reason)
 
+    def _live_update_subscribers(self) -> list:
+        return [info for info in self.node.get_subscriptions_info_by_topic("/fleet/updates")
+                if tuple(info.endpoint_gid) not in self.dead_server_endpoints]
+
+    def server_killed(self) -> None:
+        """Forget the killed server's /fleet/updates subscription: DDS keeps listing a SIGKILLed
+        participant's endpoints until its lease expires, and a robot that publishes to it alone
+        loses the update (the real robot node waits for a subscriber too)."""
+        self.dead_server_endpoints |= {tuple(i.endpoint_gid)
+                                       for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")}
+
+    def _wait_for_live_server(self, timeout: float = 30.0) -> None:
+        # The graph can list the new server's subscription a moment before our publisher has
+        # matched it, so also wait until the publisher matched every listed subscription.
+        end = time.monotonic() + timeout
+        while not (self._live_update_subscribers() and self.pub.get_subscription_count()
+                   >= len(self.node.get_subscriptions_info_by_topic("/fleet/updates"))):
+            assert time.monotonic() < end, "no live server subscribes to /fleet/updates"
+            self.executor.spin_once(timeout_sec=0.05)
+
     def _on_round(self, msg) -> None:
         from fed_ros.ros.conversions import STAGE_NAMES
         self.announcement = (int(msg.round), STAGE_NAMES.get(int(msg.stage)), list(msg.participants),
@@ -322,6 +343,7 @@ class ScriptedRobots:
     def _answer(self, round_idx: int, stage: str, participants: list, stamp: tuple) -> None:
         from fed_ros.ros.conversions import encode_state_dict, model_update_msg
         from fed_ros.ros.transport import ChunkedSender
+        self._wait_for_live_server()
         for k, rid in enumerate(E2E_ROBOTS):
             if rid not in participants or (rid, round_idx, stamp) in self.answered:
                 continue
@@ -374,6 +396,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
         robots.spin(rng.uniform(0.1, 2.0))  # random kill time somewhere in rounds 1-3
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
+        robots.server_killed()
         committed = ModelStore(state_dir, keep=E2E_ROUNDS).committed_rounds()
         before = {r: models_bytes(state_dir, r) for r in committed}
         assert committed and committed[-1] < E2E_ROUNDS - 1, f"killed too late: {committed}"

@@ -271,6 +271,11 @@ def test_record_service_body_start_stop_discard(ros_context, tmp_path):
     assert started.ok and Path(started.episode_path).is_dir()
     assert not call(command=Record.Request.START, task="lift").ok  # already recording
     arm.publish(ticks)
+    # This test is about the service body, not delivery latency: STOP once the arm's four
+    # steps reached the recorder (a loaded 2-core CI machine can hold one past stop's settle).
+    deadline = time.monotonic() + 10.0
+    while recorder.num_applied < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
     stopped = call(command=Record.Request.STOP, success=True)
     assert stopped.ok and stopped.num_steps == 4 and stopped.episode_path == started.episode_path
     call(command=Record.Request.START, task="lift")

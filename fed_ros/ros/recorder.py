@@ -346,6 +346,7 @@ class Recorder:
         self._meta: dict[str, str] = {}
         self._latest: dict[str, tuple[bytes, int | None, int]] = {}
         self._applied: set[int] = set()
+        self._last_applied_at = 0.0  # monotonic time the newest applied command arrived
         self._seen: dict[str, set[int]] = {}
         self._sequence = 0
         group = callback_group or ReentrantCallbackGroup()
@@ -365,6 +366,12 @@ class Recorder:
     def _resolved_namespace(self) -> str:
         topic = self._qos[at.JOINT_STATES_TOPIC][0]
         return topic[: -len(at.JOINT_STATES_TOPIC)].rstrip("/")
+
+    @property
+    def num_applied(self) -> int:
+        """Applied commands (steps) received so far in the current episode."""
+        with self._lock:
+            return len(self._applied)
 
     @property
     def recording(self) -> bool:
@@ -429,6 +436,7 @@ class Recorder:
         if stamp is not None:
             if rel == at.APPLIED_COMMAND_TOPIC:
                 self._applied.add(stamp)
+                self._last_applied_at = time.monotonic()
             elif rel in self._seen:
                 self._seen[rel].add(stamp)
 
@@ -437,10 +445,13 @@ class Recorder:
                   if rel in self._seen and rel != at.APPLIED_COMMAND_TOPIC]
         return all(self._applied <= self._seen[rel] for rel in needed)
 
-    def stop(self, success: bool, timeout: float = 1.0) -> RecordResult:
+    def stop(self, success: bool, timeout: float = 1.0, settle: float = 0.25) -> RecordResult:
         """Finish the episode: close the bag, and convert + cache it when successful.
 
-        Waits up to ``timeout`` for in-flight observations of the last applied steps.
+        Waits up to ``timeout`` for in-flight messages of the last steps: until every applied
+        command's observations arrived and no new applied command came for ``settle`` seconds
+        (STOP often follows the arm's last command by less than the DDS delivery time, and
+        only waiting for observations of the commands already seen would cut that step off).
         Raises :class:`RecordingError` (after closing the bag) when the recording cannot
         become an episode, e.g. a required topic sent nothing.
         """
@@ -448,8 +459,14 @@ class Recorder:
             if self._writer is None:
                 raise RuntimeError("Record STOP without START")
             deadline = time.monotonic() + timeout
-            while not self._complete() and time.monotonic() < deadline:
-                self._lock.wait(timeout=max(0.0, deadline - time.monotonic()))
+            while time.monotonic() < deadline:
+                quiet_for = time.monotonic() - self._last_applied_at
+                if self._complete() and quiet_for >= settle:
+                    break
+                wait = deadline - time.monotonic()
+                if self._complete():
+                    wait = min(wait, settle - quiet_for)
+                self._lock.wait(timeout=max(0.0, wait))
             writer, self._writer = self._writer, None
             meta = dict(self._meta, success="true" if success else "false",
                         num_applied=str(len(self._applied)),
