@@ -185,11 +185,7 @@ class RobotNode(Node):
                     self.failed = f"startup failed: {exc}"
 
     def _wait_subscribers(self, pub, what: str, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while pub.get_subscription_count() == 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"nobody subscribes to {what} after {timeout:.0f} s")
-            time.sleep(0.05)
+        wait_for_subscribers(self, pub, what, timeout)
 
     # ------------------------------------------------------------------ start-up
     def _episodes(self):
@@ -659,6 +655,31 @@ class RobotNode(Node):
             self._transfer_log.close()
         super().destroy_node()
 
+
+
+def wait_for_subscribers(node, pub, what: str, timeout: float = 30.0, all_matched_grace_s: float = 3.0) -> None:
+    """Block until ``pub`` can deliver: matched by at least one subscription and, preferably, by
+    every subscription the ROS graph lists on its topic.
+
+    "count > 0" alone is not enough after a server restart: a SIGKILLed server's subscription
+    stays listed (and matched) until its DDS lease expires, and the new one shows up in the graph
+    a moment before our writer matches it, so a fast answer would reach only the dead server.
+    A listed subscription that never matches (incompatible QoS, e.g. a monitoring tool) is
+    waited for ``all_matched_grace_s`` only. Raises TimeoutError naming ``what`` when nobody
+    matches within ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    some_matched_since = None
+    while True:
+        matched = pub.get_subscription_count()
+        if matched > 0:
+            some_matched_since = some_matched_since or time.monotonic()
+            if (node.count_subscribers(pub.topic_name) <= matched
+                    or time.monotonic() - some_matched_since >= all_matched_grace_s):
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nobody subscribes to {what} after {timeout:.0f} s")
+        time.sleep(0.05)
 
 def main(args: list[str] | None = None) -> int:
     """Run the robot node until Ctrl-C (or a failed start-up)."""
