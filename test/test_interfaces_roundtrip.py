@@ -146,15 +146,15 @@ class _Harness:
         self.node = rclpy.create_node("roundtrip_test", context=self.ctx)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
-        self.pubs, self.received = {}, {name: [] for name in ECHO}
+        self.pubs, self.received, self.subs = {}, {name: [] for name in ECHO}, {}
         for name, msg_type in _types().items():
             self.pubs[name] = self.node.create_publisher(msg_type, f"rt/{name}/in", control_qos())
-            self.node.create_subscription(msg_type, f"rt/{name}/out",
-                                          lambda m, n=name: self.received[n].append(m), control_qos())
+            self.subs[name] = self.node.create_subscription(
+                msg_type, f"rt/{name}/out", lambda m, n=name: self.received[n].append(m), control_qos())
         self.bulk_pub = self.node.create_publisher(ModelUpdate, "rt/bulk_update", control_qos())
         self.reports: list[dict] = []
-        self.node.create_subscription(String, "rt/report", lambda m: self.reports.append(json.loads(m.data)),
-                                      control_qos())
+        self.report_sub = self.node.create_subscription(
+            String, "rt/report", lambda m: self.reports.append(json.loads(m.data)), control_qos())
         self.register = self.node.create_client(Register, "rt/register")
         self.record = self.node.create_client(Record, "rt/record")
         self.latched: list = []
@@ -226,9 +226,10 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
     try:
         def ready() -> bool:
             return (all(p.get_subscription_count() > 0 for p in h.pubs.values())
-                    and all(h.node.count_publishers(f"rt/{n}/out") > 0 for n in ECHO)
+                    # matched by our readers, not only listed in the graph
+                    and all(h.subs[n].get_publisher_count() > 0 for n in ECHO)
                     and h.bulk_pub.get_subscription_count() > 0
-                    and h.node.count_publishers("rt/report") > 0
+                    and h.report_sub.get_publisher_count() > 0
                     and h.register.service_is_ready() and h.record.service_is_ready()
                     and peer.poll() is None)
         try:
