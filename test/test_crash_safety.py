@@ -325,13 +325,13 @@ class ScriptedRobots:
                                        for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")}
 
     def _wait_for_live_server(self, timeout: float = 30.0) -> None:
-        # The graph can list the new server's subscription a moment before our publisher has
-        # matched it, so also wait until the publisher matched every listed subscription.
+        from fed_ros.ros.robot_node import wait_for_subscribers
         end = time.monotonic() + timeout
-        while not (self._live_update_subscribers() and self.pub.get_subscription_count()
-                   >= len(self.node.get_subscriptions_info_by_topic("/fleet/updates"))):
+        while not self._live_update_subscribers():
             assert time.monotonic() < end, "no live server subscribes to /fleet/updates"
             self.executor.spin_once(timeout_sec=0.05)
+        # then, as the robot node does, until our writer matched it
+        wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=timeout)
 
     def _on_round(self, msg) -> None:
         from fed_ros.ros.conversions import STAGE_NAMES
