@@ -184,9 +184,6 @@ class RobotNode(Node):
                 if kind == "startup":
                     self.failed = f"startup failed: {exc}"
 
-    def _wait_subscribers(self, pub, what: str, timeout: float = 30.0) -> None:
-        wait_for_subscribers(self, pub, what, timeout)
-
     # ------------------------------------------------------------------ start-up
     def _episodes(self):
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
@@ -498,7 +495,7 @@ class RobotNode(Node):
         return out
 
     def _send_update(self, sender: ChunkedSender, header: dict[str, Any]) -> None:
-        self._wait_subscribers(self.update_pub, "the fleet's updates topic")
+        wait_for_subscribers(self, self.update_pub, "the fleet's updates topic")
         for chunk in sender.chunks():
             self.update_pub.publish(model_update_msg(chunk, **header))
 
@@ -562,7 +559,7 @@ class RobotNode(Node):
             from fed_ros.core.validation import digest_of_descriptor
             signature = self.signer.sign_descriptor(round_idx, self.robot_id, nonce, digest_of_descriptor(desc))
         msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
-        self._wait_subscribers(self.descriptor_pub, "the fleet's descriptors topic")
+        wait_for_subscribers(self, self.descriptor_pub, "the fleet's descriptors topic")
         self.descriptor_pub.publish(msg)
         self.get_logger().info(f"round {round_idx}: sent {desc.kind} descriptor")
 
@@ -602,7 +599,7 @@ class RobotNode(Node):
         msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
                            num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=mean,
                            accepted=True, reason=json.dumps(rates))
-        self._wait_subscribers(self.metrics_pub, "the fleet's robot_metrics topic")
+        wait_for_subscribers(self, self.metrics_pub, "the fleet's robot_metrics topic")
         self.metrics_pub.publish(msg)
         self._log_transfer(kind="evaluation", round=ann.round_idx, success=rates)
         self.get_logger().info(f"round {ann.round_idx}: evaluated {rates} in {time.monotonic() - t0:.1f} s")
