@@ -17,10 +17,10 @@ setup(
     entry_points={
         "console_scripts": [
             "fed-ros = fed_ros.cli:main",
-            "fed-ros-server = fed_ros.ros.server_node:main",
-            "fed-ros-robot = fed_ros.ros.robot_node:main",
-            "fed-ros-sim-bridge = fed_ros.ros.sim_bridge_node:main",
-            "fed-ros-expert-driver = fed_ros.ros.expert_driver_node:main",
+            "fed-ros-server = fed_ros.ros.nodes.server_node:main",
+            "fed-ros-robot = fed_ros.ros.nodes.robot_node:main",
+            "fed-ros-sim-bridge = fed_ros.ros.nodes.sim_bridge_node:main",
+            "fed-ros-expert-driver = fed_ros.ros.nodes.expert_driver_node:main",
         ]
     },
 )

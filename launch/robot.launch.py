@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from fed_ros.ros.fleet_plan import (NodeSpec, default_fleet_file, launch_description,
+from fed_ros.ros.fleet.plan import (NodeSpec, default_fleet_file, launch_description,
                                     load_fleet_config, plan_fleet)
 
 

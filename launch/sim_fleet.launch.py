@@ -2,13 +2,13 @@
 
     ros2 launch fed_ros sim_fleet.launch.py fleet:=/path/to/fleet.yaml
 
-The nodes come from fed_ros.ros.fleet_plan.plan_fleet, the same plan `fed-ros up` runs.
+The nodes come from fed_ros.ros.fleet.plan.plan_fleet, the same plan `fed-ros up` runs.
 """
 from __future__ import annotations
 
 import os
 
-from fed_ros.ros.fleet_plan import (NodeSpec, default_fleet_file, launch_description,
+from fed_ros.ros.fleet.plan import (NodeSpec, default_fleet_file, launch_description,
                                     load_fleet_config, plan_fleet)
 
 

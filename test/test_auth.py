@@ -205,13 +205,13 @@ def test_sros2_policy_grants_what_the_nodes_use():
     def granted(enclave, kind, mode):
         return {t.text for group in enclave.iter(kind + "s") if group.get(mode) == "ALLOW" for t in group}
 
-    server_src = (root_dir / "fed_ros/ros/server_node.py").read_text()
+    server_src = (root_dir / "fed_ros/ros/nodes/server_node.py").read_text()
     pubs = set(re.findall(r'create_publisher\(\w+, "(\w+)"', server_src))
     subs = set(re.findall(r'create_subscription\(\w+, "(\w+)"', server_src))
     assert pubs and subs
     assert pubs <= granted(enclaves["/fleet/server"], "topic", "publish")
     assert subs <= granted(enclaves["/fleet/server"], "topic", "subscribe")
-    robot_src = (root_dir / "fed_ros/ros/robot_node.py").read_text()
+    robot_src = (root_dir / "fed_ros/ros/nodes/robot_node.py").read_text()
     robot_pubs = {f"/fleet/{t}" for t in re.findall(r'create_publisher\(\w+, f"\{fleet\}/(\w+)"', robot_src)}
     robot_subs = {f"/fleet/{t}" for t in re.findall(r'create_subscription\(\w+, f"\{fleet\}/(\w+)"', robot_src)}
     assert robot_pubs and robot_subs

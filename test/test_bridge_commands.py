@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fed_ros.ros import arm_topics as at
+from fed_ros.ros.arm import topics as at
 
 
 def _command(action, gripper=0.0, mode=0, stamp_ns=0):
@@ -30,13 +30,13 @@ def _command(action, gripper=0.0, mode=0, stamp_ns=0):
     (_command([0.1, 0.2, 0.3], mode=9), "unknown"),
 ])
 def test_validate_command_names_the_problem(msg, reason):
-    from fed_ros.ros.sim_bridge_node import validate_command
+    from fed_ros.ros.nodes.sim_bridge_node import validate_command
     with pytest.raises(ValueError, match=reason):
         validate_command(msg)
 
 
 def test_validate_command_accepts_position_and_hold():
-    from fed_ros.ros.sim_bridge_node import validate_command
+    from fed_ros.ros.nodes.sim_bridge_node import validate_command
     ok = validate_command(_command([1.0, -1.0, 0.0], gripper=1.0, stamp_ns=7))
     assert not ok.hold and ok.gripper == 1.0 and ok.stamp_ns == 7
     assert validate_command(_command([], mode=3)).hold
@@ -50,7 +50,7 @@ def test_bad_commands_rejected_and_arm_holds_still(ros_env, processes, tmp_path)
 
     log = tmp_path / "bridge.log"
     bridge = processes.python(
-        ["-m", "fed_ros.ros.sim_bridge_node", "--ros-args", "-p", "task:=lift", "-p", "cameras:=false",
+        ["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift", "-p", "cameras:=false",
          "-p", "control_rate_hz:=20.0", "-p", "command_timeout_s:=30.0"], ros_env, log_path=log)
     context = rclpy.Context()
     rclpy.init(context=context)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fed_ros.core.episode import AGENTVIEW_IMAGE, EEF_POS, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, WRIST_IMAGE
-from fed_ros.ros import arm_topics as at
+from fed_ros.ros.arm import topics as at
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 IMAGE_SIZE = 48
@@ -36,7 +36,7 @@ def lockstep_bridge(tmp_path_factory):
     env["PYTHONUNBUFFERED"] = "1"
     log = tmp_path_factory.mktemp("bridge") / "bridge.log"
     group = ProcessGroup()
-    group.python(["-m", "fed_ros.ros.sim_bridge_node", "--ros-args", "-p", "task:=lift",
+    group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
                   "-p", f"image_size:={IMAGE_SIZE}", "-p", "lockstep:=true", "-p", f"seed:={BRIDGE_SEED}"],
                  env, log_path=log)
     try:
@@ -51,7 +51,7 @@ def arm_client(lockstep_bridge):
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
 
-    from fed_ros.ros.bridge_eval import ArmClient
+    from fed_ros.ros.arm.bridge_eval import ArmClient
     context = rclpy.Context()
     rclpy.init(context=context)
     executor = MultiThreadedExecutor(num_threads=2, context=context)
@@ -101,7 +101,7 @@ def test_bridge_publishes_what_the_simulator_renders(arm_client):
 
 
 def test_expert_evaluation_through_bridge_reports_success_rate(lockstep_bridge):
-    from fed_ros.ros.bridge_eval import evaluate_through_bridge
+    from fed_ros.ros.arm.bridge_eval import evaluate_through_bridge
     from fed_ros.sim.evaluate import evaluate
     from fed_ros.sim.experts import make_expert
     through_ros = evaluate_through_bridge(lambda: make_expert("lift"), "lift", episodes=2,
@@ -122,11 +122,11 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
     from mcap_ros2.decoder import DecoderFactory
     from rosbags.highlevel import AnyReader
 
-    from fed_ros.ros.recorder import recording_to_episode
+    from fed_ros.ros.arm.recorder import recording_to_episode
     from fed_ros.sim.collect import collect_demos
     record_dir = tmp_path / "demos"
     driver = subprocess.run(
-        [sys.executable, "-m", "fed_ros.ros.expert_driver_node", "--ros-args", "-p", "task:=lift",
+        [sys.executable, "-m", "fed_ros.ros.nodes.expert_driver_node", "--ros-args", "-p", "task:=lift",
          "-p", "episodes:=1", "-p", f"seed:={BRIDGE_SEED}", "-p", f"record_dir:={record_dir}",
          "-p", "robot_id:=robot_3"],
         env=lockstep_bridge["env"], capture_output=True, text=True, timeout=120)

@@ -22,7 +22,7 @@ from fed_ros.core import auth, validation as V
 from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import ClientUpdate, make_strategy
-from fed_ros.ros.round_logic import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds import RoundCoordinator, RoundSettings
 
 ROBOTS = [f"robot_{k}" for k in range(4)]
 ROUNDS = 4
@@ -182,8 +182,8 @@ def test_p1_flipped_byte_detected_never_used(reference, tmp_path):
 # ----------------------------------------------------------------------------- L4 robot killed mid-upload
 
 def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
-    from fed_ros.ros.conversions import encode_state_dict
-    from fed_ros.ros.transport import ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.conversions import encode_state_dict
+    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
 
     clock = [0.0]
     store = ModelStore(tmp_path / "store")
@@ -273,7 +273,7 @@ class ScriptedRobots:
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
         from fed_ros.msg import RoundAnnouncement, RoundReport, ModelUpdate
-        from fed_ros.ros import qos
+        from fed_ros.ros.wire import qos
         from fed_ros.srv import Register
         self.ctx = Context()
         rclpy.init(context=self.ctx)
@@ -325,7 +325,7 @@ class ScriptedRobots:
                                        for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")}
 
     def _wait_for_live_server(self, timeout: float = 30.0) -> None:
-        from fed_ros.ros.robot_node import wait_for_subscribers
+        from fed_ros.ros.nodes.robot_node import wait_for_subscribers
         end = time.monotonic() + timeout
         while not self._live_update_subscribers():
             assert time.monotonic() < end, "no live server subscribes to /fleet/updates"
@@ -334,15 +334,15 @@ class ScriptedRobots:
         wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=timeout)
 
     def _on_round(self, msg) -> None:
-        from fed_ros.ros.conversions import STAGE_NAMES
+        from fed_ros.ros.wire.conversions import STAGE_NAMES
         self.announcement = (int(msg.round), STAGE_NAMES.get(int(msg.stage)), list(msg.participants),
                              (msg.header.stamp.sec, msg.header.stamp.nanosec))
         if self.announcement[1] == "train":
             self.pending = (time.monotonic() + TRAIN_SECONDS, self.announcement)
 
     def _answer(self, round_idx: int, stage: str, participants: list, stamp: tuple) -> None:
-        from fed_ros.ros.conversions import encode_state_dict, model_update_msg
-        from fed_ros.ros.transport import ChunkedSender
+        from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
+        from fed_ros.ros.wire.transport import ChunkedSender
         self._wait_for_live_server()
         for k, rid in enumerate(E2E_ROBOTS):
             if rid not in participants or (rid, round_idx, stamp) in self.answered:
@@ -378,7 +378,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     signers = {rid: auth.Signer.from_file(tmp_path / "keys" / f"{rid}.key") for rid in E2E_ROBOTS}
     initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
     state_dir = tmp_path / "server_state"
-    argv = [sys.executable, "-m", "fed_ros.ros.server_node", "--ros-args", "-r", "__ns:=/fleet",
+    argv = [sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args", "-r", "__ns:=/fleet",
             "-p", "algorithm:=fedavg", "-p", f"rounds:={E2E_ROUNDS}", "-p", f"state_dir:={state_dir}",
             "-p", f"expected_robots:=[{','.join(E2E_ROBOTS)}]", "-p", "transfer_channel:=ros",
             "-p", "round_timeout_s:=120.0", "-p", "require_signatures:=true",

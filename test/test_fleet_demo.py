@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from fed_ros.ros.fleet_demo import format_round_table, format_summary
+from fed_ros.ros.fleet.demo import format_round_table, format_summary
 
 TASKS = {"robot_0": ("lift",), "robot_1": ("lift",), "robot_2": ("pick_place_can",), "robot_3": ("pick_place_can",)}
 
@@ -39,8 +39,8 @@ def test_round_table_shows_dashes_for_missing_values():
 
 
 def test_plots_are_written_under_the_run_dir(tmp_path):
-    from fed_ros.ros.fleet_demo import write_plots
-    from fed_ros.ros.fleet_plan import fleet_config_from_dict
+    from fed_ros.ros.fleet.demo import write_plots
+    from fed_ros.ros.fleet.plan import fleet_config_from_dict
     config = fleet_config_from_dict({"fleet": {"name": "t", "algorithm": "feddrman", "rounds": 2, "robots": [
         {"id": rid, "task": t[0]} for rid, t in TASKS.items()]}})
     reports = [_report(0, [0.0, 0.25, 0.0, 0.0], [0, 0, 1, 1]), _report(1, [1.0, 1.0, 0.0, 0.5], [0, 0, 1, 1])]

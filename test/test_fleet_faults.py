@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from fed_ros.core.store import ModelStore
-from fed_ros.ros.fleet_cli import build_commands, fleet_env
-from fed_ros.ros.fleet_plan import fleet_config_from_dict, plan_fleet
+from fed_ros.ros.fleet.launcher import build_commands, fleet_env
+from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 
 
 def _fleet(tmp_path: Path, robots: int, rounds: int, algorithm: str = "fedavg", channel: str = "auto",
@@ -55,7 +55,7 @@ def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, pro
     commands = _fleet(tmp_path, robots=3, rounds=1, quorum_fraction=0.6, round_timeout_s=45.0)
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
-    from fed_ros.ros.fleet_monitor import FleetMonitor
+    from fed_ros.ros.fleet.monitor import FleetMonitor
     with FleetMonitor(track_models=False) as monitor:
         _wait(monitor, lambda: monitor.announcement is not None and monitor.announcement["stage"] == "train",
               120, procs, "round 0")
@@ -78,7 +78,7 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     server = next(c for c in commands if c.spec.fqn == "/fleet/server")
-    from fed_ros.ros.fleet_monitor import FleetMonitor
+    from fed_ros.ros.fleet.monitor import FleetMonitor
     with FleetMonitor() as monitor:
         _wait(monitor, lambda: any(r["round"] == 0 and r["completed"] for r in monitor.reports) and
               (0, 1) in monitor.models, 150, procs, "round 0 committed")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fed_ros.ros import fleet_cli
-from fed_ros.ros.fleet_plan import (ALGORITHMS, ROBOT_DEFAULTS, SERVER_DEFAULTS, SIM_TASKS, fleet_config_from_dict,
+from fed_ros.ros.fleet import cli as fleet_cli, launcher
+from fed_ros.ros.fleet.plan import (ALGORITHMS, ROBOT_DEFAULTS, SERVER_DEFAULTS, SIM_TASKS, fleet_config_from_dict,
                                     load_fleet_config, plan_fleet, validate_robot_params,
                                     validate_server_params)
 
@@ -115,7 +115,7 @@ def test_literal_lists_match_core_and_sim():
 def test_launch_files_and_up_start_the_same_nodes(tmp_path):
     config = load_fleet_config(DEMO)
     plan = plan_fleet(config)
-    up_nodes = fleet_cli.build_commands(plan, tmp_path)
+    up_nodes = launcher.build_commands(plan, tmp_path)
     fleet_launch = _load_launch("sim_fleet.launch.py").plan_nodes(str(DEMO))
     assert fleet_launch == plan
     assert [c.spec for c in up_nodes] == plan

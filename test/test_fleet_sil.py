@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fed_ros.core.validation import read_audit_log
-from fed_ros.ros.fleet_cli import build_commands, fleet_env
-from fed_ros.ros.fleet_plan import fleet_config_from_dict, plan_fleet
+from fed_ros.ros.fleet.launcher import build_commands, fleet_env
+from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 
 ROUNDS = 3
 FAMILIES = {"robot_0": "lift", "robot_1": "lift", "robot_2": "pick_place_can", "robot_3": "pick_place_can"}
@@ -42,7 +42,7 @@ def test_fleet_of_four_arms_runs_feddrman_end_to_end(tmp_path, ros_env, processe
     assert len(commands) == 9  # server + 4 bridges + 4 robots
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
 
-    from fed_ros.ros.fleet_monitor import FleetMonitor
+    from fed_ros.ros.fleet.monitor import FleetMonitor
     with FleetMonitor() as monitor:
         deadline = time.monotonic() + 380
         while time.monotonic() < deadline:
@@ -116,18 +116,18 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(tmp
     """Teleop path: a driver calls the robot node's Record service while it drives the arm."""
     env = fleet_env(base=ros_env)
     ns = ["--ros-args", "-r", "__ns:=/robot_0"]
-    processes.start([sys.executable, "-m", "fed_ros.ros.sim_bridge_node", *ns, "-r", "__node:=arm",
+    processes.start([sys.executable, "-m", "fed_ros.ros.nodes.sim_bridge_node", *ns, "-r", "__node:=arm",
                      "-p", "task:=lift", "-p", "cameras:=false", "-p", "lockstep:=true"], env,
                     log_path=tmp_path / "arm.log")
-    robot = processes.start([sys.executable, "-m", "fed_ros.ros.robot_node", *ns, "-r", "__node:=robot",
+    robot = processes.start([sys.executable, "-m", "fed_ros.ros.nodes.robot_node", *ns, "-r", "__node:=robot",
                              "-p", f"data_dir:={tmp_path / 'robot_0'}", "-p", "register_timeout_s:=600.0"], env,
                             log_path=tmp_path / "robot.log")
-    driver = processes.start([sys.executable, "-m", "fed_ros.ros.expert_driver_node", *ns,
+    driver = processes.start([sys.executable, "-m", "fed_ros.ros.nodes.expert_driver_node", *ns,
                               "-p", "task:=lift", "-p", "episodes:=2", "-p", "cameras:=false",
                               "-p", "record_service:=record"], env, log_path=tmp_path / "driver.log")
     assert driver.wait(timeout=150) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     assert robot.poll() is None
-    from fed_ros.ros.recorder import load_recorded_episodes, read_recording_metadata
+    from fed_ros.ros.arm.recorder import load_recorded_episodes, read_recording_metadata
     bags = sorted((tmp_path / "robot_0" / "demos").glob("*/metadata.yaml"))
     assert len(bags) == 2
     meta = read_recording_metadata(bags[0].parent)["custom_data"]
@@ -138,11 +138,11 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(tmp
 
 def test_nodes_refuse_bad_parameters_naming_them(tmp_path, ros_env):
     env = fleet_env(base=ros_env)
-    server = subprocess.run([sys.executable, "-m", "fed_ros.ros.server_node", "--ros-args",
+    server = subprocess.run([sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args",
                              "-p", "quorum_fraction:=1.5", "-p", f"state_dir:={tmp_path}"],
                             env=env, capture_output=True, text=True, timeout=120)
     assert server.returncode == 2 and "quorum_fraction" in server.stderr
-    robot = subprocess.run([sys.executable, "-m", "fed_ros.ros.robot_node", "--ros-args",
+    robot = subprocess.run([sys.executable, "-m", "fed_ros.ros.nodes.robot_node", "--ros-args",
                             "-r", "__ns:=/robot_0", "-p", "device:=tpu"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert robot.returncode == 2 and "'device'" in robot.stderr
@@ -164,7 +164,7 @@ def test_rnd_fleet_exchanges_predictors_and_scores_before_training(tmp_path, ros
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path)
              for c in build_commands(plan_fleet(config), tmp_path)}
-    from fed_ros.ros.fleet_monitor import FleetMonitor
+    from fed_ros.ros.fleet.monitor import FleetMonitor
     with FleetMonitor(track_models=False) as monitor:
         deadline = time.monotonic() + 150
         while time.monotonic() < deadline and not any(r["round"] == 1 and r["completed"] for r in monitor.reports):

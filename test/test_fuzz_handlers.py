@@ -378,7 +378,7 @@ def _one_cluster_model(defect, i, chaos):
 
 def _payload_msg(draw_fields: dict):
     from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
-    from fed_ros.ros.conversions import set_bytes_field
+    from fed_ros.ros.wire.conversions import set_bytes_field
     msg = TensorPayload()
     msg.payload_id = draw_fields["pid"]
     msg.manifest = [TensorSpecMsg(name=n, shape=list(s), dtype=dt) for n, s, dt in draw_fields["manifest"]]
@@ -410,7 +410,7 @@ CHUNK = st.fixed_dictionaries({
 
 @pytest.fixture(scope="module")
 def transport():
-    from fed_ros.ros import transport
+    from fed_ros.ros.wire import transport
     return transport
 
 
@@ -455,7 +455,7 @@ def test_f1_descriptor_message_conversion(descriptor_world, cases):
 
 def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, resid, n, payload_, rid):
     from fed_ros.msg import ClientDescriptor as Msg
-    from fed_ros.ros.conversions import descriptor_from_msg, set_bytes_field, set_float32_field
+    from fed_ros.ros.wire.conversions import descriptor_from_msg, set_bytes_field, set_float32_field
     ctx, used = descriptor_world
     guard_before = ctx.replay_guard.state()
     msg = Msg(robot_id=rid, round=5, kind=kind, dims=dims, score_robot_ids=ids, residual_std=resid, num_samples=n)
@@ -481,7 +481,7 @@ def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, re
 def coordinator(tmp_path_factory):
     from fed_ros.core.store import ModelStore
     from fed_ros.core.strategy import make_strategy
-    from fed_ros.ros.round_logic import RoundCoordinator, RoundSettings
+    from fed_ros.core.rounds import RoundCoordinator, RoundSettings
     store_dir = tmp_path_factory.mktemp("store")
     coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(store_dir),
                              RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=1e9),

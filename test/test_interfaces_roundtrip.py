@@ -45,9 +45,9 @@ def _peer() -> None:
     from std_msgs.msg import String
 
     from fed_ros.msg import ClusterModel, ModelUpdate
-    from fed_ros.ros import conversions as conv
-    from fed_ros.ros.qos import control_qos, model_state_qos
-    from fed_ros.ros.transport import ChunkedSender, PayloadAssembler, PayloadRejected, TransferLimits, fetch_bulk
+    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.qos import control_qos, model_state_qos
+    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, PayloadRejected, TransferLimits, fetch_bulk
     from fed_ros.srv import Record, Register
 
     rclpy.init()
@@ -137,7 +137,7 @@ class _Harness:
         from std_msgs.msg import String
 
         from fed_ros.msg import ClusterModel, ModelUpdate
-        from fed_ros.ros.qos import control_qos, model_state_qos
+        from fed_ros.ros.wire.qos import control_qos, model_state_qos
         from fed_ros.srv import Record, Register
 
         self.rclpy = rclpy
@@ -184,7 +184,7 @@ class _Harness:
 
 def _echo_tensor_payload(h: _Harness, name: str, wrap, enc, payload_id: str, chunk_bytes: int) -> float:
     """Send a payload to the peer, assemble the echo; returns the round-trip seconds."""
-    from fed_ros.ros.transport import ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
 
     sender = ChunkedSender(enc, payload_id, chunk_bytes=chunk_bytes)
     assembler = PayloadAssembler(TransferLimits(max_total_bytes=64 << 20))
@@ -217,8 +217,8 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
 
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
     from fed_ros.msg import ArmCommand, ClusterMetrics, EpisodeStatus, RobotMetrics, RoundReport
-    from fed_ros.ros import conversions as conv
-    from fed_ros.ros.transport import BulkServer, ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.transport import BulkServer, ChunkedSender, PayloadAssembler, TransferLimits
     from fed_ros.srv import Record, Register
 
     peer = processes.python([str(Path(__file__).resolve()), "--peer"], ros_env, log_path=tmp_path / "peer.log")

@@ -12,8 +12,8 @@ import pytest
 from fed_ros.core.episode import (
     AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
     WRIST_IMAGE, Episode)
-from fed_ros.ros import arm_topics as at
-from fed_ros.ros.recorder import (
+from fed_ros.ros.arm import topics as at
+from fed_ros.ros.arm.recorder import (
     EPISODE_CACHE, RECORDED_TOPICS, Recorder, RecordingError, Rosbag2McapWriter,
     load_recorded_episodes, recording_to_episode)
 
@@ -257,7 +257,7 @@ def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
 
 
 def test_record_service_body_start_stop_discard(ros_context, tmp_path):
-    from fed_ros.ros.recorder import handle_record_request
+    from fed_ros.ros.arm.recorder import handle_record_request
     from fed_ros.srv import Record
     recorder = Recorder(ros_context("robot"), tmp_path)
     arm = TinyArm(ros_context("tiny_arm"))

@@ -15,7 +15,7 @@ from fed_ros.core.strategy import ClientDescriptor
 from fed_ros.msg import ClientDescriptor as ClientDescriptorMsg
 from fed_ros.msg import ClusterModel, ModelUpdate, RoundAnnouncement, TensorPayload
 from fed_ros.msg import TensorSpec as TensorSpecMsg
-from fed_ros.ros import conversions as conv
+from fed_ros.ros.wire import conversions as conv
 
 
 def _state_dict(seed: int = 0) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ import pytest
 from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Image
 
-from fed_ros.ros.images import ENCODINGS, image_to_msg, msg_to_image
+from fed_ros.ros.wire.images import ENCODINGS, image_to_msg, msg_to_image
 
 
 def _image(encoding: str, h: int = 5, w: int = 7, seed: int = 0) -> np.ndarray:

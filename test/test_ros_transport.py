@@ -15,8 +15,8 @@ import pytest
 import zmq
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros import conversions as conv
-from fed_ros.ros import transport as tr
+from fed_ros.ros.wire import conversions as conv
+from fed_ros.ros.wire import transport as tr
 
 
 class FakeClock:

@@ -337,7 +337,7 @@ def test_audit_counters_bounded():
 ])
 def test_descriptor_signature_survives_the_wire(ctx, desc):
     """Robot signs its core descriptor; the server verifies what descriptor_from_msg rebuilds."""
-    from fed_ros.ros.conversions import descriptor_from_msg, descriptor_to_msg
+    from fed_ros.ros.wire.conversions import descriptor_from_msg, descriptor_to_msg
     nonce = auth.new_nonce()
     sig = SIGNERS["robot_1"].sign_descriptor(5, "robot_1", nonce, V.digest_of_descriptor(desc))
     msg = descriptor_to_msg(desc, 5, nonce=nonce, signature=sig)

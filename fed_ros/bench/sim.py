@@ -62,7 +62,7 @@ def bridge_steps_per_second(task: str, variation: str = "default", cameras: bool
     scripted expert drives it over ROS, images published; the rate comes from the stamps
     of the bridge's own episode statuses, resets excluded (as ``raw_steps_per_second``).
     """
-    from fed_ros.ros.bridge_eval import measure_bridge_steps_per_second
+    from fed_ros.ros.arm.bridge_eval import measure_bridge_steps_per_second
 
     return measure_bridge_steps_per_second(task, cameras=cameras, image_size=image_size, steps=steps,
                                            seed=seed, variation=variation, expert=True)

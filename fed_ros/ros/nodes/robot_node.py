@@ -4,7 +4,7 @@ Interfaces (robot namespace, e.g. ``/robot_0``):
 
     record          fed_ros/srv/Record          START / STOP / DISCARD a demonstration (teleop)
     evaluate        fed_ros/srv/EvaluatePolicy  closed-loop evaluation of the current model
-    arm/...         the arm's topics (fed_ros.ros.arm_topics), recorded and driven
+    arm/...         the arm's topics (fed_ros.ros.arm.topics), recorded and driven
 
 and the fleet server's topics (``fleet_namespace``, default ``/fleet``): it registers,
 follows ``round`` announcements, downloads its cluster model(s) from ``cluster_models``,
@@ -36,12 +36,12 @@ from rclpy.node import Node
 from std_msgs.msg import String
 
 from fed_ros.msg import ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement
-from fed_ros.ros import qos
-from fed_ros.ros.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
+from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
                                      model_update_msg)
-from fed_ros.ros.fleet_plan import ROBOT_DEFAULTS, validate_robot_params
-from fed_ros.ros.round_logic import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, descriptor_kind_for
-from fed_ros.ros.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
+from fed_ros.ros.fleet.plan import ROBOT_DEFAULTS, validate_robot_params
+from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, descriptor_kind_for
+from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
                                    PayloadRejected, decode_resend_request, encode_resend_request, fetch_bulk)
 from fed_ros.srv import EvaluatePolicy, Record, Register
 
@@ -115,8 +115,8 @@ class RobotNode(Node):
         self._service_group = MutuallyExclusiveCallbackGroup()  # Record / EvaluatePolicy
         io_group = ReentrantCallbackGroup()  # arm topics (recorder, arm client)
 
-        from fed_ros.ros.bridge_eval import ArmClient
-        from fed_ros.ros.recorder import Recorder
+        from fed_ros.ros.arm.bridge_eval import ArmClient
+        from fed_ros.ros.arm.recorder import Recorder
         self.arm = ArmClient(self, namespace=arm_ns, cameras=self.cameras, source="policy", callback_group=io_group)
         self.recorder = Recorder(self, self.demo_dir, namespace=arm_ns, robot_id=self.robot_id,
                                  cameras=self.cameras, callback_group=io_group)
@@ -188,7 +188,7 @@ class RobotNode(Node):
     def _episodes(self):
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
         from fed_ros.core.episode import Episode
-        from fed_ros.ros.recorder import load_recorded_episodes
+        from fed_ros.ros.arm.recorder import load_recorded_episodes
         episodes = load_recorded_episodes(self.demo_dir)
         episodes += [e for e in (Episode.load(f) for f in sorted(self.demo_dir.glob("*.npz"))) if e.success]
         return episodes
@@ -305,7 +305,7 @@ class RobotNode(Node):
             self._store_model(msg, complete.state_dict(copy=True), complete.sha256, complete.data.nbytes)
 
     def _fetch_model(self, msg) -> None:
-        from fed_ros.ros.conversions import decode_state_dict, manifest_from_msgs
+        from fed_ros.ros.wire.conversions import decode_state_dict, manifest_from_msgs
         payload = msg.payload
         try:
             data = fetch_bulk(payload)

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
-from fed_ros.ros import arm_topics as at
+from fed_ros.ros.arm import topics as at
 
 STATUS_PART = "status"
 
@@ -302,7 +302,7 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(161, 215))
-    args = [sys.executable, "-m", "fed_ros.ros.sim_bridge_node", "--ros-args",
+    args = [sys.executable, "-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args",
             "-p", f"task:={task}", "-p", f"variation:={variation}",
             "-p", f"cameras:={'true' if cameras else 'false'}",
             "-p", f"image_size:={int(image_size)}", "-p", f"seed:={int(seed)}",

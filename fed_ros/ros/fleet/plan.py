@@ -29,10 +29,10 @@ TRANSFER_CHANNELS = ("auto", "ros", "zmq")
 # Executables installed under lib/fed_ros (ros2 run fed_ros <exe>) and the Python entry
 # point `fed-ros up` runs for each of them.
 EXECUTABLE_ENTRY_POINTS: dict[str, str] = {
-    "server_node": "fed_ros.ros.server_node:main",
-    "robot_node": "fed_ros.ros.robot_node:main",
-    "sim_bridge_node": "fed_ros.ros.sim_bridge_node:main",
-    "expert_driver_node": "fed_ros.ros.expert_driver_node:main",
+    "server_node": "fed_ros.ros.nodes.server_node:main",
+    "robot_node": "fed_ros.ros.nodes.robot_node:main",
+    "sim_bridge_node": "fed_ros.ros.nodes.sim_bridge_node:main",
+    "expert_driver_node": "fed_ros.ros.nodes.expert_driver_node:main",
 }
 
 SERVER_NAMESPACE = "/fleet"
@@ -505,7 +505,7 @@ def default_fleet_file(launch_dir: str = "") -> str:
         pass
     if launch_dir:
         candidates.append(Path(launch_dir).resolve().parent / "config" / "fleet_demo.yaml")
-    candidates.append(Path(__file__).resolve().parents[2] / "config" / "fleet_demo.yaml")
+    candidates.append(Path(__file__).resolve().parents[3] / "config" / "fleet_demo.yaml")
     for path in candidates:
         if path.is_file():
             return str(path)

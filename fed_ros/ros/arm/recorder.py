@@ -8,7 +8,7 @@ Episode metadata (robot, task, instruction, variation, success) lives in the bag
 ``custom_data``. ``metadata.yaml`` is written last: a directory without it is an
 interrupted recording and is never read.
 
-Synchronisation rule (see :mod:`fed_ros.ros.arm_topics`): step ``k`` of the episode is
+Synchronisation rule (see :mod:`fed_ros.ros.arm.topics`): step ``k`` of the episode is
 the ``arm/applied_command`` stamped ``s_k`` (the action the driver applied) paired with
 the observation messages stamped ``s_k``. Recorded actions therefore are exactly the
 applied ones, whether the command came late, was rejected or the arm held still.
@@ -33,7 +33,7 @@ import yaml
 from fed_ros.core.episode import (
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, IMAGE_KEYS, JOINT_POS,
     OBJECT_STATE, WRIST_IMAGE, Episode)
-from fed_ros.ros import arm_topics as at
+from fed_ros.ros.arm import topics as at
 
 ROS_DISTRO = "kilted"
 METADATA_FILE = "metadata.yaml"

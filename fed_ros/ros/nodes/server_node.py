@@ -1,6 +1,6 @@
 """The fleet server node: registration, rounds, aggregation, persistence, model publishing.
 
-A thin ROS shell around :class:`fed_ros.ros.round_logic.RoundCoordinator` (all decisions
+A thin ROS shell around :class:`fed_ros.core.rounds.RoundCoordinator` (all decisions
 live there and are unit-tested without ROS). Interfaces, in the server namespace
 (``/fleet``):
 
@@ -44,12 +44,12 @@ from fed_ros.core.validation import (AuditLog, Decision, Limits, UpdateEnvelope,
                                      check_update_envelope, validate_descriptor, validate_update)
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport)
-from fed_ros.ros import qos
-from fed_ros.ros.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
+from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
-from fed_ros.ros.fleet_plan import SERVER_DEFAULTS, validate_server_params
-from fed_ros.ros.round_logic import DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict
-from fed_ros.ros.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
+from fed_ros.ros.fleet.plan import SERVER_DEFAULTS, validate_server_params
+from fed_ros.core.rounds import DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict
+from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
                                    PayloadRejected, TransferLimits, decode_resend_request,
                                    encode_resend_request, fetch_bulk)
 from fed_ros.srv import Register
@@ -127,7 +127,7 @@ class FleetServer(Node):
         if p["private_key_file"]:
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p["private_key_file"])
-        from fed_ros.ros.round_logic import Roster
+        from fed_ros.core.rounds import Roster
         settings = RoundSettings(
             algorithm=p["algorithm"], rounds=p["rounds"], quorum_fraction=p["quorum_fraction"],
             min_quorum=p["min_quorum"], round_timeout_s=p["round_timeout_s"], max_attempts=p["max_attempts"],
@@ -387,7 +387,7 @@ class FleetServer(Node):
             self._fetched.put((pid, payload, None, f"bulk fetch failed: {exc}"))
 
     def _drain_fetches(self) -> None:
-        from fed_ros.ros.conversions import decode_state_dict, manifest_from_msgs
+        from fed_ros.ros.wire.conversions import decode_state_dict, manifest_from_msgs
         while True:
             try:
                 pid, payload, data, error = self._fetched.get_nowait()

@@ -4,7 +4,7 @@ The expert sees only what arrives on the arm's topics (the path a teleoperated r
 takes) and publishes ``arm/command``. Each episode: reset the arm (``arm/reset``), Record
 START, drive until the arm reports done, Record STOP with the outcome. Recording goes
 through a robot node's ``fed_ros/srv/Record`` service (``record_service``) or, with
-``record_dir`` set, through a :class:`~fed_ros.ros.recorder.Recorder` owned by this node
+``record_dir`` set, through a :class:`~fed_ros.ros.arm.recorder.Recorder` owned by this node
 (standalone: no robot node needed).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rcl_interfaces.msg import ParameterDescriptor
 
-from fed_ros.ros.bridge_eval import ArmClient
+from fed_ros.ros.arm.bridge_eval import ArmClient
 
 
 @dataclass
@@ -83,7 +83,7 @@ class ExpertDriverNode(Node):
         self.recorder = None
         self._record_client = None
         if self.record_dir:
-            from fed_ros.ros.recorder import Recorder
+            from fed_ros.ros.arm.recorder import Recorder
             self.recorder = Recorder(self, self.record_dir, robot_id=self.robot_id, cameras=self.cameras)
         elif self.record_service:
             from fed_ros.srv import Record

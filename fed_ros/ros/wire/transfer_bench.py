@@ -51,9 +51,9 @@ def _ros_sender(args: argparse.Namespace) -> None:
     from std_msgs.msg import String
 
     from fed_ros.msg import ModelUpdate
-    from fed_ros.ros import conversions as conv
-    from fed_ros.ros.qos import control_qos
-    from fed_ros.ros.transport import BulkServer, ChunkedSender
+    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.qos import control_qos
+    from fed_ros.ros.wire.transport import BulkServer, ChunkedSender
 
     encoded = conv.encode_state_dict(_payload(args.mb))
     rclpy.init()
@@ -92,8 +92,8 @@ def _ros_receiver(args: argparse.Namespace) -> None:
     from std_msgs.msg import String
 
     from fed_ros.msg import ModelUpdate
-    from fed_ros.ros.qos import control_qos
-    from fed_ros.ros.transport import PayloadAssembler, TransferLimits, fetch_bulk
+    from fed_ros.ros.wire.qos import control_qos
+    from fed_ros.ros.wire.transport import PayloadAssembler, TransferLimits, fetch_bulk
 
     rclpy.init()
     node = rclpy.create_node("bench_server")
@@ -126,7 +126,7 @@ def _ros_receiver(args: argparse.Namespace) -> None:
 def _zmq_sender(args: argparse.Namespace) -> None:
     import zmq
 
-    from fed_ros.ros import conversions as conv
+    from fed_ros.ros.wire import conversions as conv
 
     encoded = conv.encode_state_dict(_payload(args.mb))
     ctx = zmq.Context()
@@ -192,14 +192,14 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[f
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
     if method == "ros_tuned":
-        from fed_ros.ros.transport import apply_fastdds_profile
+        from fed_ros.ros.wire.transport import apply_fastdds_profile
 
         profile = Path(args.fastdds_profile) if args.fastdds_profile else None
         if apply_fastdds_profile(env, path=profile) is None:
             raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run ros_tuned")
     common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
               "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port())]
-    cmd = [sys.executable, "-m", "fed_ros.ros.transfer_bench"]
+    cmd = [sys.executable, "-m", "fed_ros.ros.wire.transfer_bench"]
     recv = subprocess.Popen([*cmd, "--role", "receiver", *common], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     time.sleep(0.3)
@@ -224,7 +224,7 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[f
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `fed-ros bench transfer`; prints a side-by-side table, returns 0."""
-    from fed_ros.ros.transport import DEFAULT_CHUNK_BYTES
+    from fed_ros.ros.wire.transport import DEFAULT_CHUNK_BYTES
 
     parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         rate = nbytes / med
         chunk = "-" if method in ("raw_zmq", "memcpy") else ("whole" if cb >= nbytes else f"{cb >> 20} MiB")
         if method == "zmq_bulk":
-            from fed_ros.ros.transport import DEFAULT_BULK_CHUNK_BYTES
+            from fed_ros.ros.wire.transport import DEFAULT_BULK_CHUNK_BYTES
 
             chunk = f"{DEFAULT_BULK_CHUNK_BYTES >> 20} MiB"
         ratio = f"{rate / ref:.2f}" if raw else "-"  # no raw_zmq row: no reference

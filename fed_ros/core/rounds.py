@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-# Stage names match fed_ros.ros.conversions.STAGES (RoundAnnouncement.STAGE_*).
+# Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
 TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
 STAGES = (TRAIN, DESCRIBE, SCORE, EVALUATE, DONE)
 

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fed_ros.ros.fleet_cli import start_fleet
-from fed_ros.ros.fleet_plan import FleetConfig, default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.launcher import start_fleet
+from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, load_fleet_config
 
 
 def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]) -> str:
@@ -208,7 +208,7 @@ def run_demo(argv: list[str]) -> int:
           f"{config.rounds} rounds, ROS_DOMAIN_ID={domain}; logs in {run_dir / 'logs'}")
     print("  robots record expert demonstrations over ROS, then federate; about 10 min on 2 shared cores...")
 
-    from fed_ros.ros.fleet_monitor import FleetMonitor
+    from fed_ros.ros.fleet.monitor import FleetMonitor
 
     t0 = time.monotonic()
     fleet = start_fleet(config, run_dir, domain)

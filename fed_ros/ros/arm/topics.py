@@ -163,7 +163,7 @@ SENSOR_TOPICS = frozenset({AGENTVIEW_TOPIC, WRIST_TOPIC, JOINT_STATES_TOPIC, GRI
 
 def qos_for(relative_topic: str, subscriber: bool = True):
     """QoS profile of an arm topic (publisher and subscriber profiles are compatible)."""
-    from fed_ros.ros import qos
+    from fed_ros.ros.wire import qos
     if relative_topic in SENSOR_TOPICS:
         return qos.sensor_qos(depth=10 if subscriber else 5)
     if relative_topic == TASK_TOPIC:
@@ -190,8 +190,8 @@ def message_class(msgtype: str):
 # --- message <-> numpy -------------------------------------------------------------------
 
 def image_to_msg(image: np.ndarray, stamp, frame_id: str):
-    """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8 (fed_ros.ros.images, one copy)."""
-    from fed_ros.ros.images import image_to_msg as _to_msg
+    """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8 (fed_ros.ros.wire.images, one copy)."""
+    from fed_ros.ros.wire.images import image_to_msg as _to_msg
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected HxWx3 uint8 image, got {image.dtype} {image.shape}")
@@ -200,7 +200,7 @@ def image_to_msg(image: np.ndarray, stamp, frame_id: str):
 
 def image_from_msg(msg) -> np.ndarray:
     """sensor_msgs/Image (rgb8 / bgr8 / rgba8 / bgra8) -> HxWx3 uint8 RGB, owning its memory."""
-    from fed_ros.ros.images import msg_to_image
+    from fed_ros.ros.wire.images import msg_to_image
     if msg.encoding not in ("rgb8", "bgr8", "rgba8", "bgra8"):
         raise ValueError(f"unsupported camera image encoding {msg.encoding!r} (expected rgb8)")
     image = msg_to_image(msg, desired_encoding="rgb8", backend="own")

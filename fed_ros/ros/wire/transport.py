@@ -37,7 +37,7 @@ import zmq
 
 from fed_ros.core.params import Manifest
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.conversions import (
+from fed_ros.ros.wire.conversions import (
     ENCODING_NAMES,
     EncodedPayload,
     StateDict,
@@ -599,7 +599,7 @@ FASTDDS_PROFILE_NAME = "fastdds_shm.xml"
 
 def fastdds_profile_path() -> Path | None:
     """The Fast DDS shared-memory profile shipped with fed_ros, if it exists."""
-    candidates = [Path(__file__).resolve().parents[2] / "config" / FASTDDS_PROFILE_NAME]
+    candidates = [Path(__file__).resolve().parents[3] / "config" / FASTDDS_PROFILE_NAME]
     try:
         from ament_index_python.packages import get_package_share_directory
 

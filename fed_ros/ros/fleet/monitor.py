@@ -14,7 +14,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
-from fed_ros.ros.conversions import STAGE_NAMES
+from fed_ros.ros.wire.conversions import STAGE_NAMES
 
 
 def _latched_reader(depth: int) -> QoSProfile:
@@ -95,7 +95,6 @@ class FleetMonitor:
 
     def summary(self) -> str:
         """What `fed-ros status` prints: round, stage, robots and clusters, last metrics."""
-        from fed_ros.ros.fleet_cli import format_report
         lines = []
         ann = self.announcement
         if ann is not None:
@@ -124,3 +123,21 @@ class FleetMonitor:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def format_report(report: dict) -> str:
+    """A round report (as a dict) as the table `status` and `demo` print."""
+    lines = [f"round {report['round']} ({report['algorithm']}): {report['status']}; updates "
+             f"{report['updates_accepted']}/{report['updates_received']} accepted, "
+             f"{report['updates_rejected']} rejected, aggregation {report['aggregation_seconds']:.2f} s"]
+    lines.append(f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8}  note")
+    for r in report["robots"]:
+        success = "-" if math.isnan(r["success_rate"]) else f"{r['success_rate']:.2f}"
+        loss = "-" if math.isnan(r["train_loss"]) else f"{r['train_loss']:.3f}"
+        clusters = ",".join(str(c) for c in r["cluster_ids"]) or "-"
+        lines.append(f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
+                     f"{r['reason']}")
+    for c in report["clusters"]:
+        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}  "
+                     f"update cosine {c['intra_similarity']:.2f}")
+    return "\n".join(lines)

@@ -6,7 +6,7 @@ Each control tick (fixed-rate timer, ``control_rate_hz``) applies the latest val
 the new observation: camera images, joint and gripper states, end-effector pose and
 object state, all with the tick's stamp, then ``arm/episode_status``. Before stepping it
 publishes ``arm/applied_command`` stamped with the observation the action was applied
-to, which is what recordings are built from (see :mod:`fed_ros.ros.arm_topics`).
+to, which is what recordings are built from (see :mod:`fed_ros.ros.arm.topics`).
 
 ``lockstep:=true`` (evaluation, benchmarks) steps only when a command answering the
 current observation arrives (its ``header.stamp`` equals the observation's), so a run is
@@ -29,7 +29,7 @@ from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
 from fed_ros.core.episode import (  # noqa: E402
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
     WRIST_IMAGE)
-from fed_ros.ros import arm_topics as at  # noqa: E402
+from fed_ros.ros.arm import topics as at  # noqa: E402
 
 MODE_OSC_POSITION = 0
 MODE_OSC_POSE = 1

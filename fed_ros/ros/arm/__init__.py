@@ -1,0 +1,1 @@
+"""The arm side: arm topics, the arm client used by policies and experts, the recorder."""

@@ -1,0 +1,172 @@
+"""`fed-ros up | status | plan | demo`: run a fleet plan as processes and watch it.
+
+`fed-ros up` starts exactly the nodes of :func:`fed_ros.ros.fleet.plan.plan_fleet` (what
+the launch files start), each as its own process with its parameters in a ROS 2 params
+file, in an isolated ROS domain with LOCALHOST discovery, one log per node. Ctrl-C shuts
+every node down (SIGINT, then SIGKILL after a grace period); if a node dies the rest are
+stopped and the exit code is non-zero.
+
+rclpy is imported only by the subcommands that talk to the fleet (status, demo).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from fed_ros.ros.fleet.launcher import domain_from_run_dir, start_fleet
+from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, format_plan, load_fleet_config, plan_fleet
+
+def _fleet_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("fleet", nargs="?", default=None,
+                        help="fleet config YAML (default: config/fleet_demo.yaml)")
+
+
+def _robot_list(text: str | None) -> list[str] | None:
+    return None if text is None else [r for r in text.split(",") if r]
+
+
+def _load(path: str | None) -> FleetConfig:
+    return load_fleet_config(path or default_fleet_file())
+
+
+# --------------------------------------------------------------------------- plan
+
+def plan_main(argv: list[str]) -> int:
+    """`fed-ros plan [fleet.yaml] [--robots ids] [--no-server] [--yaml]`: print the node set."""
+    parser = argparse.ArgumentParser(prog="fed-ros plan", description=plan_main.__doc__)
+    _fleet_arg(parser)
+    parser.add_argument("--robots", default=None, help="comma-separated robot ids (default: all)")
+    parser.add_argument("--no-server", action="store_true", help="leave the server out")
+    parser.add_argument("--yaml", action="store_true", help="print ROS 2 params files instead of a table")
+    args = parser.parse_args(argv)
+    try:
+        config = _load(args.fleet)
+        plan = plan_fleet(config, include_server=not args.no_server,
+                          robot_ids=_robot_list(args.robots))
+    except ValueError as exc:
+        print(f"fed-ros plan: {exc}", file=sys.stderr)
+        return 2
+    if args.yaml:
+        merged: dict = {}
+        for spec in plan:
+            merged.update(spec.params_yaml())
+        print(yaml.safe_dump(merged, sort_keys=False), end="")
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+# ----------------------------------------------------------------------------- up
+
+def _up_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog)
+    _fleet_arg(parser)
+    parser.add_argument("--domain-id", type=int, default=None,
+                        help="ROS_DOMAIN_ID (default: a random free-looking id in 1..101)")
+    parser.add_argument("--discovery-range", default="LOCALHOST", choices=("LOCALHOST", "SUBNET", "SYSTEM_DEFAULT"),
+                        help="ROS_AUTOMATIC_DISCOVERY_RANGE; SUBNET for robots on other machines")
+    parser.add_argument("--robots", default=None, help="comma-separated robot ids to start (default: all)")
+    parser.add_argument("--no-server", action="store_true", help="do not start the server here")
+    parser.add_argument("--run-dir", default=None, help="logs and params (default: the fleet's run_dir)")
+    return parser
+
+
+def _stop_on_signals(flag: list[bool]) -> None:
+    def handler(signum, _frame):
+        flag[0] = True
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def up_main(argv: list[str]) -> int:
+    """`fed-ros up [fleet.yaml]`: start the fleet as processes until Ctrl-C or a node dies."""
+    args = _up_parser("fed-ros up").parse_args(argv)
+    try:
+        config = _load(args.fleet)
+        domain = args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 101)
+        run_dir = Path(args.run_dir or config.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        stop = [False]
+        _stop_on_signals(stop)
+        fleet = start_fleet(config, run_dir, domain, args.discovery_range, not args.no_server,
+                            _robot_list(args.robots))
+    except ValueError as exc:
+        print(f"fed-ros up: {exc}", file=sys.stderr)
+        return 2
+    print(f"fed-ros up: fleet {config.name!r}: {len(fleet.procs)} nodes, ROS_DOMAIN_ID={domain}, "
+          f"logs in {run_dir / 'logs'}")
+    print(f"  watch it with: fed-ros status {args.fleet or ''} --domain-id {domain}".rstrip())
+    code = 0
+    try:
+        while not stop[0]:
+            dead = fleet.dead()
+            if dead:
+                for fqn, rc in dead:
+                    print(f"fed-ros up: node {fqn} exited with code {rc} "
+                          f"(log: {run_dir / 'logs' / (fqn.strip('/').replace('/', '__') + '.log')})",
+                          file=sys.stderr)
+                code = 0 if all(rc == 0 for _, rc in dead) else 1
+                break
+            time.sleep(0.5)
+    finally:
+        codes = fleet.stop()
+    print("fed-ros up: stopped (" + ", ".join(f"{k}={v}" for k, v in codes.items()) + ")")
+    return code
+
+
+# ------------------------------------------------------------------------- status
+
+def status_main(argv: list[str]) -> int:
+    """`fed-ros status [fleet.yaml] [--domain-id N]`: robots, clusters, round, last metrics.
+
+    The domain is --domain-id, else the one `fed-ros up` recorded for fleet.yaml, else
+    ROS_DOMAIN_ID from the environment.
+    """
+    parser = argparse.ArgumentParser(prog="fed-ros status", description=status_main.__doc__)
+    _fleet_arg(parser)
+    parser.add_argument("--domain-id", type=int, default=None, help="the fleet's ROS_DOMAIN_ID")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to listen for the fleet")
+    parser.add_argument("--watch", action="store_true", help="keep printing new round reports")
+    args = parser.parse_args(argv)
+    domain = args.domain_id
+    if domain is None and args.fleet:
+        # The domain `fed-ros up` picked for this fleet (recorded in its run directory).
+        try:
+            domain = domain_from_run_dir(_load(args.fleet))
+        except ValueError as exc:
+            print(f"fed-ros status: {exc}", file=sys.stderr)
+            return 2
+    if domain is not None:
+        os.environ["ROS_DOMAIN_ID"] = str(domain)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
+
+    with FleetMonitor() as monitor:
+        deadline = time.monotonic() + args.timeout
+        while time.monotonic() < deadline and (monitor.announcement is None or monitor.last_report is None):
+            monitor.spin_once(0.2)
+        if monitor.announcement is None and monitor.last_report is None:
+            print(f"fed-ros status: no fleet server answered in ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', 0)} "
+                  f"within {args.timeout:.0f} s", file=sys.stderr)
+            return 1
+        print(monitor.summary())
+        seen = monitor.last_report["round"] if monitor.last_report else -1
+        while args.watch:
+            monitor.spin_once(0.5)
+            if monitor.last_report and monitor.last_report["round"] != seen:
+                seen = monitor.last_report["round"]
+                print(format_report(monitor.last_report))
+    return 0
+
+
+def demo_main(argv: list[str]) -> int:
+    """`fed-ros demo`: the simulated fleet demo (see fed_ros.ros.fleet.demo)."""
+    from fed_ros.ros.fleet.demo import run_demo
+    return run_demo(argv)

@@ -1,0 +1,1 @@
+"""What crosses the wire: message conversions, chunked/bulk transfer, QoS profiles, image encoding."""
