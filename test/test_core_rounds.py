@@ -237,3 +237,67 @@ def test_intra_cluster_similarity_of_accumulated_updates():
               "c": {"w": np.array([0.0, 1.0], np.float32)}}
     sims = intra_cluster_similarity(params, init, {0: ["a", "b"], 1: ["a", "c"], 2: ["c"]})
     assert sims[0] == pytest.approx(1.0) and sims[1] == pytest.approx(0.0) and np.isnan(sims[2])
+
+
+# ------------------------------------------------------------------ fleet boundary (issue 13)
+
+def test_empty_allow_list_roster_is_kept_by_the_coordinator(tmp_path):
+    """An allow-list roster with no robot registered yet is falsy (len 0); it must not be replaced."""
+    settings = RoundSettings(algorithm="fedavg", rounds=1)
+    roster = Roster(allowed_keys={"robot_0": b"a" * 32})
+    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(), roster)
+    assert coord.roster is roster
+    verdict = coord.roster.register("intruder_0", public_key=b"z" * 32)
+    assert not verdict.accepted and "not on the allow-list" in verdict.reason
+    assert len(coord.roster) == 0
+
+
+def test_check_update_does_not_count_so_the_node_counts_each_rejection_once(tmp_path):
+    """One rejected and two accepted updates: received 3, rejected 1 (was 4 / 2)."""
+    coord, clock = _coordinator(tmp_path)
+    coord.start_round()
+    verdict = coord.check_update("robot_0", 0, base_round=7)  # stale base: rejected on the header
+    assert not verdict.accepted and "stale base" in verdict.reason
+    coord.record_rejection("robot_0", verdict.reason)  # what the node does with a rejection, once
+    assert coord.offer_update(_update("robot_1", 1.0, 0)).accepted
+    assert coord.offer_update(_update("robot_2", 2.0, 0)).accepted
+    clock[0] = 10.5
+    _, outcome = coord.poll()
+    assert outcome.completed
+    assert (outcome.updates_received, outcome.updates_accepted, outcome.updates_rejected) == (3, 2, 1)
+
+
+def test_abandoned_round_completes_when_re_announced(tmp_path):
+    """Answers to an abandoned attempt stay valid for the re-announced round (same model version):
+    the robots that answered then need not retrain, and the others' fresh answers complete it."""
+    coord, clock = _coordinator(tmp_path, max_attempts=3)
+    coord.start_round()
+    assert coord.offer_update(_update("robot_0", 1.0, 0)).accepted
+    clock[0] = 10.5
+    nxt, outcome = coord.poll()
+    assert not outcome.completed and nxt.round_idx == 0 and nxt.attempt == 2
+    # The re-announced round: robot_0's answer carries over (the node drops its re-sent copy as a
+    # known payload id), robot_1 answers now.
+    assert coord.offer_update(_update("robot_1", 3.0, 0)).accepted
+    clock[0] = 21.0
+    nxt, outcome = coord.poll()
+    assert outcome.completed, outcome.status
+    assert outcome.updates_accepted == 2 and outcome.updates_rejected == 0
+    np.testing.assert_allclose(coord.cluster_models[0]["w"], 2.0)  # FedAvg of robot_0 (1) and robot_1 (3)
+    assert nxt.round_idx == 1 and nxt.attempt == 1
+
+
+def test_re_announced_round_takes_a_fresh_answer_over_the_carried_one(tmp_path):
+    """A robot that retrained after the re-announcement replaces its earlier answer (never counted twice)."""
+    coord, clock = _coordinator(tmp_path, max_attempts=3)
+    coord.start_round()
+    coord.offer_update(_update("robot_0", 1.0, 0))
+    clock[0] = 10.5
+    coord.poll()
+    assert coord.offer_update(_update("robot_0", 5.0, 0)).accepted
+    assert "duplicate" in coord.offer_update(_update("robot_0", 6.0, 0)).reason  # this attempt: once
+    coord.offer_update(_update("robot_1", 1.0, 0))
+    coord.offer_update(_update("robot_2", 3.0, 0))
+    _, outcome = coord.poll()
+    assert outcome.completed and outcome.updates_accepted == 3
+    np.testing.assert_allclose(coord.cluster_models[0]["w"], 3.0)  # (5 + 1 + 3) / 3

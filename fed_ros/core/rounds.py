@@ -16,10 +16,12 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from fed_ros.core.round_config import RobotInstruction, RoundConfig
 
 # Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
 TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
@@ -28,11 +30,6 @@ STAGES = (TRAIN, DESCRIBE, SCORE, EVALUATE, DONE)
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 Membership = list[tuple[int, float]]
-
-
-def descriptor_kind_for(algorithm: str) -> str:
-    """Descriptor kind a robot computes in a DESCRIBE stage of ``algorithm``."""
-    return {"fedepth": "gaussian", "rnd": "rnd"}.get(algorithm, "gaussian")
 
 
 def quorum_for(participants: int, fraction: float, minimum: int) -> int:
@@ -44,6 +41,26 @@ def quorum_for(participants: int, fraction: float, minimum: int) -> int:
     if minimum < 1:
         raise ValueError(f"minimum quorum must be >= 1, got {minimum}")
     return min(participants, max(minimum, math.ceil(fraction * participants - 1e-9)))
+
+
+def ready_to_start(*, registered: Collection[str], expected: Collection[str], min_robots: int,
+                   waited_s: float, registration_timeout_s: float, resumed: bool = False) -> bool:
+    """Whether the server may announce its first round, given who has registered so far.
+
+    A resumed server carries on as soon as its committed roster holds anyone (robots
+    re-register as they come back). Otherwise it waits for every ``expected`` robot, or,
+    without an expected list, for ``min_robots``; once more than ``registration_timeout_s``
+    have passed it starts with whoever registered if that is at least ``min_robots``.
+    """
+    count = len(registered)
+    if resumed and count:
+        return True
+    if expected:
+        if all(r in registered for r in expected):
+            return True
+    elif count >= min_robots:
+        return True
+    return waited_s > registration_timeout_s and count >= min_robots
 
 
 @dataclass(frozen=True)
@@ -166,8 +183,7 @@ class RoundPlan:
     participants: tuple[str, ...]
     memberships: dict[str, Membership]
     quorum: int
-    prox_mu: float = 0.0
-    local_epochs: int = 1
+    configs: dict[str, RoundConfig] = field(default_factory=dict)  # what each robot must obey
 
 
 @dataclass(frozen=True)
@@ -183,9 +199,12 @@ class Decision:
 class StageCollector:
     """Collects the answers (updates or descriptors) to one announcement."""
 
-    def __init__(self, plan: RoundPlan) -> None:
+    def __init__(self, plan: RoundPlan, carried: Mapping[str, Any] | None = None) -> None:
         self.plan = plan
-        self.answers: dict[str, Any] = {}
+        # Answers to an abandoned attempt of the same round and stage stay valid (same model
+        # version): they count toward this attempt until the robot answers afresh.
+        self.answers: dict[str, Any] = dict(carried or {})
+        self.carried: set[str] = set(self.answers)
         self.rejections: list[tuple[str, str]] = []
 
     def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Verdict:
@@ -203,7 +222,7 @@ class StageCollector:
         if now > plan.deadline_s:
             return Verdict(False, f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
                                   f"of round {plan.round_idx}")
-        if robot_id in self.answers:
+        if robot_id in self.answers and robot_id not in self.carried:
             return Verdict(False, f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
                                   f"({plan.stage})")
         return ACCEPT
@@ -211,6 +230,7 @@ class StageCollector:
     def accept(self, robot_id: str, answer: Any) -> None:
         """Record an answer that passed :meth:`check` (and any content validation)."""
         self.answers[robot_id] = answer
+        self.carried.discard(robot_id)
 
     def reject(self, robot_id: str, reason: str) -> Verdict:
         """Record a rejection (counted in the round report)."""
@@ -241,7 +261,7 @@ class StrategyLike(Protocol):
     name: str
 
     def initialize(self, initial: Mapping[str, np.ndarray], robot_ids: Sequence[str]) -> None: ...
-    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, Membership]: ...
+    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, RobotInstruction]: ...
     def needs_descriptors(self, round_idx: int) -> set[str]: ...
     def cluster_models(self) -> dict[int, Mapping[str, np.ndarray]]: ...
     def aggregate_round(self, round_idx: int, updates: list, descriptors: dict) -> Any: ...
@@ -259,17 +279,18 @@ class RoundSettings:
     min_quorum: int = 1
     round_timeout_s: float = 600.0
     max_attempts: int = 3
-    prox_mu: float = 0.0
-    local_epochs: int = 1
     max_samples: int = 1_000_000
     evaluate_every: int = 0  # rounds between closed-loop evaluations (0 = never)
     eval_timeout_s: float = 600.0
+    eval_episodes: int = 2  # episodes per task a robot runs in an EVALUATE stage
 
     def __post_init__(self) -> None:
         if self.evaluate_every < 0:
             raise ValueError(f"evaluate_every must be >= 0, got {self.evaluate_every}")
         if self.eval_timeout_s <= 0:
             raise ValueError(f"eval_timeout_s must be > 0, got {self.eval_timeout_s}")
+        if self.eval_episodes < 1:
+            raise ValueError(f"eval_episodes must be >= 1, got {self.eval_episodes}")
         if self.rounds < 1:
             raise ValueError(f"rounds must be >= 1, got {self.rounds}")
         if self.round_timeout_s <= 0:
@@ -378,18 +399,23 @@ class RoundCoordinator:
         self.store = store
         self.settings = settings
         self.initial_model = dict(initial_model)
-        self.roster = roster or Roster(max_samples=settings.max_samples)
+        # `is None`, not `or`: a Roster with no robot yet has len 0 and is falsy, and an
+        # allow-list roster replaced by an open one accepted any robot id (issue 13).
+        self.roster = roster if roster is not None else Roster(max_samples=settings.max_samples)
         self.clock = clock
         self.round_idx = 0
         self.attempt = 0
         self.cluster_models: dict[int, dict[str, np.ndarray]] = {}
         self.memberships: dict[str, Membership] = {}
+        self.configs: dict[str, RoundConfig] = {}
         self.collector: StageCollector | None = None
         self.stages: list[str] = []
         self.descriptors: dict[str, Any] = {}
         self.finished = False
         self.failed_reason = ""
         self.pending_outcome: RoundOutcome | None = None  # held while its models are evaluated
+        self._carry: dict[str, dict[str, Any]] = {}  # stage -> answers of this round's earlier attempts
+        self._carry_round = -1
         self._initialized = False
         self._manifest = [(k, tuple(v.shape), str(v.dtype)) for k, v in self.initial_model.items()]
 
@@ -422,8 +448,7 @@ class RoundCoordinator:
         if not participants:
             raise ValueError("cannot start a round with no registered robots")
         self._ensure_initialized(participants)
-        self.memberships = {r: [(int(c), float(w)) for c, w in m]
-                            for r, m in self.strategy.configure_round(self.round_idx, participants).items()}
+        self._configure(participants)
         missing = [r for r in participants if r not in self.memberships]
         if missing:
             raise ValueError(f"strategy {self.strategy.name!r} gave no membership for {missing}")
@@ -433,6 +458,12 @@ class RoundCoordinator:
         self.descriptors = {}
         self.attempt += 1
         return self._announce(self.stages[0], participants, now)
+
+    def _configure(self, participants: Sequence[str]) -> None:
+        """The strategy's instructions for this round: memberships and round configs."""
+        instructions = self.strategy.configure_round(self.round_idx, participants)
+        self.memberships = {r: [(int(c), float(w)) for c, w in i.membership] for r, i in instructions.items()}
+        self.configs = {r: i.config for r, i in instructions.items()}
 
     def _fill_cluster_models(self) -> None:
         """The strategy's current cluster models (what robots download for this round)."""
@@ -451,9 +482,18 @@ class RoundCoordinator:
             participants=tuple(participants),
             memberships={r: self.memberships[r] for r in participants},
             quorum=quorum_for(len(participants), s.quorum_fraction, s.min_quorum),
-            prox_mu=s.prox_mu, local_epochs=s.local_epochs)
-        self.collector = StageCollector(plan)
+            configs={r: self.configs[r] for r in participants if r in self.configs})
+        carried = {}
+        if self._carry_round == self.round_idx:
+            carried = {r: a for r, a in self._carry.get(stage, {}).items() if r in plan.participants}
+        self.collector = StageCollector(plan, carried)
         return plan
+
+    def _keep_answers(self, col: StageCollector) -> None:
+        """Remember a stage's valid answers for a re-announcement of the same round."""
+        if self._carry_round != col.plan.round_idx:
+            self._carry, self._carry_round = {}, col.plan.round_idx
+        self._carry[col.plan.stage] = dict(col.answers)
 
     def done_plan(self, now: float) -> RoundPlan:
         """The STAGE_DONE announcement (federation finished; robots keep their models)."""
@@ -461,7 +501,7 @@ class RoundCoordinator:
         return RoundPlan(round_idx=self.round_idx, stage=DONE, attempt=0, deadline_s=now,
                          algorithm=self.settings.algorithm, participants=tuple(ids),
                          memberships={r: self.memberships[r] for r in ids if r in self.memberships},
-                         quorum=0, prox_mu=self.settings.prox_mu, local_epochs=self.settings.local_epochs)
+                         quorum=0)
 
     @property
     def current_plan(self) -> RoundPlan | None:
@@ -470,14 +510,16 @@ class RoundCoordinator:
 
     # ------------------------------------------------------------------ answers
     def check_update(self, robot_id: str, round_idx: int, base_round: int, now: float | None = None) -> Verdict:
-        """Pre-check an update's header (before its bytes arrive); records a rejection."""
+        """Pre-check an update's header (before its bytes arrive); counts nothing.
+
+        The caller records a rejection once (:meth:`record_rejection`), whichever check refused it.
+        """
         now = self.clock() if now is None else now
         col = self.collector
         if col is None or col.plan.stage != TRAIN:
             stage = col.plan.stage if col else "none"
             return Verdict(False, f"no training round is open (stage {stage}); update from {robot_id!r} rejected")
-        verdict = col.check(robot_id, round_idx, now, base_round=base_round)
-        return verdict if verdict.accepted else col.reject(robot_id, verdict.reason)
+        return col.check(robot_id, round_idx, now, base_round=base_round)
 
     def record_rejection(self, robot_id: str, reason: str) -> None:
         """Count a rejection decided elsewhere (transport, validation) in the open stage's report."""
@@ -576,6 +618,7 @@ class RoundCoordinator:
             return self._abandon(col, decision, now)
         # proceed
         if stage in (DESCRIBE, SCORE):
+            self._keep_answers(col)
             for rid in decision.answered:
                 prev = self.descriptors.get(rid)
                 desc = col.answers[rid]
@@ -589,6 +632,8 @@ class RoundCoordinator:
     def _abandon(self, col: StageCollector, decision: Decision, now: float
                  ) -> tuple[RoundPlan | None, RoundOutcome]:
         outcome = self._outcome(col, completed=False, status=f"abandoned: {decision.reason}")
+        if col.plan.stage != EVALUATE:
+            self._keep_answers(col)
         self.collector = None
         if self.attempt >= self.settings.max_attempts:
             self.failed_reason = f"round {self.round_idx} abandoned {self.attempt} times: {decision.reason}"
@@ -610,13 +655,14 @@ class RoundCoordinator:
     def _evaluation_plan(self, now: float) -> RoundPlan:
         """EVALUATE announcement for the models of the (new) current round."""
         participants = self.roster.ids
-        memberships = self.strategy.configure_round(self.round_idx, participants)
-        self.memberships = {r: [(int(c), float(w)) for c, w in m] for r, m in memberships.items()}
+        self._configure(participants)
+        # The evaluation request travels in the round config like every other instruction.
+        episodes = self.settings.eval_episodes
         plan = RoundPlan(round_idx=self.round_idx, stage=EVALUATE, attempt=0,
                          deadline_s=now + self.settings.eval_timeout_s, algorithm=self.settings.algorithm,
                          participants=tuple(participants),
                          memberships={r: self.memberships[r] for r in participants}, quorum=0,
-                         prox_mu=self.settings.prox_mu, local_epochs=self.settings.local_epochs)
+                         configs={r: replace(self.configs[r], eval_episodes=episodes) for r in participants})
         self.collector = StageCollector(plan)
         return plan
 
