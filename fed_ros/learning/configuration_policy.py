@@ -14,6 +14,16 @@ from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE_DIM
 
 POLICY_KINDS = ("image", "lowdim")
 
+# Camera trunk profiles (see ``modeling_policy.ImageEncoder``), each with its default
+# ``conv_channels``. "lite" is the CPU default: a 4x4/stride-4 patch stem and one FiLM
+# residual stage, ~3.5M multiply-adds per 84x84 frame. "resnet_t" is the LIBERO
+# ResNet-T-sized trunk (5x5/stride-2 stem, FiLM residual stages down to ~16 px, ~20M
+# multiply-adds per frame), meant for GPUs: on 2 CPU threads it trains at ~1 step/s.
+IMAGE_PROFILES: dict[str, tuple[int, ...]] = {
+    "lite": (16, 32),
+    "resnet_t": (32, 32, 64),
+}
+
 # Modalities whose encoder features `features(batch)` exposes (the subspace-distillation set).
 IMAGE_MODALITIES = ("text", "agentview", "wrist", "joint", "gripper")
 LOWDIM_MODALITIES = ("text", "object", "eef", "joint", "gripper")
@@ -35,7 +45,10 @@ class PolicyConfig:
         num_modes: GMM mixture components of the action head.
         embed_dim: token width of every modality encoder and of the transformer.
         text_dim: width of the built-in instruction embedding (see ``text.py``).
-        conv_channels: channel widths of the per-camera residual conv trunk stages.
+        image_profile: camera trunk layout, one of ``IMAGE_PROFILES``: "lite" (CPU
+            default) or "resnet_t" (LIBERO ResNet-T-sized, for GPUs).
+        conv_channels: channel widths of the trunk's stem and residual stages; None
+            (default) takes the profile's widths.
         num_keypoints: spatial-softmax keypoints per camera (2 coordinates each).
         transformer_layers / transformer_heads / transformer_ff: temporal transformer size.
         dropout: dropout in the transformer and encoders (0 gives a deterministic forward).
@@ -53,7 +66,8 @@ class PolicyConfig:
     num_modes: int = 5
     embed_dim: int = 64
     text_dim: int = 256
-    conv_channels: tuple[int, ...] = (32, 32, 64)
+    image_profile: str = "lite"
+    conv_channels: tuple[int, ...] | None = None
     num_keypoints: int = 32
     transformer_layers: int = 2
     transformer_heads: int = 4
@@ -66,9 +80,16 @@ class PolicyConfig:
     object_state_dim: int = OBJECT_STATE_DIM
 
     def __post_init__(self) -> None:
-        self.conv_channels = tuple(int(c) for c in self.conv_channels)
         if self.kind not in POLICY_KINDS:
             raise ValueError(f"kind must be one of {POLICY_KINDS}, got {self.kind!r}")
+        if self.image_profile not in IMAGE_PROFILES:
+            raise ValueError(f"image_profile must be one of {tuple(IMAGE_PROFILES)}, "
+                             f"got {self.image_profile!r}")
+        if self.conv_channels is None:
+            # Resolved here, so equal architectures compare equal and the checkpoint
+            # metadata (to_dict) names the widths explicitly.
+            self.conv_channels = IMAGE_PROFILES[self.image_profile]
+        self.conv_channels = tuple(int(c) for c in self.conv_channels)
         for name in ("image_size", "window", "num_modes", "embed_dim", "text_dim",
                      "num_keypoints", "transformer_layers", "transformer_heads",
                      "transformer_ff"):

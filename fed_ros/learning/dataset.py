@@ -134,6 +134,11 @@ class DemoDataset:
         out["actions"] = self.actions[win]
         out["valid"] = self.window_valid[idx]
         out["text"] = self.text[self.frame_episode[idx]]
+        if self.cfg.kind == "image":
+            # Frame and episode ids let the trainer shift each episode's frames alike and
+            # the policy encode each distinct frame once (overlapping windows share frames).
+            out["frame_index"] = win
+            out["episode_index"] = self.frame_episode[idx]
         return out
 
     def torch_batch(self, indices: np.ndarray | Sequence[int],

@@ -171,8 +171,11 @@ class LocalTrainer:
     def _process_batch(self, data: DemoDataset, idx: np.ndarray) -> dict[str, Any]:
         batch = data.torch_batch(idx, self.device)
         if self.pc.kind == "image" and self.pc.random_shift > 0:
+            # One shift per episode and camera: a frame repeated across the batch's windows
+            # stays identical (so it is encoded once) and a window keeps its motion.
             for key in ep.IMAGE_KEYS:
-                batch[key] = random_shift(batch[key], self.pc.random_shift, self.aug_gen)
+                batch[key] = random_shift(batch[key], self.pc.random_shift, self.aug_gen,
+                                          groups=batch.get("episode_index"))
         return batch
 
     def _forward(self, batch: dict[str, Any]) -> tuple[PolicyOutput, PolicyOutput | None]:
