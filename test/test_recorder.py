@@ -281,3 +281,16 @@ def test_record_service_body_start_stop_discard(ros_context, tmp_path):
     call(command=Record.Request.START, task="lift")
     discarded = call(command=Record.Request.DISCARD)
     assert discarded.ok and len(load_recorded_episodes(tmp_path)) == 1
+
+
+def test_message_definitions_skip_a_prefix_without_msg(tmp_path, monkeypatch):
+    """A prefix listed first in AMENT_PREFIX_PATH whose share/fed_ros has no msg/ (e.g. one that
+    holds only launch/ and config/) must not hide the prefix with the definitions."""
+    import sys
+
+    from fed_ros.ros.arm import recorder
+    other = tmp_path / "overlay"
+    (other / "share" / "fed_ros" / "launch").mkdir(parents=True)
+    monkeypatch.setenv("AMENT_PREFIX_PATH", f"{other}:{sys.prefix}")
+    share = recorder._share_dir("fed_ros")
+    assert (share / "msg" / "ModelUpdate.msg").is_file(), share

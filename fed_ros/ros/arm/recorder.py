@@ -72,14 +72,16 @@ _SEPARATOR = "=" * 80
 
 
 def _share_dir(package: str) -> Path:
-    """Share directory of an installed interface package (ament index, else next to the module)."""
+    """Share directory of an installed interface package (ament index, else next to the module).
+
+    The first one that holds msg/: a prefix can have share/<package> without the definitions
+    (an overlay with only launch/ and config/).
+    """
     import importlib
     import os
-    for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep)):
-        candidate = Path(prefix) / "share" / package
-        if candidate.is_dir():
-            return candidate
-    candidates = [Path(sys.prefix) / "share" / package]
+    candidates = [Path(prefix) / "share" / package
+                  for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep))]
+    candidates.append(Path(sys.prefix) / "share" / package)
     module = importlib.import_module(package)
     for location in getattr(module, "__path__", []):
         parents = Path(location).resolve().parents
