@@ -26,9 +26,12 @@ $(DEPS_STAMP): requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
-# Interfaces only (FED_ROS_INSTALL_PYTHON_SOURCES=OFF): the Python modules run from
-# the source tree so edits need no rebuild.
-$(MSGS_STAMP): $(PKG_STAMP) CMakeLists.txt package.xml fed_ros/__init__.py cmake/strip_opt_python_includes.cmake $(INTERFACE_FILES)
+# Interfaces, node executables (lib/fed_ros) and per-file links of launch/ and config/
+# (share/fed_ros), with FED_ROS_INSTALL_PYTHON_SOURCES=OFF: the Python modules run from
+# the source tree so edits need no rebuild. That makes the venv a prefix `ros2 launch
+# fed_ros ...` and `ros2 run fed_ros ...` find (AMENT_PREFIX_PATH=.venv).
+$(MSGS_STAMP): $(PKG_STAMP) CMakeLists.txt package.xml fed_ros/__init__.py cmake/strip_opt_python_includes.cmake $(INTERFACE_FILES) \
+  cmake/link_share_files.cmake $(wildcard scripts/* launch/*.launch.py)
 	rm -rf $(BUILD_DIR) && mkdir -p build
 	AMENT_PREFIX_PATH=$(VENV_ABS) CMAKE_PREFIX_PATH=$(VENV_ABS) cmake -S . -B $(BUILD_DIR) \
 	  -DCMAKE_INSTALL_PREFIX=$(VENV_ABS) -DPython3_EXECUTABLE=$(VENV_ABS)/bin/python \
@@ -44,7 +47,17 @@ $(PKG_STAMP): $(DEPS_STAMP) setup.py
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-test: setup
+# Test oracle, not a dependency: the real ROS 2 launch system (launch, launch_ros, the `ros2`
+# command) for test/test_launch_real.py, installed from ../shared/tools/ros2-launch when that
+# folder exists (a full ROS 2 install brings its own; without either those tests skip).
+ROS2_LAUNCH_TOOL := $(abspath ../shared/tools/ros2-launch)
+LAUNCH_STAMP := $(VENV)/.stamp-ros2-launch
+
+$(LAUNCH_STAMP): $(DEPS_STAMP)
+	@if [ -f $(ROS2_LAUNCH_TOOL)/install.sh ]; then bash $(ROS2_LAUNCH_TOOL)/install.sh $(VENV) && touch $@; \
+	else echo "ros2-launch: $(ROS2_LAUNCH_TOOL) absent, the real-launch tests will skip"; fi
+
+test: setup $(LAUNCH_STAMP)
 	$(PY) -m pytest test $(PYTEST_ARGS)
 
 demo: setup
