@@ -36,8 +36,17 @@ def _check_inputs(stacked: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
 
 
 def coordinate_median(stacked: np.ndarray) -> np.ndarray:
-    """Coordinate-wise median of the rows."""
-    return np.median(stacked, axis=0).astype(np.float32)
+    """Coordinate-wise median of the rows.
+
+    The middle pair of an even count is averaged in float64: np.median's float32 mean of
+    two finite values beyond +-1.7e38 overflowed to +-Inf.
+    """
+    K = stacked.shape[0]
+    mid = K // 2
+    if K % 2:
+        return np.partition(stacked, mid, axis=0)[mid].astype(np.float32)
+    part = np.partition(stacked, (mid - 1, mid), axis=0)
+    return ((part[mid - 1].astype(np.float64) + part[mid]) / 2.0).astype(np.float32)
 
 
 def trimmed_mean(stacked: np.ndarray, trim: float = 0.1) -> np.ndarray:

@@ -48,7 +48,8 @@ from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
 from fed_ros.ros.fleet.plan import SERVER_DEFAULTS, validate_server_params
-from fed_ros.core.rounds import DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict
+from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
+                                  ready_to_start)
 from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
                                    PayloadRejected, TransferLimits, decode_resend_request,
                                    encode_resend_request, fetch_bulk)
@@ -218,16 +219,9 @@ class FleetServer(Node):
 
     def _ready_to_start(self) -> bool:
         p = self.params
-        roster = self.coord.roster
-        if self.resumed and len(roster):
-            return True  # the committed roster carries on; robots re-register as they come back
-        expected = p["expected_robots"]
-        if expected and all(r in roster for r in expected):
-            return True
-        if not expected and len(roster) >= p["min_robots"]:
-            return True
-        waited = time.monotonic() - self._start_time
-        return waited > p["registration_timeout_s"] and len(roster) >= p["min_robots"]
+        return ready_to_start(registered=self.coord.roster.ids, expected=p["expected_robots"],
+                              min_robots=p["min_robots"], waited_s=time.monotonic() - self._start_time,
+                              registration_timeout_s=p["registration_timeout_s"], resumed=self.resumed)
 
     # ------------------------------------------------------------------ main loop
     def _tick(self) -> None:
