@@ -148,21 +148,21 @@ def test_below_quorum_round_is_abandoned_and_models_unchanged(tmp_path):
     assert "abandoned 2 times" in coord.failed_reason
 
 
-def test_bad_updates_rejected_with_reason(tmp_path):
+def test_bad_updates_rejected_with_reason_and_code(tmp_path):
+    """Round rules reject with a code (tensor content is the transfer receiver's check,
+    test_transfer.py); a rejected robot may still answer validly before the deadline."""
     coord, _ = _coordinator(tmp_path)
     coord.start_round()
-    nan = _update("robot_0", 1.0, 0)
-    nan.params["w"][0, 0] = np.nan
-    assert "NaN" in coord.offer_update(nan).reason
-    shape = _update("robot_1", 1.0, 0)
-    shape.params["b"] = np.zeros(4, np.float32)
-    assert "tensor 'b'" in coord.offer_update(shape).reason
-    extra = _update("robot_2", 1.0, 0)
-    extra.params["evil"] = np.zeros(1, np.float32)
-    assert "unexpected tensor 'evil'" in coord.offer_update(extra).reason
+    zero = _update("robot_0", 1.0, 0)
+    zero.num_samples = 0
+    verdict = coord.offer_update(zero)
+    assert not verdict.accepted and verdict.code == "num_samples" and "claims 0 samples" in verdict.reason
+    stale = _update("robot_1", 1.0, 0)
+    stale.base_round = 3
+    assert coord.offer_update(stale).code == "stale_base"
     assert coord.collector.rejections and len(coord.collector.answers) == 0
-    # The rejected robots may still send a valid update before the deadline.
     assert coord.offer_update(_update("robot_0", 1.0, 0)).accepted
+    assert coord.offer_update(_update("robot_0", 1.0, 0)).code == "duplicate"
 
 
 def test_restart_resumes_from_last_commit_with_identical_models(tmp_path):
@@ -206,18 +206,21 @@ def test_descriptor_stages_precede_training_for_fedepth(tmp_path):
 
 def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
     clock = [0.0]
-    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=0.6, round_timeout_s=10.0,
-                             evaluate_every=1, eval_timeout_s=5.0)
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(),
+    settings = RoundSettings(algorithm="fedprox", rounds=2, quorum_fraction=0.6, round_timeout_s=10.0,
+                             evaluate_every=1, eval_timeout_s=5.0, eval_episodes=3)
+    coord = RoundCoordinator(make_strategy("fedprox", mu=0.02), ModelStore(tmp_path / "s"), settings, _initial(),
                              clock=lambda: clock[0])
     for rid in ROBOTS:
         coord.roster.register(rid)
-    coord.start_round()
+    plan = coord.start_round()
+    # Every participant is told the strategy's round config (FedProx: its mu); no evaluation yet.
+    assert {r: (c.prox_mu, c.eval_episodes) for r, c in plan.configs.items()} == {r: (0.02, None) for r in ROBOTS}
     for rid in ROBOTS:
         coord.offer_update(_update(rid, 1.0, 0))
     plan, outcome = coord.poll()
     assert outcome is None  # held until the new models are evaluated
     assert plan.stage == EVALUATE and plan.round_idx == 1 and plan.quorum == 0
+    assert all(plan.configs[r].eval_episodes == 3 for r in ROBOTS)  # the server's evaluation request
     assert ModelStore(tmp_path / "s").load_latest().round_idx == 0  # committed before evaluation
     assert coord.offer_metrics("robot_0", 0.5).accepted
     assert "not in [0, 1]" in coord.offer_metrics("robot_1", 1.5).reason

@@ -43,7 +43,29 @@ def test_make_strategy_rejects_unknown_names_and_settings():
         make_strategy("feddrman", bogus=1)
     with pytest.raises(ValueError, match="beta"):
         make_strategy("feddrman", beta=1.5)
-    assert make_strategy("fedprox").round_config(0) == {"prox_mu": 1e-3}
+    assert make_strategy("fedprox").round_config(0).prox_mu == 1e-3
+    with pytest.raises(ValueError, match="local_steps must be an int >= 1, got 0"):
+        make_strategy("fedavg", local_steps=0)
+
+
+@pytest.mark.parametrize("name,kw,expected", [
+    ("fedavg", {}, dict(prox_mu=0.0, use_sub=False, use_act=False, descriptor_kind="gaussian", pick_cluster=False)),
+    ("fedprox", {"mu": 0.05}, dict(prox_mu=0.05, use_sub=False, use_act=False)),
+    ("feddrman", {}, dict(prox_mu=0.0, use_sub=True, use_act=True, lambda_sub=0.03, lambda_act=0.005)),
+    ("feddrman", {"use_sub": False, "lambda_act": 0.01}, dict(use_sub=False, use_act=True, lambda_act=0.01)),
+    ("ifca", {"num_clusters": 2}, dict(pick_cluster=True, use_sub=False)),
+    ("fedepth", {}, dict(descriptor_kind="gaussian")),
+    ("rnd", {}, dict(descriptor_kind="rnd")),
+    ("local", {"lr": 3e-3, "local_steps": 20}, dict(lr=3e-3, local_steps=20, local_epochs=1)),
+])
+def test_configure_round_gives_every_robot_membership_and_the_strategys_round_config(name, kw, expected):
+    s = make_strategy(name, **kw)
+    s.initialize(_initial(), IDS)
+    instructions = s.configure_round(0, IDS)
+    assert sorted(instructions) == sorted(IDS)
+    for rid, ins in instructions.items():
+        assert ins.membership and ins.config == s.round_config(0)
+        assert {k: getattr(ins.config, k) for k in expected} == expected, (name, rid)
 
 
 def test_feddrman_clusters_and_keeps_ids_stable_across_rounds():
@@ -192,7 +214,7 @@ def test_ifca_select_and_per_cluster_aggregation():
     s.initialize(init, IDS)
     assert s.client_selects_cluster
     cfg = s.configure_round(0, IDS)
-    assert cfg["robot_0"] == [(0, 1.0), (1, 0.0), (2, 0.0)]
+    assert cfg["robot_0"].membership == [(0, 1.0), (1, 0.0), (2, 0.0)] and cfg["robot_0"].config.pick_cluster
     models_before = s.cluster_models()
     assert not np.array_equal(models_before[0]["head.w"], models_before[1]["head.w"])
     ups = _fleet_updates(init, IDS, 0)

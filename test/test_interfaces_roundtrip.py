@@ -217,6 +217,7 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
 
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
     from fed_ros.msg import ArmCommand, ClusterMetrics, EpisodeStatus, RobotMetrics, RoundReport
+    from fed_ros.core.round_config import RoundConfig
     from fed_ros.ros.wire import conversions as conv
     from fed_ros.ros.wire.transport import BulkServer, ChunkedSender, PayloadAssembler, TransferLimits
     from fed_ros.srv import Record, Register
@@ -307,7 +308,7 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
         ann = conv.announcement_to_msg(conv.Announcement(
             round_idx=3, stage="train", deadline_s=1700000000.25, algorithm="feddrman",
             participants=("robot_0", "robot_1"), memberships={"robot_0": [(0, 1.0)], "robot_1": [(0, 0.5), (1, 0.5)]},
-            quorum=2, prox_mu=0.01, local_epochs=1))
+            quorum=2, configs={"robot_0": RoundConfig(prox_mu=0.01, lr=1e-3)}))
         report_msg = RoundReport(round=3, algorithm="feddrman", completed=True, status="ok", updates_received=2,
                                  updates_accepted=2, aggregation_seconds=0.5,
                                  robots=[RobotMetrics(robot_id="robot_0", cluster_ids=[0], num_samples=10,

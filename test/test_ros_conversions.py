@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from rclpy.serialization import deserialize_message, serialize_message
 
 from fed_ros.core.params import TensorSpec
+from fed_ros.core.round_config import RoundConfig
 from fed_ros.core.strategy import ClientDescriptor
 from fed_ros.msg import ClientDescriptor as ClientDescriptorMsg
 from fed_ros.msg import ClusterModel, ModelUpdate, RoundAnnouncement, TensorPayload
@@ -199,16 +200,37 @@ def test_descriptor_from_msg_rejects_bad_input(mutate, match: str) -> None:
 
 
 def test_announcement_round_trip() -> None:
+    cfg0 = RoundConfig(prox_mu=0.01, local_epochs=2, lr=3e-3, local_steps=20)
+    cfg1 = RoundConfig(use_sub=True, use_act=True, lambda_sub=0.1, descriptor_kind="rnd", pick_cluster=True,
+                       eval_episodes=3)
     ann = conv.Announcement(round_idx=4, stage="train", deadline_s=1234.5, algorithm="feddrman",
                             participants=("robot_0", "robot_1"),
                             memberships={"robot_0": [(0, 1.0)], "robot_1": [(0, 0.25), (1, 0.75)]},
-                            quorum=2, prox_mu=0.01, local_epochs=2)
+                            quorum=2, configs={"robot_0": cfg0, "robot_1": cfg1})
     msg = conv.announcement_to_msg(ann)
     back = conv.announcement_from_msg(deserialize_message(serialize_message(msg), RoundAnnouncement))
     assert back.round_idx == 4 and back.stage == "train" and back.algorithm == "feddrman"
-    assert back.participants == ("robot_0", "robot_1") and back.quorum == 2 and back.local_epochs == 2
-    assert math.isclose(back.deadline_s, 1234.5) and math.isclose(back.prox_mu, 0.01, rel_tol=1e-6)
+    assert back.participants == ("robot_0", "robot_1") and back.quorum == 2
+    assert math.isclose(back.deadline_s, 1234.5)
     assert back.memberships["robot_1"] == [(0, 0.25), (1, 0.75)]
+    # Every field of each robot's round config survives the wire exactly (float64 fields).
+    assert back.configs == {"robot_0": cfg0, "robot_1": cfg1}
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("version", 2, "version 2 is not supported"),
+    ("prox_mu", -1.0, "prox_mu must be >= 0"),
+    ("lambda_sub", float("nan"), "lambda_sub must be a finite number"),
+    ("local_epochs", 0, "local_epochs must be an int >= 1"),
+    ("descriptor_kind", "update", "descriptor_kind 'update'"),
+])
+def test_announcement_with_a_bad_round_config_is_rejected_naming_it(field, value, match) -> None:
+    ann = conv.Announcement(round_idx=0, stage="train", deadline_s=1.0, algorithm="fedavg", participants=("a",),
+                            memberships={"a": [(0, 1.0)]}, quorum=1)
+    msg = conv.announcement_to_msg(ann)
+    setattr(msg.memberships[0].config, field, value)
+    with pytest.raises(ValueError, match=f"round config of 'a'.*{match}"):
+        conv.announcement_from_msg(deserialize_message(serialize_message(msg), RoundAnnouncement))
 
 
 def test_announcement_validation() -> None:

@@ -188,7 +188,7 @@ def rnd_vs_ifca_image_cost(n_frames: int, num_clusters: int, num_robots: int, ro
     """CPU seconds of one robot's clustering work at the fleet's default IMAGE policy size.
 
     IFCA (every round): evaluate ``num_clusters`` image-policy cluster models on the robot's
-    N frames (as `_ifca_pick`: dataset, model loading, NLL). RND (once at tau=0): `fit_rnd`
+    N frames (as `RobotClient.pick_cluster`: dataset, model loading, NLL). RND (once at tau=0): `fit_rnd`
     on the same N frames (K+1 image-predictor trainings) plus evaluating the
     ``num_robots - 1`` peers' predictors on them. Frames are synthetic (cost does not depend
     on content); the peers' predictors are stood in by the robot's own bytes (same
@@ -235,7 +235,7 @@ def rnd_vs_ifca_image_cost(n_frames: int, num_clusters: int, num_robots: int, ro
 
 def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
     """RND federations on clustered feature skew: ARI, novelty matrix, cost vs IFCA."""
-    from fed_ros.bench.federation_run import _ifca_pick, compute_descriptors, hard_clusters
+    from fed_ros.bench.federation_run import describe_round, hard_clusters, make_clients
     from fed_ros.bench.federation_settings import rnd_setting
     from fed_ros.core.params import flatten
     from fed_ros.core.partition import adjusted_rand_index
@@ -253,8 +253,9 @@ def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str
     runs = []
     for seed in prof.seeds:
         theta0 = initial_state_dict(cfg, seed=seed, episodes=[e for r in ids for e in data[r]])
+        clients = make_clients(ids, cfg, seed)
         t0 = time.process_time()
-        descs, extra = compute_descriptors({"rnd"}, data, cfg, {r: theta0 for r in ids}, seed)
+        descs, extra = describe_round(clients, data, {r: "rnd" for r in ids})
         updates = [ClientUpdate(robot_id=r, params=theta0, num_samples=sum(len(e) for e in data[r]), base_round=0)
                    for r in ids]
         desc_s = time.process_time() - t0
@@ -277,7 +278,11 @@ def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str
         ifca = make_strategy("ifca", num_clusters=setting.num_clusters)
         ifca.initialize(theta0, ids)
         mems = ifca.configure_round(0, ids)
-        ifca_s = sum(_ifca_pick(ifca, mems[r], data[r], cfg)[1] for r in ids)
+        models = ifca.cluster_models()
+        t1 = time.process_time()
+        for r in ids:
+            clients[r].pick_cluster({c: models[c] for c, _ in mems[r].membership}, data[r])
+        ifca_s = time.process_time() - t1
         runs.append({"seed": seed, "ari": ari, "clusters": labels, "scores": extra.get("rnd_scores"),
                      "residual_std": extra.get("rnd_residual_std"), "eps_sweep": sweep,
                      "rnd_cluster_s": rnd_s, "ifca_cluster_s_per_round": ifca_s})

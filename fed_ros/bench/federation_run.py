@@ -1,10 +1,11 @@
 """In-process federation (no ROS) of `fed-ros bench federation`: demos, rounds, evaluation.
 
-Runs the fleet's real core strategies, local trainer and MuJoCo evaluation in one process:
-per round, every robot starts from ``strategy.model_for`` (IFCA robots pick the lowest-loss
-cluster model), trains with ``train_local``, the server aggregates (with descriptors when
-the strategy asks), and every ``eval_every`` rounds the robots' models are rolled out in
-MuJoCo with seeded episodes. Cells are saved as JSON (resumable).
+Runs the fleet's real core strategies, the robots' own client (`fed_ros.learning.client.
+RobotClient`) and MuJoCo evaluation in one process: per round (`federation_round`, the same
+steps a fleet takes) the strategy configures each robot (membership + round config), robots
+describe/score when asked, pick (IFCA) and fit obeying their round config, the strategy
+aggregates; every ``eval_every`` rounds the robots' models are rolled out in MuJoCo with
+seeded episodes. Cells are saved as JSON (resumable).
 """
 from __future__ import annotations
 
@@ -311,47 +312,88 @@ def _jsonable(x: Any, depth: int = 0) -> Any:
     return str(x)
 
 
-# --------------------------------------------------------------------------- descriptors
+# --------------------------------------------------------------------------- one round
+
+# The robots' own training settings in the benchmark: a fleet whose robot_defaults set
+# `trainer.val_fraction: 0.0` (train on every demo); everything else comes from the strategy.
+BENCH_LOCAL: dict[str, Any] = {"val_fraction": 0.0}
 
 
-def compute_descriptors(kinds: set[str], data: dict[str, list[Episode]], policy_cfg: Any,
-                        models: dict[str, dict[str, np.ndarray]], seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Descriptors the strategy asked for, computed as each robot would; plus timing/extras."""
-    from fed_ros.core.strategy import ClientDescriptor
-    from fed_ros.learning import descriptors as D
-    from fed_ros.learning import rnd_descriptor as RND
+def make_clients(robot_ids: Sequence[str], policy_cfg: Any, fleet_seed: int, device: str = "cpu",
+                 local: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One RobotClient per robot, seeded as the fleet plan seeds robot i (fleet seed + i)."""
+    from fed_ros.learning.client import RobotClient
 
-    out: dict[str, Any] = {}
+    return {rid: RobotClient(rid, policy_cfg, robot_seed=fleet_seed + i, device=device,
+                             local=BENCH_LOCAL if local is None else local)
+            for i, rid in enumerate(robot_ids)}
+
+
+def describe_round(clients: dict[str, Any], data: dict[str, list[Episode]], kinds: dict[str, str]
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """DESCRIBE (and for RND, SCORE) stages as the fleet runs them; plus the RND extras."""
+    descs = {rid: c.describe(kinds[rid], data[rid]) for rid, c in clients.items()}
     extra: dict[str, Any] = {}
-    ids = list(data)
-    for kind in sorted(kinds):
+    if any(d.kind == "rnd" for d in descs.values()):
+        predictors = {rid: d.payload for rid, d in descs.items()}
+        for rid, c in clients.items():
+            scored = c.score({p: b for p, b in predictors.items() if p != rid}, data[rid])
+            scored.payload = descs[rid].payload  # the server keeps the DESCRIBE predictor
+            descs[rid] = scored
+        ids = list(clients)
+        extra["rnd_scores"] = [[descs[r].scores.get(p, 0.0) for p in ids] for r in ids]
+        extra["rnd_residual_std"] = [descs[r].residual_std for r in ids]
+        extra["rnd_cv_folds"] = [clients[r].rnd_fit.folds for r in ids]
+    return descs, extra
+
+
+@dataclass
+class RoundRun:
+    """One in-process round: the strategy's result, the robots' updates and start models."""
+
+    result: Any
+    updates: list[Any]
+    starts: dict[str, dict[str, np.ndarray]]
+    cluster_cpu_s: float
+    extra: dict[str, Any]
+
+
+def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, list[Episode]],
+                     round_idx: int) -> RoundRun:
+    """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
+    asked -> each RobotClient picks (IFCA) and fits obeying its round config -> aggregate."""
+    from fed_ros.core.aggregate import weighted_model
+    from fed_ros.core.strategy import ClientUpdate
+
+    ids = sorted(clients)
+    instructions = strategy.configure_round(round_idx, ids)
+    models = strategy.cluster_models()
+    descs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    cost = 0.0
+    if strategy.needs_descriptors(round_idx):
         t0 = time.process_time()
-        if kind == "gaussian":
-            for rid in ids:
-                mean, var = D.gaussian_descriptor(data[rid], policy_cfg=policy_cfg, state_dict=models[rid])
-                out[rid] = ClientDescriptor(robot_id=rid, kind="gaussian", mean=np.asarray(mean),
-                                            variance=np.asarray(var), num_samples=sum(len(e) for e in data[rid]))
-        elif kind == "rnd":
-            # As the fleet robots do (robot_node DESCRIBE/SCORE): s_ii and sigma_i held out
-            # by fit_rnd, s_ij = peer j's predictor on all of robot i's frames.
-            fits = {rid: RND.fit_rnd(data[rid], seed=seed) for rid in ids}
-            scores = np.zeros((len(ids), len(ids)))
-            for i, rid in enumerate(ids):
-                for j, pid in enumerate(ids):
-                    scores[i, j] = (fits[rid].self_novelty if i == j
-                                    else RND.rnd_novelty(fits[pid].predictor, data[rid]))
-            for i, rid in enumerate(ids):
-                out[rid] = ClientDescriptor(
-                    robot_id=rid, kind="rnd", num_samples=sum(len(e) for e in data[rid]),
-                    scores={pid: float(scores[i, j]) for j, pid in enumerate(ids)},
-                    residual_std=fits[rid].residual_std, payload=fits[rid].predictor)
-            extra["rnd_scores"] = scores.tolist()
-            extra["rnd_residual_std"] = [out[r].residual_std for r in ids]
-            extra["rnd_cv_folds"] = [fits[r].folds for r in ids]
+        descs, extra = describe_round(clients, data, {r: instructions[r].config.descriptor_kind for r in ids})
+        extra["descriptor_cpu_s"] = time.process_time() - t0
+        cost += extra["descriptor_cpu_s"]
+    updates, starts = [], {}
+    for rid in ids:
+        membership, config = instructions[rid].membership, instructions[rid].config
+        cid = int(max(membership, key=lambda m: m[1])[0])
+        if config.pick_cluster and len(membership) > 1:
+            t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
+            cid = clients[rid].pick_cluster({c: models[c] for c, _ in membership}, data[rid])
+            cost += time.process_time() - t0
+            starts[rid] = weighted_model(models, [(cid, 1.0)])
         else:
-            raise ValueError(f"bench cannot compute descriptor kind {kind!r}")
-        extra[f"descriptor_cpu_s_{kind}"] = time.process_time() - t0
-    return out, extra
+            starts[rid] = weighted_model(models, membership)
+        res = clients[rid].fit(starts[rid], config, data[rid], round_idx)
+        updates.append(ClientUpdate(robot_id=rid, params=res.params, num_samples=res.num_samples,
+                                    base_round=round_idx, cluster_id=cid, metrics=dict(res.metrics)))
+    t0 = time.process_time()
+    result = strategy.aggregate_round(round_idx, updates, descs)
+    extra["aggregate_cpu_s"] = time.process_time() - t0
+    return RoundRun(result, updates, starts, cost + extra["aggregate_cpu_s"], extra)
 
 
 # --------------------------------------------------------------------------- one cell
@@ -370,38 +412,6 @@ class CellSpec:
     def key(self) -> str:
         """File-name key."""
         return f"{self.setting.name}__{self.method.name}__s{self.seed}"
-
-
-def _trainer_cfg(profile: Profile, method: Method, seed: int, **extra: Any) -> Any:
-    from fed_ros.learning.trainer import TrainerConfig
-
-    kw: dict[str, Any] = dict(lr=profile.lr, epochs=10_000, max_steps=profile.local_steps,
-                              device="cpu", progress=False, val_fraction=0.0, seed=seed)
-    kw.update(dict(method.trainer))
-    kw.update(extra)
-    return TrainerConfig(**kw)
-
-
-def _ifca_pick(strategy: Any, mem: Sequence[tuple[int, float]], eps: list[Episode], policy_cfg: Any,
-               device: str = "cpu") -> tuple[int, float]:
-    """IFCA client step: evaluate every offered cluster model, pick the lowest loss; returns (id, s)."""
-    from fed_ros.learning.dataset import DemoDataset
-    from fed_ros.learning.modeling_policy import build_policy
-    from fed_ros.learning.trainer import evaluate_nll
-    from fed_ros.learning.weights import load_state_dict_into
-
-    t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
-    models = strategy.cluster_models()
-    data = DemoDataset([e for e in eps if e.success], policy_cfg)
-    losses = {}
-    for cid, _ in mem:
-        model = load_state_dict_into(build_policy(policy_cfg, seed=0), models[cid])
-        losses[int(cid)] = evaluate_nll(model, data, device=device)
-    from fed_ros.core.strategies.ifca import ifca_select
-
-    order = sorted(losses)
-    best = order[ifca_select([losses[c] for c in order])]
-    return best, time.process_time() - t0
 
 
 def eval_horizons(setting: Setting, data: dict[str, list[Episode]], factor: float | None) -> dict[str, int]:
@@ -429,8 +439,9 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     import torch
 
     from fed_ros.core.params import flatten
-    from fed_ros.core.strategy import ClientUpdate, make_strategy
-    from fed_ros.learning.trainer import initial_state_dict, train_local
+    from fed_ros.core.round_config import RoundConfig
+    from fed_ros.core.strategy import make_strategy
+    from fed_ros.learning.trainer import initial_state_dict
 
     torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
     setting, method, profile, seed = spec.setting, spec.method, spec.profile, spec.seed
@@ -439,7 +450,9 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     ids = setting.robot_ids
     groups = [setting.dominant_family(n) for n in range(len(ids))]
     all_eps = [e for rid in ids for e in data[rid]]
-    theta0_sd = initial_state_dict(policy_cfg, seed=seed, episodes=all_eps)
+    # The fleet server's initial model: placeholder normalisation, which each robot (client)
+    # fills from its own demos in round 0.
+    theta0_sd = initial_state_dict(policy_cfg, seed=seed)
     theta0 = flatten(theta0_sd)
     evaluator = Evaluator(policy_cfg, profile.eval_episodes, seed=seed,
                           max_steps=eval_horizons(setting, data, profile.eval_horizon_factor))
@@ -456,12 +469,11 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     try:
         if method.strategy == "centralized":
             sd = theta0_sd
+            (central,) = make_clients(["centralized"], policy_cfg, seed).values()
+            # Same total optimiser steps as the fleet performs per round.
+            config = RoundConfig(local_steps=profile.local_steps * len(ids), lr=profile.lr)
             for r in range(profile.rounds):
-                # Same total optimiser steps as the fleet performs per round.
-                res = train_local(sd, all_eps, policy_cfg,
-                                  _trainer_cfg(profile, method, seed * 1000 + r,
-                                               max_steps=profile.local_steps * len(ids)),
-                                  val_episodes=[])
+                res = central.fit(sd, config, all_eps, r)
                 sd = res.params
                 record["rounds"].append({"round": r, "loss_bc": res.metrics.get("loss_bc")})
                 if r in eval_rounds:
@@ -470,51 +482,28 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
                 if progress:
                     progress(f"{spec.key} r{r}")
         else:
-            strategy = make_strategy(method.strategy, **method.strategy_settings(setting.num_clusters))
+            # The profile's training schedule is a strategy setting, as in a fleet file.
+            strategy = make_strategy(method.strategy, **method.strategy_settings(setting.num_clusters),
+                                     lr=profile.lr, local_steps=profile.local_steps)
             strategy.initialize(theta0_sd, ids)
+            clients = make_clients(ids, policy_cfg, seed)
             for r in range(profile.rounds):
                 row: dict[str, Any] = {"round": r}
-                mems = strategy.configure_round(r, ids)
-                extra_tc = dict(strategy.round_config(r))
-                updates, vecs, deltas, losses = [], [], [], []
-                cluster_cost = 0.0
                 t_train = time.perf_counter()
-                for i, rid in enumerate(ids):
-                    cid = -1
-                    if getattr(strategy, "client_selects_cluster", False):
-                        cid, cost = _ifca_pick(strategy, mems[rid], data[rid], policy_cfg)
-                        cluster_cost += cost
-                        start = strategy.cluster_models()[cid]
-                    else:
-                        start = strategy.model_for(rid)
-                    start_vec = flatten(start)
-                    tc = _trainer_cfg(profile, method, seed * 100_000 + r * 100 + i, **extra_tc)
-                    res = train_local(start, data[rid], policy_cfg, tc, val_episodes=[])
-                    vec = flatten(res.params)
-                    vecs.append(vec - theta0)
-                    deltas.append(vec - start_vec)
-                    losses.append(float(res.metrics.get("loss_bc", math.nan)))
-                    updates.append(ClientUpdate(robot_id=rid, params=res.params, num_samples=res.num_samples,
-                                                base_round=r, cluster_id=cid, metrics={}))
+                run = federation_round(strategy, clients, data, r)
                 row["train_s"] = time.perf_counter() - t_train
-                kinds = set(strategy.needs_descriptors(r))
-                descs: dict[str, Any] = {}
-                if kinds:
-                    t0 = time.process_time()
-                    descs, dextra = compute_descriptors(kinds, data, policy_cfg,
-                                                        {u.robot_id: u.params for u in updates}, seed)
-                    cluster_cost += time.process_time() - t0
-                    row.update(dextra)
-                t0 = time.process_time()
-                result = strategy.aggregate_round(r, updates, descs)
-                row["aggregate_cpu_s"] = time.process_time() - t0
+                result = run.result
+                row.update({k: v for k, v in run.extra.items() if k != "aggregate_cpu_s"})
+                row["aggregate_cpu_s"] = run.extra["aggregate_cpu_s"]
                 # CPU seconds spent deciding clusters this round (client-side IFCA evaluation,
                 # descriptor computation, and the server's aggregation including clustering).
-                row["cluster_cpu_s"] = cluster_cost + row["aggregate_cpu_s"]
+                row["cluster_cpu_s"] = run.cluster_cpu_s
+                vecs = [flatten(u.params) - theta0 for u in run.updates]
+                deltas = [flatten(u.params) - flatten(run.starts[u.robot_id]) for u in run.updates]
                 acc, step = _cos(np.stack(vecs)), _cos(np.stack(deltas))
                 row["acc_intra"], row["acc_inter"] = intra_inter(acc, groups)
                 row["step_intra"], row["step_inter"] = intra_inter(step, groups)
-                row["loss_bc"] = float(np.nanmean(losses))
+                row["loss_bc"] = float(np.nanmean([u.metrics.get("loss_bc", math.nan) for u in run.updates]))
                 row["assignments"] = {k: [[int(c), float(w)] for c, w in v] for k, v in result.assignments.items()}
                 row["clusters"] = hard_clusters(row["assignments"], ids)
                 row["coassign"] = coassignment(row["assignments"], ids).tolist()

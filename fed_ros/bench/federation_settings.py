@@ -89,12 +89,12 @@ class Setting:
 
 @dataclass(frozen=True)
 class Method:
-    """A federated method: strategy + settings + local-training switches."""
+    """A federated method: strategy + its settings (ablations included: they reach the robots
+    through the round config, exactly as a fleet file's `strategy:` settings would)."""
 
     name: str
     strategy: str  # make_strategy name, or "centralized"
     settings: tuple[tuple[str, Any], ...] = ()
-    trainer: tuple[tuple[str, Any], ...] = ()
     description: str = ""
 
     def strategy_settings(self, num_clusters: int) -> dict[str, Any]:
@@ -102,22 +102,21 @@ class Method:
         return {k: (num_clusters if v == "C" else v) for k, v in self.settings}
 
 
-BC_ONLY = (("use_sub", False), ("use_act", False))
-
+# Only FedDRMan's round config turns on the distillation terms; the others train plain BC.
 METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("local", "local", (), BC_ONLY, "each robot trains alone"),
-    Method("centralized", "centralized", (), BC_ONLY, "one model on the pooled data"),
-    Method("fedavg", "fedavg", (), BC_ONLY, "sample-weighted mean of all robots"),
-    Method("fedprox", "fedprox", (("mu", 1e-3),), BC_ONLY, "FedAvg + proximal term mu=1e-3"),
-    Method("ifca", "ifca", (("num_clusters", "C"),), BC_ONLY, "robots pick the lowest-loss cluster model"),
-    Method("feddrman", "feddrman", (("num_clusters", "C"),), (), "CUA + SRB + L_sub + L_act"),
-    Method("feddrman_no_lsub", "feddrman", (("num_clusters", "C"),), (("use_sub", False),), "ablation"),
-    Method("feddrman_no_lact", "feddrman", (("num_clusters", "C"),), (("use_act", False),), "ablation"),
-    Method("feddrman_no_srb", "feddrman", (("num_clusters", "C"), ("use_srb", False)), (), "ablation"),
-    Method("feddrman_no_cua", "feddrman", (("num_clusters", "C"), ("use_cua", False)), (), "ablation"),
-    Method("fedepth_soft", "fedepth", (("target_overlap", 0.2),), BC_ONLY, "soft clusters, 20% overlap"),
-    Method("fedepth_hard", "fedepth", (("target_overlap", 0.0), ("hard", True)), BC_ONLY, "hard clusters"),
-    Method("rnd", "rnd", (), BC_ONLY, "RND federations, FedAvg inside each"),
+    Method("local", "local", (), "each robot trains alone"),
+    Method("centralized", "centralized", (), "one model on the pooled data"),
+    Method("fedavg", "fedavg", (), "sample-weighted mean of all robots"),
+    Method("fedprox", "fedprox", (("mu", 1e-3),), "FedAvg + proximal term mu=1e-3"),
+    Method("ifca", "ifca", (("num_clusters", "C"),), "robots pick the lowest-loss cluster model"),
+    Method("feddrman", "feddrman", (("num_clusters", "C"),), "CUA + SRB + L_sub + L_act"),
+    Method("feddrman_no_lsub", "feddrman", (("num_clusters", "C"), ("use_sub", False)), "ablation"),
+    Method("feddrman_no_lact", "feddrman", (("num_clusters", "C"), ("use_act", False)), "ablation"),
+    Method("feddrman_no_srb", "feddrman", (("num_clusters", "C"), ("use_srb", False)), "ablation"),
+    Method("feddrman_no_cua", "feddrman", (("num_clusters", "C"), ("use_cua", False)), "ablation"),
+    Method("fedepth_soft", "fedepth", (("target_overlap", 0.2),), "soft clusters, 20% overlap"),
+    Method("fedepth_hard", "fedepth", (("target_overlap", 0.0), ("hard", True)), "hard clusters"),
+    Method("rnd", "rnd", (), "RND federations, FedAvg inside each"),
 )}
 
 
@@ -137,8 +136,7 @@ def fedepth_method(overlap: float) -> Method:
     settings: tuple[tuple[str, Any], ...] = (("target_overlap", float(overlap)),)
     if overlap == 0:
         settings += (("hard", True),)
-    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth", settings, BC_ONLY,
-                  f"overlap {overlap:.0%}")
+    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth", settings, f"overlap {overlap:.0%}")
 
 
 @dataclass(frozen=True)

@@ -215,3 +215,23 @@ def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
     J = 0.5 * (term_ij + term_ij.T) - D
     np.fill_diagonal(J, 0.0)
     return np.maximum(J, 0.0)
+
+
+def weighted_model(models: Mapping[int, Mapping[str, np.ndarray]], membership: Sequence[tuple[int, float]]
+                   ) -> dict[str, np.ndarray]:
+    """A robot's starting model: weighted mean of its clusters' models (weights > 0), a fresh copy.
+
+    Used by the robot node and the benchmark alike, so both start from the same floats.
+    """
+    entries = [(c, w) for c, w in membership if w > 0]
+    if not entries:
+        raise ValueError(f"membership {list(membership)} has no cluster with weight > 0")
+    if len(entries) == 1:
+        return {k: np.array(v, dtype=np.float32) for k, v in models[entries[0][0]].items()}
+    total = sum(w for _, w in entries)
+    first = models[entries[0][0]]
+    out = {k: np.zeros_like(v, dtype=np.float32) for k, v in first.items()}
+    for cid, weight in entries:
+        for k, v in models[cid].items():
+            out[k] += np.float32(weight / total) * v
+    return out

@@ -22,6 +22,8 @@ from typing import Any, Collection, Mapping, Protocol, Sequence
 import numpy as np
 
 from fed_ros.core.round_config import RobotInstruction, RoundConfig
+from fed_ros.core.validation import (DUPLICATE, FUTURE, LATE, NO_ROUND, NOT_PARTICIPANT, NUM_SAMPLES,
+                                     STALE_BASE, STALE_ROUND)
 
 # Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
 TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
@@ -69,6 +71,7 @@ class Verdict:
 
     accepted: bool
     reason: str = ""
+    code: str = ""  # machine-readable reject code (fed_ros.core.validation's constants)
 
 
 ACCEPT = Verdict(True, "")
@@ -211,20 +214,22 @@ class StageCollector:
         """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
         plan = self.plan
         if robot_id not in plan.participants:
-            return Verdict(False, f"robot {robot_id!r} is not a participant of round {plan.round_idx}")
+            return Verdict(False, f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
+                           NOT_PARTICIPANT)
         if round_idx < plan.round_idx:
-            return Verdict(False, f"stale: answer for round {round_idx}, current round is {plan.round_idx}")
+            return Verdict(False, f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
+                           STALE_ROUND)
         if round_idx > plan.round_idx:
-            return Verdict(False, f"future round {round_idx}, current round is {plan.round_idx}")
+            return Verdict(False, f"future round {round_idx}, current round is {plan.round_idx}", FUTURE)
         if base_round is not None and base_round != plan.round_idx:
             return Verdict(False, f"stale base: trained from model version {base_round}, "
-                                  f"round {plan.round_idx} starts from version {plan.round_idx}")
+                                  f"round {plan.round_idx} starts from version {plan.round_idx}", STALE_BASE)
         if now > plan.deadline_s:
             return Verdict(False, f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
-                                  f"of round {plan.round_idx}")
+                                  f"of round {plan.round_idx}", LATE)
         if robot_id in self.answers and robot_id not in self.carried:
             return Verdict(False, f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
-                                  f"({plan.stage})")
+                                  f"({plan.stage})", DUPLICATE)
         return ACCEPT
 
     def accept(self, robot_id: str, answer: Any) -> None:
@@ -232,10 +237,10 @@ class StageCollector:
         self.answers[robot_id] = answer
         self.carried.discard(robot_id)
 
-    def reject(self, robot_id: str, reason: str) -> Verdict:
+    def reject(self, robot_id: str, reason: str, code: str = "") -> Verdict:
         """Record a rejection (counted in the round report)."""
         self.rejections.append((robot_id, reason))
-        return Verdict(False, reason)
+        return Verdict(False, reason, code)
 
     def decision(self, now: float) -> Decision:
         """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait."""
@@ -518,7 +523,8 @@ class RoundCoordinator:
         col = self.collector
         if col is None or col.plan.stage != TRAIN:
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no training round is open (stage {stage}); update from {robot_id!r} rejected")
+            return Verdict(False, f"no training round is open (stage {stage}); update from {robot_id!r} rejected",
+                           NO_ROUND)
         return col.check(robot_id, round_idx, now, base_round=base_round)
 
     def record_rejection(self, robot_id: str, reason: str) -> None:
@@ -536,38 +542,18 @@ class RoundCoordinator:
         rid = str(update.robot_id)
         if col is None or col.plan.stage != TRAIN:
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no training round is open (stage {stage}); update from {rid!r} rejected")
+            return Verdict(False, f"no training round is open (stage {stage}); update from {rid!r} rejected",
+                           NO_ROUND)
+        # Tensors (manifest, finite values) were checked once by the transfer receiver.
         verdict = col.check(rid, int(getattr(update, "round_idx", col.plan.round_idx)), now,
                             base_round=int(update.base_round))
-        if verdict.accepted:
-            verdict = self._check_params(rid, update.params)
         if verdict.accepted and int(update.num_samples) <= 0:
-            verdict = Verdict(False, f"update from {rid!r} claims {update.num_samples} samples")
+            verdict = Verdict(False, f"update from {rid!r} claims {update.num_samples} samples", NUM_SAMPLES)
         if not verdict.accepted:
-            return col.reject(rid, verdict.reason)
+            return col.reject(rid, verdict.reason, verdict.code)
         if update.num_samples > self.settings.max_samples:
             update.num_samples = self.settings.max_samples  # self-reported counts are capped (V5)
         col.accept(rid, update)
-        return ACCEPT
-
-    def _check_params(self, rid: str, params: Mapping[str, np.ndarray]) -> Verdict:
-        got = [(k, tuple(np.shape(v)), str(np.asarray(v).dtype)) for k, v in params.items()]
-        if got != self._manifest:
-            expected = dict((k, (s, d)) for k, s, d in self._manifest)
-            for k, s, d in got:
-                if k not in expected:
-                    return Verdict(False, f"update from {rid!r}: unexpected tensor {k!r}")
-                if expected[k] != (s, d):
-                    return Verdict(False, f"update from {rid!r}: tensor {k!r} is {d}{list(s)}, "
-                                          f"expected {expected[k][1]}{list(expected[k][0])}")
-            names = [k for k, _, _ in got]
-            missing = [k for k, _, _ in self._manifest if k not in names]
-            if missing:
-                return Verdict(False, f"update from {rid!r}: missing tensor {missing[0]!r}")
-            return Verdict(False, f"update from {rid!r}: tensors out of manifest order")
-        for k, v in params.items():
-            if not np.all(np.isfinite(v)):
-                return Verdict(False, f"update from {rid!r}: tensor {k!r} has NaN/Inf values")
         return ACCEPT
 
     def offer_descriptor(self, descriptor: Any, round_idx: int, now: float | None = None) -> Verdict:

@@ -1,9 +1,13 @@
 """Strategy interface (Flower-style: small classes over stateless functions) and its data types.
 
 A strategy owns the cluster models of a fleet. Per round the server calls
-`configure_round` (which cluster model(s) each robot starts from), the robots train,
+`configure_round`: per robot a `RobotInstruction` = which cluster model(s) it starts from
+and the `RoundConfig` it must obey (proximal mu, distillation switches, steps, learning
+rate, descriptor kind, IFCA cluster pick; `fed_ros.core.round_config`). The robots train,
 then `aggregate_round` turns their `ClientUpdate`s (+ `ClientDescriptor`s when
-`needs_descriptors` asks for them) into new cluster models and assignments.
+`needs_descriptors` asks for them) into new cluster models and assignments. Training
+settings a fleet file imposes (``strategy.lr``, ``strategy.local_steps``,
+``strategy.local_epochs``) are keyword settings of every strategy.
 
 Membership representation: a `Membership` lists every cluster a robot must download, with
 the weight of that cluster's model in the robot's starting model (weights sum to 1 over
@@ -30,6 +34,7 @@ from fed_ros.core.aggregate import all_finite, first_nonfinite_row, sample_weigh
 from fed_ros.core.params import (Manifest, StateDict, check_manifest, flatten, manifest_from_json, manifest_of,
                                  manifest_to_json, num_params, stack_state_dicts, unflatten)
 from fed_ros.core.robust import RULES, aggregate_robust
+from fed_ros.core.round_config import RobotInstruction, RoundConfig
 
 log = logging.getLogger("fed_ros.core.strategy")
 
@@ -162,12 +167,17 @@ class Strategy(ABC):
 
     name: str = "strategy"
     client_selects_cluster: bool = False
+    descriptor_kind: str = "gaussian"  # what robots compute when needs_descriptors asks
 
-    def __init__(self, *, robust: str = "mean", robust_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, *, robust: str = "mean", robust_kwargs: Mapping[str, Any] | None = None,
+                 local_epochs: int = 1, local_steps: int | None = None, lr: float | None = None) -> None:
         if robust not in RULES:
             raise ValueError(f"robust rule {robust!r} not in {RULES}")
         self.robust = robust
         self.robust_kwargs = dict(robust_kwargs or {})
+        # Local-training settings every robot is told (None: the robot's own); checked now.
+        self.local_epochs, self.local_steps, self.lr = local_epochs, local_steps, lr
+        RoundConfig(local_epochs=local_epochs, local_steps=local_steps, lr=lr)
         self._manifest: Manifest | None = None
         self._theta0: np.ndarray | None = None
         self._models: dict[int, np.ndarray] = {}
@@ -209,23 +219,29 @@ class Strategy(ABC):
             raise ValueError(f"{self.name}: initialize() has not been called")
 
     # ------------------------------------------------------------------ per round
-    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, Membership]:
-        """Membership (cluster model(s) to start from) of each participating robot."""
+    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, RobotInstruction]:
+        """Per participating robot: its membership (model(s) to start from) and round config."""
         self._require_init()
+        config = self.round_config(round_idx)
         out = {}
         for rid in robot_ids:
             if rid not in self._assign:
                 self._assign[rid] = self._new_robot(rid)
-            out[rid] = list(self._assign[rid])
+            out[rid] = RobotInstruction(list(self._assign[rid]), config)
         return out
 
     def _new_robot(self, robot_id: str) -> Membership:
         """Membership of a robot first seen in configure_round (default: largest cluster)."""
         return self.route(ClientDescriptor(robot_id=robot_id, kind="update"))
 
-    def round_config(self, round_idx: int) -> dict[str, Any]:
-        """Settings local training needs this round (e.g. FedProx's prox_mu); default none."""
-        return {}
+    def round_config(self, round_idx: int) -> RoundConfig:
+        """What every robot must obey this round (subclasses add fields in `_config_fields`)."""
+        return RoundConfig(**self._config_fields(round_idx))
+
+    def _config_fields(self, round_idx: int) -> dict[str, Any]:
+        """RoundConfig keyword values: training settings, descriptor kind, IFCA cluster pick."""
+        return {"local_epochs": self.local_epochs, "local_steps": self.local_steps, "lr": self.lr,
+                "descriptor_kind": self.descriptor_kind, "pick_cluster": self.client_selects_cluster}
 
     def needs_descriptors(self, round_idx: int) -> set[str]:
         """Descriptor kinds the strategy needs before aggregating this round."""

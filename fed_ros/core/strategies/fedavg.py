@@ -28,7 +28,7 @@ class FedAvgStrategy(Strategy):
         for rid in prep.robot_ids:
             self._assign[rid] = [(0, 1.0)]
         diag = {"round": round_idx, "robots": prep.robot_ids, "num_samples": prep.num_samples.tolist()}
-        diag.update(self.round_config(round_idx))
+        diag["prox_mu"] = self.round_config(round_idx).prox_mu
         return self._result(diag)
 
 
@@ -43,6 +43,6 @@ class FedProxStrategy(FedAvgStrategy):
         super().__init__(**kw)
         self.mu = float(mu)
 
-    def round_config(self, round_idx: int) -> dict[str, Any]:
+    def _config_fields(self, round_idx: int) -> dict[str, Any]:
         """Tells local training the proximal weight."""
-        return {"prox_mu": self.mu}
+        return {**super()._config_fields(round_idx), "prox_mu": self.mu}

@@ -10,6 +10,8 @@ Round r, participating robots k with full models theta_k:
 6. theta_s^{r+1} = theta_s^r + Delta~_s
 Robots that did not take part keep their assignment. Ablations: use_cua=False puts all
 robots in one cluster (C = 1); use_srb=False skips step 5 (theta_s^{r+1} = theta_avg,s).
+Local objective: the round config turns on L_sub / L_act (weights lambda_sub / lambda_act);
+use_sub=False / use_act=False are the local-loss ablations.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import numpy as np
 from fed_ros.core.aggregate import first_nonfinite_row, update_similarity
 from fed_ros.core.cua import cua_partition
 from fed_ros.core.params import prefix_columns
+from fed_ros.core.round_config import RoundConfig
 from fed_ros.core.srb import apply_srb, eligible_blocks
 from fed_ros.core.strategy import (ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly,
                                    match_cluster_ids)
@@ -39,8 +42,11 @@ class FedDRManStrategy(Strategy):
     def __init__(self, *, num_clusters: int = 1, beta: float = 0.9, use_cua: bool = True, use_srb: bool = True,
                  omega_prefixes: Sequence[str] = ("temporal.",), cua_method: str = "auto",
                  singleton_intra: float = 0.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
-                 srb_exclude: Sequence[str] = (), seed: int = 0, **kw: Any) -> None:
+                 srb_exclude: Sequence[str] = (), seed: int = 0, use_sub: bool = True, use_act: bool = True,
+                 lambda_sub: float = 0.03, lambda_act: float = 0.005, **kw: Any) -> None:
         super().__init__(**kw)
+        # The robots' local objective (checked now, sent in every round config).
+        self._local = RoundConfig(use_sub=use_sub, use_act=use_act, lambda_sub=lambda_sub, lambda_act=lambda_act)
         if not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
             raise ValueError(f"num_clusters must be an int >= 1, got {num_clusters!r}")
         if not (isinstance(beta, (int, float)) and 0.0 <= beta <= 1.0):
@@ -64,6 +70,12 @@ class FedDRManStrategy(Strategy):
         self.seed = int(seed)
         self._omega: np.ndarray | slice | None = None
         self._omega_all = False
+
+    def _config_fields(self, round_idx: int) -> dict[str, Any]:
+        """Distillation switches and weights of the robots' local objective."""
+        c = self._local
+        return {**super()._config_fields(round_idx), "use_sub": c.use_sub, "use_act": c.use_act,
+                "lambda_sub": c.lambda_sub, "lambda_act": c.lambda_act}
 
     @property
     def effective_clusters(self) -> int:

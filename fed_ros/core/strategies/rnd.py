@@ -20,6 +20,7 @@ class RNDStrategy(Strategy):
     """Random-network-distillation federations + per-federation FedAvg."""
 
     name = "rnd"
+    descriptor_kind = "rnd"
 
     def __init__(self, *, eps: float = 1.0, recluster_every: int = 0, symmetrise: str = "mutual", **kw: Any) -> None:
         super().__init__(**kw)

@@ -61,8 +61,6 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "state_dir": "runs/server",       # ModelStore directory (committed rounds)
     "policy": "lowdim",               # initial policy kind when no model is committed yet
     "seed": 0,                        # seed of the initial policy weights
-    "prox_mu": 0.0,                   # FedProx proximal weight announced to robots (0 = off)
-    "local_epochs": 1,                # local epochs announced to robots
     "evaluate_every": 0,              # rounds between closed-loop evaluations (0 = never)
     "eval_episodes": 2,               # episodes per task per robot evaluation
     "eval_timeout_s": 600.0,          # s to wait for robots' evaluation results
@@ -168,9 +166,6 @@ def validate_server_params(params: Mapping[str, Any]) -> dict[str, Any]:
     _require(p["state_dir"] != "", "server parameter 'state_dir' must not be empty")
     _require(p["policy"] in POLICY_KINDS,
              f"server parameter 'policy' must be one of {POLICY_KINDS}, got {p['policy']!r}")
-    _require(p["prox_mu"] >= 0.0, f"server parameter 'prox_mu' must be >= 0, got {p['prox_mu']}")
-    _require(p["local_epochs"] >= 1,
-             f"server parameter 'local_epochs' must be >= 1, got {p['local_epochs']}")
     _require(p["evaluate_every"] >= 0,
              f"server parameter 'evaluate_every' must be >= 0, got {p['evaluate_every']}")
     _require(p["eval_episodes"] >= 1,
@@ -272,6 +267,9 @@ class FleetConfig:
     server: Mapping[str, Any] = field(default_factory=dict)
     robot_defaults: Mapping[str, Any] = field(default_factory=dict)
     bridge: Mapping[str, Any] = field(default_factory=dict)
+    # Strategy settings (server parameters strategy.<key>), e.g. mu, local_steps, lr: the
+    # training settings among them reach every robot in its round config.
+    strategy: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _ID_RE.match(self.name):
@@ -304,7 +302,7 @@ class FleetConfig:
 
 
 _FLEET_KEYS = {"name", "algorithm", "rounds", "num_clusters", "policy", "seed", "run_dir",
-               "server", "robot_defaults", "bridge", "robots"}
+               "server", "robot_defaults", "bridge", "robots", "strategy"}
 _ROBOT_KEYS = {"id", "task", "tasks", "variation", "sim", "parameters", "bridge", "remappings",
                "count"}
 
@@ -367,7 +365,7 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
                           parameters=r.parameters, bridge_parameters=r.bridge_parameters,
                           remappings=r.remappings) if r.robot_id == _UNNAMED else r
               for i, r in enumerate(robots)]
-    for key in ("server", "robot_defaults", "bridge"):
+    for key in ("server", "robot_defaults", "bridge", "strategy"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"fleet config: {key!r} must be a mapping, got {data.get(key)!r}")
     for key in ("rounds", "num_clusters", "seed"):
@@ -380,7 +378,7 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         policy=str(data.get("policy", "lowdim")), seed=data.get("seed", 0),
         run_dir=str(data.get("run_dir", f"runs/{data['name']}")),
         server=dict(data.get("server", {})), robot_defaults=dict(data.get("robot_defaults", {})),
-        bridge=dict(data.get("bridge", {})))
+        bridge=dict(data.get("bridge", {})), strategy=dict(data.get("strategy", {})))
 
 
 def load_fleet_config(path: str | Path) -> FleetConfig:
@@ -424,6 +422,7 @@ def server_spec(config: FleetConfig) -> NodeSpec:
         "num_clusters": config.num_clusters, "policy": config.policy, "seed": config.seed,
         "expected_robots": config.robot_ids, "state_dir": f"{config.run_dir}/server",
     }
+    params.update({f"strategy.{k}": v for k, v in config.strategy.items()})
     params.update(config.server)
     if "min_robots" not in params:
         # All robots start round 0 together; if some never register, the fleet starts after

@@ -40,7 +40,9 @@ from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
                                      model_update_msg)
 from fed_ros.ros.fleet.plan import ROBOT_DEFAULTS, validate_robot_params
-from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, descriptor_kind_for
+from fed_ros.core.round_config import RoundConfig
+from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN
+from fed_ros.ros.nodes.model_cache import ModelCache
 from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
                                    PayloadRejected, decode_resend_request, encode_resend_request, fetch_bulk)
 from fed_ros.srv import EvaluatePolicy, Record, Register
@@ -49,25 +51,8 @@ _ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
 MODEL_TOPIC_DEPTH = 64  # matches the server's latched cluster-model topic
 
 
-def weighted_model(models: dict[int, dict[str, np.ndarray]], membership: list[tuple[int, float]]
-                   ) -> dict[str, np.ndarray]:
-    """A robot's starting model: weighted mean of its clusters' models (weights > 0)."""
-    entries = [(c, w) for c, w in membership if w > 0]
-    if not entries:
-        raise ValueError(f"membership {membership} has no cluster with weight > 0")
-    if len(entries) == 1:
-        return {k: np.array(v, dtype=np.float32) for k, v in models[entries[0][0]].items()}
-    total = sum(w for _, w in entries)
-    first = models[entries[0][0]]
-    out = {k: np.zeros_like(v, dtype=np.float32) for k, v in first.items()}
-    for cid, weight in entries:
-        for k, v in models[cid].items():
-            out[k] += np.float32(weight / total) * v
-    return out
-
-
 class RobotNode(Node):
-    """Onboard fleet client of one robot (thin: learning and sim code do the work)."""
+    """Onboard fleet client of one robot (thin: `RobotClient` learns, arm.driving drives the arm)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("robot", allow_undeclared_parameters=True,
@@ -98,16 +83,17 @@ class RobotNode(Node):
         if p["torch_threads"]:
             import torch
             torch.set_num_threads(p["torch_threads"])
-        from fed_ros.learning.configuration_policy import PolicyConfig
-        from fed_ros.learning.trainer import TrainerConfig
-        self.policy_cfg = PolicyConfig(kind=p["policy"])
-        overrides = {k[len("trainer."):]: v for k, v in p.items() if k.startswith("trainer.")}
-        TrainerConfig(**overrides)  # fail at start on a bad trainer.* override
-        self.trainer_overrides = overrides
         from fed_ros.core.params import manifest_of
+        from fed_ros.learning.client import RobotClient
+        from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import initial_state_dict
-        self._fleet_initial = initial_state_dict(self.policy_cfg)
-        self.manifest = manifest_of(self._fleet_initial)  # what cluster models must match
+        self.policy_cfg = PolicyConfig(kind=p["policy"])
+        # The robot's own training settings; the round config overrides what it decides.
+        local = {"lr": p["train_lr"], "batch_size": p["train_batch_size"], "max_steps": p["train_max_steps"] or None}
+        local.update({k[len("trainer."):]: v for k, v in p.items() if k.startswith("trainer.")})
+        self.client = RobotClient(self.robot_id, self.policy_cfg, robot_seed=p["seed"], device=p["device"],
+                                  local=local)  # ValueError at start on a bad or forbidden setting
+        self.manifest = manifest_of(initial_state_dict(self.policy_cfg))  # what cluster models must match
 
         fleet = p["fleet_namespace"].rstrip("/")
         arm_ns = p["arm_namespace"]
@@ -139,8 +125,8 @@ class RobotNode(Node):
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
 
         self.model_assembler = PayloadAssembler(max_pending=8)
-        self._models_lock = threading.Condition()
-        self.cluster_models: dict[int, tuple[int, dict[str, np.ndarray], str, list[str]]] = {}
+        self.models = ModelCache()  # the receive path stores into it (aliases below)
+        self._models_lock, self.cluster_models = self.models.lock, self.models.entries
         self._latest: Announcement | None = None
         self._latest_stamp = 0
         self._handled: set[tuple[int, str, int]] = set()
@@ -148,7 +134,6 @@ class RobotNode(Node):
         self._jobs: queue.Queue = queue.Queue()
         self._update_senders: dict[int, tuple[ChunkedSender, dict[str, Any]]] = {}
         self._peer_predictors: dict[tuple[int, str], bytes] = {}
-        self._own_predictor: tuple[int, Any] | None = None  # (round, RNDFit) from DESCRIBE
         self._bulk: BulkServer | None = None
         self._stop = threading.Event()
         self._arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
@@ -202,38 +187,12 @@ class RobotNode(Node):
 
     def _collect_demos(self, count: int, first_index: int = 0) -> None:
         """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
+        from fed_ros.ros.arm.driving import record_expert_demos
+        p, log = self.params, self.get_logger()
         with self._arm_lock:
-            self._drive_expert(count, first_index)
-
-    def _drive_expert(self, count: int, first_index: int) -> None:
-        from fed_ros.sim.collect import STREAM_COLLECT, episode_seed
-        from fed_ros.sim.experts import make_expert
-
-        p = self.params
-        self.arm.wait_for_arm(60.0)
-        t0 = time.monotonic()
-        ok = 0
-        index = first_index
-        attempts = 0
-        # Failed demonstrations are kept on disk but never trained on; retry up to 2x.
-        while ok < count and attempts < 2 * count + 2:
-            task = self.tasks[index % len(self.tasks)]
-            seed = episode_seed(p["demo_seed"], index, STREAM_COLLECT)
-            expert = make_expert(task, noise_std=p["demo_noise_std"], seed=seed)
-            instruction, episode = self.arm.reset(task, p["variation"], seed)
-            self.recorder.start(task, instruction, p["variation"])
-            outcome = self.arm.run_episode(expert, episode, timeout=300.0, max_steps=p["max_episode_steps"])
-            try:
-                result = self.recorder.stop(outcome.success)
-                ok += int(result.success)
-            except ValueError as exc:
-                self.get_logger().error(f"demonstration {index}: recording unusable: {exc}")
-            index += 1
-            attempts += 1
-            self.get_logger().info(f"demonstration {index} ({task}, seed {seed}): "
-                                   f"{'success' if outcome.success else 'failure'} in {outcome.steps} steps")
-        self.get_logger().info(f"recorded {ok}/{count} successful demonstrations over ROS in "
-                               f"{time.monotonic() - t0:.1f} s")
+            record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p["demo_seed"],
+                                noise_std=p["demo_noise_std"], variation=p["variation"],
+                                max_steps=p["max_episode_steps"], info=log.info, error=log.error)
 
     def _register(self) -> None:
         p = self.params
@@ -362,36 +321,6 @@ class RobotNode(Node):
                 self.model_resend_pub.publish(String(data=encode_resend_request(pid, missing)))
 
     # ------------------------------------------------------------------ models
-    def model_for_round(self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0
-                        ) -> dict[str, np.ndarray]:
-        """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their mean."""
-        needed = [c for c, w in membership if w > 0]
-        deadline = time.monotonic() + timeout
-        with self._models_lock:
-            while True:
-                have = {c: self.cluster_models.get(c) for c in needed}
-                stale = [c for c, v in have.items() if v is None or v[0] < round_idx]
-                if not stale:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"cluster model(s) {stale} for round {round_idx} did not arrive "
-                                       f"within {timeout:.0f} s")
-                self._models_lock.wait(min(remaining, 0.5))
-            models = {c: have[c][1] for c in needed}
-        return weighted_model(models, [(c, w) for c, w in membership if w > 0])
-
-    def current_model(self) -> tuple[dict[str, np.ndarray], list[int]]:
-        """Newest model of this robot: mean of the newest cluster models listing it as a member."""
-        with self._models_lock:
-            mine = {c: v for c, v in self.cluster_models.items() if self.robot_id in v[3]}
-            if not mine:
-                raise ValueError("no cluster model received yet")
-            newest = max(v[0] for v in mine.values())
-            cids = sorted(c for c, v in mine.items() if v[0] == newest)
-            models = {c: mine[c][1] for c in cids}
-        return weighted_model(models, [(c, 1.0) for c in cids]), cids
-
     # ------------------------------------------------------------------ round work
     def _handle_announcement(self, item: tuple[Announcement, int]) -> None:
         ann, stamp = item
@@ -403,47 +332,37 @@ class RobotNode(Node):
             self.get_logger().warning(f"round {ann.round_idx} {ann.stage}: deadline already passed, skipping")
             return
         membership = ann.memberships.get(self.robot_id, [])
+        config = ann.configs.get(self.robot_id, RoundConfig())  # validated on receipt; obeyed as is
         if ann.stage == TRAIN:
-            self._train_round(ann, membership)
+            self._train_round(ann, membership, config)
         elif ann.stage == DESCRIBE:
-            self._describe(ann)
+            self._publish_descriptor(self.client.describe(config.descriptor_kind, self._episodes()), ann.round_idx)
         elif ann.stage == SCORE:
             self._score(ann)
         elif ann.stage == EVALUATE:
-            self._evaluate_round(ann, membership)
+            self._evaluate_round(ann, membership, config)
 
-    def _trainer_config(self, ann: Announcement):
-        from fed_ros.learning.trainer import TrainerConfig
-        p = self.params
-        distill = ann.algorithm == "feddrman"  # FedDRMan's local objective; BC for the baselines
-        settings = dict(lr=p["train_lr"], batch_size=p["train_batch_size"], epochs=max(1, ann.local_epochs),
-                        max_steps=p["train_max_steps"] or None, prox_mu=float(ann.prox_mu), use_sub=distill,
-                        use_act=distill, device=p["device"], seed=p["seed"] * 1000 + ann.round_idx,
-                        progress=False)
-        settings.update(self.trainer_overrides)
-        return TrainerConfig(**settings)
-
-    def _train_round(self, ann: Announcement, membership: list[tuple[int, float]]) -> None:
+    def _train_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
         if ann.round_idx in self._update_senders:
             # Re-announced (server restarted or the round was retried): resend, do not retrain.
             sender, header = self._update_senders[ann.round_idx]
             self._send_update(sender, header)
             self.get_logger().info(f"round {ann.round_idx}: re-sent the update already trained")
             return
-        from fed_ros.learning.trainer import train_local
         from fed_ros.learning.weights import save_checkpoint
 
         episodes = self._episodes()
         if not episodes:
             raise RuntimeError("no successful demonstrations to train on (Record some first)")
         cluster_id = int(max(membership, key=lambda m: m[1])[0]) if membership else -1
-        if ann.algorithm == "ifca" and len([c for c, _ in membership]) > 1:
-            start, cluster_id = self._ifca_choice(ann, membership, episodes)
+        if config.pick_cluster and len(membership) > 1:
+            candidates = {c: self.models.for_round(ann.round_idx, [(c, 1.0)]) for c, _ in membership}
+            cluster_id = self.client.pick_cluster(candidates, episodes)
+            start = candidates[cluster_id]
         else:
-            start = self.model_for_round(ann.round_idx, membership)
-        start = self.with_local_normalization(start, episodes)
+            start = self.models.for_round(ann.round_idx, membership)
         t0 = time.monotonic()
-        result = train_local(start, episodes, self.policy_cfg, self._trainer_config(ann))
+        result = self.client.fit(start, config, episodes, ann.round_idx)
         metrics = result.metrics
         save_checkpoint(self.model_dir / f"local_round_{ann.round_idx:04d}.safetensors", result.params,
                         self.policy_cfg)
@@ -475,82 +394,20 @@ class RobotNode(Node):
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
             f"(bc {header['train_loss']:.3f}), sent update {encoded.total_bytes} B {encoded.sha256[:12]}")
 
-    def with_local_normalization(self, model: dict[str, np.ndarray], episodes) -> dict[str, np.ndarray]:
-        """Fill the input normalisation from local data when the model carries none yet.
-
-        The server has no data, so the fleet's initial model holds placeholder statistics;
-        each robot writes its own (mean, std) in its first round and the buffers are then
-        averaged within clusters like every other tensor. Measured in-process on lift
-        (15 demos, 800 steps): 0/4 successes without data statistics, 3/4 with them.
-        The stds are floored at a tenth of each key's physical scale (the learning module's
-        `with_normalization`, the same rule as a fleet-made initial model): a flat 1e-3
-        floor turned tiny deviations of constant or zero-padded inputs into 1000x inputs.
-        """
-        keys = [k for k in model if k.startswith("normalizer.")]
-        if not keys or any(not np.array_equal(model[k], self._fleet_initial[k]) for k in keys):
-            return model
-        from fed_ros.learning.trainer import with_normalization
-        out = with_normalization(model, [e for e in episodes if e.success])
-        self.get_logger().info("first round: input normalisation set from local demonstrations")
-        return out
-
     def _send_update(self, sender: ChunkedSender, header: dict[str, Any]) -> None:
         wait_for_subscribers(self, self.update_pub, "the fleet's updates topic")
         for chunk in sender.chunks():
             self.update_pub.publish(model_update_msg(chunk, **header))
 
-    def _ifca_choice(self, ann: Announcement, membership, episodes):
-        """IFCA: start from the cluster model with the lowest loss on local data."""
-        from fed_ros.core.strategies.ifca import ifca_select
-        from fed_ros.learning.dataset import DemoDataset
-        from fed_ros.learning.modeling_policy import build_policy
-        from fed_ros.learning.trainer import evaluate_nll
-        from fed_ros.learning.weights import load_state_dict_into
-
-        data = DemoDataset([e for e in episodes if e.success], self.policy_cfg)
-        cids = [c for c, _ in membership]
-        candidates = [self.model_for_round(ann.round_idx, [(c, 1.0)]) for c in cids]
-        losses = [evaluate_nll(load_state_dict_into(build_policy(self.policy_cfg), m), data) for m in candidates]
-        best = ifca_select(losses)
-        return candidates[best], int(cids[best])
-
-    def _describe(self, ann: Announcement) -> None:
-        from fed_ros.core.strategy import ClientDescriptor
-        episodes = self._episodes()
-        kind = descriptor_kind_for(ann.algorithm)
-        n = sum(len(e) for e in episodes)
-        if kind == "rnd":
-            from fed_ros.learning.rnd_descriptor import fit_rnd
-            # Same method as `fed-ros bench federation` (compute_descriptors): predictor on all
-            # local episodes, s_ii and sigma_i on held-out episodes (cross-validated).
-            fit = fit_rnd(episodes, seed=self.params["seed"])
-            self._own_predictor = (ann.round_idx, fit)
-            desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=n, payload=fit.predictor,
-                                    residual_std=fit.residual_std)
-        else:
-            from fed_ros.learning.descriptors import gaussian_descriptor
-            mean, var = gaussian_descriptor(episodes, policy_cfg=self.policy_cfg)
-            desc = ClientDescriptor(robot_id=self.robot_id, kind="gaussian", mean=mean, variance=var, num_samples=n)
-        self._publish_descriptor(desc, ann.round_idx)
-
     def _score(self, ann: Announcement) -> None:
-        from fed_ros.core.strategy import ClientDescriptor
-        from fed_ros.learning.rnd_descriptor import rnd_novelty
-        episodes = self._episodes()
+        """RND phase two: wait (bounded) for the peers' predictors, then score them on local data."""
         deadline = time.monotonic() + 30.0
         peers = [r for r in ann.participants if r != self.robot_id]
         while any((ann.round_idx, r) not in self._peer_predictors for r in peers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if self._own_predictor is None:
-            raise RuntimeError("SCORE stage without a predictor of this robot (DESCRIBE missed)")
         predictors = {r: self._peer_predictors[(ann.round_idx, r)] for r in peers
                       if (ann.round_idx, r) in self._peer_predictors}
-        fit = self._own_predictor[1]
-        scores = {r: rnd_novelty(blob, episodes) for r, blob in predictors.items()}
-        scores[self.robot_id] = fit.self_novelty  # held out, comparable with the peers' s_ij
-        desc = ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=sum(len(e) for e in episodes),
-                                scores=scores, residual_std=fit.residual_std)
-        self._publish_descriptor(desc, ann.round_idx)
+        self._publish_descriptor(self.client.score(predictors, self._episodes()), ann.round_idx)
 
     def _publish_descriptor(self, desc, round_idx: int) -> None:
         nonce = secrets.token_bytes(16)
@@ -567,34 +424,24 @@ class RobotNode(Node):
     def evaluate_model(self, model: dict[str, np.ndarray], episodes: int, seed: int
                        ) -> dict[str, float]:
         """Closed-loop success rate per task, driving this robot's arm over ROS."""
-        from fed_ros.learning.runner import PolicyRunner
-
-        runner = PolicyRunner(model, self.policy_cfg, device=self.params["device"])
+        from fed_ros.ros.arm.driving import run_policy
+        p = self.params
         if not self._arm_lock.acquire(timeout=600.0):
             raise TimeoutError("the arm is busy (another evaluation or demonstration run)")
         try:
-            return self._run_policy(runner, episodes, seed)
+            # Commands name the model that produced them (its wire sha256, as in the cluster model).
+            source = f"policy:{encode_state_dict(model).sha256[:12]}"
+            return self.client.evaluate(model, lambda runner: run_policy(
+                self.arm, runner, self.tasks, p["variation"], episodes, seed, p["max_episode_steps"],
+                source=source))
         finally:
             self._arm_lock.release()
 
-    def _run_policy(self, runner, episodes: int, seed: int) -> dict[str, float]:
-        from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
-        self.arm.wait_for_arm(60.0)
-        rates = {}
-        for task in self.tasks:
-            wins = 0
-            for i in range(episodes):
-                _, episode = self.arm.reset(task, self.params["variation"], episode_seed(seed, i, STREAM_EVALUATE))
-                outcome = self.arm.run_episode(runner, episode, timeout=300.0,
-                                               max_steps=self.params["max_episode_steps"])
-                wins += int(outcome.success)
-            rates[task] = wins / episodes
-        return rates
-
-    def _evaluate_round(self, ann: Announcement, membership: list[tuple[int, float]]) -> None:
-        model = self.model_for_round(ann.round_idx, membership)
+    def _evaluate_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
+        model = self.models.for_round(ann.round_idx, membership)
         t0 = time.monotonic()
-        rates = self.evaluate_model(model, self.params["eval_episodes"], seed=self.params["seed"])
+        episodes = config.eval_episodes or self.params["eval_episodes"]  # the server's request, else our own
+        rates = self.evaluate_model(model, episodes, seed=self.params["seed"])
         mean = float(np.mean(list(rates.values())))
         msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
                            num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=mean,
@@ -627,7 +474,7 @@ class RobotNode(Node):
 
     def _on_evaluate(self, request, response):
         try:
-            model, _ = self.current_model()
+            model, _ = self.models.newest_for(self.robot_id)
             episodes = int(request.episodes) or self.params["eval_episodes"]
             rates = self.evaluate_model(model, episodes, int(request.seed))
             response.ok, response.message = True, f"{episodes} episode(s) per task"

@@ -132,8 +132,8 @@ class FleetServer(Node):
         settings = RoundSettings(
             algorithm=p["algorithm"], rounds=p["rounds"], quorum_fraction=p["quorum_fraction"],
             min_quorum=p["min_quorum"], round_timeout_s=p["round_timeout_s"], max_attempts=p["max_attempts"],
-            prox_mu=p["prox_mu"], local_epochs=p["local_epochs"], max_samples=p["max_samples"],
-            evaluate_every=p["evaluate_every"], eval_timeout_s=p["eval_timeout_s"])
+            max_samples=p["max_samples"], evaluate_every=p["evaluate_every"], eval_timeout_s=p["eval_timeout_s"],
+            eval_episodes=p["eval_episodes"])
         self.coord = RoundCoordinator(self.strategy, self.store, settings, initial,
                                       Roster(allowed_keys=allowed_keys, max_samples=p["max_samples"]),
                                       clock=self._now)
@@ -263,8 +263,7 @@ class FleetServer(Node):
         if plan is not None:
             ann = Announcement(round_idx=plan.round_idx, stage=plan.stage, deadline_s=plan.deadline_s,
                                algorithm=plan.algorithm, participants=plan.participants,
-                               memberships=plan.memberships, quorum=plan.quorum, prox_mu=plan.prox_mu,
-                               local_epochs=plan.local_epochs)
+                               memberships=plan.memberships, quorum=plan.quorum, configs=plan.configs)
             self._forget_stale_payloads(plan.round_idx)
             msg = announcement_to_msg(ann)
             msg.header.stamp = self.get_clock().now().to_msg()

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
+from fed_ros.core.round_config import RoundConfig
 from fed_ros.msg import (
     ClientDescriptor as ClientDescriptorMsg,
     ClusterMembership,
     ClusterModel,
     ModelUpdate,
     RoundAnnouncement,
+    RoundConfig as RoundConfigMsg,
     TensorPayload,
     TensorSpec as TensorSpecMsg,
 )
@@ -407,8 +409,7 @@ class Announcement:
     participants: tuple[str, ...]
     memberships: dict[str, list[tuple[int, float]]]
     quorum: int
-    prox_mu: float = 0.0
-    local_epochs: int = 1
+    configs: dict[str, RoundConfig] = field(default_factory=dict)  # per robot; absent = defaults
 
 
 def _check_membership(robot_id: str, membership: Sequence[tuple[int, float]]) -> None:
@@ -421,19 +422,35 @@ def _check_membership(robot_id: str, membership: Sequence[tuple[int, float]]) ->
         raise ValueError(f"membership weights of {robot_id!r} sum to {sum(weights)}, expected 1")
 
 
+def round_config_to_msg(cfg: RoundConfig) -> RoundConfigMsg:
+    """RoundConfig -> message (unset optional fields travel as 0)."""
+    return RoundConfigMsg(version=cfg.version, prox_mu=cfg.prox_mu, use_sub=cfg.use_sub, use_act=cfg.use_act,
+                          lambda_sub=cfg.lambda_sub, lambda_act=cfg.lambda_act, local_epochs=cfg.local_epochs,
+                          local_steps=cfg.local_steps or 0, lr=cfg.lr or 0.0, descriptor_kind=cfg.descriptor_kind,
+                          pick_cluster=cfg.pick_cluster, eval_episodes=cfg.eval_episodes or 0)
+
+
+def round_config_from_msg(msg: RoundConfigMsg) -> RoundConfig:
+    """Message -> RoundConfig; a bad value or unknown version raises ValueError naming it."""
+    return RoundConfig(version=int(msg.version), prox_mu=float(msg.prox_mu), use_sub=bool(msg.use_sub),
+                       use_act=bool(msg.use_act), lambda_sub=float(msg.lambda_sub), lambda_act=float(msg.lambda_act),
+                       local_epochs=int(msg.local_epochs), local_steps=int(msg.local_steps) or None,
+                       lr=float(msg.lr) or None, descriptor_kind=str(msg.descriptor_kind),
+                       pick_cluster=bool(msg.pick_cluster), eval_episodes=int(msg.eval_episodes) or None)
+
+
 def announcement_to_msg(ann: Announcement) -> RoundAnnouncement:
     """Announcement -> RoundAnnouncement message (validated)."""
     if ann.stage not in STAGES:
         raise ValueError(f"unknown stage {ann.stage!r}; expected one of {sorted(STAGES)}")
-    if ann.round_idx < 0 or ann.quorum < 0 or ann.local_epochs < 0:
-        raise ValueError(f"round, quorum and local_epochs must be >= 0: {ann}")
+    if ann.round_idx < 0 or ann.quorum < 0:
+        raise ValueError(f"round and quorum must be >= 0: {ann}")
     if ann.quorum > len(ann.participants):
         raise ValueError(f"quorum {ann.quorum} > {len(ann.participants)} participants")
     if not math.isfinite(ann.deadline_s) or ann.deadline_s < 0:
         raise ValueError(f"deadline must be a finite time >= 0, got {ann.deadline_s}")
     msg = RoundAnnouncement(round=int(ann.round_idx), stage=STAGES[ann.stage], algorithm=ann.algorithm,
-                            participants=list(ann.participants), quorum=int(ann.quorum),
-                            prox_mu=float(ann.prox_mu), local_epochs=int(ann.local_epochs))
+                            participants=list(ann.participants), quorum=int(ann.quorum))
     sec = int(math.floor(ann.deadline_s))
     msg.deadline.sec = sec
     msg.deadline.nanosec = min(int(round((ann.deadline_s - sec) * 1e9)), 999_999_999)
@@ -441,7 +458,8 @@ def announcement_to_msg(ann: Announcement) -> RoundAnnouncement:
     for robot_id, membership in ann.memberships.items():
         _check_membership(robot_id, membership)
         members.append(ClusterMembership(robot_id=robot_id, cluster_ids=[int(c) for c, _ in membership],
-                                         weights=[float(w) for _, w in membership]))
+                                         weights=[float(w) for _, w in membership],
+                                         config=round_config_to_msg(ann.configs.get(robot_id, RoundConfig()))))
     msg.memberships = members
     return msg
 
@@ -452,14 +470,18 @@ def announcement_from_msg(msg: RoundAnnouncement) -> Announcement:
     if stage is None:
         raise ValueError(f"round announcement: unknown stage {msg.stage}")
     memberships: dict[str, list[tuple[int, float]]] = {}
+    configs: dict[str, RoundConfig] = {}
     for m in msg.memberships:
         if len(m.cluster_ids) != len(m.weights):
             raise ValueError(f"membership of {m.robot_id!r}: {len(m.cluster_ids)} clusters, {len(m.weights)} weights")
         membership = [(int(c), float(w)) for c, w in zip(m.cluster_ids, m.weights)]
         _check_membership(m.robot_id, membership)
         memberships[str(m.robot_id)] = membership
+        try:
+            configs[str(m.robot_id)] = round_config_from_msg(m.config)
+        except ValueError as exc:
+            raise ValueError(f"round config of {m.robot_id!r}: {exc}") from None
     return Announcement(round_idx=int(msg.round), stage=stage,
                         deadline_s=msg.deadline.sec + msg.deadline.nanosec * 1e-9,
                         algorithm=str(msg.algorithm), participants=tuple(msg.participants),
-                        memberships=memberships, quorum=int(msg.quorum),
-                        prox_mu=float(msg.prox_mu), local_epochs=int(msg.local_epochs))
+                        memberships=memberships, quorum=int(msg.quorum), configs=configs)

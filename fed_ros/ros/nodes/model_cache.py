@@ -1,0 +1,53 @@
+"""A robot's received cluster models and the starting model of a round (no ROS).
+
+The robot node's receive path stores each validated cluster model in `entries`
+(cluster id -> (round, params, sha256, member robot ids)) under `lock` and notifies;
+the worker thread waits here until a round's models have arrived.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from fed_ros.core.aggregate import weighted_model
+
+StateDict = dict[str, np.ndarray]
+
+
+class ModelCache:
+    """Newest model per cluster; waits for a round's models (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Condition()
+        self.entries: dict[int, tuple[int, StateDict, str, list[str]]] = {}
+
+    def for_round(self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0) -> StateDict:
+        """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their mean."""
+        needed = [c for c, w in membership if w > 0]
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                have = {c: self.entries.get(c) for c in needed}
+                stale = [c for c, v in have.items() if v is None or v[0] < round_idx]
+                if not stale:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"cluster model(s) {stale} for round {round_idx} did not arrive "
+                                       f"within {timeout:.0f} s")
+                self.lock.wait(min(remaining, 0.5))
+            models = {c: have[c][1] for c in needed}
+        return weighted_model(models, [(c, w) for c, w in membership if w > 0])
+
+    def newest_for(self, robot_id: str) -> tuple[StateDict, list[int]]:
+        """Newest model of a robot: mean of the newest cluster models listing it as a member."""
+        with self.lock:
+            mine = {c: v for c, v in self.entries.items() if robot_id in v[3]}
+            if not mine:
+                raise ValueError("no cluster model received yet")
+            newest = max(v[0] for v in mine.values())
+            cids = sorted(c for c, v in mine.items() if v[0] == newest)
+            models = {c: mine[c][1] for c in cids}
+        return weighted_model(models, [(c, 1.0) for c in cids]), cids
