@@ -75,7 +75,7 @@ def collect_demos(task: str, variation: str | Variation = "default", n: int = 10
         env = make_env(task, variation, cameras=cameras, image_size=image_size, seed=seed)
     elif env.task != task:
         raise ValueError(f"env runs task {env.task!r} but {task!r} was requested")
-    expert = make_expert(task, noise_std=noise_std, seed=seed)
+    expert = make_expert(task, noise_std=noise_std, seed=seed, variation=env.variation)
     episodes: list[Episode] = []
     try:
         for i in range(n):
@@ -86,7 +86,7 @@ def collect_demos(task: str, variation: str | Variation = "default", n: int = 10
                 task=task, instruction=env.instruction, observations=observations, actions=actions,
                 variation=env.variation.name, robot_id=robot_id, success=bool(success),
                 metadata={
-                    "source": "scripted_expert", "reset_seed": str(reset_seed), "run_seed": str(seed),
+                    "source": expert.source, "reset_seed": str(reset_seed), "run_seed": str(seed),
                     "index": str(i), "noise_std": repr(float(noise_std)),
                     "control_hz": str(env.control_hz), "variation_json": json.dumps(env.variation.to_dict()),
                     "wall_s": f"{time.perf_counter() - started:.3f}",

@@ -234,6 +234,8 @@ class ArmEnv:
         """
         self._check_open()
         act = self.check_action(action)
+        if self._variation.mount_mirrored:
+            act[:2] *= -1.0  # the arm's own x/y point the opposite way in the work-cell frame
         self._env.step(act)
         self._steps += 1
         success = bool(self._env._check_success())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fed_ros.core.episode import ACTION_DIM, EEF_POS, OBJECT_FIELDS, OBJECT_STATE, OBJECT_STRIDE
+from fed_ros.sim.variations import Variation, resolve_variation
 
 __all__ = ["ScriptedExpert", "LiftExpert", "StackExpert", "PickPlaceCanExpert", "make_expert", "OBJECT_FIELDS"]
 
@@ -41,15 +42,19 @@ class _Phase:
 class ScriptedExpert:
     """Base phase machine; subclasses define the phases and their targets."""
 
+    name = "scripted"  # recordings label its commands "expert:<name>" (see `source`)
     gain = 10.0
     stall_window = 4  # steps without descending that count as contact
     stall_eps = 0.0008  # metres
 
-    def __init__(self, noise_std: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, noise_std: float = 0.0, seed: int = 0, mirrored: bool = False) -> None:
         if not (isinstance(noise_std, (int, float)) and np.isfinite(noise_std) and 0.0 <= noise_std <= 1.0):
             raise ValueError(f"noise_std must be in [0, 1], got {noise_std!r}")
         self.noise_std = float(noise_std)
         self.seed = int(seed)
+        # A mirrored-mount arm (Variation.mount_mirrored): plans stay in the observations'
+        # frame, commands are emitted in the arm's own frame (x/y negated).
+        self.mirrored = bool(mirrored)
         self._episode = 0
         self.reset()
 
@@ -70,6 +75,11 @@ class ScriptedExpert:
         self._z_history: list[float] = []
         self._memory: dict[str, np.ndarray] = {}
         self._last_move = np.zeros(3)
+
+    @property
+    def source(self) -> str:
+        """What produced this expert's commands (ArmCommand.source, recording metadata)."""
+        return f"expert:{self.name}"
 
     @property
     def phase_name(self) -> str:
@@ -108,6 +118,8 @@ class ScriptedExpert:
             action[:3] = np.clip(action[:3] + self._rng.normal(0.0, self.noise_std, 3), -1.0, 1.0)
         self._steps_in_phase += 1
         self._z_history.append(float(eef[2]))
+        if self.mirrored:
+            action[:2] *= -1.0
         return action.astype(np.float32)
 
     def _phase_done(self, phase: _Phase, obs: dict[str, np.ndarray], eef: np.ndarray) -> bool:
@@ -135,6 +147,7 @@ class ScriptedExpert:
 class LiftExpert(ScriptedExpert):
     """Reach above the cube, descend, close, lift."""
 
+    name = "lift_scripted"
     phases = (
         _Phase("approach", OPEN, xy_tol=0.008, z_tol=0.02),
         _Phase("descend", OPEN, xy_tol=0.01, z_tol=0.006, stop_on_stall=True, max_steps=60),
@@ -160,6 +173,7 @@ class LiftExpert(ScriptedExpert):
 class StackExpert(ScriptedExpert):
     """Pick cube A, carry it above cube B, lower it until contact, release, retreat."""
 
+    name = "stack_scripted"
     phases = (
         _Phase("approach", OPEN, xy_tol=0.008, z_tol=0.02),
         _Phase("descend", OPEN, xy_tol=0.01, z_tol=0.006, stop_on_stall=True, max_steps=60),
@@ -208,6 +222,7 @@ class StackExpert(ScriptedExpert):
 class PickPlaceCanExpert(ScriptedExpert):
     """Pick the can, carry it above its target bin at a safe height, drop it, retreat."""
 
+    name = "pick_place_can_scripted"
     carry_height = 0.22  # above the target bin floor: the hanging can (up to 1.2x) clears the bin walls
 
     phases = (
@@ -255,8 +270,14 @@ _EXPERTS: dict[str, type[ScriptedExpert]] = {
 }
 
 
-def make_expert(task: str, noise_std: float = 0.0, seed: int = 0) -> ScriptedExpert:
-    """Scripted expert for ``task`` with optional Gaussian action noise (seeded)."""
+def make_expert(task: str, noise_std: float = 0.0, seed: int = 0,
+                variation: "str | Variation | dict" = "default") -> ScriptedExpert:
+    """Scripted expert for ``task`` with optional Gaussian action noise (seeded).
+
+    ``variation`` is the arm's variation: a mirrored-mount arm gets its commands in its own
+    frame, so the sim bridge, the expert driver and the robot node need nothing but it.
+    """
     if task not in _EXPERTS:
         raise ValueError(f"no expert for task {task!r}; known: {sorted(_EXPERTS)}")
-    return _EXPERTS[task](noise_std=noise_std, seed=seed)
+    mirrored = resolve_variation(variation).mount_mirrored
+    return _EXPERTS[task](noise_std=noise_std, seed=seed, mirrored=mirrored)

@@ -1,7 +1,8 @@
 """Controlled environment variation: named presets and a seeded random generator.
 
 A :class:`Variation` describes how one robot's scene differs from the default robosuite
-scene (camera pose, lighting, table and object appearance, object size). It is pure data
+scene (camera pose, lighting, table and object appearance, object size, a mirrored arm
+mount). It is pure data
 with validation; :mod:`fed_ros.sim.envs` applies it by editing the compiled MuJoCo model,
 so no XML is regenerated and soft resets keep it. Variations are the source of the
 non-IID heterogeneity between robots in a fleet.
@@ -89,6 +90,12 @@ class Variation:
     object_scale: float = 1.0
     # Floor and wall colour (None = unchanged): background clutter for the image encoder.
     background_rgba: tuple[float, float, float, float] | None = None
+    # Mirrored mount: the arm stands rotated 180 degrees about the vertical axis relative to
+    # the shared work-cell frame its observations are expressed in (the benchmark's
+    # mirrored-mount family), so its own x/y end-effector commands point the opposite way
+    # in that frame. The simulator negates commanded x/y before stepping and the scripted
+    # expert (make_expert) emits commands in the arm's frame; observations are unchanged.
+    mount_mirrored: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -116,6 +123,9 @@ class Variation:
             if not isinstance(colour, str) or colour not in PALETTE:
                 raise ValueError(f"Variation.object_colors: unknown colour {colour!r}; known: {sorted(PALETTE)}")
         _check_scalar("object_scale", self.object_scale, *OBJECT_SCALE_RANGE)
+        if not isinstance(self.mount_mirrored, (bool, np.bool_)):
+            raise ValueError(f"Variation.mount_mirrored must be a bool, got {self.mount_mirrored!r}")
+        object.__setattr__(self, "mount_mirrored", bool(self.mount_mirrored))
         # Plain tuples of floats, so variations compare by value and serialise to JSON.
         for name in ("camera_pos_offset", "camera_rot_offset", "light_tint", "light_pos_offset",
                      "table_rgba", "background_rgba"):
@@ -160,6 +170,7 @@ VARIATIONS: dict[str, Variation] = {
         Variation(name="blue_objects", object_colors=("blue", "yellow", "blue")),
         Variation(name="metal_objects", object_material="metal"),
         Variation(name="dark_background", background_rgba=(0.15, 0.15, 0.18, 1.0)),
+        Variation(name="mirrored_mount", mount_mirrored=True),
     )
 }
 
