@@ -96,14 +96,19 @@ class RobotClient:
         return with_normalization(model, [e for e in episodes if e.success])
 
     def fit(self, start_model: StateDict, config: RoundConfig, episodes: Sequence[Episode],
-            round_idx: int) -> FitResult:
-        """Train ``start_model`` on the local episodes as ``config`` says: (params, samples, metrics)."""
+            round_idx: int, on_step: Callable[[int, dict[str, float]], None] | None = None) -> FitResult:
+        """Train ``start_model`` on the local episodes as ``config`` says: (params, samples, metrics).
+
+        ``on_step(step, losses)`` runs between optimiser steps (progress; an exception it raises,
+        e.g. on shutdown, ends training there).
+        """
         from fed_ros.learning.trainer import train_local
 
         if not any(e.success for e in episodes):
             raise RuntimeError(f"{self.robot_id}: no successful demonstrations to train on")
         start = self.with_local_normalization(start_model, episodes)
-        return train_local(start, episodes, self.policy_cfg, self.trainer_config(config, round_idx))
+        return train_local(start, episodes, self.policy_cfg, self.trainer_config(config, round_idx),
+                           on_step=on_step)
 
     def pick_cluster(self, candidate_models: Mapping[int, StateDict], episodes: Sequence[Episode]) -> int:
         """IFCA: id of the cluster whose model has the lowest NLL on local data (as it would be trained)."""
