@@ -175,3 +175,38 @@ def test_hold_latch_stops_at_once_and_needs_a_new_command_after_release():
     f.command([0.5, 0.0, 0.0], 1.0, MODE_OSC_POSITION, 0.0)
     assert f.tick(0.0, INSIDE).kind == "twist"
     assert f.counters.rejected == 0
+
+
+# --- fleet files pick a profile per robot ---------------------------------------------------
+
+def _fleet(**robot):
+    from fed_ros.ros.fleet.plan import fleet_config_from_dict
+    return fleet_config_from_dict({"name": "lab", "algorithm": "fedavg", "rounds": 1, "robots": [robot]})
+
+
+def test_fleet_profile_plans_an_adapter_and_a_ros2_control_bridge():
+    from fed_ros.ros.fleet.plan import plan_fleet
+    real = plan_fleet(_fleet(id="ur_1", task="wipe", sim=False, profile="ur5e",
+                             arm={"limits": {"max_linear_speed": 0.05}}), include_server=False)
+    assert [(n.executable, n.fqn) for n in real] == [("arm_adapter_node", "/ur_1/arm_adapter"),
+                                                     ("robot_node", "/ur_1/robot")]
+    overrides = parse_overrides(real[0].parameters["profile_overrides"])
+    assert load_profile(real[0].parameters["profile"], overrides).limits.max_linear_speed == 0.05
+    sim = plan_fleet(_fleet(id="sim_0", task="lift", profile="panda_sim"), include_server=False)
+    assert [n.executable for n in sim] == ["sim_bridge_node", "arm_adapter_node", "robot_node"]
+    assert sim[0].parameters["interface"] == "ros2_control"
+    assert "interface" not in plan_fleet(_fleet(id="d", task="lift"), include_server=False)[0].parameters
+
+
+@pytest.mark.parametrize("robot, words", [
+    (dict(id="ur_1", task="wipe", sim=False, profile="ur5e", arm={"limits": {"max_linear_speed": 0}}),
+     ["robot 'ur_1'", "limits.max_linear_speed", "0"]),
+    (dict(id="ur_1", task="lift", profile="ur5e"), ["simulator is a Panda", "sim: false"]),
+    (dict(id="ur_1", task="lift", arm={"limits": {}}), ["'arm' overrides need a 'profile'"]),
+    (dict(id="ur_1", task="lift", sim=False, profile="ur9"), ["unknown arm profile 'ur9'"]),
+])
+def test_fleet_profile_errors_name_robot_and_field(robot, words):
+    with pytest.raises(ValueError) as info:
+        _fleet(**robot)
+    for word in words:
+        assert word in str(info.value)

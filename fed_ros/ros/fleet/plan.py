@@ -33,12 +33,14 @@ EXECUTABLE_ENTRY_POINTS: dict[str, str] = {
     "robot_node": "fed_ros.ros.nodes.robot_node:main",
     "sim_bridge_node": "fed_ros.ros.nodes.sim_bridge_node:main",
     "expert_driver_node": "fed_ros.ros.nodes.expert_driver_node:main",
+    "arm_adapter_node": "fed_ros.ros.nodes.arm_adapter_node:main",
 }
 
 SERVER_NAMESPACE = "/fleet"
 SERVER_NODE_NAME = "server"
 ROBOT_NODE_NAME = "robot"
 BRIDGE_NODE_NAME = "arm"
+ADAPTER_NODE_NAME = "arm_adapter"
 
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -67,6 +69,7 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "max_update_bytes": 256 << 20,    # bytes; larger updates are rejected before assembly
     "max_samples": 1_000_000,         # cap on self-reported sample counts
     "transfer_channel": "auto",       # model bytes over ROS messages or the zmq bulk channel
+    "bulk_threshold_bytes": 1 << 20,  # bytes; with transfer_channel auto, payloads this large go over zmq
     "exit_when_done": False,          # exit 0 after the last round instead of staying up
     "require_signatures": False,      # reject unsigned updates (Ed25519, fed-ros keys)
     "allowed_keys_file": "",          # allow-list of robot public keys (YAML), "" = any
@@ -94,6 +97,8 @@ ROBOT_DEFAULTS: dict[str, Any] = {
     "eval_episodes": 2,               # default episodes per task for EvaluatePolicy
     "register_timeout_s": 60.0,       # s to keep retrying registration before giving up
     "transfer_channel": "auto",       # model bytes over ROS messages or the zmq bulk channel
+    "bulk_threshold_bytes": 1 << 20,  # bytes; with transfer_channel auto, payloads this large go over zmq
+    "update_retry_s": 2.0,            # s before an unacknowledged update is re-sent (doubling, max 10 s)
     "private_key_file": "",           # Ed25519 key (fed-ros keys) to sign updates, "" = unsigned
     "allowed_keys_file": "",          # allow-list YAML whose `server:` key signs cluster models
 }
@@ -176,6 +181,8 @@ def validate_server_params(params: Mapping[str, Any]) -> dict[str, Any]:
     _require(p["transfer_channel"] in TRANSFER_CHANNELS,
              f"server parameter 'transfer_channel' must be one of {TRANSFER_CHANNELS}, "
              f"got {p['transfer_channel']!r}")
+    _require(p["bulk_threshold_bytes"] >= 0,
+             f"server parameter 'bulk_threshold_bytes' must be >= 0, got {p['bulk_threshold_bytes']}")
     p["expected_robots"] = [r for r in p["expected_robots"] if r]
     for rid in p["expected_robots"]:
         _require(bool(_ID_RE.match(rid)), f"server parameter 'expected_robots' has a bad id {rid!r}")
@@ -215,6 +222,10 @@ def validate_robot_params(params: Mapping[str, Any], namespace: str = "") -> dic
     _require(p["transfer_channel"] in TRANSFER_CHANNELS,
              f"robot parameter 'transfer_channel' must be one of {TRANSFER_CHANNELS}, "
              f"got {p['transfer_channel']!r}")
+    _require(p["bulk_threshold_bytes"] >= 0,
+             f"robot parameter 'bulk_threshold_bytes' must be >= 0, got {p['bulk_threshold_bytes']}")
+    _require(p["update_retry_s"] > 0.0,
+             f"robot parameter 'update_retry_s' must be > 0, got {p['update_retry_s']}")
     _require(p["arm_namespace"] == "" or p["arm_namespace"].startswith("/"),
              f"robot parameter 'arm_namespace' must be empty or absolute, got {p['arm_namespace']!r}")
     _require(p["fleet_namespace"].startswith("/"),
@@ -239,10 +250,27 @@ class RobotConfig:
     parameters: Mapping[str, Any] = field(default_factory=dict)
     bridge_parameters: Mapping[str, Any] = field(default_factory=dict)
     remappings: tuple[tuple[str, str], ...] = ()
+    # Arm profile (config/arm_profiles/<profile>.yaml or a path): an arm adapter speaks the
+    # arm's standard interfaces; ``arm`` overrides any profile field (nested mapping).
+    profile: str = ""
+    arm: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _ID_RE.match(self.robot_id):
             raise ValueError(f"robot id must match {_ID_RE.pattern}, got {self.robot_id!r}")
+        if self.arm and not self.profile:
+            raise ValueError(f"robot {self.robot_id!r}: 'arm' overrides need a 'profile'")
+        if self.profile:
+            from fed_ros.core.arm_profile import load_profile
+            try:
+                profile = load_profile(self.profile, self.arm)
+            except ValueError as exc:
+                raise ValueError(f"robot {self.robot_id!r}: {exc}") from None
+            sim_joints = tuple(f"robot0_joint{i}" for i in range(1, 8))
+            if self.sim and profile.joints.names != sim_joints:
+                raise ValueError(f"robot {self.robot_id!r}: the simulator is a Panda with joints "
+                                 f"{list(sim_joints)}; profile {self.profile!r} has "
+                                 f"{list(profile.joints.names)} (use panda_sim, or sim: false)")
         if not self.tasks:
             raise ValueError(f"robot {self.robot_id!r} has no tasks")
         if self.sim:
@@ -304,7 +332,7 @@ class FleetConfig:
 _FLEET_KEYS = {"name", "algorithm", "rounds", "num_clusters", "policy", "seed", "run_dir",
                "server", "robot_defaults", "bridge", "robots", "strategy"}
 _ROBOT_KEYS = {"id", "task", "tasks", "variation", "sim", "parameters", "bridge", "remappings",
-               "count"}
+               "count", "profile", "arm"}
 
 
 def _robot_from_dict(entry: Any, index: int) -> list[RobotConfig]:
@@ -327,7 +355,9 @@ def _robot_from_dict(entry: Any, index: int) -> list[RobotConfig]:
         raise ValueError(f"fleet robots[{index}]: 'count' must be an integer >= 1, got {count!r}")
     if count > 1 and "id" in entry:
         raise ValueError(f"fleet robots[{index}]: 'id' cannot be combined with 'count' > 1")
-    for key in ("parameters", "bridge"):
+    if not isinstance(entry.get("profile", ""), str):
+        raise ValueError(f"fleet robots[{index}]: 'profile' must name an arm profile, got {entry['profile']!r}")
+    for key in ("parameters", "bridge", "arm"):
         if not isinstance(entry.get(key, {}), dict):
             raise ValueError(f"fleet robots[{index}]: {key!r} must be a mapping")
     # Robots without an id get "robot_<position in fleet>" in fleet_config_from_dict.
@@ -336,7 +366,8 @@ def _robot_from_dict(entry: Any, index: int) -> list[RobotConfig]:
                         sim=bool(entry.get("sim", True)),
                         parameters=dict(entry.get("parameters", {})),
                         bridge_parameters=dict(entry.get("bridge", {})),
-                        remappings=tuple((str(a), str(b)) for a, b in remaps.items()))
+                        remappings=tuple((str(a), str(b)) for a, b in remaps.items()),
+                        profile=entry.get("profile", ""), arm=dict(entry.get("arm", {})))
             for _ in range(count)]
 
 
@@ -363,7 +394,8 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         robots.extend(_robot_from_dict(entry, i))
     robots = [RobotConfig(robot_id=f"robot_{i}", tasks=r.tasks, variation=r.variation, sim=r.sim,
                           parameters=r.parameters, bridge_parameters=r.bridge_parameters,
-                          remappings=r.remappings) if r.robot_id == _UNNAMED else r
+                          remappings=r.remappings, profile=r.profile,
+                          arm=r.arm) if r.robot_id == _UNNAMED else r
               for i, r in enumerate(robots)]
     for key in ("server", "robot_defaults", "bridge", "strategy"):
         if not isinstance(data.get(key, {}), dict):
@@ -457,9 +489,28 @@ def bridge_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec
         "task": robot.tasks[0], "variation": robot.variation,
         "cameras": config.policy == "image", "seed": config.seed + index,
     }
+    if robot.profile:  # the simulated arm offers only standard interfaces, for the adapter
+        params.update(interface="ros2_control", profile=robot.profile,
+                      profile_overrides=_overrides_text(robot.arm))
     params.update(config.bridge)
     params.update(robot.bridge_parameters)
     return NodeSpec(PACKAGE, "sim_bridge_node", BRIDGE_NODE_NAME, f"/{robot.robot_id}", params)
+
+
+def _overrides_text(arm: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(arm), default_flow_style=True).strip() if arm else ""
+
+
+def adapter_spec(config: FleetConfig, robot: RobotConfig) -> NodeSpec:
+    """The arm adapter: the robot node's arm topics on the arm's standard interfaces."""
+    params: dict[str, Any] = {
+        "profile": robot.profile, "profile_overrides": _overrides_text(robot.arm),
+        "task": robot.tasks[0], "cameras": config.policy == "image",
+        "max_episode_steps": int(robot.parameters.get(
+            "max_episode_steps", config.robot_defaults.get("max_episode_steps",
+                                                           ROBOT_DEFAULTS["max_episode_steps"]))),
+    }
+    return NodeSpec(PACKAGE, "arm_adapter_node", ADAPTER_NODE_NAME, f"/{robot.robot_id}", params)
 
 
 def plan_fleet(config: FleetConfig, *, include_server: bool = True,
@@ -479,6 +530,8 @@ def plan_fleet(config: FleetConfig, *, include_server: bool = True,
             continue
         if robot.sim:
             nodes.append(bridge_spec(config, robot, index))
+        if robot.profile:
+            nodes.append(adapter_spec(config, robot))
         nodes.append(robot_spec(config, robot, index))
     return nodes
 

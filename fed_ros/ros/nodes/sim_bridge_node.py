@@ -22,13 +22,14 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 import rclpy  # noqa: E402
-from rclpy.executors import ExternalShutdownException  # noqa: E402
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
 
 from fed_ros.core.episode import (  # noqa: E402
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
     WRIST_IMAGE)
+from fed_ros.ros import shutdown  # noqa: E402
 from fed_ros.ros.arm import topics as at  # noqa: E402
 
 MODE_OSC_POSITION = 0
@@ -94,6 +95,13 @@ class SimBridgeNode(Node):
             description="step only on a command answering the current observation"))
         self.declare_parameter("horizon", 0, ParameterDescriptor(description="steps per episode; 0 = task default"))
         self.declare_parameter("frame_prefix", "", ParameterDescriptor(description="prefix of published frame ids"))
+        self.declare_parameter("interface", "direct", ParameterDescriptor(
+            description="direct: the fed_ros arm topics; ros2_control: only standard messages, as a "
+                        "ros2_control + MoveIt Servo arm (fed_ros.ros.arm.ros2_control_sim)"))
+        self.declare_parameter("profile", "panda_sim", ParameterDescriptor(
+            description="arm profile of the ros2_control interface (topic names, scaling)"))
+        self.declare_parameter("profile_overrides", "", ParameterDescriptor(
+            description="YAML mapping merged into the profile"))
 
         p = self.get_parameter
         self.task = str(p("task").value)
@@ -116,8 +124,16 @@ class SimBridgeNode(Node):
             raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
         if self.horizon < 0:
             raise ValueError(f"parameter horizon={self.horizon!r} must be >= 0")
+        self.interface = str(p("interface").value)
+        if self.interface not in ("direct", "ros2_control"):
+            raise ValueError(f"parameter interface={self.interface!r} must be 'direct' or 'ros2_control'")
+        if self.interface == "ros2_control" and self.lockstep:
+            raise ValueError("parameter lockstep=true needs interface=direct (a real arm never waits)")
+        self._standard = None
 
         def pub(msg_type, rel):
+            if self._standard is not None:
+                return None  # ros2_control interface: none of the fed_ros arm topics
             return self.create_publisher(msg_type, rel, at.qos_for(rel, subscriber=False))
 
         from fed_ros.msg import ArmCommand, EpisodeStatus
@@ -126,6 +142,13 @@ class SimBridgeNode(Node):
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float32MultiArray, String
         self._ArmCommand, self._EpisodeStatus = ArmCommand, EpisodeStatus
+        if self.interface == "ros2_control":
+            # No fed_ros message on this node: the arm adapter talks to it like to a real arm.
+            from fed_ros.core.arm_profile import load_profile, parse_overrides
+            from fed_ros.ros.arm.ros2_control_sim import Ros2ControlSim
+            profile = load_profile(str(p("profile").value), parse_overrides(str(p("profile_overrides").value)))
+            self._standard = Ros2ControlSim(self, profile, self.command_timeout_ns,
+                                            on_home=lambda: self._reset(self.seed + self.episode))
         # Observation topics, published in this order each tick (images first: largest).
         self._publishers_by_topic = {}
         if self.cameras:
@@ -139,9 +162,10 @@ class SimBridgeNode(Node):
         self._String = String
         self._pub_applied = pub(ArmCommand, at.APPLIED_COMMAND_TOPIC)
         self._pub_status = pub(EpisodeStatus, at.EPISODE_STATUS_TOPIC)
-        self.create_subscription(ArmCommand, at.COMMAND_TOPIC, self._on_command,
-                                 at.qos_for(at.COMMAND_TOPIC))
-        self.create_service(ResetEpisode, at.RESET_SERVICE, self._on_reset)
+        if self._standard is None:
+            self.create_subscription(ArmCommand, at.COMMAND_TOPIC, self._on_command,
+                                     at.qos_for(at.COMMAND_TOPIC))
+            self.create_service(ResetEpisode, at.RESET_SERVICE, self._on_reset)
 
         self.env = None
         self.episode = 0
@@ -190,7 +214,10 @@ class SimBridgeNode(Node):
         self.success = False
         self._command = None
         self._held_gripper = -1.0
-        self._pub_task.publish(self._String(data=self.env.instruction))
+        if self._standard is not None:
+            self._standard.reset()
+        else:
+            self._pub_task.publish(self._String(data=self.env.instruction))
         self._publish_observation()
 
     def _on_reset(self, request, response):
@@ -255,8 +282,15 @@ class SimBridgeNode(Node):
         late = self._last_tick is not None and start - self._last_tick > 1.5 * self._period
         self._last_tick = start
         if self.done:
+            if self._standard is not None:
+                self._publish_observation()  # a real arm keeps reporting its state
             return
-        self._step(self._current_command())
+        if self._standard is not None:
+            delta, gripper, hold = self._standard.current()
+            self._held_gripper = gripper  # the gripper controller acts even while the arm holds
+            self._step(ValidCommand(delta, gripper, hold, self._obs_stamp_ns, "twist"))
+        else:
+            self._step(self._current_command())
         if late or time.monotonic() - start > self._period:
             self.overruns += 1
             self.get_logger().warning(
@@ -280,7 +314,8 @@ class SimBridgeNode(Node):
         applied.gripper = float(action[3])
         applied.mode = MODE_HOLD if hold else MODE_OSC_POSITION
         applied.source = command.source if command is not None else "hold"
-        self._pub_applied.publish(applied)
+        if self._standard is None:
+            self._pub_applied.publish(applied)
         self._obs, self.done, self.success = self.env.step(action)
         self.step_index += 1
         self.steps_total += 1
@@ -296,6 +331,12 @@ class SimBridgeNode(Node):
         stamp_ns = self._next_stamp_ns()
         self._obs_stamp_ns = stamp_ns
         qvel = self.env.raw_env.sim.data.qvel
+        if self._standard is not None:
+            self._standard.publish(self._obs, stamp_ns, joint_names=self.env.joint_names,
+                                   gripper_names=self.env.gripper_joint_names,
+                                   joint_vel=qvel[self._joint_qvel], gripper_vel=qvel[self._grip_qvel],
+                                   success=self.success)
+            return
         messages = at.observation_messages(
             self._obs, stamp_ns, joint_names=self.env.joint_names,
             gripper_names=self.env.gripper_joint_names, joint_vel=qvel[self._joint_qvel],
@@ -320,11 +361,16 @@ class SimBridgeNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``)."""
-    rclpy.init(args=args)
+    # Ctrl-C only sets a flag (fed_ros.ros.shutdown): a KeyboardInterrupt raised inside a physics
+    # step (robosuite's numba code) ended the process with a SystemError and exit code 1.
+    shutdown.init(args)
     node = None
     try:
         node = SimBridgeNode()
-        rclpy.spin(node)
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while rclpy.ok() and not shutdown.requested():
+            executor.spin_once(timeout_sec=0.1)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -1,0 +1,441 @@
+"""Arm adapter: the package's arm interface (``arm/...``) on standard ROS 2 arm messages.
+
+Policy side (relative to the robot namespace, what ArmClient and Recorder use, see
+:mod:`fed_ros.ros.arm.topics`): observations stamped per tick, ``arm/command`` in,
+``arm/applied_command`` / ``arm/episode_status`` out, ``arm/reset`` service, and
+``arm/hold`` (std_msgs/Bool: true stops the arm at once, false releases).
+
+Arm side (names from the arm profile, :mod:`fed_ros.core.arm_profile`):
+
+    end-effector deltas (OSC_POSITION/POSE) -> geometry_msgs/TwistStamped  (MoveIt Servo)
+    joint velocities (JOINT_VELOCITY)       -> std_msgs/Float64MultiArray  (/<controller>/commands)
+    gripper                                 -> std_msgs/Float64MultiArray  [position]
+    reset                                   -> trajectory_msgs/JointTrajectory to the home pose
+    sensor_msgs/JointState (all joints)     -> arm/joint_states + arm/gripper_state (profile order)
+    geometry_msgs/PoseStamped               -> arm/eef_pose
+    cameras (Image / CompressedImage)       -> arm/<camera>/image_raw (rgb8, resized)
+    std_msgs/Float32MultiArray (perception) -> arm/object_state (zeros when the profile has none)
+    std_msgs/Bool task success              -> EpisodeStatus.success / done
+
+Each tick (``control_rate_hz``) the safety filter (:mod:`fed_ros.core.arm_safety`) turns the
+newest policy command into what is sent (clipped, workspace box, watchdog, hold), the
+applied command is published stamped with the observation it answered, and the newest
+arm state is re-published under one new tick stamp (the synchronisation rule).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rcl_interfaces.msg import ParameterDescriptor
+
+from fed_ros.core.arm_profile import load_profile, parse_overrides
+from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
+from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
+from fed_ros.ros.arm import topics as at
+from fed_ros.ros.wire import qos
+
+_CAMERA_TOPICS = {"agentview": at.AGENTVIEW_TOPIC, "wrist": at.WRIST_TOPIC}
+_CAMERA_KEYS = {"agentview": AGENTVIEW_IMAGE, "wrist": WRIST_IMAGE}
+
+
+def decode_camera(msg, compressed: bool, size: int) -> np.ndarray:
+    """Image or CompressedImage (JPEG/PNG) -> HxWx3 uint8 RGB, resized to ``size`` (0: as is)."""
+    import cv2
+    if compressed:
+        bgr = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f"cannot decode compressed image (format {msg.format!r})")
+        image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    else:
+        image = at.image_from_msg(msg)
+    if size and image.shape[:2] != (size, size):
+        image = cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(image)
+
+
+class ArmAdapterNode(Node):
+    """One arm: fed_ros arm interface on the policy side, standard messages on the arm side."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__("arm_adapter", **kwargs)
+        d = ParameterDescriptor
+        self.declare_parameter("profile", "panda_sim", d(description="arm profile name or YAML path"))
+        self.declare_parameter("profile_overrides", "", d(description="YAML mapping merged into the profile"))
+        self.declare_parameter("max_episode_steps", 400, d(description="steps before an episode is done"))
+        self.declare_parameter("state_timeout_s", 0.5, d(description="arm state older than this: not ready, s"))
+        self.declare_parameter("cameras", True, d(description="relay the profile's cameras (false: low-dim policy)"))
+        self.declare_parameter("image_size", 84, d(description="camera images resized to this side (0: as is)"))
+        self.declare_parameter("task", "lift", d(description="task until a reset names another"))
+        self.declare_parameter("instructions", [""], d(description="'task=instruction' entries"))
+        self.declare_parameter("report_period_s", 5.0, d(description="how often missing arm topics are logged, s"))
+        p = lambda name: self.get_parameter(name).value  # noqa: E731
+        self.profile = load_profile(str(p("profile")), parse_overrides(str(p("profile_overrides"))))
+        self.max_steps = int(p("max_episode_steps"))
+        self.state_timeout = float(p("state_timeout_s"))
+        self.image_size = int(p("image_size"))
+        self.task = str(p("task"))
+        self.instructions = dict(e.split("=", 1) for e in p("instructions") if "=" in e)
+        if self.max_steps < 1 or self.state_timeout <= 0 or self.image_size < 0:
+            raise ValueError(f"bad parameters: max_episode_steps={self.max_steps} (>= 1), "
+                             f"state_timeout_s={self.state_timeout} (> 0), image_size={self.image_size} (>= 0)")
+        prof = self.profile
+        self.cameras = dict(prof.cameras) if bool(p("cameras")) else {}
+        self.safety = SafetyFilter(prof)
+        self._joints = JointSelector(prof.joints.names)
+        self._fingers = JointSelector(prof.gripper.joint_names)
+        self._lock = threading.RLock()
+        self._state: dict[str, tuple[float, object]] = {}   # part -> (monotonic rx time, value)
+        self._success = False
+        self.episode, self.step, self.done, self.overruns = 0, 0, True, 0
+        self._resetting = False
+        self._obs_stamp_ns = 0
+        self._last_stamp_ns = 0
+        self._last_tick: float | None = None
+        self._joint_msgs = 0
+
+        from fed_ros.msg import ArmCommand, EpisodeStatus
+        from fed_ros.srv import ResetEpisode
+        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from sensor_msgs.msg import CompressedImage, Image, JointState
+        from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray, String
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+        self._m = dict(ArmCommand=ArmCommand, EpisodeStatus=EpisodeStatus, TwistStamped=TwistStamped,
+                       Float64MultiArray=Float64MultiArray, String=String, JointTrajectory=JointTrajectory,
+                       JointTrajectoryPoint=JointTrajectoryPoint)
+        io = ReentrantCallbackGroup()
+        self._reset_group = MutuallyExclusiveCallbackGroup()  # reset blocks until home is reached
+
+        # --- policy side (the fed_ros arm interface) ---
+        def pub(msg_type, rel):
+            return self.create_publisher(msg_type, rel, at.qos_for(rel, subscriber=False))
+        self._obs_pubs = {at.JOINT_STATES_TOPIC: pub(JointState, at.JOINT_STATES_TOPIC),
+                          at.GRIPPER_STATE_TOPIC: pub(JointState, at.GRIPPER_STATE_TOPIC),
+                          at.EEF_POSE_TOPIC: pub(PoseStamped, at.EEF_POSE_TOPIC),
+                          at.OBJECT_STATE_TOPIC: pub(Float32MultiArray, at.OBJECT_STATE_TOPIC)}
+        for cam in self.cameras:
+            self._obs_pubs[_CAMERA_TOPICS[cam]] = pub(Image, _CAMERA_TOPICS[cam])
+        self._pub_task = pub(String, at.TASK_TOPIC)
+        self._pub_applied = pub(ArmCommand, at.APPLIED_COMMAND_TOPIC)
+        self._pub_status = pub(EpisodeStatus, at.EPISODE_STATUS_TOPIC)
+        self.create_subscription(ArmCommand, at.COMMAND_TOPIC, self._on_command,
+                                 at.qos_for(at.COMMAND_TOPIC), callback_group=io)
+        # Reliable so an operator's hold is never dropped; volatile to match any publisher.
+        self.create_subscription(Bool, "arm/hold", self._on_hold, qos.command_qos(depth=10), callback_group=io)
+        self.create_service(ResetEpisode, at.RESET_SERVICE, self._on_reset, callback_group=self._reset_group)
+
+        # --- arm side (standard messages) ---
+        t = prof.topics
+        # Best-effort subscriptions match both reliable (joint_state_broadcaster) and
+        # best-effort (camera driver) publishers; only the newest sample is used.
+        sensor = qos.sensor_qos(depth=5)
+        self._arm_subs = {  # topic -> (subscription, type name, what usually publishes it)
+            "joint_states": (self.create_subscription(JointState, t.joint_states, self._on_joint_states,
+                                                      sensor, callback_group=io),
+                             "sensor_msgs/JointState", "joint_state_broadcaster"),
+            "eef_pose": (self.create_subscription(PoseStamped, t.eef_pose, self._on_pose, sensor,
+                                                  callback_group=io),
+                         "geometry_msgs/PoseStamped", "a TF -> pose relay"),
+        }
+        if t.object_state:
+            self._arm_subs["object_state"] = (self.create_subscription(
+                Float32MultiArray, t.object_state, self._on_object_state, sensor, callback_group=io),
+                "std_msgs/Float32MultiArray", "perception")
+        if t.task_success:
+            # Reliable: a success press must not be lost.
+            self._arm_subs["task_success"] = (self.create_subscription(
+                Bool, t.task_success, self._on_success, qos.command_qos(depth=10), callback_group=io),
+                "std_msgs/Bool", "operator button / success detector")
+        for cam, cfg in self.cameras.items():
+            msg_type = CompressedImage if cfg.compressed else Image
+            self._arm_subs[cam] = (self.create_subscription(
+                msg_type, cfg.topic, lambda m, c=cam, z=cfg.compressed: self._on_camera(c, z, m),
+                sensor, callback_group=io),
+                f"sensor_msgs/{msg_type.__name__}", "camera driver")
+        # Commands: reliable, newest wins (MoveIt Servo and ros2_control subscribe reliable).
+        command = qos.command_qos(depth=1)
+        self._pub_twist = self.create_publisher(TwistStamped, t.twist_command, command)
+        self._pub_joint = (self.create_publisher(Float64MultiArray, t.joint_command, command)
+                           if t.joint_command else None)
+        self._pub_gripper = (self.create_publisher(Float64MultiArray, t.gripper_command, command)
+                             if t.gripper_command else None)
+        self._pub_home = (self.create_publisher(JointTrajectory, t.home_trajectory, qos.command_qos(depth=1))
+                          if t.home_trajectory else None)
+        self._arm_pubs = {"twist_command": (self._pub_twist, "MoveIt Servo")}
+        if self._pub_gripper is not None:
+            self._arm_pubs["gripper_command"] = (self._pub_gripper, "gripper forward command controller")
+        if self._pub_home is not None:
+            self._arm_pubs["home_trajectory"] = (self._pub_home, "joint trajectory controller")
+
+        self.create_timer(prof.period_s, self._on_tick, callback_group=io)
+        self.create_timer(float(p("report_period_s")), self._report_missing, callback_group=io)
+        self._pub_task.publish(String(data=self._instruction(self.task)))
+        self.get_logger().info(
+            f"arm adapter up: profile {prof.name} ({prof.description}), {prof.control_rate_hz:g} Hz, "
+            f"twist -> {self._pub_twist.topic_name}, joints {list(prof.joints.names)}, "
+            f"1.0 = {prof.limits.max_linear_speed:g} m/s / {prof.limits.max_angular_speed:g} rad/s")
+        self._report_missing()
+
+    # ------------------------------------------------------------------ arm state in
+    def _put(self, part: str, value: object) -> None:
+        with self._lock:
+            self._state[part] = (time.monotonic(), value)
+
+    def _on_joint_states(self, msg) -> None:
+        try:
+            pos, vel = self._joints.select(msg.name, msg.position, msg.velocity)
+            fingers = self._fingers.select(msg.name, msg.position, msg.velocity)
+        except ValueError as exc:
+            self.get_logger().warning(f"{self._arm_subs['joint_states'][0].topic_name}: {exc}",
+                                      throttle_duration_sec=5.0)
+            return
+        self._put("joints", (pos, vel))
+        self._put("fingers", fingers)
+        with self._lock:
+            self._joint_msgs += 1
+
+    def _on_pose(self, msg) -> None:
+        if msg.header.frame_id and msg.header.frame_id != self.profile.frames.base:
+            self.get_logger().warning(f"end-effector pose in frame {msg.header.frame_id!r}, expected "
+                                      f"{self.profile.frames.base!r}; ignored", throttle_duration_sec=5.0)
+            return
+        self._put("pose", at.decode_pose(msg))
+
+    def _on_object_state(self, msg) -> None:
+        try:
+            self._put("object_state", at.decode_object_state(msg))
+        except ValueError as exc:
+            self.get_logger().warning(f"object state: {exc}", throttle_duration_sec=5.0)
+
+    def _on_success(self, msg) -> None:
+        with self._lock:
+            if not self._resetting:
+                self._success = bool(msg.data)
+
+    def _on_camera(self, cam: str, compressed: bool, msg) -> None:
+        try:
+            self._put(cam, decode_camera(msg, compressed, self.image_size))
+        except ValueError as exc:
+            self.get_logger().warning(f"camera {cam}: {exc}", throttle_duration_sec=5.0)
+
+    def _fresh(self, part: str, now: float) -> object | None:
+        item = self._state.get(part)
+        return item[1] if item is not None and now - item[0] <= self.state_timeout else None
+
+    # ------------------------------------------------------------------ readiness
+    def missing(self) -> list[str]:
+        """Arm-side topics that are not (yet) there, each with what should provide it."""
+        now = time.monotonic()
+        out = []
+        parts = {"joint_states": "joints", "eef_pose": "pose", "object_state": "object_state"}
+        parts.update({cam: cam for cam in self.cameras})
+        for key, (sub, type_name, who) in self._arm_subs.items():
+            if self.count_publishers(sub.topic_name) == 0:
+                out.append(f"{sub.topic_name} ({type_name}, from {who}): no publisher")
+            elif key in parts and self._fresh(parts[key], now) is None:
+                out.append(f"{sub.topic_name} ({type_name}): no message in the last {self.state_timeout:g} s")
+        for pub_, who in self._arm_pubs.values():
+            if pub_.get_subscription_count() == 0:
+                out.append(f"{pub_.topic_name}: no subscriber (is the {who} running?)")
+        return out
+
+    def _report_missing(self) -> None:
+        missing = self.missing()
+        if missing:
+            self.get_logger().warning(f"waiting for the arm ({self.profile.name}): missing "
+                                      + "; ".join(missing))
+
+    # ------------------------------------------------------------------ commands
+    def _on_command(self, msg) -> None:
+        with self._lock:
+            reason = self.safety.command(np.asarray(msg.action), float(msg.gripper), int(msg.mode),
+                                         time.monotonic())
+        if reason and reason != "hold requested":
+            self.get_logger().warning(f"ArmCommand refused ({self.safety.counters.rejected} so far): "
+                                      f"{reason}; holding", throttle_duration_sec=1.0)
+
+    def _on_hold(self, msg) -> None:
+        with self._lock:
+            self.safety.hold(bool(msg.data))
+        if msg.data:
+            self._send(TickOutput("hold", reason="hold requested"))  # at once, not at the next tick
+        self.get_logger().warning(f"hold {'SET: arm stopped' if msg.data else 'released'}")
+
+    def _send(self, out: TickOutput) -> None:
+        """Publish one tick's arm-side commands (a zero twist when holding)."""
+        twist = self._m["TwistStamped"]()
+        twist.header.stamp = self.get_clock().now().to_msg()
+        twist.header.frame_id = self.profile.frames.base
+        if out.kind == "twist":
+            (twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z) = (float(v) for v in out.linear)
+            (twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z) = (float(v) for v in out.angular)
+        if out.kind == "joint" and self._pub_joint is not None:
+            vel = out.joint_velocities
+            if self.profile.topics.joint_command_interface == "position":
+                pos = self._fresh("joints", time.monotonic())
+                vel = None if pos is None else pos[0] + vel * self.profile.period_s
+            if vel is not None:
+                self._pub_joint.publish(self._m["Float64MultiArray"](data=[float(v) for v in vel]))
+        else:
+            # Servo holds on a zero twist; joint modes also get one so Servo never drifts.
+            self._pub_twist.publish(twist)
+        if out.gripper is not None and self._pub_gripper is not None:
+            from fed_ros.core.arm_safety import gripper_position
+            self._pub_gripper.publish(self._m["Float64MultiArray"](
+                data=[gripper_position(out.gripper, self.profile.gripper)]))
+
+    # ------------------------------------------------------------------ control loop
+    def _on_tick(self) -> None:
+        start = time.monotonic()
+        with self._lock:
+            if self._last_tick is not None and start - self._last_tick > 1.5 * self.profile.period_s:
+                self.overruns += 1
+            self._last_tick = start
+            if self._resetting:
+                return  # the home trajectory owns the arm
+            pose = self._fresh("pose", start)
+            out = self.safety.tick(start, None if pose is None else pose[0])
+            active = not self.done and self._obs_stamp_ns > 0
+            if not active:
+                out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
+            self._send(out)
+            if active:
+                self._publish_applied(out)
+                self.step += 1
+                self.done = self._success or self.step >= self.max_steps
+            self._publish_observation(start)
+
+    def _publish_applied(self, out: TickOutput) -> None:
+        applied = self._m["ArmCommand"]()
+        applied.header.stamp = at.ns_to_stamp(self._obs_stamp_ns)
+        applied.header.frame_id = self.profile.frames.base
+        hold = out.kind == "hold"
+        applied.mode = MODE_HOLD if hold else int(out.applied_mode)
+        applied.action = [0.0, 0.0, 0.0] if hold else [float(v) for v in out.applied_action]
+        applied.gripper = float(out.applied_gripper)
+        applied.source = "hold" if hold else "policy"
+        self._pub_applied.publish(applied)
+
+    def _publish_observation(self, now: float) -> bool:
+        """Re-publish the newest arm state under one new tick stamp; False when it is stale."""
+        joints, fingers, pose = (self._fresh(k, now) for k in ("joints", "fingers", "pose"))
+        if joints is None or pose is None:
+            return False
+        obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1]}
+        if self.profile.topics.object_state:
+            obs["object_state"] = self._fresh("object_state", now)
+            if obs["object_state"] is None:
+                return False
+        else:  # no perception on this arm: zeros (policies for it train without object state)
+            obs["object_state"] = np.zeros(OBJECT_STATE_DIM, np.float32)
+        for cam in self.cameras:
+            image = self._fresh(cam, now)
+            if image is not None:
+                obs[_CAMERA_KEYS[cam]] = image
+        stamp_ns = max(self.get_clock().now().nanoseconds, self._last_stamp_ns + 1)
+        self._last_stamp_ns = self._obs_stamp_ns = stamp_ns
+        messages = at.observation_messages(
+            obs, stamp_ns, joint_names=self.profile.joints.names,
+            gripper_names=self.profile.gripper.joint_names, joint_vel=joints[1], gripper_vel=fingers[1],
+            frame_prefix="")
+        messages[at.EEF_POSE_TOPIC].header.frame_id = self.profile.frames.base
+        for rel, msg in messages.items():
+            if rel in self._obs_pubs:
+                self._obs_pubs[rel].publish(msg)
+        status = self._m["EpisodeStatus"]()
+        status.header.stamp = at.ns_to_stamp(stamp_ns)
+        status.task, status.instruction, status.variation = self.task, self._instruction(self.task), ""
+        status.episode, status.step, status.success = self.episode, self.step, self._success
+        status.done, status.overruns = self.done, self.overruns
+        self._pub_status.publish(status)
+        return True
+
+    def _instruction(self, task: str) -> str:
+        return self.instructions.get(task, task.replace("_", " "))
+
+    # ------------------------------------------------------------------ reset / home
+    def _on_reset(self, request, response):
+        """ResetEpisode: send the home trajectory, wait until the arm is there, start an episode."""
+        missing = [m for m in self.missing() if "task_success" not in m]
+        if missing or self._pub_home is None:
+            response.ok = False
+            response.message = ("arm not ready: " + "; ".join(missing) if missing
+                                else f"profile {self.profile.name} has no topics.home_trajectory")
+            self.get_logger().warning(f"reset refused: {response.message}")
+            return response
+        prof = self.profile
+        with self._lock:
+            self._resetting = True
+            self._success = False
+            self.safety.hold(True)  # drop the last episode's command; released below
+            seen = self._joint_msgs
+        traj = self._m["JointTrajectory"]()
+        traj.joint_names = list(prof.joints.names)
+        point = self._m["JointTrajectoryPoint"]()
+        point.positions = [float(v) for v in prof.joints.home]
+        point.time_from_start.sec = int(prof.joints.home_duration_s)
+        point.time_from_start.nanosec = int((prof.joints.home_duration_s % 1.0) * 1e9)
+        traj.points = [point]
+        self._pub_home.publish(traj)
+        deadline = time.monotonic() + 2.0 * prof.joints.home_duration_s + 5.0
+        error = np.full(len(prof.joints.names), np.inf)
+        while time.monotonic() < deadline:
+            with self._lock:
+                joints, fresh = self._fresh("joints", time.monotonic()), self._joint_msgs - seen
+            if joints is not None:
+                error = np.abs(joints[0] - np.asarray(prof.joints.home))
+                # Three fresh joint states: the arm (or simulator) has acted on the trajectory.
+                if fresh >= 3 and np.all(error <= prof.joints.home_tolerance_rad):
+                    break
+            time.sleep(prof.period_s / 2)
+        else:
+            with self._lock:
+                self._resetting = False
+            far = {n: round(float(e), 3) for n, e in zip(prof.joints.names, error)
+                   if not e <= prof.joints.home_tolerance_rad}
+            response.ok = False
+            response.message = (f"arm did not reach home within {2.0 * prof.joints.home_duration_s + 5.0:g} s "
+                                f"(|error| rad above {prof.joints.home_tolerance_rad:g}: {far})")
+            self.get_logger().error(response.message)
+            return response
+        with self._lock:
+            self.task = request.task or self.task
+            self.episode += 1
+            self.step, self.done, self._success = 0, False, False
+            self.safety.hold(False)
+            self._resetting = False
+            self._pub_task.publish(self._m["String"](data=self._instruction(self.task)))
+            published = self._publish_observation(time.monotonic())  # the reset observation
+        response.ok = published
+        response.message = (f"episode {self.episode}: {self.task} at home" if published
+                            else "arm state went stale right after reaching home")
+        response.instruction, response.episode = self._instruction(self.task), self.episode
+        self.get_logger().info(response.message)
+        return response
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run one arm adapter until shutdown (``--ros-args -p profile:=ur5e``)."""
+    rclpy.init(args=args)
+    node = None
+    executor = MultiThreadedExecutor(num_threads=3)
+    try:
+        node = ArmAdapterNode()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        executor.shutdown()
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
