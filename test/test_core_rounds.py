@@ -304,3 +304,17 @@ def test_re_announced_round_takes_a_fresh_answer_over_the_carried_one(tmp_path):
     _, outcome = coord.poll()
     assert outcome.completed and outcome.updates_accepted == 3
     np.testing.assert_allclose(coord.cluster_models[0]["w"], 3.0)  # (5 + 1 + 3) / 3
+
+
+def test_rejections_from_unknown_senders_are_counted_but_not_kept(tmp_path):
+    """A burst of junk from unknown ids grows a counter, not a list (state for unknown senders capped)."""
+    coord, clock = _coordinator(tmp_path)
+    coord.start_round()
+    for i in range(1000):
+        coord.record_rejection(f"junk_{i}", "not a participant")
+        coord.record_rejection("robot_0", f"bad update {i}")
+    assert coord.collector.rejected == 2000
+    assert coord.collector.rejections == [("robot_0", "bad update 0")]  # first reason per participant
+    clock[0] = 10.5
+    _, outcome = coord.poll()
+    assert outcome.updates_rejected == 2000 and outcome.updates_received == 2000

@@ -345,3 +345,22 @@ def test_descriptor_signature_survives_the_wire(ctx, desc):
     d = V.validate_descriptor(received, ctx, round_idx=int(msg.round), nonce=bytes(msg.nonce),
                               signature=bytes(msg.signature), dims=int(msg.dims))
     assert d, d
+
+
+def test_audit_log_truncates_peer_fields_and_rotates_at_its_size_cap(tmp_path):
+    """Issue 13: 1 MB ids and reasons from a peer cost at most a few hundred bytes per line, and
+    the log never exceeds max_bytes x (1 + backups) on disk; counters stay bounded for junk ids."""
+    path = tmp_path / "audit.jsonl"
+    log = V.AuditLog(path, max_bytes=64 * 1024, backups=1)
+    junk = "x" * (1 << 20)
+    for i in range(2000):
+        log.record(kind="update", robot_id=junk + str(i), round_idx=3,
+                   decision=V.Decision(False, "oversize", junk), payload_id=junk, sha256=junk)
+    log.close()
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["audit.jsonl", "audit.jsonl.1"]
+    assert sum(f.stat().st_size for f in files) <= 2 * 64 * 1024
+    entries = V.read_audit_log(path)
+    assert entries and all(len(e["robot_id"]) <= 255 and len(e["payload_id"]) <= 256 for e in entries)
+    counters = log.counters(3)
+    assert counters.rejected == 2000 and len(counters.reasons) <= 1024

@@ -208,7 +208,8 @@ class StageCollector:
         # version): they count toward this attempt until the robot answers afresh.
         self.answers: dict[str, Any] = dict(carried or {})
         self.carried: set[str] = set(self.answers)
-        self.rejections: list[tuple[str, str]] = []
+        self.rejections: list[tuple[str, str]] = []  # participants only: the report's reasons
+        self.rejected = 0  # every rejection, whoever sent it (unknown senders leave only this count)
 
     def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Verdict:
         """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
@@ -239,7 +240,11 @@ class StageCollector:
 
     def reject(self, robot_id: str, reason: str, code: str = "") -> Verdict:
         """Record a rejection (counted in the round report)."""
-        self.rejections.append((robot_id, reason))
+        self.rejected += 1
+        # Bounded: the first reason per participant is what the report shows; junk ids from
+        # unknown senders and repeats leave only the count.
+        if robot_id in self.plan.participants and all(r != robot_id for r, _ in self.rejections):
+            self.rejections.append((robot_id, reason))
         return Verdict(False, reason, code)
 
     def decision(self, now: float) -> Decision:
@@ -724,9 +729,9 @@ class RoundCoordinator:
                 reason=(reasons.get(rid, "") if rid not in col.answers else
                         ("" if completed else "round abandoned")) or
                        ("" if rid in col.answers else "straggler: no update by the deadline")))
-        received = len(col.answers) + len(col.rejections)
+        received = len(col.answers) + col.rejected
         return RoundOutcome(
             round_idx=plan.round_idx, algorithm=plan.algorithm, completed=completed, status=status,
             updates_received=received, updates_accepted=len(col.answers) if completed else 0,
-            updates_rejected=len(col.rejections), robots=robots,
+            updates_rejected=col.rejected, robots=robots,
             clusters=_members(assignments))

@@ -60,6 +60,12 @@ REPLAY = "replay"
 DIGEST = "digest_mismatch"
 DESCRIPTOR = "bad_descriptor"
 ROLLBACK = "rollback"
+# Round bookkeeping and transfer outcomes (the coordinator's and the transfer receiver's codes).
+DUPLICATE = "duplicate"
+NO_ROUND = "no_round"
+STALE_ROUND = "stale_round"
+UNREACHABLE = "unreachable"  # the bulk channel's sender could not be reached within the round
+TRANSFER = "transfer"  # chunks inconsistent with each other or with the caps, or bytes hash wrong
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,19 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
     return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
 
 
+def check_payload_manifest(announced: Sequence[Any], total_bytes: int, encoding: int,
+                           expected: Manifest) -> Decision:
+    """A payload's announced manifest equals ``expected`` exactly and implies ``total_bytes``."""
+    why = compare_manifest(announced, expected)
+    if why is not None:
+        return _reject(SCHEMA, why)
+    size = expected_payload_bytes(expected, encoding)
+    if total_bytes != size:
+        return _reject(SIZE_MISMATCH, f"total_bytes {total_bytes} != {size} bytes implied by the manifest "
+                                      f"and encoding {encoding}")
+    return ACCEPTED
+
+
 def check_tensors(params: Any, expected: Manifest, max_abs_value: float) -> Decision:
     """Decoded tensors: exact schema, float32, finite and |x| <= max_abs_value."""
     if not isinstance(params, Mapping):
@@ -308,8 +327,6 @@ def check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decisi
 
 
 def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decision:
-    if ctx.expected_manifest is None:
-        raise ValueError("ValidationContext.expected_manifest is required to validate updates")
     limits = ctx.limits
     d = _check_sender(env.robot_id, env.round_idx, ctx)
     if not d:
@@ -322,13 +339,10 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
                                  f"{limits.max_update_bytes} bytes")
     if not _is_int(env.encoding) or env.encoding not in BYTES_PER_VALUE:
         return _reject(MALFORMED, f"robot {rid!r}: unknown encoding {_short(env.encoding)}")
-    why = compare_manifest(env.manifest, ctx.expected_manifest)
-    if why is not None:
-        return _reject(SCHEMA, f"robot {rid!r}: {why}")
-    size = expected_payload_bytes(ctx.expected_manifest, env.encoding)
-    if env.total_bytes != size:
-        return _reject(SIZE_MISMATCH, f"robot {rid!r}: total_bytes {env.total_bytes} != {size} bytes "
-                                      f"implied by the manifest and encoding {env.encoding}")
+    if ctx.expected_manifest is not None:  # None: the transfer receiver checks the payload itself
+        d = check_payload_manifest(env.manifest, env.total_bytes, env.encoding, ctx.expected_manifest)
+        if not d:
+            return Decision(False, d.code, f"robot {rid!r}: {d.reason}")
     d = _check_num_samples(rid, env.num_samples, limits)
     if not d:
         return d
@@ -567,25 +581,46 @@ class AuditLog:
     last `keep_rounds` rounds so memory stays bounded on a long-running server.
     """
 
-    def __init__(self, path: str | Path | None = None, *, keep_rounds: int = 64, fsync: bool = False):
+    def __init__(self, path: str | Path | None = None, *, keep_rounds: int = 64, fsync: bool = False,
+                 max_bytes: int = 8 * _MiB, backups: int = 1):
         if keep_rounds < 1:
             raise ValueError(f"keep_rounds must be >= 1, got {keep_rounds}")
+        if max_bytes < 1024 or backups < 0:
+            raise ValueError(f"max_bytes must be >= 1024 and backups >= 0, got {max_bytes}, {backups}")
         self.path = Path(path) if path is not None else None
         self.keep_rounds = keep_rounds
         self.fsync = fsync
+        # Rotation (size cap): at most max_bytes x (1 + backups) on disk, whatever peers send.
+        self.max_bytes, self.backups = int(max_bytes), int(backups)
+        self._written = 0
         self._lock = threading.Lock()
         self._counters: OrderedDict[int, RoundCounters] = OrderedDict()
         self._file = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")
+            self._written = self._file.tell()
+
+    def _rotate(self) -> None:
+        """audit.jsonl -> audit.jsonl.1 -> ... (the oldest beyond ``backups`` is dropped)."""
+        self._file.close()
+        for i in range(self.backups, 0, -1):
+            src = self.path if i == 1 else self.path.with_name(f"{self.path.name}.{i - 1}")
+            if src.exists():
+                os.replace(src, self.path.with_name(f"{self.path.name}.{i}"))
+        if self.backups == 0:
+            self.path.unlink(missing_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self._written = 0
 
     def record(self, *, kind: str, robot_id: Any, round_idx: Any, decision: Decision, **extra: Any) -> Decision:
         """Log one decision (kind: "update", "descriptor", "cluster_model", ...); returns it."""
-        entry = {"time": round(time.time(), 6), "kind": kind, "robot_id": str(robot_id)[:255],
+        entry = {"time": round(time.time(), 6), "kind": str(kind)[:40], "robot_id": str(robot_id)[:255],
                  "round": int(round_idx) if _is_int(round_idx) else str(round_idx)[:40],
-                 "accepted": decision.accepted, "code": decision.code, "reason": decision.reason[:1000]}
-        entry.update({k: v for k, v in extra.items() if k not in entry})
+                 "accepted": decision.accepted, "code": str(decision.code)[:40], "reason": decision.reason[:1000]}
+        # Extra fields are peer-controlled too (payload ids, digests): truncated like the rest.
+        entry.update({str(k)[:40]: (v if isinstance(v, (int, float, bool)) or v is None else str(v)[:256])
+                      for k, v in list(extra.items())[:16] if k not in entry})
         line = json.dumps(entry, default=str, ensure_ascii=True)
         with self._lock:
             if _is_int(round_idx):
@@ -598,9 +633,14 @@ class AuditLog:
                 c.accepted += int(decision.accepted)
                 c.rejected += int(not decision.accepted)
                 c.by_code[decision.code] = c.by_code.get(decision.code, 0) + 1
-                c.reasons[str(robot_id)[:255]] = decision.reason
+                key = str(robot_id)[:255]
+                if key in c.reasons or len(c.reasons) < 1024:  # bounded: junk ids only bump the counts
+                    c.reasons[key] = decision.reason[:1000]
             if self._file is not None:
+                if self._written + len(line) + 1 > self.max_bytes:
+                    self._rotate()
                 self._file.write(line + "\n")
+                self._written += len(line) + 1
                 self._file.flush()
                 if self.fsync:
                     os.fsync(self._file.fileno())

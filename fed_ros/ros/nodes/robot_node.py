@@ -35,16 +35,21 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from fed_ros.msg import ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement
+from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement,
+                         UpdateAck)
+from fed_ros.ros import shutdown
+from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.publish import wait_for_subscribers  # also imported from here by tests
 from fed_ros.ros.wire.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
                                      model_update_msg)
 from fed_ros.ros.fleet.plan import ROBOT_DEFAULTS, validate_robot_params
 from fed_ros.core.round_config import RoundConfig
 from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN
 from fed_ros.ros.nodes.model_cache import ModelCache
-from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
-                                   PayloadRejected, decode_resend_request, encode_resend_request, fetch_bulk)
+from fed_ros.core.delivery import Outbox, RetrySchedule
+from fed_ros.core.validation import Decision
+from fed_ros.ros.wire.transfer import Outgoing, Received, TransferReceiver, TransferSender
 from fed_ros.srv import EvaluatePolicy, Record, Register
 
 _ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
@@ -111,20 +116,35 @@ class RobotNode(Node):
         self.descriptor_pub = self.create_publisher(DescriptorMsg, f"{fleet}/descriptors", qos.control_qos())
         self.metrics_pub = self.create_publisher(RobotMetrics, f"{fleet}/robot_metrics", qos.control_qos())
         self.model_resend_pub = self.create_publisher(String, f"{fleet}/model_resend", qos.control_qos())
-        self.create_subscription(RoundAnnouncement, f"{fleet}/round", self._on_announcement, qos.latched_qos(),
+        # No handler can crash the node: failures are logged with their type and counted.
+        from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
+        self.guard = guard = HandlerGuard(self)
+        self.create_subscription(RoundAnnouncement, f"{fleet}/round", guard.wrap("round", self._on_announcement),
+                                 qos.latched_qos(),
                                  callback_group=self._fleet_group)
-        self.create_subscription(ClusterModel, f"{fleet}/cluster_models", self._on_cluster_model,
+        self.create_subscription(ClusterModel, f"{fleet}/cluster_models",
+                                 guard.wrap("cluster_models", self._on_cluster_model),
                                  qos.model_state_qos(MODEL_TOPIC_DEPTH), callback_group=self._fleet_group)
-        self.create_subscription(String, f"{fleet}/update_resend", self._on_update_resend, qos.control_qos(),
+        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self._on_update_resend),
+                                 qos.control_qos(),
                                  callback_group=self._fleet_group)
-        self.create_subscription(DescriptorMsg, f"{fleet}/descriptors", self._on_peer_descriptor,
+        self.create_subscription(DescriptorMsg, f"{fleet}/descriptors",
+                                 guard.wrap("descriptors", self._on_peer_descriptor),
+                                 qos.control_qos(), callback_group=self._fleet_group)
+        self.create_subscription(UpdateAck, f"{fleet}/update_acks", guard.wrap("update_acks", self._on_update_ack),
                                  qos.control_qos(), callback_group=self._fleet_group)
         self.register_client = self.create_client(Register, f"{fleet}/register", callback_group=io_group)
-        self.create_service(Record, "record", self._on_record, callback_group=self._service_group)
-        self.create_service(EvaluatePolicy, "evaluate", self._on_evaluate, callback_group=self._service_group)
+        self.create_service(Record, "record", guard.wrap("record", self._on_record, refuse_service),
+                            callback_group=self._service_group)
+        self.create_service(EvaluatePolicy, "evaluate", guard.wrap("evaluate", self._on_evaluate, refuse_service),
+                            callback_group=self._service_group)
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
 
-        self.model_assembler = PayloadAssembler(max_pending=8)
+        # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
+        self.models_in = TransferReceiver(self.manifest, max_pending=8,
+                                          on_event=lambda text: self.get_logger().warning(text))
+        self.updates_out = TransferSender(p["transfer_channel"], bulk_threshold_bytes=p["bulk_threshold_bytes"])
+        self.outbox = Outbox(RetrySchedule(first_s=p["update_retry_s"], max_s=max(10.0, p["update_retry_s"])))
         self.models = ModelCache()  # the receive path stores into it (aliases below)
         self._models_lock, self.cluster_models = self.models.lock, self.models.entries
         self._latest: Announcement | None = None
@@ -132,9 +152,7 @@ class RobotNode(Node):
         self._handled: set[tuple[int, str, int]] = set()
         self._registered = threading.Event()
         self._jobs: queue.Queue = queue.Queue()
-        self._update_senders: dict[int, tuple[ChunkedSender, dict[str, Any]]] = {}
         self._peer_predictors: dict[tuple[int, str], bytes] = {}
-        self._bulk: BulkServer | None = None
         self._stop = threading.Event()
         self._arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
         self.failed: str = ""
@@ -163,7 +181,11 @@ class RobotNode(Node):
                     self._startup()
                 elif kind == "announcement":
                     self._handle_announcement(arg)
+            except ShutdownRequested:
+                return
             except Exception as exc:  # noqa: BLE001 - report, keep the node alive for the next round
+                if self._stop.is_set() or shutdown.requested():
+                    return  # e.g. a publisher whose context just went away: not an error
                 import traceback
                 self.get_logger().error(f"{kind} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
                 if kind == "startup":
@@ -172,11 +194,8 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ start-up
     def _episodes(self):
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
-        from fed_ros.core.episode import Episode
-        from fed_ros.ros.arm.recorder import load_recorded_episodes
-        episodes = load_recorded_episodes(self.demo_dir)
-        episodes += [e for e in (Episode.load(f) for f in sorted(self.demo_dir.glob("*.npz"))) if e.success]
-        return episodes
+        from fed_ros.ros.arm.driving import local_episodes
+        return local_episodes(self.demo_dir)
 
     def _startup(self) -> None:
         wanted = self.params["collect_demos_on_start"]
@@ -189,6 +208,7 @@ class RobotNode(Node):
         """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
         from fed_ros.ros.arm.driving import record_expert_demos
         p, log = self.params, self.get_logger()
+        log.info(f"recording {count} demonstration(s): the scripted expert drives the arm over ROS")
         with self._arm_lock:
             record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p["demo_seed"],
                                 noise_std=p["demo_noise_std"], variation=p["variation"],
@@ -201,11 +221,14 @@ class RobotNode(Node):
         import torch
         while not self._stop.is_set():
             if self.register_client.wait_for_service(timeout_sec=1.0):
-                request = Register.Request(
-                    robot_id=self.robot_id, tasks=self.tasks, cameras=["agentview", "wrist"] if self.cameras else [],
-                    action_dim=4, has_gpu=bool(torch.cuda.is_available()), num_samples=num_samples)
-                if self.signer is not None:
-                    request.public_key = list(self.signer.public_key)
+                from fed_ros.ros.wire.register import register_request
+                # Signed (fresh timestamp + nonce each attempt) when the robot has a key: a server
+                # with require_signatures admits only proof of possession of the allow-listed key.
+                request = register_request(
+                    self.robot_id, tasks=self.tasks, cameras=["agentview", "wrist"] if self.cameras else [],
+                    action_dim=4, has_gpu=bool(torch.cuda.is_available()), num_samples=num_samples,
+                    signer=self.signer)
+                shutdown.check(self._stop)
                 response = self._call(self.register_client, request, 10.0)
                 if response is not None:
                     if not response.accepted:
@@ -220,10 +243,12 @@ class RobotNode(Node):
         future = client.call_async(request)
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        if not done.wait(timeout):
-            client.remove_pending_request(future)
-            return None
-        return future.result()
+        try:
+            answered = shutdown.wait_for(done, timeout, self._stop)
+        finally:
+            if not done.is_set():
+                client.remove_pending_request(future)
+        return future.result() if answered else None
 
     # ------------------------------------------------------------------ fleet messages
     def _on_announcement(self, msg) -> None:
@@ -246,85 +271,89 @@ class RobotNode(Node):
         self._jobs.put(("announcement", (ann, stamp)))
 
     def _on_cluster_model(self, msg) -> None:
-        payload = msg.payload
         cid, round_idx = int(msg.cluster_id), int(msg.round)
         with self._models_lock:
             held = self.cluster_models.get(cid)
         if held is not None and held[0] >= round_idx:
             return  # older or the same version (latched history, resend)
-        try:
-            if payload.bulk_uri:
-                threading.Thread(target=self._fetch_model, args=(msg,), daemon=True).start()
-                return
-            complete = self.model_assembler.add(payload)
-        except PayloadRejected as exc:
-            self.get_logger().warning(f"cluster model {payload.payload_id} rejected: {exc}")
-            return
-        if complete is not None:
-            self._store_model(msg, complete.state_dict(copy=True), complete.sha256, complete.data.nbytes)
+        result = self.models_in.offer(msg.payload, tag=msg)
+        if result is not None:
+            self._store_model(result)
 
-    def _fetch_model(self, msg) -> None:
-        from fed_ros.ros.wire.conversions import decode_state_dict, manifest_from_msgs
-        payload = msg.payload
-        try:
-            data = fetch_bulk(payload)
-        except Exception as exc:  # noqa: BLE001
-            self.get_logger().warning(f"cluster model {payload.payload_id}: bulk fetch failed: {exc}")
-            return
-        params = decode_state_dict(manifest_from_msgs(payload.manifest), int(payload.encoding), data,
-                                   np.asarray(payload.scales, np.float32), copy=True)
-        self._store_model(msg, params, payload.sha256, int(data.nbytes))
-
-    def _store_model(self, msg, params: dict, received_sha256: str, nbytes: int) -> None:
+    def _store_model(self, result: Received) -> None:
         from fed_ros.core.validation import validate_cluster_model
+        msg = result.tag
         cid, round_idx, members = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids)
         sha256 = msg.payload.sha256
         with self._models_lock:
             held = self.cluster_models.get(cid)
-        # Size, exact manifest, finite values, no rollback, server signature, digest.
-        decision = validate_cluster_model(
-            cluster_id=cid, round_idx=round_idx, params=params, expected_manifest=self.manifest,
-            total_bytes=int(msg.payload.total_bytes), payload_sha256=sha256, received_sha256=received_sha256,
+        # The receiver checked size, manifest and values; here: no rollback, server signature, digest.
+        decision = result.decision and validate_cluster_model(
+            cluster_id=cid, round_idx=round_idx, params=None, expected_manifest=None,
+            total_bytes=int(msg.payload.total_bytes), payload_sha256=sha256, received_sha256=result.sha256,
             signature=bytes(msg.signature), server_public_key=self.server_key,
             last_round=held[0] if held else None)
         if not decision:
-            self.get_logger().warning(f"cluster {cid} model for round {round_idx} rejected: {decision.reason}")
+            self.get_logger().warning(f"cluster {cid} model for round {round_idx} rejected ({decision.code}): "
+                                      f"{decision.reason}")
             return
         with self._models_lock:
             held = self.cluster_models.get(cid)
             if held is not None and held[0] >= round_idx:
                 return
-            self.cluster_models[cid] = (round_idx, params, sha256, members)
+            self.cluster_models[cid] = (round_idx, result.params, sha256, members)
             self._models_lock.notify_all()
         self._log_transfer(kind="cluster_model_received", cluster_id=cid, round=round_idx, sha256=sha256,
-                           bytes=nbytes, members=members)
-        self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({nbytes} B, {sha256[:12]})")
+                           bytes=result.nbytes, members=members)
+        self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({result.nbytes} B, "
+                               f"{sha256[:12]})")
 
     def _on_update_resend(self, msg) -> None:
         try:
-            pid, chunks = decode_resend_request(msg.data)
+            answer = self.updates_out.resend(msg.data)
         except ValueError:
+            return  # malformed, or indices of another robot's payload of the same id (never ours)
+        if answer is not None:
+            out, chunks = answer
+            for chunk in chunks:
+                self.update_pub.publish(model_update_msg(chunk, **out.meta))
+            self.get_logger().info(f"resent {len(chunks)} chunk(s) of {out.payload_id}")
+
+    def _on_update_ack(self, msg) -> None:
+        """The server's decision on our update: stop re-sending it; a rejection's reason is logged."""
+        if msg.robot_id != self.robot_id:
             return
-        for sender, header in self._update_senders.values():
-            if sender.payload_id == pid:
-                for chunk in sender.resend([c for c in chunks if c < sender.chunk_count]):
-                    self.update_pub.publish(model_update_msg(chunk, **header))
-                self.get_logger().info(f"resent {len(chunks)} chunk(s) of {pid}")
+        decision = Decision(bool(msg.accepted), str(msg.code), str(msg.reason))
+        if self.outbox.acknowledge(str(msg.payload_id), decision) is None:
+            return  # not ours any more, or acknowledged before
+        self._log_transfer(kind="update_ack", round=int(msg.round), payload_id=str(msg.payload_id),
+                           accepted=decision.accepted, code=decision.code, reason=decision.reason)
+        if decision:
+            self.get_logger().info(f"round {msg.round}: update accepted by the server")
+        else:
+            self.get_logger().warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
+                                      f"{decision.reason}")
 
     def _on_peer_descriptor(self, msg) -> None:
         if int(msg.kind) == DescriptorMsg.KIND_RND and len(msg.payload):
             self._peer_predictors[(int(msg.round), str(msg.robot_id))] = bytes(msg.payload)
 
     def _tick(self) -> None:
-        for pid, missing in self.model_assembler.stalled().items():
-            if missing:
-                self.model_resend_pub.publish(String(data=encode_resend_request(pid, missing)))
+        for request in self.models_in.resend_requests():
+            self.model_resend_pub.publish(String(data=request))
+        for result in self.models_in.completed():
+            self._store_model(result)
+        if self.update_pub.get_subscription_count() > 0:  # re-send only when someone can hear it
+            for entry in self.outbox.due():
+                self.get_logger().warning(f"round {entry.round_idx}: update not acknowledged; re-sending "
+                                          f"(send {entry.sends})")
+                self._publish_update(entry.item)
 
     # ------------------------------------------------------------------ models
     # ------------------------------------------------------------------ round work
     def _handle_announcement(self, item: tuple[Announcement, int]) -> None:
         ann, stamp = item
-        self._registered.wait()
+        shutdown.wait_for(self._registered, math.inf, self._stop)
         if self._latest_stamp != stamp and self._latest is not None and (
                 self._latest.round_idx, self._latest.stage) != (ann.round_idx, ann.stage):
             return  # superseded while queued (e.g. a straggler's stage already closed)
@@ -333,6 +362,7 @@ class RobotNode(Node):
             return
         membership = ann.memberships.get(self.robot_id, [])
         config = ann.configs.get(self.robot_id, RoundConfig())  # validated on receipt; obeyed as is
+        self.get_logger().info(f"round {ann.round_idx} {ann.stage}: obeying {config}")
         if ann.stage == TRAIN:
             self._train_round(ann, membership, config)
         elif ann.stage == DESCRIBE:
@@ -343,10 +373,11 @@ class RobotNode(Node):
             self._evaluate_round(ann, membership, config)
 
     def _train_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
-        if ann.round_idx in self._update_senders:
-            # Re-announced (server restarted or the round was retried): resend, do not retrain.
-            sender, header = self._update_senders[ann.round_idx]
-            self._send_update(sender, header)
+        cached = self.outbox.for_round(ann.round_idx)
+        if cached is not None:
+            # Re-announced (server restarted or the round was retried): the cached update goes
+            # again under a fresh nonce and id (the round's earlier nonce may be spent); no retraining.
+            self._offer_update(cached.item, ann, dict(cached.item.meta))
             self.get_logger().info(f"round {ann.round_idx}: re-sent the update already trained")
             return
         from fed_ros.learning.weights import save_checkpoint
@@ -362,49 +393,65 @@ class RobotNode(Node):
         else:
             start = self.models.for_round(ann.round_idx, membership)
         t0 = time.monotonic()
-        result = self.client.fit(start, config, episodes, ann.round_idx)
+        result = self.client.fit(start, config, episodes, ann.round_idx, on_step=self._on_train_step(ann.round_idx))
         metrics = result.metrics
         save_checkpoint(self.model_dir / f"local_round_{ann.round_idx:04d}.safetensors", result.params,
                         self.policy_cfg)
-        encoded = encode_state_dict(result.params)
-        nonce = secrets.token_bytes(16)
-        uri = ""
-        if self.params["transfer_channel"] in ("auto", "zmq") and (
-                encoded.total_bytes >= BULK_THRESHOLD_BYTES or self.params["transfer_channel"] == "zmq"):
-            if self._bulk is None:
-                self._bulk = BulkServer(ttl_s=3600.0)
-            uri = self._bulk.offer(encoded.data)
-        pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
-        sender = ChunkedSender(encoded, pid, bulk_uri=uri)
-        signature = b""
-        if self.signer is not None:
-            signature = self.signer.sign_update(ann.round_idx, self.robot_id, nonce, encoded.sha256,
-                                                base_round=ann.round_idx, num_samples=result.num_samples,
-                                                cluster_id=cluster_id)
-        header = dict(robot_id=self.robot_id, round_idx=ann.round_idx, base_round=ann.round_idx,
-                      cluster_id=cluster_id, num_samples=result.num_samples,
+        fields = dict(cluster_id=cluster_id, num_samples=result.num_samples,
                       train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
-                      val_loss=float(metrics.get("val_nll", math.nan)), nonce=nonce, signature=signature)
-        self._update_senders = {r: v for r, v in self._update_senders.items() if r >= ann.round_idx - 1}
-        self._update_senders[ann.round_idx] = (sender, header)
-        self._send_update(sender, header)
-        self._log_transfer(kind="update_sent", round=ann.round_idx, payload_id=pid, sha256=encoded.sha256,
-                           bytes=encoded.total_bytes, channel="zmq" if uri else "ros")
+                      val_loss=float(metrics.get("val_nll", math.nan)))
+        out = self._offer_update(encode_state_dict(result.params), ann, fields)
         self.get_logger().info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
-            f"(bc {header['train_loss']:.3f}), sent update {encoded.total_bytes} B {encoded.sha256[:12]}")
+            f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}")
 
-    def _send_update(self, sender: ChunkedSender, header: dict[str, Any]) -> None:
+    def _offer_update(self, payload, ann: Announcement, fields: dict[str, Any]) -> Outgoing:
+        """Sign and send an update (new bytes, or a cached Outgoing's); keep it until acknowledged."""
+        nonce = secrets.token_bytes(16)
+        pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
+        header = dict(fields, robot_id=self.robot_id, round_idx=ann.round_idx, base_round=ann.round_idx,
+                      nonce=nonce, signature=b"")
+        out = (self.updates_out.reissue(payload, pid, **header) if isinstance(payload, Outgoing)
+               else self.updates_out.prepare(payload, pid, **header))
+        if self.signer is not None:
+            out.meta["signature"] = self.signer.sign_update(
+                ann.round_idx, self.robot_id, nonce, out.encoded.sha256, base_round=ann.round_idx,
+                num_samples=fields["num_samples"], cluster_id=fields["cluster_id"])
+        self._send_update(out)
+        # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
+        deadline = time.monotonic() + (ann.deadline_s - time.time())
+        if self.outbox.reopen(ann.round_idx, pid, out, deadline) is None:
+            self.outbox.add(ann.round_idx, pid, out, deadline)
+        self.outbox.forget_before(ann.round_idx - 1)
+        self._log_transfer(kind="update_sent", round=ann.round_idx, payload_id=pid, sha256=out.encoded.sha256,
+                           bytes=out.encoded.total_bytes, channel=out.channel)
+        return out
+
+    def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
+        """Called between optimiser steps: stops training on shutdown; logs progress every ~10 s."""
+        last = [time.monotonic()]
+
+        def on_step(step: int, values: dict[str, float]) -> None:
+            shutdown.check(self._stop)
+            if time.monotonic() - last[0] >= 10.0:
+                last[0] = time.monotonic()
+                self.get_logger().info(f"round {round_idx}: training, step {step} (bc {values.get('bc', math.nan):.3f})")
+        return on_step
+
+    def _send_update(self, out: Outgoing) -> None:
         wait_for_subscribers(self, self.update_pub, "the fleet's updates topic")
-        for chunk in sender.chunks():
-            self.update_pub.publish(model_update_msg(chunk, **header))
+        self._publish_update(out)
+
+    def _publish_update(self, out: Outgoing) -> None:
+        for chunk in out.chunks():
+            self.update_pub.publish(model_update_msg(chunk, **out.meta))
 
     def _score(self, ann: Announcement) -> None:
         """RND phase two: wait (bounded) for the peers' predictors, then score them on local data."""
         deadline = time.monotonic() + 30.0
         peers = [r for r in ann.participants if r != self.robot_id]
         while any((ann.round_idx, r) not in self._peer_predictors for r in peers) and time.monotonic() < deadline:
-            time.sleep(0.1)
+            shutdown.sleep(0.1, self._stop)
         predictors = {r: self._peer_predictors[(ann.round_idx, r)] for r in peers
                       if (ann.round_idx, r) in self._peer_predictors}
         self._publish_descriptor(self.client.score(predictors, self._episodes()), ann.round_idx)
@@ -426,8 +473,11 @@ class RobotNode(Node):
         """Closed-loop success rate per task, driving this robot's arm over ROS."""
         from fed_ros.ros.arm.driving import run_policy
         p = self.params
-        if not self._arm_lock.acquire(timeout=600.0):
-            raise TimeoutError("the arm is busy (another evaluation or demonstration run)")
+        deadline = time.monotonic() + 600.0
+        while not self._arm_lock.acquire(timeout=shutdown.POLL_S):
+            shutdown.check(self._stop)
+            if time.monotonic() > deadline:
+                raise TimeoutError("the arm is busy (another evaluation or demonstration run)")
         try:
             # Commands name the model that produced them (its wire sha256, as in the cluster model).
             source = f"policy:{encode_state_dict(model).sha256[:12]}"
@@ -453,24 +503,8 @@ class RobotNode(Node):
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
-        try:
-            if request.command == Record.Request.START:
-                path = self.recorder.start(request.task or self.tasks[0], request.instruction,
-                                           request.variation or self.params["variation"])
-                response.ok, response.message, response.episode_path = True, "recording", str(path)
-            elif request.command == Record.Request.STOP:
-                result = self.recorder.stop(bool(request.success))
-                response.ok, response.episode_path = True, str(result.path)
-                response.num_steps = int(result.num_steps)
-                response.message = "saved" if result.success else "saved as failed (never trained on)"
-            elif request.command == Record.Request.DISCARD:
-                path = self.recorder.discard()
-                response.ok, response.message = True, f"discarded {path}" if path else "nothing to discard"
-            else:
-                response.ok, response.message = False, f"unknown Record command {request.command}"
-        except (ValueError, RuntimeError) as exc:
-            response.ok, response.message = False, str(exc)
-        return response
+        from fed_ros.ros.arm.driving import answer_record
+        return answer_record(self.recorder, request, response, self.tasks[0], self.params["variation"])
 
     def _on_evaluate(self, request, response):
         try:
@@ -483,6 +517,8 @@ class RobotNode(Node):
             response.mean_success_rate = float(np.mean(list(rates.values())))
         except (ValueError, RuntimeError, TimeoutError) as exc:
             response.ok, response.message = False, str(exc)
+        except ShutdownRequested:
+            response.ok, response.message = False, "the robot node is shutting down"
         return response
 
     def destroy_node(self) -> None:
@@ -491,8 +527,10 @@ class RobotNode(Node):
         if getattr(self, "_stop", None) is not None:
             self._stop.set()
             self._worker.join(timeout=2.0)
-        if getattr(self, "_bulk", None) is not None:
-            self._bulk.close()
+        if getattr(self, "updates_out", None) is not None:
+            self.updates_out.close()
+        if getattr(self, "models_in", None) is not None:
+            self.models_in.close()
         if getattr(self, "recorder", None) is not None:
             self.recorder.destroy()
         if getattr(self, "_transfer_log", None) is not None:
@@ -501,33 +539,9 @@ class RobotNode(Node):
 
 
 
-def wait_for_subscribers(node, pub, what: str, timeout: float = 30.0, all_matched_grace_s: float = 3.0) -> None:
-    """Block until ``pub`` can deliver: matched by at least one subscription and, preferably, by
-    every subscription the ROS graph lists on its topic.
-
-    "count > 0" alone is not enough after a server restart: a SIGKILLed server's subscription
-    stays listed (and matched) until its DDS lease expires, and the new one shows up in the graph
-    a moment before our writer matches it, so a fast answer would reach only the dead server.
-    A listed subscription that never matches (incompatible QoS, e.g. a monitoring tool) is
-    waited for ``all_matched_grace_s`` only. Raises TimeoutError naming ``what`` when nobody
-    matches within ``timeout``.
-    """
-    deadline = time.monotonic() + timeout
-    some_matched_since = None
-    while True:
-        matched = pub.get_subscription_count()
-        if matched > 0:
-            some_matched_since = some_matched_since or time.monotonic()
-            if (node.count_subscribers(pub.topic_name) <= matched
-                    or time.monotonic() - some_matched_since >= all_matched_grace_s):
-                return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"nobody subscribes to {what} after {timeout:.0f} s")
-        time.sleep(0.05)
-
 def main(args: list[str] | None = None) -> int:
-    """Run the robot node until Ctrl-C (or a failed start-up)."""
-    rclpy.init(args=args)
+    """Run the robot node until Ctrl-C / SIGTERM (exit 0) or a failed start-up (exit 1)."""
+    shutdown.init(args)  # Ctrl-C sets a flag every wait observes (fed_ros.ros.shutdown)
     node = None
     code = 0
     try:
@@ -538,16 +552,16 @@ def main(args: list[str] | None = None) -> int:
             return 2
         executor = MultiThreadedExecutor(num_threads=4)
         executor.add_node(node)
-        while rclpy.ok() and not node.failed:
+        while rclpy.ok() and not node.failed and not shutdown.requested():
             executor.spin_once(timeout_sec=0.1)
-        if node.failed:
+        if node.failed and not shutdown.requested():
             node.get_logger().fatal(node.failed)
             code = 1
     except (KeyboardInterrupt, ExternalShutdownException):
         code = 0
     finally:
         if node is not None:
-            node.destroy_node()
+            node.destroy_node()  # stops the worker: its waits give up within shutdown.POLL_S
         rclpy.try_shutdown()
     return code
 

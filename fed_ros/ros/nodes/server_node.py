@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import inspect
 import math
-import queue
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -41,19 +39,22 @@ from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import STRATEGIES, ClientUpdate, make_strategy
 from fed_ros.core.validation import (AuditLog, Decision, Limits, UpdateEnvelope, ValidationContext,
-                                     check_update_envelope, validate_descriptor, validate_update)
+                                     check_update_envelope, validate_descriptor)
+from fed_ros.core.delivery import Ledger
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
-                         RobotMetrics, RoundAnnouncement, RoundReport)
+                         RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
+from fed_ros.ros import shutdown
 from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
 from fed_ros.ros.fleet.plan import SERVER_DEFAULTS, validate_server_params
-from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
+from fed_ros.core.rounds import (DONE, TRAIN, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
                                   ready_to_start)
-from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, BulkServer, ChunkedSender, PayloadAssembler,
-                                   PayloadRejected, TransferLimits, decode_resend_request,
-                                   encode_resend_request, fetch_bulk)
+from fed_ros.ros.wire.transfer import Received, TransferReceiver, TransferSender
+from fed_ros.ros.wire.transport import TransferLimits
 from fed_ros.srv import Register
+from fed_ros.core import bounds
+from fed_ros.ros.nodes.handler_guard import HandlerGuard
 
 # Parameters rclpy declares on every node; not ours to validate.
 _ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
@@ -79,16 +80,6 @@ def strategy_settings(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
             settings[key] = params["num_clusters"]
             break
     return settings
-
-
-def _code_for(reason: str) -> str:
-    for key, code in (("late", "late"), ("stale base", "stale_base"), ("stale", "stale_round"),
-                      ("future", "future_round"), ("duplicate", "duplicate"),
-                      ("not a participant", "not_participant"), ("NaN", "non_finite"),
-                      ("tensor", "schema"), ("no training round", "no_round")):
-        if key in reason:
-            return code
-    return "rejected"
 
 
 class FleetServer(Node):
@@ -128,6 +119,12 @@ class FleetServer(Node):
         if p["private_key_file"]:
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p["private_key_file"])
+        # With require_signatures a Register must prove possession of the allow-listed key
+        # (signature over its claim + timestamp + nonce); without it only the key must match.
+        self.registration_guard = None
+        if p["require_signatures"] and self.allow_list is not None:
+            from fed_ros.core.registration import RegistrationGuard
+            self.registration_guard = RegistrationGuard(self.allow_list)
         from fed_ros.core.rounds import Roster
         settings = RoundSettings(
             algorithm=p["algorithm"], rounds=p["rounds"], quorum_fraction=p["quorum_fraction"],
@@ -139,14 +136,16 @@ class FleetServer(Node):
                                       clock=self._now)
         self.resumed = self.coord.resume()
         self.limits = TransferLimits(max_total_bytes=p["max_update_bytes"])
-        self.assembler = PayloadAssembler(self.limits, max_pending=16)
-        self._bulk: BulkServer | None = None
-        self._fetches = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fed_ros-fetch")
-        self._fetched: queue.Queue = queue.Queue()
-        self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float], float]] = {}
-        self._closed_payloads: set[str] = set()
-        self._model_senders: dict[str, ChunkedSender] = {}
-        self._model_signatures: dict[str, bytes] = {}
+        # Transfer: updates in (assembly, bulk fetch, the one payload check), cluster models out.
+        self.updates_in = TransferReceiver(self.manifest, self.limits, max_pending=16,
+                                           on_event=lambda text: self.get_logger().warning(text))
+        self.models_out = TransferSender(p["transfer_channel"], bulk_threshold_bytes=p["bulk_threshold_bytes"],
+                                         bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
+        # The decision on every update payload id: a re-send is acknowledged again, never applied twice.
+        self.ledger = Ledger()
+        self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float]]] = {}
+        self._replays_audited: set[str] = set()  # closed ids whose re-arrival was audited (once each)
+        self._resend_limit = bounds.RateLimiter(per_s=10.0, burst=20)
         self._published_models_round = -1
         self._started = False
         self._start_time = time.monotonic()
@@ -160,14 +159,20 @@ class FleetServer(Node):
         # can replace it before a reader acknowledged it (reliable + keep-last drops).
         self.report_pub = self.create_publisher(RoundReport, "round_report", qos.model_state_qos(REPORT_HISTORY))
         self.resend_pub = self.create_publisher(String, "update_resend", qos.control_qos())
-        self.create_subscription(ModelUpdate, "updates", self._on_update, qos.control_qos(), callback_group=group)
-        self.create_subscription(DescriptorMsg, "descriptors", self._on_descriptor, qos.control_qos(),
+        self.ack_pub = self.create_publisher(UpdateAck, "update_acks", qos.control_qos())
+        # No handler can crash the node: a failing callback is logged with its type, counted
+        # (guard.failures) and audited; the node keeps serving.
+        self.guard = guard = HandlerGuard(self, on_error=self._audit_handler_failure)
+        self.create_subscription(ModelUpdate, "updates", guard.wrap("updates", self._on_update), qos.control_qos(),
                                  callback_group=group)
-        self.create_subscription(RobotMetrics, "robot_metrics", self._on_metrics, qos.control_qos(),
-                                 callback_group=group)
-        self.create_subscription(String, "model_resend", self._on_model_resend, qos.control_qos(),
-                                 callback_group=group)
-        self.create_service(Register, "register", self._on_register, callback_group=group)
+        self.create_subscription(DescriptorMsg, "descriptors", guard.wrap("descriptors", self._on_descriptor),
+                                 qos.control_qos(), callback_group=group)
+        self.create_subscription(RobotMetrics, "robot_metrics", guard.wrap("robot_metrics", self._on_metrics),
+                                 qos.control_qos(), callback_group=group)
+        self.create_subscription(String, "model_resend", guard.wrap("model_resend", self._on_model_resend),
+                                 qos.control_qos(), callback_group=group)
+        self.create_service(Register, "register", guard.wrap("register", self._on_register, self._register_failed),
+                            callback_group=group)
         self.create_timer(0.1, self._tick, callback_group=group)
         where = (f"resumed after committed round {self.coord.round_idx - 1}" if self.resumed
                  else "no committed round: starting from the initial model")
@@ -183,39 +188,94 @@ class FleetServer(Node):
         plan = self.coord.current_plan
         round_idx = plan.round_idx if plan else self.coord.round_idx
         return ValidationContext(
-            current_round=round_idx, expected_manifest=self.manifest, base_rounds={round_idx},
+            # expected_manifest None: a payload's content is checked once, by the transfer receiver.
+            current_round=round_idx, expected_manifest=None, base_rounds={round_idx},
             participants=set(plan.participants) if plan else set(),
             deadline_passed=bool(plan and self._now() > plan.deadline_s),
             limits=Limits(max_update_bytes=self.params["max_update_bytes"],
                           max_num_samples=max(self.params["max_samples"], 1) * 10),
             allow_list=self.allow_list, replay_guard=self.replay_guard)
 
-    def _reject_update(self, pid: str, robot_id: str, round_idx: int, reason: str, code: str = "",
-                       **extra: Any) -> None:
-        self._closed_payloads.add(pid)
+    def _decide(self, pid: str, env: UpdateEnvelope, decision: Decision, *, counted: bool = False,
+                **extra: Any) -> None:
+        """Close an update with its decision: counted once, audited, acknowledged to the robot."""
         self._envelopes.pop(pid, None)
-        self.assembler.discard(pid)
-        self.coord.record_rejection(robot_id, reason)
-        self.audit.record(kind="update", robot_id=robot_id, round_idx=round_idx,
-                          decision=Decision(False, code or _code_for(reason), reason), payload_id=pid, **extra)
-        self.get_logger().warning(f"update {pid} rejected: {reason}")
+        self.updates_in.discard(pid)
+        self.ledger.decide(pid, env.round_idx, decision)
+        if not decision and not counted:
+            self.coord.record_rejection(env.robot_id, decision.reason)  # the one place an update rejection is counted
+        self.audit.record(kind="update", robot_id=env.robot_id, round_idx=env.round_idx, decision=decision,
+                          payload_id=pid, **extra)
+        self._ack(pid, env.robot_id, env.round_idx, decision)
+        if decision:
+            self.get_logger().info(f"update from {env.robot_id} for round {env.round_idx} accepted "
+                                   f"({extra.get('bytes', 0)} B, {str(extra.get('sha256', ''))[:12]})")
+        else:
+            self.get_logger().warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
+                                      f"{decision.reason[:300]}")
+
+    def _ack(self, pid: str, robot_id: str, round_idx: int, decision: Decision) -> None:
+        msg = UpdateAck(robot_id=robot_id[:255], round=int(round_idx), payload_id=pid[:256],
+                        accepted=decision.accepted, code=decision.code[:32], reason=decision.reason[:1000])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.ack_pub.publish(msg)
 
     # ------------------------------------------------------------------ registration
     def _on_register(self, request, response):
-        verdict = self.coord.roster.register(
-            request.robot_id, tasks=list(request.tasks), num_samples=int(request.num_samples),
-            has_gpu=bool(request.has_gpu), public_key=bytes(request.public_key),
-            action_dim=int(request.action_dim) if request.action_dim else None)
+        verdict = self._check_register(request)
+        if verdict.accepted:
+            verdict = self.coord.roster.register(
+                request.robot_id, tasks=list(request.tasks), num_samples=int(request.num_samples),
+                has_gpu=bool(request.has_gpu), public_key=bytes(request.public_key),
+                action_dim=int(request.action_dim) if request.action_dim else None)
+        rid = bounds.clip(request.robot_id, 64)
         response.accepted = verdict.accepted
-        response.reason = verdict.reason
+        response.reason = verdict.reason[:bounds.MAX_REASON_CHARS]
         response.current_round = int(self.coord.round_idx)
-        membership = self.coord.memberships.get(request.robot_id, [])
+        membership = self.coord.memberships.get(request.robot_id, []) if verdict.accepted else []
         response.cluster_ids = [int(c) for c, _ in membership]
         response.weights = [float(w) for _, w in membership]
-        log = self.get_logger().info if verdict.accepted else self.get_logger().warning
-        log(f"register {request.robot_id!r}: {'accepted' if verdict.accepted else verdict.reason} "
-            f"({len(self.coord.roster)} robots)")
+        # One severity per call site: rclpy raises "Logger severity cannot be changed between
+        # calls" when one line logs at two severities (a rejected Register killed the server).
+        if verdict.accepted:
+            self.get_logger().info(f"register {rid!r}: accepted ({len(self.coord.roster)} robots)")
+        else:
+            self.audit.record(kind="register", robot_id=rid, round_idx=int(self.coord.round_idx),
+                              decision=Decision(False, "register", verdict.reason))
+            self.get_logger().warning(f"register {rid!r} refused: {verdict.reason[:300]}")
         return response
+
+    def _check_register(self, request) -> Verdict:
+        """Bounds first (DDS does not enforce the .srv bounds), then the proof of key possession."""
+        why = bounds.oversized({"robot_id": (request.robot_id, bounds.MAX_ID_CHARS),
+                                "public_key": (request.public_key, bounds.PUBLIC_KEY_BYTES),
+                                "nonce": (request.nonce, bounds.NONCE_BYTES),
+                                "signature": (request.signature, bounds.SIGNATURE_BYTES)}) \
+            or bounds.oversized_items("tasks", request.tasks, bounds.MAX_TASKS, bounds.MAX_NAME_CHARS) \
+            or bounds.oversized_items("cameras", request.cameras, bounds.MAX_CAMERAS, bounds.MAX_NAME_CHARS)
+        if why is not None:
+            return Verdict(False, f"register request refused: {why}")
+        if self.registration_guard is None:
+            return Verdict(True)
+        from fed_ros.core.registration import RegistrationClaim
+        claim = RegistrationClaim(robot_id=request.robot_id, public_key=bytes(request.public_key),
+                                  tasks=tuple(request.tasks), cameras=tuple(request.cameras),
+                                  action_dim=int(request.action_dim), has_gpu=bool(request.has_gpu),
+                                  num_samples=int(request.num_samples))
+        why = self.registration_guard.check(claim, int(request.timestamp_ns), bytes(request.nonce),
+                                            bytes(request.signature))
+        return Verdict(why is None, why or "")
+
+    def _register_failed(self, args: tuple, exc: BaseException):
+        """Service fallback: a Register whose handling raised is refused with the reason."""
+        response = args[1]
+        response.accepted = False
+        response.reason = f"server error ({type(exc).__name__}); registration not recorded"
+        return response
+
+    def _audit_handler_failure(self, name: str, exc: BaseException) -> None:
+        self.audit.record(kind="handler_error", robot_id="", round_idx=int(self.coord.round_idx),
+                          decision=Decision(False, "handler_error", f"{name}: {type(exc).__name__}: {exc}"))
 
     def _ready_to_start(self) -> bool:
         p = self.params
@@ -228,7 +288,8 @@ class FleetServer(Node):
         if self.exit_code is not None:
             return
         try:
-            self._drain_fetches()
+            for result in self.updates_in.completed():
+                self._complete_update(result)
             if not self._started:
                 if not self._ready_to_start():
                     return
@@ -239,9 +300,8 @@ class FleetServer(Node):
             plan, outcome = self.coord.poll()
             if plan is not None or outcome is not None:
                 self._publish_plan(plan, outcome)
-            for pid, missing in self.assembler.stalled().items():
-                if missing:
-                    self.resend_pub.publish(String(data=encode_resend_request(pid, missing)))
+            for request in self.updates_in.resend_requests():
+                self.resend_pub.publish(String(data=request))
             if self.coord.failed_reason:
                 self.get_logger().error(f"giving up: {self.coord.failed_reason}")
                 self.exit_code = 1
@@ -264,7 +324,7 @@ class FleetServer(Node):
             ann = Announcement(round_idx=plan.round_idx, stage=plan.stage, deadline_s=plan.deadline_s,
                                algorithm=plan.algorithm, participants=plan.participants,
                                memberships=plan.memberships, quorum=plan.quorum, configs=plan.configs)
-            self._forget_stale_payloads(plan.round_idx)
+            self._forget_stale_payloads(plan)
             msg = announcement_to_msg(ann)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.announce_pub.publish(msg)
@@ -275,15 +335,14 @@ class FleetServer(Node):
             if plan.stage == DONE:
                 self.get_logger().info("federation finished: robots keep their cluster models")
 
-    def _forget_stale_payloads(self, round_idx: int) -> None:
-        """Free partial updates of closed rounds (a robot died mid-upload); bound the closed-id memory."""
-        for pid, (env, _, _) in list(self._envelopes.items()):
-            if env.round_idx < round_idx:
+    def _forget_stale_payloads(self, plan: RoundPlan) -> None:
+        """Free partial updates of earlier rounds; a re-announced round collects its payloads afresh."""
+        for pid, (env, _) in list(self._envelopes.items()):
+            if env.round_idx < plan.round_idx:
                 self._envelopes.pop(pid, None)
-                self.assembler.discard(pid)
-                self._closed_payloads.add(pid)
-        if len(self._closed_payloads) > 100_000:
-            self._closed_payloads.clear()  # ids of old rounds: their rounds are stale anyway
+                self.updates_in.discard(pid)
+        if plan.stage == TRAIN and plan.attempt > 1:
+            self.ledger.reopen(plan.round_idx)  # the abandoned attempt's decisions do not answer the new one
 
     def _publish_models(self) -> None:
         round_idx = self.coord.round_idx
@@ -292,30 +351,17 @@ class FleetServer(Node):
             for cid, weight in membership:
                 if weight > 0:
                     members.setdefault(int(cid), []).append(rid)
-        if self._bulk is not None:
-            for sender in self._model_senders.values():
-                if sender.bulk_uri:
-                    self._bulk.withdraw(sender.bulk_uri)
-        self._model_senders.clear()
+        self.models_out.withdraw_all()  # the previous round's models stop being served
         stamp = self.get_clock().now().to_msg()
         for cid, model in sorted(self.coord.cluster_models.items()):
             encoded = encode_state_dict(model)
-            pid = f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}"
-            uri = ""
-            channel = self.params["transfer_channel"]
-            if channel == "zmq" or (channel == "auto" and encoded.total_bytes >= BULK_THRESHOLD_BYTES):
-                if self._bulk is None:
-                    self._bulk = BulkServer(ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
-                uri = self._bulk.offer(encoded.data)
-            sender = ChunkedSender(encoded, pid, bulk_uri=uri)
-            self._model_senders[pid] = sender
-            signature = (self.signer.sign_cluster_model(round_idx, cid, encoded.sha256)
-                         if self.signer is not None else b"")
-            self._model_signatures[pid] = signature
-            for chunk in sender.chunks():
-                self.model_pub.publish(cluster_model_msg(chunk, cluster_id=cid, round_idx=round_idx,
-                                                         member_robot_ids=sorted(members.get(cid, [])),
-                                                         signature=signature, stamp=stamp))
+            out = self.models_out.prepare(encoded, f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}",
+                                          cluster_id=cid, round_idx=round_idx,
+                                          member_robot_ids=sorted(members.get(cid, [])))
+            out.meta["signature"] = (self.signer.sign_cluster_model(round_idx, cid, encoded.sha256)
+                                     if self.signer is not None else b"")
+            for chunk in out.chunks():
+                self.model_pub.publish(cluster_model_msg(chunk, stamp=stamp, **out.meta))
         self._published_models_round = round_idx
         self.get_logger().info(f"published {len(self.coord.cluster_models)} cluster model(s) for round {round_idx}")
 
@@ -327,7 +373,7 @@ class FleetServer(Node):
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.robots = [RobotMetrics(robot_id=r.robot_id, cluster_ids=r.cluster_ids, num_samples=r.num_samples,
                                    train_loss=r.train_loss, val_loss=r.val_loss, success_rate=r.success_rate,
-                                   accepted=r.accepted, reason=r.reason) for r in outcome.robots]
+                                   accepted=r.accepted, reason=r.reason[:bounds.MAX_REASON_CHARS]) for r in outcome.robots]
         msg.clusters = [ClusterMetrics(cluster_id=cid, member_robot_ids=members,
                                        update_norm=float(outcome.cluster_update_norms.get(cid, math.nan)),
                                        intra_similarity=float(outcome.cluster_intra_similarity.get(cid, math.nan)))
@@ -340,11 +386,23 @@ class FleetServer(Node):
     # ------------------------------------------------------------------ updates
     def _on_update(self, msg) -> None:
         payload = msg.payload
-        pid = payload.payload_id
-        if pid in self._closed_payloads:
+        why = bounds.oversized({"robot_id": (msg.robot_id, bounds.MAX_ID_CHARS),
+                                "payload_id": (payload.payload_id, bounds.MAX_ID_CHARS),
+                                "bulk_uri": (payload.bulk_uri, bounds.MAX_URI_CHARS),
+                                "sha256": (payload.sha256, bounds.SHA256_HEX_CHARS),
+                                "nonce": (msg.nonce, bounds.NONCE_BYTES),
+                                "signature": (msg.signature, bounds.SIGNATURE_BYTES),
+                                "manifest": (payload.manifest, max(4 * len(self.manifest), 1024))})
+        if why is not None:  # before the ids are kept, logged or audited anywhere
+            return self._reject_oversized("update", msg.robot_id, int(msg.round), why)
+        pid, rid, round_idx = payload.payload_id, str(msg.robot_id), int(msg.round)
+        known = self.ledger.decided(pid)
+        if known is not None:  # a re-send (our acknowledgement was lost) or a replay: same answer, applied once
+            self._audit_replay(pid, rid, round_idx)
+            if int(payload.chunk_index) == 0:  # one acknowledgement per re-send, not per chunk
+                self._ack(pid, rid, round_idx, known)
             return
-        rid, round_idx = str(msg.robot_id), int(msg.round)
-        if pid not in self._envelopes:
+        if not self.updates_in.busy(pid):
             env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=int(msg.base_round),
                                  num_samples=int(msg.num_samples), manifest=list(payload.manifest),
                                  total_bytes=int(payload.total_bytes), payload_sha256=payload.sha256,
@@ -352,100 +410,90 @@ class FleetServer(Node):
                                  nonce=bytes(msg.nonce), signature=bytes(msg.signature))
             # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
             verdict = self.coord.check_update(rid, round_idx, int(msg.base_round))
-            if not verdict.accepted:
-                return self._reject_update(pid, rid, round_idx, verdict.reason)
-            decision = check_update_envelope(env, self._validation_ctx())
+            decision = (check_update_envelope(env, self._validation_ctx()) if verdict.accepted
+                        else Decision(False, verdict.code, verdict.reason))
             if not decision:
-                return self._reject_update(pid, rid, round_idx, decision.reason, decision.code)
-            metrics = {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)}
-            self._envelopes[pid] = (env, metrics, time.monotonic())
-            if payload.bulk_uri:
-                self._fetches.submit(self._fetch, pid, payload)
-                return
-        if payload.bulk_uri:
-            return  # a repeated control message of a fetch in progress
-        try:
-            complete = self.assembler.add(payload)
-        except PayloadRejected as exc:
-            return self._reject_update(pid, rid, round_idx, str(exc), "malformed")
-        if complete is not None:
-            self._complete_update(pid, complete.state_dict(copy=True), complete.sha256, complete.data.nbytes)
+                return self._decide(pid, env, decision)
+            self._envelopes[pid] = (env, {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)})
+        plan = self.coord.current_plan
+        retry_for_s = max(0.0, plan.deadline_s - self._now()) if plan is not None else 0.0
+        result = self.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
+        if result is not None:
+            self._complete_update(result)
 
-    def _fetch(self, pid: str, payload) -> None:
-        """Worker thread: pull bulk bytes; the result is handled on the node's callback group."""
-        try:
-            data = fetch_bulk(payload, limits=self.limits)
-            self._fetched.put((pid, payload, data, None))
-        except Exception as exc:  # noqa: BLE001 - any failure rejects this update only
-            self._fetched.put((pid, payload, None, f"bulk fetch failed: {exc}"))
+    def _reject_oversized(self, kind: str, robot_id: str, round_idx: int, why: str) -> None:
+        """A message with a field over its bound: counted and audited under a clipped id, nothing kept."""
+        rid = bounds.clip(robot_id, 64)
+        self.coord.record_rejection(rid, why)
+        self.audit.record(kind=kind, robot_id=rid, round_idx=round_idx, decision=Decision(False, "oversize", why))
+        self.get_logger().warning(f"{kind} from {rid!r} rejected: {why}")
 
-    def _drain_fetches(self) -> None:
-        from fed_ros.ros.wire.conversions import decode_state_dict, manifest_from_msgs
-        while True:
-            try:
-                pid, payload, data, error = self._fetched.get_nowait()
-            except queue.Empty:
-                return
-            env = self._envelopes.get(pid)
-            if env is None:
-                continue
-            if error is not None:
-                self._reject_update(pid, env[0].robot_id, env[0].round_idx, error, "malformed")
-                continue
-            params = decode_state_dict(manifest_from_msgs(payload.manifest), int(payload.encoding), data,
-                                       np.asarray(payload.scales, np.float32), copy=True)
-            self._complete_update(pid, params, payload.sha256, int(data.nbytes))
+    def _audit_replay(self, pid: str, robot_id: str, round_idx: int) -> None:
+        """A chunk of an already closed payload id (resend or replay): audited and counted once per id."""
+        if pid in self._replays_audited:
+            return
+        if len(self._replays_audited) >= 10_000:
+            self._replays_audited.clear()  # bounded; a later repeat is audited once more
+        self._replays_audited.add(pid)
+        self.audit.record(kind="update", robot_id=bounds.clip(robot_id, 64), round_idx=round_idx,
+                          decision=Decision(False, "replay", "payload id already closed (accepted or rejected "
+                                                             "before): re-sent or replayed chunks dropped"),
+                          payload_id=bounds.clip(pid, 96))
 
-    def _complete_update(self, pid: str, params: dict, sha256: str, nbytes: int) -> None:
-        env, metrics, _ = self._envelopes.pop(pid)
-        self._closed_payloads.add(pid)
-        rid, round_idx = env.robot_id, env.round_idx
-        decision = validate_update(env, params, self._validation_ctx(), received_sha256=sha256)
-        if not decision:
-            return self._reject_update(pid, rid, round_idx, decision.reason, decision.code, sha256=sha256,
-                                       bytes=nbytes)
-        update = ClientUpdate(robot_id=rid, params=params, num_samples=int(env.num_samples),
+    def _complete_update(self, result: Received) -> None:
+        """A payload is in (assembled or fetched, checked by the receiver): offer it to the round."""
+        pid = result.payload_id
+        if pid not in self._envelopes:
+            return  # its round ended while it was being fetched
+        env, metrics = self._envelopes[pid]
+        extra = {"sha256": result.sha256, "bytes": result.nbytes} if result.sha256 else {}
+        if not result.decision:
+            return self._decide(pid, env, result.decision, **extra)
+        if self.replay_guard is not None:
+            self.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
+        update = ClientUpdate(robot_id=env.robot_id, params=result.params, num_samples=int(env.num_samples),
                               base_round=int(env.base_round), cluster_id=int(env.cluster_id), metrics=metrics)
-        update.round_idx = round_idx
-        verdict: Verdict = self.coord.offer_update(update)
-        self.audit.record(kind="update", robot_id=rid, round_idx=round_idx,
-                          decision=Decision(verdict.accepted, "ok" if verdict.accepted else _code_for(verdict.reason),
-                                            verdict.reason or "accepted"),
-                          payload_id=pid, sha256=sha256, bytes=nbytes)
-        if verdict.accepted:
-            self.updates_completed += 1
-            self.get_logger().info(f"update from {rid} for round {round_idx} accepted ({nbytes} B, {sha256[:12]})")
-        else:
-            self.get_logger().warning(f"update {pid} rejected: {verdict.reason}")
+        update.round_idx = env.round_idx
+        verdict: Verdict = self.coord.offer_update(update)  # counts its own rejection
+        self._decide(pid, env, Decision(True) if verdict.accepted else Decision(False, verdict.code, verdict.reason),
+                     counted=True, **extra)
+        self.updates_completed += int(verdict.accepted)
 
     def _on_model_resend(self, msg) -> None:
-        try:
-            pid, chunks = decode_resend_request(msg.data)
-        except ValueError as exc:
-            self.get_logger().warning(f"bad model resend request: {exc}")
+        # Unauthenticated (std_msgs/String): bounded and rate-limited so a flood cannot make the
+        # server republish models without limit (10 requests/s, bursts of 20; refusals counted).
+        if not self._resend_limit.allow(time.monotonic()):
             return
-        sender = self._model_senders.get(pid)
-        if sender is None:
-            return  # an old round's model: the robot will get the current one
-        cid = int(pid.split("/")[0].split("_")[1])
-        members = sorted(r for r, m in self.coord.memberships.items() if any(c == cid and w > 0 for c, w in m))
+        if len(msg.data) > bounds.MAX_RESEND_REQUEST_CHARS:
+            self.get_logger().warning(f"model resend request of {len(msg.data)} chars refused "
+                                      f"(bound {bounds.MAX_RESEND_REQUEST_CHARS})")
+            return
         try:
-            for chunk in sender.resend(chunks):
-                self.model_pub.publish(cluster_model_msg(chunk, cluster_id=cid, round_idx=self.coord.round_idx,
-                                                         member_robot_ids=members,
-                                                         signature=self._model_signatures.get(pid, b"")))
+            answer = self.models_out.resend(msg.data)
         except ValueError as exc:
-            self.get_logger().warning(f"bad model resend request for {pid}: {exc}")
+            self.get_logger().warning(f"bad model resend request: {str(exc)[:200]}")
+            return
+        if answer is not None:  # None: an old round's model; the robot gets the current one
+            out, chunks = answer
+            for chunk in chunks:
+                self.model_pub.publish(cluster_model_msg(chunk, **out.meta))
 
     # ------------------------------------------------------------------ descriptors / metrics
     def _on_descriptor(self, msg) -> None:
+        why = bounds.oversized({"robot_id": (msg.robot_id, bounds.MAX_ID_CHARS),
+                                "nonce": (msg.nonce, bounds.NONCE_BYTES),
+                                "signature": (msg.signature, bounds.SIGNATURE_BYTES)}) \
+            or bounds.oversized_items("score_robot_ids", msg.score_robot_ids, 4096, bounds.MAX_ID_CHARS)
+        if why is not None:
+            return self._reject_oversized("descriptor", msg.robot_id, int(msg.round), why)
         rid = str(msg.robot_id)
         try:
             desc = descriptor_from_msg(msg)
         except ValueError as exc:
-            self.coord.record_rejection(rid, str(exc))
+            self.coord.record_rejection(rid, str(exc)[:1000])
             self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round),
                               decision=Decision(False, "bad_descriptor", str(exc)))
+            self.get_logger().warning(f"descriptor from {rid!r} rejected: {str(exc)[:300]}")
             return
         decision = validate_descriptor(desc, self._validation_ctx(), round_idx=int(msg.round),
                                        nonce=bytes(msg.nonce), signature=bytes(msg.signature), dims=int(msg.dims))
@@ -460,6 +508,9 @@ class FleetServer(Node):
                                             verdict.reason or "accepted"))
 
     def _on_metrics(self, msg) -> None:
+        if len(msg.robot_id) > bounds.MAX_ID_CHARS or len(msg.reason) > bounds.MAX_REASON_CHARS:
+            return self._reject_oversized("metrics", msg.robot_id, int(self.coord.round_idx),
+                                          f"robot_id/reason over bound ({len(msg.robot_id)}/{len(msg.reason)} chars)")
         verdict = self.coord.offer_metrics(str(msg.robot_id), float(msg.success_rate))
         if not verdict.accepted:
             self.get_logger().warning(f"metrics from {msg.robot_id}: {verdict.reason}")
@@ -467,18 +518,18 @@ class FleetServer(Node):
     def destroy_node(self) -> None:
         """Stop the fetch workers and the bulk server, close the audit log."""
         # Defensive: also called by rclpy's context clean-up after a failed constructor.
-        if getattr(self, "_fetches", None) is not None:
-            self._fetches.shutdown(wait=False, cancel_futures=True)
-        if getattr(self, "_bulk", None) is not None:
-            self._bulk.close()
+        if getattr(self, "updates_in", None) is not None:
+            self.updates_in.close()
+        if getattr(self, "models_out", None) is not None:
+            self.models_out.close()
         if getattr(self, "audit", None) is not None:
             self.audit.close()
         super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the fleet server until Ctrl-C, failure, or (exit_when_done) the last round."""
-    rclpy.init(args=args)
+    """Run the fleet server until Ctrl-C / SIGTERM (exit 0), failure, or (exit_when_done) the last round."""
+    shutdown.init(args)  # Ctrl-C sets a flag the loop below observes (fed_ros.ros.shutdown)
     node = None
     code = 0
     try:
@@ -489,7 +540,7 @@ def main(args: list[str] | None = None) -> int:
             return 2
         executor = MultiThreadedExecutor(num_threads=3)
         executor.add_node(node)
-        while rclpy.ok() and node.exit_code is None:
+        while rclpy.ok() and node.exit_code is None and not shutdown.requested():
             executor.spin_once(timeout_sec=0.1)
         code = node.exit_code or 0
     except (KeyboardInterrupt, ExternalShutdownException):

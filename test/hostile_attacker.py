@@ -1,0 +1,128 @@
+"""A hostile DDS peer (separate process: rclpy + the generated fed_ros types) for the hostile-peer
+suite. ``python test/hostile_attacker.py <keys_dir> <attack>[:<n>] ...``; prints one JSON line
+per attack: {"attack", "sent", "accepted", "reasons"} (service answers) or {"attack", "sent"}.
+
+It holds only its own key pair and the robots' PUBLIC keys (from the allow-list), as a real
+intruder on the fleet network could."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from std_msgs.msg import String
+
+from fed_ros.core import auth
+from fed_ros.msg import ModelUpdate
+from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.register import register_request
+from fed_ros.srv import Register
+
+MB = 1 << 20
+
+
+class Attacker:
+    def __init__(self, keys_dir: Path) -> None:
+        rclpy.init()
+        self.node = rclpy.create_node("intruder")
+        self.ex = SingleThreadedExecutor()
+        self.ex.add_node(self.node)
+        self.allow = auth.AllowList.from_yaml(keys_dir / "allow_list.yaml")
+        self.thief = auth.Signer.generate()
+        self.keys_dir = keys_dir
+        self.client = self.node.create_client(Register, "/fleet/register")
+        self.updates = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
+        self.resend = self.node.create_publisher(String, "/fleet/model_resend", qos.control_qos())
+
+    def call(self, request, timeout: float = 20.0):
+        fut = self.client.call_async(request)
+        end = time.monotonic() + timeout
+        while not fut.done() and time.monotonic() < end:
+            self.ex.spin_once(timeout_sec=0.02)
+        return fut.result() if fut.done() else None
+
+    def wait_matched(self, pub, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while pub.get_subscription_count() == 0 and time.monotonic() < end:
+            self.ex.spin_once(timeout_sec=0.05)
+
+    def registrations(self, name: str, requests) -> dict:
+        assert self.client.wait_for_service(timeout_sec=30.0)
+        answers = [self.call(r) for r in requests]
+        return {"attack": name, "sent": len(answers), "answered": sum(a is not None for a in answers),
+                "accepted": sum(bool(a and a.accepted) for a in answers),
+                "reasons": sorted({a.reason[:120] for a in answers if a is not None and not a.accepted})[:3]}
+
+    def run(self, attack: str, n: int) -> dict:
+        victim = "robot_0"
+        if attack == "register_flood":  # unknown ids, each properly signed with the intruder's key
+            return self.registrations(attack, (register_request(f"intruder_{i}", tasks=["lift"], signer=self.thief)
+                                               for i in range(n)))
+        if attack == "register_wrong_key":  # a real id with the intruder's key
+            return self.registrations(attack, [register_request(victim, tasks=["stack"], signer=self.thief)])
+        if attack == "register_no_proof":  # a real id with its PUBLIC key: overwrite its capabilities
+            req = register_request(victim, tasks=["stack"], num_samples=10**6, has_gpu=True)
+            req.public_key = list(self.allow.public_key(victim))
+            return self.registrations(attack, [req])
+        if attack == "register_replay":  # a captured, valid signed request sent again
+            captured = json.loads((self.keys_dir / "captured_register.json").read_text())
+            req = Register.Request(robot_id=captured["robot_id"], tasks=captured["tasks"],
+                                   action_dim=captured["action_dim"], num_samples=captured["num_samples"],
+                                   timestamp_ns=captured["timestamp_ns"])
+            req.public_key, req.nonce, req.signature = (list(bytes.fromhex(captured[k]))
+                                                        for k in ("public_key", "nonce", "signature"))
+            return self.registrations(attack, [req])
+        if attack == "junk_burst":  # 1 MB ids (the .msg bound is not enforced by DDS: bypass the setter)
+            self.wait_matched(self.updates)
+            for i in range(n):
+                msg = ModelUpdate()
+                msg._robot_id = f"{i:08d}" + "r" * MB
+                msg.payload._payload_id = f"{i:08d}" + "p" * MB
+                msg.round = 0
+                self.updates.publish(msg)
+                if i % 50 == 49:
+                    self.ex.spin_once(timeout_sec=0.0)
+            return {"attack": attack, "sent": n}
+        if attack in ("forged_update", "unsigned_update"):  # current-looking update for a real robot
+            from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
+            from fed_ros.ros.wire.transport import ChunkedSender
+            self.wait_matched(self.updates)
+            rng = np.random.default_rng(0)
+            params = {"w": rng.normal(size=(4,)).astype(np.float32)}
+            encoded = encode_state_dict(params)
+            for r in range(n):
+                nonce = auth.new_nonce()
+                sig = b"" if attack == "unsigned_update" else self.thief.sign_update(
+                    r, victim, nonce, encoded.sha256, base_round=r, num_samples=100, cluster_id=-1)
+                for chunk in ChunkedSender(encoded, f"{victim}/r{r}/forged{nonce.hex()[:6]}").chunks():
+                    self.updates.publish(model_update_msg(chunk, robot_id=victim, round_idx=r, base_round=r,
+                                                          num_samples=100, nonce=nonce, signature=sig))
+            return {"attack": attack, "sent": n}
+        if attack == "resend_flood":
+            self.wait_matched(self.resend)
+            for i in range(n):
+                self.resend.publish(String(data=json.dumps({"payload_id": f"cluster_0/r0/{i:012x}", "chunks": [0]})))
+            return {"attack": attack, "sent": n}
+        raise SystemExit(f"unknown attack {attack!r}")
+
+
+def main() -> int:
+    keys_dir = Path(sys.argv[1])
+    attacker = Attacker(keys_dir)
+    try:
+        for spec in sys.argv[2:]:
+            name, _, count = spec.partition(":")
+            print(json.dumps(attacker.run(name, int(count or 1))), flush=True)
+        attacker.ex.spin_once(timeout_sec=0.5)  # let the last samples leave
+    finally:
+        attacker.node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Hostile-peer suite (issue 13), real processes over DDS: a separate attacker process (rclpy +
+the generated fed_ros types) against a running signed fleet (allow-list + signatures, 2 honest
+signed robots, fedavg). Every attack is refused with a reason, the server keeps serving, the
+honest rounds complete with cluster models bit-identical to the same federation computed
+without an attacker, and the server's memory and logs stay bounded."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fed_ros.core import validation as V
+
+from fleet_fixtures import (ROBOTS, ScriptedRobots, committed_models, initial_model, make_keys, reference_models,
+                            rss_mb, server_argv, wait_for)
+
+ROUNDS = 2
+JUNK = int(os.environ.get("FED_ROS_HOSTILE_JUNK", "300"))  # 1 MB-id updates in the burst (bench: 10,000)
+HERE = Path(__file__).resolve().parent
+
+
+def run_attacker(tmp_path: Path, env: dict, *attacks: str, timeout: float = 240.0) -> dict[str, dict]:
+    """Run test/hostile_attacker.py as its own process; its JSON result per attack."""
+    out = subprocess.run([sys.executable, str(HERE / "hostile_attacker.py"), str(tmp_path / "keys"), *attacks],
+                         env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return {r["attack"]: r for r in map(json.loads, out.stdout.splitlines())}
+
+
+def audited(tmp_path: Path, code: str) -> int:
+    """Audit entries with ``code`` in the server's audit log and its rotated backup."""
+    files = [tmp_path / "state" / "audit.jsonl", tmp_path / "state" / "audit.jsonl.1"]
+    return sum(e["code"] == code for f in files if f.exists() for e in V.read_audit_log(f))
+
+
+def capture(request) -> dict:
+    """What an eavesdropper records of a Register request."""
+    return {"robot_id": request.robot_id, "tasks": list(request.tasks), "action_dim": request.action_dim,
+            "num_samples": request.num_samples, "timestamp_ns": request.timestamp_ns,
+            "public_key": bytes(request.public_key).hex(), "nonce": bytes(request.nonce).hex(),
+            "signature": bytes(request.signature).hex()}
+
+
+@pytest.mark.ros
+@pytest.mark.timeout(400)
+def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_path, ros_env, processes):
+    from fed_ros.ros.wire.register import register_request
+    signers = make_keys(tmp_path)
+    log_path = tmp_path / "server.log"
+    server = processes.start(server_argv(tmp_path, rounds=ROUNDS), ros_env, log_path=log_path)
+    robots = ScriptedRobots(signers, hold=True)  # no answers until the attacks are done
+    alive = lambda: server.poll() is None  # noqa: E731
+    try:
+        assert robots.client.wait_for_service(timeout_sec=90.0), log_path.read_text()[-2000:]
+        honest = register_request("robot_0", tasks=["lift"], num_samples=100, signer=signers["robot_0"])
+        assert robots.call(honest).accepted
+        (tmp_path / "keys" / "captured_register.json").write_text(json.dumps(capture(honest)))
+        robots.register_all()
+        wait_for(lambda: robots.stage == "train", 60, "round 0 announced", poll=robots.spin, alive=alive)
+        rss0, log0 = rss_mb(server.pid), log_path.stat().st_size
+        audit0 = (tmp_path / "state" / "audit.jsonl").stat().st_size
+        results = run_attacker(tmp_path, ros_env, "register_flood:200", "register_wrong_key", "register_no_proof",
+                               "register_replay", "forged_update:1", "unsigned_update:1", f"junk_burst:{JUNK}",
+                               "resend_flood:300")
+        # The server drains what the attacker sent (every junk message audited), then still answers.
+        wait_for(lambda: audited(tmp_path, "oversize") >= JUNK, 120, "the junk burst to be audited",
+                 poll=robots.spin, alive=alive)
+        assert robots.call(register_request("robot_1", tasks=["lift"], num_samples=110,
+                                            signer=signers["robot_1"])).accepted
+        rss1 = rss_mb(server.pid)
+        robots.hold = False
+        wait_for(lambda: robots.stage == "done", 180, "the federation to finish", poll=robots.spin, alive=alive)
+    finally:
+        robots.close()
+    log = log_path.read_text()
+    assert "Logger severity" not in log
+    assert "failed (" not in log, "a handler raised: " + log[log.find("failed ("):][:500]
+    # Registration: nothing from the intruder was admitted, each refused with its reason.
+    assert results["register_flood"]["answered"] == 200 and results["register_flood"]["accepted"] == 0
+    assert "not on the allow-list" in results["register_flood"]["reasons"][0]
+    assert results["register_wrong_key"]["accepted"] == 0
+    assert "does not match the allow-list" in results["register_wrong_key"]["reasons"][0]
+    assert results["register_no_proof"]["accepted"] == 0 and "not signed" in results["register_no_proof"]["reasons"][0]
+    assert results["register_replay"]["accepted"] == 0 and "replay" in results["register_replay"]["reasons"][0]
+    # The honest rounds completed with exactly the models of an attack-free run.
+    round_idx, final = committed_models(tmp_path / "state")
+    assert round_idx == ROUNDS - 1
+    assert final == reference_models(initial_model(), ROBOTS, ROUNDS)
+    # Forged and unsigned updates were refused with their reasons; the junk never stored.
+    entries = V.read_audit_log(tmp_path / "state" / "audit.jsonl")
+    codes = {e["code"] for e in entries if not e["accepted"]}
+    assert {"bad_signature", "unsigned", "oversize", "register"} <= codes, codes
+    assert all(len(e["robot_id"]) <= 255 for e in entries)
+    accepted = {(e["robot_id"], e["round"]) for e in entries if e["kind"] == "update" and e["accepted"]}
+    assert accepted == {(rid, r) for rid in ROBOTS for r in range(ROUNDS)}
+    # Bounded: memory and logs (the goal is <= 50 MB RSS and <= 10 MB logs for 10,000 junk messages).
+    audit_growth = (tmp_path / "state" / "audit.jsonl").stat().st_size - audit0
+    log_growth = log_path.stat().st_size - log0
+    print(f"hostile: junk {JUNK} x 2 MB, server RSS {rss0:.1f} -> {rss1:.1f} MiB, "
+          f"server log +{log_growth / 1e6:.2f} MB, audit +{audit_growth / 1e6:.2f} MB")
+    assert rss1 - rss0 <= 50.0, f"server RSS grew {rss1 - rss0:.1f} MiB"
+    assert log_growth + audit_growth <= 10e6
