@@ -305,8 +305,10 @@ class ScriptedRobots:
     def register_all(self, timeout: float = 60.0) -> None:
         assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
         for k, rid in enumerate(E2E_ROBOTS):
-            req = self.Register.Request(robot_id=rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"])
-            req.public_key = list(self.signers[rid].public_key)
+            from fed_ros.ros.wire.register import register_request
+            # Signed registration: the server runs with require_signatures (proof of key possession).
+            req = register_request(rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"],
+                                   signer=self.signers[rid])
             fut = self.client.call_async(req)
             end = time.monotonic() + timeout
             while not fut.done() and time.monotonic() < end:
