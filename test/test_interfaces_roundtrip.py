@@ -47,7 +47,8 @@ def _peer() -> None:
     from fed_ros.msg import ClusterModel, ModelUpdate
     from fed_ros.ros.wire import conversions as conv
     from fed_ros.ros.wire.qos import control_qos, model_state_qos
-    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, PayloadRejected, TransferLimits, fetch_bulk
+    from fed_ros.ros.wire.bulk import fetch_bulk
+    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, PayloadRejected, TransferLimits
     from fed_ros.srv import Record, Register
 
     rclpy.init()
@@ -219,7 +220,8 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
     from fed_ros.msg import ArmCommand, ClusterMetrics, EpisodeStatus, RobotMetrics, RoundReport
     from fed_ros.core.round_config import RoundConfig
     from fed_ros.ros.wire import conversions as conv
-    from fed_ros.ros.wire.transport import BulkServer, ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.bulk import BulkServer
+    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
     from fed_ros.srv import Record, Register
 
     peer = processes.python([str(Path(__file__).resolve()), "--peer"], ros_env, log_path=tmp_path / "peer.log")

@@ -16,6 +16,7 @@ import zmq
 
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire import conversions as conv
+from fed_ros.ros.wire import bulk
 from fed_ros.ros.wire import transport as tr
 
 
@@ -159,16 +160,25 @@ def test_stalled_payload_reports_missing_and_resend_completes_it() -> None:
     _assert_same(asm.add(resent[1]), enc)
 
 
-def test_payload_given_up_after_max_resume_requests() -> None:
+def test_resume_requests_stop_after_max_but_a_full_resend_resumes_the_partial() -> None:
+    """A link outage longer than the resume budget: the receiver stops asking but keeps its
+    chunks; the sender's re-send (no acknowledgement) completes the payload with what was missing."""
     clock = FakeClock()
     enc = _encoded()
+    sender = tr.ChunkedSender(enc, "p", chunk_bytes=4096)
     asm = tr.PayloadAssembler(stall_timeout_s=1.0, max_resume_requests=2, clock=clock)
-    asm.add(tr.ChunkedSender(enc, "p", chunk_bytes=4096).chunk(0))
+    asm.add(sender.chunk(0))
     for step in range(1, 3):
         clock.now = step * 1.1
         assert "p" in asm.stalled()
     clock.now = 10.0
-    assert asm.stalled() == {} and asm.pending_ids == [] and asm.pending_bytes == 0
+    assert asm.stalled() == {} and asm.pending_ids == ["p"]
+    done = None
+    for chunk in sender.chunks():
+        done = asm.add(chunk) or done
+    _assert_same(done, enc)
+    asm.discard("p")
+    assert asm.pending_bytes == 0
 
 
 def test_max_pending_bounds_memory() -> None:
@@ -205,7 +215,7 @@ def test_bulk_control_message_is_not_assembled() -> None:
 @pytest.fixture
 def bulk_server():
     ctx = zmq.Context()
-    server = tr.BulkServer(context=ctx)
+    server = bulk.BulkServer(context=ctx)
     try:
         yield server, ctx
     finally:
@@ -219,7 +229,7 @@ def test_bulk_fetch_round_trip(bulk_server) -> None:
     uri = server.offer(enc.data)
     control = tr.ChunkedSender(enc, "robot_1/r2/update", bulk_uri=uri).chunk(0)
     assert len(control.data) == 0 and control.bulk_uri == uri
-    data = tr.fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
+    data = bulk.fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
     assert data.tobytes() == enc.data.tobytes()
     sd = conv.decode_state_dict(conv.manifest_from_msgs(control.manifest), control.encoding, data)
     np.testing.assert_array_equal(sd["a"], conv.decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"])
@@ -230,7 +240,7 @@ def test_bulk_size_cap_checked_before_connecting() -> None:
     # nothing listens on this endpoint: a fetch that connected would time out instead
     control = tr.ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:9/deadbeef").chunk(0)
     with pytest.raises(tr.PayloadRejected, match="exceeds cap 1000"):
-        tr.fetch_bulk(control, limits=tr.TransferLimits(max_total_bytes=1000))
+        bulk.fetch_bulk(control, limits=tr.TransferLimits(max_total_bytes=1000))
 
 
 def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
@@ -238,15 +248,15 @@ def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
     enc = _encoded()
     uri = server.offer(enc.data)
     with pytest.raises(tr.PayloadRejected, match="unknown token"):
-        tr.fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
+        bulk.fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
     with pytest.raises(tr.PayloadRejected, match="sha256 mismatch"):
-        tr.fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
+        bulk.fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
     server.withdraw(uri)
     with pytest.raises(tr.PayloadRejected, match="unknown token"):
-        tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
+        bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
 
 
-class _LossyBulkServer(tr.BulkServer):
+class _LossyBulkServer(bulk.BulkServer):
     """Drops the first transmission of some chunks (a lost frame / restarted peer)."""
 
     def __init__(self, drop: set[int], **kw) -> None:
@@ -268,7 +278,7 @@ def test_bulk_fetch_resumes_only_missing_chunks() -> None:
     try:
         enc = _encoded(20_000)  # 80 kB in 16 kB chunks = 5 chunks
         uri = server.offer(enc.data)
-        data = tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=8,
+        data = bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=8,
                              idle_timeout_s=0.3, context=ctx)
         assert data.tobytes() == enc.data.tobytes()
         assert server.sent == [0, 1, 2, 3, 4, 1, 3]  # second request: only the lost ones
@@ -282,15 +292,15 @@ def test_bulk_fetch_times_out_when_server_gone(bulk_server) -> None:
     enc = _encoded()
     uri = server.offer(enc.data)
     server.close()
-    with pytest.raises(TimeoutError, match="resume attempts"):
-        tr.fetch_bulk(uri, enc.total_bytes, enc.sha256, idle_timeout_s=0.1, max_retries=2, context=ctx)
+    with pytest.raises(bulk.BulkUnreachable, match="bulk server tcp://127.0.0.1:[0-9]+ unreachable"):
+        bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, idle_timeout_s=0.1, max_retries=2, context=ctx)
 
 
 def test_parse_bulk_uri() -> None:
-    assert tr.parse_bulk_uri("tcp://10.0.0.5:5555/abc") == ("tcp://10.0.0.5:5555", b"abc")
+    assert bulk.parse_bulk_uri("tcp://10.0.0.5:5555/abc") == ("tcp://10.0.0.5:5555", b"abc")
     for bad in ("http://x:1/a", "tcp://x:1/", "tcp://x:1"):
         with pytest.raises(ValueError, match="bulk_uri"):
-            tr.parse_bulk_uri(bad)
+            bulk.parse_bulk_uri(bad)
 
 
 # ------------------------------------------------------------------ Fast DDS profile
@@ -388,13 +398,13 @@ def test_bulk_server_bind_and_advertised_host_from_environment(monkeypatch) -> N
     monkeypatch.setenv("FED_ROS_BULK_BIND", "tcp://127.0.0.1:*")
     monkeypatch.setenv("FED_ROS_BULK_HOST", "robot-7.fleet.lan")
     ctx = zmq.Context()
-    server = tr.BulkServer(context=ctx)
+    server = bulk.BulkServer(context=ctx)
     try:
         uri = server.offer(b"x" * 10)
         assert uri.startswith("tcp://robot-7.fleet.lan:") and len(uri.rsplit("/", 1)[1]) == 32
         # the advertised name is for other machines; locally fetch through the bound endpoint
         local = "tcp://127.0.0.1:" + uri.split(":")[2]
-        assert tr.fetch_bulk(local, 10, conv.sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
+        assert bulk.fetch_bulk(local, 10, conv.sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
     finally:
         server.close()
         ctx.term()

@@ -53,7 +53,8 @@ def _ros_sender(args: argparse.Namespace) -> None:
     from fed_ros.msg import ModelUpdate
     from fed_ros.ros.wire import conversions as conv
     from fed_ros.ros.wire.qos import control_qos
-    from fed_ros.ros.wire.transport import BulkServer, ChunkedSender
+    from fed_ros.ros.wire.bulk import BulkServer
+    from fed_ros.ros.wire.transport import ChunkedSender
 
     encoded = conv.encode_state_dict(_payload(args.mb))
     rclpy.init()
@@ -93,7 +94,8 @@ def _ros_receiver(args: argparse.Namespace) -> None:
 
     from fed_ros.msg import ModelUpdate
     from fed_ros.ros.wire.qos import control_qos
-    from fed_ros.ros.wire.transport import PayloadAssembler, TransferLimits, fetch_bulk
+    from fed_ros.ros.wire.bulk import fetch_bulk
+    from fed_ros.ros.wire.transport import PayloadAssembler, TransferLimits
 
     rclpy.init()
     node = rclpy.create_node("bench_server")
@@ -279,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         rate = nbytes / med
         chunk = "-" if method in ("raw_zmq", "memcpy") else ("whole" if cb >= nbytes else f"{cb >> 20} MiB")
         if method == "zmq_bulk":
-            from fed_ros.ros.wire.transport import DEFAULT_BULK_CHUNK_BYTES
+            from fed_ros.ros.wire.bulk import DEFAULT_BULK_CHUNK_BYTES
 
             chunk = f"{DEFAULT_BULK_CHUNK_BYTES >> 20} MiB"
         ratio = f"{rate / ref:.2f}" if raw else "-"  # no raw_zmq row: no reference

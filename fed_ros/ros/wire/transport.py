@@ -1,30 +1,21 @@
-"""Model transfer: chunked ROS 2 payloads with integrity checks and resume, and a zmq bulk
-channel for the tensor bytes while the control plane stays in ROS 2 messages.
+"""Chunked ROS 2 payloads: the sending and assembling halves, size caps, integrity, resume.
 
-Two paths, both tested (test/test_ros_transport.py, test/test_interfaces_roundtrip.py):
+- ``ChunkedSender`` turns an ``EncodedPayload`` into ``TensorPayload`` chunks (zero-copy
+  views) and resends only requested ones.
+- ``PayloadAssembler`` collects chunks by payload_id with size caps checked before any byte
+  is accepted, verifies sha256 on completion, reports missing chunks after a timeout and
+  accepts the resent ones.
 
-- ROS chunks: ``ChunkedSender`` turns an ``EncodedPayload`` into ``TensorPayload`` chunks
-  (zero-copy views); ``PayloadAssembler`` collects them by payload_id with size caps
-  checked before any byte is accepted, verifies sha256 on completion, reports missing
-  chunks after a timeout and accepts the resent ones.
-- zmq bulk: ``BulkServer`` (ROUTER) offers a payload under a random token; the ROS
-  message carries manifest, size, sha256 and ``bulk_uri`` (one control message, no data);
-  ``fetch_bulk`` (DEALER) checks the size cap, pulls the chunks with a bounded window
-  (frames sent with copy=False), hashes them while the rest arrive, re-requests missing
-  chunks, and verifies sha256.
-
-Which path is the default for large payloads is decided by measurement
-(``fed-ros bench transfer``; numbers quoted at ``DEFAULT_TRANSPORT``).
+The zmq bulk channel is in ``bulk.py``; the sender/receiver objects both nodes use (channel
+choice, the one payload check, acknowledgement bookkeeping) are in ``transfer.py``. Which
+path is the default for large payloads is decided by measurement (``fed-ros bench
+transfer``; numbers quoted at ``DEFAULT_TRANSPORT``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import secrets
-import socket
-import struct
-import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zmq
 
 from fed_ros.core.params import Manifest
 from fed_ros.msg import TensorPayload
@@ -54,15 +44,6 @@ from fed_ros.ros.wire.conversions import (
 # x raw pyzmq, default / SHM profile: 1 MiB 0.15/0.22, 2 MiB 0.25/0.35, 4 MiB 0.30/0.37,
 # 8 MiB 0.15/0.35, unchunked 0.06/0.09. 4 MiB is fastest and a lost chunk is cheap to resend.
 DEFAULT_CHUNK_BYTES = 4 << 20
-# Chunk size on the zmq bulk channel (frames are sent with copy=False; the receiver
-# hashes chunk i while chunk i+1 is on the wire). sha256 (12 ms for 21.5 MB here) costs
-# more than the loopback transfer itself (~7 ms), so overlap is what matters. Measured,
-# 21.5 MB fetched from another process, median of 8 (ms), 2-core machine under load:
-# 1 MiB 15.5 | 2 MiB 16.3 | 4 MiB 19.8 | 8 MiB 20.5 | one frame 24.9; no hashing 6.8.
-DEFAULT_BULK_CHUNK_BYTES = 1 << 20
-# Chunks requested at once on the bulk channel (flow control; bounds sender queue memory
-# to window x chunk size per fetcher).
-DEFAULT_BULK_WINDOW = 16
 # Payloads at least this large go over the zmq bulk channel by default; smaller ones
 # travel inside ROS messages (one round trip fewer, nothing else to open).
 BULK_THRESHOLD_BYTES = 1 << 20
@@ -82,7 +63,11 @@ _MAX_PAYLOAD_ID = 256
 
 
 class PayloadRejected(ValueError):
-    """A chunk or payload failed a size, schema, consistency or integrity check."""
+    """A chunk or payload failed a size, schema, consistency or integrity check (``code`` says which)."""
+
+    def __init__(self, reason: str, code: str = "transfer") -> None:
+        super().__init__(reason)
+        self.code = code  # a fed_ros.core.validation reject code
 
 
 # -------------------------------------------------------------------------- sender
@@ -166,7 +151,8 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
         raise PayloadRejected(f"payload_id must be 1..{_MAX_PAYLOAD_ID} characters, got {pid[:80]!r}")
     total = int(msg.total_bytes)
     if total > limits.max_total_bytes:
-        raise PayloadRejected(f"payload {pid!r}: total_bytes {total} exceeds cap {limits.max_total_bytes}")
+        raise PayloadRejected(f"payload {pid!r}: total_bytes {total} exceeds cap {limits.max_total_bytes}",
+                              "oversize")
     count, index = int(msg.chunk_count), int(msg.chunk_index)
     if not 1 <= count <= limits.max_chunks:
         raise PayloadRejected(f"payload {pid!r}: chunk_count {count} outside [1, {limits.max_chunks}]")
@@ -259,6 +245,15 @@ class PayloadAssembler:
         """Drop a payload being assembled (e.g. its round ended); its chunks are then ignored."""
         self._finish(payload_id)
 
+    def forget(self, payload_id: str) -> None:
+        """Drop a payload and its finished mark: a later chunk of it starts a new assembly."""
+        self._pending.pop(payload_id, None)
+        self._finished_set.discard(payload_id)
+
+    def is_finished(self, payload_id: str) -> bool:
+        """Whether the payload completed, failed or was discarded recently (its chunks are ignored)."""
+        return payload_id in self._finished_set
+
     def add(self, msg: TensorPayload) -> CompletePayload | None:
         """Accept one chunk; returns the verified payload when it completes, else None.
 
@@ -307,7 +302,8 @@ class PayloadAssembler:
                                   f"{pending.buf.nbytes} bytes")
         digest = hashlib.sha256(memoryview(pending.buf)).hexdigest()
         if digest != pending.sha256:
-            raise PayloadRejected(f"payload {pid!r}: sha256 mismatch (got {digest}, header says {pending.sha256})")
+            raise PayloadRejected(f"payload {pid!r}: sha256 mismatch (got {digest}, header says {pending.sha256})",
+                                  "digest_mismatch")
         return CompletePayload(payload_id=pid, manifest=pending.manifest, encoding=pending.encoding,
                                scales=pending.scales, data=pending.buf, sha256=pending.sha256)
 
@@ -316,7 +312,9 @@ class PayloadAssembler:
             return
         oldest_id, oldest = next(iter(self._pending.items()))
         if self._clock() - oldest.last_progress >= self.stall_timeout_s * (self.max_resume_requests + 1):
-            self._finish(oldest_id)  # abandoned long ago: its memory goes to the newcomer
+            # Abandoned long ago: its memory goes to the newcomer. Not marked finished, so a
+            # re-send of it (its sender was never acknowledged) starts over.
+            self._pending.pop(oldest_id)
             return
         raise PayloadRejected(f"payload {pid!r}: {len(self._pending)} payloads already being assembled "
                               f"(max_pending={self.max_pending})")
@@ -332,7 +330,10 @@ class PayloadAssembler:
         """Resume requests: payloads with no progress for stall_timeout_s -> their missing chunks.
 
         Each call that reports a payload counts as one resume request; after
-        max_resume_requests the payload is given up (dropped, memory freed).
+        max_resume_requests the receiver stops asking (the link is probably down) but keeps
+        the chunks it has: the sender re-sends an unacknowledged payload when the link is
+        back, and only the missing chunks are then new. Memory stays bounded: ``discard``
+        at the end of its round, or eviction when a newcomer needs the room.
         """
         now = self._clock() if now is None else now
         out: dict[str, list[int]] = {}
@@ -340,7 +341,6 @@ class PayloadAssembler:
             if now - pending.last_progress < self.stall_timeout_s:
                 continue
             if pending.resume_requests >= self.max_resume_requests:
-                self._finish(pid)
                 continue
             pending.resume_requests += 1
             pending.last_progress = now  # wait another timeout for the resent chunks
@@ -373,223 +373,6 @@ def decode_resend_request(text: str, max_chunks: int = DEFAULT_MAX_CHUNKS) -> tu
             or not all(isinstance(i, int) and 0 <= i < max_chunks for i in chunks):
         raise ValueError(f"malformed resend request {text[:120]!r}")
     return pid, chunks
-
-
-# ------------------------------------------------------------------ zmq bulk channel
-
-_GET = b"GET"
-_DATA = b"DATA"
-_ERR = b"ERR"
-_CHUNK_HDR = struct.Struct("<IIQ")  # index, count, offset
-
-
-def parse_bulk_uri(uri: str) -> tuple[str, bytes]:
-    """'tcp://host:port/<token>' -> (zmq endpoint, token)."""
-    if not uri.startswith("tcp://") or uri.count("/") != 3:
-        raise ValueError(f"bulk_uri must look like tcp://host:port/<token>, got {uri!r}")
-    endpoint, token = uri.rsplit("/", 1)
-    if not token:
-        raise ValueError(f"bulk_uri has no token: {uri!r}")
-    return endpoint, token.encode()
-
-
-class BulkServer:
-    """Serves offered payloads to fetchers over a zmq ROUTER socket (background thread).
-
-    A payload is reachable only with its random token, which travels in the ROS control
-    message; offers expire after ``ttl_s`` so memory stays bounded.
-    """
-
-    def __init__(self, bind: str | None = None, advertise_host: str | None = None,
-                 context: zmq.Context | None = None, ttl_s: float = 120.0) -> None:
-        # Loopback unless told otherwise: FED_ROS_BULK_BIND (e.g. tcp://0.0.0.0:5555) and
-        # FED_ROS_BULK_HOST (the address other machines use) open it to a fleet network.
-        bind = bind or os.environ.get("FED_ROS_BULK_BIND", "tcp://127.0.0.1:*")
-        advertise_host = advertise_host or os.environ.get("FED_ROS_BULK_HOST") or None
-        self._ctx = context or zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.ROUTER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        # Unknown peers raise instead of silently dropping; bounded queue per peer.
-        self._sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._sock.setsockopt(zmq.SNDHWM, 4 * DEFAULT_BULK_WINDOW)
-        # A fetcher that stops reading must not block the serving thread for everyone else:
-        # after this many ms the send fails, the request is dropped and the fetcher resumes.
-        self._sock.setsockopt(zmq.SNDTIMEO, 5000)
-        self._sock.bind(bind)
-        endpoint = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
-        host, port = endpoint.rsplit(":", 1)
-        host = advertise_host or (host.split("//", 1)[1] if "0.0.0.0" not in host else socket.gethostname())
-        self.endpoint = f"tcp://{host}:{port}"
-        self.ttl_s = ttl_s
-        self._offers: dict[bytes, tuple[np.ndarray, float]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.requests_served = 0
-        self._thread = threading.Thread(target=self._serve, name="fed_ros-bulk", daemon=True)
-        self._thread.start()
-
-    def offer(self, data: np.ndarray | bytes) -> str:
-        """Make ``data`` fetchable (not copied: keep it unchanged); returns its bulk_uri."""
-        arr = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data
-        if arr.dtype != np.uint8 or arr.ndim != 1 or not arr.flags.c_contiguous:
-            raise ValueError("bulk payload must be a contiguous 1-D uint8 array or bytes")
-        token = secrets.token_hex(16).encode()
-        with self._lock:
-            self._expire()
-            self._offers[token] = (arr, time.monotonic() + self.ttl_s)
-        return f"{self.endpoint}/{token.decode()}"
-
-    def withdraw(self, uri_or_token: str) -> None:
-        """Stop serving an offer."""
-        token = uri_or_token.rsplit("/", 1)[-1].encode()
-        with self._lock:
-            self._offers.pop(token, None)
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for token in [t for t, (_, exp) in self._offers.items() if exp < now]:
-            del self._offers[token]
-
-    def _serve(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._sock, zmq.POLLIN)
-        while not self._stop.is_set():
-            if not poller.poll(100):
-                continue
-            try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                continue
-            except zmq.ZMQError:
-                break
-            try:
-                self._handle(frames)
-            except zmq.ZMQError:
-                continue  # peer vanished mid-reply; it will re-request
-
-    def _handle(self, frames: list[bytes]) -> None:
-        if len(frames) != 5 or frames[1] != _GET:
-            if frames:
-                self._sock.send_multipart([frames[0], b"", _ERR, b"malformed request"])
-            return
-        ident, _, token, chunk_raw, idx_raw = frames[0], frames[1], frames[2], frames[3], frames[4]
-        with self._lock:
-            offer = self._offers.get(token)
-        if offer is None or len(chunk_raw) != 8 or len(idx_raw) % 4:
-            self._sock.send_multipart([ident, token, _ERR, b"unknown token or malformed request"])
-            return
-        data = offer[0]
-        chunk_bytes = struct.unpack("<Q", chunk_raw)[0]
-        if chunk_bytes == 0:
-            self._sock.send_multipart([ident, token, _ERR, b"chunk size 0"])
-            return
-        ranges = chunk_ranges(data.nbytes, chunk_bytes)
-        self.requests_served += 1
-        for index in np.frombuffer(idx_raw, dtype="<u4").tolist():
-            if index >= len(ranges):
-                self._sock.send_multipart([ident, token, _ERR, f"chunk {index} out of range".encode()])
-                return
-            self._send_chunk(ident, token, data, index, ranges)
-
-    def _send_chunk(self, ident: bytes, token: bytes, data: np.ndarray, index: int,
-                    ranges: list[tuple[int, int]]) -> None:
-        off, n = ranges[index]
-        # copy=False: zmq sends straight from the offered array (no Python-side copy).
-        self._sock.send_multipart([ident, token, _DATA, _CHUNK_HDR.pack(index, len(ranges), off),
-                                   data[off: off + n]], copy=False)
-
-    def close(self) -> None:
-        """Stop the server thread and close the socket."""
-        self._stop.set()
-        self._thread.join(timeout=2)
-        self._sock.close(0)
-
-    def __enter__(self) -> "BulkServer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-def fetch_bulk(msg_or_uri: TensorPayload | str, total_bytes: int | None = None, sha256: str | None = None, *,
-               limits: TransferLimits | None = None, chunk_bytes: int = DEFAULT_BULK_CHUNK_BYTES,
-               window: int = DEFAULT_BULK_WINDOW, idle_timeout_s: float = 2.0, max_retries: int = 5,
-               context: zmq.Context | None = None) -> np.ndarray:
-    """Fetch a payload from a BulkServer: caps first, windowed chunks, resume, sha256 check.
-
-    Given a TensorPayload control message, its header is validated (``check_header``)
-    before connecting. Returns the payload bytes (uint8 array).
-    """
-    limits = limits or TransferLimits()
-    if isinstance(msg_or_uri, str):
-        uri = msg_or_uri
-        if total_bytes is None or sha256 is None:
-            raise ValueError("fetch_bulk(uri) needs total_bytes and sha256")
-        if total_bytes > limits.max_total_bytes:
-            raise PayloadRejected(f"bulk payload {total_bytes} bytes exceeds cap {limits.max_total_bytes}")
-    else:
-        check_header(msg_or_uri, limits)
-        if not msg_or_uri.bulk_uri:
-            raise ValueError(f"payload {msg_or_uri.payload_id!r} has no bulk_uri")
-        uri, total_bytes, sha256 = msg_or_uri.bulk_uri, int(msg_or_uri.total_bytes), msg_or_uri.sha256
-    if chunk_bytes <= 0 or chunk_bytes > limits.max_chunk_bytes or window < 1:
-        raise ValueError(f"invalid chunk_bytes={chunk_bytes} / window={window}")
-    endpoint, token = parse_bulk_uri(uri)
-    ranges = chunk_ranges(total_bytes, chunk_bytes)
-    buf = np.empty(total_bytes, dtype=np.uint8)
-    received: set[int] = set()
-    hasher = hashlib.sha256()
-    hashed_upto = 0  # chunks hashed in order while the rest are on the wire
-    ctx = context or zmq.Context.instance()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVHWM, 4 * window)
-    sock.connect(endpoint)
-    chunk_raw = struct.pack("<Q", chunk_bytes)
-    try:
-        retries = 0
-        while len(received) < len(ranges):
-            todo = [i for i in range(len(ranges)) if i not in received]
-            queue = deque(todo)
-            outstanding = 0
-            while queue or outstanding:
-                while queue and outstanding < window:
-                    batch = [queue.popleft() for _ in range(min(window - outstanding, len(queue)))]
-                    sock.send_multipart([_GET, token, chunk_raw, np.asarray(batch, dtype="<u4").tobytes()])
-                    outstanding += len(batch)
-                if not sock.poll(int(idle_timeout_s * 1000)):
-                    break  # stalled: re-request what is missing
-                frames = sock.recv_multipart(copy=False)
-                if len(frames) >= 3 and frames[1].bytes == _ERR:
-                    raise PayloadRejected(f"bulk server refused {uri}: {frames[2].bytes.decode(errors='replace')}")
-                if len(frames) != 4 or frames[1].bytes != _DATA or len(frames[2].bytes) != _CHUNK_HDR.size:
-                    raise PayloadRejected(f"malformed bulk reply from {endpoint}")
-                index, count, off = _CHUNK_HDR.unpack(frames[2].bytes)
-                data = frames[3].buffer
-                if count != len(ranges) or index >= count or ranges[index] != (off, len(data)):
-                    raise PayloadRejected(f"bulk chunk {index}/{count} at {off} (+{len(data)}) does not match "
-                                          f"the expected layout of {total_bytes} bytes")
-                outstanding -= 1
-                if index in received:
-                    continue
-                buf[off: off + len(data)] = np.frombuffer(data, dtype=np.uint8)
-                received.add(index)
-                # Hash in index order as soon as possible; later chunks are on the wire meanwhile.
-                while hashed_upto in received:
-                    o, n = ranges[hashed_upto]
-                    hasher.update(memoryview(buf)[o: o + n])
-                    hashed_upto += 1
-            if len(received) < len(ranges):
-                retries += 1
-                if retries > max_retries:
-                    raise TimeoutError(f"bulk fetch {uri}: {len(ranges) - len(received)} chunks missing after "
-                                       f"{max_retries} resume attempts")
-    finally:
-        sock.close(0)
-    digest = hasher.hexdigest()
-    if digest != sha256:
-        raise PayloadRejected(f"bulk payload {uri}: sha256 mismatch (got {digest}, expected {sha256})")
-    return buf
 
 
 # --------------------------------------------------------------- Fast DDS profile
