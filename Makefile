@@ -63,5 +63,10 @@ test: setup $(LAUNCH_STAMP)
 demo: setup
 	$(VENV)/bin/fed-ros demo
 
+# CUDA machines only: CUDA tests + `fed-ros bench train --device cuda` with AMP (< ~5 min).
+.PHONY: gpu-check
+gpu-check: setup
+	VENV=$(VENV) tools/gpu_check.sh
+
 clean:
 	rm -rf build install log .pytest_cache runs

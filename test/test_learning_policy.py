@@ -200,3 +200,120 @@ def test_corrupt_checkpoints_and_payloads_raise_value_error(tmp_path):
         load_checkpoint(tmp_path / "missing.safetensors")
     with pytest.raises(ValueError, match="safetensors"):
         state_dict_from_bytes(bytes(raw))
+
+
+# -- image trunk profiles, frame pooling, augmentation ------------------------------------
+
+
+def test_image_profile_is_validated_and_sets_default_widths():
+    with pytest.raises(ValueError, match="image_profile"):
+        PolicyConfig(kind="image", image_profile="resnet18")
+    assert PolicyConfig(kind="image").conv_channels == (16, 32)  # "lite", the CPU default
+    gpu = PolicyConfig(kind="image", image_profile="resnet_t")
+    assert gpu == PolicyConfig(kind="image", image_profile="resnet_t", conv_channels=(32, 32, 64))
+    assert PolicyConfig.from_dict(gpu.to_dict()) == gpu
+    with pytest.raises(ValueError, match="conv_channels"):
+        PolicyConfig(kind="image", conv_channels=())
+
+
+@pytest.mark.parametrize("profile,stem,blocks", [("lite", (16, 3, 4, 4), 1),
+                                                 ("resnet_t", (32, 3, 5, 5), 2)])
+def test_image_profiles_fix_the_trunk_and_the_manifest(profile, stem, blocks):
+    cfg = PolicyConfig(kind="image", image_profile=profile)
+    a = policy_to_state_dict(build_policy(cfg, seed=0))
+    b = policy_to_state_dict(build_policy(PolicyConfig.from_dict(cfg.to_dict()), seed=5))
+    assert [(k, v.shape) for k, v in a.items()] == [(k, v.shape) for k, v in b.items()]
+    assert a["agentview_encoder.stem.0.weight"].shape == stem
+    assert sum(k.endswith("conv1.weight") for k in a if k.startswith("wrist_encoder.")) == blocks
+
+
+def _naive_batch(data: DemoDataset, idx: np.ndarray) -> dict:
+    """The same windows with images laid out (B,T,H,W,3): every step's frame gathered."""
+    batch = data.torch_batch(idx)
+    win = data.window_index[idx]
+    for key in ep.IMAGE_KEYS:
+        batch[key] = torch.from_numpy(data.obs[key][win])
+    del batch["image_index"], batch["image_episode"]
+    return batch
+
+
+def test_dataset_pools_each_distinct_frame_once():
+    cfg = tiny("image")
+    data = DemoDataset(synthetic_episodes(2, 8, "image", image_size=32), cfg)
+    idx = np.array([0, 1, 2, 3, 9, 10])  # overlapping windows, padded episode starts
+    batch = data.batch(idx)
+    win = data.window_index[idx]
+    assert len(batch[ep.AGENTVIEW_IMAGE]) == len(np.unique(win)) < win.size
+    for key in ep.IMAGE_KEYS:
+        assert np.array_equal(batch[key][batch["image_index"]], data.obs[key][win])
+    assert np.array_equal(batch["image_episode"], data.frame_episode[np.unique(win)])
+
+
+@pytest.mark.parametrize("profile", ["lite", "resnet_t"])
+def test_pooled_encoding_equals_per_window_encoding(profile):
+    cfg = tiny("image", image_profile=profile, conv_channels=None)
+    eps = (synthetic_episodes(1, 10, "image", image_size=32)
+           + synthetic_episodes(1, 10, "image", seed=1, image_size=32, instruction="stack it"))
+    data = DemoDataset(eps, cfg)
+    idx = np.array([0, 1, 2, 4, 5, 11, 12, 13])  # both episodes, so FiLM sees both texts
+    pooled, naive = data.torch_batch(idx), _naive_batch(data, idx)
+    assert len(pooled[ep.WRIST_IMAGE]) < naive[ep.WRIST_IMAGE].shape[0] * cfg.window
+    grads = []
+    for batch in (pooled, naive):
+        model = build_policy(cfg, seed=0)
+        loss, info = model(batch)
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+        feats = info["output"].features
+        if batch is pooled:
+            ref_feats, ref_loss = feats, loss
+    for m in cfg.modalities:
+        torch.testing.assert_close(feats[m], ref_feats[m], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5,
+                                   msg=lambda s: f"{name}: {s}")
+
+
+def test_pooled_batch_is_checked():
+    cfg = tiny("image")
+    data = DemoDataset(synthetic_episodes(2, 6, "image", image_size=32), cfg)
+    model = build_policy(cfg, seed=0)
+    batch = data.torch_batch(np.array([0, 1, 7]))
+    unused = {**batch, "image_index": torch.zeros_like(batch["image_index"])}
+    with pytest.raises(ValueError, match="image_index"):
+        model.features(unused)
+    # Two windows sharing frames must share the instruction the frames are conditioned on.
+    shared = data.torch_batch(np.array([2, 3]))
+    other = shared["text"].clone()
+    other[1] = torch.from_numpy(encode_instruction("stack blocks", 64))
+    with pytest.raises(ValueError, match="instruction"):
+        model.features({**shared, "text": other})
+
+
+def _reference_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> torch.Tensor:
+    """The textbook augmentation: replicate-pad in float, crop at one offset per sequence."""
+    b, t, h, w, c = images.shape
+    x = images.permute(0, 1, 4, 2, 3).reshape(b, t * c, h, w).float()
+    x = torch.nn.functional.pad(x, (pad, pad, pad, pad), mode="replicate")
+    offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=gen)
+    out = torch.stack([x[i, :, oy:oy + h, ox:ox + w] for i, (oy, ox) in enumerate(offs.tolist())])
+    return out.reshape(b, t, c, h, w).permute(0, 1, 3, 4, 2).to(images.dtype)
+
+
+def test_random_shift_equals_pad_and_crop_and_groups_share_a_shift():
+    from fed_ros.learning.modeling_policy import random_shift
+
+    images = torch.randint(0, 256, (6, 3, 12, 10, 3), dtype=torch.uint8)
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    shifted = random_shift(images, 3, g1)
+    assert torch.equal(shifted, _reference_shift(images, 3, g2))
+    assert not torch.equal(shifted, images)
+    same = images[:1].expand(6, -1, -1, -1, -1).contiguous()  # one sequence six times
+    out = random_shift(same, 3, torch.Generator().manual_seed(0),
+                       groups=torch.tensor([7, 7, 7, 2, 2, 9]))
+    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
+    assert torch.equal(out[3], out[4])
+    assert len({out[i].numpy().tobytes() for i in (0, 3, 5)}) > 1  # groups draw their own
+    with pytest.raises(ValueError, match="groups"):
+        random_shift(images, 3, None, groups=torch.tensor([0, 1]))

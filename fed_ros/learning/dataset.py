@@ -125,20 +125,27 @@ class DemoDataset:
         return len(self.lengths)
 
     def batch(self, indices: np.ndarray | Sequence[int]) -> dict[str, np.ndarray]:
-        """Numpy batch of windows ending at the given frames (layout of ``modeling_policy``)."""
+        """Numpy batch of windows ending at the given frames (layout of ``modeling_policy``;
+        images as a pool of distinct frames with ``image_index``)."""
         idx = np.asarray(indices, dtype=np.int64)
         if idx.ndim != 1 or (len(idx) and (idx.min() < 0 or idx.max() >= len(self))):
             raise ValueError(f"indices must be 1-D in [0, {len(self)})")
         win = self.window_index[idx]  # B,T
-        out: dict[str, np.ndarray] = {k: v[win] for k, v in self.obs.items()}
+        out: dict[str, np.ndarray] = {k: v[win] for k, v in self.obs.items()
+                                      if k not in ep.IMAGE_KEYS}
         out["actions"] = self.actions[win]
         out["valid"] = self.window_valid[idx]
         out["text"] = self.text[self.frame_episode[idx]]
         if self.cfg.kind == "image":
-            # Frame and episode ids let the trainer shift each episode's frames alike and
-            # the policy encode each distinct frame once (overlapping windows share frames).
-            out["frame_index"] = win
-            out["episode_index"] = self.frame_episode[idx]
+            # Overlapping windows share frames: the images go out once per distinct frame
+            # (U,H,W,3) with each step's position in that pool (B,T), so neither the copy
+            # nor the encoder repeats a frame. image_episode (U,) lets the trainer shift
+            # every frame of an episode alike.
+            frames, inverse = np.unique(win, return_inverse=True)
+            for key in ep.IMAGE_KEYS:
+                out[key] = self.obs[key][frames]
+            out["image_index"] = inverse.reshape(win.shape)
+            out["image_episode"] = self.frame_episode[frames]
         return out
 
     def torch_batch(self, indices: np.ndarray | Sequence[int],

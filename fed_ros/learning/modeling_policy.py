@@ -15,8 +15,9 @@ them unchanged. Images are scaled by 1/255; actions are already in [-1, 1].
 Batch layout (training and ``features``): ``text`` (B, text_dim) float32; per observation key
 of ``fed_ros.core.episode`` an array (B, T, ...): images (B,T,H,W,3) uint8, low-dim float32;
 ``actions`` (B,T,A); optional ``valid`` (B,T) bool (False on start-of-episode padding);
-optional ``frame_index`` (B,T) int (dataset frame of each step: equal index = same pixels
-and instruction, so each distinct frame is encoded once).
+or, for images, the pooled layout of ``DemoDataset.batch``: each camera (U,H,W,3) holds
+every distinct frame once and ``image_index`` (B,T) int gives each step's frame in that
+pool (windows of consecutive frames overlap, so each distinct frame is encoded once).
 """
 from __future__ import annotations
 
@@ -193,21 +194,26 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     offs = torch.randint(0, 2 * pad + 1, (n_groups, 2), generator=generator,
                          device=gen_dev).tolist()
     out = torch.empty_like(images)
-    for i in range(b):
+    i = 0
+    while i < b:  # runs of consecutive sequences with one group are shifted in one go
+        j = i + 1
+        while j < b and group_of[j] == group_of[i]:
+            j += 1
         dy, dx = (o - pad for o in offs[group_of[i]])  # out[y, x] = in[clamp(y+dy), clamp(x+dx)]
-        src, dst = images[i], out[i]  # T,H,W,3
+        src, dst = images[i:j], out[i:j]  # n,T,H,W,3
         y0, y1 = max(-dy, 0), h - max(dy, 0)  # rows and columns with a source pixel
         x0, x1 = max(-dx, 0), w - max(dx, 0)
-        dst[:, y0:y1, x0:x1] = src[:, y0 + dy:y1 + dy, x0 + dx:x1 + dx]
+        dst[:, :, y0:y1, x0:x1] = src[:, :, y0 + dy:y1 + dy, x0 + dx:x1 + dx]
         # Replicate padding: the border rows/columns repeat the nearest copied one.
         if x0:
-            dst[:, y0:y1, :x0] = dst[:, y0:y1, x0:x0 + 1]
+            dst[:, :, y0:y1, :x0] = dst[:, :, y0:y1, x0:x0 + 1]
         if x1 < w:
-            dst[:, y0:y1, x1:] = dst[:, y0:y1, x1 - 1:x1]
+            dst[:, :, y0:y1, x1:] = dst[:, :, y0:y1, x1 - 1:x1]
         if y0:
-            dst[:, :y0] = dst[:, y0:y0 + 1]
+            dst[:, :, :y0] = dst[:, :, y0:y0 + 1]
         if y1 < h:
-            dst[:, y1:] = dst[:, y1 - 1:y1]
+            dst[:, :, y1:] = dst[:, :, y1 - 1:y1]
+        i = j
     return out
 
 
@@ -288,65 +294,66 @@ class GMMPolicy(nn.Module):
 
     # -- encoding ---------------------------------------------------------------------
 
-    def _images(self, batch: dict[str, Any], key: str) -> torch.Tensor:
-        """Validated uint8 frames of one camera, (B*T, H, W, 3) on the model's device."""
+    def _images(self, batch: dict[str, Any], key: str, steps: int | None) -> torch.Tensor:
+        """Validated uint8 frames of one camera on the model's device: (B*T, H, W, 3), or
+        the (U, H, W, 3) pool of distinct frames when the batch has ``image_index``
+        (``steps`` None)."""
         img = torch.as_tensor(batch[key])
-        if img.ndim != 5 or img.shape[-1] != 3:
-            raise ValueError(f"{key} must be (B,T,H,W,3), got shape {tuple(img.shape)}")
+        want = 5 if steps is not None else 4
+        if img.ndim != want or img.shape[-1] != 3:
+            layout = "(B,T,H,W,3)" if steps is not None else "(U,H,W,3) with image_index"
+            raise ValueError(f"{key} must be {layout}, got shape {tuple(img.shape)}")
         s = self.cfg.image_size
-        if img.shape[2] != s or img.shape[3] != s:
-            raise ValueError(f"{key} is {img.shape[2]}x{img.shape[3]} but the policy expects "
+        if img.shape[-3] != s or img.shape[-2] != s:
+            raise ValueError(f"{key} is {img.shape[-3]}x{img.shape[-2]} but the policy expects "
                              f"image_size={s}")
         dev = self.text_encoder[0].weight.device
-        return img.to(dev).flatten(0, 1)  # BT,H,W,3
+        return img.to(dev).reshape(-1, s, s, 3)
 
-    def _distinct_frames(self, batch: dict[str, Any], text: torch.Tensor, t: int
-                         ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(first, inverse) for ``batch["frame_index"]`` (B,T): the B*T position of the
-        first occurrence of each distinct frame (U,) and each step's distinct frame (B*T,).
+    def _image_pool(self, batch: dict[str, Any], text: torch.Tensor, t: int
+                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(index, first) for a pooled batch, None for (B,T,H,W,3) images.
 
-        Windows of consecutive frames overlap, and on a small local dataset a batch of
-        windows repeats many frames; each distinct frame is then encoded once. None when
-        the batch carries no frame index (closed loop, hand-made batches).
+        ``index`` (B*T,): each step's frame in the pool; ``first`` (U,): the B*T position of
+        the first step showing each pool frame, whose window's instruction conditions it.
         """
-        if "frame_index" not in batch:
+        if "image_index" not in batch:
             return None
         b = text.shape[0]
-        fi = torch.as_tensor(batch["frame_index"], device=text.device)
-        if fi.shape != (b, t) or fi.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"frame_index must be an integer (B={b}, T={t}) array, got "
-                             f"{fi.dtype} {tuple(fi.shape)}")
-        _, inverse = torch.unique(fi.reshape(-1), return_inverse=True)
-        n = int(inverse.max().item()) + 1
+        index = torch.as_tensor(batch["image_index"], device=text.device)
+        if index.shape != (b, t) or index.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"image_index must be an integer (B={b}, T={t}) array, got "
+                             f"{index.dtype} {tuple(index.shape)}")
+        index = index.reshape(-1).long()
+        n = len(torch.as_tensor(batch[ep.AGENTVIEW_IMAGE]))
+        if index.min() < 0 or index.max() >= n or len(torch.unique(index)) != n:
+            raise ValueError(f"image_index must use every one of the {n} pooled frames")
         pos = torch.arange(b * t, device=text.device)
         first = torch.full((n,), b * t, device=text.device, dtype=pos.dtype).scatter_reduce_(
-            0, inverse, pos, reduce="amin")
-        # FiLM conditions each frame on its window's instruction: a repeated frame must come
-        # with the same instruction everywhere (checked on the raw embedding rows).
+            0, index, pos, reduce="amin")
+        # FiLM conditions a frame on its window's instruction, so a pooled frame shared by
+        # several windows must have one instruction (raw embedding rows compared).
         steps = text.repeat_interleave(t, dim=0)  # BT,text_dim
-        if not torch.equal(steps, steps[first][inverse]):
-            raise ValueError("frame_index repeats a frame under different instructions")
-        return first, inverse
+        if not torch.equal(steps, steps.index_select(0, first).index_select(0, index)):
+            raise ValueError("image_index shares a frame between different instructions")
+        return index, first
 
     def _encode_camera(self, name: str, frames: torch.Tensor, cond: torch.Tensor,
-                       distinct: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-        """Features (B*T, E) of one camera's uint8 frames (B*T, H, W, 3); cond (B*T, E)."""
+                       pool: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """Features (B*T, E) of one camera: frames (N, H, W, 3) uint8 with N = B*T, or the
+        U pooled frames; cond (B*T, E) per step."""
         enc = getattr(self, f"{name}_encoder")
-        if distinct is not None:
-            first, inverse = distinct
-            # Encoding once is exact only if the repeats are the same pixels; a caller that
-            # augments each window separately would otherwise silently get the first
-            # window's features (only the repeats are compared: a few MB, ~1 ms).
-            repeat = first[inverse] != torch.arange(len(inverse), device=frames.device)
-            if not torch.equal(frames[repeat], frames[first[inverse[repeat]]]):
-                raise ValueError("frame_index repeats a frame with different pixels; shift "
-                                 "per episode (random_shift groups) or drop frame_index")
-            frames, cond = frames[first], cond[first]
-        # (N,H,W,3) -> (N,3,H,W) as a view keeps channels-last strides, which the CPU
-        # (oneDNN) and cuDNN convolutions take without a layout conversion.
-        x = frames.permute(0, 3, 1, 2).float().div_(255.0)
-        out = enc(x.contiguous(memory_format=torch.channels_last), cond)
-        return out if distinct is None else out[distinct[1]]
+        if pool is not None:
+            if frames.shape[0] != len(pool[1]):
+                raise ValueError(f"{name} pools {frames.shape[0]} frames but image_index "
+                                 f"uses {len(pool[1])}")
+            cond = cond.index_select(0, pool[1])  # U,E
+        # Plain NCHW, not channels-last: GroupNorm's CPU kernel is 2.5x slower (fwd+bwd) on
+        # channels-last maps, which outweighs the few percent the convolutions gain.
+        x = frames.permute(0, 3, 1, 2).to(torch.float32, memory_format=torch.contiguous_format)
+        x = x.div_(255.0)  # N,3,H,W in [0, 1]
+        out = enc(x, cond)
+        return out if pool is None else out.index_select(0, pool[0])  # BT,E
 
     def _lowdim(self, batch: dict[str, Any], key: str) -> torch.Tensor:
         if key not in batch:
@@ -370,10 +377,10 @@ class GMMPolicy(nn.Module):
         feats: dict[str, torch.Tensor] = {"text": text_feat[:, None].expand(b, t, -1)}
         if self.cfg.kind == "image":
             cond = text_feat.repeat_interleave(t, dim=0)  # BT,E: FiLM per frame
-            distinct = self._distinct_frames(batch, text, t)
+            pool = self._image_pool(batch, text, t)
             for name, key in (("agentview", ep.AGENTVIEW_IMAGE), ("wrist", ep.WRIST_IMAGE)):
-                feats[name] = self._encode_camera(name, self._images(batch, key), cond,
-                                                  distinct).reshape(b, t, -1)
+                frames = self._images(batch, key, None if pool is not None else t)
+                feats[name] = self._encode_camera(name, frames, cond, pool).reshape(b, t, -1)
         else:
             feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
             eef = torch.cat([self._lowdim(batch, ep.EEF_POS), self._lowdim(batch, ep.EEF_QUAT)], -1)

@@ -171,11 +171,12 @@ class LocalTrainer:
     def _process_batch(self, data: DemoDataset, idx: np.ndarray) -> dict[str, Any]:
         batch = data.torch_batch(idx, self.device)
         if self.pc.kind == "image" and self.pc.random_shift > 0:
-            # One shift per episode and camera: a frame repeated across the batch's windows
-            # stays identical (so it is encoded once) and a window keeps its motion.
+            # One shift per episode and camera: every frame of a window moves alike (motion
+            # is preserved) and a pooled frame shared by several windows is shifted once.
             for key in ep.IMAGE_KEYS:
-                batch[key] = random_shift(batch[key], self.pc.random_shift, self.aug_gen,
-                                          groups=batch.get("episode_index"))
+                frames = batch[key][:, None]  # U,1,H,W,3
+                batch[key] = random_shift(frames, self.pc.random_shift, self.aug_gen,
+                                          groups=batch["image_episode"])[:, 0]
         return batch
 
     def _forward(self, batch: dict[str, Any]) -> tuple[PolicyOutput, PolicyOutput | None]:
