@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import rclpy
+from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
@@ -86,7 +87,10 @@ class Attacker:
                 self.updates.publish(msg)
                 if i % 50 == 49:
                     self.ex.spin_once(timeout_sec=0.0)
-            return {"attack": attack, "sent": n}
+            # Reliable KEEP_ALL: wait until the server acknowledged every sample (an exiting
+            # writer drops what it has not delivered yet).
+            acked = self.updates.wait_for_all_acked(Duration(seconds=180))
+            return {"attack": attack, "sent": n, "acked": bool(acked)}
         if attack in ("forged_update", "unsigned_update"):  # current-looking update for a real robot
             from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
             from fed_ros.ros.wire.transport import ChunkedSender
