@@ -1,10 +1,11 @@
-"""A robot node driving its own arm over ROS: scripted-expert demonstrations (recorded) and
-closed-loop policy rollouts. Pure helpers over an `ArmClient` and a `Recorder`; the node
-holds the arm lock while they run."""
+"""A robot node's arm work over ROS: scripted-expert demonstrations (recorded), the Record
+service, local demonstrations on disk, and closed-loop policy rollouts. Helpers over an
+`ArmClient` and a `Recorder`; the node holds the arm lock while they drive."""
 from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 log = logging.getLogger("fed_ros.ros.arm.driving")
@@ -64,3 +65,36 @@ def run_policy(arm: Any, runner: Any, tasks: Sequence[str], variation: str, epis
             wins += int(outcome.success)
         rates[task] = wins / episodes
     return rates
+
+
+def local_episodes(demo_dir: Path) -> list:
+    """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there."""
+    from fed_ros.core.episode import Episode
+    from fed_ros.ros.arm.recorder import load_recorded_episodes
+
+    episodes = load_recorded_episodes(demo_dir)
+    episodes += [e for e in (Episode.load(f) for f in sorted(demo_dir.glob("*.npz"))) if e.success]
+    return episodes
+
+
+def answer_record(recorder: Any, request: Any, response: Any, task: str, variation: str) -> Any:
+    """The Record service (teleop): START / STOP / DISCARD a demonstration; errors become messages."""
+    from fed_ros.srv import Record
+
+    try:
+        if request.command == Record.Request.START:
+            path = recorder.start(request.task or task, request.instruction, request.variation or variation)
+            response.ok, response.message, response.episode_path = True, "recording", str(path)
+        elif request.command == Record.Request.STOP:
+            result = recorder.stop(bool(request.success))
+            response.ok, response.episode_path = True, str(result.path)
+            response.num_steps = int(result.num_steps)
+            response.message = "saved" if result.success else "saved as failed (never trained on)"
+        elif request.command == Record.Request.DISCARD:
+            path = recorder.discard()
+            response.ok, response.message = True, f"discarded {path}" if path else "nothing to discard"
+        else:
+            response.ok, response.message = False, f"unknown Record command {request.command}"
+    except (ValueError, RuntimeError) as exc:
+        response.ok, response.message = False, str(exc)
+    return response

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from fed_ros.core.aggregate import weighted_model
+from fed_ros.ros import shutdown
 
 StateDict = dict[str, np.ndarray]
 
@@ -33,11 +34,12 @@ class ModelCache:
                 stale = [c for c, v in have.items() if v is None or v[0] < round_idx]
                 if not stale:
                     break
+                shutdown.check()  # Ctrl-C ends the wait (fed_ros.ros.shutdown)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(f"cluster model(s) {stale} for round {round_idx} did not arrive "
                                        f"within {timeout:.0f} s")
-                self.lock.wait(min(remaining, 0.5))
+                self.lock.wait(min(remaining, shutdown.POLL_S))
             models = {c: have[c][1] for c in needed}
         return weighted_model(models, [(c, w) for c, w in membership if w > 0])
 
