@@ -142,7 +142,8 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
                 by_topic.setdefault(conn.topic, {})[at.stamp_to_ns(msg.header.stamp)] = msg
     applied = by_topic["/arm/applied_command"]
     commanded = by_topic["/arm/command"]
-    assert applied and all(a.mode == 0 and a.source == "expert" for a in applied.values())
+    # Each command names the code that produced it (the scripted Lift expert).
+    assert applied and all(a.mode == 0 and a.source == "expert:lift_scripted" for a in applied.values())
     # Every applied action is exactly the command that answered that observation.
     for stamp, msg in applied.items():
         np.testing.assert_array_equal(msg.action, commanded[stamp].action)

@@ -48,3 +48,20 @@ def test_plots_are_written_under_the_run_dir(tmp_path):
     assert sorted(p.name for p in paths) == ["clusters.png", "success_per_round.png", "train_loss_per_round.png"]
     assert all(p.parent == tmp_path and p.stat().st_size > 1000 for p in paths)
     assert write_plots([_report(0, [0.0] * 4, [0] * 4, completed=False)], config, tmp_path / "none") == []
+
+
+def test_final_success_by_task_is_the_last_evaluated_round_per_family():
+    from fed_ros.ros.fleet.demo import final_success_by_task
+    reports = [_report(0, [0.0, 0.25, 0.0, 0.0], [0, 0, 1, 1]),
+               _report(1, [1.0, 0.5, 0.25, 1.0], [0, 0, 1, 1]),
+               _report(2, [math.nan] * 4, [0, 0, 1, 1])]  # not evaluated: the last evaluated is round 1
+    assert final_success_by_task(reports, TASKS) == {"lift": 0.75, "pick_place_can": 0.625}
+    assert final_success_by_task([], TASKS) == {}
+
+
+def test_a_non_default_variation_is_its_own_family():
+    from fed_ros.ros.fleet.demo import family_labels
+    from fed_ros.ros.fleet.plan import fleet_config_from_dict
+    config = fleet_config_from_dict({"fleet": {"name": "t", "algorithm": "feddrman", "rounds": 1, "robots": [
+        {"id": "robot_0", "task": "lift"}, {"id": "robot_1", "task": "lift", "variation": "mirrored_mount"}]}})
+    assert family_labels(config) == {"robot_0": ("lift",), "robot_1": ("lift/mirrored_mount",)}

@@ -137,26 +137,35 @@ class ArmClient:
         self.instruction = response.instruction
         return response.instruction, int(response.episode)
 
-    def send(self, action: np.ndarray, stamp_ns: int, mode: int = 0) -> None:
-        """Publish an ArmCommand answering the observation stamped ``stamp_ns``."""
+    def send(self, action: np.ndarray, stamp_ns: int, mode: int = 0, source: str | None = None) -> None:
+        """Publish an ArmCommand answering the observation stamped ``stamp_ns``.
+
+        ``source`` says which code produced the command (default: this client's ``source``).
+        """
         action = np.asarray(action, dtype=np.float32).reshape(-1)
         msg = self._ArmCommand()
         msg.header.stamp = at.ns_to_stamp(stamp_ns)
         msg.action = action[:3].tolist()
         msg.gripper = float(action[3]) if action.size > 3 else 0.0
         msg.mode = int(mode)
-        msg.source = self.source
+        msg.source = self.source if source is None else source
         self._command_pub.publish(msg)
 
     def run_episode(self, policy, episode: int, timeout: float = 120.0,
-                    max_steps: int | None = None) -> EpisodeOutcome:
+                    max_steps: int | None = None, source: str | None = None) -> EpisodeOutcome:
         """Drive ``policy`` on the arm's current episode until it reports done.
+
+        Every command carries ``source`` (default: the policy's own ``source`` attribute,
+        e.g. ``expert:lift_scripted``, else this client's), which the arm copies into its
+        applied commands, so a recording says which code drove each step.
 
         Always acts on the newest complete observation (a slow policy skips ticks rather
         than lagging behind them). The action is clipped to [-1, 1] like the in-process
         path; a non-finite action is sent as is and the arm rejects it.
         """
         policy.reset()
+        if source is None:
+            source = getattr(policy, "source", None) or self.source
         deadline = time.monotonic() + timeout
         steps = overruns = 0
         while True:
@@ -172,7 +181,7 @@ class ArmClient:
             action = np.asarray(policy.act(obs), dtype=np.float32)
             if action.shape == (4,) and np.all(np.isfinite(action)):
                 action = np.clip(action, -1.0, 1.0)
-            self.send(action, stamp_ns)
+            self.send(action, stamp_ns, source=source)
 
     def next_observation(self, episode: int, timeout: float = 10.0) -> tuple[int, dict[str, Any], Any]:
         """Newest complete observation of ``episode``: (stamp ns, obs dict, EpisodeStatus).

@@ -321,6 +321,26 @@ class RecordResult:
     episode: Episode | None
 
 
+def _command_source(data: bytes) -> str:
+    """``source`` field of a serialized ArmCommand ("" when unreadable)."""
+    from rclpy.serialization import deserialize_message
+    try:
+        return str(deserialize_message(bytes(data), at.message_class(RECORDED_TOPICS[at.APPLIED_COMMAND_TOPIC])).source)
+    except Exception:  # noqa: BLE001 - a malformed message is reported by the conversion
+        return ""
+
+
+def recording_source(declared: str, counts: dict[str, int]) -> str:
+    """What drove a recorded episode: the declared source, else the one source of its applied
+    commands other than ``hold`` (ticks without a command), else ``mixed:<a>,<b>``."""
+    if declared:
+        return declared
+    driving = sorted(s for s in counts if s and s != "hold")
+    if len(driving) == 1:
+        return driving[0]
+    return "mixed:" + ",".join(driving) if driving else "hold"
+
+
 def _relative(topic: str) -> str:
     for rel in RECORDED_TOPICS:
         if topic == rel or topic.endswith("/" + rel):
@@ -346,8 +366,10 @@ class Recorder:
         self._lock = threading.Condition()
         self._writer: Rosbag2McapWriter | None = None
         self._meta: dict[str, str] = {}
+        self._declared_source = ""
         self._latest: dict[str, tuple[bytes, int | None, int]] = {}
         self._applied: set[int] = set()
+        self._sources: dict[str, int] = {}  # ArmCommand.source of the applied commands -> count
         self._last_applied_at = 0.0  # monotonic time the newest applied command arrived
         self._seen: dict[str, set[int]] = {}
         self._sequence = 0
@@ -384,8 +406,12 @@ class Recorder:
         """Relative topics an episode needs."""
         return STATE_TOPICS + (IMAGE_TOPICS if self.cameras else ()) + SPINE_TOPICS
 
-    def start(self, task: str, instruction: str = "", variation: str = "default") -> Path:
-        """Begin a new episode recording; returns its directory."""
+    def start(self, task: str, instruction: str = "", variation: str = "default", source: str = "") -> Path:
+        """Begin a new episode recording; returns its directory.
+
+        ``source`` names the code driving the arm (``expert:lift_scripted``, ``policy:<sha>``,
+        ``teleop``); "" = whatever the applied commands say (their ``source`` fields).
+        """
         if not task:
             raise ValueError("Record START needs a task name")
         with self._lock:
@@ -407,7 +433,9 @@ class Recorder:
                           "cameras": "true" if self.cameras else "false",
                           "arm_namespace": self._resolved_namespace(),
                           "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            self._declared_source = source
             self._applied = set()
+            self._sources = {}
             self._seen = {rel: set() for rel in self._qos}
             # Pre-roll: the newest sample of every topic, so the observation the arm
             # published just before START (its reset observation) is in the episode, and
@@ -439,6 +467,8 @@ class Recorder:
             if rel == at.APPLIED_COMMAND_TOPIC:
                 self._applied.add(stamp)
                 self._last_applied_at = time.monotonic()
+                source = _command_source(data)
+                self._sources[source] = self._sources.get(source, 0) + 1
             elif rel in self._seen:
                 self._seen[rel].add(stamp)
 
@@ -447,8 +477,14 @@ class Recorder:
                   if rel in self._seen and rel != at.APPLIED_COMMAND_TOPIC]
         return all(self._applied <= self._seen[rel] for rel in needed)
 
-    def stop(self, success: bool, timeout: float = 1.0, settle: float = 0.25) -> RecordResult:
+    def stop(self, success: bool, timeout: float = 1.0, settle: float = 0.25,
+             expected_steps: int | None = None, expected_timeout: float = 60.0) -> RecordResult:
         """Finish the episode: close the bag, and convert + cache it when successful.
+
+        ``expected_steps`` (a driver that knows how many steps the arm applied, e.g. from the
+        last episode status): wait up to ``expected_timeout`` until that many applied commands
+        and all their observations are in, instead of the time-based settle window, so a loaded
+        machine records the same steps as an idle one.
 
         Waits up to ``timeout`` for in-flight messages of the last steps: until every applied
         command's observations arrived and no new applied command came for ``settle`` seconds
@@ -460,7 +496,13 @@ class Recorder:
         with self._lock:
             if self._writer is None:
                 raise RuntimeError("Record STOP without START")
-            deadline = time.monotonic() + timeout
+            if expected_steps is not None:
+                deadline = time.monotonic() + expected_timeout
+                while not (len(self._applied) >= expected_steps and self._complete()):
+                    if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
+                        if time.monotonic() >= deadline:
+                            break
+            deadline = time.monotonic() + (0.0 if expected_steps is not None else timeout)
             while time.monotonic() < deadline:
                 quiet_for = time.monotonic() - self._last_applied_at
                 if self._complete() and quiet_for >= settle:
@@ -472,6 +514,8 @@ class Recorder:
             writer, self._writer = self._writer, None
             meta = dict(self._meta, success="true" if success else "false",
                         num_applied=str(len(self._applied)),
+                        source=recording_source(self._declared_source, self._sources),
+                        command_sources=json.dumps(dict(sorted(self._sources.items()))),
                         stopped_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
         path = writer.close(meta)
         if not success:
@@ -650,6 +694,7 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
         actions=np.stack(actions).astype(np.float32), variation=custom.get("variation", "default"),
         robot_id=custom.get("robot_id", ""), success=success,
         metadata={"recording": str(path), "bridge_episode": str(episode_id),
+                  "source": custom.get("source", ""),
                   "dropped_steps": str(dropped), "sim_success": str(bool(last_status.success))})
     if use_cache and success:
         episode.save(cache)

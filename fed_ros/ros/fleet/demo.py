@@ -28,12 +28,12 @@ def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]
     """One round of the demo table: cluster, success and loss per robot/task."""
     head = (f"round {report['round']}: {report['status']} | updates {report['updates_accepted']}/"
             f"{report['updates_received']} | aggregation {report['aggregation_seconds']:.2f} s")
-    lines = [head, f"  {'robot':<10} {'task':<16} {'cluster':>7} {'success':>8} {'bc_loss':>8}"]
+    lines = [head, f"  {'robot':<10} {'task':<20} {'cluster':>7} {'success':>8} {'bc_loss':>8}"]
     for r in report["robots"]:
         success = "-" if math.isnan(r["success_rate"]) else f"{r['success_rate']:.2f}"
         loss = "-" if math.isnan(r["train_loss"]) else f"{r['train_loss']:.3f}"
         clusters = ",".join(str(c) for c in r["cluster_ids"]) or "-"
-        lines.append(f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<16} {clusters:>7} "
+        lines.append(f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<20} {clusters:>7} "
                      f"{success:>8} {loss:>8}")
     for c in report["clusters"]:
         lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])} (members' update cosine "
@@ -51,6 +51,25 @@ def _success_by_round(reports: list[dict[str, Any]]) -> list[tuple[int, dict[str
         if rates:
             out.append((rep["round"], rates, {r["robot_id"]: r["cluster_ids"] for r in rep["robots"]}))
     return out
+
+
+def family_labels(config: FleetConfig) -> dict[str, tuple[str, ...]]:
+    """Robot id -> its task family labels: the task, plus ``/<variation>`` for a non-default
+    variation (a mirrored-mount Lift arm is another family than a normal one)."""
+    return {r.robot_id: tuple(t if r.variation == "default" else f"{t}/{r.variation}" for t in r.tasks)
+            for r in config.robots}
+
+
+def final_success_by_task(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """{task family: mean success of its robots at the last evaluated round} ({} when none)."""
+    evaluated = _success_by_round(reports)
+    if not evaluated:
+        return {}
+    rates = evaluated[-1][1]
+    out: dict[str, list[float]] = {}
+    for rid, value in rates.items():
+        out.setdefault("+".join(tasks.get(rid, ())), []).append(value)
+    return {fam: sum(v) / len(v) for fam, v in sorted(out.items())}
 
 
 def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]) -> str:
@@ -114,9 +133,9 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
         return []
     robots = config.robot_ids
     rounds = [r["round"] for r in done]
-    families = sorted({r.tasks for r in config.robots})
+    task_of = family_labels(config)
+    families = sorted(set(task_of.values()))
     colours = {fam: plt.cm.tab10(i) for i, fam in enumerate(families)}
-    task_of = {r.robot_id: r.tasks for r in config.robots}
     paths = []
 
     def values(key):
@@ -180,6 +199,8 @@ def run_demo(argv: list[str]) -> int:
     parser.add_argument("--fleet", default=None, help="fleet config (default: config/fleet_demo.yaml)")
     parser.add_argument("--run-dir", default=None, help="output directory (default: the fleet's run_dir)")
     parser.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
+    parser.add_argument("--policy", choices=("lowdim", "image"), default=None,
+                        help="override the fleet's policy: image = learn from the two 84x84 cameras")
     parser.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
     parser.add_argument("--keep-demos", action="store_true",
                         help="reuse demonstrations recorded by a previous run (default: start fresh)")
@@ -188,7 +209,8 @@ def run_demo(argv: list[str]) -> int:
         config = load_fleet_config(args.fleet or default_fleet_file())
         run_dir = Path(args.run_dir or config.run_dir)
         config = dataclasses.replace(config, run_dir=str(run_dir),
-                                     **({"rounds": args.rounds} if args.rounds is not None else {}))
+                                     **({"rounds": args.rounds} if args.rounds is not None else {}),
+                                     **({"policy": args.policy} if args.policy is not None else {}))
     except ValueError as exc:
         print(f"fed-ros demo: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +224,7 @@ def run_demo(argv: list[str]) -> int:
     domain = random.SystemRandom().randint(1, 101)
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    tasks = {r.robot_id: r.tasks for r in config.robots}
+    tasks = family_labels(config)
     print(f"fed-ros demo: {len(config.robots)} simulated robots "
           f"({', '.join(rid + ': ' + '+'.join(t) for rid, t in tasks.items())}), {config.algorithm}, "
           f"{config.rounds} rounds, ROS_DOMAIN_ID={domain}; logs in {run_dir / 'logs'}")
@@ -240,7 +262,9 @@ def run_demo(argv: list[str]) -> int:
     elapsed = time.monotonic() - t0
     (run_dir / "report.json").write_text(json.dumps(
         {"config": {"algorithm": config.algorithm, "rounds": config.rounds, "robots": tasks},
-         "elapsed_s": elapsed, "reports": reports}, indent=1, default=str))
+         "policy": config.policy, "elapsed_s": elapsed,
+         "final_success_by_task": final_success_by_task(reports, tasks), "reports": reports},
+        indent=1, default=str))
     plots = write_plots(reports, config, run_dir)
     completed = sum(r["completed"] for r in reports)
     print(f"fed-ros demo: {completed}/{config.rounds} rounds completed in {elapsed / 60:.1f} min; "
