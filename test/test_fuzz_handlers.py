@@ -533,8 +533,15 @@ def _one_offer(coordinator, defect, i):
         params[f"extra{i}"] = np.zeros(1, np.float32)
     elif defect == "samples":
         n = 0
+    if defect in ("nan", "shape", "dtype", "missing", "extra"):
+        # Tensor content is checked once, by the transfer receiver, before the coordinator sees it.
+        from fed_ros.core.params import manifest_of
+        from fed_ros.core.validation import check_tensors
+        decision = check_tensors(params, manifest_of(good_params()), 1e6)
+        assert not decision.accepted and decision.reason, defect
+        return
     update = ClientUpdate(robot_id=rid, params=params, num_samples=n, base_round=base)
     update.round_idx = rnd
     verdict = coord.offer_update(update, now=100.0)
-    assert not verdict.accepted and verdict.reason, defect
+    assert not verdict.accepted and verdict.reason and verdict.code, defect
     assert coord.collector.answers == answers
