@@ -93,6 +93,10 @@ class SimBridgeNode(Node):
             description="a command older than this is stale and the arm holds still, seconds"))
         self.declare_parameter("lockstep", False, ParameterDescriptor(
             description="step only on a command answering the current observation"))
+        self.declare_parameter("lockstep_republish_s", 1.0, ParameterDescriptor(
+            description="lockstep: re-send the current observation (same stamp) when no answering "
+                        "command came for this long, seconds (a lost best-effort sample must not "
+                        "stall the episode); 0 = never"))
         self.declare_parameter("horizon", 0, ParameterDescriptor(description="steps per episode; 0 = task default"))
         self.declare_parameter("frame_prefix", "", ParameterDescriptor(description="prefix of published frame ids"))
         self.declare_parameter("interface", "direct", ParameterDescriptor(
@@ -112,6 +116,7 @@ class SimBridgeNode(Node):
         self.seed = int(p("seed").value)
         self.command_timeout_ns = int(float(p("command_timeout_s").value) * 1e9)
         self.lockstep = bool(p("lockstep").value)
+        self.republish_s = float(p("lockstep_republish_s").value)
         self.horizon = int(p("horizon").value)
         self.frame_prefix = str(p("frame_prefix").value)
         if self.task not in TASKS:
@@ -124,6 +129,8 @@ class SimBridgeNode(Node):
             raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
         if self.horizon < 0:
             raise ValueError(f"parameter horizon={self.horizon!r} must be >= 0")
+        if not np.isfinite(self.republish_s) or self.republish_s < 0:
+            raise ValueError(f"parameter lockstep_republish_s={self.republish_s!r} must be >= 0")
         self.interface = str(p("interface").value)
         if self.interface not in ("direct", "ros2_control"):
             raise ValueError(f"parameter interface={self.interface!r} must be 'direct' or 'ros2_control'")
@@ -184,10 +191,14 @@ class SimBridgeNode(Node):
         self._last_tick: float | None = None
         self._period = 1.0 / self.rate_hz
         self._joint_qvel = self._grip_qvel = None
+        self._last_published: list[tuple[object, object]] = []  # (publisher, message) of the current tick
+        self._published_at = 0.0
 
         self._build_env(self.task, self.variation)
         self._reset(self.seed)
         self._timer = None if self.lockstep else self.create_timer(self._period, self._on_tick)
+        if self.lockstep and self.republish_s > 0 and self._standard is None:
+            self.create_timer(self.republish_s / 2, self._republish_if_unanswered)
         self.get_logger().info(
             f"sim bridge up: task={self.task} variation={self.variation} cameras={self.cameras} "
             f"image_size={self.image_size} rate={self.rate_hz:g} Hz lockstep={self.lockstep}")
@@ -341,15 +352,30 @@ class SimBridgeNode(Node):
             self._obs, stamp_ns, joint_names=self.env.joint_names,
             gripper_names=self.env.gripper_joint_names, joint_vel=qvel[self._joint_qvel],
             gripper_vel=qvel[self._grip_qvel], frame_prefix=self.frame_prefix)
-        for rel, msg in messages.items():
-            if rel in self._publishers_by_topic:
-                self._publishers_by_topic[rel].publish(msg)
+        published = [(self._publishers_by_topic[rel], msg) for rel, msg in messages.items()
+                     if rel in self._publishers_by_topic]
+        for publisher, msg in published:
+            publisher.publish(msg)
         status = self._EpisodeStatus()
         status.header.stamp = at.ns_to_stamp(stamp_ns)
         status.task, status.instruction, status.variation = self.task, self.env.instruction, self.variation
         status.episode, status.step = self.episode, self.step_index
         status.success, status.done, status.overruns = self.success, self.done, self.overruns
         self._pub_status.publish(status)
+        self._last_published = published + [(self._pub_status, status)]
+        self._published_at = time.monotonic()
+
+    def _republish_if_unanswered(self) -> None:
+        """Lockstep: re-send the current tick's messages (same stamp) every ``republish_s`` while
+        nothing answers it. Observation topics are best effort: one lost sample under load left
+        the client without a complete observation and the episode stalled until its timeout
+        (then counted as a failure). Clients and recordings ignore duplicates of a stamp; an
+        idle bridge re-sends one small tick per period (two 84x84 images with cameras)."""
+        if not self._last_published or time.monotonic() - self._published_at < self.republish_s:
+            return
+        for publisher, msg in self._last_published:
+            publisher.publish(msg)
+        self._published_at = time.monotonic()
 
     def destroy_node(self) -> None:
         """Close the simulator with the node."""
@@ -377,6 +403,7 @@ def main(args: list[str] | None = None) -> None:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        shutdown.prepare_exit()
 
 
 if __name__ == "__main__":
