@@ -1,12 +1,17 @@
-"""Shared fixtures. ROS tests: loopback discovery, a random domain id per test, and every
-process started is reaped."""
+"""Shared fixtures. ROS tests: loopback discovery, an exclusive domain id per test, and every
+process started is reaped; `wait_until` for condition waits with a deadline."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +22,70 @@ os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+# Fast DDS puts domain d on UDP ports 7400 + 250 d + 10 + 2 p (participant p): ids above 101
+# reach Linux's ephemeral range (32768-60999), where any socket of the machine can hold the port.
+DOMAIN_IDS = range(1, 102)
+DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "fed_ros_ros_domains"
+
+
+@contextlib.contextmanager
+def exclusive_domain_id() -> Iterator[int]:
+    """A ROS_DOMAIN_ID no other holder on this machine has, held until the block ends.
+
+    Each id is an exclusive flock on a file under /tmp, so parallel test runs (and parallel
+    workers) never share a domain; the kernel drops the lock if the holder dies.
+    """
+    DOMAIN_LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    ids = list(DOMAIN_IDS)
+    random.SystemRandom().shuffle(ids)
+    for domain in ids:
+        handle = open(DOMAIN_LOCK_DIR / f"{domain}.lock", "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            yield domain
+        finally:
+            handle.close()  # closing the file releases the lock
+        return
+    raise RuntimeError(f"every ROS domain id {DOMAIN_IDS.start}-{DOMAIN_IDS.stop - 1} is held "
+                       f"(locks in {DOMAIN_LOCK_DIR})")
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02,
+               diagnostics: Callable[[], str] | None = None) -> object:
+    """Poll `predicate` until it returns something truthy (returned) or `timeout` s passed.
+
+    The deadline only bounds a wait for a condition; it is never what a test asserts.
+    On timeout: AssertionError naming `what`, plus `diagnostics()` (e.g. a log tail).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            extra = f"\n{diagnostics()}" if diagnostics is not None else ""
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
 @pytest.fixture
-def ros_env(monkeypatch) -> dict[str, str]:
-    """Environment for ROS processes of one test: LOCALHOST discovery and a fresh domain id.
+def ros_domain_id() -> Iterator[int]:
+    """An exclusive ROS domain id for one test (released after its processes were reaped)."""
+    with exclusive_domain_id() as domain:
+        yield domain
+
+
+@pytest.fixture
+def ros_env(monkeypatch, ros_domain_id) -> dict[str, str]:
+    """Environment for ROS processes of one test: LOCALHOST discovery and an exclusive domain id.
 
     Also applied to this process, so in-process rclpy contexts join the same domain.
     """
-    domain = str(random.SystemRandom().randint(1, 101))
+    domain = str(ros_domain_id)
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     monkeypatch.setenv("ROS_DOMAIN_ID", domain)
     monkeypatch.delenv("ROS_LOCALHOST_ONLY", raising=False)
@@ -69,8 +131,11 @@ class ProcessGroup:
 
 
 @pytest.fixture
-def processes():
-    """A ProcessGroup reaped at the end of the test, whatever happens."""
+def processes(ros_domain_id):
+    """A ProcessGroup reaped at the end of the test, whatever happens.
+
+    Depends on ros_domain_id so the domain stays locked until these processes are dead.
+    """
     group = ProcessGroup()
     try:
         yield group

@@ -4,7 +4,6 @@ process) reopens with independent readers and converts with the commanded action
 from __future__ import annotations
 
 import os
-import random
 import sys
 import threading
 from pathlib import Path
@@ -21,15 +20,20 @@ IMAGE_SIZE = 48
 # in-process references are built with the same seed.
 BRIDGE_SEED = 3
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from conftest import ProcessGroup  # noqa: E402
+from conftest import ProcessGroup, exclusive_domain_id  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def lockstep_bridge(tmp_path_factory):
     """One lockstep bridge (lift, cameras, 48 px) shared by this module's tests."""
+    with exclusive_domain_id() as domain:
+        yield from _lockstep_bridge(tmp_path_factory, domain)
+
+
+def _lockstep_bridge(tmp_path_factory, domain: int):
     mp = pytest.MonkeyPatch()
     mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    mp.setenv("ROS_DOMAIN_ID", str(random.SystemRandom().randint(102, 160)))
+    mp.setenv("ROS_DOMAIN_ID", str(domain))
     mp.delenv("ROS_LOCALHOST_ONLY", raising=False)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)

@@ -17,6 +17,8 @@ from fed_ros.ros.arm.recorder import (
     EPISODE_CACHE, RECORDED_TOPICS, Recorder, RecordingError, Rosbag2McapWriter,
     load_recorded_episodes, recording_to_episode)
 
+from conftest import wait_until
+
 JOINTS = [f"robot0_joint{i}" for i in range(1, 8)]
 FINGERS = ["gripper0_finger_joint1", "gripper0_finger_joint2"]
 T0 = 1_700_000_000_000_000_000
@@ -226,7 +228,7 @@ def test_recorder_over_dds_records_what_was_applied(ros_context, tmp_path):
     recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")
     arm = TinyArm(ros_context("tiny_arm"))
     arm.wait_for_subscribers()
-    time.sleep(0.3)  # latched instruction delivered
+    wait_until(lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder")
     path = recorder.start("lift", "lift the red cube", "default")
     arm.publish(ticks)
     result = recorder.stop(success=True, timeout=5.0)
