@@ -222,7 +222,7 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(ros_env, p
     from fed_ros.ros.arm.recorder import Recorder
     from fed_ros.sim.experts import make_expert
 
-    ns = "/robot_0"
+    ns = "/sil_robot"  # unlike other tests' /robot_0: the graph checks below query by name
     processes.python(["-m", BRIDGE, "--ros-args", "-r", f"__ns:={ns}", "-r", "__node:=arm",
                       "-p", "interface:=ros2_control", "-p", "profile:=panda_sim",
                       "-p", "cameras:=false", "-p", "task:=lift"], ros_env,
@@ -252,14 +252,20 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(ros_env, p
         assert types[f"{ns}/{t.twist_command}"] == ["geometry_msgs/msg/TwistStamped"]
         assert types[f"{ns}/{t.home_trajectory}"] == ["trajectory_msgs/msg/JointTrajectory"]
 
-        # Demonstrations, the scripted expert as the teleoperator.
-        episodes = []
-        for i in range(2):
+        # Demonstrations, the scripted expert as the teleoperator. Free-running arm and
+        # adapter add one to two ticks of latency the expert was not tuned for, so (as the
+        # robot node does) failed attempts are kept on disk, never trained on, and retried.
+        episodes, attempts = [], 0
+        while len(episodes) < 2:
+            assert attempts < 6, f"only {len(episodes)} of 6 expert demonstrations succeeded"
             instruction, episode = client.reset("lift", timeout=60.0)
             recorder.start("lift", instruction, "default")
-            outcome = client.run_episode(make_expert("lift", seed=i), episode, timeout=120.0)
+            outcome = client.run_episode(make_expert("lift", seed=attempts), episode, timeout=120.0)
             result = recorder.stop(outcome.success)
-            assert outcome.success and result.success, (outcome, result)
+            attempts += 1
+            if not outcome.success:
+                continue
+            assert result.success
             episodes.append(result.episode)
             # What was recorded is what the arm was told: normalised actions within [-1, 1].
             assert np.all(np.abs(result.episode.actions) <= 1.0)

@@ -126,9 +126,6 @@ class Ros2ControlSim:
         joints.velocity = [float(v) for _, _, v in rows]
         self._pub_joints.publish(joints)
         messages = at.observation_messages(obs, stamp_ns, joint_names=joint_names, gripper_names=gripper_names)
-        pose = messages[at.EEF_POSE_TOPIC]
-        pose.header.frame_id = self.profile.frames.base
-        self._pub_pose.publish(pose)
         if self._pub_objects is not None:
             objects = messages[at.OBJECT_STATE_TOPIC]
             objects.layout.dim[0].label = "object_state"  # perception publishes no tick stamp
@@ -149,3 +146,7 @@ class Ros2ControlSim:
                 pub.publish(at.image_to_msg(image, stamp, f"{cam}_camera"))
         if self._pub_success is not None:
             self._pub_success.publish(self._Bool(data=bool(success)))
+        # The pose last: the adapter starts its tick on it, with this cycle's state all in.
+        pose = messages[at.EEF_POSE_TOPIC]
+        pose.header.frame_id = self.profile.frames.base
+        self._pub_pose.publish(pose)

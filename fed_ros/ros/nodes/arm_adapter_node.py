@@ -35,7 +35,7 @@ from rclpy.node import Node
 from rcl_interfaces.msg import ParameterDescriptor
 
 from fed_ros.core.arm_profile import load_profile, parse_overrides
-from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
+from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput, gripper_position
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.wire import qos
@@ -98,6 +98,7 @@ class ArmAdapterNode(Node):
         self._last_stamp_ns = 0
         self._last_tick: float | None = None
         self._joint_msgs = 0
+        self._applied_ns = 0  # observation stamp whose applied command is published
 
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
@@ -172,7 +173,10 @@ class ArmAdapterNode(Node):
         if self._pub_home is not None:
             self._arm_pubs["home_trajectory"] = (self._pub_home, "joint trajectory controller")
 
-        self.create_timer(prof.period_s, self._on_tick, callback_group=io)
+        # Ticks follow the arm: each end-effector pose (published after the joint states of
+        # the same controller cycle) starts one, at most control_rate_hz; the timer keeps
+        # the watchdog and the zero twists going when the arm goes quiet.
+        self.create_timer(prof.period_s, lambda: self._on_tick(from_timer=True), callback_group=io)
         self.create_timer(float(p("report_period_s")), self._report_missing, callback_group=io)
         self._pub_task.publish(String(data=self._instruction(self.task)))
         self.get_logger().info(
@@ -205,6 +209,7 @@ class ArmAdapterNode(Node):
                                       f"{self.profile.frames.base!r}; ignored", throttle_duration_sec=5.0)
             return
         self._put("pose", at.decode_pose(msg))
+        self._on_tick(from_timer=False)
 
     def _on_object_state(self, msg) -> None:
         try:
@@ -258,6 +263,12 @@ class ArmAdapterNode(Node):
         if reason and reason != "hold requested":
             self.get_logger().warning(f"ArmCommand refused ({self.safety.counters.rejected} so far): "
                                       f"{reason}; holding", throttle_duration_sec=1.0)
+        # A command answering the current observation goes to the arm at once (no wait for
+        # the next tick: one tick less latency, as a teleoperated Servo would see it).
+        with self._lock:
+            if (at.stamp_to_ns(msg.header.stamp) == self._obs_stamp_ns and self._applied_ns != self._obs_stamp_ns
+                    and not self.done and not self._resetting):
+                self._apply(time.monotonic())
 
     def _on_hold(self, msg) -> None:
         with self._lock:
@@ -285,27 +296,38 @@ class ArmAdapterNode(Node):
             # Servo holds on a zero twist; joint modes also get one so Servo never drifts.
             self._pub_twist.publish(twist)
         if out.gripper is not None and self._pub_gripper is not None:
-            from fed_ros.core.arm_safety import gripper_position
             self._pub_gripper.publish(self._m["Float64MultiArray"](
                 data=[gripper_position(out.gripper, self.profile.gripper)]))
 
     # ------------------------------------------------------------------ control loop
-    def _on_tick(self) -> None:
+    def _apply(self, now: float) -> None:
+        """Send this tick's command through the safety filter and record it as applied."""
+        pose = self._fresh("pose", now)
+        out = self.safety.tick(now, None if pose is None else pose[0])
+        # A step needs the arm state of this tick: with a stale state nothing is applied.
+        fresh = pose is not None and self._fresh("joints", now) is not None
+        active = not self.done and self._obs_stamp_ns > 0 and fresh
+        if not active:
+            out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
+        self._send(out)
+        if active and self._applied_ns != self._obs_stamp_ns:
+            self._publish_applied(out)
+            self._applied_ns = self._obs_stamp_ns
+
+    def _on_tick(self, from_timer: bool) -> None:
         start = time.monotonic()
         with self._lock:
-            if self._last_tick is not None and start - self._last_tick > 1.5 * self.profile.period_s:
+            since = None if self._last_tick is None else start - self._last_tick
+            if since is not None and since < (1.5 if from_timer else 0.9) * self.profile.period_s:
+                return  # the arm drives the ticks; the timer only covers silences
+            if since is not None and since > 1.5 * self.profile.period_s and not from_timer:
                 self.overruns += 1
             self._last_tick = start
             if self._resetting:
                 return  # the home trajectory owns the arm
-            pose = self._fresh("pose", start)
-            out = self.safety.tick(start, None if pose is None else pose[0])
-            active = not self.done and self._obs_stamp_ns > 0
-            if not active:
-                out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
-            self._send(out)
-            if active:
-                self._publish_applied(out)
+            was_active = not self.done and self._obs_stamp_ns > 0
+            self._apply(start)  # repeats the command in effect (what Servo keeps executing)
+            if was_active and self._applied_ns == self._obs_stamp_ns:
                 self.step += 1
                 self.done = self._success or self.step >= self.max_steps
             self._publish_observation(start)
