@@ -102,7 +102,12 @@ def test_config_yaml_files_document_every_parameter():
     validate_robot_params(robot["/**/robot"]["ros__parameters"], "/robot_0")
     demo = load_fleet_config(DEMO)
     assert len(demo.robots) == 4 and demo.algorithm == "feddrman"
-    assert len({r.tasks for r in demo.robots}) == 2  # two task families
+    assert len({(r.tasks, r.variation) for r in demo.robots}) == 2  # two task families
+    # A demo fleet has no stragglers: round 0 and every round wait for all robots, so the
+    # table does not depend on which robot a loaded machine made slowest.
+    from fed_ros.ros.fleet.plan import server_spec
+    server = server_spec(demo).parameters
+    assert server["quorum_fraction"] == 1.0 and server["min_robots"] == len(demo.robots)
 
 
 def test_literal_lists_match_core_and_sim():
