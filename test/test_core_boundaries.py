@@ -765,3 +765,135 @@ def test_strategy_settings_out_of_range_rejected(name, kw):
 ])
 def test_strategy_settings_at_the_edge_accepted(name, kw):
     assert make_strategy(name, **kw) is not None
+
+
+# ----------------------------------------------------------------------------- robust rules: exact values
+# (written against the mutants that survived `make mutation` on robust.py)
+
+@pytest.mark.parametrize("column, expected", [([1.0, 2.0, 9.0], 2.0), ([1.0, 2.0, 3.0, 10.0], 2.5),
+                                              ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),
+                                              ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 3.5), ([7.0, 8.0], 7.5),
+                                              ([4.0], 4.0)])
+def test_median_of_odd_and_even_counts(column, expected):
+    out = robust.aggregate_robust(_stack([[v] for v in column]), np.ones(len(column)), "median")
+    assert out.dtype == np.float32 and float(out[0]) == expected
+
+
+@pytest.mark.parametrize("rule", robust.RULES)
+def test_every_rule_returns_float32_from_float64_input(rule):
+    stacked = np.arange(15, dtype=np.float64).reshape(5, 3)
+    out = robust.aggregate_robust(stacked, np.ones(5), rule)
+    assert out.dtype == np.float32 and out.shape == (3,)
+
+
+@pytest.mark.parametrize("rule", robust.RULES)
+def test_every_rule_accepts_zero_parameters(rule):
+    assert robust.aggregate_robust(np.zeros((5, 0), np.float32), np.ones(5), rule).shape == (0,)
+
+
+def test_rule_rejects_no_updates():
+    with pytest.raises(ValueError, match="K >= 1"):
+        robust.aggregate_robust(np.zeros((0, 3), np.float32), np.ones(0), "mean")
+
+
+def test_rule_accepts_a_single_update():
+    np.testing.assert_array_equal(robust.aggregate_robust(_stack([[1.0, 2.0]]), np.ones(1), "mean"), [1.0, 2.0])
+
+
+def test_weight_count_mismatch_named():
+    with pytest.raises(ValueError, match="^3 weights for 2 updates$"):
+        robust.aggregate_robust(_stack([[1.0], [2.0]]), np.ones(3), "mean")
+
+
+def test_unknown_rule_and_setting_rejected_with_reason():
+    with pytest.raises(ValueError, match="unknown robust rule 'mode'"):
+        robust.aggregate_robust(_stack([[1.0]]), np.ones(1), "mode")
+    with pytest.raises(ValueError, match=r"rule 'median' does not take \['trim'\]"):
+        robust.aggregate_robust(_stack([[1.0]]), np.ones(1), "median", trim=0.1)
+
+
+def test_non_finite_update_index_named():
+    with pytest.raises(ValueError, match="^update 1 holds NaN/Inf values$"):
+        robust.aggregate_robust(_stack([[1.0], [math.nan], [2.0]]), np.ones(3), "mean")
+
+
+def test_zero_weight_is_allowed_and_ignored():
+    out = robust.aggregate_robust(_stack([[100.0], [2.0]]), np.array([0.0, 1.0]), "mean")
+    assert float(out[0]) == 2.0
+
+
+def test_weights_summing_below_one_are_normalised():
+    out = robust.aggregate_robust(_stack([[1.0], [3.0]]), np.array([0.25, 0.25]), "mean")
+    assert float(out[0]) == 2.0
+
+
+def test_trimmed_mean_default_trim_is_a_tenth():
+    rows = [[-100.0], [1.0], [2.0], [3.0], [200.0], [1.0], [2.0], [3.0], [4.0], [141.5]]
+    assert float(robust.aggregate_robust(_stack(rows), np.ones(10), "trimmed_mean")[0]) == 19.6875
+
+
+def test_trimmed_mean_setting_is_passed_through():
+    rows = [[-100.0], [1.0], [2.0], [3.0], [200.0], [1.0], [2.0], [3.0], [4.0], [141.5]]
+    assert float(robust.aggregate_robust(_stack(rows), np.ones(10), "trimmed_mean", trim=0.3)[0]) == 2.5
+
+
+@pytest.mark.parametrize("trim", [0.0, 0.1])
+def test_trimmed_mean_accumulates_in_float64(trim):
+    rows = [[3e38]] * 10  # a float32 sum of these overflows
+    assert float(robust.trimmed_mean(_stack(rows), trim)[0]) == pytest.approx(3e38, rel=1e-6)
+
+
+def test_krum_scores_sum_squared_distances_to_the_n_minus_f_minus_2_nearest():
+    points = _stack([[0.0], [0.1], [0.3], [0.6], [5.0]])
+    # f = 1: each point sums its 2 nearest squared distances.
+    expected = [0.01 + 0.09, 0.01 + 0.04, 0.04 + 0.09, 0.09 + 0.25, 19.36 + 22.09]
+    np.testing.assert_allclose(robust.krum_scores(points, 1), expected, rtol=1e-5)
+
+
+def test_multi_krum_default_f_is_one_and_m_is_passed_through():
+    stacked = _stack([[0.0], [0.1], [0.3], [0.6], [5.0]])
+    default = robust.aggregate_robust(stacked, np.ones(5), "multi_krum")
+    np.testing.assert_array_equal(default, robust.multi_krum(stacked, np.ones(5) / 5, 1)[0])
+    chosen = robust.aggregate_robust(stacked, np.ones(5), "multi_krum", f=1, m=1)
+    assert float(chosen[0]) == pytest.approx(0.1)  # the lowest score alone
+
+
+def test_multi_krum_f_setting_is_passed_through():
+    stacked = np.arange(14, dtype=np.float32).reshape(7, 2)
+    with pytest.raises(ValueError, match="n=7, f=3 \\(need >= 9\\)"):
+        robust.aggregate_robust(stacked, np.ones(7), "multi_krum", f=3)
+
+
+def test_multi_krum_weights_the_chosen_updates():
+    stacked = _stack([[0.0], [0.1], [0.3], [0.6], [5.0]])
+    out, chosen = robust.multi_krum(stacked, np.array([1.0, 3.0, 1.0, 1.0, 1.0]), 1, 2)
+    assert chosen == [0, 1] and float(out[0]) == pytest.approx(0.075)
+
+
+def test_multi_krum_with_zero_weights_on_the_chosen_falls_back_to_their_mean():
+    stacked = _stack([[0.0], [0.1], [0.3], [0.6], [5.0]])
+    out, _ = robust.multi_krum(stacked, np.array([0.0, 0.0, 1.0, 1.0, 1.0]), 1, 2)
+    assert float(out[0]) == pytest.approx(0.05)
+
+
+def test_adaptive_clip_uses_the_median_update_norm():
+    stacked = _stack([[1.0, 0.0], [0.0, 2.0], [10.0, 0.0]])
+    _, scales = robust.norm_clip_mean(stacked, np.ones(3) / 3)
+    np.testing.assert_allclose(scales, [1.0, 1.0, 0.2])
+
+
+def test_clip_measures_offsets_from_the_reference():
+    ref = np.array([10.0, 10.0], np.float64)  # a float64 reference is accepted
+    out = robust.aggregate_robust(_stack([[13.0, 14.0], [10.0, 10.0]]), np.ones(2), "clip", clip_norm=1.0,
+                                  reference=ref)
+    np.testing.assert_allclose(out, [10.3, 10.4], rtol=1e-6)
+
+
+def test_clip_keeps_tiny_updates_unscaled():
+    _, scales = robust.norm_clip_mean(_stack([[1e-3, 0.0]]), np.ones(1), 0.5)
+    assert scales[0] == 1.0
+
+
+def test_clip_rejects_a_reference_of_the_wrong_shape():
+    with pytest.raises(ValueError, match=r"reference has shape \(3,\), expected \(2,\)"):
+        robust.norm_clip_mean(_stack([[1.0, 0.0]]), np.ones(1), 1.0, np.zeros(3))
