@@ -3,28 +3,23 @@
 Both the ROS 2 launch files (``launch/*.launch.py``) and ``fed-ros up`` start exactly the
 list :func:`plan_fleet` returns, so the two can never disagree. This module is pure
 Python (PyYAML only, no rclpy, no launch): launch files import it on machines where the
-rest of fed_ros may not even be importable, and the nodes import their parameter
-defaults and validators from here so there is one source of truth for them.
+rest of fed_ros may not even be importable. Node parameters are typed there by the same
+dataclasses the nodes declare (fed_ros.ros.fleet.params), the one source of their
+defaults and checks.
 """
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-PACKAGE = "fed_ros"
+from fed_ros.ros.fleet.params import (ALGORITHMS, ID_RE, POLICY_KINDS, SERVER_NAMESPACE, SIM_TASKS,  # noqa: F401
+                                      TRANSFER_CHANNELS, RobotParams, ServerParams)
 
-# Mirrors fed_ros.core.strategy.make_strategy names and fed_ros.sim.envs.TASKS; kept as
-# literals so a launch file can validate a config without importing numpy/torch/MuJoCo
-# (test_fleet_plan checks they stay in sync).
-ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd")
-SIM_TASKS = ("lift", "pick_place_can", "stack")
-POLICY_KINDS = ("lowdim", "image")
-TRANSFER_CHANNELS = ("auto", "ros", "zmq")
+PACKAGE = "fed_ros"
 
 # Executables installed under lib/fed_ros (ros2 run fed_ros <exe>) and the Python entry
 # point `fed-ros up` runs for each of them.
@@ -36,204 +31,12 @@ EXECUTABLE_ENTRY_POINTS: dict[str, str] = {
     "arm_adapter_node": "fed_ros.ros.nodes.arm_adapter_node:main",
 }
 
-SERVER_NAMESPACE = "/fleet"
 SERVER_NODE_NAME = "server"
 ROBOT_NODE_NAME = "robot"
 BRIDGE_NODE_NAME = "arm"
 ADAPTER_NODE_NAME = "arm_adapter"
 
-_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-# ---------------------------------------------------------------------------------------
-# Node parameters: defaults (the type of each default is the parameter's type) and checks.
-# Nodes declare exactly these; config/server.yaml and config/robot.yaml document them.
-# ---------------------------------------------------------------------------------------
-
-SERVER_DEFAULTS: dict[str, Any] = {
-    "algorithm": "feddrman",          # strategy name (ALGORITHMS)
-    "rounds": 3,                      # rounds to complete, then STAGE_DONE
-    "num_clusters": 2,                # C for FedDRMan / IFCA (ignored by the others)
-    "expected_robots": [""],          # robot ids that must register before round 0 ([""] = none)
-    "min_robots": 1,                  # start round 0 once this many robots registered
-    "registration_timeout_s": 120.0,  # s; after this, start with >= min_robots registered
-    "quorum_fraction": 0.75,          # fraction of participants whose update completes a round
-    "min_quorum": 1,                  # lower bound on the quorum (updates)
-    "round_timeout_s": 600.0,         # s; deadline = announcement time + this
-    "max_attempts": 3,                # announcements of one round before the server gives up
-    "state_dir": "runs/server",       # ModelStore directory (committed rounds)
-    "policy": "lowdim",               # initial policy kind when no model is committed yet
-    "seed": 0,                        # seed of the initial policy weights
-    "evaluate_every": 0,              # rounds between closed-loop evaluations (0 = never)
-    "eval_episodes": 2,               # episodes per task per robot evaluation
-    "eval_timeout_s": 600.0,          # s to wait for robots' evaluation results
-    "max_update_bytes": 256 << 20,    # bytes; larger updates are rejected before assembly
-    "max_samples": 1_000_000,         # cap on self-reported sample counts
-    "transfer_channel": "auto",       # model bytes over ROS messages or the zmq bulk channel
-    "bulk_threshold_bytes": 1 << 20,  # bytes; with transfer_channel auto, payloads this large go over zmq
-    "exit_when_done": False,          # exit 0 after the last round instead of staying up
-    "require_signatures": False,      # reject unsigned updates (Ed25519, fed-ros keys)
-    "allowed_keys_file": "",          # allow-list of robot public keys (YAML), "" = any
-    "private_key_file": "",           # server Ed25519 key: signs cluster models, "" = unsigned
-}
-
-ROBOT_DEFAULTS: dict[str, Any] = {
-    "robot_id": "",                   # "" = the node namespace without the leading '/'
-    "tasks": ["lift"],                # tasks this robot records and is evaluated on
-    "variation": "default",           # environment variation preset (sim) / site tag (real)
-    "fleet_namespace": SERVER_NAMESPACE,  # where the server's topics and services live
-    "arm_namespace": "",              # "" = <robot ns>/arm/...; "/P" = /P/arm/... (a real driver)
-    "data_dir": "",                   # demonstrations (demos/: recordings, *.npz episodes), models ("" = runs/robots/<robot_id>)
-    "collect_demos_on_start": 0,      # episodes to record with the scripted expert over ROS
-    "demo_seed": 0,                   # seed of the first bootstrap episode
-    "demo_noise_std": 0.0,            # expert action noise for demonstration diversity
-    "max_episode_steps": 400,         # steps; safety cap for expert / policy episodes
-    "policy": "lowdim",               # policy kind (must match the server's model)
-    "device": "auto",                 # torch device for training: auto | cpu | cuda
-    "torch_threads": 0,               # CPU threads for torch (0 = torch's default: all cores)
-    "seed": 0,                        # training seed (offset by round)
-    "train_batch_size": 32,           # frames per batch
-    "train_lr": 1e-4,                 # AdamW learning rate
-    "train_max_steps": 0,             # cap on optimiser steps per round (0 = full epochs)
-    "eval_episodes": 2,               # default episodes per task for EvaluatePolicy
-    "register_timeout_s": 60.0,       # s to keep retrying registration before giving up
-    "transfer_channel": "auto",       # model bytes over ROS messages or the zmq bulk channel
-    "bulk_threshold_bytes": 1 << 20,  # bytes; with transfer_channel auto, payloads this large go over zmq
-    "update_retry_s": 2.0,            # s before an unacknowledged update is re-sent (doubling, max 10 s)
-    "private_key_file": "",           # Ed25519 key (fed-ros keys) to sign updates, "" = unsigned
-    "allowed_keys_file": "",          # allow-list YAML whose `server:` key signs cluster models
-}
-
-
-def _check_type(node: str, name: str, value: Any, default: Any) -> Any:
-    """Coerce ``value`` to the type of ``default`` or raise ValueError naming the parameter."""
-    where = f"{node} parameter {name!r}"
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"{where} must be a bool, got {value!r}")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer, got {value!r}")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise ValueError(f"{where} must be finite, got {value!r}")
-        return float(value)
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, got {value!r}")
-        return value
-    if isinstance(default, list):
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise ValueError(f"{where} must be a list of strings, got {value!r}")
-        return list(value)
-    raise TypeError(f"unsupported parameter type for {name!r}")  # programming error
-
-
-def _merge(node: str, defaults: Mapping[str, Any], params: Mapping[str, Any],
-           open_prefixes: Sequence[str]) -> dict[str, Any]:
-    """Defaults overlaid with ``params``; unknown names raise ValueError naming them."""
-    merged = dict(defaults)
-    for name, value in params.items():
-        if name in defaults:
-            merged[name] = _check_type(node, name, value, defaults[name])
-        elif any(name.startswith(p + ".") for p in open_prefixes):
-            merged[name] = value  # validated by whoever consumes the group (e.g. make_strategy)
-        else:
-            raise ValueError(f"unknown {node} parameter {name!r} "
-                             f"(known: {', '.join(sorted(defaults))})")
-    return merged
-
-
-def _require(cond: bool, message: str) -> None:
-    if not cond:
-        raise ValueError(message)
-
-
-def validate_server_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Full, checked server parameter set (``strategy.*`` passes through to the strategy)."""
-    p = _merge("server", SERVER_DEFAULTS, params, open_prefixes=("strategy",))
-    _require(p["algorithm"] in ALGORITHMS,
-             f"server parameter 'algorithm' must be one of {ALGORITHMS}, got {p['algorithm']!r}")
-    _require(p["rounds"] >= 1, f"server parameter 'rounds' must be >= 1, got {p['rounds']}")
-    _require(p["num_clusters"] >= 1,
-             f"server parameter 'num_clusters' must be >= 1, got {p['num_clusters']}")
-    _require(p["min_robots"] >= 1, f"server parameter 'min_robots' must be >= 1, got {p['min_robots']}")
-    _require(0.0 < p["quorum_fraction"] <= 1.0,
-             f"server parameter 'quorum_fraction' must be in (0, 1], got {p['quorum_fraction']}")
-    _require(p["min_quorum"] >= 1, f"server parameter 'min_quorum' must be >= 1, got {p['min_quorum']}")
-    for name in ("round_timeout_s", "registration_timeout_s", "eval_timeout_s"):
-        _require(p[name] > 0.0, f"server parameter {name!r} must be > 0 s, got {p[name]}")
-    _require(p["max_attempts"] >= 1,
-             f"server parameter 'max_attempts' must be >= 1, got {p['max_attempts']}")
-    _require(p["state_dir"] != "", "server parameter 'state_dir' must not be empty")
-    _require(p["policy"] in POLICY_KINDS,
-             f"server parameter 'policy' must be one of {POLICY_KINDS}, got {p['policy']!r}")
-    _require(p["evaluate_every"] >= 0,
-             f"server parameter 'evaluate_every' must be >= 0, got {p['evaluate_every']}")
-    _require(p["eval_episodes"] >= 1,
-             f"server parameter 'eval_episodes' must be >= 1, got {p['eval_episodes']}")
-    _require(p["max_update_bytes"] >= 1024,
-             f"server parameter 'max_update_bytes' must be >= 1024, got {p['max_update_bytes']}")
-    _require(p["max_samples"] >= 1, f"server parameter 'max_samples' must be >= 1, got {p['max_samples']}")
-    _require(p["transfer_channel"] in TRANSFER_CHANNELS,
-             f"server parameter 'transfer_channel' must be one of {TRANSFER_CHANNELS}, "
-             f"got {p['transfer_channel']!r}")
-    _require(p["bulk_threshold_bytes"] >= 0,
-             f"server parameter 'bulk_threshold_bytes' must be >= 0, got {p['bulk_threshold_bytes']}")
-    p["expected_robots"] = [r for r in p["expected_robots"] if r]
-    for rid in p["expected_robots"]:
-        _require(bool(_ID_RE.match(rid)), f"server parameter 'expected_robots' has a bad id {rid!r}")
-    return p
-
-
-def validate_robot_params(params: Mapping[str, Any], namespace: str = "") -> dict[str, Any]:
-    """Full, checked robot parameter set (``trainer.*`` passes through to TrainerConfig)."""
-    p = _merge("robot", ROBOT_DEFAULTS, params, open_prefixes=("trainer",))
-    if not p["robot_id"]:
-        p["robot_id"] = namespace.strip("/").replace("/", "_")
-    _require(bool(_ID_RE.match(p["robot_id"])),
-             f"robot parameter 'robot_id' must match {_ID_RE.pattern}, got {p['robot_id']!r}")
-    _require(len(p["tasks"]) >= 1 and all(p["tasks"]),
-             f"robot parameter 'tasks' must name at least one task, got {p['tasks']!r}")
-    _require(p["collect_demos_on_start"] >= 0,
-             f"robot parameter 'collect_demos_on_start' must be >= 0, got {p['collect_demos_on_start']}")
-    _require(p["demo_noise_std"] >= 0.0,
-             f"robot parameter 'demo_noise_std' must be >= 0, got {p['demo_noise_std']}")
-    _require(p["max_episode_steps"] >= 1,
-             f"robot parameter 'max_episode_steps' must be >= 1, got {p['max_episode_steps']}")
-    _require(p["policy"] in POLICY_KINDS,
-             f"robot parameter 'policy' must be one of {POLICY_KINDS}, got {p['policy']!r}")
-    _require(p["device"] in ("auto", "cpu", "cuda") or p["device"].startswith("cuda:"),
-             f"robot parameter 'device' must be auto, cpu or cuda[:N], got {p['device']!r}")
-    _require(p["torch_threads"] >= 0,
-             f"robot parameter 'torch_threads' must be >= 0, got {p['torch_threads']}")
-    _require(p["train_batch_size"] >= 1,
-             f"robot parameter 'train_batch_size' must be >= 1, got {p['train_batch_size']}")
-    _require(p["train_lr"] > 0.0, f"robot parameter 'train_lr' must be > 0, got {p['train_lr']}")
-    _require(p["train_max_steps"] >= 0,
-             f"robot parameter 'train_max_steps' must be >= 0, got {p['train_max_steps']}")
-    _require(p["eval_episodes"] >= 1,
-             f"robot parameter 'eval_episodes' must be >= 1, got {p['eval_episodes']}")
-    _require(p["register_timeout_s"] > 0.0,
-             f"robot parameter 'register_timeout_s' must be > 0, got {p['register_timeout_s']}")
-    _require(p["transfer_channel"] in TRANSFER_CHANNELS,
-             f"robot parameter 'transfer_channel' must be one of {TRANSFER_CHANNELS}, "
-             f"got {p['transfer_channel']!r}")
-    _require(p["bulk_threshold_bytes"] >= 0,
-             f"robot parameter 'bulk_threshold_bytes' must be >= 0, got {p['bulk_threshold_bytes']}")
-    _require(p["update_retry_s"] > 0.0,
-             f"robot parameter 'update_retry_s' must be > 0, got {p['update_retry_s']}")
-    _require(p["arm_namespace"] == "" or p["arm_namespace"].startswith("/"),
-             f"robot parameter 'arm_namespace' must be empty or absolute, got {p['arm_namespace']!r}")
-    _require(p["fleet_namespace"].startswith("/"),
-             f"robot parameter 'fleet_namespace' must be absolute, got {p['fleet_namespace']!r}")
-    if not p["data_dir"]:
-        p["data_dir"] = f"runs/robots/{p['robot_id']}"
-    return p
-
+_ID_RE = ID_RE
 
 # ---------------------------------------------------------------------------------------
 # Fleet config
@@ -319,9 +122,9 @@ class FleetConfig:
         # Fail at load time, not when a node starts: run the same checks the nodes run.
         for node in plan_fleet(self):
             if node.executable == "server_node":
-                validate_server_params(node.parameters)
+                ServerParams.from_mapping(node.parameters)
             elif node.executable == "robot_node":
-                validate_robot_params(node.parameters, node.namespace)
+                RobotParams.from_mapping(node.parameters, namespace=node.namespace)
 
     @property
     def robot_ids(self) -> list[str]:
@@ -459,10 +262,12 @@ def server_spec(config: FleetConfig) -> NodeSpec:
     if "min_robots" not in params:
         # All robots start round 0 together; if some never register, the fleet starts after
         # registration_timeout_s with a quorum of them instead of waiting forever.
-        fraction = params.get("quorum_fraction", SERVER_DEFAULTS["quorum_fraction"])
+        fraction = params.get("quorum_fraction", ServerParams.defaults()["quorum_fraction"])
         if isinstance(fraction, (int, float)) and 0 < fraction <= 1:
             params["min_robots"] = max(1, math.ceil(fraction * len(config.robots) - 1e-9))
-    return NodeSpec(PACKAGE, "server_node", SERVER_NODE_NAME, SERVER_NAMESPACE, params)
+    # Typed as the node declares them (e.g. 600 -> 600.0 for a float): a ROS node rejects an
+    # integer override of a double parameter at start.
+    return NodeSpec(PACKAGE, "server_node", SERVER_NODE_NAME, SERVER_NAMESPACE, ServerParams.coerce(params))
 
 
 def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
@@ -479,7 +284,7 @@ def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
         params["torch_threads"] = 1
     params.update(config.robot_defaults)
     params.update(robot.parameters)
-    return NodeSpec(PACKAGE, "robot_node", ROBOT_NODE_NAME, f"/{robot.robot_id}", params,
+    return NodeSpec(PACKAGE, "robot_node", ROBOT_NODE_NAME, f"/{robot.robot_id}", RobotParams.coerce(params),
                     robot.remappings)
 
 
@@ -508,7 +313,7 @@ def adapter_spec(config: FleetConfig, robot: RobotConfig) -> NodeSpec:
         "task": robot.tasks[0], "cameras": config.policy == "image",
         "max_episode_steps": int(robot.parameters.get(
             "max_episode_steps", config.robot_defaults.get("max_episode_steps",
-                                                           ROBOT_DEFAULTS["max_episode_steps"]))),
+                                                           RobotParams.defaults()["max_episode_steps"]))),
     }
     return NodeSpec(PACKAGE, "arm_adapter_node", ADAPTER_NODE_NAME, f"/{robot.robot_id}", params)
 

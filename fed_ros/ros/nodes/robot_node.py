@@ -43,7 +43,8 @@ from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.publish import wait_for_subscribers  # also imported from here by tests
 from fed_ros.ros.wire.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
                                      model_update_msg)
-from fed_ros.ros.fleet.plan import ROBOT_DEFAULTS, validate_robot_params
+from fed_ros.ros.fleet.params import RobotParams
+from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.round_config import RoundConfig
 from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN
 from fed_ros.ros.nodes.model_cache import ModelCache
@@ -52,7 +53,6 @@ from fed_ros.core.validation import Decision
 from fed_ros.ros.wire.transfer import Outgoing, Received, TransferReceiver, TransferSender
 from fed_ros.srv import EvaluatePolicy, Record, Register
 
-_ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
 MODEL_TOPIC_DEPTH = 64  # matches the server's latched cluster-model topic
 
 
@@ -60,48 +60,42 @@ class RobotNode(Node):
     """Onboard fleet client of one robot (thin: `RobotClient` learns, arm.driving drives the arm)."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("robot", allow_undeclared_parameters=True,
-                         automatically_declare_parameters_from_overrides=True, **kwargs)
-        for name, default in ROBOT_DEFAULTS.items():
-            if not self.has_parameter(name):
-                self.declare_parameter(name, default)
-        names = self.list_parameters([], 0).names
-        raw = {n: self.get_parameter(n).value for n in names if n not in _ROS_BUILTIN_PARAMS}
-        self.params = p = validate_robot_params(raw, self.get_namespace())
-        self.robot_id: str = p["robot_id"]
-        self.tasks: list[str] = list(p["tasks"])
-        self.data_dir = Path(p["data_dir"])
+        super().__init__("robot", **kwargs)
+        # Typed, described parameters (RobotParams); a live `ros2 param set` is applied or refused.
+        self.params = p = declare_typed_parameters(self, RobotParams, self._on_params_changed,
+                                                   namespace=self.get_namespace())
+        self.robot_id: str = p.robot_id
+        self.tasks: list[str] = list(p.tasks)
+        self.data_dir = Path(p.data_dir)
         self.demo_dir = self.data_dir / "demos"
         self.model_dir = self.data_dir / "models"
         self.demo_dir.mkdir(parents=True, exist_ok=True)
         self.model_dir.mkdir(parents=True, exist_ok=True)
-        self.cameras = p["policy"] == "image"
+        self.cameras = p.policy == "image"
         self.signer = None
-        if p["private_key_file"]:
+        if p.private_key_file:
             from fed_ros.core.auth import Signer
-            self.signer = Signer.from_file(p["private_key_file"])
+            self.signer = Signer.from_file(p.private_key_file)
         self.server_key = None  # cluster models must carry the server's signature when set
-        if p["allowed_keys_file"]:
+        if p.allowed_keys_file:
             from fed_ros.core.auth import AllowList
-            self.server_key = AllowList.from_yaml(p["allowed_keys_file"]).server
+            self.server_key = AllowList.from_yaml(p.allowed_keys_file).server
 
-        if p["torch_threads"]:
+        if p.torch_threads:
             import torch
-            torch.set_num_threads(p["torch_threads"])
+            torch.set_num_threads(p.torch_threads)
         from fed_ros.core.params import manifest_of
         from fed_ros.learning.client import RobotClient
         from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import initial_state_dict
-        self.policy_cfg = PolicyConfig(kind=p["policy"])
+        self.policy_cfg = PolicyConfig(kind=p.policy)
         # The robot's own training settings; the round config overrides what it decides.
-        local = {"lr": p["train_lr"], "batch_size": p["train_batch_size"], "max_steps": p["train_max_steps"] or None}
-        local.update({k[len("trainer."):]: v for k, v in p.items() if k.startswith("trainer.")})
-        self.client = RobotClient(self.robot_id, self.policy_cfg, robot_seed=p["seed"], device=p["device"],
-                                  local=local)  # ValueError at start on a bad or forbidden setting
+        self.client = RobotClient(self.robot_id, self.policy_cfg, robot_seed=p.seed, device=p.device,
+                                  local=p.local_training())  # ValueError at start on a bad or forbidden setting
         self.manifest = manifest_of(initial_state_dict(self.policy_cfg))  # what cluster models must match
 
-        fleet = p["fleet_namespace"].rstrip("/")
-        arm_ns = p["arm_namespace"]
+        fleet = p.fleet_namespace.rstrip("/")
+        arm_ns = p.arm_namespace
         self._fleet_group = MutuallyExclusiveCallbackGroup()  # announcements, models, resends
         self._service_group = MutuallyExclusiveCallbackGroup()  # Record / EvaluatePolicy
         io_group = ReentrantCallbackGroup()  # arm topics (recorder, arm client)
@@ -143,8 +137,8 @@ class RobotNode(Node):
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
                                           on_event=lambda text: self.get_logger().warning(text))
-        self.updates_out = TransferSender(p["transfer_channel"], bulk_threshold_bytes=p["bulk_threshold_bytes"])
-        self.outbox = Outbox(RetrySchedule(first_s=p["update_retry_s"], max_s=max(10.0, p["update_retry_s"])))
+        self.updates_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes)
+        self.outbox = Outbox(RetrySchedule(first_s=p.update_retry_s, max_s=max(10.0, p.update_retry_s)))
         self.models = ModelCache()  # the receive path stores into it (aliases below)
         self._models_lock, self.cluster_models = self.models.lock, self.models.entries
         self._latest: Announcement | None = None
@@ -161,7 +155,14 @@ class RobotNode(Node):
         self._worker.start()
         self._jobs.put(("startup", None))
         self.get_logger().info(f"robot {self.robot_id}: tasks {self.tasks}, data in {self.data_dir}, "
-                               f"policy {p['policy']}")
+                               f"policy {p.policy}")
+
+    def _on_params_changed(self, params: RobotParams) -> None:
+        """A live parameter change (already checked): training settings reach the next round's fit."""
+        self.params = params
+        self.client.local.update(params.local_training())
+        self.get_logger().info("parameters changed live; training settings now "
+                               f"{params.local_training()}, eval_episodes {params.eval_episodes}")
 
     # ------------------------------------------------------------------ bookkeeping
     def _log_transfer(self, **entry: Any) -> None:
@@ -198,7 +199,7 @@ class RobotNode(Node):
         return local_episodes(self.demo_dir)
 
     def _startup(self) -> None:
-        wanted = self.params["collect_demos_on_start"]
+        wanted = self.params.collect_demos_on_start
         have = len(self._episodes()) if wanted else 0
         if wanted > have:
             self._collect_demos(wanted - have, first_index=have)
@@ -210,13 +211,13 @@ class RobotNode(Node):
         p, log = self.params, self.get_logger()
         log.info(f"recording {count} demonstration(s): the scripted expert drives the arm over ROS")
         with self._arm_lock:
-            record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p["demo_seed"],
-                                noise_std=p["demo_noise_std"], variation=p["variation"],
-                                max_steps=p["max_episode_steps"], info=log.info, error=log.error)
+            record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p.demo_seed,
+                                noise_std=p.demo_noise_std, variation=p.variation,
+                                max_steps=p.max_episode_steps, info=log.info, error=log.error)
 
     def _register(self) -> None:
         p = self.params
-        deadline = time.monotonic() + p["register_timeout_s"]
+        deadline = time.monotonic() + p.register_timeout_s
         num_samples = sum(len(e) for e in self._episodes())
         import torch
         while not self._stop.is_set():
@@ -237,7 +238,7 @@ class RobotNode(Node):
                     self.get_logger().info(f"registered with the fleet (server round {response.current_round})")
                     return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no fleet server answered within {p['register_timeout_s']:.0f} s")
+                raise TimeoutError(f"no fleet server answered within {p.register_timeout_s:.0f} s")
 
     def _call(self, client, request, timeout: float):
         future = client.call_async(request)
@@ -482,7 +483,7 @@ class RobotNode(Node):
             # Commands name the model that produced them (its wire sha256, as in the cluster model).
             source = f"policy:{encode_state_dict(model).sha256[:12]}"
             return self.client.evaluate(model, lambda runner: run_policy(
-                self.arm, runner, self.tasks, p["variation"], episodes, seed, p["max_episode_steps"],
+                self.arm, runner, self.tasks, p.variation, episodes, seed, p.max_episode_steps,
                 source=source))
         finally:
             self._arm_lock.release()
@@ -490,8 +491,8 @@ class RobotNode(Node):
     def _evaluate_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
         model = self.models.for_round(ann.round_idx, membership)
         t0 = time.monotonic()
-        episodes = config.eval_episodes or self.params["eval_episodes"]  # the server's request, else our own
-        rates = self.evaluate_model(model, episodes, seed=self.params["seed"])
+        episodes = config.eval_episodes or self.params.eval_episodes  # the server's request, else our own
+        rates = self.evaluate_model(model, episodes, seed=self.params.seed)
         mean = float(np.mean(list(rates.values())))
         msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
                            num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=mean,
@@ -504,12 +505,12 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
         from fed_ros.ros.arm.driving import answer_record
-        return answer_record(self.recorder, request, response, self.tasks[0], self.params["variation"])
+        return answer_record(self.recorder, request, response, self.tasks[0], self.params.variation)
 
     def _on_evaluate(self, request, response):
         try:
             model, _ = self.models.newest_for(self.robot_id)
-            episodes = int(request.episodes) or self.params["eval_episodes"]
+            episodes = int(request.episodes) or self.params.eval_episodes
             rates = self.evaluate_model(model, episodes, int(request.seed))
             response.ok, response.message = True, f"{episodes} episode(s) per task"
             response.tasks = list(rates)
@@ -563,6 +564,7 @@ def main(args: list[str] | None = None) -> int:
         if node is not None:
             node.destroy_node()  # stops the worker: its waits give up within shutdown.POLL_S
         rclpy.try_shutdown()
+        shutdown.prepare_exit()
     return code
 
 

@@ -20,6 +20,7 @@ committed round with the same models. Parameters: config/server.yaml.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import sys
@@ -47,7 +48,8 @@ from fed_ros.ros import shutdown
 from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
-from fed_ros.ros.fleet.plan import SERVER_DEFAULTS, validate_server_params
+from fed_ros.ros.fleet.params import ServerParams
+from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.rounds import (DONE, TRAIN, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
                                   ready_to_start)
 from fed_ros.ros.wire.transfer import Received, TransferReceiver, TransferSender
@@ -56,18 +58,18 @@ from fed_ros.srv import Register
 from fed_ros.core import bounds
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 
-# Parameters rclpy declares on every node; not ours to validate.
-_ROS_BUILTIN_PARAMS = {"use_sim_time", "start_type_description_service"}
 # Depth of the latched cluster-model topic: every chunk of every cluster's current model
 # must fit (robots keep the newest round per cluster and ignore older samples).
 MODEL_TOPIC_DEPTH = 64
+# Samples the updates reader queues (KEEP_LAST): bounds the server's memory under a flood.
+UPDATES_INBOX_DEPTH = int(__import__("os").environ.get("FED_ROS_INBOX_DEPTH", "8"))
 # Round reports a late reader (fed-ros status, the demo) receives on connecting.
 REPORT_HISTORY = 16
 
 
-def strategy_settings(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
+def strategy_settings(algorithm: str, params: ServerParams) -> dict[str, Any]:
     """make_strategy keyword settings: ``strategy.*`` parameters, plus num_clusters if accepted."""
-    settings = {k[len("strategy."):]: v for k, v in params.items() if k.startswith("strategy.")}
+    settings = {k[len("strategy."):]: v for k, v in params.extra.items() if k.startswith("strategy.")}
     module_name, cls_name = STRATEGIES[algorithm].split(":")
     cls = getattr(__import__(module_name, fromlist=[cls_name]), cls_name)
     accepted = set()
@@ -77,7 +79,7 @@ def strategy_settings(algorithm: str, params: dict[str, Any]) -> dict[str, Any]:
                          if v.kind == inspect.Parameter.KEYWORD_ONLY}
     for key in ("num_clusters", "C"):
         if key in accepted and key not in settings:
-            settings[key] = params["num_clusters"]
+            settings[key] = params.num_clusters
             break
     return settings
 
@@ -86,60 +88,54 @@ class FleetServer(Node):
     """Fleet server: a thin shell that turns messages into RoundCoordinator calls."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__("server", allow_undeclared_parameters=True,
-                         automatically_declare_parameters_from_overrides=True, **kwargs)
-        for name, default in SERVER_DEFAULTS.items():
-            if not self.has_parameter(name):
-                self.declare_parameter(name, default)
-        names = self.list_parameters([], 0).names
-        raw = {n: self.get_parameter(n).value for n in names if n not in _ROS_BUILTIN_PARAMS}
-        self.params = p = validate_server_params(raw)  # ValueError names the bad parameter
+        super().__init__("server", **kwargs)
+        # Typed, described parameters (ServerParams; ValueError names a bad one); a live
+        # `ros2 param set` is applied (round timing, evaluation, exit_when_done) or refused.
+        self.params = p = declare_typed_parameters(self, ServerParams, self._on_params_changed)
 
         from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import initial_state_dict
 
-        self.strategy = make_strategy(p["algorithm"], **strategy_settings(p["algorithm"], p))
-        initial = initial_state_dict(PolicyConfig(kind=p["policy"]), seed=p["seed"])
+        self.strategy = make_strategy(p.algorithm, **strategy_settings(p.algorithm, p))
+        initial = initial_state_dict(PolicyConfig(kind=p.policy), seed=p.seed)
         self.manifest = manifest_of(initial)
-        state_dir = Path(p["state_dir"])
+        state_dir = Path(p.state_dir)
         self.store = ModelStore(state_dir)
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.allow_list = None
         allowed_keys = None
-        if p["allowed_keys_file"]:
+        if p.allowed_keys_file:
             from fed_ros.core.auth import AllowList, ReplayGuard
-            self.allow_list = AllowList.from_yaml(p["allowed_keys_file"])
+            self.allow_list = AllowList.from_yaml(p.allowed_keys_file)
             allowed_keys = {rid: self.allow_list.public_key(rid) for rid in self.allow_list.robot_ids}
             self.replay_guard = ReplayGuard()
-        elif p["require_signatures"]:
-            raise ValueError("server parameter 'require_signatures' is true but 'allowed_keys_file' is empty")
-        else:
+        else:  # (ServerParams refuses require_signatures without allowed_keys_file)
             self.replay_guard = None
         self.signer = None
-        if p["private_key_file"]:
+        if p.private_key_file:
             from fed_ros.core.auth import Signer
-            self.signer = Signer.from_file(p["private_key_file"])
+            self.signer = Signer.from_file(p.private_key_file)
         # With require_signatures a Register must prove possession of the allow-listed key
         # (signature over its claim + timestamp + nonce); without it only the key must match.
         self.registration_guard = None
-        if p["require_signatures"] and self.allow_list is not None:
+        if p.require_signatures and self.allow_list is not None:
             from fed_ros.core.registration import RegistrationGuard
             self.registration_guard = RegistrationGuard(self.allow_list)
         from fed_ros.core.rounds import Roster
         settings = RoundSettings(
-            algorithm=p["algorithm"], rounds=p["rounds"], quorum_fraction=p["quorum_fraction"],
-            min_quorum=p["min_quorum"], round_timeout_s=p["round_timeout_s"], max_attempts=p["max_attempts"],
-            max_samples=p["max_samples"], evaluate_every=p["evaluate_every"], eval_timeout_s=p["eval_timeout_s"],
-            eval_episodes=p["eval_episodes"])
+            algorithm=p.algorithm, rounds=p.rounds, quorum_fraction=p.quorum_fraction,
+            min_quorum=p.min_quorum, round_timeout_s=p.round_timeout_s, max_attempts=p.max_attempts,
+            max_samples=p.max_samples, evaluate_every=p.evaluate_every, eval_timeout_s=p.eval_timeout_s,
+            eval_episodes=p.eval_episodes)
         self.coord = RoundCoordinator(self.strategy, self.store, settings, initial,
-                                      Roster(allowed_keys=allowed_keys, max_samples=p["max_samples"]),
+                                      Roster(allowed_keys=allowed_keys, max_samples=p.max_samples),
                                       clock=self._now)
         self.resumed = self.coord.resume()
-        self.limits = TransferLimits(max_total_bytes=p["max_update_bytes"])
+        self.limits = TransferLimits(max_total_bytes=p.max_update_bytes)
         # Transfer: updates in (assembly, bulk fetch, the one payload check), cluster models out.
         self.updates_in = TransferReceiver(self.manifest, self.limits, max_pending=16,
                                            on_event=lambda text: self.get_logger().warning(text))
-        self.models_out = TransferSender(p["transfer_channel"], bulk_threshold_bytes=p["bulk_threshold_bytes"],
+        self.models_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
         # The decision on every update payload id: a re-send is acknowledged again, never applied twice.
         self.ledger = Ledger()
@@ -163,8 +159,9 @@ class FleetServer(Node):
         # No handler can crash the node: a failing callback is logged with its type, counted
         # (guard.failures) and audited; the node keeps serving.
         self.guard = guard = HandlerGuard(self, on_error=self._audit_handler_failure)
-        self.create_subscription(ModelUpdate, "updates", guard.wrap("updates", self._on_update), qos.control_qos(),
-                                 callback_group=group)
+        # Anyone on the domain can write here: KEEP_LAST bounds what DDS queues for us (qos.inbox_qos).
+        self.create_subscription(ModelUpdate, "updates", guard.wrap("updates", self._on_update),
+                                 qos.inbox_qos(UPDATES_INBOX_DEPTH), callback_group=group)
         self.create_subscription(DescriptorMsg, "descriptors", guard.wrap("descriptors", self._on_descriptor),
                                  qos.control_qos(), callback_group=group)
         self.create_subscription(RobotMetrics, "robot_metrics", guard.wrap("robot_metrics", self._on_metrics),
@@ -177,8 +174,16 @@ class FleetServer(Node):
         where = (f"resumed after committed round {self.coord.round_idx - 1}" if self.resumed
                  else "no committed round: starting from the initial model")
         self.get_logger().info(
-            f"fleet server: {p['algorithm']} x {p['rounds']} rounds, store {state_dir} ({where}); "
-            f"waiting for robots {p['expected_robots'] or ('>= ' + str(p['min_robots']))}")
+            f"fleet server: {p.algorithm} x {p.rounds} rounds, store {state_dir} ({where}); "
+            f"waiting for robots {p.robots_expected or ('>= ' + str(p.min_robots))}")
+
+    def _on_params_changed(self, params: ServerParams) -> None:
+        """A live parameter change (already checked): round timing and evaluation from the next stage on."""
+        self.params = params
+        self.coord.settings = dataclasses.replace(
+            self.coord.settings, round_timeout_s=params.round_timeout_s, evaluate_every=params.evaluate_every,
+            eval_timeout_s=params.eval_timeout_s, eval_episodes=params.eval_episodes)
+        self.get_logger().info(f"parameters changed live: {self.coord.settings}")
 
     # ------------------------------------------------------------------ helpers
     def _now(self) -> float:
@@ -192,8 +197,8 @@ class FleetServer(Node):
             current_round=round_idx, expected_manifest=None, base_rounds={round_idx},
             participants=set(plan.participants) if plan else set(),
             deadline_passed=bool(plan and self._now() > plan.deadline_s),
-            limits=Limits(max_update_bytes=self.params["max_update_bytes"],
-                          max_num_samples=max(self.params["max_samples"], 1) * 10),
+            limits=Limits(max_update_bytes=self.params.max_update_bytes,
+                          max_num_samples=max(self.params.max_samples, 1) * 10),
             allow_list=self.allow_list, replay_guard=self.replay_guard)
 
     def _decide(self, pid: str, env: UpdateEnvelope, decision: Decision, *, counted: bool = False,
@@ -279,9 +284,9 @@ class FleetServer(Node):
 
     def _ready_to_start(self) -> bool:
         p = self.params
-        return ready_to_start(registered=self.coord.roster.ids, expected=p["expected_robots"],
-                              min_robots=p["min_robots"], waited_s=time.monotonic() - self._start_time,
-                              registration_timeout_s=p["registration_timeout_s"], resumed=self.resumed)
+        return ready_to_start(registered=self.coord.roster.ids, expected=p.robots_expected,
+                              min_robots=p.min_robots, waited_s=time.monotonic() - self._start_time,
+                              registration_timeout_s=p.registration_timeout_s, resumed=self.resumed)
 
     # ------------------------------------------------------------------ main loop
     def _tick(self) -> None:
@@ -305,7 +310,7 @@ class FleetServer(Node):
             if self.coord.failed_reason:
                 self.get_logger().error(f"giving up: {self.coord.failed_reason}")
                 self.exit_code = 1
-            elif self.coord.finished and self.coord.collector is None and self.params["exit_when_done"]:
+            elif self.coord.finished and self.coord.collector is None and self.params.exit_when_done:
                 self.exit_code = 0
         except Exception as exc:  # noqa: BLE001 - e.g. the store failed: stop, restart resumes
             import traceback
@@ -549,6 +554,7 @@ def main(args: list[str] | None = None) -> int:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        shutdown.prepare_exit()
     return code
 
 

@@ -1,0 +1,164 @@
+"""The fleet nodes' parameters, each declared once (fed_ros.ros.fleet.param_spec).
+
+``ServerParams`` and ``RobotParams`` are what the nodes declare (with ParameterDescriptors),
+what the fleet plan and the launch files fill in, and what a live ``ros2 param set`` is checked
+against. config/server.yaml and config/robot.yaml are documented examples of them; a test
+keeps their keys and defaults equal to these.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fed_ros.ros.fleet.param_spec import NodeParams, param
+
+# Mirrors fed_ros.core.strategy.make_strategy names and fed_ros.sim.envs.TASKS; kept as
+# literals so a launch file can validate a config without importing numpy/torch/MuJoCo
+# (test_fleet_plan checks they stay in sync).
+ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd")
+SIM_TASKS = ("lift", "pick_place_can", "stack")
+POLICY_KINDS = ("lowdim", "image")
+TRANSFER_CHANNELS = ("auto", "ros", "zmq")
+SERVER_NAMESPACE = "/fleet"
+
+ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def _ids(values: Any) -> str | None:
+    bad = [v for v in values if v and not ID_RE.match(v)]
+    return f"has a bad id {bad[0]!r} (ids match {ID_RE.pattern})" if bad else None
+
+
+def _device(value: str) -> str | None:
+    ok = value in ("auto", "cpu", "cuda") or value.startswith("cuda:")
+    return None if ok else "must be auto, cpu or cuda[:N]"
+
+
+def _absolute_or_empty(value: str) -> str | None:
+    return None if value == "" or value.startswith("/") else "must be empty or absolute"
+
+
+def _absolute(value: str) -> str | None:
+    return None if value.startswith("/") else "must be absolute"
+
+
+def _not_empty(value: str) -> str | None:
+    return None if value else "must not be empty"
+
+
+def _tasks(values: Any) -> str | None:
+    return None if len(values) >= 1 and all(values) else "must name at least one task"
+
+
+@dataclass(frozen=True)
+class ServerParams(NodeParams):
+    """Parameters of the fleet server node (fed_ros/ros/nodes/server_node.py)."""
+
+    NODE: ClassVar[str] = "server"
+    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy",)  # -> make_strategy(**settings)
+
+    algorithm: str = param("feddrman", "strategy name", choices=ALGORITHMS)
+    rounds: int = param(3, "rounds to complete, then STAGE_DONE", ge=1)
+    num_clusters: int = param(2, "C for FedDRMan / IFCA (ignored by the others)", ge=1)
+    expected_robots: tuple[str, ...] = param(("",), "robot ids that must register before round 0 ([''] = none)",
+                                             check=_ids)
+    min_robots: int = param(1, "start round 0 once this many robots registered", ge=1)
+    registration_timeout_s: float = param(120.0, "after this, start with >= min_robots registered", unit="s",
+                                          gt=0.0, live=True)
+    quorum_fraction: float = param(0.75, "fraction of participants whose update completes a round", gt=0.0, le=1.0)
+    min_quorum: int = param(1, "lower bound on the quorum", unit="updates", ge=1)
+    round_timeout_s: float = param(600.0, "deadline = announcement time + this (from the next announcement)",
+                                   unit="s", gt=0.0, live=True)
+    max_attempts: int = param(3, "announcements of one round before the server gives up", ge=1)
+    state_dir: str = param("runs/server", "ModelStore directory (committed rounds)", check=_not_empty)
+    policy: str = param("lowdim", "initial policy kind when no model is committed yet", choices=POLICY_KINDS)
+    seed: int = param(0, "seed of the initial policy weights")
+    evaluate_every: int = param(0, "rounds between closed-loop evaluations (0 = never)", unit="rounds", ge=0,
+                                live=True)
+    eval_episodes: int = param(2, "episodes per task per robot evaluation", unit="episodes", ge=1, live=True)
+    eval_timeout_s: float = param(600.0, "time to wait for robots' evaluation results", unit="s", gt=0.0,
+                                  live=True)
+    max_update_bytes: int = param(256 << 20, "larger updates are rejected before assembly", unit="bytes", ge=1024)
+    max_samples: int = param(1_000_000, "cap on self-reported sample counts", ge=1)
+    transfer_channel: str = param("auto", "model bytes over ROS messages or the zmq bulk channel",
+                                  choices=TRANSFER_CHANNELS)
+    bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",
+                                      unit="bytes", ge=0)
+    exit_when_done: bool = param(False, "exit 0 after the last round instead of staying up", live=True)
+    require_signatures: bool = param(False, "reject unsigned updates (Ed25519, fed-ros keys)")
+    allowed_keys_file: str = param("", "allow-list of robot public keys (YAML), '' = any")
+    private_key_file: str = param("", "server Ed25519 key: signs cluster models, '' = unsigned")
+
+    @property
+    def robots_expected(self) -> list[str]:
+        """expected_robots without the empty placeholder ROS needs for an empty string array."""
+        return [r for r in self.expected_robots if r]
+
+    def _check(self) -> None:
+        if self.require_signatures and not self.allowed_keys_file:
+            raise ValueError("server parameter 'require_signatures' is true but 'allowed_keys_file' is empty")
+
+
+@dataclass(frozen=True)
+class RobotParams(NodeParams):
+    """Parameters of the onboard robot node (fed_ros/ros/nodes/robot_node.py)."""
+
+    NODE: ClassVar[str] = "robot"
+    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("trainer",)  # -> TrainerConfig fields
+
+    robot_id: str = param("", "'' = the node namespace without the leading '/'",
+                          check=lambda v: None if ID_RE.match(v) or v == "" else f"must match {ID_RE.pattern}")
+    tasks: tuple[str, ...] = param(("lift",), "tasks this robot records and is evaluated on", check=_tasks)
+    variation: str = param("default", "environment variation preset (sim) / site tag (real)")
+    fleet_namespace: str = param(SERVER_NAMESPACE, "where the server's topics and services live", check=_absolute)
+    arm_namespace: str = param("", "'' = <robot ns>/arm/...; '/P' = /P/arm/... (a real driver)",
+                               check=_absolute_or_empty)
+    data_dir: str = param("", "demonstrations (demos/: recordings, *.npz episodes), models "
+                              "('' = runs/robots/<robot_id>)")
+    collect_demos_on_start: int = param(0, "episodes to record with the scripted expert over ROS",
+                                        unit="episodes", ge=0)
+    demo_seed: int = param(0, "seed of the first bootstrap episode")
+    demo_noise_std: float = param(0.0, "expert action noise for demonstration diversity", ge=0.0, live=True)
+    max_episode_steps: int = param(400, "safety cap for expert / policy episodes", unit="steps", ge=1, live=True)
+    policy: str = param("lowdim", "policy kind (must match the server's model)", choices=POLICY_KINDS)
+    device: str = param("auto", "torch device for training: auto | cpu | cuda[:N]", check=_device)
+    torch_threads: int = param(0, "CPU threads for torch (0 = torch's default: all cores)", ge=0)
+    seed: int = param(0, "training seed (offset by round)")
+    train_batch_size: int = param(32, "frames per batch (next round)", unit="frames", ge=1, live=True)
+    train_lr: float = param(1e-4, "AdamW learning rate (next round; a round config's lr wins)", gt=0.0,
+                            live=True)
+    train_max_steps: int = param(0, "cap on optimiser steps per round (0 = full epochs; next round)",
+                                 unit="steps", ge=0, live=True)
+    eval_episodes: int = param(2, "default episodes per task for EvaluatePolicy", unit="episodes", ge=1,
+                               live=True)
+    register_timeout_s: float = param(60.0, "time to keep retrying registration before giving up", unit="s",
+                                      gt=0.0, live=True)
+    transfer_channel: str = param("auto", "model bytes over ROS messages or the zmq bulk channel",
+                                  choices=TRANSFER_CHANNELS)
+    bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",
+                                      unit="bytes", ge=0)
+    update_retry_s: float = param(2.0, "time before an unacknowledged update is re-sent (doubling, max 10 s)",
+                                  unit="s", gt=0.0)
+    private_key_file: str = param("", "Ed25519 key (fed-ros keys) to sign updates, '' = unsigned")
+    allowed_keys_file: str = param("", "allow-list YAML whose `server:` key signs cluster models")
+
+    @classmethod
+    def _resolve(cls, fields: dict[str, Any], namespace: str = "", **_: Any) -> dict[str, Any]:
+        """An empty robot_id comes from the namespace, an empty data_dir from the robot id."""
+        if not fields.get("robot_id"):
+            fields["robot_id"] = namespace.strip("/").replace("/", "_")
+        if not fields.get("data_dir"):
+            fields["data_dir"] = f"runs/robots/{fields['robot_id']}"
+        return fields
+
+    def _check(self) -> None:
+        if not ID_RE.match(self.robot_id):
+            raise ValueError(f"robot parameter 'robot_id' must match {ID_RE.pattern}, got {self.robot_id!r}")
+
+    def local_training(self) -> dict[str, Any]:
+        """The robot's own training settings (a round config overrides what it decides)."""
+        local: dict[str, Any] = {"lr": self.train_lr, "batch_size": self.train_batch_size,
+                                 "max_steps": self.train_max_steps or None}
+        local.update({k[len("trainer."):]: v for k, v in self.extra.items()})
+        return local
