@@ -130,9 +130,9 @@ class ImageEncoder(nn.Module):
     The stem depends on ``cfg.image_profile``. "resnet_t": 5x5/stride-2 conv (84 -> 42 px),
     then residual stages that halve the map down to ~16 px. "lite": a 4x4/stride-4 patch
     conv (84 -> 21 px), then the same stages (one, 21 -> 11 px, at the default widths).
-    Measured with 320 frames (batch 32 x window 5 x 2 cameras), forward + backward on 2
-    CPU threads, most of the ResNet-T step is convolution backward on the 42 px maps of
-    the stem and first stage; the patch stem skips that resolution entirely.
+    Profiled (torch.profiler, 2 CPU threads, batch 32 x window 5 x 2 cameras), a ResNet-T
+    BC step spends ~76 % in convolutions (55 % backward), mostly on the 42 px maps of the
+    stem and first stage; the patch stem never computes that resolution.
     """
 
     def __init__(self, cfg: PolicyConfig) -> None:
@@ -173,10 +173,10 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
 
     ``groups`` (B,) ints: sequences with equal group share one shift. The trainer passes
     each window's episode, so a frame that appears in several windows of a batch is
-    shifted identically everywhere and the policy can encode it once (``frame_index``).
+    shifted identically everywhere and the policy can encode it once (``image_index``).
     Pad-and-crop is done as integer slice copies of the uint8 pixels plus edge
-    replication: no float copy, no padded intermediate (measured 8 ms per camera at
-    B=32, T=5, 84 px, against 46 ms for an index gather and ~20 ms for float padding).
+    replication: no float copy, no padded intermediate (measured on 1 thread: 4-8 ms per
+    camera at B=32, T=5, 84 px, against 46 ms for a clamped-index gather).
     """
     if pad <= 0:
         return images
@@ -294,14 +294,13 @@ class GMMPolicy(nn.Module):
 
     # -- encoding ---------------------------------------------------------------------
 
-    def _images(self, batch: dict[str, Any], key: str, steps: int | None) -> torch.Tensor:
+    def _images(self, batch: dict[str, Any], key: str, pooled: bool) -> torch.Tensor:
         """Validated uint8 frames of one camera on the model's device: (B*T, H, W, 3), or
-        the (U, H, W, 3) pool of distinct frames when the batch has ``image_index``
-        (``steps`` None)."""
+        the (U, H, W, 3) pool of distinct frames when ``pooled`` (batch has image_index)."""
         img = torch.as_tensor(batch[key])
-        want = 5 if steps is not None else 4
+        want = 4 if pooled else 5
         if img.ndim != want or img.shape[-1] != 3:
-            layout = "(B,T,H,W,3)" if steps is not None else "(U,H,W,3) with image_index"
+            layout = "(U,H,W,3) with image_index" if pooled else "(B,T,H,W,3)"
             raise ValueError(f"{key} must be {layout}, got shape {tuple(img.shape)}")
         s = self.cfg.image_size
         if img.shape[-3] != s or img.shape[-2] != s:
@@ -379,7 +378,7 @@ class GMMPolicy(nn.Module):
             cond = text_feat.repeat_interleave(t, dim=0)  # BT,E: FiLM per frame
             pool = self._image_pool(batch, text, t)
             for name, key in (("agentview", ep.AGENTVIEW_IMAGE), ("wrist", ep.WRIST_IMAGE)):
-                frames = self._images(batch, key, None if pool is not None else t)
+                frames = self._images(batch, key, pooled=pool is not None)
                 feats[name] = self._encode_camera(name, frames, cond, pool).reshape(b, t, -1)
         else:
             feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
