@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
+from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 
 STATUS_PART = "status"
@@ -105,7 +106,8 @@ class ArmClient:
     def wait_for_arm(self, timeout: float = 30.0) -> None:
         """Block until the arm's reset service and observation streams are discovered."""
         deadline = time.monotonic() + timeout
-        if not self._reset_client.wait_for_service(timeout_sec=timeout):
+        # Every wait here (and in reset / next_observation) gives up on Ctrl-C: fed_ros.ros.shutdown.
+        if not shutdown.wait_for_service(self._reset_client, timeout):
             raise TimeoutError(f"no arm reset service {self.topics.reset!r} after {timeout:.0f} s")
         names = [self.topics.joint_states, self.topics.episode_status, self.topics.object_state]
         if self.cameras:
@@ -114,12 +116,12 @@ class ArmClient:
             while self.node.count_publishers(name) == 0:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no publisher on arm topic {name!r} after {timeout:.0f} s")
-                time.sleep(0.05)
+                shutdown.sleep(0.05)
         # Subscriptions match a publisher slightly after the graph shows it.
         while self._command_pub.get_subscription_count() == 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"arm does not subscribe to {self.topics.command!r}")
-            time.sleep(0.05)
+            shutdown.sleep(0.05)
 
     def reset(self, task: str = "", variation: str = "", seed: int = -1,
               timeout: float = 60.0) -> tuple[str, int]:
@@ -128,7 +130,7 @@ class ArmClient:
         future = self._reset_client.call_async(request)
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        if not done.wait(timeout):
+        if not shutdown.wait_for(done, timeout):
             self._reset_client.remove_pending_request(future)
             raise TimeoutError(f"arm reset {self.topics.reset!r} did not answer in {timeout:.0f} s")
         response = future.result()
@@ -190,6 +192,7 @@ class ArmClient:
         """
         deadline = time.monotonic() + timeout
         while True:
+            shutdown.check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no observation of episode {episode} in {timeout:.1f} s")

@@ -33,6 +33,7 @@ import yaml
 from fed_ros.core.episode import (
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, IMAGE_KEYS, JOINT_POS,
     OBJECT_STATE, WRIST_IMAGE, Episode)
+from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 
 ROS_DISTRO = "kilted"
@@ -499,7 +500,9 @@ class Recorder:
             if expected_steps is not None:
                 deadline = time.monotonic() + expected_timeout
                 while not (len(self._applied) >= expected_steps and self._complete()):
-                    if not self._lock.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    if shutdown.requested():  # Ctrl-C: close with what arrived, wait no longer
+                        break
+                    if not self._lock.wait(timeout=max(0.0, min(deadline - time.monotonic(), shutdown.POLL_S))):
                         if time.monotonic() >= deadline:
                             break
             deadline = time.monotonic() + (0.0 if expected_steps is not None else timeout)

@@ -19,7 +19,9 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rcl_interfaces.msg import ParameterDescriptor
 
+from fed_ros.ros import shutdown
 from fed_ros.ros.arm.bridge_eval import ArmClient
+from fed_ros.ros.shutdown import ShutdownRequested
 
 
 @dataclass
@@ -98,7 +100,7 @@ class ExpertDriverNode(Node):
         future = self._record_client.call_async(request)
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
-        if not done.wait(30.0):
+        if not shutdown.wait_for(done, 30.0):
             self._record_client.remove_pending_request(future)
             raise TimeoutError(f"Record service {self.record_service!r} did not answer in 30 s")
         response = future.result()
@@ -127,11 +129,11 @@ class ExpertDriverNode(Node):
         from fed_ros.sim.collect import STREAM_COLLECT, episode_seed
         from fed_ros.sim.experts import make_expert
 
-        if self._record_client is not None and not self._record_client.wait_for_service(
-                timeout_sec=self.connect_timeout):
+        if self._record_client is not None and not shutdown.wait_for_service(
+                self._record_client, self.connect_timeout):
             raise TimeoutError(f"no Record service {self.record_service!r}")
         self.arm.wait_for_arm(self.connect_timeout)
-        expert = make_expert(self.task, noise_std=self.noise_std, seed=self.seed)
+        expert = make_expert(self.task, noise_std=self.noise_std, seed=self.seed, variation=self.variation)
         for i in range(self.episodes):
             seed = episode_seed(self.seed, i, STREAM_COLLECT)
             instruction, episode = self.arm.reset(self.task, self.variation, seed)
@@ -156,8 +158,12 @@ class ExpertDriverNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the expert driver: spin in a background thread, drive episodes, shut down."""
-    rclpy.init(args=args)
+    """Run the expert driver: spin in a background thread, drive episodes, shut down.
+
+    Exit code 0 when every episode succeeded or Ctrl-C / SIGTERM stopped it, 1 when some
+    failed, 2 on a configuration, arm or service error.
+    """
+    shutdown.init(args)  # Ctrl-C sets a flag the arm client's waits observe (fed_ros.ros.shutdown)
     node = None
     executor = MultiThreadedExecutor(num_threads=3)
     spinner = None
@@ -169,8 +175,8 @@ def main(args: list[str] | None = None) -> int:
         spinner.start()
         results = node.run()
         code = 0 if results and all(r.success for r in results) else 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        code = 130
+    except (KeyboardInterrupt, ExternalShutdownException, ShutdownRequested):
+        code = 0
     except (ValueError, TimeoutError, RuntimeError) as exc:
         print(f"expert driver: {exc}", file=sys.stderr)
         code = 2
@@ -183,6 +189,7 @@ def main(args: list[str] | None = None) -> int:
         rclpy.try_shutdown()
         if spinner is not None:
             spinner.join(timeout=2.0)
+        shutdown.prepare_exit()
     return code
 
 
