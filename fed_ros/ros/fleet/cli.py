@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from fed_ros.ros.fleet.launcher import domain_from_run_dir, start_fleet
+from fed_ros.ros.fleet.launcher import fleet_state, start_fleet
 from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, format_plan, load_fleet_config, plan_fleet
 
 def _fleet_arg(parser: argparse.ArgumentParser) -> None:
@@ -114,6 +114,8 @@ def up_main(argv: list[str]) -> int:
                           file=sys.stderr)
                 code = 0 if all(rc == 0 for _, rc in dead) else 1
                 break
+            for line in fleet.progress.poll():  # demonstrations, training, rounds: see LogFollower
+                print(f"  {line}", flush=True)
             time.sleep(0.5)
     finally:
         codes = fleet.stop()
@@ -134,36 +136,70 @@ def status_main(argv: list[str]) -> int:
     parser.add_argument("--domain-id", type=int, default=None, help="the fleet's ROS_DOMAIN_ID")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to listen for the fleet")
     parser.add_argument("--watch", action="store_true", help="keep printing new round reports")
+    parser.add_argument("--discovery-range", default=None, choices=DISCOVERY_RANGES,
+                        help="ROS_AUTOMATIC_DISCOVERY_RANGE (default: what `fed-ros up` recorded for the "
+                             "fleet, else the environment's, else LOCALHOST); SUBNET to reach a server "
+                             "on another machine")
     args = parser.parse_args(argv)
     domain = args.domain_id
-    if domain is None and args.fleet:
-        # The domain `fed-ros up` picked for this fleet (recorded in its run directory).
+    recorded: dict = {}
+    if args.fleet:
+        # The domain and discovery range `fed-ros up` used for this fleet (in its run directory).
         try:
-            domain = domain_from_run_dir(_load(args.fleet))
+            recorded = fleet_state(_load(args.fleet))
         except ValueError as exc:
             print(f"fed-ros status: {exc}", file=sys.stderr)
             return 2
+    if domain is None and recorded.get("domain_id") is not None:
+        domain = int(recorded["domain_id"])
     if domain is not None:
         os.environ["ROS_DOMAIN_ID"] = str(domain)
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = status_discovery_range(
+        args.discovery_range, recorded.get("discovery_range"), os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"))
     from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
 
-    with FleetMonitor() as monitor:
-        deadline = time.monotonic() + args.timeout
-        while time.monotonic() < deadline and (monitor.announcement is None or monitor.last_report is None):
-            monitor.spin_once(0.2)
-        if monitor.announcement is None and monitor.last_report is None:
-            print(f"fed-ros status: no fleet server answered in ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', 0)} "
-                  f"within {args.timeout:.0f} s", file=sys.stderr)
-            return 1
-        print(monitor.summary())
-        seen = monitor.last_report["round"] if monitor.last_report else -1
-        while args.watch:
-            monitor.spin_once(0.5)
-            if monitor.last_report and monitor.last_report["round"] != seen:
-                seen = monitor.last_report["round"]
-                print(format_report(monitor.last_report))
+    # Metadata only: announcement and round reports. The cluster models (latched, with a
+    # deep history) are not subscribed: from a robot host over a slow link that pulled ~16 MB.
+    try:
+        with FleetMonitor(track_models=False) as monitor:
+            deadline = time.monotonic() + args.timeout
+            quiet_since, count = time.monotonic(), 0
+            # Until both arrived and the latched history has drained (0.5 s without a message),
+            # so the summary shows the latest round, not the first report delivered.
+            while time.monotonic() < deadline:
+                monitor.spin_once(0.1)
+                if monitor.messages_received != count:
+                    quiet_since, count = time.monotonic(), monitor.messages_received
+                elif (monitor.announcement is not None and monitor.last_report is not None
+                      and time.monotonic() - quiet_since >= 0.5):
+                    break
+            if monitor.announcement is None and monitor.last_report is None:
+                print(f"fed-ros status: no fleet server answered in ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', 0)} "
+                      f"(discovery range {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}) within {args.timeout:.0f} s",
+                      file=sys.stderr)
+                return 1
+            print(monitor.summary(), flush=True)
+            seen = monitor.last_report["round"] if monitor.last_report else -1
+            while args.watch:
+                monitor.spin_once(0.5)
+                if monitor.last_report and monitor.last_report["round"] != seen:
+                    seen = monitor.last_report["round"]
+                    print(format_report(monitor.last_report), flush=True)
+    except KeyboardInterrupt:  # Ctrl-C ends --watch
+        pass
     return 0
+
+
+DISCOVERY_RANGES = ("LOCALHOST", "SUBNET", "SYSTEM_DEFAULT", "OFF")
+
+
+def status_discovery_range(option: str | None, recorded: str | None, environment: str | None) -> str:
+    """Discovery range for `fed-ros status`: the option, else the fleet's recorded one, else the
+    environment's, else LOCALHOST."""
+    for value in (option, recorded, environment):
+        if value:
+            return value
+    return "LOCALHOST"
 
 
 def demo_main(argv: list[str]) -> int:

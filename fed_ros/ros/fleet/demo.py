@@ -241,6 +241,8 @@ def run_demo(argv: list[str]) -> int:
             printed = 0
             while time.monotonic() - t0 < args.timeout:
                 monitor.spin_once(0.5)
+                for line in fleet.progress.poll():  # demonstrations, training, rounds: see LogFollower
+                    print(f"  {line}", flush=True)
                 while printed < len(monitor.reports):
                     report = monitor.reports[printed]
                     printed += 1

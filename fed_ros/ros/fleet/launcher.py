@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,6 +97,7 @@ class FleetProcesses:
         self.env = env
         self.spawn = spawn or (lambda argv, env, log_path: _default_spawn(argv, env, log_path))
         self.procs: dict[str, subprocess.Popen] = {}
+        self.progress = LogFollower(self.commands)  # progress lines of the node logs
 
     def start(self, fqns: Sequence[str] | None = None) -> None:
         """Start every node (or the named ones, e.g. to restart one)."""
@@ -144,6 +146,46 @@ class FleetProcesses:
         return {fqn: p.pid for fqn, p in self.procs.items()}
 
 
+# Node log lines worth showing while a fleet runs (`fed-ros up`, `fed-ros demo`): demonstrations,
+# registration, training, evaluation, rounds. Each node writes one line per event, so following
+# the log files costs a read per poll and needs no extra topic.
+PROGRESS_LINE = re.compile(
+    r"recording \d+ demonstration|demonstration \d+ \(|recorded \d+/\d+ successful|registered with the fleet"
+    r"|: training, step|: trained \d+ steps|: evaluated|announced round \d+ stage|federation finished"
+    r"|^\[(?:ERROR|FATAL)\]")
+
+
+class LogFollower:
+    """Follows the fleet's node logs and returns their new progress lines (``node: message``)."""
+
+    def __init__(self, commands: Sequence[NodeCommand], pattern: re.Pattern = PROGRESS_LINE) -> None:
+        self.paths = {c.spec.fqn: c.log_path for c in commands}
+        # Logs are appended to: start after what an earlier run in the same run_dir wrote.
+        self.offsets = {fqn: path.stat().st_size if path.is_file() else 0 for fqn, path in self.paths.items()}
+        self.partial = {fqn: b"" for fqn in self.paths}
+        self.pattern = pattern
+
+    def poll(self) -> list[str]:
+        """Progress lines written since the last call, in file order per node."""
+        lines = []
+        for fqn, path in self.paths.items():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets[fqn])
+                    data = f.read()
+            except OSError:
+                continue
+            self.offsets[fqn] += len(data)
+            *complete, self.partial[fqn] = (self.partial[fqn] + data).split(b"\n")
+            for raw in complete:
+                line = raw.decode("utf-8", "replace").rstrip()
+                if self.pattern.search(line):
+                    # "[INFO] [1796...] [robot_0.robot]: message" -> "robot_0/robot: message"
+                    level = "" if line.startswith("[INFO]") else line.split("]", 1)[0] + "] "
+                    lines.append(f"{fqn.strip('/')}: {level}{line.split(']: ', 1)[-1]}")
+        return lines
+
+
 def start_fleet(config: FleetConfig, run_dir: Path, domain_id: int, discovery_range: str = "LOCALHOST",
                 include_server: bool = True, robot_ids: Sequence[str] | None = None,
                 spawn: Callable[..., subprocess.Popen] | None = None,
@@ -161,11 +203,11 @@ def start_fleet(config: FleetConfig, run_dir: Path, domain_id: int, discovery_ra
     return fleet
 
 
-def domain_from_run_dir(config: FleetConfig) -> int | None:
+def fleet_state(config: FleetConfig) -> dict:
+    """What `fed-ros up` recorded for the fleet in run_dir/fleet.json ({} when nothing readable)."""
     path = Path(config.run_dir) / STATE_FILE
-    if path.is_file():
-        try:
-            return int(json.loads(path.read_text())["domain_id"])
-        except (ValueError, KeyError, TypeError):
-            return None
-    return None
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}

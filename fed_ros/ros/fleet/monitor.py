@@ -86,8 +86,18 @@ class FleetMonitor:
 
     @property
     def last_report(self) -> dict[str, Any] | None:
-        """The newest round report received."""
-        return self.reports[-1] if self.reports else None
+        """The report of the latest round (of two for one round, the one received last).
+
+        Not simply the last to arrive: a late joiner gets the latched history oldest first.
+        """
+        if not self.reports:
+            return None
+        return max(enumerate(self.reports), key=lambda ir: (ir[1]["round"], ir[0]))[1]
+
+    @property
+    def messages_received(self) -> int:
+        """Announcements and reports taken so far (to tell when a latched history has drained)."""
+        return len(self.announcements) + len(self.reports)
 
     def spin_once(self, timeout: float = 0.1) -> None:
         """Process pending messages (waits at most ``timeout`` seconds)."""
