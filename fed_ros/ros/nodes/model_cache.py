@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from fed_ros.core.aggregate import weighted_model
+from fed_ros.core.validation import Decision, validate_cluster_model
 from fed_ros.ros import shutdown
 
 StateDict = dict[str, np.ndarray]
@@ -23,6 +24,28 @@ class ModelCache:
     def __init__(self) -> None:
         self.lock = threading.Condition()
         self.entries: dict[int, tuple[int, StateDict, str, list[str]]] = {}
+
+    def store(self, cluster_id: int, round_idx: int, params: StateDict, members: list[str], *,
+              total_bytes: int, sha256: str, received_sha256: str, signature: bytes,
+              server_public_key: bytes | None) -> Decision:
+        """Keep a received cluster model if it is newer, signed when a server key is set, and its digest matches.
+
+        (The transfer receiver already checked size, manifest and values.)
+        """
+        with self.lock:
+            held = self.entries.get(cluster_id)
+        decision = validate_cluster_model(
+            cluster_id=cluster_id, round_idx=round_idx, params=None, expected_manifest=None,
+            total_bytes=total_bytes, payload_sha256=sha256, received_sha256=received_sha256,
+            signature=signature, server_public_key=server_public_key, last_round=held[0] if held else None)
+        if decision:
+            with self.lock:
+                held = self.entries.get(cluster_id)
+                if held is not None and held[0] >= round_idx:
+                    return Decision(False, "stale", f"cluster {cluster_id}: round {held[0]} already held")
+                self.entries[cluster_id] = (round_idx, params, sha256, members)
+                self.lock.notify_all()
+        return decision
 
     def for_round(self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0) -> StateDict:
         """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their mean."""

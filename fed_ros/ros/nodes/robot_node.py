@@ -21,36 +21,31 @@ from __future__ import annotations
 import json
 import math
 import queue
-import secrets
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement,
-                         UpdateAck)
+from fed_ros.msg import ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement, UpdateAck
 from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire import qos
-from fed_ros.ros.wire.publish import wait_for_subscribers  # also imported from here by tests
-from fed_ros.ros.wire.conversions import (Announcement, announcement_from_msg, descriptor_to_msg, encode_state_dict,
-                                     model_update_msg)
+from fed_ros.ros.wire.publish import wait_for_subscribers  # noqa: F401 - also imported from here by tests
+from fed_ros.ros.wire.conversions import Announcement, announcement_from_msg
 from fed_ros.ros.fleet.params import RobotParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
-from fed_ros.core.round_config import RoundConfig
-from fed_ros.core.rounds import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN
+from fed_ros.core.rounds import DONE
 from fed_ros.ros.nodes.model_cache import ModelCache
-from fed_ros.core.delivery import Outbox, RetrySchedule
-from fed_ros.core.validation import Decision
-from fed_ros.ros.wire.transfer import Outgoing, Received, TransferReceiver, TransferSender
+from fed_ros.ros.nodes.robot_rounds import RobotRounds
+from fed_ros.ros.nodes.robot_uplink import UpdateUplink
+from fed_ros.ros.wire.transfer import Received, TransferReceiver
 from fed_ros.srv import EvaluatePolicy, Record, Register
 
 MODEL_TOPIC_DEPTH = 64  # matches the server's latched cluster-model topic
@@ -110,6 +105,11 @@ class RobotNode(Node):
         self.descriptor_pub = self.create_publisher(DescriptorMsg, f"{fleet}/descriptors", qos.control_qos())
         self.metrics_pub = self.create_publisher(RobotMetrics, f"{fleet}/robot_metrics", qos.control_qos())
         self.model_resend_pub = self.create_publisher(String, f"{fleet}/model_resend", qos.control_qos())
+        # Updates out (kept until acknowledged, re-sent) and the work of each announced stage.
+        self.uplink = UpdateUplink(self, self.update_pub, self.robot_id, signer=self.signer,
+                                   transfer_channel=p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
+                                   retry_s=p.update_retry_s, log_transfer=self.log_transfer)
+        self.rounds = RobotRounds(self)
         # No handler can crash the node: failures are logged with their type and counted.
         from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
         self.guard = guard = HandlerGuard(self)
@@ -119,13 +119,13 @@ class RobotNode(Node):
         self.create_subscription(ClusterModel, f"{fleet}/cluster_models",
                                  guard.wrap("cluster_models", self._on_cluster_model),
                                  qos.model_state_qos(MODEL_TOPIC_DEPTH), callback_group=self._fleet_group)
-        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self._on_update_resend),
+        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self.uplink.on_resend),
                                  qos.control_qos(),
                                  callback_group=self._fleet_group)
         self.create_subscription(DescriptorMsg, f"{fleet}/descriptors",
-                                 guard.wrap("descriptors", self._on_peer_descriptor),
+                                 guard.wrap("descriptors", self.rounds.on_peer_descriptor),
                                  qos.control_qos(), callback_group=self._fleet_group)
-        self.create_subscription(UpdateAck, f"{fleet}/update_acks", guard.wrap("update_acks", self._on_update_ack),
+        self.create_subscription(UpdateAck, f"{fleet}/update_acks", guard.wrap("update_acks", self.uplink.on_ack),
                                  qos.control_qos(), callback_group=self._fleet_group)
         self.register_client = self.create_client(Register, f"{fleet}/register", callback_group=io_group)
         self.create_service(Record, "record", guard.wrap("record", self._on_record, refuse_service),
@@ -137,8 +137,6 @@ class RobotNode(Node):
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
                                           on_event=lambda text: self.get_logger().warning(text))
-        self.updates_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes)
-        self.outbox = Outbox(RetrySchedule(first_s=p.update_retry_s, max_s=max(10.0, p.update_retry_s)))
         self.models = ModelCache()  # the receive path stores into it (aliases below)
         self._models_lock, self.cluster_models = self.models.lock, self.models.entries
         self._latest: Announcement | None = None
@@ -146,9 +144,8 @@ class RobotNode(Node):
         self._handled: set[tuple[int, str, int]] = set()
         self._registered = threading.Event()
         self._jobs: queue.Queue = queue.Queue()
-        self._peer_predictors: dict[tuple[int, str], bytes] = {}
-        self._stop = threading.Event()
-        self._arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
+        self.stop_event = threading.Event()
+        self.arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
         self.failed: str = ""
         self._transfer_log = open(self.data_dir / "transfers.jsonl", "a", encoding="utf-8")
         self._worker = threading.Thread(target=self._work, name=f"{self.robot_id}-worker", daemon=True)
@@ -165,14 +162,14 @@ class RobotNode(Node):
                                f"{params.local_training()}, eval_episodes {params.eval_episodes}")
 
     # ------------------------------------------------------------------ bookkeeping
-    def _log_transfer(self, **entry: Any) -> None:
+    def log_transfer(self, **entry: Any) -> None:
         entry["time"] = round(time.time(), 3)
         self._transfer_log.write(json.dumps(entry) + "\n")
         self._transfer_log.flush()
 
     def _work(self) -> None:
         """The worker thread: one long job at a time, in order."""
-        while not self._stop.is_set():
+        while not self.stop_event.is_set():
             try:
                 kind, arg = self._jobs.get(timeout=0.2)
             except queue.Empty:
@@ -185,7 +182,7 @@ class RobotNode(Node):
             except ShutdownRequested:
                 return
             except Exception as exc:  # noqa: BLE001 - report, keep the node alive for the next round
-                if self._stop.is_set() or shutdown.requested():
+                if self.stop_event.is_set() or shutdown.requested():
                     return  # e.g. a publisher whose context just went away: not an error
                 import traceback
                 self.get_logger().error(f"{kind} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
@@ -193,14 +190,14 @@ class RobotNode(Node):
                     self.failed = f"startup failed: {exc}"
 
     # ------------------------------------------------------------------ start-up
-    def _episodes(self):
+    def episodes(self):
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
         from fed_ros.ros.arm.driving import local_episodes
         return local_episodes(self.demo_dir)
 
     def _startup(self) -> None:
         wanted = self.params.collect_demos_on_start
-        have = len(self._episodes()) if wanted else 0
+        have = len(self.episodes()) if wanted else 0
         if wanted > have:
             self._collect_demos(wanted - have, first_index=have)
         self._register()
@@ -210,46 +207,23 @@ class RobotNode(Node):
         from fed_ros.ros.arm.driving import record_expert_demos
         p, log = self.params, self.get_logger()
         log.info(f"recording {count} demonstration(s): the scripted expert drives the arm over ROS")
-        with self._arm_lock:
+        with self.arm_lock:
             record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p.demo_seed,
                                 noise_std=p.demo_noise_std, variation=p.variation,
                                 max_steps=p.max_episode_steps, info=log.info, error=log.error)
 
     def _register(self) -> None:
-        p = self.params
-        deadline = time.monotonic() + p.register_timeout_s
-        num_samples = sum(len(e) for e in self._episodes())
+        from fed_ros.ros.wire.register import register_request, register_with_fleet
         import torch
-        while not self._stop.is_set():
-            if self.register_client.wait_for_service(timeout_sec=1.0):
-                from fed_ros.ros.wire.register import register_request
-                # Signed (fresh timestamp + nonce each attempt) when the robot has a key: a server
-                # with require_signatures admits only proof of possession of the allow-listed key.
-                request = register_request(
-                    self.robot_id, tasks=self.tasks, cameras=["agentview", "wrist"] if self.cameras else [],
-                    action_dim=4, has_gpu=bool(torch.cuda.is_available()), num_samples=num_samples,
-                    signer=self.signer)
-                shutdown.check(self._stop)
-                response = self._call(self.register_client, request, 10.0)
-                if response is not None:
-                    if not response.accepted:
-                        raise RuntimeError(f"registration refused: {response.reason}")
-                    self._registered.set()
-                    self.get_logger().info(f"registered with the fleet (server round {response.current_round})")
-                    return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no fleet server answered within {p.register_timeout_s:.0f} s")
-
-    def _call(self, client, request, timeout: float):
-        future = client.call_async(request)
-        done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
-        try:
-            answered = shutdown.wait_for(done, timeout, self._stop)
-        finally:
-            if not done.is_set():
-                client.remove_pending_request(future)
-        return future.result() if answered else None
+        num_samples = sum(len(e) for e in self.episodes())
+        # Signed (fresh timestamp + nonce each attempt) when the robot has a key: a server
+        # with require_signatures admits only proof of possession of the allow-listed key.
+        response = register_with_fleet(self.register_client, lambda: register_request(
+            self.robot_id, tasks=self.tasks, cameras=["agentview", "wrist"] if self.cameras else [],
+            action_dim=4, has_gpu=bool(torch.cuda.is_available()), num_samples=num_samples, signer=self.signer),
+            timeout_s=self.params.register_timeout_s, stop=self.stop_event)
+        self._registered.set()
+        self.get_logger().info(f"registered with the fleet (server round {response.current_round})")
 
     # ------------------------------------------------------------------ fleet messages
     def _on_announcement(self, msg) -> None:
@@ -282,225 +256,39 @@ class RobotNode(Node):
             self._store_model(result)
 
     def _store_model(self, result: Received) -> None:
-        from fed_ros.core.validation import validate_cluster_model
         msg = result.tag
-        cid, round_idx, members = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids)
-        sha256 = msg.payload.sha256
-        with self._models_lock:
-            held = self.cluster_models.get(cid)
-        # The receiver checked size, manifest and values; here: no rollback, server signature, digest.
-        decision = result.decision and validate_cluster_model(
-            cluster_id=cid, round_idx=round_idx, params=None, expected_manifest=None,
-            total_bytes=int(msg.payload.total_bytes), payload_sha256=sha256, received_sha256=result.sha256,
-            signature=bytes(msg.signature), server_public_key=self.server_key,
-            last_round=held[0] if held else None)
+        cid, round_idx, members, sha256 = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids), msg.payload.sha256
+        decision = result.decision and self.models.store(
+            cid, round_idx, result.params, members, total_bytes=int(msg.payload.total_bytes), sha256=sha256,
+            received_sha256=result.sha256, signature=bytes(msg.signature), server_public_key=self.server_key)
+        if decision.code == "stale":
+            return
         if not decision:
             self.get_logger().warning(f"cluster {cid} model for round {round_idx} rejected ({decision.code}): "
                                       f"{decision.reason}")
             return
-        with self._models_lock:
-            held = self.cluster_models.get(cid)
-            if held is not None and held[0] >= round_idx:
-                return
-            self.cluster_models[cid] = (round_idx, result.params, sha256, members)
-            self._models_lock.notify_all()
-        self._log_transfer(kind="cluster_model_received", cluster_id=cid, round=round_idx, sha256=sha256,
-                           bytes=result.nbytes, members=members)
-        self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({result.nbytes} B, "
-                               f"{sha256[:12]})")
-
-    def _on_update_resend(self, msg) -> None:
-        try:
-            answer = self.updates_out.resend(msg.data)
-        except ValueError:
-            return  # malformed, or indices of another robot's payload of the same id (never ours)
-        if answer is not None:
-            out, chunks = answer
-            for chunk in chunks:
-                self.update_pub.publish(model_update_msg(chunk, **out.meta))
-            self.get_logger().info(f"resent {len(chunks)} chunk(s) of {out.payload_id}")
-
-    def _on_update_ack(self, msg) -> None:
-        """The server's decision on our update: stop re-sending it; a rejection's reason is logged."""
-        if msg.robot_id != self.robot_id:
-            return
-        decision = Decision(bool(msg.accepted), str(msg.code), str(msg.reason))
-        if self.outbox.acknowledge(str(msg.payload_id), decision) is None:
-            return  # not ours any more, or acknowledged before
-        self._log_transfer(kind="update_ack", round=int(msg.round), payload_id=str(msg.payload_id),
-                           accepted=decision.accepted, code=decision.code, reason=decision.reason)
-        if decision:
-            self.get_logger().info(f"round {msg.round}: update accepted by the server")
-        else:
-            self.get_logger().warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
-                                      f"{decision.reason}")
-
-    def _on_peer_descriptor(self, msg) -> None:
-        if int(msg.kind) == DescriptorMsg.KIND_RND and len(msg.payload):
-            self._peer_predictors[(int(msg.round), str(msg.robot_id))] = bytes(msg.payload)
+        self.log_transfer(kind="cluster_model_received", cluster_id=cid, round=round_idx, sha256=sha256,
+                          bytes=result.nbytes, members=members)
+        self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({result.nbytes} B, {sha256[:12]})")
 
     def _tick(self) -> None:
         for request in self.models_in.resend_requests():
             self.model_resend_pub.publish(String(data=request))
         for result in self.models_in.completed():
             self._store_model(result)
-        if self.update_pub.get_subscription_count() > 0:  # re-send only when someone can hear it
-            for entry in self.outbox.due():
-                self.get_logger().warning(f"round {entry.round_idx}: update not acknowledged; re-sending "
-                                          f"(send {entry.sends})")
-                self._publish_update(entry.item)
+        self.uplink.resend_due()
 
-    # ------------------------------------------------------------------ models
     # ------------------------------------------------------------------ round work
     def _handle_announcement(self, item: tuple[Announcement, int]) -> None:
         ann, stamp = item
-        shutdown.wait_for(self._registered, math.inf, self._stop)
+        shutdown.wait_for(self._registered, math.inf, self.stop_event)
         if self._latest_stamp != stamp and self._latest is not None and (
                 self._latest.round_idx, self._latest.stage) != (ann.round_idx, ann.stage):
             return  # superseded while queued (e.g. a straggler's stage already closed)
         if ann.deadline_s < time.time():
             self.get_logger().warning(f"round {ann.round_idx} {ann.stage}: deadline already passed, skipping")
             return
-        membership = ann.memberships.get(self.robot_id, [])
-        config = ann.configs.get(self.robot_id, RoundConfig())  # validated on receipt; obeyed as is
-        self.get_logger().info(f"round {ann.round_idx} {ann.stage}: obeying {config}")
-        if ann.stage == TRAIN:
-            self._train_round(ann, membership, config)
-        elif ann.stage == DESCRIBE:
-            self._publish_descriptor(self.client.describe(config.descriptor_kind, self._episodes()), ann.round_idx)
-        elif ann.stage == SCORE:
-            self._score(ann)
-        elif ann.stage == EVALUATE:
-            self._evaluate_round(ann, membership, config)
-
-    def _train_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
-        cached = self.outbox.for_round(ann.round_idx)
-        if cached is not None:
-            # Re-announced (server restarted or the round was retried): the cached update goes
-            # again under a fresh nonce and id (the round's earlier nonce may be spent); no retraining.
-            self._offer_update(cached.item, ann, dict(cached.item.meta))
-            self.get_logger().info(f"round {ann.round_idx}: re-sent the update already trained")
-            return
-        from fed_ros.learning.weights import save_checkpoint
-
-        episodes = self._episodes()
-        if not episodes:
-            raise RuntimeError("no successful demonstrations to train on (Record some first)")
-        cluster_id = int(max(membership, key=lambda m: m[1])[0]) if membership else -1
-        if config.pick_cluster and len(membership) > 1:
-            candidates = {c: self.models.for_round(ann.round_idx, [(c, 1.0)]) for c, _ in membership}
-            cluster_id = self.client.pick_cluster(candidates, episodes)
-            start = candidates[cluster_id]
-        else:
-            start = self.models.for_round(ann.round_idx, membership)
-        t0 = time.monotonic()
-        result = self.client.fit(start, config, episodes, ann.round_idx, on_step=self._on_train_step(ann.round_idx))
-        metrics = result.metrics
-        save_checkpoint(self.model_dir / f"local_round_{ann.round_idx:04d}.safetensors", result.params,
-                        self.policy_cfg)
-        fields = dict(cluster_id=cluster_id, num_samples=result.num_samples,
-                      train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
-                      val_loss=float(metrics.get("val_nll", math.nan)))
-        out = self._offer_update(encode_state_dict(result.params), ann, fields)
-        self.get_logger().info(
-            f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
-            f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}")
-
-    def _offer_update(self, payload, ann: Announcement, fields: dict[str, Any]) -> Outgoing:
-        """Sign and send an update (new bytes, or a cached Outgoing's); keep it until acknowledged."""
-        nonce = secrets.token_bytes(16)
-        pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
-        header = dict(fields, robot_id=self.robot_id, round_idx=ann.round_idx, base_round=ann.round_idx,
-                      nonce=nonce, signature=b"")
-        out = (self.updates_out.reissue(payload, pid, **header) if isinstance(payload, Outgoing)
-               else self.updates_out.prepare(payload, pid, **header))
-        if self.signer is not None:
-            out.meta["signature"] = self.signer.sign_update(
-                ann.round_idx, self.robot_id, nonce, out.encoded.sha256, base_round=ann.round_idx,
-                num_samples=fields["num_samples"], cluster_id=fields["cluster_id"])
-        self._send_update(out)
-        # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
-        deadline = time.monotonic() + (ann.deadline_s - time.time())
-        if self.outbox.reopen(ann.round_idx, pid, out, deadline) is None:
-            self.outbox.add(ann.round_idx, pid, out, deadline)
-        self.outbox.forget_before(ann.round_idx - 1)
-        self._log_transfer(kind="update_sent", round=ann.round_idx, payload_id=pid, sha256=out.encoded.sha256,
-                           bytes=out.encoded.total_bytes, channel=out.channel)
-        return out
-
-    def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
-        """Called between optimiser steps: stops training on shutdown; logs progress every ~10 s."""
-        last = [time.monotonic()]
-
-        def on_step(step: int, values: dict[str, float]) -> None:
-            shutdown.check(self._stop)
-            if time.monotonic() - last[0] >= 10.0:
-                last[0] = time.monotonic()
-                self.get_logger().info(f"round {round_idx}: training, step {step} (bc {values.get('bc', math.nan):.3f})")
-        return on_step
-
-    def _send_update(self, out: Outgoing) -> None:
-        wait_for_subscribers(self, self.update_pub, "the fleet's updates topic")
-        self._publish_update(out)
-
-    def _publish_update(self, out: Outgoing) -> None:
-        for chunk in out.chunks():
-            self.update_pub.publish(model_update_msg(chunk, **out.meta))
-
-    def _score(self, ann: Announcement) -> None:
-        """RND phase two: wait (bounded) for the peers' predictors, then score them on local data."""
-        deadline = time.monotonic() + 30.0
-        peers = [r for r in ann.participants if r != self.robot_id]
-        while any((ann.round_idx, r) not in self._peer_predictors for r in peers) and time.monotonic() < deadline:
-            shutdown.sleep(0.1, self._stop)
-        predictors = {r: self._peer_predictors[(ann.round_idx, r)] for r in peers
-                      if (ann.round_idx, r) in self._peer_predictors}
-        self._publish_descriptor(self.client.score(predictors, self._episodes()), ann.round_idx)
-
-    def _publish_descriptor(self, desc, round_idx: int) -> None:
-        nonce = secrets.token_bytes(16)
-        signature = b""
-        if self.signer is not None:
-            from fed_ros.core.validation import digest_of_descriptor
-            signature = self.signer.sign_descriptor(round_idx, self.robot_id, nonce, digest_of_descriptor(desc))
-        msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
-        wait_for_subscribers(self, self.descriptor_pub, "the fleet's descriptors topic")
-        self.descriptor_pub.publish(msg)
-        self.get_logger().info(f"round {round_idx}: sent {desc.kind} descriptor")
-
-    # ------------------------------------------------------------------ evaluation
-    def evaluate_model(self, model: dict[str, np.ndarray], episodes: int, seed: int
-                       ) -> dict[str, float]:
-        """Closed-loop success rate per task, driving this robot's arm over ROS."""
-        from fed_ros.ros.arm.driving import run_policy
-        p = self.params
-        deadline = time.monotonic() + 600.0
-        while not self._arm_lock.acquire(timeout=shutdown.POLL_S):
-            shutdown.check(self._stop)
-            if time.monotonic() > deadline:
-                raise TimeoutError("the arm is busy (another evaluation or demonstration run)")
-        try:
-            # Commands name the model that produced them (its wire sha256, as in the cluster model).
-            source = f"policy:{encode_state_dict(model).sha256[:12]}"
-            return self.client.evaluate(model, lambda runner: run_policy(
-                self.arm, runner, self.tasks, p.variation, episodes, seed, p.max_episode_steps,
-                source=source))
-        finally:
-            self._arm_lock.release()
-
-    def _evaluate_round(self, ann: Announcement, membership: list[tuple[int, float]], config: RoundConfig) -> None:
-        model = self.models.for_round(ann.round_idx, membership)
-        t0 = time.monotonic()
-        episodes = config.eval_episodes or self.params.eval_episodes  # the server's request, else our own
-        rates = self.evaluate_model(model, episodes, seed=self.params.seed)
-        mean = float(np.mean(list(rates.values())))
-        msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
-                           num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=mean,
-                           accepted=True, reason=json.dumps(rates))
-        wait_for_subscribers(self, self.metrics_pub, "the fleet's robot_metrics topic")
-        self.metrics_pub.publish(msg)
-        self._log_transfer(kind="evaluation", round=ann.round_idx, success=rates)
-        self.get_logger().info(f"round {ann.round_idx}: evaluated {rates} in {time.monotonic() - t0:.1f} s")
+        self.rounds.run_stage(ann)
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
@@ -508,28 +296,16 @@ class RobotNode(Node):
         return answer_record(self.recorder, request, response, self.tasks[0], self.params.variation)
 
     def _on_evaluate(self, request, response):
-        try:
-            model, _ = self.models.newest_for(self.robot_id)
-            episodes = int(request.episodes) or self.params.eval_episodes
-            rates = self.evaluate_model(model, episodes, int(request.seed))
-            response.ok, response.message = True, f"{episodes} episode(s) per task"
-            response.tasks = list(rates)
-            response.success_rates = [float(v) for v in rates.values()]
-            response.mean_success_rate = float(np.mean(list(rates.values())))
-        except (ValueError, RuntimeError, TimeoutError) as exc:
-            response.ok, response.message = False, str(exc)
-        except ShutdownRequested:
-            response.ok, response.message = False, "the robot node is shutting down"
-        return response
+        return self.rounds.answer_evaluate(request, response)
 
     def destroy_node(self) -> None:
         """Stop the worker, the bulk server and the recorder."""
         # Defensive: also called by rclpy's context clean-up after a failed constructor.
-        if getattr(self, "_stop", None) is not None:
-            self._stop.set()
+        if getattr(self, "stop_event", None) is not None:
+            self.stop_event.set()
             self._worker.join(timeout=2.0)
-        if getattr(self, "updates_out", None) is not None:
-            self.updates_out.close()
+        if getattr(self, "uplink", None) is not None:
+            self.uplink.close()
         if getattr(self, "models_in", None) is not None:
             self.models_in.close()
         if getattr(self, "recorder", None) is not None:

@@ -24,12 +24,10 @@ import dataclasses
 import inspect
 import math
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
@@ -38,10 +36,8 @@ from std_msgs.msg import String
 
 from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import STRATEGIES, ClientUpdate, make_strategy
-from fed_ros.core.validation import (AuditLog, Decision, Limits, UpdateEnvelope, ValidationContext,
-                                     check_update_envelope, validate_descriptor)
-from fed_ros.core.delivery import Ledger
+from fed_ros.core.strategy import STRATEGIES, make_strategy
+from fed_ros.core.validation import AuditLog, Decision, validate_descriptor
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
 from fed_ros.ros import shutdown
@@ -50,13 +46,14 @@ from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, clu
                                      encode_state_dict)
 from fed_ros.ros.fleet.params import ServerParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
-from fed_ros.core.rounds import (DONE, TRAIN, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
+from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
                                   ready_to_start)
-from fed_ros.ros.wire.transfer import Received, TransferReceiver, TransferSender
+from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
 from fed_ros.ros.wire.transport import TransferLimits
 from fed_ros.srv import Register
 from fed_ros.core import bounds
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
+from fed_ros.ros.nodes.server_updates import UpdateIntake
 
 # Depth of the latched cluster-model topic: every chunk of every cluster's current model
 # must fit (robots keep the newest round per cluster and ignore older samples).
@@ -137,16 +134,12 @@ class FleetServer(Node):
                                            on_event=lambda text: self.get_logger().warning(text))
         self.models_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
-        # The decision on every update payload id: a re-send is acknowledged again, never applied twice.
-        self.ledger = Ledger()
-        self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float]]] = {}
-        self._replays_audited: set[str] = set()  # closed ids whose re-arrival was audited (once each)
+        self.intake = UpdateIntake(self)  # updates: checks, assembly, one decision per payload id, acks
         self._resend_limit = bounds.RateLimiter(per_s=10.0, burst=20)
         self._published_models_round = -1
         self._started = False
         self._start_time = time.monotonic()
         self.exit_code: int | None = None
-        self.updates_completed = 0
 
         group = MutuallyExclusiveCallbackGroup()  # every callback that touches round state
         self.announce_pub = self.create_publisher(RoundAnnouncement, "round", qos.latched_qos())
@@ -160,7 +153,7 @@ class FleetServer(Node):
         # (guard.failures) and audited; the node keeps serving.
         self.guard = guard = HandlerGuard(self, on_error=self._audit_handler_failure)
         # Anyone on the domain can write here: KEEP_LAST bounds what DDS queues for us (qos.inbox_qos).
-        self.create_subscription(ModelUpdate, "updates", guard.wrap("updates", self._on_update),
+        self.create_subscription(ModelUpdate, "updates", guard.wrap("updates", self.intake.on_update),
                                  qos.inbox_qos(UPDATES_INBOX_DEPTH), callback_group=group)
         self.create_subscription(DescriptorMsg, "descriptors", guard.wrap("descriptors", self._on_descriptor),
                                  qos.control_qos(), callback_group=group)
@@ -188,42 +181,6 @@ class FleetServer(Node):
     # ------------------------------------------------------------------ helpers
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
-
-    def _validation_ctx(self) -> ValidationContext:
-        plan = self.coord.current_plan
-        round_idx = plan.round_idx if plan else self.coord.round_idx
-        return ValidationContext(
-            # expected_manifest None: a payload's content is checked once, by the transfer receiver.
-            current_round=round_idx, expected_manifest=None, base_rounds={round_idx},
-            participants=set(plan.participants) if plan else set(),
-            deadline_passed=bool(plan and self._now() > plan.deadline_s),
-            limits=Limits(max_update_bytes=self.params.max_update_bytes,
-                          max_num_samples=max(self.params.max_samples, 1) * 10),
-            allow_list=self.allow_list, replay_guard=self.replay_guard)
-
-    def _decide(self, pid: str, env: UpdateEnvelope, decision: Decision, *, counted: bool = False,
-                **extra: Any) -> None:
-        """Close an update with its decision: counted once, audited, acknowledged to the robot."""
-        self._envelopes.pop(pid, None)
-        self.updates_in.discard(pid)
-        self.ledger.decide(pid, env.round_idx, decision)
-        if not decision and not counted:
-            self.coord.record_rejection(env.robot_id, decision.reason)  # the one place an update rejection is counted
-        self.audit.record(kind="update", robot_id=env.robot_id, round_idx=env.round_idx, decision=decision,
-                          payload_id=pid, **extra)
-        self._ack(pid, env.robot_id, env.round_idx, decision)
-        if decision:
-            self.get_logger().info(f"update from {env.robot_id} for round {env.round_idx} accepted "
-                                   f"({extra.get('bytes', 0)} B, {str(extra.get('sha256', ''))[:12]})")
-        else:
-            self.get_logger().warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
-                                      f"{decision.reason[:300]}")
-
-    def _ack(self, pid: str, robot_id: str, round_idx: int, decision: Decision) -> None:
-        msg = UpdateAck(robot_id=robot_id[:255], round=int(round_idx), payload_id=pid[:256],
-                        accepted=decision.accepted, code=decision.code[:32], reason=decision.reason[:1000])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.ack_pub.publish(msg)
 
     # ------------------------------------------------------------------ registration
     def _on_register(self, request, response):
@@ -294,7 +251,7 @@ class FleetServer(Node):
             return
         try:
             for result in self.updates_in.completed():
-                self._complete_update(result)
+                self.intake.complete(result)
             if not self._started:
                 if not self._ready_to_start():
                     return
@@ -329,7 +286,7 @@ class FleetServer(Node):
             ann = Announcement(round_idx=plan.round_idx, stage=plan.stage, deadline_s=plan.deadline_s,
                                algorithm=plan.algorithm, participants=plan.participants,
                                memberships=plan.memberships, quorum=plan.quorum, configs=plan.configs)
-            self._forget_stale_payloads(plan)
+            self.intake.forget_stale(plan)
             msg = announcement_to_msg(ann)
             msg.header.stamp = self.get_clock().now().to_msg()
             self.announce_pub.publish(msg)
@@ -339,15 +296,6 @@ class FleetServer(Node):
                                    f"{len(plan.participants)} robots (quorum {plan.quorum})")
             if plan.stage == DONE:
                 self.get_logger().info("federation finished: robots keep their cluster models")
-
-    def _forget_stale_payloads(self, plan: RoundPlan) -> None:
-        """Free partial updates of earlier rounds; a re-announced round collects its payloads afresh."""
-        for pid, (env, _) in list(self._envelopes.items()):
-            if env.round_idx < plan.round_idx:
-                self._envelopes.pop(pid, None)
-                self.updates_in.discard(pid)
-        if plan.stage == TRAIN and plan.attempt > 1:
-            self.ledger.reopen(plan.round_idx)  # the abandoned attempt's decisions do not answer the new one
 
     def _publish_models(self) -> None:
         round_idx = self.coord.round_idx
@@ -388,82 +336,6 @@ class FleetServer(Node):
         msg.diagnostic_values = [float(outcome.diagnostics[n]) for n in names]
         return msg
 
-    # ------------------------------------------------------------------ updates
-    def _on_update(self, msg) -> None:
-        payload = msg.payload
-        why = bounds.oversized({"robot_id": (msg.robot_id, bounds.MAX_ID_CHARS),
-                                "payload_id": (payload.payload_id, bounds.MAX_ID_CHARS),
-                                "bulk_uri": (payload.bulk_uri, bounds.MAX_URI_CHARS),
-                                "sha256": (payload.sha256, bounds.SHA256_HEX_CHARS),
-                                "nonce": (msg.nonce, bounds.NONCE_BYTES),
-                                "signature": (msg.signature, bounds.SIGNATURE_BYTES),
-                                "manifest": (payload.manifest, max(4 * len(self.manifest), 1024))})
-        if why is not None:  # before the ids are kept, logged or audited anywhere
-            return self._reject_oversized("update", msg.robot_id, int(msg.round), why)
-        pid, rid, round_idx = payload.payload_id, str(msg.robot_id), int(msg.round)
-        known = self.ledger.decided(pid)
-        if known is not None:  # a re-send (our acknowledgement was lost) or a replay: same answer, applied once
-            self._audit_replay(pid, rid, round_idx)
-            if int(payload.chunk_index) == 0:  # one acknowledgement per re-send, not per chunk
-                self._ack(pid, rid, round_idx, known)
-            return
-        if not self.updates_in.busy(pid):
-            env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=int(msg.base_round),
-                                 num_samples=int(msg.num_samples), manifest=list(payload.manifest),
-                                 total_bytes=int(payload.total_bytes), payload_sha256=payload.sha256,
-                                 encoding=int(payload.encoding), cluster_id=int(msg.cluster_id),
-                                 nonce=bytes(msg.nonce), signature=bytes(msg.signature))
-            # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
-            verdict = self.coord.check_update(rid, round_idx, int(msg.base_round))
-            decision = (check_update_envelope(env, self._validation_ctx()) if verdict.accepted
-                        else Decision(False, verdict.code, verdict.reason))
-            if not decision:
-                return self._decide(pid, env, decision)
-            self._envelopes[pid] = (env, {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)})
-        plan = self.coord.current_plan
-        retry_for_s = max(0.0, plan.deadline_s - self._now()) if plan is not None else 0.0
-        result = self.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
-        if result is not None:
-            self._complete_update(result)
-
-    def _reject_oversized(self, kind: str, robot_id: str, round_idx: int, why: str) -> None:
-        """A message with a field over its bound: counted and audited under a clipped id, nothing kept."""
-        rid = bounds.clip(robot_id, 64)
-        self.coord.record_rejection(rid, why)
-        self.audit.record(kind=kind, robot_id=rid, round_idx=round_idx, decision=Decision(False, "oversize", why))
-        self.get_logger().warning(f"{kind} from {rid!r} rejected: {why}")
-
-    def _audit_replay(self, pid: str, robot_id: str, round_idx: int) -> None:
-        """A chunk of an already closed payload id (resend or replay): audited and counted once per id."""
-        if pid in self._replays_audited:
-            return
-        if len(self._replays_audited) >= 10_000:
-            self._replays_audited.clear()  # bounded; a later repeat is audited once more
-        self._replays_audited.add(pid)
-        self.audit.record(kind="update", robot_id=bounds.clip(robot_id, 64), round_idx=round_idx,
-                          decision=Decision(False, "replay", "payload id already closed (accepted or rejected "
-                                                             "before): re-sent or replayed chunks dropped"),
-                          payload_id=bounds.clip(pid, 96))
-
-    def _complete_update(self, result: Received) -> None:
-        """A payload is in (assembled or fetched, checked by the receiver): offer it to the round."""
-        pid = result.payload_id
-        if pid not in self._envelopes:
-            return  # its round ended while it was being fetched
-        env, metrics = self._envelopes[pid]
-        extra = {"sha256": result.sha256, "bytes": result.nbytes} if result.sha256 else {}
-        if not result.decision:
-            return self._decide(pid, env, result.decision, **extra)
-        if self.replay_guard is not None:
-            self.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
-        update = ClientUpdate(robot_id=env.robot_id, params=result.params, num_samples=int(env.num_samples),
-                              base_round=int(env.base_round), cluster_id=int(env.cluster_id), metrics=metrics)
-        update.round_idx = env.round_idx
-        verdict: Verdict = self.coord.offer_update(update)  # counts its own rejection
-        self._decide(pid, env, Decision(True) if verdict.accepted else Decision(False, verdict.code, verdict.reason),
-                     counted=True, **extra)
-        self.updates_completed += int(verdict.accepted)
-
     def _on_model_resend(self, msg) -> None:
         # Unauthenticated (std_msgs/String): bounded and rate-limited so a flood cannot make the
         # server republish models without limit (10 requests/s, bursts of 20; refusals counted).
@@ -490,7 +362,7 @@ class FleetServer(Node):
                                 "signature": (msg.signature, bounds.SIGNATURE_BYTES)}) \
             or bounds.oversized_items("score_robot_ids", msg.score_robot_ids, 4096, bounds.MAX_ID_CHARS)
         if why is not None:
-            return self._reject_oversized("descriptor", msg.robot_id, int(msg.round), why)
+            return self.intake.reject_oversized("descriptor", msg.robot_id, int(msg.round), why)
         rid = str(msg.robot_id)
         try:
             desc = descriptor_from_msg(msg)
@@ -500,7 +372,7 @@ class FleetServer(Node):
                               decision=Decision(False, "bad_descriptor", str(exc)))
             self.get_logger().warning(f"descriptor from {rid!r} rejected: {str(exc)[:300]}")
             return
-        decision = validate_descriptor(desc, self._validation_ctx(), round_idx=int(msg.round),
+        decision = validate_descriptor(desc, self.intake.validation_ctx(), round_idx=int(msg.round),
                                        nonce=bytes(msg.nonce), signature=bytes(msg.signature), dims=int(msg.dims))
         if not decision:
             self.coord.record_rejection(rid, decision.reason)
@@ -509,12 +381,12 @@ class FleetServer(Node):
             return
         verdict = self.coord.offer_descriptor(desc, int(msg.round))
         self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round),
-                          decision=Decision(verdict.accepted, "ok" if verdict.accepted else _code_for(verdict.reason),
+                          decision=Decision(verdict.accepted, "ok" if verdict.accepted else verdict.code,
                                             verdict.reason or "accepted"))
 
     def _on_metrics(self, msg) -> None:
         if len(msg.robot_id) > bounds.MAX_ID_CHARS or len(msg.reason) > bounds.MAX_REASON_CHARS:
-            return self._reject_oversized("metrics", msg.robot_id, int(self.coord.round_idx),
+            return self.intake.reject_oversized("metrics", msg.robot_id, int(self.coord.round_idx),
                                           f"robot_id/reason over bound ({len(msg.robot_id)}/{len(msg.reason)} chars)")
         verdict = self.coord.offer_metrics(str(msg.robot_id), float(msg.success_rate))
         if not verdict.accepted:

@@ -6,10 +6,13 @@ the signature over the whole claim. Without a signer it is the unauthenticated r
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 
 from fed_ros.core.auth import Signer
 from fed_ros.core.registration import RegistrationClaim, sign_registration
+from fed_ros.ros import shutdown
 from fed_ros.srv import Register
 
 
@@ -29,3 +32,37 @@ def register_request(robot_id: str, *, tasks: Sequence[str] = (), cameras: Seque
         request.nonce = list(proof.nonce)
         request.signature = list(proof.signature)
     return request
+
+
+def call_service(client, request, timeout_s: float, stop: threading.Event | None = None):
+    """Call a service and wait (Ctrl-C or ``stop`` end the wait); the response, or None on timeout."""
+    future = client.call_async(request)
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    try:
+        answered = shutdown.wait_for(done, timeout_s, stop)
+    finally:
+        if not done.is_set():
+            client.remove_pending_request(future)
+    return future.result() if answered else None
+
+
+def register_with_fleet(client, make_request: Callable[[], Register.Request], *, timeout_s: float,
+                        stop: threading.Event) -> Register.Response:
+    """Register (retrying until a server answers); RuntimeError if refused, TimeoutError after ``timeout_s``.
+
+    ``make_request`` builds each attempt afresh: a signed request needs a fresh timestamp and nonce.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set():
+        if client.wait_for_service(timeout_sec=1.0):
+            request = make_request()
+            shutdown.check(stop)
+            response = call_service(client, request, 10.0, stop)
+            if response is not None:
+                if not response.accepted:
+                    raise RuntimeError(f"registration refused: {response.reason}")
+                return response
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no fleet server answered within {timeout_s:.0f} s")
+    raise shutdown.ShutdownRequested("stopped while registering")

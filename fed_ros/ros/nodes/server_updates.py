@@ -1,0 +1,152 @@
+"""The server's intake of robot updates: first-chunk checks, assembly, the decision, the acknowledgement.
+
+Every update payload id gets exactly one decision (the Ledger): a re-send is acknowledged again
+and never applied twice; a rejection is counted once, audited and acknowledged with its code.
+Cheap checks run on the first chunk (round, participant, envelope, signature), the payload's
+content once in the TransferReceiver, then the RoundCoordinator takes the update. The server
+node (``node``) supplies the coordinator, audit log, receiver, publishers and clock.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from fed_ros.core import bounds
+from fed_ros.core.delivery import Ledger
+from fed_ros.core.rounds import TRAIN, RoundPlan, Verdict
+from fed_ros.core.strategy import ClientUpdate
+from fed_ros.core.validation import Decision, Limits, UpdateEnvelope, ValidationContext, check_update_envelope
+from fed_ros.msg import UpdateAck
+from fed_ros.ros.wire.transfer import Received
+
+
+class UpdateIntake:
+    """Robot updates into one server node's round (its callback group: one at a time)."""
+
+    def __init__(self, node) -> None:
+        self.node = node
+        # The decision on every update payload id: a re-send is acknowledged again, never applied twice.
+        self.ledger = Ledger()
+        self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float]]] = {}
+        self._replays_audited: set[str] = set()  # closed ids whose re-arrival was audited (once each)
+        self.completed = 0  # updates the round accepted
+
+    def validation_ctx(self) -> ValidationContext:
+        plan = self.node.coord.current_plan
+        round_idx = plan.round_idx if plan else self.node.coord.round_idx
+        return ValidationContext(
+            # expected_manifest None: a payload's content is checked once, by the transfer receiver.
+            current_round=round_idx, expected_manifest=None, base_rounds={round_idx},
+            participants=set(plan.participants) if plan else set(),
+            deadline_passed=bool(plan and self.node._now() > plan.deadline_s),
+            limits=Limits(max_update_bytes=self.node.params.max_update_bytes,
+                          max_num_samples=max(self.node.params.max_samples, 1) * 10),
+            allow_list=self.node.allow_list, replay_guard=self.node.replay_guard)
+
+    def _decide(self, pid: str, env: UpdateEnvelope, decision: Decision, *, counted: bool = False,
+                **extra: Any) -> None:
+        """Close an update with its decision: counted once, audited, acknowledged to the robot."""
+        self._envelopes.pop(pid, None)
+        self.node.updates_in.discard(pid)
+        self.ledger.decide(pid, env.round_idx, decision)
+        if not decision and not counted:
+            # The one place an update rejection is counted.
+            self.node.coord.record_rejection(env.robot_id, decision.reason)
+        self.node.audit.record(kind="update", robot_id=env.robot_id, round_idx=env.round_idx, decision=decision,
+                               payload_id=pid, **extra)
+        self._ack(pid, env.robot_id, env.round_idx, decision)
+        if decision:
+            self.node.get_logger().info(f"update from {env.robot_id} for round {env.round_idx} accepted "
+                                        f"({extra.get('bytes', 0)} B, {str(extra.get('sha256', ''))[:12]})")
+        else:
+            self.node.get_logger().warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
+                                           f"{decision.reason[:300]}")
+
+    def _ack(self, pid: str, robot_id: str, round_idx: int, decision: Decision) -> None:
+        msg = UpdateAck(robot_id=robot_id[:255], round=int(round_idx), payload_id=pid[:256],
+                        accepted=decision.accepted, code=decision.code[:32], reason=decision.reason[:1000])
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.node.ack_pub.publish(msg)
+
+    def forget_stale(self, plan: RoundPlan) -> None:
+        """Free partial updates of earlier rounds; a re-announced round collects its payloads afresh."""
+        for pid, (env, _) in list(self._envelopes.items()):
+            if env.round_idx < plan.round_idx:
+                self._envelopes.pop(pid, None)
+                self.node.updates_in.discard(pid)
+        if plan.stage == TRAIN and plan.attempt > 1:
+            self.ledger.reopen(plan.round_idx)  # the abandoned attempt's decisions do not answer the new one
+
+    def on_update(self, msg) -> None:
+        payload = msg.payload
+        why = bounds.oversized({"robot_id": (msg.robot_id, bounds.MAX_ID_CHARS),
+                                "payload_id": (payload.payload_id, bounds.MAX_ID_CHARS),
+                                "bulk_uri": (payload.bulk_uri, bounds.MAX_URI_CHARS),
+                                "sha256": (payload.sha256, bounds.SHA256_HEX_CHARS),
+                                "nonce": (msg.nonce, bounds.NONCE_BYTES),
+                                "signature": (msg.signature, bounds.SIGNATURE_BYTES),
+                                "manifest": (payload.manifest, max(4 * len(self.node.manifest), 1024))})
+        if why is not None:  # before the ids are kept, logged or audited anywhere
+            return self.reject_oversized("update", msg.robot_id, int(msg.round), why)
+        pid, rid, round_idx = payload.payload_id, str(msg.robot_id), int(msg.round)
+        known = self.ledger.decided(pid)
+        if known is not None:  # a re-send (our acknowledgement was lost) or a replay: same answer, applied once
+            self._audit_replay(pid, rid, round_idx)
+            if int(payload.chunk_index) == 0:  # one acknowledgement per re-send, not per chunk
+                self._ack(pid, rid, round_idx, known)
+            return
+        if not self.node.updates_in.busy(pid):
+            env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=int(msg.base_round),
+                                 num_samples=int(msg.num_samples), manifest=list(payload.manifest),
+                                 total_bytes=int(payload.total_bytes), payload_sha256=payload.sha256,
+                                 encoding=int(payload.encoding), cluster_id=int(msg.cluster_id),
+                                 nonce=bytes(msg.nonce), signature=bytes(msg.signature))
+            # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
+            verdict = self.node.coord.check_update(rid, round_idx, int(msg.base_round))
+            decision = (check_update_envelope(env, self.validation_ctx()) if verdict.accepted
+                        else Decision(False, verdict.code, verdict.reason))
+            if not decision:
+                return self._decide(pid, env, decision)
+            self._envelopes[pid] = (env, {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)})
+        plan = self.node.coord.current_plan
+        retry_for_s = max(0.0, plan.deadline_s - self.node._now()) if plan is not None else 0.0
+        result = self.node.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
+        if result is not None:
+            self.complete(result)
+
+    def reject_oversized(self, kind: str, robot_id: str, round_idx: int, why: str) -> None:
+        """A message with a field over its bound: counted and audited under a clipped id, nothing kept."""
+        rid = bounds.clip(robot_id, 64)
+        self.node.coord.record_rejection(rid, why)
+        self.node.audit.record(kind=kind, robot_id=rid, round_idx=round_idx, decision=Decision(False, "oversize", why))
+        self.node.get_logger().warning(f"{kind} from {rid!r} rejected: {why}")
+
+    def _audit_replay(self, pid: str, robot_id: str, round_idx: int) -> None:
+        """A chunk of an already closed payload id (resend or replay): audited and counted once per id."""
+        if pid in self._replays_audited:
+            return
+        if len(self._replays_audited) >= 10_000:
+            self._replays_audited.clear()  # bounded; a later repeat is audited once more
+        self._replays_audited.add(pid)
+        self.node.audit.record(kind="update", robot_id=bounds.clip(robot_id, 64), round_idx=round_idx,
+                               decision=Decision(False, "replay", "payload id already closed (accepted or rejected "
+                                                                  "before): re-sent or replayed chunks dropped"),
+                               payload_id=bounds.clip(pid, 96))
+
+    def complete(self, result: Received) -> None:
+        """A payload is in (assembled or fetched, checked by the receiver): offer it to the round."""
+        pid = result.payload_id
+        if pid not in self._envelopes:
+            return  # its round ended while it was being fetched
+        env, metrics = self._envelopes[pid]
+        extra = {"sha256": result.sha256, "bytes": result.nbytes} if result.sha256 else {}
+        if not result.decision:
+            return self._decide(pid, env, result.decision, **extra)
+        if self.node.replay_guard is not None:
+            self.node.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
+        update = ClientUpdate(robot_id=env.robot_id, params=result.params, num_samples=int(env.num_samples),
+                              base_round=int(env.base_round), cluster_id=int(env.cluster_id), metrics=metrics)
+        update.round_idx = env.round_idx
+        verdict: Verdict = self.node.coord.offer_update(update)  # counts its own rejection
+        self._decide(pid, env, Decision(True) if verdict.accepted else Decision(False, verdict.code, verdict.reason),
+                     counted=True, **extra)
+        self.completed += int(verdict.accepted)
