@@ -38,9 +38,11 @@ SIGNATURE_BYTES = 64
 NONCE_BYTES = 16
 # Domain-separation tags: a signature made for one kind of message can never be
 # replayed as another kind (an update signature is not a valid descriptor signature).
-_TAG_UPDATE = b"fed_ros/update/v1"
+_TAG_UPDATE = b"fed_ros/update/v2"
 _TAG_DESCRIPTOR = b"fed_ros/descriptor/v1"
-_TAG_CLUSTER_MODEL = b"fed_ros/cluster_model/v1"
+_TAG_CLUSTER_MODEL = b"fed_ros/cluster_model/v2"
+_TAG_TRANSFER = b"fed_ros/transfer/v1"
+_TAG_CONTROL = b"fed_ros/control/v1"
 _MAX_ID_BYTES = 255  # robot ids are short names; longer ones are refused, not truncated
 
 
@@ -98,13 +100,46 @@ def _nonce_bytes(nonce: bytes) -> bytes:
     return nonce
 
 
+def _blob(data: bytes | str) -> bytes:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def transfer_digest(*, payload_id: str, encoding: int, total_bytes: int, chunk_count: int,
+                    manifest: Sequence[tuple[str, Sequence[int], str]], scales: bytes = b"",
+                    chunk_sha256: bytes = b"", bulk_uri: str = "") -> bytes:
+    """SHA-256 over everything a payload's header tells its receiver (what a signature must cover).
+
+    Payload id, encoding, size, chunk count, the manifest (names, shapes, dtypes: they decide what
+    the bytes mean), int8 scales, the per-chunk SHA-256 list (so every chunk is checked before it
+    is kept) and the bulk channel address (so a receiver connects only where the signer said).
+    """
+    if not _is_int(total_bytes) or not 0 <= int(total_bytes) < 2**64:
+        raise ValueError(f"total_bytes must be a uint64, got {total_bytes!r}")
+    if not _is_int(chunk_count) or not 0 <= int(chunk_count) < 2**32:
+        raise ValueError(f"chunk_count must be a uint32, got {chunk_count!r}")
+    chunk_sha256 = bytes(chunk_sha256)
+    if len(chunk_sha256) % 32:
+        raise ValueError(f"chunk_sha256 must be 32 bytes per chunk, got {len(chunk_sha256)} bytes")
+    h = hashlib.sha256(_TAG_TRANSFER)
+    h.update(_blob(payload_id) + struct.pack("<BQI", int(encoding) & 0xFF, int(total_bytes), int(chunk_count)))
+    h.update(struct.pack("<Q", len(manifest)))
+    for name, shape, dtype in manifest:
+        shape = tuple(int(d) for d in shape)
+        h.update(_blob(str(name)) + _blob(str(dtype)) + struct.pack(f"<Q{len(shape)}q", len(shape), *shape))
+    h.update(_blob(bytes(scales)) + _blob(chunk_sha256) + _blob(bulk_uri))
+    return h.digest()
+
+
 def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
-                   base_round: int, num_samples: int, cluster_id: int) -> bytes:
+                   base_round: int, num_samples: int, cluster_id: int, transfer: bytes = b"") -> bytes:
     """Canonical bytes a robot signs for a model update.
 
     (round, robot id, nonce, payload sha256) as the design asks, plus the header fields that
     steer aggregation (base round, sample count = aggregation weight, chosen cluster), so a
-    man in the middle cannot re-weight or re-route a genuine update.
+    man in the middle cannot re-weight or re-route a genuine update, plus ``transfer``: the
+    ``transfer_digest`` of the payload header (payload id, manifest, chunk list, bulk address),
+    so no chunk or bulk endpoint that the robot did not name can enter its upload.
     """
     rid = _id_bytes(robot_id)
     if not _is_int(num_samples) or not 0 <= int(num_samples) < 2**64:
@@ -112,7 +147,7 @@ def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: 
     return b"".join((_TAG_UPDATE, struct.pack("<IB", _check_round(round_idx), len(rid)), rid,
                      _nonce_bytes(nonce), _digest_bytes(payload_sha256, "payload sha256"),
                      struct.pack("<IQi", _check_round(base_round, "base_round"), int(num_samples),
-                                 _check_int32(cluster_id, "cluster id"))))
+                                 _check_int32(cluster_id, "cluster id")), _blob(transfer)))
 
 
 def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes) -> bytes:
@@ -122,11 +157,26 @@ def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_s
                      _nonce_bytes(nonce), _digest_bytes(descriptor_sha256, "descriptor digest")))
 
 
-def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str | bytes) -> bytes:
-    """Canonical bytes the server signs for a published cluster model: (round, cluster id, sha256)."""
+def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str | bytes, *,
+                          transfer: bytes = b"", members: Sequence[str] = ()) -> bytes:
+    """Canonical bytes the server signs for a published cluster model.
+
+    (round, cluster id, sha256), the member robots (robots pick their model by membership) and
+    ``transfer`` (the payload header's ``transfer_digest``: chunk list, bulk address, manifest).
+    """
     return b"".join((_TAG_CLUSTER_MODEL, struct.pack("<Ii", _check_round(round_idx),
                                                      _check_int32(cluster_id, "cluster id")),
-                     _digest_bytes(payload_sha256, "payload sha256")))
+                     _digest_bytes(payload_sha256, "payload sha256"), _blob(transfer),
+                     struct.pack("<Q", len(members)), *(_blob(str(m)) for m in members)))
+
+
+def control_message(kind: str, body: bytes) -> bytes:
+    """Canonical bytes the server signs for a control message (round announcement, resend request).
+
+    ``body`` is the message's own serialisation with its signature field empty (the ROS layer
+    uses the CDR bytes, deterministic for one message type); ``kind`` separates the domains.
+    """
+    return _TAG_CONTROL + _blob(kind) + _blob(body)
 
 
 def _f32(values: Any, what: str) -> bytes:
@@ -232,18 +282,24 @@ class Signer:
         return self.private_key.sign(message)
 
     def sign_update(self, round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
-                    base_round: int, num_samples: int, cluster_id: int) -> bytes:
+                    base_round: int, num_samples: int, cluster_id: int, transfer: bytes = b"") -> bytes:
         """Signature for ModelUpdate.signature (see ``update_message``)."""
         return self.sign(update_message(round_idx, robot_id, nonce, payload_sha256, base_round=base_round,
-                                        num_samples=num_samples, cluster_id=cluster_id))
+                                        num_samples=num_samples, cluster_id=cluster_id, transfer=transfer))
 
     def sign_descriptor(self, round_idx: int, robot_id: str, nonce: bytes, digest: str | bytes) -> bytes:
         """Signature for ClientDescriptor.signature (digest from ``descriptor_digest``)."""
         return self.sign(descriptor_message(round_idx, robot_id, nonce, digest))
 
-    def sign_cluster_model(self, round_idx: int, cluster_id: int, payload_sha256: str | bytes) -> bytes:
-        """Server signature for ClusterModel.signature."""
-        return self.sign(cluster_model_message(round_idx, cluster_id, payload_sha256))
+    def sign_cluster_model(self, round_idx: int, cluster_id: int, payload_sha256: str | bytes, *,
+                           transfer: bytes = b"", members: Sequence[str] = ()) -> bytes:
+        """Server signature for ClusterModel.signature (see ``cluster_model_message``)."""
+        return self.sign(cluster_model_message(round_idx, cluster_id, payload_sha256, transfer=transfer,
+                                               members=members))
+
+    def sign_control(self, kind: str, body: bytes) -> bytes:
+        """Server signature of a control message (see ``control_message``)."""
+        return self.sign(control_message(kind, body))
 
     def save(self, path: str | Path) -> Path:
         """Write the private key (PKCS#8 PEM, mode 0600) and `<path>.pub` (hex); returns the key path."""
@@ -388,11 +444,12 @@ class AllowList:
         return known is not None and hmac.compare_digest(known, bytes(public_key))
 
     def verify_update(self, robot_id: str, round_idx: int, nonce: bytes, payload_sha256: str | bytes,
-                      signature: bytes, *, base_round: int, num_samples: int, cluster_id: int) -> str | None:
+                      signature: bytes, *, base_round: int, num_samples: int, cluster_id: int,
+                      transfer: bytes = b"") -> str | None:
         """None if the update signature is valid, else the reject reason."""
         return self._verify(robot_id, signature, lambda: update_message(
             round_idx, robot_id, nonce, payload_sha256, base_round=base_round, num_samples=num_samples,
-            cluster_id=cluster_id))
+            cluster_id=cluster_id, transfer=transfer))
 
     def verify_descriptor(self, robot_id: str, round_idx: int, nonce: bytes, digest: str | bytes,
                           signature: bytes) -> str | None:
@@ -413,6 +470,21 @@ class AllowList:
         if not verify_signature(key, message, signature):
             return f"robot {robot_id!r}: bad signature ({len(signature)} bytes)"
         return None
+
+
+def verify_control(server_key: bytes | None, kind: str, body: bytes, signature: bytes) -> str | None:
+    """Robot side: None if a control message carries the server's valid signature, else the reason.
+
+    ``server_key`` None means no server key is configured: nothing is checked (the robot then
+    trusts any participant on the domain; docs/security.md says what that means).
+    """
+    if server_key is None:
+        return None
+    if not signature:
+        return f"{kind}: not signed by the server"
+    if not verify_signature(server_key, control_message(kind, body), bytes(signature)):
+        return f"{kind}: bad server signature ({len(signature)} bytes)"
+    return None
 
 
 # ----------------------------------------------------------------------------- replay guard

@@ -133,12 +133,15 @@ class UpdateEnvelope:
     cluster_id: int = -1
     nonce: bytes = b""
     signature: bytes = b""
+    # auth.transfer_digest of the payload header (payload id, manifest, chunk list, bulk address);
+    # the ROS layer computes it from the message, so a header the robot did not sign fails.
+    transfer: bytes = b""
 
     def signed(self, signer: Signer) -> "UpdateEnvelope":
         """A copy carrying `signer`'s signature over every signed field (what a robot sends)."""
         return dataclasses.replace(self, signature=signer.sign_update(
             self.round_idx, self.robot_id, self.nonce, self.payload_sha256, base_round=self.base_round,
-            num_samples=self.num_samples, cluster_id=self.cluster_id))
+            num_samples=self.num_samples, cluster_id=self.cluster_id, transfer=self.transfer))
 
 
 @dataclass
@@ -359,7 +362,7 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
         return _reject(MALFORMED, f"robot {rid!r}: cluster_id {_short(env.cluster_id)} must be an int >= -1")
     return _check_auth(rid, env.round_idx, env.nonce, env.signature, ctx, lambda: ctx.allow_list.verify_update(
         rid, env.round_idx, env.nonce, env.payload_sha256, env.signature, base_round=env.base_round,
-        num_samples=env.num_samples, cluster_id=env.cluster_id))
+        num_samples=env.num_samples, cluster_id=env.cluster_id, transfer=env.transfer))
 
 
 def validate_update(env: UpdateEnvelope, params: Mapping[str, np.ndarray], ctx: ValidationContext, *,
@@ -507,12 +510,14 @@ def validate_cluster_model(*, cluster_id: int, round_idx: int, params: Mapping[s
                            expected_manifest: Manifest | None, total_bytes: int | None = None,
                            payload_sha256: str = "", received_sha256: str | None = None,
                            signature: bytes = b"", server_public_key: bytes | None = None,
-                           last_round: int | None = None, limits: Limits = Limits()) -> Decision:
+                           last_round: int | None = None, limits: Limits = Limits(), transfer: bytes = b"",
+                           members: Sequence[str] = ()) -> Decision:
     """Robot side: check a received cluster model before loading it into the policy.
 
     Size cap, exact manifest (when the robot knows its policy's manifest), finite values, no
     rollback (round >= the last model version the robot loaded), server signature when a
-    server key is configured, and received bytes == announced sha256. `params` None = header only.
+    server key is configured (over round, cluster, sha256, ``members`` and the payload header's
+    ``transfer`` digest), and received bytes == announced sha256. `params` None = header only.
     """
     try:
         if not _is_int(cluster_id) or not _is_int(round_idx) or round_idx < 0:
@@ -533,7 +538,8 @@ def validate_cluster_model(*, cluster_id: int, round_idx: int, params: Mapping[s
             if not signature:
                 return _reject(UNSIGNED, f"{what}: not signed by the server")
             try:
-                message = cluster_model_message(round_idx, cluster_id, payload_sha256)
+                message = cluster_model_message(round_idx, cluster_id, payload_sha256, transfer=transfer,
+                                                members=list(members))
             except ValueError as err:
                 return _reject(MALFORMED, f"{what}: {err}")
             if not verify_signature(server_public_key, message, bytes(signature)):
