@@ -17,7 +17,7 @@ MSGS_STAMP := $(VENV)/.stamp-msgs
 PKG_STAMP := $(VENV)/.stamp-pkg
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
-.PHONY: setup test demo clean colcon-check
+.PHONY: setup test test-fast mutation demo clean colcon-check
 
 setup: $(MSGS_STAMP)
 
@@ -57,8 +57,32 @@ $(LAUNCH_STAMP): $(DEPS_STAMP)
 	@if [ -f $(ROS2_LAUNCH_TOOL)/install.sh ]; then bash $(ROS2_LAUNCH_TOOL)/install.sh $(VENV) && touch $@; \
 	else echo "ros2-launch: $(ROS2_LAUNCH_TOOL) absent, the real-launch tests will skip"; fi
 
+# Test order: file order by default; `make test ORDER=` shuffles (pytest-randomly prints the
+# seed; `make test ORDER= PYTEST_ARGS=--randomly-seed=N` replays one).
+ORDER ?= -p no:randomly
 test: setup $(LAUNCH_STAMP)
-	$(PY) -m pytest test $(PYTEST_ARGS)
+	$(PY) -m pytest test $(ORDER) $(PYTEST_ARGS)
+
+# Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;
+# random order every run; fuzzing at 1,000 messages per handler instead of 10,000.
+# README "Fast tier" lists what it leaves out and why.
+FAST_TESTS := test/test_attacks.py test/test_auth.py test/test_core_boundaries.py test/test_core_clustering.py \
+  test/test_core_params_aggregate.py test/test_core_rounds.py test/test_core_store.py test/test_core_strategies.py \
+  test/test_validation.py test/test_fuzz_handlers.py test/test_partition.py test/test_fleet_plan.py \
+  test/test_fleet_demo.py test/test_ros_conversions.py test/test_ros_images.py test/test_test_helpers.py \
+  $(wildcard test/test_registration.py test/test_arm_profile_safety.py)
+test-fast: setup
+	FED_ROS_FUZZ_EXAMPLES=1000 $(PY) -m pytest $(FAST_TESTS) -p randomly $(PYTEST_ARGS)
+
+# Mutation testing of the ROS-free decision code (mutmut, in a private copy under
+# build/mutation; never rewrites the source tree). MUTATION_MODULES=all for every module.
+MUTATION_MODULES ?= validation,auth,rounds,store,robust,strategy
+MUTATION_STAMP := $(VENV)/.stamp-mutation
+$(MUTATION_STAMP): $(DEPS_STAMP) requirements-mutation.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt
+	@touch $@
+mutation: setup $(MUTATION_STAMP)
+	nice -n 10 $(PY) test/mutation/run_mutation.py --modules $(MUTATION_MODULES) --dir build/mutation
 
 demo: setup
 	$(VENV)/bin/fed-ros demo

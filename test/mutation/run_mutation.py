@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Mutation testing of the ROS-free decision code with mutmut, in a private copy.
+
+    python test/mutation/run_mutation.py [--modules validation,rounds,...|all] [--dir DIR] [--jobs N]
+
+mutmut 3 rewrites the files it mutates, so this never runs in the source tree: it copies
+fed_ros/ and the fast tests that exercise the chosen modules into DIR (default
+build/mutation), writes a mutmut config there and runs `mutmut run` on the copy. Only the
+ROS-free tests of those modules run (no ROS processes, no MuJoCo, no torch training), and
+mutmut runs, per mutant, only the tests that reached the mutated function. The summary
+(score per module, surviving mutants) is printed and written to DIR/summary.md.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
+MODULES: dict[str, tuple[str, ...]] = {
+    "validation": ("test_validation.py", "test_core_boundaries.py"),
+    "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
+    "rounds": ("test_core_rounds.py", "test_core_boundaries.py"),
+    "store": ("test_core_store.py",),
+    "robust": ("test_attacks.py", "test_core_boundaries.py"),
+    "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py"),
+    "strategy": ("test_core_strategies.py", "test_core_boundaries.py"),
+    "strategies": ("test_core_strategies.py", "test_core_boundaries.py"),
+    "cua": ("test_core_clustering.py", "test_core_strategies.py"),
+    "srb": ("test_core_clustering.py", "test_core_strategies.py"),
+    "fedepth": ("test_core_clustering.py", "test_core_strategies.py"),
+    "rnd": ("test_core_clustering.py", "test_core_strategies.py"),
+}
+# The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
+# `--modules all` adds aggregation and the clustering maths.
+DEFAULT = ("validation", "auth", "rounds", "store", "robust", "strategy")
+HELPERS = ("conftest.py",)
+
+
+def _paths(module: str) -> list[str]:
+    return ["fed_ros/core/strategies/*.py"] if module == "strategies" else [f"fed_ros/core/{module}.py"]
+
+
+def _write_config(work: Path, modules: list[str], tests: list[str]) -> None:
+    only = "\n    ".join(p for m in modules for p in _paths(m))
+    selection = "\n    ".join(f"test/{t}" for t in tests)
+    (work / "setup.cfg").write_text(f"""[mutmut]
+source_paths = fed_ros
+only_mutate =
+    {only}
+pytest_add_cli_args_test_selection =
+    {selection}
+pytest_add_cli_args =
+    -p
+    no:randomly
+    -p
+    no:cacheprovider
+    -q
+use_git_change_detection = false
+
+[tool:pytest]
+addopts = -p no:randomly
+markers =
+    ros: starts ROS 2 processes
+    sim: runs MuJoCo physics / rendering
+    slow: takes more than ~30 s on 2 cores
+""")
+
+
+def _results(work: Path, mutmut: str) -> dict[str, str]:
+    out = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+    status = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"\s*(\S+):\s*(\S.*)$", line)
+        if m and "__mutmut_" in m.group(1):
+            status[m.group(1)] = m.group(2).strip()
+    return status
+
+
+def _module_of(mutant: str) -> str:
+    path = mutant.split(".x_")[0].split(".xǁ")[0]
+    parts = path.split(".")
+    return "strategies" if "strategies" in parts else parts[2] if len(parts) > 2 else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", default=",".join(DEFAULT),
+                        help=f"comma-separated from {sorted(MODULES)}, or 'all' (default: {','.join(DEFAULT)})")
+    parser.add_argument("--dir", default=str(REPO / "build" / "mutation"), help="private work directory")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
+    args = parser.parse_args(argv)
+    modules = sorted(MODULES) if args.modules == "all" else [m.strip() for m in args.modules.split(",") if m]
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}; choose from {sorted(MODULES)}")
+    tests = sorted({t for m in modules for t in MODULES[m]})
+
+    work = Path(args.dir).resolve()
+    if work == REPO or REPO in work.parents and work.parent == REPO:
+        parser.error("--dir must be a private directory, not the source tree")
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "test").mkdir(parents=True)
+    shutil.copytree(REPO / "fed_ros", work / "fed_ros",
+                    ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"))
+    for name in tests + list(HELPERS):
+        shutil.copy2(REPO / "test" / name, work / "test" / name)
+    _write_config(work, modules, tests)
+
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONDONTWRITEBYTECODE="1")
+    print(f"mutation: {', '.join(modules)} in {work}; tests: {' '.join(tests)}", flush=True)
+    run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs)], cwd=work, env=env)
+    status = _results(work, mutmut)
+    if not status:
+        print("mutation: mutmut reported no mutants", file=sys.stderr)
+        return run.returncode or 1
+
+    per = collections.defaultdict(collections.Counter)
+    for name, verdict in status.items():
+        per[_module_of(name)][verdict] += 1
+    lines = ["| module | mutants | killed | survived | other | score |", "|---|---|---|---|---|---|"]
+    total = collections.Counter()
+    for mod in sorted(per):
+        c = per[mod]
+        total.update(c)
+        killed = c["killed"] + c["timeout"]
+        tested = sum(c.values()) - c["skipped"] - c["not checked"]
+        other = tested - killed - c["survived"]
+        lines.append(f"| {mod} | {tested} | {killed} | {c['survived']} | {other} | "
+                     f"{100 * killed / max(tested, 1):.1f} % |")
+    killed = total["killed"] + total["timeout"]
+    tested = sum(total.values()) - total["skipped"] - total["not checked"]
+    lines.append(f"| **all** | {tested} | {killed} | {total['survived']} | {tested - killed - total['survived']} | "
+                 f"**{100 * killed / max(tested, 1):.1f} %** |")
+    survivors = sorted(n for n, v in status.items() if v == "survived")
+    lines += ["", f"Surviving mutants ({len(survivors)}; `cd {work} && {mutmut} show <name>` shows the diff):"]
+    lines += [f"- `{n}`" for n in survivors]
+    text = "\n".join(lines) + "\n"
+    (work / "summary.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
