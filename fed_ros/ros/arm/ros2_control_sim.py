@@ -17,6 +17,13 @@ topics, so only standard messages cross between the simulated arm and the arm ad
                                            simulator resets the scene (next seed) and the
                                            arm to its home pose, as an operator would
 
+Lockstep (``on_answer`` given; the bridge's ``lockstep:=true``): the simulator steps once
+per answer, i.e. when the twist stamped with its latest state's stamp and a gripper command
+sent after that state have both arrived (the adapter sends the gripper first, once per
+answer); meanwhile it re-sends that state (same stamp) at the control rate, as a standing
+arm keeps reporting. The object state then carries its stamp in the layout label (a
+simulator may; perception does not). A real arm never waits: this is for reproducible SIL.
+
 The inverse of the adapter's scaling turns a twist back into robosuite's normalised delta
 (``v / max_linear_speed``), so sim demonstrations round-trip exactly.
 """
@@ -31,6 +38,7 @@ from fed_ros.core.arm_safety import gripper_action
 from fed_ros.core.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.images import encode_compressed
 
 EXTRA_JOINT = "sim_base_rotation_joint"  # a joint the profile does not list (filtered out)
 _CAMERA_KEYS = {"agentview": AGENTVIEW_IMAGE, "wrist": WRIST_IMAGE}
@@ -39,7 +47,7 @@ _CAMERA_KEYS = {"agentview": AGENTVIEW_IMAGE, "wrist": WRIST_IMAGE}
 class Ros2ControlSim:
     """Arm-side endpoints of one simulated arm; the bridge calls it each tick."""
 
-    def __init__(self, node, profile: ArmProfile, command_timeout_ns: int, on_home) -> None:
+    def __init__(self, node, profile: ArmProfile, command_timeout_ns: int, on_home, on_answer=None) -> None:
         from geometry_msgs.msg import PoseStamped, TwistStamped
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray
@@ -73,6 +81,11 @@ class Ros2ControlSim:
         self._twist: tuple[np.ndarray, int] | None = None
         self._gripper = -1.0  # robosuite resets with the gripper open
         self.ignored_angular = 0
+        self._on_answer = on_answer  # lockstep: called with (delta, gripper) once per answered state
+        self._state_ns = 0  # stamp of the latest published state
+        self._answer: np.ndarray | None = None
+        self._gripper_fresh = False  # a gripper command arrived since the latest state
+        self._last: list = []  # (publisher, message) of the latest state
 
     def reset(self) -> None:
         """Forget commands of the previous episode (the gripper opens, as robosuite's reset)."""
@@ -90,12 +103,30 @@ class Ros2ControlSim:
             self.ignored_angular += 1  # the simulated arm is position-only (OSC_POSITION)
         delta = np.array([lin.x, lin.y, lin.z]) / self.profile.limits.max_linear_speed
         self._twist = (np.clip(delta, -1.0, 1.0).astype(np.float32), time.monotonic_ns())
+        if self._on_answer is not None and at.stamp_to_ns(msg.header.stamp) == self._state_ns:
+            self._answer = self._twist[0]
+            self._maybe_answer()
 
     def _on_gripper(self, msg) -> None:
         if len(msg.data) != 1 or not np.isfinite(msg.data[0]):
             self.node.get_logger().warning(f"gripper command {list(msg.data)} is not one finite position")
             return
         self._gripper = gripper_action(float(msg.data[0]), self.profile.gripper)
+        self._gripper_fresh = True
+        self._maybe_answer()
+
+    def _maybe_answer(self) -> None:
+        if self._on_answer is None or self._answer is None:
+            return
+        if self.profile.topics.gripper_command and not self._gripper_fresh:
+            return  # this answer's gripper command is still on its way
+        delta, self._answer, self._gripper_fresh = self._answer, None, False
+        self._on_answer(delta, self._gripper)
+
+    def republish(self) -> None:
+        """Lockstep: re-send the latest state (same stamp) while no answer came."""
+        for pub, msg in self._last:
+            pub.publish(msg)
 
     def _on_trajectory(self, msg) -> None:
         if list(msg.joint_names) != list(self.profile.joints.names) or not msg.points:
@@ -116,6 +147,8 @@ class Ros2ControlSim:
                 success: bool) -> None:
         """Publish one tick's state as a ros2_control arm would."""
         stamp = at.ns_to_stamp(stamp_ns)
+        self._state_ns, self._answer, self._gripper_fresh = stamp_ns, None, False
+        self._last = []
         joints = self._JointState()
         joints.header.stamp = stamp
         arm = list(zip(joint_names, obs["joint_pos"], joint_vel))[::-1]
@@ -124,29 +157,32 @@ class Ros2ControlSim:
         joints.name = [str(n) for n, _, _ in rows]
         joints.position = [float(p) for _, p, _ in rows]
         joints.velocity = [float(v) for _, _, v in rows]
-        self._pub_joints.publish(joints)
+        self._send(self._pub_joints, joints)
         messages = at.observation_messages(obs, stamp_ns, joint_names=joint_names, gripper_names=gripper_names)
         if self._pub_objects is not None:
             objects = messages[at.OBJECT_STATE_TOPIC]
-            objects.layout.dim[0].label = "object_state"  # perception publishes no tick stamp
-            self._pub_objects.publish(objects)
+            if self._on_answer is None:
+                objects.layout.dim[0].label = "object_state"  # perception publishes no tick stamp
+            self._send(self._pub_objects, objects)
         for cam, (pub, compressed) in self._pub_cameras.items():
             image = obs.get(_CAMERA_KEYS[cam])
             if image is None:
                 continue
             if compressed:
-                import cv2
                 msg = self._CompressedImage(format="jpeg")
                 msg.header.stamp = stamp
                 msg.header.frame_id = f"{cam}_camera"
-                ok, data = cv2.imencode(".jpg", np.ascontiguousarray(image[..., ::-1]))
-                msg.data = data.tobytes()
-                pub.publish(msg)
+                msg.data = encode_compressed(image, "jpeg")
+                self._send(pub, msg)
             else:
-                pub.publish(at.image_to_msg(image, stamp, f"{cam}_camera"))
+                self._send(pub, at.image_to_msg(image, stamp, f"{cam}_camera"))
         if self._pub_success is not None:
-            self._pub_success.publish(self._Bool(data=bool(success)))
+            self._send(self._pub_success, self._Bool(data=bool(success)))
         # The pose last: the adapter starts its tick on it, with this cycle's state all in.
         pose = messages[at.EEF_POSE_TOPIC]
         pose.header.frame_id = self.profile.frames.base
-        self._pub_pose.publish(pose)
+        self._send(self._pub_pose, pose)
+
+    def _send(self, pub, msg) -> None:
+        pub.publish(msg)
+        self._last.append((pub, msg))

@@ -39,24 +39,10 @@ from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, Tick
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.wire import qos
+from fed_ros.ros.wire.images import decode_camera
 
 _CAMERA_TOPICS = {"agentview": at.AGENTVIEW_TOPIC, "wrist": at.WRIST_TOPIC}
 _CAMERA_KEYS = {"agentview": AGENTVIEW_IMAGE, "wrist": WRIST_IMAGE}
-
-
-def decode_camera(msg, compressed: bool, size: int) -> np.ndarray:
-    """Image or CompressedImage (JPEG/PNG) -> HxWx3 uint8 RGB, resized to ``size`` (0: as is)."""
-    import cv2
-    if compressed:
-        bgr = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8), cv2.IMREAD_COLOR)
-        if bgr is None:
-            raise ValueError(f"cannot decode compressed image (format {msg.format!r})")
-        image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-    else:
-        image = at.image_from_msg(msg)
-    if size and image.shape[:2] != (size, size):
-        image = cv2.resize(image, (size, size), interpolation=cv2.INTER_AREA)
-    return np.ascontiguousarray(image)
 
 
 class ArmAdapterNode(Node):
@@ -74,12 +60,16 @@ class ArmAdapterNode(Node):
         self.declare_parameter("task", "lift", d(description="task until a reset names another"))
         self.declare_parameter("instructions", [""], d(description="'task=instruction' entries"))
         self.declare_parameter("report_period_s", 5.0, d(description="how often missing arm topics are logged, s"))
+        self.declare_parameter("lockstep", False, d(
+            description="the arm steps only on a twist answering its state (sim_bridge_node lockstep:=true): "
+                        "each new complete arm state is one tick, no timer ticks (never for a real arm)"))
         p = lambda name: self.get_parameter(name).value  # noqa: E731
         self.profile = load_profile(str(p("profile")), parse_overrides(str(p("profile_overrides"))))
         self.max_steps = int(p("max_episode_steps"))
         self.state_timeout = float(p("state_timeout_s"))
         self.image_size = int(p("image_size"))
         self.task = str(p("task"))
+        self.lockstep = bool(p("lockstep"))
         self.instructions = dict(e.split("=", 1) for e in p("instructions") if "=" in e)
         if self.max_steps < 1 or self.state_timeout <= 0 or self.image_size < 0:
             raise ValueError(f"bad parameters: max_episode_steps={self.max_steps} (>= 1), "
@@ -90,7 +80,7 @@ class ArmAdapterNode(Node):
         self._joints = JointSelector(prof.joints.names)
         self._fingers = JointSelector(prof.gripper.joint_names)
         self._lock = threading.RLock()
-        self._state: dict[str, tuple[float, object]] = {}   # part -> (monotonic rx time, value)
+        self._state: dict[str, tuple[float, object, int]] = {}  # part -> (monotonic rx, value, arm stamp ns)
         self._success = False
         self.episode, self.step, self.done, self.overruns = 0, 0, True, 0
         self._resetting = False
@@ -99,6 +89,9 @@ class ArmAdapterNode(Node):
         self._last_tick: float | None = None
         self._joint_msgs = 0
         self._applied_ns = 0  # observation stamp whose applied command is published
+        self._obs_arm_ns = 0  # arm-state (pose) stamp behind the current observation
+        self._obs_msgs: list = []  # (publisher, message) of the current observation (lockstep re-send)
+        self._obs_at = 0.0
 
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
@@ -186,9 +179,11 @@ class ArmAdapterNode(Node):
         self._report_missing()
 
     # ------------------------------------------------------------------ arm state in
-    def _put(self, part: str, value: object) -> None:
+    def _put(self, part: str, value: object, stamp_ns: int = 0) -> None:
         with self._lock:
-            self._state[part] = (time.monotonic(), value)
+            self._state[part] = (time.monotonic(), value, stamp_ns)
+        if self.lockstep:
+            self._lockstep_tick()
 
     def _on_joint_states(self, msg) -> None:
         try:
@@ -198,9 +193,9 @@ class ArmAdapterNode(Node):
             self.get_logger().warning(f"{self._arm_subs['joint_states'][0].topic_name}: {exc}",
                                       throttle_duration_sec=5.0)
             return
-        self._put("joints", (pos, vel))
-        self._put("fingers", fingers)
         with self._lock:
+            self._put("fingers", fingers)
+            self._put("joints", (pos, vel), at.stamp_to_ns(msg.header.stamp))
             self._joint_msgs += 1
 
     def _on_pose(self, msg) -> None:
@@ -208,12 +203,17 @@ class ArmAdapterNode(Node):
             self.get_logger().warning(f"end-effector pose in frame {msg.header.frame_id!r}, expected "
                                       f"{self.profile.frames.base!r}; ignored", throttle_duration_sec=5.0)
             return
-        self._put("pose", at.decode_pose(msg))
-        self._on_tick(from_timer=False)
+        self._put("pose", at.decode_pose(msg), at.stamp_to_ns(msg.header.stamp))
+        if not self.lockstep:
+            self._on_tick(from_timer=False)
 
     def _on_object_state(self, msg) -> None:
         try:
-            self._put("object_state", at.decode_object_state(msg))
+            try:  # a simulator labels its stamp (a perception node publishes none: 0)
+                stamp_ns = at.object_state_stamp_ns(msg)
+            except ValueError:
+                stamp_ns = 0
+            self._put("object_state", at.decode_object_state(msg), stamp_ns)
         except ValueError as exc:
             self.get_logger().warning(f"object state: {exc}", throttle_duration_sec=5.0)
 
@@ -224,9 +224,26 @@ class ArmAdapterNode(Node):
 
     def _on_camera(self, cam: str, compressed: bool, msg) -> None:
         try:
-            self._put(cam, decode_camera(msg, compressed, self.image_size))
+            self._put(cam, decode_camera(msg, compressed, self.image_size), at.stamp_to_ns(msg.header.stamp))
         except ValueError as exc:
             self.get_logger().warning(f"camera {cam}: {exc}", throttle_duration_sec=5.0)
+
+    def _lockstep_tick(self) -> None:
+        """Lockstep: one tick per new arm state, once every part of it is in (same stamp)."""
+        with self._lock:
+            stamp = self._state.get("pose", (0, 0, 0))[2]
+            parts = ["joints", *self.cameras] + (["object_state"] if self.profile.topics.object_state else [])
+            if stamp == 0 or any(self._state.get(k, (0, 0, -1))[2] not in (stamp, 0) for k in parts):
+                return  # the rest of this arm cycle is still on its way
+            if stamp != self._obs_arm_ns:
+                self._on_tick(from_timer=False)
+            elif (not self._resetting and self._applied_ns != self._obs_stamp_ns
+                  and time.monotonic() - self._obs_at >= 1.0):
+                # The arm re-sent the unanswered state: re-send its observation (same stamp),
+                # one best-effort sample to the policy may have been lost.
+                for pub_, msg in self._obs_msgs:
+                    pub_.publish(msg)
+                self._obs_at = time.monotonic()
 
     def _fresh(self, part: str, now: float) -> object | None:
         item = self._state.get(part)
@@ -268,19 +285,29 @@ class ArmAdapterNode(Node):
         with self._lock:
             if (at.stamp_to_ns(msg.header.stamp) == self._obs_stamp_ns and self._applied_ns != self._obs_stamp_ns
                     and not self.done and not self._resetting):
-                self._apply(time.monotonic())
+                self._apply(time.monotonic(), answer=True)
 
     def _on_hold(self, msg) -> None:
         with self._lock:
             self.safety.hold(bool(msg.data))
         if msg.data:
-            self._send(TickOutput("hold", reason="hold requested"))  # at once, not at the next tick
+            self._send(TickOutput("hold", reason="hold requested"), 0)  # at once, not at the next tick
         self.get_logger().warning(f"hold {'SET: arm stopped' if msg.data else 'released'}")
 
-    def _send(self, out: TickOutput) -> None:
-        """Publish one tick's arm-side commands (a zero twist when holding)."""
+    def _send(self, out: TickOutput, stamp_ns: int, answer: bool = False) -> None:
+        """Publish one tick's arm-side commands (a zero twist when holding).
+
+        The twist is stamped with the arm state (``stamp_ns``, its pose stamp) the command was
+        computed from (now when 0): Servo's staleness check then measures the command's real
+        age, and a lockstep simulator steps on the twist answering its latest state. The
+        gripper goes first, and in lockstep once with every answer (held: where it is).
+        """
+        gripper = out.gripper if out.gripper is not None or not (answer and self.lockstep) else out.applied_gripper
+        if gripper is not None and self._pub_gripper is not None:
+            self._pub_gripper.publish(self._m["Float64MultiArray"](
+                data=[gripper_position(gripper, self.profile.gripper)]))
         twist = self._m["TwistStamped"]()
-        twist.header.stamp = self.get_clock().now().to_msg()
+        twist.header.stamp = at.ns_to_stamp(stamp_ns) if stamp_ns else self.get_clock().now().to_msg()
         twist.header.frame_id = self.profile.frames.base
         if out.kind == "twist":
             (twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z) = (float(v) for v in out.linear)
@@ -295,12 +322,9 @@ class ArmAdapterNode(Node):
         else:
             # Servo holds on a zero twist; joint modes also get one so Servo never drifts.
             self._pub_twist.publish(twist)
-        if out.gripper is not None and self._pub_gripper is not None:
-            self._pub_gripper.publish(self._m["Float64MultiArray"](
-                data=[gripper_position(out.gripper, self.profile.gripper)]))
 
     # ------------------------------------------------------------------ control loop
-    def _apply(self, now: float) -> None:
+    def _apply(self, now: float, answer: bool = False) -> None:
         """Send this tick's command through the safety filter and record it as applied."""
         pose = self._fresh("pose", now)
         out = self.safety.tick(now, None if pose is None else pose[0])
@@ -309,7 +333,7 @@ class ArmAdapterNode(Node):
         active = not self.done and self._obs_stamp_ns > 0 and fresh
         if not active:
             out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
-        self._send(out)
+        self._send(out, self._obs_arm_ns, answer)
         if active and self._applied_ns != self._obs_stamp_ns:
             self._publish_applied(out)
             self._applied_ns = self._obs_stamp_ns
@@ -318,15 +342,19 @@ class ArmAdapterNode(Node):
         start = time.monotonic()
         with self._lock:
             since = None if self._last_tick is None else start - self._last_tick
-            if since is not None and since < (1.5 if from_timer else 0.9) * self.profile.period_s:
+            if self.lockstep and from_timer:
+                return  # a lockstep arm is silent while it waits: only its states make ticks
+            if (not self.lockstep and since is not None
+                    and since < (1.5 if from_timer else 0.9) * self.profile.period_s):
                 return  # the arm drives the ticks; the timer only covers silences
-            if since is not None and since > 1.5 * self.profile.period_s and not from_timer:
+            if not self.lockstep and since is not None and since > 1.5 * self.profile.period_s and not from_timer:
                 self.overruns += 1
             self._last_tick = start
             if self._resetting:
                 return  # the home trajectory owns the arm
             was_active = not self.done and self._obs_stamp_ns > 0
-            self._apply(start)  # repeats the command in effect (what Servo keeps executing)
+            if not self.lockstep:  # lockstep: the arm moves only on an answer, nothing to repeat
+                self._apply(start)  # repeats the command in effect (what Servo keeps executing)
             if was_active and self._applied_ns == self._obs_stamp_ns:
                 self.step += 1
                 self.done = self._success or self.step >= self.max_steps
@@ -361,20 +389,23 @@ class ArmAdapterNode(Node):
                 obs[_CAMERA_KEYS[cam]] = image
         stamp_ns = max(self.get_clock().now().nanoseconds, self._last_stamp_ns + 1)
         self._last_stamp_ns = self._obs_stamp_ns = stamp_ns
+        self._obs_arm_ns = self._state["pose"][2]
         messages = at.observation_messages(
             obs, stamp_ns, joint_names=self.profile.joints.names,
             gripper_names=self.profile.gripper.joint_names, joint_vel=joints[1], gripper_vel=fingers[1],
             frame_prefix="")
         messages[at.EEF_POSE_TOPIC].header.frame_id = self.profile.frames.base
-        for rel, msg in messages.items():
-            if rel in self._obs_pubs:
-                self._obs_pubs[rel].publish(msg)
+        self._obs_msgs = [(self._obs_pubs[rel], msg) for rel, msg in messages.items() if rel in self._obs_pubs]
+        for pub_, msg in self._obs_msgs:
+            pub_.publish(msg)
         status = self._m["EpisodeStatus"]()
         status.header.stamp = at.ns_to_stamp(stamp_ns)
         status.task, status.instruction, status.variation = self.task, self._instruction(self.task), ""
         status.episode, status.step, status.success = self.episode, self.step, self._success
         status.done, status.overruns = self.done, self.overruns
         self._pub_status.publish(status)
+        self._obs_msgs.append((self._pub_status, status))
+        self._obs_at = time.monotonic()
         return True
 
     def _instruction(self, task: str) -> str:

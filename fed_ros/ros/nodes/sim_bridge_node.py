@@ -10,7 +10,9 @@ to, which is what recordings are built from (see :mod:`fed_ros.ros.arm.topics`).
 
 ``lockstep:=true`` (evaluation, benchmarks) steps only when a command answering the
 current observation arrives (its ``header.stamp`` equals the observation's), so a run is
-exactly reproducible whatever the machine load; the control rate is then ignored.
+exactly reproducible whatever the machine load; the control rate is then ignored. With
+``interface:=ros2_control`` the step waits for the TwistStamped stamped with the latest
+state's stamp (plus its gripper command), and the state is re-sent at the control rate.
 """
 from __future__ import annotations
 
@@ -134,8 +136,6 @@ class SimBridgeNode(Node):
         self.interface = str(p("interface").value)
         if self.interface not in ("direct", "ros2_control"):
             raise ValueError(f"parameter interface={self.interface!r} must be 'direct' or 'ros2_control'")
-        if self.interface == "ros2_control" and self.lockstep:
-            raise ValueError("parameter lockstep=true needs interface=direct (a real arm never waits)")
         self._standard = None
 
         def pub(msg_type, rel):
@@ -154,8 +154,10 @@ class SimBridgeNode(Node):
             from fed_ros.core.arm_profile import load_profile, parse_overrides
             from fed_ros.ros.arm.ros2_control_sim import Ros2ControlSim
             profile = load_profile(str(p("profile").value), parse_overrides(str(p("profile_overrides").value)))
+            # Lockstep: a step per twist answering the latest state (ros2_control_sim docstring).
             self._standard = Ros2ControlSim(self, profile, self.command_timeout_ns,
-                                            on_home=lambda: self._reset(self.seed + self.episode))
+                                            on_home=lambda: self._reset(self.seed + self.episode),
+                                            on_answer=self._on_answer if self.lockstep else None)
         # Observation topics, published in this order each tick (images first: largest).
         self._publishers_by_topic = {}
         if self.cameras:
@@ -199,6 +201,8 @@ class SimBridgeNode(Node):
         self._timer = None if self.lockstep else self.create_timer(self._period, self._on_tick)
         if self.lockstep and self.republish_s > 0 and self._standard is None:
             self.create_timer(self.republish_s / 2, self._republish_if_unanswered)
+        if self.lockstep and self._standard is not None:  # a standing arm keeps reporting its state
+            self.create_timer(self._period, self._standard.republish)
         self.get_logger().info(
             f"sim bridge up: task={self.task} variation={self.variation} cameras={self.cameras} "
             f"image_size={self.image_size} rate={self.rate_hz:g} Hz lockstep={self.lockstep}")
@@ -278,6 +282,14 @@ class SimBridgeNode(Node):
         self._command_rx_ns = time.monotonic_ns()
         if self.lockstep and not self.done and command.stamp_ns == self._obs_stamp_ns:
             self._step(command)
+
+    def _on_answer(self, delta: np.ndarray, gripper: float) -> None:
+        """ros2_control lockstep: the twist (and gripper) answering the latest state arrived."""
+        self._held_gripper = gripper
+        if self.done:
+            self._publish_observation()  # the episode is over: the arm reports, nothing moves
+        else:
+            self._step(ValidCommand(delta, gripper, False, self._obs_stamp_ns, "twist"))
 
     def _current_command(self) -> ValidCommand | None:
         command = self._command

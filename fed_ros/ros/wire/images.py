@@ -143,3 +143,34 @@ def convert_encoding(image: np.ndarray, source: str, target: str) -> np.ndarray:
             return np.concatenate([image[:, :, [src.index(c) for c in _COLOUR[target][:3]]], alpha], axis=2)
         return np.ascontiguousarray(image[:, :, order])
     raise ValueError(f"cannot convert image encoding {source!r} to {target!r}")
+
+
+def decode_camera(msg: Any, compressed: bool, size: int = 0) -> np.ndarray:
+    """Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (JPEG/PNG) -> HxWx3 uint8 RGB,
+    resized to ``size`` x ``size`` (0: as it came); owns its memory."""
+    import cv2
+    if compressed:
+        bgr = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8), cv2.IMREAD_COLOR)
+        if bgr is None:
+            raise ValueError(f"cannot decode compressed image (format {msg.format!r}, {len(msg.data)} bytes)")
+        image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+    else:
+        if msg.encoding not in ("rgb8", "bgr8", "rgba8", "bgra8", "mono8"):
+            raise ValueError(f"unsupported camera image encoding {msg.encoding!r} (expected rgb8)")
+        image = msg_to_image(msg, desired_encoding="rgb8", backend="own")[..., :3]
+    if size and image.shape[:2] != (size, size):
+        # INTER_AREA: the least aliasing when shrinking a camera frame to the policy's input.
+        image = cv2.resize(np.ascontiguousarray(image), (size, size), interpolation=cv2.INTER_AREA)
+    return np.array(image, dtype=np.uint8, copy=True)
+
+
+def encode_compressed(image: np.ndarray, fmt: str = "jpeg") -> bytes:
+    """HxWx3 uint8 RGB -> JPEG or PNG bytes (what a camera driver's image_transport sends)."""
+    import cv2
+    ext = {"jpeg": ".jpg", "png": ".png"}.get(fmt)
+    if ext is None:
+        raise ValueError(f"compressed format {fmt!r} is not 'jpeg' or 'png'")
+    ok, data = cv2.imencode(ext, np.ascontiguousarray(np.asarray(image)[..., ::-1]))
+    if not ok:
+        raise ValueError(f"cannot encode a {np.asarray(image).shape} image as {fmt}")
+    return data.tobytes()
