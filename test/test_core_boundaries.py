@@ -897,3 +897,18 @@ def test_clip_keeps_tiny_updates_unscaled():
 def test_clip_rejects_a_reference_of_the_wrong_shape():
     with pytest.raises(ValueError, match=r"reference has shape \(3,\), expected \(2,\)"):
         robust.norm_clip_mean(_stack([[1.0, 0.0]]), np.ones(1), 1.0, np.zeros(3))
+
+
+def test_all_zero_weights_named():
+    with pytest.raises(ValueError, match="^weights sum to 0$"):
+        robust.aggregate_robust(_stack([[1.0], [2.0]]), np.zeros(2), "mean")
+
+
+def test_multi_krum_weights_summing_below_one_are_kept_not_replaced_by_uniform():
+    stacked = _stack([[0.0], [0.1], [0.3], [0.6], [5.0]])
+    out, _ = robust.multi_krum(stacked, np.array([0.1, 0.3, 0.2, 0.2, 0.2]), 1, 2)
+    assert float(out[0]) == pytest.approx(0.075)
+
+
+def test_trimmed_mean_with_a_cut_returns_float32():
+    assert robust.trimmed_mean(np.arange(10, dtype=np.float32).reshape(10, 1), 0.2).dtype == np.float32
