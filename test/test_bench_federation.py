@@ -249,3 +249,42 @@ def test_eval_horizons_scale_the_longest_demo_per_family():
     assert FR.eval_horizons(setting, data, None) == {}
     with pytest.raises(ValueError, match="eval_horizon_factor"):
         FR.eval_horizons(setting, data, 0.5)
+
+
+def test_image_cells_are_named_only_and_use_the_camera_fleet():
+    from fed_ros.bench.federation_image import IMAGE_SETTING, image_profile
+    assert "image" not in F.DEFAULT_EXPERIMENTS  # ~30 min: never part of the default run
+    prof = image_profile()
+    specs = F.cell_specs(PROFILES["quick"], ["cross", "image"])
+    image = [s for s in specs if s.setting.name == IMAGE_SETTING]
+    assert [s.method.name for s in image] == ["feddrman", "fedavg", "local"]
+    assert all(s.setting.cameras and s.profile.policy_config().kind == "image" for s in image)
+    # The same fleet as the low-dim cross_family cells, only seen through the cameras.
+    low = cross_family(prof)
+    assert image[0].setting.robots == low.robots and image[0].setting.families == low.families
+    assert not any(s.setting.cameras for s in specs if s not in image)
+    assert image_profile(F._parser().parse_args(["--robots", "2", "--methods", "fedavg"])).robots == 2
+    assert all(s.setting.name != IMAGE_SETTING for s in F.cell_specs(PROFILES["quick"], ["cross"], prof))
+
+
+@pytest.mark.sim
+def test_tiny_image_cells_learn_from_camera_demos_and_report_beside_lowdim(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["--only", "image", "--robots", "2", "--demos", "2", "--rounds", "1", "--local-steps", "2",
+            "--eval-episodes", "1", "--jobs", "1", "--out", str(out)]
+    assert F.main(argv) == 0
+    for method in ("feddrman", "fedavg", "local"):
+        cell = json.loads((out / "cells" / f"cross_family_image__{method}__s0.json").read_text())
+        assert cell["profile"]["policy"]["kind"] == "image" and len(cell["rounds"]) == 1, method
+        assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored"}, method
+        assert cell["rollouts"] and 0.0 <= cell["final"]["mean"] <= 1.0
+    # Camera demonstrations were collected once and cached apart from the low-dim pool.
+    from fed_ros.core.episode import Episode
+    files = sorted((out / "demos").glob("*__cam84/*.npz"))
+    assert len(files) >= 4 and not list((out / "demos").glob("*noise0.05__seed1000/*.npz"))
+    demo = Episode.load(files[0])
+    assert demo.observations["agentview_image"].shape[1:] == (84, 84, 3)
+    report = (out / "report.md").read_text()
+    assert "## cross_family_image: success rate (%) per family from cameras" in report
+    assert all(f"| {m} |" in report for m in ("feddrman", "fedavg", "local"))
+    assert "Cross-family from cameras (image policy): feddrman" in report

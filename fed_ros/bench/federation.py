@@ -12,6 +12,8 @@ cells, ``--force`` recomputes):
 * ``rnd``: RND federations on clustered feature skew: ARI vs the latent groups, novelty
   matrix, clustering compute vs IFCA's (ratio).
 * ``partition``: loss vs alpha for embedding- vs task-based Dirichlet splits.
+* ``image`` (only when named): cross-family FedDRMan / FedAvg / Local from the two cameras
+  (`federation_image`; camera demos cached under ``<out>/demos/*__cam84``).
 
 Demonstrations come from the scripted experts without cameras and are cached as Episode
 ``.npz`` under ``<out>/demos``. Output: ``<out>/report.md``, ``<out>/*.png``.
@@ -39,7 +41,8 @@ from fed_ros.bench.federation_settings import (METHODS, PROFILES, Method, Profil
                                                same_family, with_overrides)
 
 RND_EPS_SWEEP = (1.0, 3.0, 10.0, 30.0)  # first = the strategy's default eps
-EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition")
+EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "image")
+DEFAULT_EXPERIMENTS = EXPERIMENTS[:-1]  # image cells (~30 min on 2 cores) only when asked: --only ... image
 log = logging.getLogger("fed_ros.bench.federation")
 
 
@@ -49,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
     ap.add_argument("--out", default="runs/bench_federation", help="output directory")
     ap.add_argument("--only", nargs="+", choices=EXPERIMENTS,
-                    help="run only these experiments (overlap: both variants, overlap and overlap_shift)")
+                    help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
+                         "image: cross-family from cameras, never part of the default run)")
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")
     ap.add_argument("--rounds", type=int, help="override rounds")
@@ -108,9 +112,10 @@ def _run_or_load(spec: CellSpec, out: Path, cache: DemoCache, force: bool, bar: 
     return rec
 
 
-def cell_specs(prof: Profile, experiments: Sequence[str]) -> list[CellSpec]:
-    """Every cell of the cross/same/overlap experiments, seed by seed."""
-    specs: list[CellSpec] = []
+def cell_specs(prof: Profile, experiments: Sequence[str], image_prof: Profile | None = None) -> list[CellSpec]:
+    """Every cell of the cross/same/overlap (and image) experiments, seed by seed."""
+    from fed_ros.bench.federation_image import image_cell_specs, image_profile
+    specs: list[CellSpec] = image_cell_specs(image_prof or image_profile()) if "image" in experiments else []
     for seed in prof.seeds:
         if "cross" in experiments:
             specs += [CellSpec(cross_family(prof), METHODS[m], seed, prof) for m in prof.methods_cross]
@@ -125,9 +130,9 @@ def cell_specs(prof: Profile, experiments: Sequence[str]) -> list[CellSpec]:
 
 def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequence[str],
                  force: bool, jobs: int = 1, worker_argv: Sequence[str] | None = None,
-                 only_cells: set[str] | None = None) -> list[dict[str, Any]]:
-    """Cross/same-family method grids and the FeDepth overlap sweep."""
-    specs = cell_specs(prof, experiments)
+                 only_cells: set[str] | None = None, image_prof: Profile | None = None) -> list[dict[str, Any]]:
+    """Cross/same-family method grids, the FeDepth overlap sweep and the image cells."""
+    specs = cell_specs(prof, experiments, image_prof)
     if only_cells is not None:
         specs = [s for s in specs if s.key in only_cells]
     done: dict[str, dict[str, Any]] = {}
@@ -574,7 +579,8 @@ def _overlap_sweep_section(out: Path, g: dict[tuple[str, str], list[dict[str, An
 
 
 def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dict | None,
-                 part: dict | None, wall_s: float, cpu_s: float | None = None) -> Path:
+                 part: dict | None, wall_s: float, cpu_s: float | None = None,
+                 image_prof: Profile | None = None) -> Path:
     """report.md with the tables, claims and plot links; PNGs next to it."""
     g = R.group_cells(cells)
     md = [f"# fed-ros bench federation — profile `{prof.name}`", "",
@@ -586,7 +592,8 @@ def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dic
           + f"; CPU time summed over the cells in the tables: "
           f"{sum(c.get('cpu_s', 0.0) for c in cells):.0f} s (cached cells cost nothing on a rerun).",
           "", "## Claims", ""]
-    md += _claims(cells, rnd, part, prof) or ["- (no claim cells ran)"]
+    from fed_ros.bench.federation_image import image_claims, image_section
+    md += (_claims(cells, rnd, part, prof) + image_claims(g)) or ["- (no claim cells ran)"]
     for setting, methods in (("cross_family", prof.methods_cross), ("same_family", prof.methods_same),
                              *((v, _variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS)):
         if not any(s == setting for s, _ in g):
@@ -605,6 +612,7 @@ def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dic
         if sim_cells:
             png = R.plot_update_similarity(out / f"{setting}_update_similarity.png", sim_cells)
             md += [f"![update similarity]({png.name})"]
+    md += image_section(out, g, image_prof)  # beside the low-dim cross_family table
     for setting, label in OVERLAP_VARIANTS:
         if any(s == setting for s, _ in g):
             md += _overlap_sweep_section(out, g, setting, label, _variant_overlaps(prof, setting))
@@ -666,7 +674,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"fed-ros bench federation: error: {exc}", file=sys.stderr)
         return 2
-    experiments = tuple(args.only or EXPERIMENTS)
+    experiments = tuple(args.only or DEFAULT_EXPERIMENTS)
+    from fed_ros.bench.federation_image import image_profile
+    iprof = image_profile(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cache = DemoCache(out / "demos", noise_std=prof.noise_std)
@@ -678,9 +688,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw_argv = list(argv) if argv is not None else sys.argv[1:]
     if args.cells is not None:
         # Worker mode: run exactly these cells, no other experiment, no report.
-        run_settings(prof, out, cache, experiments, args.force, 1, only_cells=set(args.cells.split(",")))
+        run_settings(prof, out, cache, experiments, args.force, 1, only_cells=set(args.cells.split(",")),
+                     image_prof=iprof)
         return 0
-    cells = run_settings(prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv)
+    cells = run_settings(prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv,
+                         image_prof=iprof)
     rnd = part = None
     if "rnd" in experiments:
         try:
@@ -689,7 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("RND experiment unavailable: %s", exc)
     if "partition" in experiments:
         part = run_partition(prof, out, cache, args.force)
-    report = write_report(prof, out, cells, rnd, part, time.perf_counter() - t0, time.process_time() - cpu0)
+    report = write_report(prof, out, cells, rnd, part, time.perf_counter() - t0, time.process_time() - cpu0,
+                          image_prof=iprof)
     print(report.read_text())
     print(f"report: {report}")
     return 0

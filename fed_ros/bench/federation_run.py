@@ -76,7 +76,8 @@ def family_episode(ep: Episode, family: Family) -> Episode:
 
 
 class DemoCache:
-    """Scripted-expert demos (no cameras) cached as Episode .npz under ``root``."""
+    """Scripted-expert demos cached as Episode .npz under ``root`` (without cameras unless a
+    setting asks for them: its own pool directory)."""
 
     def __init__(self, root: str | Path, noise_std: float = 0.05, data_seed: int = 1000) -> None:
         self.root = Path(root)
@@ -84,16 +85,17 @@ class DemoCache:
         self.data_seed = int(data_seed)
         self._mem: dict[tuple[str, str], list[Episode]] = {}
 
-    def _dir(self, task: str, variation: str) -> Path:
-        return self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}"
+    def _dir(self, task: str, variation: str, cameras: bool = False) -> Path:
+        cams = "__cam84" if cameras else ""  # camera demos: two 84x84 images per step
+        return self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}{cams}"
 
-    def pool(self, task: str, variation: str, n: int) -> list[Episode]:
+    def pool(self, task: str, variation: str, n: int, cameras: bool = False) -> list[Episode]:
         """At least ``n`` successful demos of (task, variation), generating missing ones once."""
-        key = (task, variation)
+        key = (task, variation, cameras)
         have = self._mem.get(key)
         if have is not None and len(have) >= n:
             return have[:n]
-        d = self._dir(task, variation)
+        d = self._dir(task, variation, cameras)
         files = sorted(d.glob("demo_*.npz")) if d.is_dir() else []
         eps = [Episode.load(f) for f in files]
         ok = [e for e in eps if e.success]
@@ -106,7 +108,7 @@ class DemoCache:
             extra = max(2, int(math.ceil(want * 0.25)))
             t0 = time.perf_counter()
             new = collect_demos(task, variation, n=want + extra, seed=self.data_seed + len(eps),
-                                cameras=False, noise_std=self.noise_std)
+                                cameras=cameras, noise_std=self.noise_std)
             d.mkdir(parents=True, exist_ok=True)
             for i, e in enumerate(new):
                 e.save(d / f"demo_{len(eps) + i:05d}.npz")
@@ -127,7 +129,7 @@ class DemoCache:
             for fam_name, count in mix:
                 f = setting.family(fam_name)
                 need[(f.task, f.variation)] = need.get((f.task, f.variation), 0) + count
-        pools = {k: self.pool(k[0], k[1], n) for k, n in need.items()}
+        pools = {k: self.pool(k[0], k[1], n, cameras=setting.cameras) for k, n in need.items()}
         used = {k: 0 for k in need}
         out: dict[str, list[Episode]] = {}
         for rid, mix in zip(setting.robot_ids, setting.robots):
@@ -194,6 +196,7 @@ class Evaluator:
         self.episodes = int(episodes)
         self.seed = int(seed)
         self.max_steps = dict(max_steps or {})  # per family name; absent -> the task's horizon
+        self.cameras = policy_cfg.kind == "image"  # an image policy is rolled out on rendered frames
         self._envs: dict[tuple[str, str], Any] = {}
         self.seconds = 0.0
         self.cpu_seconds = 0.0
@@ -206,7 +209,8 @@ class Evaluator:
         if key not in self._envs:
             from fed_ros.sim.envs import make_env
 
-            self._envs[key] = make_env(task, variation, cameras=False, seed=self.seed)
+            self._envs[key] = make_env(task, variation, cameras=self.cameras, seed=self.seed,
+                                       image_size=self.policy_cfg.image_size)
         return self._envs[key]
 
     def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
@@ -221,7 +225,7 @@ class Evaluator:
         if family.mirrored:
             runner = MirroredPolicy(runner)
         res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
-                       seed=self.seed, cameras=False, env=self._env(family.task, family.variation),
+                       seed=self.seed, cameras=self.cameras, env=self._env(family.task, family.variation),
                        max_steps=self.max_steps.get(family.name))
         self.seconds += time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0

@@ -56,6 +56,7 @@ class Setting:
     robots: tuple[tuple[tuple[str, int], ...], ...]
     num_clusters: int  # C for CUA/IFCA (paper: 1 same-suite, 2 cross-suite)
     description: str = ""
+    cameras: bool = False  # demos and rollouts carry the two camera images (image-policy cells)
 
     def __post_init__(self) -> None:
         names = {f.name for f in self.families}
