@@ -14,253 +14,20 @@ tests drive the machine with a fake clock.
 from __future__ import annotations
 
 import math
-import re
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Collection, Mapping, Protocol, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from fed_ros.core.round_config import RobotInstruction, RoundConfig
-from fed_ros.core.validation import (DUPLICATE, FUTURE, LATE, NO_ROUND, NOT_PARTICIPANT, NUM_SAMPLES,
-                                     STALE_BASE, STALE_ROUND)
-
-# Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
-TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
-STAGES = (TRAIN, DESCRIBE, SCORE, EVALUATE, DONE)
-
-_ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-Membership = list[tuple[int, float]]
-
-
-def quorum_for(participants: int, fraction: float, minimum: int) -> int:
-    """Updates needed to aggregate: ceil(fraction * participants), at least ``minimum``, at most all."""
-    if participants < 0:
-        raise ValueError(f"participants must be >= 0, got {participants}")
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"quorum fraction must be in (0, 1], got {fraction}")
-    if minimum < 1:
-        raise ValueError(f"minimum quorum must be >= 1, got {minimum}")
-    return min(participants, max(minimum, math.ceil(fraction * participants - 1e-9)))
-
-
-def ready_to_start(*, registered: Collection[str], expected: Collection[str], min_robots: int,
-                   waited_s: float, registration_timeout_s: float, resumed: bool = False) -> bool:
-    """Whether the server may announce its first round, given who has registered so far.
-
-    A resumed server carries on as soon as its committed roster holds anyone (robots
-    re-register as they come back). Otherwise it waits for every ``expected`` robot, or,
-    without an expected list, for ``min_robots``; once more than ``registration_timeout_s``
-    have passed it starts with whoever registered if that is at least ``min_robots``.
-    """
-    count = len(registered)
-    if resumed and count:
-        return True
-    if expected:
-        if all(r in registered for r in expected):
-            return True
-    elif count >= min_robots:
-        return True
-    return waited_s > registration_timeout_s and count >= min_robots
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """Whether an input was accepted, and why not."""
-
-    accepted: bool
-    reason: str = ""
-    code: str = ""  # machine-readable reject code (fed_ros.core.validation's constants)
-
-
-ACCEPT = Verdict(True, "")
-
-
-# ---------------------------------------------------------------------------- roster
-
-@dataclass
-class RobotEntry:
-    """What the server knows about a registered robot."""
-
-    robot_id: str
-    tasks: tuple[str, ...] = ()
-    num_samples: int = 0
-    has_gpu: bool = False
-    public_key: bytes = b""
-    registrations: int = 1
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON form for the store's round meta."""
-        return {"robot_id": self.robot_id, "tasks": list(self.tasks), "num_samples": self.num_samples,
-                "has_gpu": self.has_gpu, "public_key": self.public_key.hex()}
-
-    @staticmethod
-    def from_json(obj: Mapping[str, Any]) -> "RobotEntry":
-        """Inverse of :meth:`to_json`."""
-        return RobotEntry(robot_id=str(obj["robot_id"]), tasks=tuple(obj.get("tasks", ())),
-                          num_samples=int(obj.get("num_samples", 0)), has_gpu=bool(obj.get("has_gpu", False)),
-                          public_key=bytes.fromhex(str(obj.get("public_key", ""))))
-
-
-class Roster:
-    """Registered robots. A robot may re-register (after a restart) with the same key."""
-
-    def __init__(self, action_dim: int = 4, max_robots: int = 10_000,
-                 allowed_keys: Mapping[str, bytes] | None = None, max_samples: int = 1_000_000) -> None:
-        self.action_dim = action_dim
-        self.max_robots = max_robots
-        self.allowed_keys = dict(allowed_keys) if allowed_keys is not None else None
-        self.max_samples = max_samples
-        self._robots: dict[str, RobotEntry] = {}
-
-    def register(self, robot_id: str, tasks: Sequence[str] = (), num_samples: int = 0,
-                 has_gpu: bool = False, public_key: bytes = b"", action_dim: int | None = None) -> Verdict:
-        """Add or refresh a robot; rejects bad ids, action spaces and keys with a reason."""
-        if not isinstance(robot_id, str) or not _ID_RE.match(robot_id):
-            return Verdict(False, f"bad robot id {robot_id!r} (must match {_ID_RE.pattern})")
-        if action_dim is not None and action_dim != self.action_dim:
-            return Verdict(False, f"action_dim {action_dim} != fleet action_dim {self.action_dim}")
-        if num_samples < 0:
-            return Verdict(False, f"negative num_samples {num_samples}")
-        key = bytes(public_key)
-        if self.allowed_keys is not None:
-            allowed = self.allowed_keys.get(robot_id)
-            if allowed is None:
-                return Verdict(False, f"robot {robot_id!r} is not on the allow-list")
-            if key != allowed:
-                return Verdict(False, f"public key of {robot_id!r} does not match the allow-list")
-        entry = self._robots.get(robot_id)
-        if entry is None:
-            if len(self._robots) >= self.max_robots:
-                return Verdict(False, f"fleet is full ({self.max_robots} robots)")
-            self._robots[robot_id] = RobotEntry(robot_id, tuple(tasks), min(num_samples, self.max_samples),
-                                                bool(has_gpu), key)
-            return ACCEPT
-        if entry.public_key and key != entry.public_key:
-            # Without an allow-list the first key a robot used is pinned (trust on first use).
-            return Verdict(False, f"robot {robot_id!r} re-registered with a different public key")
-        entry.tasks, entry.num_samples, entry.has_gpu = tuple(tasks), min(num_samples, self.max_samples), bool(has_gpu)
-        entry.public_key = entry.public_key or key
-        entry.registrations += 1
-        return ACCEPT
-
-    def __contains__(self, robot_id: object) -> bool:
-        return robot_id in self._robots
-
-    def __len__(self) -> int:
-        return len(self._robots)
-
-    def get(self, robot_id: str) -> RobotEntry | None:
-        """The entry of a robot, or None."""
-        return self._robots.get(robot_id)
-
-    @property
-    def ids(self) -> list[str]:
-        """Registered robot ids, sorted (deterministic participant order)."""
-        return sorted(self._robots)
-
-    def to_json(self) -> list[dict[str, Any]]:
-        """JSON form (persisted with every committed round)."""
-        return [self._robots[r].to_json() for r in self.ids]
-
-    def load_json(self, entries: Sequence[Mapping[str, Any]]) -> None:
-        """Restore robots persisted by :meth:`to_json` (after a server restart)."""
-        for obj in entries:
-            entry = RobotEntry.from_json(obj)
-            entry.registrations = 0  # known from the store; not yet seen by this process
-            self._robots[entry.robot_id] = entry
-
-
-# ----------------------------------------------------------------------- one stage
-
-@dataclass(frozen=True)
-class RoundPlan:
-    """One announcement: what the node publishes as a RoundAnnouncement."""
-
-    round_idx: int
-    stage: str
-    attempt: int
-    deadline_s: float
-    algorithm: str
-    participants: tuple[str, ...]
-    memberships: dict[str, Membership]
-    quorum: int
-    configs: dict[str, RoundConfig] = field(default_factory=dict)  # what each robot must obey
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What a stage's collection decided at time ``now``."""
-
-    kind: str  # "wait" | "proceed" | "abandon"
-    answered: tuple[str, ...] = ()
-    stragglers: tuple[str, ...] = ()
-    reason: str = ""
-
-
-class StageCollector:
-    """Collects the answers (updates or descriptors) to one announcement."""
-
-    def __init__(self, plan: RoundPlan, carried: Mapping[str, Any] | None = None) -> None:
-        self.plan = plan
-        # Answers to an abandoned attempt of the same round and stage stay valid (same model
-        # version): they count toward this attempt until the robot answers afresh.
-        self.answers: dict[str, Any] = dict(carried or {})
-        self.carried: set[str] = set(self.answers)
-        self.rejections: list[tuple[str, str]] = []  # participants only: the report's reasons
-        self.rejected = 0  # every rejection, whoever sent it (unknown senders leave only this count)
-
-    def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Verdict:
-        """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
-        plan = self.plan
-        if robot_id not in plan.participants:
-            return Verdict(False, f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
-                           NOT_PARTICIPANT)
-        if round_idx < plan.round_idx:
-            return Verdict(False, f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
-                           STALE_ROUND)
-        if round_idx > plan.round_idx:
-            return Verdict(False, f"future round {round_idx}, current round is {plan.round_idx}", FUTURE)
-        if base_round is not None and base_round != plan.round_idx:
-            return Verdict(False, f"stale base: trained from model version {base_round}, "
-                                  f"round {plan.round_idx} starts from version {plan.round_idx}", STALE_BASE)
-        if now > plan.deadline_s:
-            return Verdict(False, f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
-                                  f"of round {plan.round_idx}", LATE)
-        if robot_id in self.answers and robot_id not in self.carried:
-            return Verdict(False, f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
-                                  f"({plan.stage})", DUPLICATE)
-        return ACCEPT
-
-    def accept(self, robot_id: str, answer: Any) -> None:
-        """Record an answer that passed :meth:`check` (and any content validation)."""
-        self.answers[robot_id] = answer
-        self.carried.discard(robot_id)
-
-    def reject(self, robot_id: str, reason: str, code: str = "") -> Verdict:
-        """Record a rejection (counted in the round report)."""
-        self.rejected += 1
-        # Bounded: the first reason per participant is what the report shows; junk ids from
-        # unknown senders and repeats leave only the count.
-        if robot_id in self.plan.participants and all(r != robot_id for r, _ in self.rejections):
-            self.rejections.append((robot_id, reason))
-        return Verdict(False, reason, code)
-
-    def decision(self, now: float) -> Decision:
-        """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait."""
-        plan = self.plan
-        answered = tuple(r for r in plan.participants if r in self.answers)
-        missing = tuple(r for r in plan.participants if r not in self.answers)
-        if not missing:
-            return Decision("proceed", answered)
-        if now <= plan.deadline_s:
-            return Decision("wait", answered, missing)
-        if len(answered) >= plan.quorum:
-            return Decision("proceed", answered, missing,
-                            f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}")
-        return Decision("abandon", answered, missing,
-                        f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline")
+from fed_ros.core.round_config import Membership, RobotInstruction, RoundConfig
+from fed_ros.core.validation import NO_ROUND, NUM_SAMPLES
+# The pieces of the machine, re-exported here for the callers that import them from rounds.
+from fed_ros.core.roster import ACCEPT, RobotEntry, Roster, Verdict, ready_to_start  # noqa: F401
+from fed_ros.core.round_collect import (DESCRIBE, DONE, EVALUATE, SCORE, STAGES, TRAIN, Decision,  # noqa: F401
+                                        RoundPlan, StageCollector, quorum_for)
+from fed_ros.core.round_report import (RobotOutcome, RoundOutcome, intra_cluster_similarity,  # noqa: F401
+                                       round_outcome, scalar_diagnostics)
 
 
 # ------------------------------------------------------------------- coordinator
@@ -308,89 +75,6 @@ class RoundSettings:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
         quorum_for(1, self.quorum_fraction, self.min_quorum)  # validates both
-
-
-@dataclass
-class RobotOutcome:
-    """Per-robot line of a round report."""
-
-    robot_id: str
-    cluster_ids: list[int] = field(default_factory=list)
-    num_samples: int = 0
-    train_loss: float = float("nan")
-    val_loss: float = float("nan")
-    success_rate: float = float("nan")
-    accepted: bool = False
-    reason: str = ""
-
-
-@dataclass
-class RoundOutcome:
-    """What happened to a round (the node turns it into a RoundReport)."""
-
-    round_idx: int
-    algorithm: str
-    completed: bool
-    status: str
-    updates_received: int
-    updates_accepted: int
-    updates_rejected: int
-    aggregation_seconds: float = 0.0
-    robots: list[RobotOutcome] = field(default_factory=list)
-    clusters: dict[int, list[str]] = field(default_factory=dict)
-    cluster_update_norms: dict[int, float] = field(default_factory=dict)
-    cluster_intra_similarity: dict[int, float] = field(default_factory=dict)
-    diagnostics: dict[str, float] = field(default_factory=dict)
-
-
-def _scalar_diagnostics(diag: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Flatten a strategy's diagnostics to name/value pairs (scalars only; arrays summarised)."""
-    out: dict[str, float] = {}
-    for key, value in diag.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, (bool, np.bool_)):
-            out[name] = float(value)
-        elif isinstance(value, (int, float, np.integer, np.floating)):
-            out[name] = float(value)
-        elif isinstance(value, Mapping):
-            out.update(_scalar_diagnostics(value, prefix=f"{name}."))
-        elif isinstance(value, (list, tuple)) and value and all(
-                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value):
-            for i, v in enumerate(value):
-                out[f"{name}[{i}]"] = float(v)
-    return out
-
-
-def intra_cluster_similarity(params: Mapping[str, Mapping[str, np.ndarray]], initial: Mapping[str, np.ndarray],
-                             clusters: Mapping[int, Sequence[str]]) -> dict[int, float]:
-    """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0) per cluster.
-
-    NaN for clusters with fewer than two members that sent an update this round.
-    """
-    base = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial.values()])
-    out: dict[int, float] = {}
-    for cid, members in clusters.items():
-        rows = [np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
-                for rid in members if (p := params.get(rid)) is not None]
-        if len(rows) < 2:
-            out[cid] = float("nan")
-            continue
-        unit = np.stack(rows).astype(np.float64)
-        norms = np.linalg.norm(unit, axis=1, keepdims=True)
-        unit /= np.where(norms > 0, norms, 1.0)
-        sims = unit @ unit.T
-        k = len(rows)
-        out[cid] = float((sims.sum() - np.trace(sims)) / (k * (k - 1)))
-    return out
-
-
-def _members(assignments: Mapping[str, Membership]) -> dict[int, list[str]]:
-    clusters: dict[int, list[str]] = {}
-    for rid in sorted(assignments):
-        for cid, weight in assignments[rid]:
-            if weight > 0:
-                clusters.setdefault(int(cid), []).append(rid)
-    return clusters
 
 
 class RoundCoordinator:
@@ -622,7 +306,7 @@ class RoundCoordinator:
 
     def _abandon(self, col: StageCollector, decision: Decision, now: float
                  ) -> tuple[RoundPlan | None, RoundOutcome]:
-        outcome = self._outcome(col, completed=False, status=f"abandoned: {decision.reason}")
+        outcome = round_outcome(col, completed=False, status=f"abandoned: {decision.reason}")
         if col.plan.stage != EVALUATE:
             self._keep_answers(col)
         self.collector = None
@@ -688,9 +372,9 @@ class RoundCoordinator:
         self.cluster_models = {int(c): dict(m) for c, m in result.cluster_models.items()}
         self.memberships = {r: list(m) for r, m in result.assignments.items()}
         status = "completed" + (f" ({decision.reason})" if decision.reason else "")
-        outcome = self._outcome(col, completed=True, status=status, assignments=result.assignments)
+        outcome = round_outcome(col, completed=True, status=status, assignments=result.assignments)
         outcome.aggregation_seconds = seconds
-        outcome.diagnostics = _scalar_diagnostics(getattr(result, "diagnostics", {}) or {})
+        outcome.diagnostics = scalar_diagnostics(getattr(result, "diagnostics", {}) or {})
         outcome.cluster_intra_similarity = intra_cluster_similarity(
             {u.robot_id: u.params for u in updates}, self.initial_model, outcome.clusters)
         for cid, model in self.cluster_models.items():
@@ -708,30 +392,3 @@ class RoundCoordinator:
         if self.finished:
             return self.done_plan(now), outcome
         return self.start_round(now), outcome
-
-    def _outcome(self, col: StageCollector, completed: bool, status: str,
-                 assignments: Mapping[str, Membership] | None = None) -> RoundOutcome:
-        plan = col.plan
-        reasons: dict[str, str] = {}
-        for rid, reason in col.rejections:
-            reasons.setdefault(rid, reason)
-        robots = []
-        assignments = assignments if assignments is not None else plan.memberships
-        for rid in plan.participants:
-            upd = col.answers.get(rid)
-            metrics = getattr(upd, "metrics", {}) or {}
-            robots.append(RobotOutcome(
-                robot_id=rid, cluster_ids=[int(c) for c, _ in assignments.get(rid, [])],
-                num_samples=int(getattr(upd, "num_samples", 0)),
-                train_loss=float(metrics.get("train_loss", float("nan"))),
-                val_loss=float(metrics.get("val_loss", float("nan"))),
-                accepted=completed and rid in col.answers,
-                reason=(reasons.get(rid, "") if rid not in col.answers else
-                        ("" if completed else "round abandoned")) or
-                       ("" if rid in col.answers else "straggler: no update by the deadline")))
-        received = len(col.answers) + col.rejected
-        return RoundOutcome(
-            round_idx=plan.round_idx, algorithm=plan.algorithm, completed=completed, status=status,
-            updates_received=received, updates_accepted=len(col.answers) if completed else 0,
-            updates_rejected=col.rejected, robots=robots,
-            clusters=_members(assignments))

@@ -28,6 +28,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "validation": ("test_validation.py", "test_core_boundaries.py"),
     "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
     "rounds": ("test_core_rounds.py", "test_core_boundaries.py"),
+    "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py"),
+    "round_collect": ("test_core_rounds.py", "test_core_boundaries.py"),
+    "round_report": ("test_core_rounds.py",),
     "store": ("test_core_store.py",),
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
     "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py"),
@@ -40,7 +43,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
-DEFAULT = ("validation", "auth", "rounds", "store", "robust", "strategy")
+DEFAULT = ("validation", "auth", "roster", "round_collect", "rounds", "store", "robust", "strategy")
 HELPERS = ("conftest.py",)
 
 
