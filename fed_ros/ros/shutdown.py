@@ -14,7 +14,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Callable
 
 _REQUESTED = threading.Event()
 POLL_S = 0.25  # how often a wait looks at the flag; keeps Ctrl-C-to-exit well under launch's 5 s
@@ -61,19 +60,6 @@ def wait_for(event: threading.Event, timeout: float, stop: threading.Event | Non
             return event.is_set()
         if event.wait(min(remaining, POLL_S)):
             return True
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, stop: threading.Event | None = None,
-               interval: float = 0.05) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout`` passes (False); raises on shutdown."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        check(stop)
-        if time.monotonic() >= deadline:
-            return False
-        _REQUESTED.wait(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 def wait_for_service(client, timeout: float, stop: threading.Event | None = None) -> bool:

@@ -28,4 +28,4 @@ def wait_for_subscribers(node, pub, what: str, timeout: float = 30.0, all_matche
                 return
         if time.monotonic() > deadline:
             raise TimeoutError(f"nobody subscribes to {what} after {timeout:.0f} s")
-        shutdown.sleep(0.05, getattr(node, "_stop", None))
+        shutdown.sleep(0.05, getattr(node, "stop_event", None))  # the robot node's own stop flag
