@@ -65,6 +65,25 @@ def test_outbox_resends_on_schedule_until_acknowledged_or_deadline() -> None:
     assert box.for_round(3) is None and box.for_round(4) is not None
 
 
+def test_outbox_expedite_after_an_outage_resends_now_and_restarts_the_backoff() -> None:
+    clock = FakeClock()
+    box = Outbox(RetrySchedule(first_s=1.0, factor=2.0, max_s=8.0), clock=clock)
+    box.add(0, "r1/r0/a", item="p", deadline=100.0)
+    box.add(1, "r1/r1/b", item="q", deadline=100.0)
+    box.acknowledge("r1/r1/b", V.Decision(True))
+    for t in (1.0, 3.0, 7.0, 15.0):  # sends 2..5 during an outage: the delay grew to its cap
+        clock.now = t
+        assert len(box.due()) == 1
+    clock.now = 16.0  # the link is back and the receiver re-matched 7 s before the next re-send
+    assert box.due() == []
+    assert [e.payload_id for e in box.expedite()] == ["r1/r0/a"]  # acknowledged entries stay quiet
+    assert [e.payload_id for e in box.due()] == ["r1/r0/a"]  # at once
+    clock.now = 17.0
+    assert len(box.due()) == 1  # then first_s later (its acknowledgement may have been lost too)
+    clock.now = 101.0
+    assert box.expedite() == [] and box.due() == []  # past the round's deadline: nothing
+
+
 def test_ledger_answers_resends_and_reopens_an_abandoned_round() -> None:
     ledger = Ledger(max_ids=3)
     assert ledger.decided("p") is None

@@ -109,6 +109,19 @@ class Outbox:
             out.append(entry)
         return out
 
+    def expedite(self, now: float | None = None) -> list[OutboxEntry]:
+        """The receiver is reachable again (e.g. re-matched after a link outage longer than the
+        DDS lease): unacknowledged entries are due now and their back-off starts over, so the
+        update goes out at once and a lost acknowledgement is retried after ``first_s``, not
+        after the capped delay the outage had grown it to. Returns the entries made due."""
+        now = self._clock() if now is None else now
+        out = []
+        for entry in self._entries.values():
+            if entry.decision is None and now <= entry.deadline:
+                entry.sends, entry.next_due = 0, now
+                out.append(entry)
+        return out
+
     def forget_before(self, round_idx: int) -> None:
         """Drop the entries of rounds before ``round_idx`` (those rounds are over)."""
         self._entries = {r: e for r, e in self._entries.items() if r >= round_idx}
