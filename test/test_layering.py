@@ -28,7 +28,6 @@ OVERSIZE_ALLOWED: dict[str, str] = {
     "fed_ros.core.auth": _NOT_YET + " (keys/allow-list vs signing)",
     "fed_ros.bench.federation_run": _NOT_YET,
     "fed_ros.learning.modeling_policy": _NOT_YET,
-    "fed_ros.core.strategy": _NOT_YET,
     "fed_ros.ros.nodes.arm_adapter_node": _NOT_YET + " (being edited by another engineer)",
     "fed_ros.ros.wire.transport": _NOT_YET + " (grew past 450 with in-flight transfer-ack edits by another engineer)",
 }

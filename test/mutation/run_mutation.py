@@ -35,6 +35,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
     "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py"),
     "strategy": ("test_core_strategies.py", "test_core_boundaries.py"),
+    "strategy_types": ("test_core_strategies.py", "test_core_boundaries.py"),
     "strategies": ("test_core_strategies.py", "test_core_boundaries.py"),
     "cua": ("test_core_clustering.py", "test_core_strategies.py"),
     "srb": ("test_core_clustering.py", "test_core_strategies.py"),
@@ -43,7 +44,8 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
-DEFAULT = ("validation", "auth", "roster", "round_collect", "rounds", "store", "robust", "strategy")
+DEFAULT = ("validation", "auth", "roster", "round_collect", "rounds", "store", "robust", "strategy",
+           "strategy_types")
 HELPERS = ("conftest.py",)
 
 
