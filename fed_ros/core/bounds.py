@@ -22,6 +22,7 @@ NONCE_BYTES = 16
 SIGNATURE_BYTES = 64
 PUBLIC_KEY_BYTES = 32
 SHA256_HEX_CHARS = 64
+MAX_CHUNK_DIGEST_BYTES = 32 * 4096  # TensorPayload.chunk_sha256: 32 bytes x at most 4096 chunks
 MAX_RESEND_REQUEST_CHARS = 64 * 1024  # a std_msgs/String resume request (JSON list of chunk indices)
 
 

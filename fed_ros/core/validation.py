@@ -66,6 +66,7 @@ NO_ROUND = "no_round"
 STALE_ROUND = "stale_round"
 UNREACHABLE = "unreachable"  # the bulk channel's sender could not be reached within the round
 TRANSFER = "transfer"  # chunks inconsistent with each other or with the caps, or bytes hash wrong
+FOREIGN_CHUNK = "foreign_chunk"  # a chunk not of the signed upload it names: dropped, the upload kept
 
 
 @dataclass(frozen=True)

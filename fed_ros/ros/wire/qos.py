@@ -58,6 +58,23 @@ def control_qos() -> QoSProfile:
                       history=HistoryPolicy.KEEP_ALL, depth=_KEEP_ALL_DEPTH)
 
 
+def inbox_qos(depth: int = 8) -> QoSProfile:
+    """RELIABLE + VOLATILE + KEEP_LAST(depth) for a reader any DDS participant can write to.
+
+    Why not KEEP_ALL: a reader's history holds every sample the node has not taken yet, and
+    for the unbounded fed_ros types Fast DDS keeps each history slot's payload buffer at the
+    largest size it has held. A burst of 300 updates with 1 MB ids (2 MB samples) queued in
+    the server's KEEP_ALL updates reader grew its RSS 196 -> 584 MiB (measured, issue 13).
+    KEEP_LAST(depth) bounds that to ``depth`` samples; a sample pushed out by a flood is lost
+    to this reader, and the transfer path recovers honest ones (resume requests for missing
+    chunks, robots re-send an update until the server acknowledges it).
+    """
+    if depth < 1:
+        raise ValueError(f"inbox QoS depth must be >= 1, got {depth}")
+    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+                      history=HistoryPolicy.KEEP_LAST, depth=depth)
+
+
 def command_qos(depth: int = 10) -> QoSProfile:
     """RELIABLE + VOLATILE + KEEP_LAST(depth) for high-rate arm commands (newest wins)."""
     if depth < 1:
@@ -73,4 +90,5 @@ PROFILES = {
     "latched": latched_qos,
     "control": control_qos,
     "command": command_qos,
+    "inbox": inbox_qos,
 }

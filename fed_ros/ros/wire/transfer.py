@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -34,8 +35,8 @@ from fed_ros.core.validation import (ACCEPTED, TRANSFER, UNREACHABLE, Decision, 
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.bulk import BulkFetch, BulkServer, BulkUnreachable
 from fed_ros.ros.wire.conversions import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
-from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkedSender, PayloadAssembler,
-                                        PayloadRejected, TransferLimits, check_header, decode_resend_request,
+from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkDropped, ChunkedSender,
+                                        PayloadAssembler, PayloadRejected, TransferLimits, check_header, decode_resend_request,
                                         encode_resend_request)
 
 CHANNELS = ("auto", "ros", "zmq")
@@ -189,6 +190,10 @@ class TransferReceiver:
         self._clock = clock
         self._tags: dict[str, Any] = {}
         self._fetching: set[str] = set()
+        # Chunks dropped because they do not belong to the upload they name (foreign_chunk):
+        # counted, the latest few kept for the node's audit log (drops()).
+        self.dropped_chunks = 0
+        self._drops: deque[Received] = deque(maxlen=64)
         self._done: queue.Queue[Received] = queue.Queue()
         self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=fetch_workers, thread_name_prefix="fed_ros-fetch")
@@ -219,6 +224,10 @@ class TransferReceiver:
             return None  # a repeated control message of a fetch in progress
         try:
             complete = self.assembler.add(payload)
+        except ChunkDropped as exc:  # not part of this upload: dropped, the upload goes on
+            self.dropped_chunks += 1
+            self._drops.append(Received(pid, self._tags.get(pid), Decision(False, exc.code, str(exc)[:300])))
+            return None
         except PayloadRejected as exc:
             return self._decided(pid, Decision(False, exc.code, str(exc)))
         if complete is None:
@@ -283,6 +292,12 @@ class TransferReceiver:
         finally:
             self._fetching.discard(pid)
         self._done.put(result)
+
+    def drops(self) -> list[Received]:
+        """Chunks dropped as foreign since the last call (at most the latest 64; all are counted)."""
+        out = list(self._drops)
+        self._drops.clear()
+        return out
 
     def completed(self) -> list[Received]:
         """Bulk payloads decided since the last call (call from the node's callback group)."""

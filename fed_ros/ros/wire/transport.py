@@ -38,6 +38,7 @@ from fed_ros.ros.wire.conversions import (
     manifest_from_msgs,
     manifest_to_msgs,
     payload_chunk,
+    set_bytes_field,
 )
 
 # Chunk size of ROS 2 payload chunks. `fed-ros bench transfer --chunk-sweep`, 21.5 MB,
@@ -70,6 +71,30 @@ class PayloadRejected(ValueError):
         self.code = code  # a fed_ros.core.validation reject code
 
 
+class ChunkDropped(PayloadRejected):
+    """One chunk does not belong to the payload being assembled (another header, or its data does
+    not hash to the signed per-chunk digest). The chunk is dropped; the payload stays intact."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, "foreign_chunk")
+
+
+def chunk_digests(data: np.ndarray | bytes, total_bytes: int, chunk_bytes: int) -> bytes:
+    """SHA-256 of each chunk's bytes, concatenated (TensorPayload.chunk_sha256)."""
+    view = memoryview(data).cast("B") if not isinstance(data, np.ndarray) else memoryview(bytes_view(data))
+    return b"".join(hashlib.sha256(view[o: o + n]).digest() for o, n in chunk_ranges(total_bytes, chunk_bytes))
+
+
+def transfer_digest_of(msg: TensorPayload) -> bytes:
+    """auth.transfer_digest of a chunk's header: what the sender's signature must cover."""
+    from fed_ros.core.auth import transfer_digest
+    return transfer_digest(payload_id=msg.payload_id, encoding=int(msg.encoding), total_bytes=int(msg.total_bytes),
+                           chunk_count=int(msg.chunk_count),
+                           manifest=[(t.name, tuple(t.shape), t.dtype) for t in msg.manifest],
+                           scales=np.asarray(msg.scales, dtype="<f4").tobytes(),
+                           chunk_sha256=bytes(memoryview(msg.chunk_sha256)), bulk_uri=msg.bulk_uri)
+
+
 # -------------------------------------------------------------------------- sender
 
 class ChunkedSender:
@@ -88,11 +113,21 @@ class ChunkedSender:
         self.chunk_count = 1 if bulk_uri else len(chunk_ranges(encoded.total_bytes, self.chunk_bytes))
         # Built once and shared by every chunk (the manifest travels in each chunk).
         self._manifest_msgs = manifest_to_msgs(encoded.manifest)
+        # Per-chunk SHA-256 list, in every chunk and signed with the header: a receiver checks each
+        # chunk before keeping it (a bulk payload is fetched whole and checked against sha256).
+        self.chunk_sha256 = b"" if bulk_uri else chunk_digests(encoded.data, encoded.total_bytes, self.chunk_bytes)
 
     def chunk(self, index: int) -> TensorPayload:
         """Chunk ``index`` (zero-copy view of the payload bytes)."""
-        return payload_chunk(self.encoded, self.payload_id, index, self.chunk_bytes,
-                             bulk_uri=self.bulk_uri, manifest_msgs=self._manifest_msgs)
+        msg = payload_chunk(self.encoded, self.payload_id, index, self.chunk_bytes,
+                            bulk_uri=self.bulk_uri, manifest_msgs=self._manifest_msgs)
+        if self.chunk_sha256:
+            set_bytes_field(msg, "chunk_sha256", np.frombuffer(self.chunk_sha256, dtype=np.uint8))
+        return msg
+
+    def transfer_digest(self) -> bytes:
+        """auth.transfer_digest of this payload's header (what the sender signs)."""
+        return transfer_digest_of(self.chunk(0))
 
     def chunks(self) -> Iterator[TensorPayload]:
         """All chunks in order."""
@@ -166,6 +201,10 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
         raise PayloadRejected(f"payload {pid!r}: chunk {index} [{offset}, {offset + n}) beyond total_bytes {total}")
     if msg.bulk_uri and (n or count != 1):
         raise PayloadRejected(f"payload {pid!r}: a bulk_uri control message carries no data and one chunk")
+    digests = len(msg.chunk_sha256)
+    if digests != (0 if msg.bulk_uri else 32 * count):
+        raise PayloadRejected(f"payload {pid!r}: chunk_sha256 has {digests} bytes, expected "
+                              f"{0 if msg.bulk_uri else 32 * count} (32 per chunk)")
     if int(msg.encoding) not in ENCODING_NAMES:
         raise PayloadRejected(f"payload {pid!r}: unknown encoding {msg.encoding}")
     sha = msg.sha256
@@ -194,6 +233,7 @@ class _Pending:
     sha256: str
     buf: np.ndarray
     chunk_count: int
+    chunk_sha256: bytes = b""  # 32 bytes per chunk (checked by check_header); each chunk is verified
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     received_bytes: int = 0
     last_progress: float = 0.0
@@ -272,22 +312,28 @@ class PayloadAssembler:
             pending = _Pending(header=_header_key(msg), manifest=manifest, encoding=int(msg.encoding),
                                scales=np.array(msg.scales, dtype=np.float32), sha256=msg.sha256,
                                buf=np.empty(int(msg.total_bytes), dtype=np.uint8),
-                               chunk_count=int(msg.chunk_count), last_progress=self._clock())
+                               chunk_count=int(msg.chunk_count), last_progress=self._clock(),
+                               chunk_sha256=bytes(memoryview(msg.chunk_sha256)))
             self._pending[pid] = pending
         else:
+            # A chunk that does not belong (another header, out of bounds) is dropped; the payload
+            # assembled so far stays: a keyless peer cannot destroy an honest upload (issue 13).
             if _header_key(msg) != pending.header:
-                raise PayloadRejected(f"payload {pid!r}: chunk {msg.chunk_index} disagrees with the first chunk's "
-                                      f"header (total_bytes/chunk_count/encoding/sha256/manifest)")
+                raise ChunkDropped(f"payload {pid!r}: chunk {msg.chunk_index} disagrees with the first chunk's "
+                                   f"header (total_bytes/chunk_count/encoding/sha256/manifest/chunk list)")
             n = len(msg.data)
             if n > self.limits.max_chunk_bytes or int(msg.chunk_index) >= pending.chunk_count \
                     or int(msg.chunk_offset) + n > pending.buf.nbytes:
-                raise PayloadRejected(f"payload {pid!r}: chunk {msg.chunk_index} out of bounds")
+                raise ChunkDropped(f"payload {pid!r}: chunk {msg.chunk_index} out of bounds")
         index, offset, n = int(msg.chunk_index), int(msg.chunk_offset), len(msg.data)
         if index in pending.ranges:
             return None  # duplicate (resend raced the original)
+        expected = pending.chunk_sha256[32 * index: 32 * index + 32]
+        if expected and hashlib.sha256(memoryview(bytes_view(msg.data))).digest() != expected:
+            raise ChunkDropped(f"payload {pid!r}: chunk {index} data does not hash to its listed sha256")
         for other, (o_off, o_len) in pending.ranges.items():
             if offset < o_off + o_len and o_off < offset + n:
-                raise PayloadRejected(f"payload {pid!r}: chunk {index} overlaps chunk {other}")
+                raise ChunkDropped(f"payload {pid!r}: chunk {index} overlaps chunk {other}")
         if n:
             pending.buf[offset: offset + n] = bytes_view(msg.data)  # the one copy on receive
         pending.ranges[index] = (offset, n)
@@ -350,7 +396,8 @@ class PayloadAssembler:
 
 def _header_key(msg: TensorPayload) -> tuple:
     return (int(msg.total_bytes), int(msg.chunk_count), int(msg.encoding), msg.sha256,
-            tuple((s.name, tuple(s.shape), s.dtype) for s in msg.manifest), bytes(memoryview(msg.scales)))
+            tuple((s.name, tuple(s.shape), s.dtype) for s in msg.manifest), bytes(memoryview(msg.scales)),
+            bytes(memoryview(msg.chunk_sha256)))
 
 
 # ----------------------------------------------------------------- resume requests
@@ -380,13 +427,13 @@ def decode_resend_request(text: str, max_chunks: int = DEFAULT_MAX_CHUNKS) -> tu
 FASTDDS_PROFILE_NAME = "fastdds_shm.xml"
 
 
-def fastdds_profile_path() -> Path | None:
-    """The Fast DDS shared-memory profile shipped with fed_ros, if it exists."""
-    candidates = [Path(__file__).resolve().parents[3] / "config" / FASTDDS_PROFILE_NAME]
+def fastdds_profile_path(name: str = FASTDDS_PROFILE_NAME) -> Path | None:
+    """A Fast DDS profile shipped with fed_ros (default: the shared-memory one), if it exists."""
+    candidates = [Path(__file__).resolve().parents[3] / "config" / name]
     try:
         from ament_index_python.packages import get_package_share_directory
 
-        candidates.append(Path(get_package_share_directory("fed_ros")) / "config" / FASTDDS_PROFILE_NAME)
+        candidates.append(Path(get_package_share_directory("fed_ros")) / "config" / name)
     except Exception:  # noqa: BLE001 - not installed as an ament package (dev tree / pip)
         pass
     for path in candidates:
