@@ -41,7 +41,7 @@ from fed_ros.core.validation import AuditLog, Decision, validate_descriptor
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
 from fed_ros.ros import shutdown
-from fed_ros.ros.wire import qos
+from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
 from fed_ros.ros.fleet.params import ServerParams
@@ -51,9 +51,10 @@ from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan
 from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
 from fed_ros.ros.wire.transport import TransferLimits
 from fed_ros.srv import Register
-from fed_ros.core import bounds
+from fed_ros.core import bounds, faults
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.server_updates import UpdateIntake
+from fed_ros.ros.wire.signed import sign_json, sign_msg, verify_json
 
 # Depth of the latched cluster-model topic: every chunk of every cluster's current model
 # must fit (robots keep the newest round per cluster and ignore older samples).
@@ -97,7 +98,7 @@ class FleetServer(Node):
         initial = initial_state_dict(PolicyConfig(kind=p.policy), seed=p.seed)
         self.manifest = manifest_of(initial)
         state_dir = Path(p.state_dir)
-        self.store = ModelStore(state_dir)
+        self.store = ModelStore(state_dir, _crash_point=faults.store_hook(lambda: self.coord.round_idx))  # tests
         self.audit = AuditLog(state_dir / "audit.jsonl")
         self.allow_list = None
         allowed_keys = None
@@ -136,6 +137,7 @@ class FleetServer(Node):
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
         self.intake = UpdateIntake(self)  # updates: checks, assembly, one decision per payload id, acks
         self._resend_limit = bounds.RateLimiter(per_s=10.0, burst=20)
+        self.resend_refused = 0  # model_resend requests without a valid robot signature
         self._published_models_round = -1
         self._started = False
         self._start_time = time.monotonic()
@@ -164,6 +166,7 @@ class FleetServer(Node):
         self.create_service(Register, "register", guard.wrap("register", self._on_register, self._register_failed),
                             callback_group=group)
         self.create_timer(0.1, self._tick, callback_group=group)
+        diagnostics.attach(self, "server", callback_group=group)  # /diagnostics, 1 Hz
         where = (f"resumed after committed round {self.coord.round_idx - 1}" if self.resumed
                  else "no committed round: starting from the initial model")
         self.get_logger().info(
@@ -252,6 +255,7 @@ class FleetServer(Node):
         try:
             for result in self.updates_in.completed():
                 self.intake.complete(result)
+            self.intake.audit_drops()
             if not self._started:
                 if not self._ready_to_start():
                     return
@@ -263,7 +267,7 @@ class FleetServer(Node):
             if plan is not None or outcome is not None:
                 self._publish_plan(plan, outcome)
             for request in self.updates_in.resend_requests():
-                self.resend_pub.publish(String(data=request))
+                self.resend_pub.publish(String(data=sign_json(request, "update_resend", self.signer)))
             if self.coord.failed_reason:
                 self.get_logger().error(f"giving up: {self.coord.failed_reason}")
                 self.exit_code = 1
@@ -289,7 +293,7 @@ class FleetServer(Node):
             self.intake.forget_stale(plan)
             msg = announcement_to_msg(ann)
             msg.header.stamp = self.get_clock().now().to_msg()
-            self.announce_pub.publish(msg)
+            self.announce_pub.publish(sign_msg(msg, "round", self.signer))  # robots refuse a fake server's
             if self.replay_guard is not None:
                 self.replay_guard.advance(plan.round_idx)
             self.get_logger().info(f"announced round {plan.round_idx} stage {plan.stage} to "
@@ -311,8 +315,10 @@ class FleetServer(Node):
             out = self.models_out.prepare(encoded, f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}",
                                           cluster_id=cid, round_idx=round_idx,
                                           member_robot_ids=sorted(members.get(cid, [])))
-            out.meta["signature"] = (self.signer.sign_cluster_model(round_idx, cid, encoded.sha256)
-                                     if self.signer is not None else b"")
+            # Signed: round, cluster, sha256, members and the header (chunk list, bulk address).
+            out.meta["signature"] = (self.signer.sign_cluster_model(
+                round_idx, cid, encoded.sha256, transfer=out.chunker.transfer_digest(),
+                members=out.meta["member_robot_ids"]) if self.signer is not None else b"")
             for chunk in out.chunks():
                 self.model_pub.publish(cluster_model_msg(chunk, stamp=stamp, **out.meta))
         self._published_models_round = round_idx
@@ -345,6 +351,13 @@ class FleetServer(Node):
             self.get_logger().warning(f"model resend request of {len(msg.data)} chars refused "
                                       f"(bound {bounds.MAX_RESEND_REQUEST_CHARS})")
             return
+        if self.params.require_signatures:  # only allow-listed robots may ask (signed by their key)
+            why = verify_json(msg.data, "model_resend",
+                              lambda obj: self.allow_list.public_key(str(obj.get("robot_id", ""))[:256]))
+            if why is not None:
+                self.resend_refused += 1
+                self.get_logger().warning(f"model resend request refused ({self.resend_refused} so far): {why[:200]}")
+                return
         try:
             answer = self.models_out.resend(msg.data)
         except ValueError as exc:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fed_ros.core import bounds
+from fed_ros.core import bounds, faults
 from fed_ros.core.delivery import Ledger
 from fed_ros.core.rounds import TRAIN, RoundPlan, Verdict
 from fed_ros.core.strategy import ClientUpdate
 from fed_ros.core.validation import Decision, Limits, UpdateEnvelope, ValidationContext, check_update_envelope
 from fed_ros.msg import UpdateAck
 from fed_ros.ros.wire.transfer import Received
+from fed_ros.ros.wire.transport import transfer_digest_of
 
 
 class UpdateIntake:
@@ -57,6 +58,7 @@ class UpdateIntake:
         if decision:
             self.node.get_logger().info(f"update from {env.robot_id} for round {env.round_idx} accepted "
                                         f"({extra.get('bytes', 0)} B, {str(extra.get('sha256', ''))[:12]})")
+            faults.reach("update_accepted", env.round_idx)  # crash tests only (FED_ROS_CRASH_AT)
         else:
             self.node.get_logger().warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
                                            f"{decision.reason[:300]}")
@@ -84,6 +86,7 @@ class UpdateIntake:
                                 "sha256": (payload.sha256, bounds.SHA256_HEX_CHARS),
                                 "nonce": (msg.nonce, bounds.NONCE_BYTES),
                                 "signature": (msg.signature, bounds.SIGNATURE_BYTES),
+                                "chunk_sha256": (payload.chunk_sha256, bounds.MAX_CHUNK_DIGEST_BYTES),
                                 "manifest": (payload.manifest, max(4 * len(self.node.manifest), 1024))})
         if why is not None:  # before the ids are kept, logged or audited anywhere
             return self.reject_oversized("update", msg.robot_id, int(msg.round), why)
@@ -99,12 +102,15 @@ class UpdateIntake:
                                  num_samples=int(msg.num_samples), manifest=list(payload.manifest),
                                  total_bytes=int(payload.total_bytes), payload_sha256=payload.sha256,
                                  encoding=int(payload.encoding), cluster_id=int(msg.cluster_id),
-                                 nonce=bytes(msg.nonce), signature=bytes(msg.signature))
+                                 nonce=bytes(msg.nonce), signature=bytes(msg.signature),
+                                 transfer=transfer_digest_of(payload))
             # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
             verdict = self.node.coord.check_update(rid, round_idx, int(msg.base_round))
             decision = (check_update_envelope(env, self.validation_ctx()) if verdict.accepted
                         else Decision(False, verdict.code, verdict.reason))
             if not decision:
+                if not self._authentic(env):
+                    return self._reject_unauthenticated(pid, env, decision)
                 return self._decide(pid, env, decision)
             self._envelopes[pid] = (env, {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)})
         plan = self.node.coord.current_plan
@@ -112,6 +118,37 @@ class UpdateIntake:
         result = self.node.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
         if result is not None:
             self.complete(result)
+
+    def _authentic(self, env: UpdateEnvelope) -> bool:
+        """Whether the robot it names signed this header (always True with authentication off)."""
+        allow = self.node.allow_list
+        if allow is None:
+            return True
+        try:
+            return allow.verify_update(env.robot_id, env.round_idx, env.nonce, env.payload_sha256, env.signature,
+                                       base_round=env.base_round, num_samples=env.num_samples,
+                                       cluster_id=env.cluster_id, transfer=env.transfer) is None
+        except (ValueError, TypeError):
+            return False
+
+    def _reject_unauthenticated(self, pid: str, env: UpdateEnvelope, decision: Decision) -> None:
+        """A rejected update its robot did not sign: counted once and audited, but its payload id is
+        not closed and no acknowledgement goes out, so a forged message cannot cancel or answer a
+        real robot's upload of the same id."""
+        self.node.coord.record_rejection(env.robot_id, decision.reason)
+        self.node.audit.record(kind="update", robot_id=bounds.clip(env.robot_id, 64), round_idx=env.round_idx,
+                               decision=decision, payload_id=bounds.clip(pid, 96))
+        self.node.get_logger().warning(f"unauthenticated update {bounds.clip(pid, 96)} rejected ({decision.code}): "
+                                       f"{decision.reason[:300]}")
+
+    def audit_drops(self) -> None:
+        """Chunks the receiver dropped as foreign (not of the signed upload they name): audited, counted."""
+        for drop in self.node.updates_in.drops():
+            env = self._envelopes.get(drop.payload_id, (None,))[0]
+            rid = env.robot_id if env is not None else "?"
+            self.node.audit.record(kind="update", robot_id=bounds.clip(rid, 64),
+                                   round_idx=env.round_idx if env is not None else -1, decision=drop.decision,
+                                   payload_id=bounds.clip(drop.payload_id, 96))
 
     def reject_oversized(self, kind: str, robot_id: str, round_idx: int, why: str) -> None:
         """A message with a field over its bound: counted and audited under a clipped id, nothing kept."""
