@@ -67,6 +67,33 @@ def run_policy(arm: Any, runner: Any, tasks: Sequence[str], variation: str, epis
     return rates
 
 
+class InputTally:
+    """Wraps a policy (``reset`` / ``act``) and counts what it was fed: steps, and steps that
+    carried both camera images with their shape. The robot node logs it with each evaluation,
+    so a record shows whether a closed loop ran on the arm's camera topics."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.source = getattr(policy, "source", None)
+        self.steps = 0
+        self.camera_steps = 0
+        self.image_shape: list[int] = []
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def act(self, obs: dict) -> Any:
+        from fed_ros.core.episode import IMAGE_KEYS
+        self.steps += 1
+        if all(obs.get(k) is not None for k in IMAGE_KEYS):
+            self.camera_steps += 1
+            self.image_shape = [int(d) for d in obs[IMAGE_KEYS[0]].shape]
+        return self.policy.act(obs)
+
+    def summary(self) -> dict[str, Any]:
+        return {"steps": self.steps, "camera_steps": self.camera_steps, "image_shape": self.image_shape}
+
+
 def local_episodes(demo_dir: Path) -> list:
     """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there."""
     from fed_ros.core.episode import Episode

@@ -127,7 +127,7 @@ class RobotRounds:
     # ------------------------------------------------------------------ EVALUATE
     def evaluate_model(self, model: dict[str, np.ndarray], episodes: int, seed: int) -> dict[str, float]:
         """Closed-loop success rate per task, driving this robot's arm over ROS (one driver at a time)."""
-        from fed_ros.ros.arm.driving import run_policy
+        from fed_ros.ros.arm.driving import InputTally, run_policy
         n = self.node
         p = n.params
         deadline = time.monotonic() + 600.0
@@ -138,8 +138,15 @@ class RobotRounds:
         try:
             # Commands name the model that produced them (its wire sha256, as in the cluster model).
             source = f"policy:{encode_state_dict(model).sha256[:12]}"
-            return n.client.evaluate(model, lambda runner: run_policy(
-                n.arm, runner, n.tasks, p.variation, episodes, seed, p.max_episode_steps, source=source))
+            tallies: list[InputTally] = []
+
+            def rollout(runner):
+                tallies.append(InputTally(runner))  # what the policy was fed (camera frames or not)
+                return run_policy(n.arm, tallies[-1], n.tasks, p.variation, episodes, seed, p.max_episode_steps,
+                                  source=source)
+            rates = n.client.evaluate(model, rollout)
+            n.log_transfer(kind="rollout_inputs", source=source, episodes=episodes, **tallies[-1].summary())
+            return rates
         finally:
             n.arm_lock.release()
 
