@@ -80,6 +80,8 @@ def test_outbox_expedite_after_an_outage_resends_now_and_restarts_the_backoff() 
     assert [e.payload_id for e in box.due()] == ["r1/r0/a"]  # at once
     clock.now = 17.0
     assert len(box.due()) == 1  # then first_s later (its acknowledgement may have been lost too)
+    box.add(2, "r1/r2/c", item="r", deadline=100.0)  # sent to the re-matched receiver
+    assert [e.payload_id for e in box.expedite(added_before=16.5)] == ["r1/r0/a"]
     clock.now = 101.0
     assert box.expedite() == [] and box.due() == []  # past the round's deadline: nothing
 

@@ -53,6 +53,7 @@ class OutboxEntry:
     sends: int = 1
     next_due: float = 0.0
     decision: Decision | None = None  # the receiver's answer, once acknowledged
+    added_at: float = 0.0  # when it was added or reopened (outbox clock)
 
 
 class Outbox:
@@ -69,7 +70,7 @@ class Outbox:
             raise ValueError("payload_id must not be empty")
         now = self._clock()
         entry = OutboxEntry(round_idx=int(round_idx), payload_id=payload_id, item=item, deadline=float(deadline),
-                            next_due=now + self.schedule.delay(1))
+                            next_due=now + self.schedule.delay(1), added_at=now)
         self._entries[int(round_idx)] = entry
         return entry
 
@@ -94,7 +95,8 @@ class Outbox:
             return None
         entry.payload_id, entry.item, entry.deadline = payload_id, item, float(deadline)
         entry.decision, entry.sends = None, 1
-        entry.next_due = self._clock() + self.schedule.delay(1)
+        entry.added_at = self._clock()
+        entry.next_due = entry.added_at + self.schedule.delay(1)
         return entry
 
     def due(self, now: float | None = None) -> list[OutboxEntry]:
@@ -109,14 +111,18 @@ class Outbox:
             out.append(entry)
         return out
 
-    def expedite(self, now: float | None = None) -> list[OutboxEntry]:
+    def expedite(self, now: float | None = None, added_before: float | None = None) -> list[OutboxEntry]:
         """The receiver is reachable again (e.g. re-matched after a link outage longer than the
         DDS lease): unacknowledged entries are due now and their back-off starts over, so the
         update goes out at once and a lost acknowledgement is retried after ``first_s``, not
-        after the capped delay the outage had grown it to. Returns the entries made due."""
+        after the capped delay the outage had grown it to. ``added_before``: only entries sent
+        before then (e.g. when the receiver was lost; later ones went to the re-matched receiver).
+        Returns the entries made due."""
         now = self._clock() if now is None else now
         out = []
         for entry in self._entries.values():
+            if added_before is not None and entry.added_at >= added_before:
+                continue
             if entry.decision is None and now <= entry.deadline:
                 entry.sends, entry.next_due = 0, now
                 out.append(entry)

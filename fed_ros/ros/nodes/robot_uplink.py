@@ -29,7 +29,8 @@ class UpdateUplink:
         self.outbox = Outbox(RetrySchedule(first_s=retry_s, max_s=max(10.0, retry_s)))
         self._log_transfer = log_transfer
         self._matched = 0  # subscriptions our update writer matched at the last tick
-        self._lost = False  # every match was lost since (e.g. a link outage beyond the DDS lease)
+        self._lost_at: float | None = None  # when every match was lost (e.g. an outage beyond the DDS lease)
+        self.last_rejection = ""  # the server's last rejection of our update (diagnostics)
 
     def cached(self, round_idx: int):
         """The update already trained for ``round_idx`` (its outbox entry), or None."""
@@ -46,16 +47,28 @@ class UpdateUplink:
         if self.signer is not None:
             out.meta["signature"] = self.signer.sign_update(
                 ann.round_idx, self.robot_id, nonce, out.encoded.sha256, base_round=ann.round_idx,
-                num_samples=fields["num_samples"], cluster_id=fields["cluster_id"])
-        wait_for_subscribers(self.node, self.pub, "the fleet's updates topic")
-        self.publish(out)
+                num_samples=fields["num_samples"], cluster_id=fields["cluster_id"],
+                transfer=out.chunker.transfer_digest())  # payload id, chunk list, bulk address: all signed
+        self._log_transfer(kind="update_ready", round=ann.round_idx, payload_id=pid, bytes=out.encoded.total_bytes)
+        try:
+            wait_for_subscribers(self.node, self.pub, "the fleet's updates topic")
+            self.publish(out)
+            sent = True
+        except TimeoutError as exc:
+            # The server is unreachable (e.g. the link is down): keep the update; resend_due sends
+            # it as soon as the server is matched again, until the round's deadline.
+            self.node.get_logger().warning(f"round {ann.round_idx}: {exc}; the update is kept and sent when "
+                                           f"the server is matched again")
+            sent = False
         # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
         deadline = time.monotonic() + (ann.deadline_s - time.time())
-        if self.outbox.reopen(ann.round_idx, pid, out, deadline) is None:
-            self.outbox.add(ann.round_idx, pid, out, deadline)
+        entry = self.outbox.reopen(ann.round_idx, pid, out, deadline) or self.outbox.add(ann.round_idx, pid, out,
+                                                                                          deadline)
+        if not sent:
+            entry.sends, entry.next_due = 0, time.monotonic()  # due at the first tick with a match
         self.outbox.forget_before(ann.round_idx - 1)
-        self._log_transfer(kind="update_sent", round=ann.round_idx, payload_id=pid, sha256=out.encoded.sha256,
-                           bytes=out.encoded.total_bytes, channel=out.channel)
+        self._log_transfer(kind="update_sent" if sent else "update_queued", round=ann.round_idx, payload_id=pid,
+                           sha256=out.encoded.sha256, bytes=out.encoded.total_bytes, channel=out.channel)
         return out
 
     def publish(self, out: Outgoing) -> None:
@@ -86,6 +99,7 @@ class UpdateUplink:
         if decision:
             self.node.get_logger().info(f"round {msg.round}: update accepted by the server")
         else:
+            self.last_rejection = f"round {msg.round} ({decision.code}): {decision.reason}"[:300]  # diagnostics
             self.node.get_logger().warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
                                            f"{decision.reason}")
 
@@ -98,10 +112,10 @@ class UpdateUplink:
         """
         matched = self.pub.get_subscription_count()
         if matched == 0 and self._matched > 0:
-            self._lost = True
-        elif matched > 0 and self._lost:
-            self._lost = False
-            self.outbox.expedite()
+            self._lost_at = time.monotonic()
+        elif matched > 0 and self._lost_at is not None:
+            self.outbox.expedite(added_before=self._lost_at)
+            self._lost_at = None
         self._matched = matched
         if matched > 0:
             for entry in self.outbox.due():
