@@ -57,8 +57,10 @@ class Robots:
         self.node.create_subscription(UpdateAck, "/fleet/update_acks", self._on_ack, qos.control_qos())
         self.node.create_subscription(RoundAnnouncement, "/fleet/round",
                                       lambda m: setattr(self, "announcement", m), qos.latched_qos())
+        self.report_log: list = []  # every report, in arrival order
         self.node.create_subscription(RoundReport, "/fleet/round_report",
-                                      lambda m: self.reports.__setitem__(int(m.round), m), qos.model_state_qos(16))
+                                      lambda m: (self.reports.__setitem__(int(m.round), m), self.report_log.append(m)),
+                                      qos.model_state_qos(16))
         self.node.create_subscription(ClusterModel, "/fleet/cluster_models", self.models.append,
                                       qos.model_state_qos(64))
         self.node.create_subscription(String, "/fleet/update_resend", self._on_resend, qos.control_qos())
@@ -97,15 +99,20 @@ class Robots:
             self.spin_until(fut.done, 30.0, f"registration of {rid}")
             assert fut.result().accepted, fut.result().reason
 
-    def prepare(self, sender, params: dict, rid: str, tag: str):
-        return sender.prepare(params, f"{rid}/r0/update/{tag}", robot_id=rid, round_idx=0, base_round=0,
-                              num_samples=100)
+    def prepare(self, sender, params: dict, rid: str, tag: str, round_idx: int = 0, **header):
+        header = {"base_round": round_idx, "num_samples": 100, **header}
+        return sender.prepare(params, f"{rid}/r{round_idx}/update/{tag}", robot_id=rid, round_idx=round_idx,
+                              **header)
 
-    def publish(self, out, skip=()) -> None:
+    def publish(self, out, skip=(), forge=None) -> None:
+        """Publish an update's chunks (``forge(msg)`` edits each message first: a forged header)."""
         from fed_ros.ros.wire.conversions import model_update_msg
         for chunk in out.chunks():
             if int(chunk.chunk_index) not in skip:
-                self.pub.publish(model_update_msg(chunk, **out.meta))
+                msg = model_update_msg(chunk, **out.meta)
+                if forge is not None:
+                    forge(msg)
+                self.pub.publish(msg)
 
     def acks_for(self, pid: str) -> list:
         return [a for a in self.acks if a.payload_id == pid]
@@ -120,6 +127,7 @@ class Robots:
 
 @pytest.mark.timeout(300)
 def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) -> None:
+    from fed_ros.core import validation as V
     from fed_ros.core.params import manifest_of
     from fed_ros.core.validation import NON_FINITE, read_audit_log
     from fed_ros.learning.configuration_policy import PolicyConfig
@@ -161,6 +169,34 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         robots.publish(nan_out)
         robots.spin_until(lambda: len(robots.acks_for(nan_out.payload_id)) == 2, 30.0, "the repeated ack", server)
 
+        # Every other rejection class of an update, once: the code reaches the robot in its UpdateAck.
+        def refused(out, code: str, forge=None):
+            robots.publish(out, forge=forge)
+            robots.spin_until(lambda: robots.acks_for(out.payload_id), 30.0, f"the {code} ack", server)
+            ack = robots.acks_for(out.payload_id)[0]
+            assert not ack.accepted and ack.code == code and ack.reason, (code, ack.code, ack.reason)
+            return out.payload_id
+
+        first = next(iter(initial))
+        matrix = next(k for k, v in initial.items() if v.ndim == 2)
+        flat = {k: (v.reshape(-1) if k == matrix else v) for k, v in initial.items()}  # same bytes, wrong shape
+        huge = {k: v.copy() for k, v in initial.items()}
+        huge[first].reshape(-1)[0] = -1e30
+        r0 = robots.ros_out
+        refused_pids = [nan_out.payload_id] + [refused(*case) for case in (
+            (robots.prepare(r0, flat, "robot_1", "shape"), V.SCHEMA),
+            (robots.prepare(r0, dict(list(initial.items())[:-1]), "robot_1", "manifest"), V.SCHEMA),
+            (robots.prepare(r0, huge, "robot_1", "range"), V.OUT_OF_RANGE),
+            (robots.prepare(r0, initial, "robot_1", "oversize"), V.OVERSIZE,
+             lambda m: setattr(m.payload, "total_bytes", 1 << 40)),
+            (robots.prepare(r0, initial, "robot_1", "digest"), V.DIGEST,
+             lambda m: setattr(m.payload, "sha256", "0" * 64)),
+            (robots.prepare(r0, initial, "robot_1", "samples", num_samples=0), V.NUM_SAMPLES),
+            (robots.prepare(r0, initial, "robot_9", "stranger"), V.NOT_PARTICIPANT),
+            (robots.prepare(r0, initial, "robot_1", "future", round_idx=1), V.FUTURE),
+            (robots.prepare(r0, initial, "robot_1", "base", base_round=1), V.STALE_BASE),
+        )]
+
         # An update whose first publication is lost: the outbox re-sends it until acknowledged.
         good0 = {k: (v + 0.01).astype(np.float32) for k, v in initial.items()}
         lost = robots.prepare(robots.auto_out, good0, "robot_0", "lost")
@@ -168,9 +204,11 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         entry = robots.outbox.add(0, lost.payload_id, lost, deadline=time.monotonic() + 120.0)  # never published
         robots.spin_until(lambda: robots.acks_for(lost.payload_id), 60.0, "the re-sent update's ack", server)
         assert robots.acks_for(lost.payload_id)[0].accepted and entry.sends >= 2
+        # A second, different update of a robot whose update the round already took.
+        good1 = {k: (v - 0.01).astype(np.float32) for k, v in initial.items()}
+        refused_pids.append(refused(robots.prepare(r0, good1, "robot_0", "again"), V.DUPLICATE))
 
         # An interrupted chunk stream: chunks 2 and 3 never arrive; the server asks, only they are resent.
-        good1 = {k: (v - 0.01).astype(np.float32) for k, v in initial.items()}
         cut = robots.prepare(robots.ros_out, good1, "robot_1", "cut")
         assert len(cut.chunks()) > 4
         robots.publish(cut, skip={2, 3})
@@ -183,14 +221,64 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         robots.publish(lost)
         robots.spin_until(lambda: len(robots.acks_for(lost.payload_id)) >= 2, 30.0, "the re-ack", server)
         assert all(a.accepted for a in robots.acks_for(lost.payload_id))
+        # Round 1: an update for round 0, which is over, is refused as stale (and counted in round 1).
+        robots.spin_until(lambda: robots.announcement.round == 1, 30.0, "round 1", server)
+        stale_pid = refused(robots.prepare(r0, good1, "robot_1", "stale"), V.STALE_ROUND)
+        for k, rid in enumerate(ROBOTS):
+            out = robots.prepare(r0, {n: (v + 0.02 * (k + 1)).astype(np.float32) for n, v in initial.items()},
+                                 rid, "r1", round_idx=1)
+            robots.publish(out)
+            robots.spin_until(lambda: robots.acks_for(out.payload_id), 60.0, f"{rid}'s round 1 ack", server)
+            assert robots.acks_for(out.payload_id)[0].accepted
+        robots.spin_until(lambda: 1 in robots.reports, 60.0, "round 1's report", server)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n--- server log ---\n{log()}") from None
     finally:
         robots.close()
+    # Each update counted once in the round report: 2 accepted, every refused payload id once
+    # (the NaN update's re-send is not counted again).
     report = robots.reports[0]
-    assert report.completed and (report.updates_received, report.updates_accepted, report.updates_rejected) \
-        == (3, 2, 1), (report.updates_received, report.updates_accepted, report.updates_rejected)
-    audit = [e for e in read_audit_log(state_dir / "audit.jsonl") if e["kind"] == "update" and e["round"] == 0]
-    applied = [e for e in audit if e["accepted"]]
+    counts = (report.updates_received, report.updates_accepted, report.updates_rejected)
+    assert report.completed and counts == (2 + len(refused_pids), 2, len(refused_pids)), counts
+    report1 = robots.reports[1]
+    assert (report1.updates_received, report1.updates_accepted, report1.updates_rejected) == (3, 2, 1)
+    # The audit log has one entry per decision, with the code the robot received.
+    entries = [e for e in read_audit_log(state_dir / "audit.jsonl") if e["kind"] == "update"]
+    applied = [e for e in entries if e["accepted"] and e["round"] == 0]
     assert sorted(e["robot_id"] for e in applied) == ROBOTS  # each accepted exactly once
-    assert [e["code"] for e in audit if not e["accepted"] and e["code"] != "replay"] == [NON_FINITE]
+    codes = {e["payload_id"]: e["code"] for e in entries if not e["accepted"] and e["code"] != "replay"}
+    assert codes == {pid: robots.acks_for(pid)[0].code for pid in refused_pids + [stale_pid]}, codes
+    assert sorted(codes.values()) == sorted([NON_FINITE, V.SCHEMA, V.SCHEMA, V.OUT_OF_RANGE, V.OVERSIZE, V.DIGEST,
+                                             V.NUM_SAMPLES, V.NOT_PARTICIPANT, V.FUTURE, V.STALE_BASE,
+                                             V.DUPLICATE, V.STALE_ROUND])
+
+
+@pytest.mark.timeout(200)
+def test_max_attempts_ends_the_run_with_a_clear_message_and_the_robots_told(tmp_path: Path, ros_env,
+                                                                            processes) -> None:
+    """Registered robots that never answer: round 0 is abandoned at each short deadline, announced
+    again, and after ``max_attempts`` the server gives up: exit code 1, an error naming the round,
+    the attempts and the reason, and every abandonment reported to the robots (RoundReport)."""
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.core.params import manifest_of
+    from fed_ros.learning.trainer import initial_state_dict
+
+    server = processes.start(
+        [sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args", "-r", "__ns:=/fleet",
+         "-p", "algorithm:=fedavg", "-p", "rounds:=2", "-p", f"state_dir:={tmp_path / 'server'}",
+         "-p", f"expected_robots:=[{','.join(ROBOTS)}]", "-p", "round_timeout_s:=4.0", "-p", "max_attempts:=2",
+         "-p", "seed:=0"], ros_env, log_path=tmp_path / "server.log")
+    robots = Robots(manifest_of(initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)))
+    try:
+        robots.register_all()
+        robots.spin_until(lambda: server.poll() is not None, 120.0, "the server to give up")
+        robots.spin_until(lambda: len(robots.report_log) >= 2, 10.0, "both abandonment reports")
+    finally:
+        robots.close()
+    log = (tmp_path / "server.log").read_text()
+    assert server.returncode == 1, log[-3000:]
+    assert "giving up: round 0 abandoned 2 times: below quorum: 0 of 2 required answers" in log, log[-3000:]
+    assert [(r.round, r.completed, r.updates_received) for r in robots.report_log] == [(0, False, 0)] * 2
+    assert all(r.status.startswith("abandoned: below quorum") for r in robots.report_log)
+    assert all(m.reason == "straggler: no update by the deadline" for r in robots.report_log for m in r.robots)
+    assert "announced round 1" not in log and not list((tmp_path / "server").glob("round_*"))
