@@ -302,7 +302,7 @@ def _reference_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> to
 
 
 def test_random_shift_equals_pad_and_crop_and_groups_share_a_shift():
-    from fed_ros.learning.modeling_policy import random_shift
+    from fed_ros.learning.augmentation import random_shift
 
     images = torch.randint(0, 256, (6, 3, 12, 10, 3), dtype=torch.uint8)
     g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)

@@ -14,7 +14,7 @@ from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE_DIM
 
 POLICY_KINDS = ("image", "lowdim")
 
-# Camera trunk profiles (see ``modeling_policy.ImageEncoder``), each with its default
+# Camera trunk profiles (see ``policy_modules.ImageEncoder``), each with its default
 # ``conv_channels``. "lite" is the CPU default: a 4x4/stride-4 patch stem and one FiLM
 # residual stage, ~2.2M multiply-adds per 84x84 frame. "resnet_t" is the LIBERO
 # ResNet-T-sized trunk (5x5/stride-2 stem, FiLM residual stages down to ~16 px, ~20M

@@ -18,6 +18,9 @@ of ``fed_ros.core.episode`` an array (B, T, ...): images (B,T,H,W,3) uint8, low-
 or, for images, the pooled layout of ``DemoDataset.batch``: each camera (U,H,W,3) holds
 every distinct frame once and ``image_index`` (B,T) int gives each step's frame in that
 pool (windows of consecutive frames overlap, so each distinct frame is encoded once).
+
+The encoders, transformer and head are in :mod:`fed_ros.learning.policy_modules`; the
+trainer's image augmentation in :mod:`fed_ros.learning.augmentation`.
 """
 from __future__ import annotations
 
@@ -28,12 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from fed_ros.core import episode as ep
 from fed_ros.learning.configuration_policy import (EEF_DIM, GRIPPER_DIM, JOINT_DIM,
                                                    PolicyConfig)
 from fed_ros.learning.losses import GMMParams, bc_nll, gmm_mode, gmm_sample
+from fed_ros.learning.policy_modules import GMMHead, ImageEncoder, TemporalTransformer, mlp
 from fed_ros.learning.text import encode_instruction
 
 # Low-dim keys that are normalised, with their widths and physical default statistics
@@ -70,207 +73,6 @@ class Normalizer(nn.Module):
         return (x - getattr(self, f"{key}_mean")) / getattr(self, f"{key}_std")
 
 
-def _mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
-    # No dropout in the encoders: their features are what L_sub compares, and a dropout
-    # mask would make student features differ from the (eval-mode) teacher's by noise alone.
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
-
-
-def _groups(channels: int) -> int:
-    for g in (8, 4, 2):
-        if channels % g == 0:
-            return g
-    return 1
-
-
-class FiLMResBlock(nn.Module):
-    """Residual conv block whose output is modulated by (1 + gamma, beta) from the text."""
-
-    def __init__(self, in_ch: int, out_ch: int, stride: int, cond_dim: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(in_ch, out_ch, 3, stride, 1, bias=False)
-        self.norm1 = nn.GroupNorm(_groups(out_ch), out_ch)
-        self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
-        self.norm2 = nn.GroupNorm(_groups(out_ch), out_ch)
-        self.skip = (nn.Identity() if in_ch == out_ch and stride == 1
-                     else nn.Conv2d(in_ch, out_ch, 1, stride, bias=False))
-        self.film = nn.Linear(cond_dim, 2 * out_ch)
-        # GroupNorm instead of BatchNorm: no running statistics to federate, deterministic.
-
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        h = F.relu(self.norm1(self.conv1(x)))
-        h = self.norm2(self.conv2(h))
-        gamma, beta = self.film(cond).chunk(2, dim=-1)
-        h = h * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None]
-        return F.relu(h + self.skip(x))
-
-
-class SpatialSoftmax(nn.Module):
-    """Keypoints: expected (x, y) in [-1, 1] of a per-keypoint softmax over the feature map."""
-
-    def __init__(self, in_ch: int, num_kp: int) -> None:
-        super().__init__()
-        self.proj = nn.Conv2d(in_ch, num_kp, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.proj(x)  # N,K,H,W
-        n, k, hh, ww = h.shape
-        attn = F.softmax(h.reshape(n, k, hh * ww), dim=-1)
-        ys = torch.linspace(-1.0, 1.0, hh, device=x.device, dtype=attn.dtype)
-        xs = torch.linspace(-1.0, 1.0, ww, device=x.device, dtype=attn.dtype)
-        gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-        ex = (attn * gx.reshape(1, 1, -1)).sum(-1)
-        ey = (attn * gy.reshape(1, 1, -1)).sum(-1)
-        return torch.cat([ex, ey], dim=-1)  # N, 2K
-
-
-class ImageEncoder(nn.Module):
-    """Per-camera trunk: stem conv -> FiLM residual blocks -> spatial softmax -> linear.
-
-    The stem depends on ``cfg.image_profile``. "resnet_t": 5x5/stride-2 conv (84 -> 42 px),
-    then residual stages that halve the map down to ~16 px. "lite": a 4x4/stride-4 patch
-    conv (84 -> 21 px), then the same stages (one, 21 -> 11 px, at the default widths).
-    Profiled (torch.profiler, 2 CPU threads, batch 32 x window 5 x 2 cameras), a ResNet-T
-    BC step spends ~76 % in convolutions (55 % backward), mostly on the 42 px maps of the
-    stem and first stage; the patch stem never computes that resolution.
-    """
-
-    def __init__(self, cfg: PolicyConfig) -> None:
-        super().__init__()
-        chans = cfg.conv_channels
-        kernel, stride, pad = (4, 4, 0) if cfg.image_profile == "lite" else (5, 2, 2)
-        self.stem = nn.Sequential(nn.Conv2d(3, chans[0], kernel, stride, pad, bias=False),
-                                  nn.GroupNorm(_groups(chans[0]), chans[0]), nn.ReLU())
-        size = (cfg.image_size + 2 * pad - kernel) // stride + 1
-        blocks = []
-        prev = chans[0]
-        for c in chans[1:] or (chans[0],):
-            stride = 2 if size > 16 else 1  # stop downsampling at ~16 px for keypoint detail
-            size = (size + stride - 1) // stride
-            blocks.append(FiLMResBlock(prev, c, stride, cfg.embed_dim))
-            prev = c
-        self.blocks = nn.ModuleList(blocks)
-        self.keypoints = SpatialSoftmax(prev, cfg.num_keypoints)
-        self.out = nn.Linear(2 * cfg.num_keypoints, cfg.embed_dim)
-
-    def trunk(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        """Feature maps (N, C, h, w) of images x (N, 3, H, W) in [0, 1]."""
-        h = self.stem(x)
-        for block in self.blocks:
-            h = block(h, cond)
-        return h
-
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
-        return self.out(self.keypoints(self.trunk(x, cond)))
-
-
-def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | None = None,
-                 groups: torch.Tensor | None = None) -> torch.Tensor:
-    """Random-shift augmentation of uint8 windows (B,T,H,W,3): replicate-pad by ``pad`` and
-    crop back at one random offset per sequence (the same shift for all T frames, so motion
-    between frames is preserved). Applied by the trainer once per batch, so the teacher and
-    the student see identical inputs.
-
-    ``groups`` (B,) ints: sequences with equal group share one shift. The trainer passes
-    each window's episode, so a frame that appears in several windows of a batch is
-    shifted identically everywhere and the policy can encode it once (``image_index``).
-    Pad-and-crop is done as integer slice copies of the uint8 pixels plus edge
-    replication: no float copy, no padded intermediate (measured on 1 thread: 4-8 ms per
-    camera at B=32, T=5, 84 px, against 46 ms for a clamped-index gather).
-    """
-    if pad <= 0:
-        return images
-    b, t, h, w, c = images.shape
-    gen_dev = generator.device if generator is not None else "cpu"
-    if groups is None:
-        group_of = list(range(b))
-        n_groups = b
-    else:
-        uniq, inverse = torch.unique(torch.as_tensor(groups).reshape(-1), return_inverse=True)
-        if inverse.shape[0] != b:
-            raise ValueError(f"groups must have one entry per sequence ({b}), "
-                             f"got {tuple(torch.as_tensor(groups).shape)}")
-        group_of, n_groups = inverse.tolist(), len(uniq)
-    offs = torch.randint(0, 2 * pad + 1, (n_groups, 2), generator=generator,
-                         device=gen_dev).tolist()
-    out = torch.empty_like(images)
-    i = 0
-    while i < b:  # runs of consecutive sequences with one group are shifted in one go
-        j = i + 1
-        while j < b and group_of[j] == group_of[i]:
-            j += 1
-        dy, dx = (o - pad for o in offs[group_of[i]])  # out[y, x] = in[clamp(y+dy), clamp(x+dx)]
-        src, dst = images[i:j], out[i:j]  # n,T,H,W,3
-        y0, y1 = max(-dy, 0), h - max(dy, 0)  # rows and columns with a source pixel
-        x0, x1 = max(-dx, 0), w - max(dx, 0)
-        dst[:, :, y0:y1, x0:x1] = src[:, :, y0 + dy:y1 + dy, x0 + dx:x1 + dx]
-        # Replicate padding: the border rows/columns repeat the nearest copied one.
-        if x0:
-            dst[:, :, y0:y1, :x0] = dst[:, :, y0:y1, x0:x0 + 1]
-        if x1 < w:
-            dst[:, :, y0:y1, x1:] = dst[:, :, y0:y1, x1 - 1:x1]
-        if y0:
-            dst[:, :, :y0] = dst[:, :, y0:y0 + 1]
-        if y1 < h:
-            dst[:, :, y1:] = dst[:, :, y1 - 1:y1]
-        i = j
-    return out
-
-
-class TemporalTransformer(nn.Module):
-    """Block-causal transformer over (T steps x M tokens); returns the action token per step."""
-
-    def __init__(self, cfg: PolicyConfig, num_tokens: int) -> None:
-        super().__init__()
-        e = cfg.embed_dim
-        self.action_token = nn.Parameter(torch.zeros(e))
-        self.modality_embed = nn.Parameter(torch.randn(num_tokens + 1, e) * 0.02)
-        self.pos_embed = nn.Parameter(torch.randn(cfg.window, e) * 0.02)
-        layer = nn.TransformerEncoderLayer(e, cfg.transformer_heads, cfg.transformer_ff,
-                                           cfg.dropout, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, cfg.transformer_layers,
-                                             enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(e)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        b, t, m, e = tokens.shape  # m excludes the action token
-        if t > self.pos_embed.shape[0]:
-            raise ValueError(f"window {t} exceeds the configured window {self.pos_embed.shape[0]}")
-        act = self.action_token.expand(b, t, 1, e)
-        x = torch.cat([act, tokens], dim=2) + self.modality_embed[None, None]
-        x = x + self.pos_embed[None, :t, None]
-        x = x.reshape(b, t * (m + 1), e)
-        step = torch.arange(t, device=x.device).repeat_interleave(m + 1)
-        mask = step[None, :] > step[:, None]  # True = may not attend (future steps)
-        y = self.norm(self.encoder(x, mask=mask))
-        return y.reshape(b, t, m + 1, e)[:, :, 0]
-
-
-class GMMHead(nn.Module):
-    """Mixture-of-Gaussians action head: softplus scales + min_std, optional tanh means."""
-
-    def __init__(self, cfg: PolicyConfig) -> None:
-        super().__init__()
-        e, k, a = cfg.embed_dim, cfg.num_modes, cfg.action_dim
-        self.k, self.a = k, a
-        self.mlp = nn.Sequential(nn.Linear(e, e), nn.ReLU())
-        self.mean = nn.Linear(e, k * a)
-        self.scale = nn.Linear(e, k * a)
-        self.logits = nn.Linear(e, k)
-        self.min_std = cfg.min_std
-        self.tanh_means = cfg.tanh_means
-        # Spread the initial modes so the mixture does not start collapsed.
-        nn.init.uniform_(self.mean.bias, -0.5, 0.5)
-
-    def forward(self, h: torch.Tensor) -> GMMParams:
-        z = self.mlp(h)
-        means = self.mean(z).unflatten(-1, (self.k, self.a))
-        if self.tanh_means:
-            means = torch.tanh(means)
-        scales = F.softplus(self.scale(z).unflatten(-1, (self.k, self.a))) + self.min_std
-        return GMMParams(means, scales, self.logits(z))
-
-
 class GMMPolicy(nn.Module):
     """Language-conditioned multimodal GMM policy (image or low-dim variant)."""
 
@@ -279,15 +81,15 @@ class GMMPolicy(nn.Module):
         self.cfg = cfg
         e = cfg.embed_dim
         self.normalizer = Normalizer()
-        self.text_encoder = _mlp(cfg.text_dim, e, e)
+        self.text_encoder = mlp(cfg.text_dim, e, e)
         if cfg.kind == "image":
             self.agentview_encoder = ImageEncoder(cfg)
             self.wrist_encoder = ImageEncoder(cfg)
         else:
-            self.object_encoder = _mlp(cfg.object_state_dim, e, e)
-            self.eef_encoder = _mlp(EEF_DIM, e, e)
-        self.joint_encoder = _mlp(JOINT_DIM, e, e)
-        self.gripper_encoder = _mlp(GRIPPER_DIM, e, e)
+            self.object_encoder = mlp(cfg.object_state_dim, e, e)
+            self.eef_encoder = mlp(EEF_DIM, e, e)
+        self.joint_encoder = mlp(JOINT_DIM, e, e)
+        self.gripper_encoder = mlp(GRIPPER_DIM, e, e)
         self.temporal = TemporalTransformer(cfg, len(cfg.modalities))
         self.head = GMMHead(cfg)
         self._history: deque[dict[str, np.ndarray]] = deque(maxlen=cfg.window)

@@ -29,7 +29,8 @@ from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
 from fed_ros.learning.losses import (action_distillation_loss, bc_nll, proximal_term,
                                      subspace_losses)
-from fed_ros.learning.modeling_policy import GMMPolicy, PolicyOutput, build_policy, random_shift
+from fed_ros.learning.augmentation import random_shift
+from fed_ros.learning.modeling_policy import GMMPolicy, PolicyOutput, build_policy
 from fed_ros.learning.weights import StateDict, load_state_dict_into, policy_to_state_dict
 
 
