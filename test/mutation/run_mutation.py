@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
 MODULES: dict[str, tuple[str, ...]] = {
-    "validation": ("test_validation.py", "test_core_boundaries.py"),
+    "validation": ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py"),
     "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
     "rounds": ("test_core_rounds.py", "test_core_boundaries.py"),
     "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py"),
