@@ -114,6 +114,10 @@ def test_adapter_clips_boxes_watchdogs_and_holds_over_dds(ros_env, processes, tm
         client = ArmClient(spun.node, namespace="/robot_0", cameras=False)
         client.wait_for_arm(30.0)
         hold_pub = spun.node.create_publisher(Bool, "/robot_0/arm/hold", 10)
+        from diagnostic_msgs.msg import DiagnosticArray
+        diags: list = []
+        spun.node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: diags.extend(
+            s for s in m.status if s.name == "fed_ros/robot_0/arm_adapter"), 50)
         instruction, episode = wait_until(lambda: _try_reset(client), 30.0, "a successful reset")
         np.testing.assert_allclose(arm.q, profile.joints.home)
         stamp, obs, status = client.next_observation(episode, 10.0)
@@ -145,6 +149,10 @@ def test_adapter_clips_boxes_watchdogs_and_holds_over_dds(ros_env, processes, tm
         send_until([0.5, 0.0, 0.0, 0.0], lambda t: t.linear.x > 0.0, "a moving twist")
         wait_until(lambda: last_twist() is not None and last_twist().linear.x == 0.0, 10.0,
                    "the watchdog's zero twist")
+        # ... and /diagnostics says so: the adapter's status turns WARN naming the watchdog.
+        warn = wait_until(lambda: next((s for s in reversed(diags) if "watchdog tripped" in s.message), None),
+                          10.0, "a WARN status naming the watchdog on /diagnostics")
+        assert warn.level == bytes([1]) and int({kv.key: kv.value for kv in warn.values}["watchdog_trips"]) >= 1
         # Hold: stops at once although the policy keeps commanding, until released.
         send_until([0.5, 0.0, 0.0, 0.0], lambda t: t.linear.x > 0.0, "moving again")
         hold_pub.publish(Bool(data=True))

@@ -58,6 +58,7 @@ class ArmClient:
         self._assembler = at.ObservationAssembler(cameras=cameras)
         self._assembler.required.add(STATUS_PART)
         self._observations: queue.Queue = queue.Queue()
+        self.observed = threading.Event()  # a complete observation arrived (the arm reports)
         self.instruction = ""
 
         def sub(msg_type, rel, part, decode):
@@ -101,6 +102,7 @@ class ArmClient:
             obs = self._assembler.add(part, stamp_ns, value)
         if obs is not None:
             self._observations.put((stamp_ns, obs))
+            self.observed.set()
 
     # ------------------------------------------------------------------ arm operations
     def wait_for_arm(self, timeout: float = 30.0) -> None:
@@ -121,6 +123,13 @@ class ArmClient:
         while self._command_pub.get_subscription_count() == 0:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"arm does not subscribe to {self.topics.command!r}")
+            shutdown.sleep(0.05)
+        # An arm adapter offers these topics before its arm reports (MuJoCo still loading, a
+        # driver not up): ready means one complete observation arrived.
+        while not self.observed.is_set():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no complete observation on {self.topics.episode_status!r} after "
+                                   f"{timeout:.0f} s (is the arm reporting? see the adapter's log)")
             shutdown.sleep(0.05)
 
     def reset(self, task: str = "", variation: str = "", seed: int = -1,

@@ -134,6 +134,8 @@ class RobotParams(NodeParams):
                                live=True)
     register_timeout_s: float = param(60.0, "time to keep retrying registration before giving up", unit="s",
                                       gt=0.0, live=True)
+    learning_enabled: bool = param(True, "gate: false = no training, demo collection or evaluation; round "
+                                         "announcements are skipped (also ~/set_learning, docs/arms.md)", live=True)
     transfer_channel: str = param("auto", "model bytes over ROS messages or the zmq bulk channel",
                                   choices=TRANSFER_CHANNELS)
     bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",

@@ -311,6 +311,8 @@ def adapter_spec(config: FleetConfig, robot: RobotConfig) -> NodeSpec:
     params: dict[str, Any] = {
         "profile": robot.profile, "profile_overrides": _overrides_text(robot.arm),
         "task": robot.tasks[0], "cameras": config.policy == "image",
+        # A simulated arm in lockstep steps only on answers: the adapter then ticks per arm state.
+        "lockstep": bool(robot.sim and {**config.bridge, **robot.bridge_parameters}.get("lockstep", False)),
         "max_episode_steps": int(robot.parameters.get(
             "max_episode_steps", config.robot_defaults.get("max_episode_steps",
                                                            RobotParams.defaults()["max_episode_steps"]))),

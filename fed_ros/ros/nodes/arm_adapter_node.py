@@ -38,7 +38,7 @@ from fed_ros.core.arm_profile import load_profile, parse_overrides
 from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput, gripper_position
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.wire import qos
+from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.images import decode_camera
 
 _CAMERA_TOPICS = {"agentview": at.AGENTVIEW_TOPIC, "wrist": at.WRIST_TOPIC}
@@ -171,6 +171,7 @@ class ArmAdapterNode(Node):
         # the watchdog and the zero twists going when the arm goes quiet.
         self.create_timer(prof.period_s, lambda: self._on_tick(from_timer=True), callback_group=io)
         self.create_timer(float(p("report_period_s")), self._report_missing, callback_group=io)
+        diagnostics.attach(self, "adapter", callback_group=io)  # /diagnostics, 1 Hz
         self._pub_task.publish(String(data=self._instruction(self.task)))
         self.get_logger().info(
             f"arm adapter up: profile {prof.name} ({prof.description}), {prof.control_rate_hz:g} Hz, "

@@ -36,7 +36,8 @@ from std_msgs.msg import String
 from fed_ros.msg import ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement, UpdateAck
 from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
-from fed_ros.ros.wire import qos
+from fed_ros.ros.nodes.learning_gate import LearningGate
+from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.publish import wait_for_subscribers  # noqa: F401 - also imported from here by tests
 from fed_ros.ros.wire.conversions import Announcement, announcement_from_msg
 from fed_ros.ros.fleet.params import RobotParams
@@ -71,7 +72,11 @@ class RobotNode(Node):
         if p.private_key_file:
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p.private_key_file)
-        self.server_key = None  # cluster models must carry the server's signature when set
+        self.server_key = None  # announcements, models, resend requests must carry the server's signature
+        self.refused_control: dict[str, int] = {}  # kind -> control messages refused (fake server, bounds)
+        from fed_ros.core.bounds import RateLimiter
+        self._refusal_log = RateLimiter(per_s=1.0, burst=5)
+        self._resend_limit = RateLimiter(per_s=10.0, burst=20)  # update_resend requests answered
         if p.allowed_keys_file:
             from fed_ros.core.auth import AllowList
             self.server_key = AllowList.from_yaml(p.allowed_keys_file).server
@@ -119,7 +124,7 @@ class RobotNode(Node):
         self.create_subscription(ClusterModel, f"{fleet}/cluster_models",
                                  guard.wrap("cluster_models", self._on_cluster_model),
                                  qos.model_state_qos(MODEL_TOPIC_DEPTH), callback_group=self._fleet_group)
-        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self.uplink.on_resend),
+        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self._on_update_resend),
                                  qos.control_qos(),
                                  callback_group=self._fleet_group)
         self.create_subscription(DescriptorMsg, f"{fleet}/descriptors",
@@ -133,6 +138,8 @@ class RobotNode(Node):
         self.create_service(EvaluatePolicy, "evaluate", guard.wrap("evaluate", self._on_evaluate, refuse_service),
                             callback_group=self._service_group)
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
+        diagnostics.attach(self, "robot", callback_group=io_group)  # /diagnostics, 1 Hz
+        self.gate = LearningGate(self, p.learning_enabled, callback_group=io_group)  # ~/set_learning
 
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
@@ -198,7 +205,7 @@ class RobotNode(Node):
     def _startup(self) -> None:
         wanted = self.params.collect_demos_on_start
         have = len(self.episodes()) if wanted else 0
-        if wanted > have:
+        if wanted > have and self.gate.wait(self.stop_event):
             self._collect_demos(wanted - have, first_index=have)
         self._register()
 
@@ -226,7 +233,36 @@ class RobotNode(Node):
         self.get_logger().info(f"registered with the fleet (server round {response.current_round})")
 
     # ------------------------------------------------------------------ fleet messages
+    @property
+    def latest_announcement(self) -> Announcement | None:
+        """The newest round announcement received from the server."""
+        return self._latest
+
+    def _on_update_resend(self, msg) -> None:
+        """The server misses chunks of our update: answered when signed by the server, at a bounded rate."""
+        from fed_ros.core import bounds
+        from fed_ros.ros.wire.signed import verify_json
+        if len(msg.data) > bounds.MAX_RESEND_REQUEST_CHARS:
+            return self._refuse_control("update_resend", f"request of {len(msg.data)} chars")
+        if self.server_key is not None:
+            why = verify_json(msg.data, "update_resend", lambda obj: self.server_key)
+            if why is not None:
+                return self._refuse_control("update_resend", why)
+        if not self._resend_limit.allow(time.monotonic()):
+            return self._refuse_control("update_resend", "rate limit (10/s, burst 20)")
+        self.uplink.on_resend(msg)
+
+    def _refuse_control(self, kind: str, reason: str) -> None:
+        """A control message not from our server (or over its bounds): counted, logged at a bounded rate."""
+        self.refused_control[kind] = self.refused_control.get(kind, 0) + 1
+        if self._refusal_log.allow(time.monotonic()):
+            self.get_logger().warning(f"{kind} refused ({self.refused_control[kind]} so far): {reason[:300]}")
+
     def _on_announcement(self, msg) -> None:
+        from fed_ros.ros.wire.signed import verify_msg
+        why = verify_msg(msg, "round", self.server_key)  # a fake server's announcement is never obeyed
+        if why is not None:
+            return self._refuse_control("round", why)
         try:
             ann = announcement_from_msg(msg)
         except ValueError as exc:
@@ -237,7 +273,7 @@ class RobotNode(Node):
         if ann.stage == DONE:
             self.get_logger().info(f"federation finished at round {ann.round_idx}")
             return
-        if self.robot_id not in ann.participants:
+        if self.robot_id not in ann.participants or self.gate.skip(f"round {ann.round_idx} {ann.stage}"):
             return
         key = (ann.round_idx, ann.stage, stamp)
         if key in self._handled:
@@ -247,6 +283,12 @@ class RobotNode(Node):
 
     def _on_cluster_model(self, msg) -> None:
         cid, round_idx = int(msg.cluster_id), int(msg.round)
+        if self.server_key is not None and not self.models_in.busy(msg.payload.payload_id):
+            # First chunk of a model: the server's signature over its header (chunk list, bulk
+            # address, members) before anything is kept; later chunks must match that header.
+            why = self._check_model_header(msg)
+            if why is not None:
+                return self._refuse_control("cluster_models", why)
         with self._models_lock:
             held = self.cluster_models.get(cid)
         if held is not None and held[0] >= round_idx:
@@ -255,12 +297,32 @@ class RobotNode(Node):
         if result is not None:
             self._store_model(result)
 
+    def _check_model_header(self, msg) -> str | None:
+        from fed_ros.core import bounds
+        from fed_ros.core.validation import validate_cluster_model
+        from fed_ros.ros.wire.transport import transfer_digest_of
+        why = bounds.oversized({"signature": (msg.signature, bounds.SIGNATURE_BYTES),
+                                "payload_id": (msg.payload.payload_id, bounds.MAX_ID_CHARS),
+                                "bulk_uri": (msg.payload.bulk_uri, bounds.MAX_URI_CHARS),
+                                "chunk_sha256": (msg.payload.chunk_sha256, bounds.MAX_CHUNK_DIGEST_BYTES)}) \
+            or bounds.oversized_items("member_robot_ids", msg.member_robot_ids, 4096, bounds.MAX_ID_CHARS)
+        if why is not None:
+            return why
+        d = validate_cluster_model(cluster_id=int(msg.cluster_id), round_idx=int(msg.round), params=None,
+                                   expected_manifest=None, total_bytes=int(msg.payload.total_bytes),
+                                   payload_sha256=msg.payload.sha256, signature=bytes(msg.signature),
+                                   server_public_key=self.server_key, transfer=transfer_digest_of(msg.payload),
+                                   members=list(msg.member_robot_ids))
+        return None if d else f"cluster {int(msg.cluster_id)} round {int(msg.round)} ({d.code}): {d.reason}"
+
     def _store_model(self, result: Received) -> None:
+        from fed_ros.ros.wire.transport import transfer_digest_of
         msg = result.tag
         cid, round_idx, members, sha256 = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids), msg.payload.sha256
         decision = result.decision and self.models.store(
             cid, round_idx, result.params, members, total_bytes=int(msg.payload.total_bytes), sha256=sha256,
-            received_sha256=result.sha256, signature=bytes(msg.signature), server_public_key=self.server_key)
+            received_sha256=result.sha256, signature=bytes(msg.signature), server_public_key=self.server_key,
+            transfer=transfer_digest_of(msg.payload))
         if decision.code == "stale":
             return
         if not decision:
@@ -273,7 +335,8 @@ class RobotNode(Node):
 
     def _tick(self) -> None:
         for request in self.models_in.resend_requests():
-            self.model_resend_pub.publish(String(data=request))
+            from fed_ros.ros.wire.signed import sign_json
+            self.model_resend_pub.publish(String(data=sign_json(request, "model_resend", self.signer, self.robot_id)))
         for result in self.models_in.completed():
             self._store_model(result)
         self.uplink.resend_due()
@@ -288,7 +351,8 @@ class RobotNode(Node):
         if ann.deadline_s < time.time():
             self.get_logger().warning(f"round {ann.round_idx} {ann.stage}: deadline already passed, skipping")
             return
-        self.rounds.run_stage(ann)
+        if not self.gate.skip(f"round {ann.round_idx} {ann.stage}"):
+            self.rounds.run_stage(ann)
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
@@ -296,6 +360,9 @@ class RobotNode(Node):
         return answer_record(self.recorder, request, response, self.tasks[0], self.params.variation)
 
     def _on_evaluate(self, request, response):
+        if self.gate.skip("EvaluatePolicy"):
+            response.ok, response.message = False, "learning disabled (learning_enabled false)"
+            return response
         return self.rounds.answer_evaluate(request, response)
 
     def destroy_node(self) -> None:

@@ -25,6 +25,9 @@ from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.ros.wire.publish import wait_for_subscribers
 
 Membership = list[tuple[int, float]]
+# Bounds on the peers' RND predictors a robot keeps for the SCORE stage.
+MAX_PREDICTOR_BYTES = 16 << 20
+MAX_PEER_PREDICTORS = 256
 
 
 class RobotRounds:
@@ -36,8 +39,24 @@ class RobotRounds:
 
     def on_peer_descriptor(self, msg) -> None:
         """Keep the peers' RND predictors (the SCORE stage scores them on local data)."""
-        if int(msg.kind) == DescriptorMsg.KIND_RND and len(msg.payload):
-            self.peer_predictors[(int(msg.round), str(msg.robot_id))] = bytes(msg.payload)
+        # Capped (anyone on the domain can publish descriptors; only the server checks them): RND
+        # predictors of participants of the current round (or of the next, which may arrive before
+        # its announcement), at most MAX_PREDICTOR_BYTES each and MAX_PEER_PREDICTORS in all.
+        ann = self.node.latest_announcement
+        rid, round_idx = str(msg.robot_id), int(msg.round)
+        if int(msg.kind) != DescriptorMsg.KIND_RND or not len(msg.payload) or len(msg.payload) > MAX_PREDICTOR_BYTES \
+                or len(rid) > 256 or rid == self.node.robot_id:
+            return
+        if ann is not None:
+            if not ann.round_idx <= round_idx <= ann.round_idx + 1:
+                return
+            if round_idx == ann.round_idx and rid not in ann.participants:
+                return
+            for key in [k for k in self.peer_predictors if k[0] < ann.round_idx]:
+                del self.peer_predictors[key]
+        if (round_idx, rid) not in self.peer_predictors and len(self.peer_predictors) >= MAX_PEER_PREDICTORS:
+            return
+        self.peer_predictors[(round_idx, rid)] = bytes(msg.payload)
 
     def run_stage(self, ann: Announcement) -> None:
         """Obey the round config the announcement carries for this robot, for its stage."""
@@ -79,6 +98,7 @@ class RobotRounds:
         t0 = time.monotonic()
         result = n.client.fit(start, config, episodes, ann.round_idx, on_step=self._on_train_step(ann.round_idx))
         metrics = result.metrics
+        self.last_train = (int(metrics.get("steps", 0)), time.monotonic() - t0)  # diagnostics: throughput
         save_checkpoint(n.model_dir / f"local_round_{ann.round_idx:04d}.safetensors", result.params, n.policy_cfg)
         fields = dict(cluster_id=cluster_id, num_samples=result.num_samples,
                       train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),

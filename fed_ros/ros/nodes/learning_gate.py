@@ -1,0 +1,69 @@
+"""When a robot node may act: the ``learning_enabled`` gate (parameter + ``~/set_learning``).
+
+A lab keeps learning off while the arm does production work, pauses between rounds, and
+allows training only when the arm is idle. While the gate is off the robot node trains,
+collects and evaluates nothing: round announcements are skipped (the server sees the robot
+as absent and its quorum rules decide), start-up demonstrations wait, and EvaluatePolicy is
+refused. Switching off never interrupts a stage already running: it ends, then the robot
+pauses. Set it with ``ros2 param set /<robot>/robot learning_enabled false`` or the
+std_srvs/SetBool service ``/<robot>/robot/set_learning``.
+"""
+from __future__ import annotations
+
+import threading
+
+from rclpy.parameter import Parameter
+
+PARAMETER = "learning_enabled"
+
+
+class LearningGate:
+    """Follows the ``learning_enabled`` parameter; offers ``~/set_learning``."""
+
+    def __init__(self, node, enabled: bool, callback_group=None) -> None:
+        from std_srvs.srv import SetBool
+        self.node = node
+        self._on = threading.Event()
+        self._set(enabled)
+        node.add_post_set_parameters_callback(self._after_set)
+        node.create_service(SetBool, "~/set_learning", self._on_set_learning, callback_group=callback_group)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the robot may train, collect and evaluate now."""
+        return self._on.is_set()
+
+    def _set(self, on: bool) -> None:
+        if on:
+            self._on.set()
+        else:
+            self._on.clear()
+
+    def _after_set(self, params) -> None:
+        for p in params:
+            if p.name == PARAMETER:
+                self._set(bool(p.value))
+                self.node.get_logger().warning(f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}")
+
+    def _on_set_learning(self, request, response):
+        result = self.node.set_parameters([Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))])[0]
+        response.success = bool(result.successful)
+        response.message = (f"learning {'enabled' if request.data else 'disabled'}" if result.successful
+                            else result.reason)
+        return response
+
+    def wait(self, stop: threading.Event, poll_s: float = 0.5) -> bool:
+        """Block until the gate is on (True) or ``stop`` is set (False)."""
+        if not self.enabled:
+            self.node.get_logger().info("learning disabled: waiting for learning_enabled before collecting")
+        while not stop.is_set():
+            if self._on.wait(poll_s):
+                return True
+        return False
+
+    def skip(self, what: str) -> bool:
+        """True (and logged) when the gate is off and ``what`` must not happen."""
+        if self.enabled:
+            return False
+        self.node.get_logger().info(f"learning disabled: skipping {what}", throttle_duration_sec=5.0)
+        return True
