@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 MODULES: dict[str, tuple[str, ...]] = {
     "validation": ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py"),
     "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
+    "signed_messages": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
+    "replay": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
     "rounds": ("test_core_rounds.py", "test_core_boundaries.py"),
     "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py"),
     "round_collect": ("test_core_rounds.py", "test_core_boundaries.py"),
@@ -44,7 +46,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
-DEFAULT = ("validation", "auth", "roster", "round_collect", "rounds", "store", "robust", "strategy",
+DEFAULT = ("validation", "auth", "signed_messages", "replay", "roster", "round_collect", "rounds", "store", "robust", "strategy",
            "strategy_types")
 HELPERS = ("conftest.py",)
 
