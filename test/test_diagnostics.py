@@ -19,6 +19,7 @@ def test_adapter_ok_then_warn_on_a_recent_watchdog_trip_only():
     assert tripped.level == D.WARN and "watchdog tripped (2 so far)" in tripped.message
     assert tripped.values["watchdog_trips"] == "2"
     assert _adapter(watchdog_trips=2, recent_trips=0).level == D.OK  # an old trip is history
+    assert _adapter(watchdog_trips=2, watchdog_holding=True).level == D.WARN  # still holding the episode
 
 
 def test_adapter_warns_on_hold_and_missing_topics_naming_them():

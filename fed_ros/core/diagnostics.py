@@ -54,13 +54,13 @@ class TripWindow:
 def adapter_status(name: str, profile: str, *, watchdog_trips: int, recent_trips: int, clipped_values: int,
                    clipped_commands: int, workspace_limited: int, rejected: int, held_ticks: int,
                    hold: bool, missing: list[str], episode: int, step: int, done: bool,
-                   lockstep: bool = False) -> Status:
-    """Arm adapter: WARN while held, after a watchdog trip in the last period, or while arm
-    topics are missing; the safety counters as values."""
+                   lockstep: bool = False, watchdog_holding: bool = False) -> Status:
+    """Arm adapter: WARN while held, while the watchdog holds an active episode or after a
+    trip in the last period, or while arm topics are missing; the safety counters as values."""
     problems: list[tuple[int, str]] = []
     if hold:
         problems.append((WARN, "hold set: arm stopped"))
-    if recent_trips:
+    if recent_trips or watchdog_holding:
         problems.append((WARN, f"watchdog tripped ({watchdog_trips} so far): no policy command in time"))
     if missing:
         problems.append((WARN, f"missing {len(missing)} arm topic(s): " + "; ".join(missing)))
@@ -68,7 +68,8 @@ def adapter_status(name: str, profile: str, *, watchdog_trips: int, recent_trips
         "profile": profile, "hold": hold, "watchdog_trips": watchdog_trips, "clipped_values": clipped_values,
         "clipped_commands": clipped_commands, "workspace_limited": workspace_limited,
         "rejected_commands": rejected, "held_ticks": held_ticks, "missing_topics": len(missing),
-        "episode": episode, "step": step, "episode_done": done, "lockstep": lockstep})
+        "episode": episode, "step": step, "episode_done": done, "lockstep": lockstep,
+        "watchdog_holding": watchdog_holding})
 
 
 def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered: bool, failed: str,
