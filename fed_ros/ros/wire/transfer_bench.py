@@ -29,6 +29,11 @@ from typing import Any
 import numpy as np
 
 METHODS = ("raw_zmq", "ros_default", "ros_tuned", "zmq_bulk", "memcpy")
+# Methods through a shaped link between two namespace "hosts" (`--shaped`): raw TCP is the
+# reference there too; ros_tuned (shared memory) cannot cross hosts, memcpy has no link.
+# ros_wan = ROS chunks with the Fast DDS profile given by --fastdds-profile (e.g. a UDP
+# transport with a smaller maxMessageSize), to try profiles for slow links.
+SHAPED_METHODS = ("raw_zmq", "ros_default", "ros_wan", "zmq_bulk")
 _READY_TIMEOUT_S = 20.0
 
 
@@ -77,7 +82,7 @@ def _ros_sender(args: argparse.Namespace) -> None:
             msg.header.stamp.sec = int(t0)
             msg.header.stamp.nanosec = int((t0 % 1) * 1e9)
             pub.publish(msg)
-        wait = time.monotonic() + 30
+        wait = time.monotonic() + args.transfer_timeout
         while len(acks) <= i and time.monotonic() < wait:
             rclpy.spin_once(node, timeout_sec=0.05)
         if bulk:
@@ -116,7 +121,7 @@ def _ros_receiver(args: argparse.Namespace) -> None:
             ack.publish(String(data=json.dumps({"round": msg.round})))
 
     node.create_subscription(ModelUpdate, "bench/updates", on_update, control_qos())
-    deadline = time.monotonic() + _READY_TIMEOUT_S + 30 * (args.warmup + args.repeats)
+    deadline = time.monotonic() + _READY_TIMEOUT_S + args.transfer_timeout * (args.warmup + args.repeats)
     while len(times) < args.warmup + args.repeats and time.monotonic() < deadline:
         rclpy.spin_once(node, timeout_sec=0.05)
     time.sleep(0.3)  # let the last ack go out
@@ -133,9 +138,9 @@ def _zmq_sender(args: argparse.Namespace) -> None:
     encoded = conv.encode_state_dict(_payload(args.mb))
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
-    push.connect(f"tcp://127.0.0.1:{args.port}")
+    push.connect(f"tcp://{args.peer}:{args.port}")
     acks = ctx.socket(zmq.PULL)
-    acks.connect(f"tcp://127.0.0.1:{args.port + 1}")
+    acks.connect(f"tcp://{args.peer}:{args.port + 1}")
     for _ in range(args.warmup + args.repeats):
         t0 = time.time()
         push.send_multipart([str(t0).encode(), encoded.data], copy=False)
@@ -150,9 +155,9 @@ def _zmq_receiver(args: argparse.Namespace) -> None:
 
     ctx = zmq.Context()
     pull = ctx.socket(zmq.PULL)
-    pull.bind(f"tcp://127.0.0.1:{args.port}")
+    pull.bind(f"tcp://{args.bind_host}:{args.port}")
     acks = ctx.socket(zmq.PUSH)
-    acks.bind(f"tcp://127.0.0.1:{args.port + 1}")
+    acks.bind(f"tcp://{args.bind_host}:{args.port + 1}")
     times = []
     for _ in range(args.warmup + args.repeats):
         stamp, frame = pull.recv_multipart(copy=False)
@@ -186,30 +191,43 @@ def _free_port() -> int:
         return s.getsockname()[1] if s.getsockname()[1] < 65000 else _free_port()
 
 
-def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int) -> list[float]:
-    """Start receiver and sender processes for one method; returns the receiver's times."""
+def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: Any = None) -> list[float]:
+    """Start receiver and sender processes for one method; returns the receiver's times.
+
+    With ``network`` (a ``netns.Network`` with hosts "server" and "robot") the receiver runs on
+    the server host and the sender on the robot host, over the robot's shaped link.
+    """
     env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET" if network else "LOCALHOST")
     # A random domain in the safe 1..101 range: two benches on one host must not hear each other.
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
-    if method == "ros_tuned":
+    if method in ("ros_tuned", "ros_wan"):
         from fed_ros.ros.wire.transport import apply_fastdds_profile
 
         profile = Path(args.fastdds_profile) if args.fastdds_profile else None
+        if method == "ros_wan" and profile is None:
+            raise SystemExit("ros_wan measures a Fast DDS profile: pass --fastdds-profile FILE")
         if apply_fastdds_profile(env, path=profile) is None:
-            raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run ros_tuned")
+            raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run {method}")
     common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
-              "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port())]
+              "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port()),
+              "--transfer-timeout", str(args.transfer_timeout)]
     cmd = [sys.executable, "-m", "fed_ros.ros.wire.transfer_bench"]
-    recv = subprocess.Popen([*cmd, "--role", "receiver", *common], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    recv_cmd, send_cmd = [*cmd, "--role", "receiver", *common], [*cmd, "--role", "sender", *common]
+    recv_env, send_env = env, env
+    if network is not None:
+        server, robot = network.hosts["server"], network.hosts["robot"]
+        recv_cmd = network.command("server", [*recv_cmd, "--bind-host", "0.0.0.0"])
+        send_cmd = network.command("robot", [*send_cmd, "--peer", server.address])
+        recv_env = dict(env, FED_ROS_BULK_HOST=server.address)
+        send_env = dict(env, FED_ROS_BULK_HOST=robot.address)  # the robot serves its update's bytes
+    recv = subprocess.Popen(recv_cmd, env=recv_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(0.3)
-    send = subprocess.Popen([*cmd, "--role", "sender", *common], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    send = subprocess.Popen(send_cmd, env=send_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        out, _ = recv.communicate(timeout=_READY_TIMEOUT_S + 30 * (args.warmup + args.repeats) + 10)
-        send.wait(timeout=30)
+        out, _ = recv.communicate(timeout=_READY_TIMEOUT_S + args.transfer_timeout * (args.warmup + args.repeats) + 10)
+        send.wait(timeout=args.transfer_timeout)
     finally:
         for p in (recv, send):
             if p.poll() is None:
@@ -238,8 +256,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-sweep", action="store_true",
                         help="also time ros_default/ros_tuned at 1, 2, 4, 8 MiB chunks and unchunked")
     parser.add_argument("--fastdds-profile", default="",
-                        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml)")
+                        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml) and ros_wan (required)")
     parser.add_argument("--json", default="", help="write the results to this file")
+    parser.add_argument("--shaped", default="",
+                        help="also measure through a tbf-shaped link between two network-namespace hosts "
+                             "(root): comma list of rates in Mbit/s, e.g. 20,1")
+    parser.add_argument("--shaped-mb", type=float, default=4.0, help="payload size (MB) through shaped links")
+    parser.add_argument("--shaped-methods", default="raw_zmq,ros_default,zmq_bulk",
+                        help=f"comma list of {SHAPED_METHODS} for --shaped")
+    parser.add_argument("--transfer-timeout", type=float, default=30.0,
+                        help="seconds one transfer may take before the method counts as not completing")
+    parser.add_argument("--peer", default="127.0.0.1", help=argparse.SUPPRESS)
+    parser.add_argument("--bind-host", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -288,10 +316,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{method:<13} {chunk:>9} {med * 1e3:>10.1f} {rate / 1e6:>9.0f} {ratio:>12}")
         rows.append({"method": method, "chunk_bytes": cb, "median_s": med, "times_s": times,
                      "mb_per_s": rate / 1e6, "ratio_vs_raw_zmq": rate / ref if raw else None})
+    shaped = _shaped(args) if args.shaped else []
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"bytes": nbytes, "repeats": args.repeats, "rows": rows}, f, indent=1)
+            json.dump({"bytes": nbytes, "repeats": args.repeats, "rows": rows, "shaped": shaped}, f, indent=1)
     return 0
+
+
+def _shaped(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each method through a tbf-shaped robot link (two namespace hosts); goodput / link rate."""
+    from fed_ros.ros.fleet.netns import Network, unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        print(f"\nshaped links: not measured ({reason})")
+        return []
+    rates = [float(r) for r in args.shaped.split(",") if r.strip()]
+    methods = [m.strip() for m in args.shaped_methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in SHAPED_METHODS]
+    if bad or any(r <= 0 for r in rates):
+        raise SystemExit(f"--shaped-methods from {SHAPED_METHODS} and rates > 0 (got {bad}, {rates})")
+    sub = argparse.Namespace(**{**vars(args), "mb": args.shaped_mb})
+    nbytes = int(args.shaped_mb * 1e6) // 4 * 4
+    rows: list[dict[str, Any]] = []
+    for rate in rates:
+        with Network(["server", "robot"], rates={"robot": rate}) as net:
+            for method in methods:
+                try:
+                    med = statistics.median(_run_pair(method, sub, args.chunk_bytes, network=net))
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    print(f"  {method} at {rate:g} Mbit/s: did not complete "
+                          f"({str(exc).splitlines()[0][:120]})", file=sys.stderr)
+                    med = None
+                rows.append({"rate_mbit": rate, "method": method, "median_s": med,
+                             "goodput_of_link": None if med is None else nbytes * 8 / med / (rate * 1e6)})
+                if med is not None:
+                    print(f"  measured {method} at {rate:g} Mbit/s: median {med:.2f} s", file=sys.stderr)
+    print(f"\nthrough a tbf-shaped link (robot host -> server host, network namespaces, own /dev/shm): "
+          f"{nbytes / 1e6:.1f} MB, median of {args.repeats}; goodput as a fraction of the link rate")
+    print(f"{'link':>9} {'method':<13} {'median s':>9} {'Mbit/s':>8} {'of link':>8}")
+    for row in rows:
+        med = row["median_s"]
+        if med is None:
+            print(f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {'no completion in ' + str(int(args.transfer_timeout)) + ' s':>27}")
+        else:
+            print(f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {med:>9.2f} {nbytes * 8 / med / 1e6:>8.1f} "
+                  f"{row['goodput_of_link']:>8.2f}")
+    return rows
 
 
 if __name__ == "__main__":
