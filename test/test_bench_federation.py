@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from fed_ros.bench import federation as F
+from fed_ros.bench import federation_demos as FD
+from fed_ros.bench import federation_eval as FE
 from fed_ros.bench import federation_run as FR
 from fed_ros.bench.federation_settings import (OVERLAP_CELL_OFFSET, PROFILES, Family, Setting, cross_family,
                                                fedepth_method, method_by_name, overlap_methods, overlap_setting,
@@ -23,7 +25,7 @@ def _episode(n: int = 6) -> Episode:
 
 def test_mirror_episode_negates_xy_only():
     ep = _episode()
-    m = FR.mirror_episode(ep)
+    m = FD.mirror_episode(ep)
     assert np.allclose(m.actions[:, :2], -ep.actions[:, :2])
     assert np.allclose(m.actions[:, 2:], ep.actions[:, 2:])
     assert m.observations["eef_pos"] is ep.observations["eef_pos"]
@@ -38,7 +40,7 @@ def test_mirrored_policy_negates_commands():
         def act(self, obs):
             return np.array([0.5, -0.25, 0.1, 1.0], dtype=np.float32)
 
-    p = FR.MirroredPolicy(Const())
+    p = FE.MirroredPolicy(Const())
     p.reset()
     assert p.act({}).tolist() == [-0.5, 0.25, pytest.approx(0.1), 1.0]
 
@@ -51,7 +53,7 @@ def test_offset_cell_shifts_absolute_positions_only():
     ep = Episode(task="lift", instruction="lift the red cube", observations=obs,
                  actions=rng.uniform(-1, 1, size=(4, ACTION_DIM)))
     off = (0.0, 0.06, -0.01)
-    moved = FR.offset_episode(ep, off)
+    moved = FD.offset_episode(ep, off)
     assert np.allclose(moved.observations["eef_pos"], obs["eef_pos"] + np.float32(off))
     assert np.allclose(moved.observations["object_state"][:, :3], obs["object_state"][:, :3] + np.float32(off))
     # quaternion, eef->object vector, joints and actions (deltas) do not move with the cell
@@ -59,11 +61,11 @@ def test_offset_cell_shifts_absolute_positions_only():
     assert moved.observations["joint_pos"] is obs["joint_pos"] and moved.actions is ep.actions
     assert np.array_equal(ep.observations["eef_pos"], obs["eef_pos"])  # the pool demo is untouched
     fam = Family("b", "lift", "default", True, off)
-    both = FR.family_episode(ep, fam)
+    both = FD.family_episode(ep, fam)
     assert np.allclose(both.actions[:, :2], -ep.actions[:, :2])
     assert np.allclose(both.observations["eef_pos"], moved.observations["eef_pos"])
     with pytest.raises(ValueError, match="task"):
-        FR.offset_observations(obs, "wipe", off)
+        FD.offset_observations(obs, "wipe", off)
     with pytest.raises(ValueError, match="cell_offset"):
         Family("bad", cell_offset=(0.0, 5.0, 0.0))
 
@@ -75,7 +77,7 @@ def test_offset_cell_shifts_absolute_positions_only():
             return np.asarray(o["eef_pos"], dtype=np.float32)
 
     frame = {k: v[0] for k, v in obs.items()}
-    assert np.allclose(FR.OffsetCellPolicy(Echo(), "lift", off).act(frame), frame["eef_pos"] + np.float32(off))
+    assert np.allclose(FE.OffsetCellPolicy(Echo(), "lift", off).act(frame), frame["eef_pos"] + np.float32(off))
 
 
 def test_overlap_setting_has_input_skewed_domains_and_two_unequal_bridges():

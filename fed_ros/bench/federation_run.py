@@ -1,17 +1,16 @@
-"""In-process federation (no ROS) of `fed-ros bench federation`: demos, rounds, evaluation.
+"""In-process federation (no ROS) of `fed-ros bench federation`: rounds and cells.
 
 Runs the fleet's real core strategies, the robots' own client (`fed_ros.learning.client.
 RobotClient`) and MuJoCo evaluation in one process: per round (`federation_round`, the same
 steps a fleet takes) the strategy configures each robot (membership + round config), robots
 describe/score when asked, pick (IFCA) and fit obeying their round config, the strategy
 aggregates; every ``eval_every`` rounds the robots' models are rolled out in MuJoCo with
-seeded episodes. Cells are saved as JSON (resumable).
+seeded episodes. Cells are saved as JSON (resumable). The demos come from
+`federation_demos.DemoCache`, the rollouts from `federation_eval.Evaluator`.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import math
 import os
 import time
@@ -21,244 +20,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fed_ros.core.episode import EEF_POS, OBJECT_STATE, Episode
-from fed_ros.bench.federation_settings import Family, Method, Profile, Setting
-
-log = logging.getLogger("fed_ros.bench.federation")
-
-
-# --------------------------------------------------------------------------- demos
-
-
-def mirror_episode(ep: Episode) -> Episode:
-    """The same demo as commanded by a mirrored-mount arm (x/y end-effector deltas negated)."""
-    actions = ep.actions.copy()
-    actions[:, :2] *= -1.0
-    return Episode(task=ep.task, instruction=ep.instruction, observations=ep.observations,
-                   actions=actions, variation=ep.variation, robot_id=ep.robot_id,
-                   success=ep.success, metadata=dict(ep.metadata, mirrored="1"))
-
-
-# Object-state entries holding absolute base-frame positions (fed_ros.sim.envs._object_state:
-# per object position(3), quaternion(4), eef->object vector(3); pick_place_can appends the
-# bin position at 10). Vectors between things do not move with a work-cell offset.
-_OBJECT_POSITION_SLOTS = {"lift": (0,), "stack": (0, 10), "pick_place_can": (0, 10)}
-
-
-def offset_observations(obs: dict[str, np.ndarray], task: str, offset: Sequence[float]
-                        ) -> dict[str, np.ndarray]:
-    """Observations (one frame or a (T, ...) stack) seen from a work cell offset by ``offset`` m."""
-    if task not in _OBJECT_POSITION_SLOTS:
-        raise ValueError(f"no work-cell offset defined for task {task!r}; known: {sorted(_OBJECT_POSITION_SLOTS)}")
-    off = np.asarray(offset, dtype=np.float32)
-    out = dict(obs)
-    out[EEF_POS] = np.asarray(obs[EEF_POS]) + off
-    state = np.array(obs[OBJECT_STATE], dtype=np.float32, copy=True)
-    for s in _OBJECT_POSITION_SLOTS[task]:
-        state[..., s:s + 3] += off
-    out[OBJECT_STATE] = state
-    return out
-
-
-def offset_episode(ep: Episode, offset: Sequence[float]) -> Episode:
-    """The same demo recorded in a work cell offset by ``offset`` (absolute positions shifted)."""
-    return Episode(task=ep.task, instruction=ep.instruction,
-                   observations=offset_observations(ep.observations, ep.task, offset),
-                   actions=ep.actions, variation=ep.variation, robot_id=ep.robot_id,
-                   success=ep.success, metadata=dict(ep.metadata, cell_offset=",".join(f"{v:g}" for v in offset)))
-
-
-def family_episode(ep: Episode, family: Family) -> Episode:
-    """A pool demo as the family's arm records it (work-cell offset, mirrored commands)."""
-    if any(family.cell_offset):
-        ep = offset_episode(ep, family.cell_offset)
-    return mirror_episode(ep) if family.mirrored else ep
-
-
-class DemoCache:
-    """Scripted-expert demos cached as Episode .npz under ``root`` (without cameras unless a
-    setting asks for them: its own pool directory)."""
-
-    def __init__(self, root: str | Path, noise_std: float = 0.05, data_seed: int = 1000) -> None:
-        self.root = Path(root)
-        self.noise_std = float(noise_std)
-        self.data_seed = int(data_seed)
-        self._mem: dict[tuple[str, str], list[Episode]] = {}
-
-    def _dir(self, task: str, variation: str, cameras: bool = False) -> Path:
-        cams = "__cam84" if cameras else ""  # camera demos: two 84x84 images per step
-        return self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}{cams}"
-
-    def pool(self, task: str, variation: str, n: int, cameras: bool = False) -> list[Episode]:
-        """At least ``n`` successful demos of (task, variation), generating missing ones once."""
-        key = (task, variation, cameras)
-        have = self._mem.get(key)
-        if have is not None and len(have) >= n:
-            return have[:n]
-        d = self._dir(task, variation, cameras)
-        files = sorted(d.glob("demo_*.npz")) if d.is_dir() else []
-        eps = [Episode.load(f) for f in files]
-        ok = [e for e in eps if e.success]
-        if len(ok) < n:
-            from fed_ros.sim.collect import collect_demos
-
-            # Generate in one seeded batch with headroom for expert failures; appended
-            # files keep indices so reruns reproduce the same pool.
-            want = n - len(ok)
-            extra = max(2, int(math.ceil(want * 0.25)))
-            t0 = time.perf_counter()
-            new = collect_demos(task, variation, n=want + extra, seed=self.data_seed + len(eps),
-                                cameras=cameras, noise_std=self.noise_std)
-            d.mkdir(parents=True, exist_ok=True)
-            for i, e in enumerate(new):
-                e.save(d / f"demo_{len(eps) + i:05d}.npz")
-            log.info("collected %d %s/%s demos in %.1fs", len(new), task, variation,
-                     time.perf_counter() - t0)
-            eps += new
-            ok = [e for e in eps if e.success]
-            if len(ok) < n:
-                raise RuntimeError(f"scripted expert produced only {len(ok)} successful "
-                                   f"{task}/{variation} demos, {n} needed")
-        self._mem[key] = ok
-        return ok[:n]
-
-    def robot_data(self, setting: Setting) -> dict[str, list[Episode]]:
-        """Each robot's demos: disjoint slices of the (task, variation) pools, mirrored as needed."""
-        need: dict[tuple[str, str], int] = {}
-        for mix in setting.robots:
-            for fam_name, count in mix:
-                f = setting.family(fam_name)
-                need[(f.task, f.variation)] = need.get((f.task, f.variation), 0) + count
-        pools = {k: self.pool(k[0], k[1], n, cameras=setting.cameras) for k, n in need.items()}
-        used = {k: 0 for k in need}
-        out: dict[str, list[Episode]] = {}
-        for rid, mix in zip(setting.robot_ids, setting.robots):
-            eps: list[Episode] = []
-            for fam_name, count in mix:
-                f = setting.family(fam_name)
-                k = (f.task, f.variation)
-                chunk = pools[k][used[k]:used[k] + count]
-                used[k] += count
-                eps += [family_episode(e, f) for e in chunk]
-            out[rid] = eps
-        return out
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-class MirroredPolicy:
-    """Closed-loop adapter of a mirrored-mount arm: policy x/y commands are negated."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-
-    def reset(self) -> None:
-        """Start a new episode."""
-        self.policy.reset()
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        """Policy action expressed in the mirrored arm's own frame."""
-        a = np.array(self.policy.act(obs), dtype=np.float32)
-        a[:2] *= -1.0
-        return a
-
-
-class OffsetCellPolicy:
-    """Closed-loop adapter of an arm in an offset work cell: observations shifted as in its demos."""
-
-    def __init__(self, policy: Any, task: str, offset: Sequence[float]) -> None:
-        self.policy, self.task, self.offset = policy, task, tuple(offset)
-
-    def reset(self) -> None:
-        """Start a new episode."""
-        self.policy.reset()
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        """Policy action for the observation expressed in the offset cell."""
-        return self.policy.act(offset_observations(obs, self.task, self.offset))
-
-
-def _digest(sd: dict[str, np.ndarray]) -> str:
-    h = hashlib.sha1()
-    for k in sorted(sd):
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(sd[k]).tobytes())
-    return h.hexdigest()
-
-
-class Evaluator:
-    """Seeded closed-loop evaluation; identical (model, family) pairs are rolled out once."""
-
-    def __init__(self, policy_cfg: Any, episodes: int, seed: int,
-                 max_steps: dict[str, int] | None = None) -> None:
-        self.policy_cfg = policy_cfg
-        self.episodes = int(episodes)
-        self.seed = int(seed)
-        self.max_steps = dict(max_steps or {})  # per family name; absent -> the task's horizon
-        self.cameras = policy_cfg.kind == "image"  # an image policy is rolled out on rendered frames
-        self._envs: dict[tuple[str, str], Any] = {}
-        self.seconds = 0.0
-        self.cpu_seconds = 0.0
-        # (family, success, control steps) of every rollout: shows how long successful
-        # rollouts take, which is what an evaluation horizon must leave room for.
-        self.rollouts: list[tuple[str, bool, int]] = []
-
-    def _env(self, task: str, variation: str) -> Any:
-        key = (task, variation)
-        if key not in self._envs:
-            from fed_ros.sim.envs import make_env
-
-            self._envs[key] = make_env(task, variation, cameras=self.cameras, seed=self.seed,
-                                       image_size=self.policy_cfg.image_size)
-        return self._envs[key]
-
-    def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
-        """Success rate of one model on one family (seeded rollouts)."""
-        from fed_ros.learning.runner import PolicyRunner
-        from fed_ros.sim.evaluate import evaluate
-
-        t0, c0 = time.perf_counter(), time.process_time()
-        runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu", sample=True, seed=self.seed)
-        if any(family.cell_offset):
-            runner = OffsetCellPolicy(runner, family.task, family.cell_offset)
-        if family.mirrored:
-            runner = MirroredPolicy(runner)
-        res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
-                       seed=self.seed, cameras=self.cameras, env=self._env(family.task, family.variation),
-                       max_steps=self.max_steps.get(family.name))
-        self.seconds += time.perf_counter() - t0
-        self.cpu_seconds += time.process_time() - c0
-        self.rollouts += [(family.name, bool(ok), int(n)) for ok, n in zip(res.successes, res.episode_lengths)]
-        return float(res.success_rate)
-
-    def evaluate_fleet(self, setting: Setting, models: dict[str, dict[str, np.ndarray]]
-                       ) -> dict[str, Any]:
-        """Per robot: success on each family it has data of; per family: mean over robots."""
-        cache: dict[tuple[str, str], float] = {}
-        per_robot: dict[str, dict[str, float]] = {}
-        for rid, mix in zip(setting.robot_ids, setting.robots):
-            digest = _digest(models[rid])
-            per_robot[rid] = {}
-            for fam_name, _ in mix:
-                key = (digest, fam_name)
-                if key not in cache:
-                    cache[key] = self.family_success(models[rid], setting.family(fam_name))
-                per_robot[rid][fam_name] = cache[key]
-        per_family: dict[str, float] = {}
-        for f in setting.families:
-            vals = [v[f.name] for v in per_robot.values() if f.name in v]
-            if vals:
-                per_family[f.name] = float(np.mean(vals))
-        robot_means = [float(np.mean(list(v.values()))) for v in per_robot.values()]
-        return {"per_robot": per_robot, "per_family": per_family,
-                "mean": float(np.mean(robot_means)), "rollouts": len(cache) * self.episodes}
-
-    def close(self) -> None:
-        """Close cached environments."""
-        for env in self._envs.values():
-            env.close()
-        self._envs.clear()
+from fed_ros.bench.federation_demos import DemoCache
+from fed_ros.bench.federation_eval import Evaluator
+from fed_ros.bench.federation_settings import Method, Profile, Setting
+from fed_ros.core.episode import Episode
 
 
 # --------------------------------------------------------------------------- round metrics
