@@ -56,6 +56,13 @@ class PolicyConfig:
         tanh_means: squash component means with tanh (actions live in [-1, 1]).
         random_shift: pixels of random-shift augmentation the trainer applies to image
             windows (0: off).
+        use_object_state: whether ``object_state`` is a policy input (its own token). None
+            (default) takes the kind's default: True for "lowdim" (it cannot work without
+            it), False for "image" (the cameras see the scene), so existing manifests are
+            unchanged. Real arms have no object state (it needs perception): their fleets
+            set False (docs/arms.md); an image policy then ignores ``object_state`` if a
+            batch carries one. True on an image policy adds an object-state token (a
+            different manifest); False on a low-dim policy is rejected.
         action_dim / object_state_dim: fixed by ``fed_ros.core.episode``; kept here so a
             checkpoint records them.
     """
@@ -76,6 +83,7 @@ class PolicyConfig:
     min_std: float = 1e-4
     tanh_means: bool = True
     random_shift: int = 4
+    use_object_state: bool | None = None
     action_dim: int = ACTION_DIM
     object_state_dim: int = OBJECT_STATE_DIM
 
@@ -109,6 +117,14 @@ class PolicyConfig:
             raise ValueError(f"min_std must be > 0, got {self.min_std!r}")
         if not isinstance(self.random_shift, int) or self.random_shift < 0:
             raise ValueError(f"random_shift must be an int >= 0, got {self.random_shift!r}")
+        if self.use_object_state is None:
+            self.use_object_state = self.kind == "lowdim"
+        if not isinstance(self.use_object_state, bool):
+            raise ValueError(f"use_object_state must be a bool, got {self.use_object_state!r}")
+        if self.kind == "lowdim" and not self.use_object_state:
+            raise ValueError("use_object_state=False needs kind='image': the low-dim policy's only "
+                             "view of the scene is object_state (a real arm without perception "
+                             "trains an image policy)")
         if self.action_dim != ACTION_DIM:
             raise ValueError(f"action_dim must be {ACTION_DIM} (fleet-wide), got {self.action_dim}")
         if self.object_state_dim != OBJECT_STATE_DIM:
@@ -118,7 +134,10 @@ class PolicyConfig:
     @property
     def modalities(self) -> tuple[str, ...]:
         """Encoder modalities of this variant, in token order."""
-        return IMAGE_MODALITIES if self.kind == "image" else LOWDIM_MODALITIES
+        if self.kind == "lowdim":
+            return LOWDIM_MODALITIES
+        # An image policy's object-state token (opt-in) follows the cameras.
+        return IMAGE_MODALITIES[:3] + ("object",) * self.use_object_state + IMAGE_MODALITIES[3:]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (tuples become lists)."""

@@ -25,7 +25,8 @@ Stats = dict[str, tuple[np.ndarray, np.ndarray]]
 def required_keys(cfg: PolicyConfig) -> tuple[str, ...]:
     """Observation keys a policy variant consumes."""
     if cfg.kind == "image":
-        return ep.IMAGE_KEYS + (ep.JOINT_POS, ep.GRIPPER_QPOS)
+        extra = (ep.OBJECT_STATE,) if cfg.use_object_state else ()
+        return ep.IMAGE_KEYS + (ep.JOINT_POS, ep.GRIPPER_QPOS) + extra
     return (ep.JOINT_POS, ep.GRIPPER_QPOS, ep.EEF_POS, ep.EEF_QUAT, ep.OBJECT_STATE)
 
 

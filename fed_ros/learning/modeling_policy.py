@@ -85,6 +85,8 @@ class GMMPolicy(nn.Module):
         if cfg.kind == "image":
             self.agentview_encoder = ImageEncoder(cfg)
             self.wrist_encoder = ImageEncoder(cfg)
+            if cfg.use_object_state:  # opt-in object-state token (PolicyConfig.use_object_state)
+                self.object_encoder = mlp(cfg.object_state_dim, e, e)
         else:
             self.object_encoder = mlp(cfg.object_state_dim, e, e)
             self.eef_encoder = mlp(EEF_DIM, e, e)
@@ -182,6 +184,8 @@ class GMMPolicy(nn.Module):
             for name, key in (("agentview", ep.AGENTVIEW_IMAGE), ("wrist", ep.WRIST_IMAGE)):
                 frames = self._images(batch, key, pooled=pool is not None)
                 feats[name] = self._encode_camera(name, frames, cond, pool).reshape(b, t, -1)
+            if self.cfg.use_object_state:
+                feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
         else:
             feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
             eef = torch.cat([self._lowdim(batch, ep.EEF_POS), self._lowdim(batch, ep.EEF_QUAT)], -1)
@@ -230,8 +234,8 @@ class GMMPolicy(nn.Module):
         else:
             raise ValueError("obs needs an 'instruction' string or a 'text' embedding")
         keys = [ep.JOINT_POS, ep.GRIPPER_QPOS]
-        keys += list(ep.IMAGE_KEYS) if self.cfg.kind == "image" else [
-            ep.EEF_POS, ep.EEF_QUAT, ep.OBJECT_STATE]
+        keys += list(ep.IMAGE_KEYS) if self.cfg.kind == "image" else [ep.EEF_POS, ep.EEF_QUAT]
+        keys += [ep.OBJECT_STATE] if self.cfg.use_object_state else []
         step = {}
         for key in keys:
             if key not in obs:
