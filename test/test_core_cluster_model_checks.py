@@ -58,8 +58,10 @@ def test_digest_of_the_received_bytes():
     assert check(payload_sha256=SHA, received_sha256=SHA)
     assert check(payload_sha256=SHA)  # header only: nothing received yet
     d = check(payload_sha256=SHA, received_sha256="cd" * 32)
-    assert d.code == V.DIGEST and d.reason.startswith("cluster 0 round 0: received bytes hash to 'cdcd")
+    assert d.accepted is False and d.code == V.DIGEST
+    assert d.reason == "cluster 0 round 0: received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced 'abababababababababa..."
     assert code(payload_sha256="", received_sha256="") == V.OK
+    assert check(received_sha256="")  # the announced sha256 defaults to "" (nothing announced)
 
 
 def test_server_signature_unsigned_forged_and_valid():
@@ -78,9 +80,15 @@ def test_server_signature_unsigned_forged_and_valid():
     assert code(**{**kw, "members": ["robot_1"]}, signature=good, server_public_key=server.public_key) \
         == V.BAD_SIGNATURE
     assert code(**{**kw, "round_idx": 4}, signature=good, server_public_key=server.public_key) == V.BAD_SIGNATURE
+    # The payload header (transfer digest: chunk list, bulk address) is signed too.
+    with_header = server.sign_cluster_model(3, 1, SHA, transfer=b"header-v1", members=["robot_0"])
+    assert check(**kw, transfer=b"header-v1", signature=with_header, server_public_key=server.public_key)
+    assert code(**kw, transfer=b"header-v2", signature=with_header, server_public_key=server.public_key) \
+        == V.BAD_SIGNATURE
+    assert code(**kw, signature=with_header, server_public_key=server.public_key) == V.BAD_SIGNATURE
     # A sha256 the signing message refuses is malformed, not a crash.
-    assert code(**{**kw, "payload_sha256": "nothex"}, signature=good, server_public_key=server.public_key) \
-        in (V.MALFORMED, V.BAD_SIGNATURE)
+    d = check(**{**kw, "payload_sha256": "nothex"}, signature=good, server_public_key=server.public_key)
+    assert d.code == V.MALFORMED and d.reason == "cluster 1 round 3: payload sha256 is not hex: 'nothex'"
 
 
 def test_tensors_with_and_without_the_expected_manifest():
@@ -96,7 +104,7 @@ def test_tensors_with_and_without_the_expected_manifest():
     nan = {"w": MODEL["w"].copy(), "b": MODEL["b"]}
     nan["w"][0, 0] = np.nan
     d = check(params=nan)
-    assert d.code == V.NON_FINITE and d.reason.startswith("cluster 0 round 0: ")
+    assert d.accepted is False and d.code == V.NON_FINITE and d.reason.startswith("cluster 0 round 0: ")
     assert code(params=nan, expected_manifest=manifest) == V.NON_FINITE
     big = {"w": MODEL["w"] * 2e6, "b": MODEL["b"]}
     assert code(params=big) == V.OUT_OF_RANGE and code(params=big, expected_manifest=manifest) == V.OUT_OF_RANGE
@@ -108,3 +116,10 @@ def test_a_malformed_model_never_raises(bad):
     server = auth.Signer.generate()
     d = check(**bad, payload_sha256=SHA, signature=b"x" * 64, server_public_key=server.public_key)
     assert not d and d.code in (V.MALFORMED, V.BAD_SIGNATURE)
+
+
+def test_an_exception_inside_the_checks_is_a_malformed_decision_with_its_cause():
+    server = auth.Signer.generate()
+    d = check(payload_sha256=SHA, members=5, signature=b"x" * 64, server_public_key=server.public_key)
+    assert d.code == V.MALFORMED
+    assert d.reason == "cluster model could not be validated: TypeError: 'int' object is not iterable"

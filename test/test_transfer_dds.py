@@ -53,6 +53,8 @@ class Robots:
         self.auto_out = TransferSender("auto", bulk_threshold_bytes=THRESHOLD)
         self.models_in = TransferReceiver(manifest)
         self.outbox = Outbox(RetrySchedule(first_s=1.0, factor=2.0, max_s=2.0))
+        self.resend_from = [self.ros_out]  # senders whose chunks are re-sent on the server's request
+        self.forges: dict = {}  # payload id -> the header forgery its chunks carry
         self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
         self.node.create_subscription(UpdateAck, "/fleet/update_acks", self._on_ack, qos.control_qos())
         self.node.create_subscription(RoundAnnouncement, "/fleet/round",
@@ -73,14 +75,18 @@ class Robots:
         self.outbox.acknowledge(msg.payload_id, Decision(msg.accepted, msg.code, msg.reason))
 
     def _on_resend(self, msg) -> None:
-        """What the robot node does: answer with only the requested chunks."""
+        """What the robot node does: answer with only the requested chunks (forged like the first time)."""
         from fed_ros.ros.wire.conversions import model_update_msg
         self.resend_requests.append(msg.data)
-        answer = self.ros_out.resend(msg.data)
-        if answer is not None:
-            out, chunks = answer
-            for chunk in chunks:
-                self.pub.publish(model_update_msg(chunk, **out.meta))
+        for sender in self.resend_from:
+            answer = sender.resend(msg.data)
+            if answer is not None:
+                out, chunks = answer
+                for chunk in chunks:
+                    update = model_update_msg(chunk, **out.meta)
+                    if out.payload_id in self.forges:
+                        self.forges[out.payload_id](update)
+                    self.pub.publish(update)
 
     def spin_until(self, predicate, timeout: float, what: str, server=None) -> None:
         deadline = time.monotonic() + timeout
@@ -107,6 +113,8 @@ class Robots:
     def publish(self, out, skip=(), forge=None) -> None:
         """Publish an update's chunks (``forge(msg)`` edits each message first: a forged header)."""
         from fed_ros.ros.wire.conversions import model_update_msg
+        if forge is not None:
+            self.forges[out.payload_id] = forge
         for chunk in out.chunks():
             if int(chunk.chunk_index) not in skip:
                 msg = model_update_msg(chunk, **out.meta)
@@ -129,6 +137,7 @@ class Robots:
 def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) -> None:
     from fed_ros.core import validation as V
     from fed_ros.core.params import manifest_of
+    from fed_ros.ros.wire.transfer import TransferSender
     from fed_ros.core.validation import NON_FINITE, read_audit_log
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
@@ -170,8 +179,8 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         robots.spin_until(lambda: len(robots.acks_for(nan_out.payload_id)) == 2, 30.0, "the repeated ack", server)
 
         # Every other rejection class of an update, once: the code reaches the robot in its UpdateAck.
-        def refused(out, code: str, forge=None):
-            robots.publish(out, forge=forge)
+        def refused(out, code: str, forge=None, skip=()):
+            robots.publish(out, forge=forge, skip=skip)
             robots.spin_until(lambda: robots.acks_for(out.payload_id), 30.0, f"the {code} ack", server)
             ack = robots.acks_for(out.payload_id)[0]
             assert not ack.accepted and ack.code == code and ack.reason, (code, ack.code, ack.reason)
@@ -183,6 +192,7 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         huge = {k: v.copy() for k, v in initial.items()}
         huge[first].reshape(-1)[0] = -1e30
         r0 = robots.ros_out
+        side = TransferSender("ros", chunk_bytes=64 << 10)  # its chunks are not re-sent on request
         refused_pids = [nan_out.payload_id] + [refused(*case) for case in (
             (robots.prepare(r0, flat, "robot_1", "shape"), V.SCHEMA),
             (robots.prepare(r0, dict(list(initial.items())[:-1]), "robot_1", "manifest"), V.SCHEMA),
@@ -197,6 +207,11 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
             (robots.prepare(r0, initial, "robot_1", "base", base_round=1), V.STALE_BASE),
         )]
 
+        # A second update of robot_0 in flight (its first chunk passed the header checks) completes after
+        # robot_0's update below was accepted: refused by the round as a duplicate, counted once.
+        twin = robots.prepare(side, {k: (v - 0.02).astype(np.float32) for k, v in initial.items()},
+                              "robot_0", "twin")
+        robots.publish(twin, skip=set(range(1, len(twin.chunks()))))
         # An update whose first publication is lost: the outbox re-sends it until acknowledged.
         good0 = {k: (v + 0.01).astype(np.float32) for k, v in initial.items()}
         lost = robots.prepare(robots.auto_out, good0, "robot_0", "lost")
@@ -204,6 +219,8 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         entry = robots.outbox.add(0, lost.payload_id, lost, deadline=time.monotonic() + 120.0)  # never published
         robots.spin_until(lambda: robots.acks_for(lost.payload_id), 60.0, "the re-sent update's ack", server)
         assert robots.acks_for(lost.payload_id)[0].accepted and entry.sends >= 2
+        robots.resend_from.append(side)  # from now on the twin's lost chunks are re-sent too
+        refused_pids.append(refused(twin, V.DUPLICATE, skip={0}))
         # A second, different update of a robot whose update the round already took.
         good1 = {k: (v - 0.01).astype(np.float32) for k, v in initial.items()}
         refused_pids.append(refused(robots.prepare(r0, good1, "robot_0", "again"), V.DUPLICATE))
@@ -250,7 +267,7 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
     assert codes == {pid: robots.acks_for(pid)[0].code for pid in refused_pids + [stale_pid]}, codes
     assert sorted(codes.values()) == sorted([NON_FINITE, V.SCHEMA, V.SCHEMA, V.OUT_OF_RANGE, V.OVERSIZE, V.DIGEST,
                                              V.NUM_SAMPLES, V.NOT_PARTICIPANT, V.FUTURE, V.STALE_BASE,
-                                             V.DUPLICATE, V.STALE_ROUND])
+                                             V.DUPLICATE, V.DUPLICATE, V.STALE_ROUND])
 
 
 @pytest.mark.timeout(200)
