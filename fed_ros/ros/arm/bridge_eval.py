@@ -36,20 +36,26 @@ class EpisodeOutcome:
 
 
 class ArmClient:
-    """Client side of one arm's topics, attached to a node spun by another thread."""
+    """Client side of one arm's topics, attached to a node spun by another thread.
+
+    ``camera_transport`` "raw" (sensor_msgs/Image) or "compressed" (CompressedImage on
+    ``.../image_raw/compressed``); frames are resized to ``image_size`` (0: as they came).
+    """
 
     def __init__(self, node, namespace: str = "", cameras: bool = True, source: str = "policy",
-                 callback_group=None) -> None:
+                 callback_group=None, camera_transport: str = "raw", image_size: int = 0) -> None:
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
         from geometry_msgs.msg import PoseStamped
         from rclpy.callback_groups import ReentrantCallbackGroup
-        from sensor_msgs.msg import Image, JointState
+        from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import Float32MultiArray, String
 
         self.node = node
         self.topics = at.ArmTopics(namespace)
         self.cameras = cameras
+        self.camera_topics = [at.camera_topic(rel, camera_transport)
+                              for rel in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)]
         self.source = source
         self._ArmCommand = ArmCommand
         self._ResetRequest = ResetEpisode.Request
@@ -84,10 +90,10 @@ class ArmClient:
             sub(EpisodeStatus, at.EPISODE_STATUS_TOPIC, STATUS_PART, stamped(lambda m: m)),
         ]
         if cameras:
-            self._subs += [
-                sub(Image, at.AGENTVIEW_TOPIC, AGENTVIEW_IMAGE, stamped(at.image_from_msg)),
-                sub(Image, at.WRIST_TOPIC, WRIST_IMAGE, stamped(at.image_from_msg)),
-            ]
+            image_type = CompressedImage if camera_transport == "compressed" else Image
+            frame = stamped(lambda m: at.camera_from_msg(m, camera_transport, image_size))
+            self._subs += [sub(image_type, rel, key, frame)
+                           for key, rel in zip((AGENTVIEW_IMAGE, WRIST_IMAGE), self.camera_topics)]
         self._subs.append(node.create_subscription(
             String, self.topics.task, self._on_task, at.qos_for(at.TASK_TOPIC), callback_group=group))
         self._command_pub = node.create_publisher(ArmCommand, self.topics.command,
@@ -113,7 +119,7 @@ class ArmClient:
             raise TimeoutError(f"no arm reset service {self.topics.reset!r} after {timeout:.0f} s")
         names = [self.topics.joint_states, self.topics.episode_status, self.topics.object_state]
         if self.cameras:
-            names += [self.topics.agentview_image, self.topics.wrist_image]
+            names += [self.topics.name(rel) for rel in self.camera_topics]
         for name in names:
             while self.node.count_publishers(name) == 0:
                 if time.monotonic() > deadline:

@@ -58,6 +58,10 @@ RECORDED_TOPICS: dict[str, str] = {
 STATE_TOPICS = (at.JOINT_STATES_TOPIC, at.GRIPPER_STATE_TOPIC, at.EEF_POSE_TOPIC,
                 at.OBJECT_STATE_TOPIC)
 IMAGE_TOPICS = (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)
+# With camera_transport "compressed" the cameras' CompressedImage streams are recorded instead,
+# as they arrived (JPEG/PNG bytes); frames are decoded and resized when converted to an episode.
+COMPRESSED_TOPICS = {at.camera_topic(rel, "compressed"): at.CAMERA_MSGTYPES["compressed"]
+                     for rel in IMAGE_TOPICS}
 SPINE_TOPICS = (at.APPLIED_COMMAND_TOPIC, at.EPISODE_STATUS_TOPIC)
 
 
@@ -343,7 +347,7 @@ def recording_source(declared: str, counts: dict[str, int]) -> str:
 
 
 def _relative(topic: str) -> str:
-    for rel in RECORDED_TOPICS:
+    for rel in {**RECORDED_TOPICS, **COMPRESSED_TOPICS}:
         if topic == rel or topic.endswith("/" + rel):
             return rel
     raise ValueError(f"topic {topic!r} is not an arm topic")
@@ -354,15 +358,20 @@ class Recorder:
 
     Attach it to a node that spins with a MultiThreadedExecutor (``stop`` waits for the
     last in-flight observations, which needs the subscriptions to keep running).
+    ``camera_transport`` "raw" or "compressed" (see :data:`COMPRESSED_TOPICS`); ``image_size``
+    (recorded in the bag's metadata) is the side frames are resized to when converted (0: kept).
     """
 
     def __init__(self, node, output_dir: str | Path, *, namespace: str = "", robot_id: str = "",
-                 cameras: bool = True, callback_group=None) -> None:
+                 cameras: bool = True, callback_group=None, camera_transport: str = "raw",
+                 image_size: int = 0) -> None:
         from rclpy.callback_groups import ReentrantCallbackGroup
         self.node = node
         self.output_dir = Path(output_dir)
         self.robot_id = robot_id
         self.cameras = cameras
+        self.camera_transport, self.image_size = camera_transport, int(image_size)
+        self.image_topics = tuple(at.camera_topic(rel, camera_transport) for rel in IMAGE_TOPICS)
         self.topics = at.ArmTopics(namespace)
         self._lock = threading.Condition()
         self._writer: Rosbag2McapWriter | None = None
@@ -378,8 +387,10 @@ class Recorder:
         self._subs = []
         self._qos: dict[str, Any] = {}
         for rel, msgtype in RECORDED_TOPICS.items():
-            if rel in IMAGE_TOPICS and not cameras:
-                continue
+            if rel in IMAGE_TOPICS:
+                if not cameras:
+                    continue
+                rel, msgtype = at.camera_topic(rel, camera_transport), at.CAMERA_MSGTYPES[camera_transport]
             qos = at.qos_for(rel)
             sub = node.create_subscription(
                 at.message_class(msgtype), self.topics.name(rel),
@@ -405,7 +416,7 @@ class Recorder:
 
     def required_topics(self) -> tuple[str, ...]:
         """Relative topics an episode needs."""
-        return STATE_TOPICS + (IMAGE_TOPICS if self.cameras else ()) + SPINE_TOPICS
+        return STATE_TOPICS + (self.image_topics if self.cameras else ()) + SPINE_TOPICS
 
     def start(self, task: str, instruction: str = "", variation: str = "default", source: str = "") -> Path:
         """Begin a new episode recording; returns its directory.
@@ -432,6 +443,7 @@ class Recorder:
             self._meta = {"robot_id": self.robot_id, "task": task, "instruction": instruction,
                           "variation": variation or "default",
                           "cameras": "true" if self.cameras else "false",
+                          "camera_transport": self.camera_transport, "image_size": str(self.image_size),
                           "arm_namespace": self._resolved_namespace(),
                           "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             self._declared_source = source
@@ -615,7 +627,9 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
         return Episode.load(cache)
 
     cameras = _bool(custom.get("cameras", "true"))
-    required = STATE_TOPICS + (IMAGE_TOPICS if cameras else ()) + SPINE_TOPICS
+    transport, image_size = custom.get("camera_transport", "raw"), int(custom.get("image_size") or 0)
+    image_topics = tuple(at.camera_topic(rel, transport) for rel in IMAGE_TOPICS)
+    required = STATE_TOPICS + (image_topics if cameras else ()) + SPINE_TOPICS
     counts: dict[str, int] = {}
     full_names: dict[str, str] = {}
     for entry in info.get("topics_with_message_count", []):
@@ -644,7 +658,7 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
                     continue
                 if rel not in by_topic:
                     continue
-                if rel in IMAGE_TOPICS:
+                if rel in image_topics:
                     # Images are decoded only for the steps that are kept (below).
                     stamp = cdr_header_stamp_ns(message.data)
                     by_topic[rel][stamp] = message.data
@@ -672,7 +686,7 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
         raise RecordingError(f"recording {path}: {dropped} of {len(stamps)} steps lack "
                              f"observations (missing per topic: {missing})")
 
-    from sensor_msgs.msg import Image
+    image_type = at.message_class(at.CAMERA_MSGTYPES[transport])
     observations: dict[str, list[np.ndarray]] = {k: [] for k in (
         JOINT_POS, GRIPPER_QPOS, EEF_POS, EEF_QUAT, OBJECT_STATE)}
     if cameras:
@@ -689,8 +703,9 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
         observations[EEF_QUAT].append(quat)
         observations[OBJECT_STATE].append(at.decode_object_state(by_topic[at.OBJECT_STATE_TOPIC][s]))
         if cameras:
-            for key, rel in ((AGENTVIEW_IMAGE, at.AGENTVIEW_TOPIC), (WRIST_IMAGE, at.WRIST_TOPIC)):
-                observations[key].append(at.image_from_msg(deserialize_message(by_topic[rel][s], Image)))
+            for key, rel in zip((AGENTVIEW_IMAGE, WRIST_IMAGE), image_topics):
+                observations[key].append(at.camera_from_msg(
+                    deserialize_message(by_topic[rel][s], image_type), transport, image_size))
     episode = Episode(
         task=custom.get("task", ""), instruction=custom.get("instruction", ""),
         observations={k: np.stack(v) for k, v in observations.items()},

@@ -5,6 +5,8 @@ Every arm (MuJoCo bridge or real driver) offers the same topics (docs/contracts.
 
     arm/agentview/image_raw   sensor_msgs/Image (rgb8)          sensor-data QoS
     arm/wrist/image_raw       sensor_msgs/Image (rgb8)          sensor-data QoS
+      (or, with camera_transport "compressed", ``<camera>/image_raw/compressed``
+      sensor_msgs/CompressedImage JPEG/PNG, as image_transport names them)
     arm/joint_states          sensor_msgs/JointState            sensor-data QoS
     arm/gripper_state         sensor_msgs/JointState (fingers)  sensor-data QoS
     arm/eef_pose              geometry_msgs/PoseStamped         sensor-data QoS
@@ -155,10 +157,33 @@ def parse_object_state_label(label: str) -> int:
 
 # --- QoS and message types per topic -------------------------------------------------------
 
+# Camera transports the robot side accepts: "raw" sensor_msgs/Image on ``.../image_raw``,
+# "compressed" sensor_msgs/CompressedImage (JPEG/PNG) on ``.../image_raw/compressed``.
+CAMERA_TRANSPORTS = ("raw", "compressed")
+COMPRESSED_SUFFIX = "/compressed"
+CAMERA_MSGTYPES = {"raw": "sensor_msgs/msg/Image", "compressed": "sensor_msgs/msg/CompressedImage"}
+
+
+def camera_topic(relative: str, transport: str = "raw") -> str:
+    """Relative camera topic of a transport (``arm/wrist/image_raw[/compressed]``)."""
+    if transport not in CAMERA_TRANSPORTS:
+        raise ValueError(f"camera transport must be one of {CAMERA_TRANSPORTS}, got {transport!r}")
+    return relative + (COMPRESSED_SUFFIX if transport == "compressed" else "")
+
+
+def camera_from_msg(msg, transport: str = "raw", size: int = 0) -> np.ndarray:
+    """Image or CompressedImage -> HxWx3 uint8 RGB resized to ``size`` (0: as it came)."""
+    if transport == "raw" and not size:
+        return image_from_msg(msg)
+    from fed_ros.ros.wire.images import decode_camera
+    return decode_camera(msg, transport == "compressed", size)
+
+
 # Subscribers keep a deeper sensor history than the publisher so a busy executor does not
 # lose a tick's image before the recorder or the policy has read it.
 SENSOR_TOPICS = frozenset({AGENTVIEW_TOPIC, WRIST_TOPIC, JOINT_STATES_TOPIC, GRIPPER_STATE_TOPIC,
-                           EEF_POSE_TOPIC, OBJECT_STATE_TOPIC})
+                           EEF_POSE_TOPIC, OBJECT_STATE_TOPIC, AGENTVIEW_TOPIC + COMPRESSED_SUFFIX,
+                           WRIST_TOPIC + COMPRESSED_SUFFIX})
 
 
 def qos_for(relative_topic: str, subscriber: bool = True):
