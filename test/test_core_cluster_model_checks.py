@@ -73,6 +73,7 @@ def test_server_signature_unsigned_forged_and_valid():
     assert check(**kw, signature=b"junk", server_public_key=None)
     d = check(**kw, signature=b"", server_public_key=server.public_key)
     assert d.code == V.UNSIGNED and d.reason == "cluster 1 round 3: not signed by the server"
+    assert code(**kw, server_public_key=server.public_key) == V.UNSIGNED  # no signature given at all
     forged = other.sign_cluster_model(3, 1, SHA, members=["robot_0"])
     d = check(**kw, signature=forged, server_public_key=server.public_key)
     assert d.code == V.BAD_SIGNATURE and d.reason == "cluster 1 round 3: bad server signature"
