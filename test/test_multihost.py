@@ -149,7 +149,7 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
                              interval=0.1, diagnostics=diag)
             timing["recovery_s"] = ack["time"] - t_up
             timing["up"] = t_up
-        wait_until(lambda: running() or ups["server"].poll() is not None, 2 * ROUND_TIMEOUT_S + 120,
+        wait_until(lambda: running() or ups["server"].poll() is not None, 2 * ROUND_TIMEOUT_S,
                    f"the server to finish {ROUNDS} rounds", interval=0.2, diagnostics=diag)
         timing["fleet_s"] = time.monotonic() - t_start
         assert ups["server"].returncode == 0, f"server host's fed-ros up exited {ups['server'].returncode}\n{diag()}"
@@ -192,7 +192,7 @@ def _robots_on_network(tmp: Path, channel: str) -> None:
         assert set(range(ROUNDS)) <= got, (rid, got)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_ros_chunks_across_hosts_survive_a_30s_link_outage(tmp_path, network, ros_domain_id, capsys):
     timing = _run_fleet(tmp_path, network, ros_domain_id, "auto", outage="robot_1")
     updates = _check_applied_once(tmp_path)
@@ -208,7 +208,7 @@ def test_ros_chunks_across_hosts_survive_a_30s_link_outage(tmp_path, network, ro
               f"replays answered: {sum(1 for u in updates if not u['accepted'])}")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 def test_zmq_bulk_channel_across_hosts_from_the_documented_settings(tmp_path, network, ros_domain_id, capsys):
     timing = _run_fleet(tmp_path, network, ros_domain_id, "zmq")
     _check_applied_once(tmp_path)
