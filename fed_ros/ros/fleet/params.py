@@ -20,6 +20,7 @@ ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd"
 SIM_TASKS = ("lift", "pick_place_can", "stack")
 POLICY_KINDS = ("lowdim", "image")
 TRANSFER_CHANNELS = ("auto", "ros", "zmq")
+CAMERA_TRANSPORTS = ("raw", "compressed")  # = fed_ros.ros.arm.topics.CAMERA_TRANSPORTS
 SERVER_NAMESPACE = "/fleet"
 
 ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
@@ -122,6 +123,11 @@ class RobotParams(NodeParams):
     demo_noise_std: float = param(0.0, "expert action noise for demonstration diversity", ge=0.0, live=True)
     max_episode_steps: int = param(400, "safety cap for expert / policy episodes", unit="steps", ge=1, live=True)
     policy: str = param("lowdim", "policy kind (must match the server's model)", choices=POLICY_KINDS)
+    use_object_state: bool = param(True, "false: the policy takes no object_state (a real arm without "
+                                         "perception; needs policy image, docs/arms.md)")
+    camera_transport: str = param("raw", "cameras as sensor_msgs/Image on <camera>/image_raw (raw) or "
+                                         "CompressedImage JPEG/PNG on .../image_raw/compressed",
+                                  choices=CAMERA_TRANSPORTS)
     device: str = param("auto", "torch device for training: auto | cpu | cuda[:N]", check=_device)
     torch_threads: int = param(0, "CPU threads for torch (0 = torch's default: all cores)", ge=0)
     seed: int = param(0, "training seed (offset by round)")
@@ -157,6 +163,9 @@ class RobotParams(NodeParams):
     def _check(self) -> None:
         if not ID_RE.match(self.robot_id):
             raise ValueError(f"robot parameter 'robot_id' must match {ID_RE.pattern}, got {self.robot_id!r}")
+        if self.policy == "lowdim" and not self.use_object_state:
+            raise ValueError("robot parameter 'use_object_state' is false but 'policy' is lowdim: the low-dim "
+                             "policy sees the scene only through object_state (use policy image)")
 
     def local_training(self) -> dict[str, Any]:
         """The robot's own training settings (a round config overrides what it decides)."""

@@ -88,7 +88,7 @@ class RobotNode(Node):
         from fed_ros.learning.client import RobotClient
         from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import initial_state_dict
-        self.policy_cfg = PolicyConfig(kind=p.policy)
+        self.policy_cfg = PolicyConfig(kind=p.policy, use_object_state=None if p.use_object_state else False)
         # The robot's own training settings; the round config overrides what it decides.
         self.client = RobotClient(self.robot_id, self.policy_cfg, robot_seed=p.seed, device=p.device,
                                   local=p.local_training())  # ValueError at start on a bad or forbidden setting
@@ -102,9 +102,10 @@ class RobotNode(Node):
 
         from fed_ros.ros.arm.bridge_eval import ArmClient
         from fed_ros.ros.arm.recorder import Recorder
-        self.arm = ArmClient(self, namespace=arm_ns, cameras=self.cameras, source="policy", callback_group=io_group)
+        cams = dict(cameras=self.cameras, camera_transport=p.camera_transport, image_size=self.policy_cfg.image_size)
+        self.arm = ArmClient(self, namespace=arm_ns, source="policy", callback_group=io_group, **cams)
         self.recorder = Recorder(self, self.demo_dir, namespace=arm_ns, robot_id=self.robot_id,
-                                 cameras=self.cameras, callback_group=io_group)
+                                 callback_group=io_group, **cams)
 
         self.update_pub = self.create_publisher(ModelUpdate, f"{fleet}/updates", qos.control_qos())
         self.descriptor_pub = self.create_publisher(DescriptorMsg, f"{fleet}/descriptors", qos.control_qos())
