@@ -318,3 +318,21 @@ def test_rejections_from_unknown_senders_are_counted_but_not_kept(tmp_path):
     clock[0] = 10.5
     _, outcome = coord.poll()
     assert outcome.updates_rejected == 2000 and outcome.updates_received == 2000
+
+
+def test_roster_survives_a_restart_before_the_first_commit(tmp_path):
+    # Robots register once, at start-up: a server killed before committing round 0 must
+    # still know them when it restarts, or it waits for registrations forever.
+    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=1.0, round_timeout_s=10.0)
+    first = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
+                             roster_file=tmp_path / "store" / "roster.json")
+    for rid in ROBOTS[:2]:
+        assert first.register(rid, tasks=["lift"], num_samples=10).accepted
+    assert not first.register("robot 9", tasks=["lift"]).accepted  # refused ids are not persisted
+
+    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
+                             roster_file=tmp_path / "store" / "roster.json")
+    assert again.resume() is False  # nothing committed yet
+    assert again.roster.ids == list(ROBOTS[:2])
+    plan = again.start_round(now=0.0)
+    assert plan.round_idx == 0 and set(plan.participants) == set(ROBOTS[:2])

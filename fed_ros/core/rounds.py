@@ -13,9 +13,12 @@ tests drive the machine with a fake clock.
 """
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -88,7 +91,7 @@ class RoundCoordinator:
 
     def __init__(self, strategy: StrategyLike, store: Any, settings: RoundSettings,
                  initial_model: Mapping[str, np.ndarray], roster: Roster | None = None,
-                 clock=time.time) -> None:
+                 clock=time.time, roster_file: str | Path | None = None) -> None:
         self.strategy = strategy
         self.store = store
         self.settings = settings
@@ -97,6 +100,10 @@ class RoundCoordinator:
         # allow-list roster replaced by an open one accepted any robot id (issue 13).
         self.roster = roster if roster is not None else Roster(max_samples=settings.max_samples)
         self.clock = clock
+        # Robots register once, at start-up. Until the first commit carries the roster, it is
+        # kept in this file, so a server killed before committing round 0 still knows them
+        # after a restart (otherwise the restarted server waited for registrations forever).
+        self.roster_file = Path(roster_file) if roster_file is not None else None
         self.round_idx = 0
         self.attempt = 0
         self.cluster_models: dict[int, dict[str, np.ndarray]] = {}
@@ -118,6 +125,8 @@ class RoundCoordinator:
         """Load the last committed round from the store; True when there was one."""
         snap = self.store.load_latest()
         if snap is None:
+            if self.roster_file is not None and self.roster_file.is_file():
+                self.roster.load_json(json.loads(self.roster_file.read_text(encoding="utf-8")))
             return False
         self.strategy.load_state(snap.strategy_arrays, snap.strategy_meta)
         self.cluster_models = {int(c): dict(m) for c, m in snap.cluster_models.items()}
@@ -127,6 +136,16 @@ class RoundCoordinator:
         self.finished = self.round_idx >= self.settings.rounds
         self._initialized = True
         return True
+
+    def register(self, robot_id: str, **capabilities: Any) -> Verdict:
+        """Register a robot (Roster.register) and keep the roster on disk when it changed."""
+        verdict = self.roster.register(robot_id, **capabilities)
+        if verdict.accepted and self.roster_file is not None:
+            self.roster_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.roster_file.with_name(self.roster_file.name + ".tmp")
+            tmp.write_text(json.dumps(self.roster.to_json()), encoding="utf-8")
+            os.replace(tmp, self.roster_file)  # atomic: a kill leaves the old or the new roster
+        return verdict
 
     def _ensure_initialized(self, robot_ids: Sequence[str]) -> None:
         if not self._initialized:

@@ -127,7 +127,7 @@ class FleetServer(Node):
             eval_episodes=p.eval_episodes)
         self.coord = RoundCoordinator(self.strategy, self.store, settings, initial,
                                       Roster(allowed_keys=allowed_keys, max_samples=p.max_samples),
-                                      clock=self._now)
+                                      clock=self._now, roster_file=Path(p.state_dir) / "roster.json")
         self.resumed = self.coord.resume()
         self.limits = TransferLimits(max_total_bytes=p.max_update_bytes)
         # Transfer: updates in (assembly, bulk fetch, the one payload check), cluster models out.
@@ -189,7 +189,7 @@ class FleetServer(Node):
     def _on_register(self, request, response):
         verdict = self._check_register(request)
         if verdict.accepted:
-            verdict = self.coord.roster.register(
+            verdict = self.coord.register(
                 request.robot_id, tasks=list(request.tasks), num_samples=int(request.num_samples),
                 has_gpu=bool(request.has_gpu), public_key=bytes(request.public_key),
                 action_dim=int(request.action_dim) if request.action_dim else None)
