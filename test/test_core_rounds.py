@@ -144,8 +144,9 @@ def test_below_quorum_round_is_abandoned_and_models_unchanged(tmp_path):
     assert ModelStore(tmp_path / "store").load_latest() is None  # nothing committed
     clock[0] = 25.0
     nxt, outcome = coord.poll()
-    assert nxt is None and not outcome.completed
+    assert nxt.stage == DONE and not outcome.completed  # robots are told it is over
     assert "abandoned 2 times" in coord.failed_reason
+    assert ModelStore(tmp_path / "store").load_latest() is None
 
 
 def test_bad_updates_rejected_with_reason_and_code(tmp_path):

@@ -331,7 +331,9 @@ class RoundCoordinator:
         self.collector = None
         if self.attempt >= self.settings.max_attempts:
             self.failed_reason = f"round {self.round_idx} abandoned {self.attempt} times: {decision.reason}"
-            return None, outcome
+            # Robots are told the federation is over (STAGE_DONE) before the server gives up,
+            # instead of waiting for a server that is gone.
+            return self.done_plan(now), outcome
         return self.start_round(now), outcome
 
     def _close_evaluation(self, col: StageCollector, now: float) -> tuple[RoundPlan | None, RoundOutcome | None]:
