@@ -125,6 +125,8 @@ class ScriptedRobots:
         self.model_signatures: list[tuple[int, int, str, bytes]] = []  # (cluster, round, sha256, signature)
         self.answered: set[tuple] = set()
         self.hold = hold  # True: TRAIN announcements wait (e.g. until an attack is done)
+        self.sent: list[str] = []  # payload ids of the updates sent
+        self.between_chunks = None  # callable(payload_id, chunks) run after chunk 0 of each update
         self.pending: tuple | None = None
         self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
         self.node.create_subscription(RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos())
@@ -132,6 +134,10 @@ class ScriptedRobots:
                                       lambda m: self.reports.__setitem__(int(m.round), m), qos.latched_qos())
         self.node.create_subscription(ClusterModel, "/fleet/cluster_models", self._on_model, qos.model_state_qos(64))
         self.client = self.node.create_client(Register, "/fleet/register")
+        # Chunks the server's KEEP_LAST inbox dropped are asked for again (signed by the server).
+        from std_msgs.msg import String
+        self.uploads: dict[str, tuple] = {}  # payload id -> (ChunkedSender, message fields)
+        self.node.create_subscription(String, "/fleet/update_resend", self._on_resend, qos.control_qos())
 
     def spin(self, seconds: float = 0.1) -> None:
         end = time.monotonic() + seconds
@@ -178,15 +184,38 @@ class ScriptedRobots:
                 continue
             self.answered.add((rid, round_idx, stamp))
             encoded = encode_state_dict(honest_update(self.initial, round_idx, k))
+            nonce = auth.new_nonce()
+            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=self.chunk_bytes)
             env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,
                                    total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
-                                   nonce=auth.new_nonce()).signed(self.signers[rid])
-            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{env.nonce.hex()[:8]}", chunk_bytes=self.chunk_bytes)
-            for chunk in sender.chunks():
+                                   nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
+            self.sent.append(sender.payload_id)
+            self.uploads[sender.payload_id] = (sender, dict(robot_id=rid, round_idx=round_idx, base_round=round_idx,
+                                                            num_samples=env.num_samples, nonce=env.nonce,
+                                                            signature=env.signature))
+            chunks = list(sender.chunks())
+            self.pub.publish(model_update_msg(chunks[0], robot_id=rid, round_idx=round_idx, base_round=round_idx,
+                                              num_samples=env.num_samples, nonce=env.nonce, signature=env.signature))
+            if self.between_chunks is not None:  # e.g. an attacker who saw chunk 0 injects a foreign chunk 1
+                self.between_chunks(sender.payload_id, chunks)
+            for chunk in chunks[1:]:
                 self.pub.publish(model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                                   num_samples=env.num_samples, nonce=env.nonce,
                                                   signature=env.signature))
+
+    def _on_resend(self, msg) -> None:
+        from fed_ros.ros.wire.conversions import model_update_msg
+        from fed_ros.ros.wire.signed import verify_json
+        from fed_ros.ros.wire.transport import decode_resend_request
+        server = self.signers.get("server")
+        if server is not None and verify_json(msg.data, "update_resend", lambda obj: server.public_key) is not None:
+            return  # not from our server
+        pid, indices = decode_resend_request(msg.data)
+        if pid in self.uploads:
+            sender, fields = self.uploads[pid]
+            for chunk in sender.resend(indices):
+                self.pub.publish(model_update_msg(chunk, **fields))
 
     def close(self) -> None:
         self.node.destroy_node()

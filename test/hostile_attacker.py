@@ -106,6 +106,39 @@ class Attacker:
                     self.updates.publish(model_update_msg(chunk, robot_id=victim, round_idx=r, base_round=r,
                                                           num_samples=100, nonce=nonce, signature=sig))
             return {"attack": attack, "sent": n}
+        if attack == "foreign_chunk":  # watch honest uploads; inject a forged continuation chunk into n of them
+            seen: set[str] = set()
+            injected: list[str] = []
+
+            def on_update(msg) -> None:
+                p = msg.payload
+                if p.payload_id == "probe":  # the test's handshake: we hear the honest robots' writer
+                    (self.keys_dir / "foreign_chunk.heard").write_text("1")
+                    return
+                print(f"heard {p.payload_id[:40]} chunk {p.chunk_index}/{p.chunk_count}", file=sys.stderr, flush=True)
+                if p.payload_id in seen or int(p.chunk_count) < 2 or int(p.chunk_index) != 0 or len(injected) >= n:
+                    return
+                seen.add(p.payload_id)
+                forged = ModelUpdate()
+                forged.robot_id, forged.round, forged.base_round = msg.robot_id, msg.round, msg.base_round
+                forged.num_samples, forged.nonce, forged.signature = msg.num_samples, msg.nonce, msg.signature
+                forged.payload = p
+                size = min(len(p.data), int(p.total_bytes) - len(p.data))
+                forged.payload.chunk_index, forged.payload.chunk_offset = 1, len(p.data)
+                forged.payload.data = bytes(size)  # zeros where the honest chunk 1 goes
+                self.updates.publish(forged)
+                injected.append(p.payload_id)
+                print(f"injected chunk 1 into {p.payload_id}", file=sys.stderr, flush=True)
+
+            self.wait_matched(self.updates)  # the server's reader (before our own reader exists: it would count)
+            sub = self.node.create_subscription(ModelUpdate, "/fleet/updates", on_update, qos.control_qos())
+            (self.keys_dir / "foreign_chunk.ready").write_text("1")
+            end = time.monotonic() + 120.0
+            while len(injected) < n and time.monotonic() < end:
+                self.ex.spin_once(timeout_sec=0.05)
+            self.updates.wait_for_all_acked(Duration(seconds=30))
+            self.node.destroy_subscription(sub)
+            return {"attack": attack, "sent": len(injected), "payload_ids": injected}
         if attack == "resend_flood":
             self.wait_matched(self.resend)
             for i in range(n):

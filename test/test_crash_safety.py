@@ -351,11 +351,12 @@ class ScriptedRobots:
                 continue
             self.answered.add((rid, round_idx, stamp))
             encoded = encode_state_dict(_e2e_update(self.initial, round_idx, k))
+            nonce = auth.new_nonce()
+            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=256 << 10)
             env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,
                                    total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
-                                   nonce=auth.new_nonce()).signed(self.signers[rid])
-            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{env.nonce.hex()[:8]}", chunk_bytes=256 << 10)
+                                   nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
             for chunk in sender.chunks():
                 self.pub.publish(model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                                   num_samples=env.num_samples, nonce=env.nonce,

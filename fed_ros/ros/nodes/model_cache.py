@@ -27,7 +27,7 @@ class ModelCache:
 
     def store(self, cluster_id: int, round_idx: int, params: StateDict, members: list[str], *,
               total_bytes: int, sha256: str, received_sha256: str, signature: bytes,
-              server_public_key: bytes | None) -> Decision:
+              server_public_key: bytes | None, transfer: bytes = b"") -> Decision:
         """Keep a received cluster model if it is newer, signed when a server key is set, and its digest matches.
 
         (The transfer receiver already checked size, manifest and values.)
@@ -37,7 +37,8 @@ class ModelCache:
         decision = validate_cluster_model(
             cluster_id=cluster_id, round_idx=round_idx, params=None, expected_manifest=None,
             total_bytes=total_bytes, payload_sha256=sha256, received_sha256=received_sha256,
-            signature=signature, server_public_key=server_public_key, last_round=held[0] if held else None)
+            signature=signature, server_public_key=server_public_key, last_round=held[0] if held else None,
+            transfer=transfer, members=members)
         if decision:
             with self.lock:
                 held = self.entries.get(cluster_id)
