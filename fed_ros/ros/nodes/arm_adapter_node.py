@@ -37,6 +37,7 @@ from rcl_interfaces.msg import ParameterDescriptor
 from fed_ros.core.arm_profile import load_profile, parse_overrides
 from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput, gripper_position
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
+from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.adapter_home import home_and_start
 from fed_ros.ros.wire import diagnostics, qos
@@ -419,6 +420,7 @@ class ArmAdapterNode(Node):
         return home_and_start(self, request, response)
 
 
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> None:
     """Run one arm adapter until shutdown (``--ros-args -p profile:=ur5e``)."""
     rclpy.init(args=args)

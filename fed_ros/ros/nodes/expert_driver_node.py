@@ -157,6 +157,7 @@ class ExpertDriverNode(Node):
         return self.results
 
 
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> int:
     """Run the expert driver: spin in a background thread, drive episodes, shut down.
 
@@ -189,7 +190,6 @@ def main(args: list[str] | None = None) -> int:
         rclpy.try_shutdown()
         if spinner is not None:
             spinner.join(timeout=2.0)
-        shutdown.prepare_exit()
     return code
 
 

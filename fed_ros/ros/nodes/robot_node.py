@@ -144,7 +144,7 @@ class RobotNode(Node):
 
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
-                                          on_event=lambda text: self.get_logger().warning(text))
+                                          on_event=shutdown.unless_stopping(lambda text: self.get_logger().warning(text)))
         self.models = ModelCache()  # the receive path stores into it (aliases below)
         self._models_lock, self.cluster_models = self.models.lock, self.models.entries
         self._latest: Announcement | None = None
@@ -335,6 +335,8 @@ class RobotNode(Node):
         self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({result.nbytes} B, {sha256[:12]})")
 
     def _tick(self) -> None:
+        if shutdown.requested():
+            return  # peers stop with us: their fetches and our re-sends failing now are no fault
         for request in self.models_in.resend_requests():
             from fed_ros.ros.wire.signed import sign_json
             self.model_resend_pub.publish(String(data=sign_json(request, "model_resend", self.signer, self.robot_id)))
@@ -384,6 +386,7 @@ class RobotNode(Node):
 
 
 
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> int:
     """Run the robot node until Ctrl-C / SIGTERM (exit 0) or a failed start-up (exit 1)."""
     shutdown.init(args)  # Ctrl-C sets a flag every wait observes (fed_ros.ros.shutdown)
@@ -408,7 +411,6 @@ def main(args: list[str] | None = None) -> int:
         if node is not None:
             node.destroy_node()  # stops the worker: its waits give up within shutdown.POLL_S
         rclpy.try_shutdown()
-        shutdown.prepare_exit()
     return code
 
 

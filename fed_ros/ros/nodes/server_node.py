@@ -133,7 +133,7 @@ class FleetServer(Node):
         self.limits = TransferLimits(max_total_bytes=p.max_update_bytes)
         # Transfer: updates in (assembly, bulk fetch, the one payload check), cluster models out.
         self.updates_in = TransferReceiver(self.manifest, self.limits, max_pending=16,
-                                           on_event=lambda text: self.get_logger().warning(text))
+                                           on_event=shutdown.unless_stopping(lambda text: self.get_logger().warning(text)))
         self.models_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
         self.intake = UpdateIntake(self)  # updates: checks, assembly, one decision per payload id, acks
@@ -251,8 +251,8 @@ class FleetServer(Node):
 
     # ------------------------------------------------------------------ main loop
     def _tick(self) -> None:
-        if self.exit_code is not None:
-            return
+        if self.exit_code is not None or shutdown.requested():
+            return  # stopping: robots vanish on purpose, their unfinished uploads are no fault
         try:
             for result in self.updates_in.completed():
                 self.intake.complete(result)
@@ -418,6 +418,7 @@ class FleetServer(Node):
         super().destroy_node()
 
 
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> int:
     """Run the fleet server until Ctrl-C / SIGTERM (exit 0), failure, or (exit_when_done) the last round."""
     shutdown.init(args)  # Ctrl-C sets a flag the loop below observes (fed_ros.ros.shutdown)
@@ -440,7 +441,6 @@ def main(args: list[str] | None = None) -> int:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
-        shutdown.prepare_exit()
     return code
 
 

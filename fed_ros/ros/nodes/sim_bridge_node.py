@@ -397,6 +397,7 @@ class SimBridgeNode(Node):
         super().destroy_node()
 
 
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> None:
     """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``)."""
     # Ctrl-C only sets a flag (fed_ros.ros.shutdown): a KeyboardInterrupt raised inside a physics
@@ -415,7 +416,6 @@ def main(args: list[str] | None = None) -> None:
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
-        shutdown.prepare_exit()
 
 
 if __name__ == "__main__":
