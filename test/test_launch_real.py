@@ -59,7 +59,7 @@ def write_fleet(tmp_path: Path, robots: int, **overrides) -> Path:
     fleet = {"name": "launch", "run_dir": str(tmp_path / "run"), **TINY,
              "robots": [{"id": f"robot_{i}", "task": "lift"} for i in range(robots)]}
     for key, value in overrides.items():
-        fleet[key] = {**fleet[key], **value} if isinstance(value, dict) else value
+        fleet[key] = {**fleet.get(key, {}), **value} if isinstance(value, dict) else value
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump({"fleet": fleet}))
     return path
@@ -123,7 +123,9 @@ def test_sim_fleet_launch_runs_a_small_fleet_to_the_end(tmp_path, ros_env, proce
 @pytest.mark.timeout(300)
 def test_server_and_robot_launches_federate_and_stop_mid_training(tmp_path, ros_env, processes):
     """Separate launches (as on separate machines); Ctrl-C while the robot trains."""
-    fleet = write_fleet(tmp_path, robots=1, robot_defaults={"train_max_steps": 100000})
+    # The strategy decides the local steps (round config): a long training to interrupt.
+    fleet = write_fleet(tmp_path, robots=1, robot_defaults={"train_max_steps": 100000},
+                        strategy={"local_steps": 100000})
     env = launch_env(ros_env)
     server_log, robot_log = tmp_path / "server" / "launch.log", tmp_path / "robot" / "launch.log"
     server_log.parent.mkdir()

@@ -120,6 +120,8 @@ def test_sigint_robot_while_training_then_server_mid_round(tmp_path, ros_env, pr
     config = fleet_config_from_dict({"fleet": {
         "name": "stop", "algorithm": "fedavg", "rounds": 2, "run_dir": str(tmp_path),
         "server": {"round_timeout_s": 600.0},
+        # The strategy decides the local steps (round config); the robot's cap must not cut them.
+        "strategy": {"local_steps": 100000},
         "robot_defaults": {"train_max_steps": 100000, "torch_threads": 1, "trainer.val_fraction": 0.0},
         "robots": [{"id": "robot_0", "task": "lift", "sim": False}]}})
     (tmp_path / "robot_0" / "demos").mkdir(parents=True)
