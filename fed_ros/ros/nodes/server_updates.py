@@ -8,6 +8,7 @@ node (``node``) supplies the coordinator, audit log, receiver, publishers and cl
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fed_ros.core import bounds, faults
@@ -29,6 +30,7 @@ class UpdateIntake:
         self.ledger = Ledger()
         self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float]]] = {}
         self._replays_audited: set[str] = set()  # closed ids whose re-arrival was audited (once each)
+        self._acked_at: dict[str, float] = {}  # closed id -> when a re-send of it was last acknowledged
         self.completed = 0  # updates the round accepted
 
     def validation_ctx(self) -> ValidationContext:
@@ -94,7 +96,14 @@ class UpdateIntake:
         known = self.ledger.decided(pid)
         if known is not None:  # a re-send (our acknowledgement was lost) or a replay: same answer, applied once
             self._audit_replay(pid, rid, round_idx)
-            if int(payload.chunk_index) == 0:  # one acknowledgement per re-send, not per chunk
+            # One acknowledgement per re-send, not per chunk: on its chunk 0, or on the first chunk
+            # that arrives a second after the last acknowledgement (the KEEP_LAST inbox may have
+            # dropped chunk 0 of a re-send behind the later ones).
+            now = time.monotonic()
+            if int(payload.chunk_index) == 0 or now - self._acked_at.get(pid, -1e9) >= 1.0:
+                if len(self._acked_at) >= 10_000:
+                    self._acked_at.clear()  # bounded; a forgotten id is acknowledged once more
+                self._acked_at[pid] = now
                 self._ack(pid, rid, round_idx, known)
             return
         if not self.node.updates_in.busy(pid):
