@@ -45,8 +45,9 @@ from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.rounds import DONE
 from fed_ros.ros.nodes.model_cache import ModelCache
 from fed_ros.ros.nodes.robot_rounds import RobotRounds
+from fed_ros.ros.nodes.robot_downlink import RobotDownlink
 from fed_ros.ros.nodes.robot_uplink import UpdateUplink
-from fed_ros.ros.wire.transfer import Received, TransferReceiver
+from fed_ros.ros.wire.transfer import TransferReceiver
 from fed_ros.srv import EvaluatePolicy, Record, Register
 
 MODEL_TOPIC_DEPTH = 64  # matches the server's latched cluster-model topic
@@ -73,10 +74,6 @@ class RobotNode(Node):
             from fed_ros.core.auth import Signer
             self.signer = Signer.from_file(p.private_key_file)
         self.server_key = None  # announcements, models, resend requests must carry the server's signature
-        self.refused_control: dict[str, int] = {}  # kind -> control messages refused (fake server, bounds)
-        from fed_ros.core.bounds import RateLimiter
-        self._refusal_log = RateLimiter(per_s=1.0, burst=5)
-        self._resend_limit = RateLimiter(per_s=10.0, burst=20)  # update_resend requests answered
         if p.allowed_keys_file:
             from fed_ros.core.auth import AllowList
             self.server_key = AllowList.from_yaml(p.allowed_keys_file).server
@@ -116,6 +113,7 @@ class RobotNode(Node):
                                    transfer_channel=p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                    retry_s=p.update_retry_s, log_transfer=self.log_transfer)
         self.rounds = RobotRounds(self)
+        self.downlink = RobotDownlink(self)  # cluster models in, update-resend requests answered
         # No handler can crash the node: failures are logged with their type and counted.
         from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
         self.guard = guard = HandlerGuard(self)
@@ -123,9 +121,9 @@ class RobotNode(Node):
                                  qos.latched_qos(),
                                  callback_group=self._fleet_group)
         self.create_subscription(ClusterModel, f"{fleet}/cluster_models",
-                                 guard.wrap("cluster_models", self._on_cluster_model),
+                                 guard.wrap("cluster_models", self.downlink.on_cluster_model),
                                  qos.model_state_qos(MODEL_TOPIC_DEPTH), callback_group=self._fleet_group)
-        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self._on_update_resend),
+        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self.downlink.on_update_resend),
                                  qos.control_qos(),
                                  callback_group=self._fleet_group)
         self.create_subscription(DescriptorMsg, f"{fleet}/descriptors",
@@ -239,31 +237,11 @@ class RobotNode(Node):
         """The newest round announcement received from the server."""
         return self._latest
 
-    def _on_update_resend(self, msg) -> None:
-        """The server misses chunks of our update: answered when signed by the server, at a bounded rate."""
-        from fed_ros.core import bounds
-        from fed_ros.ros.wire.signed import verify_json
-        if len(msg.data) > bounds.MAX_RESEND_REQUEST_CHARS:
-            return self._refuse_control("update_resend", f"request of {len(msg.data)} chars")
-        if self.server_key is not None:
-            why = verify_json(msg.data, "update_resend", lambda obj: self.server_key)
-            if why is not None:
-                return self._refuse_control("update_resend", why)
-        if not self._resend_limit.allow(time.monotonic()):
-            return self._refuse_control("update_resend", "rate limit (10/s, burst 20)")
-        self.uplink.on_resend(msg)
-
-    def _refuse_control(self, kind: str, reason: str) -> None:
-        """A control message not from our server (or over its bounds): counted, logged at a bounded rate."""
-        self.refused_control[kind] = self.refused_control.get(kind, 0) + 1
-        if self._refusal_log.allow(time.monotonic()):
-            self.get_logger().warning(f"{kind} refused ({self.refused_control[kind]} so far): {reason[:300]}")
-
     def _on_announcement(self, msg) -> None:
         from fed_ros.ros.wire.signed import verify_msg
         why = verify_msg(msg, "round", self.server_key)  # a fake server's announcement is never obeyed
         if why is not None:
-            return self._refuse_control("round", why)
+            return self.downlink.refuse("round", why)
         try:
             ann = announcement_from_msg(msg)
         except ValueError as exc:
@@ -282,58 +260,6 @@ class RobotNode(Node):
         self._handled.add(key)
         self._jobs.put(("announcement", (ann, stamp)))
 
-    def _on_cluster_model(self, msg) -> None:
-        cid, round_idx = int(msg.cluster_id), int(msg.round)
-        if self.server_key is not None and not self.models_in.busy(msg.payload.payload_id):
-            # First chunk of a model: the server's signature over its header (chunk list, bulk
-            # address, members) before anything is kept; later chunks must match that header.
-            why = self._check_model_header(msg)
-            if why is not None:
-                return self._refuse_control("cluster_models", why)
-        with self._models_lock:
-            held = self.cluster_models.get(cid)
-        if held is not None and held[0] >= round_idx:
-            return  # older or the same version (latched history, resend)
-        result = self.models_in.offer(msg.payload, tag=msg)
-        if result is not None:
-            self._store_model(result)
-
-    def _check_model_header(self, msg) -> str | None:
-        from fed_ros.core import bounds
-        from fed_ros.core.validation import validate_cluster_model
-        from fed_ros.ros.wire.transport import transfer_digest_of
-        why = bounds.oversized({"signature": (msg.signature, bounds.SIGNATURE_BYTES),
-                                "payload_id": (msg.payload.payload_id, bounds.MAX_ID_CHARS),
-                                "bulk_uri": (msg.payload.bulk_uri, bounds.MAX_URI_CHARS),
-                                "chunk_sha256": (msg.payload.chunk_sha256, bounds.MAX_CHUNK_DIGEST_BYTES)}) \
-            or bounds.oversized_items("member_robot_ids", msg.member_robot_ids, 4096, bounds.MAX_ID_CHARS)
-        if why is not None:
-            return why
-        d = validate_cluster_model(cluster_id=int(msg.cluster_id), round_idx=int(msg.round), params=None,
-                                   expected_manifest=None, total_bytes=int(msg.payload.total_bytes),
-                                   payload_sha256=msg.payload.sha256, signature=bytes(msg.signature),
-                                   server_public_key=self.server_key, transfer=transfer_digest_of(msg.payload),
-                                   members=list(msg.member_robot_ids))
-        return None if d else f"cluster {int(msg.cluster_id)} round {int(msg.round)} ({d.code}): {d.reason}"
-
-    def _store_model(self, result: Received) -> None:
-        from fed_ros.ros.wire.transport import transfer_digest_of
-        msg = result.tag
-        cid, round_idx, members, sha256 = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids), msg.payload.sha256
-        decision = result.decision and self.models.store(
-            cid, round_idx, result.params, members, total_bytes=int(msg.payload.total_bytes), sha256=sha256,
-            received_sha256=result.sha256, signature=bytes(msg.signature), server_public_key=self.server_key,
-            transfer=transfer_digest_of(msg.payload))
-        if decision.code == "stale":
-            return
-        if not decision:
-            self.get_logger().warning(f"cluster {cid} model for round {round_idx} rejected ({decision.code}): "
-                                      f"{decision.reason}")
-            return
-        self.log_transfer(kind="cluster_model_received", cluster_id=cid, round=round_idx, sha256=sha256,
-                          bytes=result.nbytes, members=members)
-        self.get_logger().info(f"received cluster {cid} model for round {round_idx} ({result.nbytes} B, {sha256[:12]})")
-
     def _tick(self) -> None:
         if shutdown.requested():
             return  # peers stop with us: their fetches and our re-sends failing now are no fault
@@ -341,7 +267,7 @@ class RobotNode(Node):
             from fed_ros.ros.wire.signed import sign_json
             self.model_resend_pub.publish(String(data=sign_json(request, "model_resend", self.signer, self.robot_id)))
         for result in self.models_in.completed():
-            self._store_model(result)
+            self.downlink.store_model(result)
         self.uplink.resend_due()
 
     # ------------------------------------------------------------------ round work

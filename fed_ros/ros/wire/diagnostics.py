@@ -60,7 +60,7 @@ class _RobotGauge:
             round_idx=None if ann is None else ann.round_idx, stage="" if ann is None else ann.stage,
             model_age_s=None if self._seen_at is None else time.monotonic() - self._seen_at,
             last_rejection=n.uplink.last_rejection, transfer_errors=int(n.models_in.dropped_chunks),
-            refused_control=sum(n.refused_control.values()), train_steps=steps, train_seconds=seconds,
+            refused_control=sum(n.downlink.refused_control.values()), train_steps=steps, train_seconds=seconds,
             busy=busy)
 
 
