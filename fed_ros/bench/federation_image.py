@@ -22,11 +22,12 @@ from fed_ros.bench.federation_settings import METHODS, Profile, Setting, cross_f
 IMAGE_SETTING = "cross_family_image"
 IMAGE_METHODS = ("feddrman", "fedavg", "local")
 
-# Sizes: 4 robots (2 normal, 2 mirrored) x 6 camera demos, 3 rounds x 40 steps, 3 rollouts
-# per (model, family) at the end. The image policy is the bench's small transformer and
+# Sizes: 4 robots (2 normal, 2 mirrored) x 10 camera demos, 4 rounds x 100 steps, 4 rollouts
+# per (model, family) after rounds 2 and 3. Measured: 26 min 45 s wall at load 4-12 on 2 cores
+# (~900 CPU s; docs/benchmark.md). The image policy is the bench's small transformer and
 # head with the `lite` camera trunk (the CPU profile, fed_ros/learning) at the cameras' 84 px.
 IMAGE_PROFILE = Profile(
-    name="image", robots=4, demos_per_robot=6, rounds=3, local_steps=40, lr=3e-3, eval_episodes=3,
+    name="image", robots=4, demos_per_robot=10, rounds=4, local_steps=100, lr=3e-3, eval_episodes=4,
     eval_every=3, eval_horizon_factor=2.0, seeds=(0,), methods_cross=IMAGE_METHODS, methods_same=(),
     policy={"kind": "image", "image_size": 84, "image_profile": "lite"})
 
