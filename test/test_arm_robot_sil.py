@@ -86,8 +86,15 @@ def test_robot_node_records_trains_and_evaluates_through_adapter_and_bridge(tmp_
             dict(probe.node.get_topic_names_and_types())), 120, "the arm-side topics")
         for topic in arm_topics:
             assert not any(ty.startswith("fed_ros/") for ty in types[topic]), (topic, types[topic])
-        bridge = [ty for _, tys in probe.node.get_publisher_names_and_types_by_node("arm", "/robot_0")
-                  + probe.node.get_subscriber_names_and_types_by_node("arm", "/robot_0") for ty in tys]
+        # The adapter advertises the arm-side topics before the bridge (MuJoCo still loading) is
+        # in the graph: wait for the bridge node itself and its publishers before asking for them.
+        def bridge_types():
+            if ("arm", "/robot_0") not in probe.node.get_node_names_and_namespaces():
+                return None
+            pubs = probe.node.get_publisher_names_and_types_by_node("arm", "/robot_0")
+            subs = probe.node.get_subscriber_names_and_types_by_node("arm", "/robot_0")
+            return [ty for _, tys in pubs + subs for ty in tys] if pubs and subs else None
+        bridge = wait_until(bridge_types, 120, "the sim bridge node's endpoints")
         assert bridge and not any(ty.startswith("fed_ros/") for ty in bridge), bridge
 
         # Diagnostics from all three roles while the fleet works.
