@@ -77,8 +77,11 @@ class UpdateIntake:
             if env.round_idx < plan.round_idx:
                 self._envelopes.pop(pid, None)
                 self.node.updates_in.discard(pid)
-        if plan.stage == TRAIN and plan.attempt > 1:
-            self.ledger.reopen(plan.round_idx)  # the abandoned attempt's decisions do not answer the new one
+        if plan.stage == TRAIN:
+            # Decisions taken before this announcement do not answer it: an abandoned attempt's,
+            # and the `no_round` refusals of a restarted server that got the robots' answers
+            # (sent to its killed predecessor) before it re-announced the round.
+            self.ledger.reopen(plan.round_idx)
 
     def on_update(self, msg) -> None:
         payload = msg.payload
