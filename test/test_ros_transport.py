@@ -124,18 +124,27 @@ def test_overlapping_chunk_rejected() -> None:
         asm.add(bad)
 
 
-def test_corrupted_bytes_fail_sha256_and_drop_payload() -> None:
+def test_corrupted_chunk_is_dropped_and_its_resend_completes_the_payload() -> None:
+    # Every chunk's sha256 is listed in the (signed) first chunk: a corrupted chunk is dropped
+    # on arrival without losing the upload, and the intact chunk re-sent completes it.
     enc = _encoded()
     sender = tr.ChunkedSender(enc, "p", chunk_bytes=8192)
     asm = tr.PayloadAssembler()
     chunks = list(sender.chunks())
-    corrupted = bytearray(chunks[2].data)
+    intact = bytes(chunks[2].data)
+    corrupted = bytearray(intact)
     corrupted[17] ^= 0xFF
     conv.set_bytes_field(chunks[2], "data", bytes(corrupted))
-    for c in chunks[:-1]:
-        asm.add(c)
-    with pytest.raises(tr.PayloadRejected, match="sha256 mismatch"):
-        asm.add(chunks[-1])
+    for c in chunks[:2]:
+        assert asm.add(c) is None
+    with pytest.raises(tr.ChunkDropped, match="does not hash to its listed sha256"):
+        asm.add(chunks[2])
+    for c in chunks[3:]:
+        assert asm.add(c) is None
+    assert asm.pending_ids == ["p"]  # the honest upload is kept, waiting for chunk 2
+    conv.set_bytes_field(chunks[2], "data", intact)
+    done = asm.add(chunks[2])
+    assert done is not None and done.sha256 == enc.sha256
     assert asm.pending_ids == []
 
 
