@@ -54,6 +54,18 @@ def exclusive_domain_id() -> Iterator[int]:
                        f"(locks in {DOMAIN_LOCK_DIR})")
 
 
+def default_sigint() -> None:
+    """In a child before exec: SIGINT back to its default action.
+
+    A test run started as a background job of a non-interactive shell (nohup, CI runners)
+    inherits SIGINT *ignored*, and programs that keep the inherited disposition (`ros2 launch`,
+    `fed-ros status --watch`) then never see the Ctrl-C a test sends them
+    (../shared/tools/ros2-launch/README.md). Measured: both hung after SIGINT in such a run.
+    """
+    import signal as _signal
+    _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+
+
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02,
                diagnostics: Callable[[], str] | None = None) -> object:
     """Poll `predicate` until it returns something truthy (returned) or `timeout` s passed.
@@ -104,6 +116,7 @@ class ProcessGroup:
     def start(self, args: list[str], env: dict[str, str], log_path: Path | None = None,
               **kwargs) -> subprocess.Popen:
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL
+        kwargs.setdefault("preexec_fn", default_sigint)
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, **kwargs)
         self.procs.append(proc)

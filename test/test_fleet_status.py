@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from conftest import default_sigint
+
 from fed_ros.ros.fleet.cli import status_discovery_range
 
 
@@ -57,7 +59,7 @@ def test_status_shows_the_latest_report_and_pulls_no_models(tmp_path, ros_env):
         with open(out_path, "w") as out_file, open(err_path, "w") as err_file:
             status = subprocess.Popen([sys.executable, "-m", "fed_ros.cli", "status", str(fleet), "--watch",
                                        "--timeout", "30"], env=env, stdout=out_file, stderr=err_file,
-                                      start_new_session=True)
+                                      start_new_session=True, preexec_fn=default_sigint)
         # While it watches: it reads the reports, and nothing subscribes to the models.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and node.count_subscribers("/fleet/round_report") == 0:
