@@ -61,7 +61,7 @@ $(LAUNCH_STAMP): $(DEPS_STAMP)
 # seed; `make test ORDER= PYTEST_ARGS=--randomly-seed=N` replays one).
 ORDER ?= -p no:randomly
 test: setup $(LAUNCH_STAMP)
-	$(PY) -m pytest test $(ORDER) $(PYTEST_ARGS)
+	$(PY) -m pytest test $(ORDER) --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;
 # random order every run; fuzzing at 1,000 messages per handler instead of 10,000.

@@ -266,13 +266,18 @@ def _e2e_update(initial: dict, round_idx: int, k: int) -> dict:
 
 class ScriptedRobots:
     """Three robots as one rclpy node in the test process: register, then answer every TRAIN
-    announcement with a deterministic, signed, chunked ModelUpdate over /fleet/updates."""
+    announcement with a deterministic, signed, chunked ModelUpdate over /fleet/updates, and
+    re-send an update the server has not acknowledged, as the robot node's outbox does: the
+    server's updates inbox is KEEP_LAST, so under load a burst of nine chunks can push the
+    first robot's signed first chunk out (seen in CI: robot_0's round-3 update never arrived)."""
+
+    RESEND_AFTER_S = 4.0
 
     def __init__(self, signers: dict, initial: dict) -> None:
         import rclpy
         from rclpy.context import Context
         from rclpy.executors import SingleThreadedExecutor
-        from fed_ros.msg import RoundAnnouncement, RoundReport, ModelUpdate
+        from fed_ros.msg import RoundAnnouncement, RoundReport, ModelUpdate, UpdateAck
         from fed_ros.ros.wire import qos
         from fed_ros.srv import Register
         self.ctx = Context()
@@ -285,12 +290,17 @@ class ScriptedRobots:
         self.reports: dict[int, object] = {}
         self.answered: set[tuple] = set()
         self.pending = None  # (due time, announcement) of the round being "trained"
+        self.outbox: dict[str, list] = {}  # payload id -> [next re-send time, chunk messages]
+        self.resent = 0
+        self.lost_once = False
         self.dead_server_endpoints: set[tuple] = set()
         self.Register = Register
         self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
         self.node.create_subscription(RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos())
         self.node.create_subscription(RoundReport, "/fleet/round_report",
                                       lambda m: self.reports.__setitem__(int(m.round), m), qos.latched_qos())
+        self.node.create_subscription(UpdateAck, "/fleet/update_acks",
+                                      lambda m: self.outbox.pop(str(m.payload_id), None), qos.control_qos())
         self.client = self.node.create_client(Register, "/fleet/register")
 
     def spin(self, seconds: float) -> None:
@@ -301,6 +311,18 @@ class ScriptedRobots:
                 _, ann = self.pending
                 self.pending = None
                 self._answer(*ann)
+            self._resend_due()
+
+    def _resend_due(self) -> None:
+        due = [pid for pid, (t, _) in self.outbox.items() if time.monotonic() >= t]
+        if not due or not self._live_update_subscribers():
+            return
+        for pid in due:
+            entry = self.outbox[pid]
+            entry[0] = time.monotonic() + self.RESEND_AFTER_S
+            self.resent += 1
+            for msg in entry[1]:
+                self.pub.publish(msg)
 
     def register_all(self, timeout: float = 60.0) -> None:
         assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
@@ -357,10 +379,15 @@ class ScriptedRobots:
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,
                                    total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
                                    nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
-            for chunk in sender.chunks():
-                self.pub.publish(model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
-                                                  num_samples=env.num_samples, nonce=env.nonce,
-                                                  signature=env.signature))
+            msgs = [model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
+                                     num_samples=env.num_samples, nonce=env.nonce, signature=env.signature)
+                    for chunk in sender.chunks()]
+            self.outbox[msgs[0].payload.payload_id] = [time.monotonic() + self.RESEND_AFTER_S, msgs]
+            # The loss CI saw, on purpose: robot_0's first round-1 send loses its signed first chunk.
+            lost = 1 if (rid, round_idx) == ("robot_0", 1) and not self.lost_once else 0
+            self.lost_once |= bool(lost)
+            for msg in msgs[lost:]:
+                self.pub.publish(msg)
 
     def close(self) -> None:
         self.node.destroy_node()
@@ -412,6 +439,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
             f"no DONE after restart: {(tmp_path / 'server_2.log').read_text()[-3000:]}"
     finally:
         robots.close()
+    assert robots.lost_once and robots.resent >= 1, "the lost first chunk was never re-sent"
     log2 = (tmp_path / "server_2.log").read_text()
     assert "resumed after committed round" in log2
     # Rounds committed before the kill are untouched; the federation completed all rounds.
