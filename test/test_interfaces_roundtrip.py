@@ -59,8 +59,11 @@ def _peer() -> None:
     def say(**kw) -> None:
         report.publish(String(data=json.dumps(kw)))
 
+    echo_pubs: list = []
+
     def make_echo(name: str, msg_type):
         pub = node.create_publisher(msg_type, f"rt/{name}/out", control_qos())
+        echo_pubs.append(pub)
 
         def on_msg(msg) -> None:
             if hasattr(msg, "payload") and hasattr(msg.payload, "sha256"):
@@ -107,6 +110,13 @@ def _peer() -> None:
     latched = node.create_publisher(ClusterModel, "rt/cluster_model_latched", model_state_qos(sender.chunk_count))
     for chunk in sender.chunks():
         latched.publish(conv.cluster_model_msg(chunk, cluster_id=1, round_idx=3, member_robot_ids=["robot_0"]))
+    # Discovery is per direction: say once our writers (echoes, reports) matched the test's
+    # readers, so the test waits on that instead of a settle delay.
+    def announce_matched() -> None:
+        if report.get_subscription_count() > 0 and all(p.get_subscription_count() > 0 for p in echo_pubs):
+            say(kind="matched")
+            matched_timer.cancel()
+    matched_timer = node.create_timer(0.05, announce_matched)
     print("peer ready", flush=True)
     try:
         rclpy.spin(node)
@@ -234,12 +244,13 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
                     and h.bulk_pub.get_subscription_count() > 0
                     and h.report_sub.get_publisher_count() > 0
                     and h.register.service_is_ready() and h.record.service_is_ready()
-                    and peer.poll() is None)
+                    and peer.poll() is None
+                    # and the reverse direction: the peer's writers matched our readers
+                    and any(r.get("kind") == "matched" for r in h.reports))
         try:
             h.spin_until(ready, 30, "the peer's endpoints")
         except AssertionError:
             raise AssertionError((tmp_path / "peer.log").read_text()[-3000:])
-        time.sleep(0.3)  # let the reverse direction of discovery settle
 
         # -- ModelUpdate: chunked and unchunked, 21.5 MB, echoed and checked by sha256
         enc = conv.encode_state_dict(_state_dict(seed=1))
