@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import random
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +23,9 @@ from conftest import ProcessGroup  # noqa: E402
 def mirrored_arm(tmp_path):
     """A lockstep lift bridge with a mirrored mount (no cameras) and a client node holding
     an ArmClient labelled "policy" plus a Recorder, as the robot node has them."""
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
     from fed_ros.ros.arm.bridge_eval import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
+    from fed_ros.ros.spun_node import spun_node
 
     mp = pytest.MonkeyPatch()
     mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -40,24 +37,16 @@ def mirrored_arm(tmp_path):
     group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
                   "-p", "variation:=mirrored_mount", "-p", "cameras:=false", "-p", "lockstep:=true",
                   "-p", f"seed:={BRIDGE_SEED}"], env, log_path=tmp_path / "bridge.log")
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=3, context=context)
-    node = rclpy.create_node("robot", context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    arm = ArmClient(node, cameras=False, source="policy")
-    recorder = Recorder(node, tmp_path / "demos", robot_id="robot_9", cameras=False)
     try:
-        yield arm, recorder, tmp_path / "demos"
+        with spun_node("robot", threads=3) as node:
+            arm = ArmClient(node, cameras=False, source="policy")
+            recorder = Recorder(node, tmp_path / "demos", robot_id="robot_9", cameras=False)
+            try:
+                yield arm, recorder, tmp_path / "demos"
+            finally:
+                recorder.destroy()
+                arm.destroy()
     finally:
-        recorder.destroy()
-        arm.destroy()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        spinner.join(timeout=5)
         group.kill_all()
         mp.undo()
 

@@ -3,6 +3,7 @@ best-effort sample must not stall an episode until its timeout), and still steps
 command answering that stamp."""
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
@@ -17,13 +18,11 @@ from conftest import ProcessGroup  # noqa: E402
 
 
 def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
     from sensor_msgs.msg import JointState
 
     from fed_ros.msg import ArmCommand, EpisodeStatus
     from fed_ros.ros.arm import topics as at
+    from fed_ros.ros.spun_node import spun_node
 
     mp = pytest.MonkeyPatch()
     mp.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -32,11 +31,8 @@ def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     group = ProcessGroup()
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    node = rclpy.create_node("listener", context=context)
-    executor.add_node(node)
+    node_scope = contextlib.ExitStack()
+    node = node_scope.enter_context(spun_node("listener"))
     received: list[tuple[int, int, int]] = []  # (stamp, episode, step) of every status
     cond = threading.Condition()
 
@@ -50,8 +46,6 @@ def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
     node.create_subscription(JointState, at.JOINT_STATES_TOPIC, lambda m: joints.append(at.stamp_to_ns(m.header.stamp)),
                              at.qos_for(at.JOINT_STATES_TOPIC))
     command_pub = node.create_publisher(ArmCommand, at.COMMAND_TOPIC, at.qos_for(at.COMMAND_TOPIC, subscriber=False))
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
     try:
         group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
                       "-p", "cameras:=false", "-p", "lockstep:=true", "-p", "lockstep_republish_s:=0.3"],
@@ -74,9 +68,6 @@ def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
             assert cond.wait_for(lambda: any(r[2] == 1 for r in received), timeout=60), received
         assert all(r[0] > stamp for r in received if r[2] == 1)
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        spinner.join(timeout=5)
+        node_scope.close()
         group.kill_all()
         mp.undo()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -52,27 +51,15 @@ def _lockstep_bridge(tmp_path_factory, domain: int):
 
 @pytest.fixture
 def arm_client(lockstep_bridge):
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
     from fed_ros.ros.arm.bridge_eval import ArmClient
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    node = rclpy.create_node("test_client", context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    client = ArmClient(node, cameras=True)
-    try:
-        client.wait_for_arm(60.0)
-        yield client
-    finally:
-        client.destroy()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        spinner.join(timeout=5)
+    from fed_ros.ros.spun_node import spun_node
+    with spun_node("test_client") as node:
+        client = ArmClient(node, cameras=True)
+        try:
+            client.wait_for_arm(60.0)
+            yield client
+        finally:
+            client.destroy()
 
 
 def _assert_same_observation(received: dict, expected: dict) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
+from fed_ros.ros.spun_node import spun_node
 
 STATUS_PART = "status"
 
@@ -250,9 +251,6 @@ def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", 
     Episode seeds are the ones ``fed_ros.sim.evaluate.evaluate`` uses, so with a lockstep
     bridge the two paths run the same episodes.
     """
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
     from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
     from fed_ros.sim.evaluate import EvalResult
 
@@ -261,32 +259,22 @@ def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", 
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed!r}")
     policy = _as_policy(policy)
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    node = rclpy.create_node("bridge_eval", context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
-    client = ArmClient(node, namespace=namespace, cameras=cameras, source="policy")
     successes, lengths, seeds = [], [], []
-    try:
-        client.wait_for_arm(connect_timeout)
-        for i in range(episodes):
-            reset_seed = episode_seed(seed, i, STREAM_EVALUATE)
-            _, episode = client.reset(task=task, variation=variation, seed=reset_seed)
-            outcome = client.run_episode(policy, episode, timeout=episode_timeout)
-            successes.append(outcome.success)
-            lengths.append(outcome.steps)
-            seeds.append(reset_seed)
-            if progress is not None:
-                progress(i, outcome)
-    finally:
-        client.destroy()
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        spinner.join(timeout=5)
+    with spun_node("bridge_eval") as node:
+        client = ArmClient(node, namespace=namespace, cameras=cameras, source="policy")
+        try:
+            client.wait_for_arm(connect_timeout)
+            for i in range(episodes):
+                reset_seed = episode_seed(seed, i, STREAM_EVALUATE)
+                _, episode = client.reset(task=task, variation=variation, seed=reset_seed)
+                outcome = client.run_episode(policy, episode, timeout=episode_timeout)
+                successes.append(outcome.success)
+                lengths.append(outcome.steps)
+                seeds.append(reset_seed)
+                if progress is not None:
+                    progress(i, outcome)
+        finally:
+            client.destroy()
     return EvalResult(task=task, variation=variation, success_rate=float(np.mean(successes)),
                       successes=successes, episode_lengths=lengths, seeds=seeds)
 
@@ -319,11 +307,6 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
     import subprocess
     import sys
 
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
-    from fed_ros.msg import EpisodeStatus
-
     if steps < 10:
         raise ValueError(f"steps must be >= 10, got {steps!r}")
     env = dict(os.environ)
@@ -340,13 +323,31 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
     saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
     os.environ["ROS_DOMAIN_ID"] = env["ROS_DOMAIN_ID"]
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = env["ROS_AUTOMATIC_DISCOVERY_RANGE"]
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    executor = MultiThreadedExecutor(num_threads=2, context=context)
-    node = rclpy.create_node("bridge_bench", context=context)
-    executor.add_node(node)
-    spinner = threading.Thread(target=executor.spin, daemon=True)
-    spinner.start()
+    try:
+        with spun_node("bridge_bench") as node:
+            return _measure_bridge_rate(node, task, cameras, steps, lockstep, seed, variation, expert, timeout)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=5)
+
+
+def _measure_bridge_rate(node, task: str, cameras: bool, steps: int, lockstep: bool, seed: int,
+                         variation: str, expert: bool, timeout: float) -> float:
+    """The measurement of ``measure_bridge_steps_per_second`` on a spun node."""
+    from fed_ros.msg import EpisodeStatus
+
     # episode -> step -> stamp (ns), from the bridge's own statuses
     stamps: dict[int, dict[int, int]] = {}
     lock = threading.Lock()
@@ -356,8 +357,8 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
             stamps.setdefault(int(msg.episode), {})[int(msg.step)] = at.stamp_to_ns(msg.header.stamp)
     node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status,
                              at.qos_for(at.EPISODE_STATUS_TOPIC))
+    client = ArmClient(node, cameras=cameras, source="bench")
     try:
-        client = ArmClient(node, cameras=cameras, source="bench")
         client.wait_for_arm(timeout)
         if expert:
             from fed_ros.sim.experts import make_expert
@@ -390,21 +391,4 @@ def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, im
             raise RuntimeError("bridge benchmark saw no control ticks")
         return total_steps / (total_ns / 1e9)
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown(context=context)
-        spinner.join(timeout=5)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=5)
+        client.destroy()
