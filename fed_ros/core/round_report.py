@@ -124,3 +124,12 @@ def round_outcome(col: StageCollector, completed: bool, status: str,
         updates_received=received, updates_accepted=len(col.answers) if completed else 0,
         updates_rejected=col.rejected, robots=robots,
         clusters=members_of(assignments))
+
+
+def robot_report_cells(robot: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(success, train loss, clusters) of one robot line of a report dict, as the tables print
+    them: "-" for a value the round did not measure (NaN) and for no cluster."""
+    success = "-" if np.isnan(robot["success_rate"]) else f"{robot['success_rate']:.2f}"
+    loss = "-" if np.isnan(robot["train_loss"]) else f"{robot['train_loss']:.3f}"
+    clusters = ",".join(str(c) for c in robot["cluster_ids"]) or "-"
+    return success, loss, clusters

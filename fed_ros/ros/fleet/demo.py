@@ -22,6 +22,7 @@ from typing import Any
 
 from fed_ros.ros.fleet.launcher import start_fleet
 from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, load_fleet_config
+from fed_ros.core.round_report import robot_report_cells
 
 
 def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]) -> str:
@@ -30,9 +31,7 @@ def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]
             f"{report['updates_received']} | aggregation {report['aggregation_seconds']:.2f} s")
     lines = [head, f"  {'robot':<10} {'task':<20} {'cluster':>7} {'success':>8} {'bc_loss':>8}"]
     for r in report["robots"]:
-        success = "-" if math.isnan(r["success_rate"]) else f"{r['success_rate']:.2f}"
-        loss = "-" if math.isnan(r["train_loss"]) else f"{r['train_loss']:.3f}"
-        clusters = ",".join(str(c) for c in r["cluster_ids"]) or "-"
+        success, loss, clusters = robot_report_cells(r)
         lines.append(f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<20} {clusters:>7} "
                      f"{success:>8} {loss:>8}")
     for c in report["clusters"]:

@@ -15,6 +15,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
 from fed_ros.ros.wire.conversions import STAGE_NAMES
+from fed_ros.core.round_report import robot_report_cells
 
 
 def _latched_reader(depth: int) -> QoSProfile:
@@ -142,9 +143,7 @@ def format_report(report: dict) -> str:
              f"{report['updates_rejected']} rejected, aggregation {report['aggregation_seconds']:.2f} s"]
     lines.append(f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8}  note")
     for r in report["robots"]:
-        success = "-" if math.isnan(r["success_rate"]) else f"{r['success_rate']:.2f}"
-        loss = "-" if math.isnan(r["train_loss"]) else f"{r['train_loss']:.3f}"
-        clusters = ",".join(str(c) for c in r["cluster_ids"]) or "-"
+        success, loss, clusters = robot_report_cells(r)
         lines.append(f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
                      f"{r['reason']}")
     for c in report["clusters"]:
