@@ -82,7 +82,15 @@ def _nonce_bytes(nonce: bytes) -> bytes:
 
 
 def _blob(data: bytes | str) -> bytes:
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    # Only text or a byte buffer: bytes(False), bytes(0) and bytes(n) are zero-filled byte strings,
+    # so a field forged to False/0 would encode like the empty one and keep a signature valid.
+    if isinstance(data, str):
+        raw = data.encode("utf-8")
+    else:
+        try:
+            raw = bytes(memoryview(data))
+        except TypeError:
+            raise ValueError(f"expected bytes or str, got {type(data).__name__}") from None
     return struct.pack("<Q", len(raw)) + raw
 
 
