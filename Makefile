@@ -76,7 +76,7 @@ test-fast: setup
 
 # Mutation testing of the ROS-free decision code (mutmut, in a private copy under
 # build/mutation; never rewrites the source tree). MUTATION_MODULES=all for every module.
-MUTATION_MODULES ?= validation,auth,rounds,store,robust,strategy
+MUTATION_MODULES ?= decisions,sender_checks,payload_checks,update_checks,descriptor_checks,audit_log,auth,rounds,store,robust,strategy
 MUTATION_STAMP := $(VENV)/.stamp-mutation
 $(MUTATION_STAMP): $(DEPS_STAMP) requirements-mutation.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt

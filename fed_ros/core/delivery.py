@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fed_ros.core.validation import Decision
+from fed_ros.core.decisions import Decision
 
 
 @dataclass(frozen=True)

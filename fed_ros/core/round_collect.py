@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from fed_ros.core.decisions import DUPLICATE, FUTURE, LATE, NOT_PARTICIPANT, STALE_BASE, STALE_ROUND
 from fed_ros.core.round_config import Membership, RoundConfig
 from fed_ros.core.roster import ACCEPT, Verdict
-from fed_ros.core.validation import DUPLICATE, FUTURE, LATE, NOT_PARTICIPANT, STALE_BASE, STALE_ROUND
 
 # Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
 TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Mutation testing of the ROS-free decision code with mutmut, in a private copy.
 
-    python test/mutation/run_mutation.py [--modules validation,rounds,...|all] [--dir DIR] [--jobs N]
+    python test/mutation/run_mutation.py [--modules update_checks,rounds,...|all] [--dir DIR] [--jobs N]
 
 mutmut 3 rewrites the files it mutates, so this never runs in the source tree: it copies
 fed_ros/ and the fast tests that exercise the chosen modules into DIR (default
@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 # module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
 MODULES: dict[str, tuple[str, ...]] = {
-    "validation": ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py"),
+    # validation.py only re-exports: its checks live in these six modules
+    **{m: ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py")
+       for m in ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log")},
     "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
     "signed_messages": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
     "replay": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
@@ -46,7 +48,8 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
-DEFAULT = ("validation", "auth", "signed_messages", "replay", "roster", "round_collect", "rounds", "store", "robust", "strategy",
+DEFAULT = ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log",
+           "auth", "signed_messages", "replay", "roster", "round_collect", "rounds", "store", "robust", "strategy",
            "strategy_types")
 HELPERS = ("conftest.py",)
 

@@ -12,7 +12,8 @@ import time
 import numpy as np
 
 from fed_ros.core.aggregate import weighted_model
-from fed_ros.core.validation import Decision, validate_cluster_model
+from fed_ros.core.decisions import Decision
+from fed_ros.core.payload_checks import validate_cluster_model
 from fed_ros.ros import shutdown
 
 StateDict = dict[str, np.ndarray]

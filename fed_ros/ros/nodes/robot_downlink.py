@@ -65,7 +65,7 @@ class RobotDownlink:
 
     def check_model_header(self, msg) -> str | None:
         """Why a model's first chunk is refused (bounds, server signature over its header), or None."""
-        from fed_ros.core.validation import validate_cluster_model
+        from fed_ros.core.payload_checks import validate_cluster_model
         from fed_ros.ros.wire.transport import transfer_digest_of
         why = bounds.oversized({"signature": (msg.signature, bounds.SIGNATURE_BYTES),
                                 "payload_id": (msg.payload.payload_id, bounds.MAX_ID_CHARS),

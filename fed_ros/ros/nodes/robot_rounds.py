@@ -137,7 +137,7 @@ class RobotRounds:
         nonce = secrets.token_bytes(16)
         signature = b""
         if n.signer is not None:
-            from fed_ros.core.validation import digest_of_descriptor
+            from fed_ros.core.descriptor_checks import digest_of_descriptor
             signature = n.signer.sign_descriptor(round_idx, n.robot_id, nonce, digest_of_descriptor(desc))
         msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
         wait_for_subscribers(n, n.descriptor_pub, "the fleet's descriptors topic")

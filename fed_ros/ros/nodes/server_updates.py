@@ -12,10 +12,12 @@ import time
 from typing import Any
 
 from fed_ros.core import bounds, faults
+from fed_ros.core.decisions import Decision, Limits
 from fed_ros.core.delivery import Ledger
 from fed_ros.core.rounds import TRAIN, RoundPlan, Verdict
+from fed_ros.core.sender_checks import ValidationContext
 from fed_ros.core.strategy import ClientUpdate
-from fed_ros.core.validation import Decision, Limits, UpdateEnvelope, ValidationContext, check_update_envelope
+from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
 from fed_ros.msg import UpdateAck
 from fed_ros.ros.wire.transfer import Received
 from fed_ros.ros.wire.transport import transfer_digest_of

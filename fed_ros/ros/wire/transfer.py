@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from fed_ros.core.decisions import ACCEPTED, TRANSFER, UNREACHABLE, Decision, Limits
 from fed_ros.core.delivery import RetrySchedule
 from fed_ros.core.params import Manifest
-from fed_ros.core.validation import (ACCEPTED, TRANSFER, UNREACHABLE, Decision, Limits, check_payload_manifest,
-                                     check_tensors)
+from fed_ros.core.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.bulk import BulkFetch, BulkServer, BulkUnreachable
 from fed_ros.ros.wire.conversions import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
