@@ -66,7 +66,7 @@ class RobotDownlink:
     def check_model_header(self, msg) -> str | None:
         """Why a model's first chunk is refused (bounds, server signature over its header), or None."""
         from fed_ros.core.payload_checks import validate_cluster_model
-        from fed_ros.ros.wire.transport import transfer_digest_of
+        from fed_ros.ros.wire.chunk_sender import transfer_digest_of
         why = bounds.oversized({"signature": (msg.signature, bounds.SIGNATURE_BYTES),
                                 "payload_id": (msg.payload.payload_id, bounds.MAX_ID_CHARS),
                                 "bulk_uri": (msg.payload.bulk_uri, bounds.MAX_URI_CHARS),
@@ -83,7 +83,7 @@ class RobotDownlink:
 
     def store_model(self, result: Received) -> None:
         """An assembled model: validated and cached (ModelCache.store), or refused with its reason."""
-        from fed_ros.ros.wire.transport import transfer_digest_of
+        from fed_ros.ros.wire.chunk_sender import transfer_digest_of
         node, msg = self.node, result.tag
         cid, round_idx, members, sha256 = int(msg.cluster_id), int(msg.round), list(msg.member_robot_ids), msg.payload.sha256
         decision = result.decision and node.models.store(

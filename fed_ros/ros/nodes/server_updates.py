@@ -19,8 +19,8 @@ from fed_ros.core.sender_checks import ValidationContext
 from fed_ros.core.strategy import ClientUpdate
 from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
 from fed_ros.msg import UpdateAck
+from fed_ros.ros.wire.chunk_sender import transfer_digest_of
 from fed_ros.ros.wire.transfer import Received
-from fed_ros.ros.wire.transport import transfer_digest_of
 
 
 class UpdateIntake:

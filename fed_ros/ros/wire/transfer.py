@@ -34,10 +34,10 @@ from fed_ros.core.params import Manifest
 from fed_ros.core.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.bulk import BulkFetch, BulkServer, BulkUnreachable
+from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, PayloadAssembler, PayloadRejected, TransferLimits,
+                                              check_header, decode_resend_request, encode_resend_request)
+from fed_ros.ros.wire.chunk_sender import BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkedSender
 from fed_ros.ros.wire.conversions import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
-from fed_ros.ros.wire.transport import (BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkDropped, ChunkedSender,
-                                        PayloadAssembler, PayloadRejected, TransferLimits, check_header, decode_resend_request,
-                                        encode_resend_request)
 
 CHANNELS = ("auto", "ros", "zmq")
 
