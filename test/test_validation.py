@@ -162,9 +162,9 @@ def test_s3_forged_unknown_unsigned_rejected(ctx):
     # Received bytes that differ from the signed digest: tampering in transit.
     d = V.validate_update(env, params, ctx, received_sha256=auth.sha256_hex(b"other"))
     assert d.code == V.DIGEST
-    # A byte field replaced by False/0 must not encode like the empty one it was signed as
+    # A byte field replaced by False/0/"" must not encode like the empty one it was signed as
     # (bytes(False) == b""): the signature no longer verifies.
-    for bogus in (False, 0, None):
+    for bogus in (False, 0, None, ""):
         d = V.validate_update(dataclasses.replace(env, transfer=bogus), params, ctx)
         assert d.code == V.BAD_SIGNATURE, (bogus, d)
 

@@ -94,6 +94,13 @@ def _blob(data: bytes | str) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
+def _bytes_blob(data: bytes, what: str) -> bytes:
+    """``_blob`` of a byte field (a digest): text is refused too, '' would encode like b''."""
+    if isinstance(data, str):
+        raise ValueError(f"{what} must be bytes, got str")
+    return _blob(data)
+
+
 def transfer_digest(*, payload_id: str, encoding: int, total_bytes: int, chunk_count: int,
                     manifest: Sequence[tuple[str, Sequence[int], str]], scales: bytes = b"",
                     chunk_sha256: bytes = b"", bulk_uri: str = "") -> bytes:
@@ -136,7 +143,7 @@ def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: 
     return b"".join((_TAG_UPDATE, struct.pack("<IB", _check_round(round_idx), len(rid)), rid,
                      _nonce_bytes(nonce), _digest_bytes(payload_sha256, "payload sha256"),
                      struct.pack("<IQi", _check_round(base_round, "base_round"), int(num_samples),
-                                 _check_int32(cluster_id, "cluster id")), _blob(transfer)))
+                                 _check_int32(cluster_id, "cluster id")), _bytes_blob(transfer, "transfer")))
 
 
 def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes) -> bytes:
@@ -155,7 +162,7 @@ def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str |
     """
     return b"".join((_TAG_CLUSTER_MODEL, struct.pack("<Ii", _check_round(round_idx),
                                                      _check_int32(cluster_id, "cluster id")),
-                     _digest_bytes(payload_sha256, "payload sha256"), _blob(transfer),
+                     _digest_bytes(payload_sha256, "payload sha256"), _bytes_blob(transfer, "transfer"),
                      struct.pack("<Q", len(members)), *(_blob(str(m)) for m in members)))
 
 
