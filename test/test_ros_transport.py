@@ -296,6 +296,56 @@ def test_bulk_fetch_resumes_only_missing_chunks() -> None:
         ctx.term()
 
 
+class _HostileBulkServer(bulk.BulkServer):
+    """Answers chunk 0 a second time with other bytes, or sends a chunk one byte too long."""
+
+    def __init__(self, mode: str, **kw) -> None:
+        self.mode = mode
+        super().__init__(**kw)
+
+    def _send_chunk(self, ident, token, data, index, ranges) -> None:
+        off, n = ranges[index]
+        if self.mode == "too_long" and index == 1:
+            self._sock.send_multipart([ident, token, bulk._DATA, bulk._CHUNK_HDR.pack(index, len(ranges), off),
+                                       data[off: off + n + 1]])
+            return
+        super()._send_chunk(ident, token, data, index, ranges)
+        if self.mode == "duplicate" and index == 0:
+            forged = data[off: off + n].copy()
+            forged[:] = 7
+            self._sock.send_multipart([ident, token, bulk._DATA, bulk._CHUNK_HDR.pack(index, len(ranges), off),
+                                       forged])
+
+
+def test_bulk_fetch_never_lets_a_duplicate_chunk_change_received_bytes() -> None:
+    """Chunks land straight in the buffer while earlier ones are hashed on another thread: a
+    second answer for a chunk already received must not touch the buffer (its bytes may be
+    hashed already, so the payload would verify with other bytes than it returns)."""
+    ctx = zmq.Context()
+    server = _HostileBulkServer("duplicate", context=ctx)
+    try:
+        enc = _encoded(40_000)  # 160 kB in 16 kB chunks
+        uri = server.offer(enc.data)
+        data = bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
+        assert data.tobytes() == enc.data.tobytes()
+    finally:
+        server.close()
+        ctx.term()
+
+
+def test_bulk_fetch_rejects_a_chunk_longer_than_its_slot() -> None:
+    ctx = zmq.Context()
+    server = _HostileBulkServer("too_long", context=ctx)
+    try:
+        enc = _encoded(40_000)
+        uri = server.offer(enc.data)
+        with pytest.raises(tr.PayloadRejected, match="does not match the expected layout"):
+            bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
+    finally:
+        server.close()
+        ctx.term()
+
+
 def test_bulk_fetch_times_out_when_server_gone(bulk_server) -> None:
     server, ctx = bulk_server
     enc = _encoded()

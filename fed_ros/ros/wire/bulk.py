@@ -3,9 +3,10 @@
 ``BulkServer`` (ROUTER, background thread) offers a payload under a random 128-bit token;
 the ROS control message (signed when keys are configured) carries ``bulk_uri`` =
 ``tcp://host:port/<token>``, so only a party that received that message can fetch. A
-``BulkFetch`` (DEALER) checks the size cap first, pulls chunks with a bounded window, hashes
-them in order while the rest arrive, re-requests missing chunks, verifies sha256, and keeps
-what it received so a later ``run`` resumes instead of starting over.
+``BulkFetch`` (DEALER) checks the size cap first, pulls chunks with a bounded window straight
+into the payload buffer (``recv_into``: one copy out of zmq's frame, none in Python), hashes
+them in order on a worker thread while the next ones arrive, re-requests missing chunks,
+verifies sha256, and keeps what it received so a later ``run`` resumes instead of starting over.
 
 Where the server binds (docs/transport.md, "Across machines"): an explicit ``bind`` argument,
 else ``FED_ROS_BULK_BIND``, else the advertised host ``FED_ROS_BULK_HOST`` when it is an
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import secrets
 import socket
 import struct
@@ -32,10 +34,11 @@ from fed_ros.ros.wire.conversions import chunk_ranges
 from fed_ros.ros.wire.transport import PayloadRejected, TransferLimits, check_header
 
 # Chunk size on the zmq bulk channel (frames are sent with copy=False; the receiver
-# hashes chunk i while chunk i+1 is on the wire). sha256 (12 ms for 21.5 MB here) costs
-# more than the loopback transfer itself (~7 ms), so overlap is what matters. Measured,
-# 21.5 MB fetched from another process, median of 8 (ms), 2-core machine under load:
-# 1 MiB 15.5 | 2 MiB 16.3 | 4 MiB 19.8 | 8 MiB 20.5 | one frame 24.9; no hashing 6.8.
+# hashes chunk i on its hashing thread while chunk i+1 is received). sha256 (13.5 ms for
+# 21.5 MB here) costs more than the loopback transfer itself (~10 ms), so overlap is what
+# matters. Measured, 21.5 MB fetched from another process, median of 8 (ms), 2-core machine
+# under load: 1 MiB 15.5 | 2 MiB 16.3 | 4 MiB 19.8 | 8 MiB 20.5 | one frame 24.9; no hashing
+# 6.8. With the hashing thread (load ~4): 1 MiB 28.9 | 2 MiB 31.9 | 4 MiB 40.2 ms.
 DEFAULT_BULK_CHUNK_BYTES = 1 << 20
 # Chunks requested at once on the bulk channel (flow control; bounds sender queue memory
 # to window x chunk size per fetcher).
@@ -250,6 +253,7 @@ class BulkFetch:
         self._chunk_raw = struct.pack("<Q", chunk_bytes)
         self.ranges = chunk_ranges(total_bytes, chunk_bytes)
         self.buf = np.empty(total_bytes, dtype=np.uint8)
+        self._view = memoryview(self.buf)
         self.received: set[int] = set()
         self._hasher = hashlib.sha256()
         self._hashed_upto = 0  # chunks hashed in order while the rest are on the wire
@@ -272,10 +276,16 @@ class BulkFetch:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 4 * self.window)
         sock.connect(self.endpoint)
+        # sha256 runs on its own thread (hashlib releases the GIL on large buffers) in chunk
+        # order while this thread receives the next chunks straight into the buffer.
+        arrived: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        hasher = threading.Thread(target=self._hash_in_order, args=(arrived,), name="fed_ros-bulk-sha256",
+                                  daemon=True)
+        hasher.start()
         try:
             retries = 0
             while self.missing:
-                progressed = self._pull(sock, idle_timeout_s)
+                progressed = self._pull(sock, idle_timeout_s, arrived)
                 if self.missing:
                     retries = 0 if progressed else retries + 1
                     if retries > max_retries:
@@ -284,6 +294,8 @@ class BulkFetch:
                         raise BulkUnreachable(f"bulk server {self.endpoint} unreachable: {what} after "
                                               f"{max_retries + 1} requests of {idle_timeout_s:g} s")
         finally:
+            arrived.put(None)
+            hasher.join()  # everything received so far is hashed: a later run resumes from here
             sock.close(0)
         digest = self._hasher.hexdigest()
         if digest != self.sha256:
@@ -291,41 +303,68 @@ class BulkFetch:
                                   f"expected {self.sha256})", "digest_mismatch")
         return self.buf
 
-    def _pull(self, sock: zmq.Socket, idle_timeout_s: float) -> bool:
+    def _hash_in_order(self, arrived: "queue.SimpleQueue[int | None]") -> None:
+        """Worker thread: hash chunks in index order as they complete (None: finish and return)."""
+        view = memoryview(self.buf)
+        while True:
+            stop = arrived.get() is None
+            # A chunk's index enters ``received`` only after all its bytes are in the buffer,
+            # and a received chunk's bytes are never written again.
+            while self._hashed_upto in self.received:
+                o, n = self.ranges[self._hashed_upto]
+                self._hasher.update(view[o: o + n])
+                self._hashed_upto += 1
+            if stop:
+                return
+
+    def _pull(self, sock: zmq.Socket, idle_timeout_s: float, arrived: "queue.SimpleQueue[int | None]") -> bool:
         """One pass over the missing chunks; True if any arrived."""
-        queue = deque(i for i in range(len(self.ranges)) if i not in self.received)
-        outstanding, progressed, n_chunks = 0, False, len(self.ranges)
-        while queue or outstanding:
-            while queue and outstanding < self.window:
-                batch = [queue.popleft() for _ in range(min(self.window - outstanding, len(queue)))]
+        queue_ = deque(i for i in range(len(self.ranges)) if i not in self.received)
+        outstanding, progressed = 0, False
+        while queue_ or outstanding:
+            while queue_ and outstanding < self.window:
+                batch = [queue_.popleft() for _ in range(min(self.window - outstanding, len(queue_)))]
                 sock.send_multipart([_GET, self._token, self._chunk_raw, np.asarray(batch, dtype="<u4").tobytes()])
                 outstanding += len(batch)
             if not sock.poll(int(idle_timeout_s * 1000)):
                 return progressed  # stalled: the caller re-requests what is missing
-            frames = sock.recv_multipart(copy=False)
-            self.ever_answered = True
-            if len(frames) >= 3 and frames[1].bytes == _ERR:
-                raise PayloadRejected(f"bulk server {self.endpoint} refused: "
-                                      f"{frames[2].bytes.decode(errors='replace')}")
-            if len(frames) != 4 or frames[1].bytes != _DATA or len(frames[2].bytes) != _CHUNK_HDR.size:
-                raise PayloadRejected(f"malformed bulk reply from {self.endpoint}")
-            index, count, off = _CHUNK_HDR.unpack(frames[2].bytes)
-            data = frames[3].buffer
-            if count != n_chunks or index >= count or self.ranges[index] != (off, len(data)):
-                raise PayloadRejected(f"bulk chunk {index}/{count} at {off} (+{len(data)}) from {self.endpoint} "
-                                      f"does not match the expected layout of {self.buf.nbytes} bytes")
+            index = self._recv_chunk(sock)
             outstanding -= 1
-            if index in self.received:
-                continue
-            self.buf[off: off + len(data)] = np.frombuffer(data, dtype=np.uint8)
-            self.received.add(index)
-            progressed = True
-            # Hash in index order as soon as possible; later chunks are on the wire meanwhile.
-            while self._hashed_upto in self.received:
-                o, n = self.ranges[self._hashed_upto]
-                self._hasher.update(memoryview(self.buf)[o: o + n])
-                self._hashed_upto += 1
+            if index is not None:
+                self.received.add(index)
+                arrived.put(index)
+                progressed = True
         return progressed
+
+    def _recv_chunk(self, sock: zmq.Socket) -> int | None:
+        """Receive one reply: its data goes straight into the buffer (no intermediate copy).
+
+        Returns the chunk index, or None for a duplicate (dropped without touching the buffer:
+        its bytes may already be hashed). Raises PayloadRejected on a refusal or a bad reply.
+        """
+        head = [sock.recv()]  # token, kind, chunk header (small frames)
+        while len(head) < 3 and sock.getsockopt(zmq.RCVMORE):
+            head.append(sock.recv())
+        self.ever_answered = True
+        if len(head) == 3 and head[1] == _ERR and not sock.getsockopt(zmq.RCVMORE):
+            raise PayloadRejected(f"bulk server {self.endpoint} refused: {head[2].decode(errors='replace')}")
+        if (len(head) != 3 or head[0] != self._token or head[1] != _DATA or len(head[2]) != _CHUNK_HDR.size
+                or not sock.getsockopt(zmq.RCVMORE)):
+            raise PayloadRejected(f"malformed bulk reply from {self.endpoint}")
+        index, count, off = _CHUNK_HDR.unpack(head[2])
+        if count != len(self.ranges) or index >= count or self.ranges[index][0] != off:
+            raise PayloadRejected(f"bulk chunk {index}/{count} at {off} from {self.endpoint} "
+                                  f"does not match the expected layout of {self.buf.nbytes} bytes")
+        o, n = self.ranges[index]
+        duplicate = index in self.received
+        if duplicate or not n:
+            got = len(sock.recv(copy=False))
+        else:
+            got = sock.recv_into(self._view[o: o + n])  # one copy, from zmq's frame into place
+        if got != n or sock.getsockopt(zmq.RCVMORE):
+            raise PayloadRejected(f"bulk chunk {index}/{count} at {off} (+{got}) from {self.endpoint} "
+                                  f"does not match the expected layout of {self.buf.nbytes} bytes")
+        return None if duplicate else index
 
 
 def fetch_bulk(msg_or_uri: TensorPayload | str, total_bytes: int | None = None, sha256: str | None = None, *,

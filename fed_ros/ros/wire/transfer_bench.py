@@ -19,9 +19,11 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,9 +33,10 @@ import numpy as np
 METHODS = ("raw_zmq", "ros_default", "ros_tuned", "zmq_bulk", "memcpy")
 # Methods through a shaped link between two namespace "hosts" (`--shaped`): raw TCP is the
 # reference there too; ros_tuned (shared memory) cannot cross hosts, memcpy has no link.
-# ros_wan = ROS chunks with the Fast DDS profile given by --fastdds-profile (e.g. a UDP
-# transport with a smaller maxMessageSize), to try profiles for slow links.
-SHAPED_METHODS = ("raw_zmq", "ros_default", "ros_wan", "zmq_bulk")
+# ros_paced = ROS chunks with a Fast DDS flow controller at 0.95 x the link's rate
+# (fed_ros/ros/wire/pacing.py); ros_wan = ROS chunks with the Fast DDS profile given by
+# --fastdds-profile, to try other profiles for slow links.
+SHAPED_METHODS = ("raw_zmq", "ros_default", "ros_paced", "ros_wan", "zmq_bulk")
 _READY_TIMEOUT_S = 20.0
 
 
@@ -198,10 +201,24 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
     the server host and the sender on the robot host, over the robot's shaped link.
     """
     env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "SUBNET" if network else "LOCALHOST")
+    if network is not None:  # the hosts are namespaces on a bridge: LOCALHOST would never see the peer
+        env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SUBNET"
+        env.pop("ROS_LOCALHOST_ONLY", None)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     # A random domain in the safe 1..101 range: two benches on one host must not hear each other.
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     env.pop("FASTDDS_DEFAULT_PROFILES_FILE", None)
+    env.pop("RMW_FASTRTPS_PUBLICATION_MODE", None)
+    paced_dir = None
+    if method == "ros_paced":
+        from fed_ros.ros.wire.pacing import apply_paced_profile
+
+        if not getattr(args, "link_mbit", None):
+            raise SystemExit("ros_paced paces to a link's rate: it runs only through --shaped")
+        paced_dir = tempfile.mkdtemp(prefix="fed_ros-paced-")
+        apply_paced_profile(env, args.link_mbit, Path(paced_dir))
+    if method == "ros_wan":
+        env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish mode (a flow controller needs async)
     if method in ("ros_tuned", "ros_wan"):
         from fed_ros.ros.wire.transport import apply_fastdds_profile
 
@@ -233,6 +250,8 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if paced_dir:
+            shutil.rmtree(paced_dir, ignore_errors=True)
     for line in out.splitlines():
         if line.startswith("RESULT "):
             times = json.loads(line[7:])["times"]
@@ -249,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
     parser.add_argument("--repeats", type=int, default=5, help="timed transfers per method (after the warm-ups)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run the method list this many times, interleaved; rows pool every round's times")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed transfers first (TCP windows, allocator and page faults settle)")
     parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="ROS chunk size")
@@ -262,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure through a tbf-shaped link between two network-namespace hosts "
                              "(root): comma list of rates in Mbit/s, e.g. 20,1")
     parser.add_argument("--shaped-mb", type=float, default=4.0, help="payload size (MB) through shaped links")
-    parser.add_argument("--shaped-methods", default="raw_zmq,ros_default,zmq_bulk",
+    parser.add_argument("--shaped-methods", default="raw_zmq,ros_default,ros_paced,zmq_bulk",
                         help=f"comma list of {SHAPED_METHODS} for --shaped")
     parser.add_argument("--transfer-timeout", type=float, default=30.0,
                         help="seconds one transfer may take before the method counts as not completing")
@@ -277,20 +298,24 @@ def main(argv: list[str] | None = None) -> int:
             (args.role, args.method), _ros_sender if args.role == "sender" else _ros_receiver)
         worker(args)
         return 0
-    if args.mb <= 0 or args.repeats < 1 or args.warmup < 0:
-        parser.error(f"--mb must be > 0, --repeats >= 1, --warmup >= 0 (got {args.mb}, {args.repeats}, "
-                     f"{args.warmup})")
+    if args.mb <= 0 or args.repeats < 1 or args.warmup < 0 or args.rounds < 1:
+        parser.error(f"--mb must be > 0, --repeats >= 1, --warmup >= 0, --rounds >= 1 (got {args.mb}, "
+                     f"{args.repeats}, {args.warmup}, {args.rounds})")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         parser.error(f"unknown methods {unknown}; choose from {METHODS}")
-    runs: list[tuple[str, int, list[float]]] = []
-    for method in methods:
-        if method == "memcpy":
-            runs.append((method, 0, _memcpy(args)))
-        else:
-            runs.append((method, args.chunk_bytes, _run_pair(method, args, args.chunk_bytes)))
-        print(f"  measured {method}: median {statistics.median(runs[-1][2]) * 1e3:.1f} ms", file=sys.stderr)
+    # Rounds interleave the methods (raw, bulk, raw, bulk, ...) so that a change in the load of a
+    # shared machine hits every method alike; each row pools its times over all rounds.
+    pooled: dict[str, list[float]] = {m: [] for m in methods}
+    for rnd in range(args.rounds):
+        for method in methods:
+            times = _memcpy(args) if method == "memcpy" else _run_pair(method, args, args.chunk_bytes)
+            pooled[method] += times
+            print(f"  measured {method} (round {rnd + 1}/{args.rounds}): median "
+                  f"{statistics.median(times) * 1e3:.1f} ms", file=sys.stderr)
+    runs: list[tuple[str, int, list[float]]] = [(m, 0 if m == "memcpy" else args.chunk_bytes, t)
+                                                for m, t in pooled.items()]
     if args.chunk_sweep:
         for method in ("ros_default", "ros_tuned"):
             for cb in (1 << 20, 2 << 20, 4 << 20, 8 << 20, 1 << 30):
@@ -301,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = [statistics.median(t) for m, _, t in runs if m == "raw_zmq"]
     ref = nbytes / raw[0] if raw else float("nan")
     print(f"\nfed-ros bench transfer: {nbytes / 1e6:.1f} MB robot -> server, two processes, loopback, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats * args.rounds}" + (f" ({args.rounds} interleaved rounds)" if args.rounds > 1 else ""))
     print(f"{'method':<13} {'chunk':>9} {'median ms':>10} {'MB/s':>9} {'x raw pyzmq':>12}")
     rows = []
     for method, cb, times in runs:
@@ -319,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     shaped = _shaped(args) if args.shaped else []
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"bytes": nbytes, "repeats": args.repeats, "rows": rows, "shaped": shaped}, f, indent=1)
+            json.dump({"bytes": nbytes, "repeats": args.repeats, "rounds": args.rounds, "rows": rows, "shaped": shaped}, f, indent=1)
     return 0
 
 
@@ -340,6 +365,7 @@ def _shaped(args: argparse.Namespace) -> list[dict[str, Any]]:
     nbytes = int(args.shaped_mb * 1e6) // 4 * 4
     rows: list[dict[str, Any]] = []
     for rate in rates:
+        sub.link_mbit = rate  # ros_paced paces to it
         with Network(["server", "robot"], rates={"robot": rate}) as net:
             for method in methods:
                 try:
