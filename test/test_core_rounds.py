@@ -337,3 +337,97 @@ def test_roster_survives_a_restart_before_the_first_commit(tmp_path):
     assert again.roster.ids == list(ROBOTS[:2])
     plan = again.start_round(now=0.0)
     assert plan.round_idx == 0 and set(plan.participants) == set(ROBOTS[:2])
+
+
+# ---------------------------------------------------------------- managed operation (rounds gate)
+def test_pause_finishes_the_round_in_progress_and_holds_the_next_with_a_fresh_deadline(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=2, timeout=10.0)
+    coord.start_round()
+    coord.paused = True  # rounds_enabled false while round 0 collects
+    for i, rid in enumerate(ROBOTS):
+        assert coord.offer_update(_update(rid, float(i), 0)).accepted
+    nxt, outcome = coord.poll()
+    assert outcome.completed and nxt is None and coord.held  # aggregated, no round 1 announced
+    assert ModelStore(tmp_path / "store").load_latest().round_idx == 0  # committed
+    for t in (11.0, 500.0, 10_000.0):  # long past round 0's deadline: nothing expires, nothing starts
+        clock[0] = t
+        assert coord.poll() == (None, None) and coord.collector is None and coord.held
+    assert "no training round" in coord.offer_update(_update("robot_0", 1.0, 1)).reason
+    coord.paused = False
+    nxt, outcome = coord.poll()
+    assert outcome is None and nxt.stage == TRAIN and nxt.round_idx == 1 and not coord.held
+    assert nxt.deadline_s == 10_010.0  # deadline from the resume, not from the end of round 0
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 1))
+    nxt, outcome = coord.poll()
+    assert outcome.completed and nxt.stage == DONE and coord.finished
+
+
+def test_pause_holds_the_re_attempt_of_an_abandoned_round_and_round_0(tmp_path):
+    coord, clock = _coordinator(tmp_path, max_attempts=2)
+    coord.paused = coord.held = True  # the node starts paused: round 0 waits
+    assert coord.poll() == (None, None) and coord.collector is None
+    coord.paused = False
+    plan, _ = coord.poll()
+    assert plan.round_idx == 0 and plan.attempt == 1
+    coord.paused = True
+    coord.offer_update(_update("robot_0", 1.0, 0))
+    clock[0] = 10.5  # below quorum at the deadline
+    nxt, outcome = coord.poll()
+    assert not outcome.completed and nxt is None and coord.held and not coord.failed_reason
+    clock[0] = 100.0
+    coord.paused = False
+    nxt, _ = coord.poll()
+    assert nxt.round_idx == 0 and nxt.attempt == 2 and nxt.deadline_s == 110.0
+
+
+def test_pause_lets_the_round_s_evaluation_run_then_holds(tmp_path):
+    settings = RoundSettings(algorithm="fedavg", rounds=3, quorum_fraction=0.6, round_timeout_s=10.0,
+                             evaluate_every=1, eval_timeout_s=5.0)
+    clock = [0.0]
+    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(),
+                             clock=lambda: clock[0])
+    for rid in ROBOTS:
+        coord.roster.register(rid)
+    coord.start_round()
+    coord.paused = True
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 0))
+    plan, outcome = coord.poll()
+    assert plan.stage == EVALUATE and outcome is None  # part of the round in progress
+    for rid in ROBOTS:
+        coord.offer_metrics(rid, 1.0)
+    plan, outcome = coord.poll()
+    assert plan is None and outcome.completed and coord.held
+
+
+def test_end_request_ends_after_the_round_in_progress(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=5)
+    coord.start_round()
+    coord.end_requested = True
+    assert coord.poll() == (None, None)  # the round in progress keeps collecting
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 0))
+    nxt, outcome = coord.poll()
+    assert outcome.completed and nxt.stage == DONE and coord.finished and coord.round_idx == 1
+    assert ModelStore(tmp_path / "store").load_latest().round_idx == 0
+    assert coord.poll() == (None, None)
+
+
+def test_end_request_while_paused_between_rounds_announces_done(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=5)
+    coord.start_round()
+    coord.paused = True
+    for rid in ROBOTS:
+        coord.offer_update(_update(rid, 1.0, 0))
+    assert coord.poll()[0] is None and coord.held
+    coord.end_requested = True  # the pause does not delay the end
+    nxt, outcome = coord.poll()
+    assert nxt.stage == DONE and outcome is None and coord.finished and not coord.held
+
+
+def test_end_request_before_round_0_announces_done_at_once(tmp_path):
+    coord, clock = _coordinator(tmp_path, rounds=5)
+    coord.paused = coord.end_requested = coord.held = True  # what the node does on end_fleet before round 0
+    nxt, outcome = coord.poll()
+    assert nxt.stage == DONE and nxt.round_idx == 0 and outcome is None and coord.finished

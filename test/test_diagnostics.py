@@ -64,3 +64,17 @@ def test_server_status_warns_until_every_expected_robot_registered():
     done = D.server_status("fed_ros/fleet/server", round_idx=3, stage="done", robots_registered=2,
                            robots_expected=2, accepted=6, rejected=0, last_rejection="", done=True)
     assert done.level == D.OK and done.message == "federation finished"
+
+
+def test_server_status_warns_while_rounds_are_paused_or_the_fleet_is_ending():
+    base = dict(robots_registered=2, robots_expected=2, accepted=2, rejected=0, last_rejection="", done=False)
+    running = D.server_status("fed_ros/fleet/server", round_idx=1, stage="train", **base)
+    assert running.level == D.OK and running.values["rounds_enabled"] == "True"
+    pausing = D.server_status("fed_ros/fleet/server", round_idx=1, stage="train", rounds_enabled=False, **base)
+    assert pausing.level == D.WARN and "current round finishes" in pausing.message
+    held = D.server_status("fed_ros/fleet/server", round_idx=2, stage="paused", rounds_enabled=False, held=True,
+                           **base)
+    assert held.level == D.WARN and "round 2 waits for a resume" in held.message
+    assert held.values["rounds_enabled"] == "False" and held.values["stage"] == "paused"
+    ending = D.server_status("fed_ros/fleet/server", round_idx=1, stage="train", ending=True, **base)
+    assert ending.level == D.WARN and "end_fleet" in ending.message and ending.values["ending"] == "True"

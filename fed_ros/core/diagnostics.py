@@ -97,13 +97,20 @@ def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered
 
 
 def server_status(name: str, *, round_idx: int, stage: str, robots_registered: int, robots_expected: int,
-                  accepted: int, rejected: int, last_rejection: str, done: bool) -> Status:
-    """Server: WARN while fewer robots than expected are registered or after a rejection
-    in the last period is reported by the caller; round, stage and update counts."""
+                  accepted: int, rejected: int, last_rejection: str, done: bool, rounds_enabled: bool = True,
+                  held: bool = False, ending: bool = False) -> Status:
+    """Server: WARN while fewer robots than expected are registered, while rounds are paused
+    (``rounds_enabled`` false; ``held``: a round waits for the resume) or the federation is
+    ending (``~/end_fleet``); round, stage and update counts."""
     problems: list[tuple[int, str]] = []
     if robots_registered < robots_expected:
         problems.append((WARN, f"{robots_registered}/{robots_expected} robots registered"))
+    if ending and not done:
+        problems.append((WARN, "ending: the federation ends after the current round (end_fleet)"))
+    elif not rounds_enabled and not done:
+        problems.append((WARN, f"rounds paused (rounds_enabled false): round {round_idx} waits for a resume" if held
+                         else "rounds paused (rounds_enabled false): the current round finishes, no new one"))
     return _status(name, "fed_ros_server", problems, "federation finished" if done else f"round {round_idx} {stage}", {
         "round": round_idx, "stage": stage, "robots_registered": robots_registered,
         "robots_expected": robots_expected, "updates_accepted": accepted, "updates_rejected": rejected,
-        "last_rejection": last_rejection, "done": done})
+        "last_rejection": last_rejection, "done": done, "rounds_enabled": rounds_enabled, "ending": ending})

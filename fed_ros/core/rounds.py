@@ -114,6 +114,13 @@ class RoundCoordinator:
         self.descriptors: dict[str, Any] = {}
         self.finished = False
         self.failed_reason = ""
+        # Managed operation (the server's rounds gate): while ``paused`` no new round or
+        # re-attempt is announced (the one in progress finishes and commits; ``held`` then says
+        # a round waits, and poll announces it once resumed, with a fresh deadline);
+        # ``end_requested`` ends the federation (STAGE_DONE) after the round in progress.
+        self.paused = False
+        self.end_requested = False
+        self.held = False
         self.pending_outcome: RoundOutcome | None = None  # held while its models are evaluated
         self._carry: dict[str, dict[str, Any]] = {}  # stage -> answers of this round's earlier attempts
         self._carry_round = -1
@@ -155,7 +162,8 @@ class RoundCoordinator:
     def start_round(self, now: float | None = None) -> RoundPlan:
         """Announce the current round (first stage) to every registered robot."""
         now = self.clock() if now is None else now
-        if self.finished:
+        if self.finished or self.end_requested:
+            self.finished = True
             return self.done_plan(now)
         participants = self.roster.ids
         if not participants:
@@ -171,6 +179,12 @@ class RoundCoordinator:
         self.descriptors = {}
         self.attempt += 1
         return self._announce(self.stages[0], participants, now)
+
+    def _next_round(self, now: float) -> RoundPlan | None:
+        """After a round closed or was abandoned (or before the first): its announcement, or
+        STAGE_DONE when finished or ended, or nothing while paused (``held``)."""
+        self.held = self.paused and not (self.finished or self.end_requested)
+        return None if self.held else self.start_round(now)
 
     def _configure(self, participants: Sequence[str]) -> None:
         """The strategy's instructions for this round: memberships and round configs."""
@@ -301,7 +315,7 @@ class RoundCoordinator:
         now = self.clock() if now is None else now
         col = self.collector
         if col is None:
-            return None, None
+            return (self._next_round(now) if self.held else None), None
         decision = col.decision(now)
         if decision.kind == "wait":
             return None, None
@@ -334,7 +348,7 @@ class RoundCoordinator:
             # Robots are told the federation is over (STAGE_DONE) before the server gives up,
             # instead of waiting for a server that is gone.
             return self.done_plan(now), outcome
-        return self.start_round(now), outcome
+        return self._next_round(now), outcome
 
     def _close_evaluation(self, col: StageCollector, now: float) -> tuple[RoundPlan | None, RoundOutcome | None]:
         """Evaluation answered (or timed out): fill success rates into the held outcome, move on."""
@@ -344,9 +358,7 @@ class RoundCoordinator:
             for robot in outcome.robots:
                 if robot.robot_id in col.answers:
                     robot.success_rate = float(col.answers[robot.robot_id])
-        if self.finished:
-            return self.done_plan(now), outcome
-        return self.start_round(now), outcome
+        return self._next_round(now), outcome
 
     def _evaluation_plan(self, now: float) -> RoundPlan:
         """EVALUATE announcement for the models of the (new) current round."""
@@ -410,6 +422,4 @@ class RoundCoordinator:
         if every and (self.round_idx % every == 0 or self.finished):
             self.pending_outcome = outcome
             return self._evaluation_plan(now), None
-        if self.finished:
-            return self.done_plan(now), outcome
-        return self.start_round(now), outcome
+        return self._next_round(now), outcome

@@ -87,6 +87,8 @@ class ServerParams(NodeParams):
     bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",
                                       unit="bytes", ge=0)
     exit_when_done: bool = param(False, "exit 0 after the last round instead of staying up", live=True)
+    rounds_enabled: bool = param(True, "gate: false = the round in progress finishes, no new round is announced "
+                                       "(also ~/set_rounds; ~/end_fleet ends the fleet, docs/fleet.md)", live=True)
     require_signatures: bool = param(False, "reject unsigned updates (Ed25519, fed-ros keys)")
     allowed_keys_file: str = param("", "allow-list of robot public keys (YAML), '' = any")
     private_key_file: str = param("", "server Ed25519 key: signs cluster models, '' = unsigned")

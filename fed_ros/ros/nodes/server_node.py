@@ -13,6 +13,7 @@ live there and are unit-tested without ROS). Interfaces, in the server namespace
     descriptors     fed_ros/msg/ClientDescriptor  robots -> server (DESCRIBE / SCORE stages)
     robot_metrics   fed_ros/msg/RobotMetrics      robots -> server (EVALUATE stage)
     round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL, last 16 (fed-ros status)
+    server/set_rounds  std_srvs/SetBool  pause new rounds (rounds_enabled); server/end_fleet (Trigger): end
 
 Order after a round (commit point): aggregate -> ModelStore.commit -> publish models ->
 report -> next announcement. Killed at any point, the server restarts from the last
@@ -53,6 +54,7 @@ from fed_ros.ros.wire.transport import TransferLimits
 from fed_ros.srv import Register
 from fed_ros.core import bounds, faults
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
+from fed_ros.ros.nodes.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server_updates import UpdateIntake
 from fed_ros.ros.wire.signed import sign_json, sign_msg, verify_json
 
@@ -167,6 +169,7 @@ class FleetServer(Node):
         self.create_service(Register, "register", guard.wrap("register", self._on_register, self._register_failed),
                             callback_group=group)
         self.create_timer(0.1, self._tick, callback_group=group)
+        self.rounds_gate = RoundsGate(self, p.rounds_enabled, callback_group=group)  # ~/set_rounds, ~/end_fleet
         diagnostics.attach(self, "server", callback_group=group)  # /diagnostics, 1 Hz
         where = (f"resumed after committed round {self.coord.round_idx - 1}" if self.resumed
                  else "no committed round: starting from the initial model")
@@ -245,9 +248,9 @@ class FleetServer(Node):
 
     def _ready_to_start(self) -> bool:
         p = self.params
-        return ready_to_start(registered=self.coord.roster.ids, expected=p.robots_expected,
-                              min_robots=p.min_robots, waited_s=time.monotonic() - self._start_time,
-                              registration_timeout_s=p.registration_timeout_s, resumed=self.resumed)
+        return self.coord.end_requested or ready_to_start(  # end_fleet before round 0: STAGE_DONE now
+            registered=self.coord.roster.ids, expected=p.robots_expected, min_robots=p.min_robots, resumed=self.resumed,
+            waited_s=time.monotonic() - self._start_time, registration_timeout_s=p.registration_timeout_s)
 
     # ------------------------------------------------------------------ main loop
     def _tick(self) -> None:
@@ -260,10 +263,7 @@ class FleetServer(Node):
             if not self._started:
                 if not self._ready_to_start():
                     return
-                self._started = True
-                plan = self.coord.start_round()
-                self._publish_plan(plan, None)
-                return
+                self._started = self.coord.held = True  # poll announces the round (not while paused)
             plan, outcome = self.coord.poll()
             if plan is not None or outcome is not None:
                 self._publish_plan(plan, outcome)
@@ -287,6 +287,7 @@ class FleetServer(Node):
             self.report_pub.publish(self._report_msg(outcome))
             self.get_logger().info(f"round {outcome.round_idx}: {outcome.status} "
                                    f"({outcome.updates_accepted}/{len(outcome.robots)} updates)")
+            self.rounds_gate.after_round(plan)  # logs a round held back by the pause
         if plan is not None:
             ann = Announcement(round_idx=plan.round_idx, stage=plan.stage, deadline_s=plan.deadline_s,
                                algorithm=plan.algorithm, participants=plan.participants,
@@ -435,6 +436,7 @@ def main(args: list[str] | None = None) -> int:
         while rclpy.ok() and node.exit_code is None and not shutdown.requested():
             executor.spin_once(timeout_sec=0.1)
         code = node.exit_code or 0
+        node.rounds_gate.deliver_done()  # exit 0 after STAGE_DONE: once the robots acknowledged it (<= 5 s)
     except (KeyboardInterrupt, ExternalShutdownException):
         code = 0
     finally:

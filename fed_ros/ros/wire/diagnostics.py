@@ -86,11 +86,14 @@ class _ServerGauge:
         plan = n.coord.current_plan
         p = n.params
         expected = len(p.robots_expected) if p.robots_expected else int(p.min_robots)
+        held = bool(n.coord.held and n.coord.paused)  # a round closed, the next waits for the resume
         return D.server_status(
-            _name(n, "server"), round_idx=int(n.coord.round_idx), stage=plan.stage if plan else "waiting",
+            _name(n, "server"), round_idx=int(n.coord.round_idx),
+            stage=plan.stage if plan else ("paused" if held else "waiting"),
             robots_registered=len(n.coord.roster), robots_expected=expected, accepted=int(n.intake.completed),
             rejected=self._closed_rejected + (col.rejected if col is not None else 0),
-            last_rejection=self._last_rejection, done=bool(n.coord.finished))
+            last_rejection=self._last_rejection, done=bool(n.coord.finished), rounds_enabled=not n.coord.paused,
+            held=held, ending=bool(n.coord.end_requested))
 
 
 class _AdapterGauge:
