@@ -290,9 +290,9 @@ def test_message_definitions_skip_a_prefix_without_msg(tmp_path, monkeypatch):
     holds only launch/ and config/) must not hide the prefix with the definitions."""
     import sys
 
-    from fed_ros.ros.arm import recorder
+    from fed_ros.ros.arm import rosbag2_mcap
     other = tmp_path / "overlay"
     (other / "share" / "fed_ros" / "launch").mkdir(parents=True)
     monkeypatch.setenv("AMENT_PREFIX_PATH", f"{other}:{sys.prefix}")
-    share = recorder._share_dir("fed_ros")
+    share = rosbag2_mcap._share_dir("fed_ros")
     assert (share / "msg" / "ModelUpdate.msg").is_file(), share

@@ -97,7 +97,7 @@ class InputTally:
 def local_episodes(demo_dir: Path) -> list:
     """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there."""
     from fed_ros.core.episode import Episode
-    from fed_ros.ros.arm.recorder import load_recorded_episodes
+    from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
 
     episodes = load_recorded_episodes(demo_dir)
     episodes += [e for e in (Episode.load(f) for f in sorted(demo_dir.glob("*.npz"))) if e.success]
