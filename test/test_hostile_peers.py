@@ -21,12 +21,12 @@ from fleet_fixtures import (ROBOTS, ScriptedRobots, committed_models, initial_mo
 
 ROUNDS = 2
 JUNK = int(os.environ.get("FED_ROS_HOSTILE_JUNK", "300"))  # 1 MB-id updates in the burst (bench: 10,000)
-HERE = Path(__file__).resolve().parent
+ATTACKER = [sys.executable, "-m", "fed_ros.ros.fleet.attacker"]  # shared with `fed-ros bench robustness --protocol`
 
 
 def run_attacker(tmp_path: Path, env: dict, *attacks: str, timeout: float = 240.0) -> dict[str, dict]:
-    """Run test/hostile_attacker.py as its own process; its JSON result per attack."""
-    out = subprocess.run([sys.executable, str(HERE / "hostile_attacker.py"), str(tmp_path / "keys"), *attacks],
+    """Run the attacker (fed_ros/ros/fleet/attacker.py) as its own process; its JSON result per attack."""
+    out = subprocess.run([*ATTACKER, str(tmp_path / "keys"), *attacks],
                          env=env, capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stderr[-3000:]
     return {r["attack"]: r for r in map(json.loads, out.stdout.splitlines())}
@@ -84,8 +84,12 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
         rss0, log0 = rss_mb(server.pid), log_path.stat().st_size
         audit0 = (tmp_path / "state" / "audit.jsonl").stat().st_size
         results = run_attacker(tmp_path, ros_env, "register_flood:200", "register_wrong_key", "register_no_proof",
-                               "register_replay", "forged_update:1", "unsigned_update:1", f"junk_burst:{JUNK}",
-                               "resend_flood:300")
+                               "register_replay", "forged_update:1", "unsigned_update:1")
+        # The forged and unsigned updates reach the server before the burst (its KEEP_LAST inbox
+        # would otherwise let the burst push them out: measured, they were never audited).
+        wait_for(lambda: audited(tmp_path, "bad_signature") and audited(tmp_path, "unsigned"), 60,
+                 "the forged and unsigned updates to be audited", poll=robots.spin, alive=alive)
+        results.update(run_attacker(tmp_path, ros_env, f"junk_burst:{JUNK}", "resend_flood:300"))
         # The server drains what the attacker sent (every junk message audited), then still answers.
         # KEEP_LAST inbox: a burst faster than the server drains it is partly dropped by DDS, so wait
         # until the count stops growing (every junk message that reached the node is audited).
@@ -98,8 +102,7 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
         # same header, other bytes) right after the first honest upload's chunk 0.
         (tmp_path / "keys" / "foreign_chunk.ready").unlink(missing_ok=True)
         (tmp_path / "keys" / "foreign_chunk.heard").unlink(missing_ok=True)
-        injector = subprocess.Popen([sys.executable, str(HERE / "hostile_attacker.py"), str(tmp_path / "keys"),
-                                     "foreign_chunk:1"], env=ros_env, stdout=subprocess.PIPE, text=True,
+        injector = subprocess.Popen([*ATTACKER, str(tmp_path / "keys"), "foreign_chunk:1"], env=ros_env, stdout=subprocess.PIPE, text=True,
                                     stderr=open(tmp_path / "injector.log", "w"))
         wait_for(lambda: (tmp_path / "keys" / "foreign_chunk.ready").exists(), 60, "the chunk injector",
                  alive=lambda: injector.poll() is None)

@@ -215,14 +215,20 @@ def run(quick: bool = False, seed: int = 0, clients: int = 5, dim: int | None = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `fed-ros bench robustness`."""
-    parser = argparse.ArgumentParser(prog="fed-ros bench robustness", description=__doc__.split("\n")[0])
+    """Entry point of `fed-ros bench robustness` (`--protocol`: the protocol-attack table instead)."""
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    if "--protocol" in argv:  # real signed fleet + attacker process (fed_ros/bench/protocol_attacks.py)
+        from fed_ros.bench import protocol_attacks
+        return protocol_attacks.main([a for a in argv if a != "--protocol"])
+    parser = argparse.ArgumentParser(prog="fed-ros bench robustness", description=__doc__.split("\n")[0],
+                                     epilog="--protocol [--quick] [--out DIR] [--json F]: protocol attacks "
+                                            "against a real signed fleet instead (fed_ros/bench/protocol_attacks.py)")
     parser.add_argument("--quick", action="store_true", help="small models (seconds)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clients", type=int, default=5, help="robots in the cluster, one malicious")
     parser.add_argument("--dim", type=int, default=None, help="parameters of the synthetic updates")
     parser.add_argument("--json", default=None, help="also write the rows as JSON here")
-    args = parser.parse_args(list(argv) if argv is not None else None)
+    args = parser.parse_args(argv)
     t0 = time.perf_counter()
     try:
         rows = run(args.quick, args.seed, args.clients, args.dim)

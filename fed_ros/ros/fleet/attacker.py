@@ -1,9 +1,14 @@
-"""A hostile DDS peer (separate process: rclpy + the generated fed_ros types) for the hostile-peer
-suite. ``python test/hostile_attacker.py <keys_dir> <attack>[:<n>] ...``; prints one JSON line
-per attack: {"attack", "sent", "accepted", "reasons"} (service answers) or {"attack", "sent"}.
+"""A hostile DDS peer (its own process: rclpy + the generated fed_ros types), shared by the
+hostile-peer suite (test/test_hostile_peers.py) and `fed-ros bench robustness --protocol`.
+
+``python -m fed_ros.ros.fleet.attacker <keys_dir> [--round R] <attack>[:<n>] ...`` prints one JSON
+line per attack: {"attack", "sent", "accepted", "reasons"} (service answers) or {"attack", "sent"}
+(published messages; forged updates also list their "payload_ids"). ``--round`` is the round the
+forged / unsigned updates claim (default 0; n updates claim R .. R+n-1).
 
 It holds only its own key pair and the robots' PUBLIC keys (from the allow-list), as a real
-intruder on the fleet network could."""
+intruder on the fleet network could.
+"""
 from __future__ import annotations
 
 import json
@@ -27,8 +32,9 @@ MB = 1 << 20
 
 
 class Attacker:
-    def __init__(self, keys_dir: Path) -> None:
+    def __init__(self, keys_dir: Path, round_idx: int = 0) -> None:
         rclpy.init()
+        self.round_idx = round_idx  # the round forged / unsigned updates claim
         self.node = rclpy.create_node("intruder")
         self.ex = SingleThreadedExecutor()
         self.ex.add_node(self.node)
@@ -98,14 +104,17 @@ class Attacker:
             rng = np.random.default_rng(0)
             params = {"w": rng.normal(size=(4,)).astype(np.float32)}
             encoded = encode_state_dict(params)
-            for r in range(n):
+            payload_ids = []
+            for r in range(self.round_idx, self.round_idx + n):
                 nonce = auth.new_nonce()
                 sig = b"" if attack == "unsigned_update" else self.thief.sign_update(
                     r, victim, nonce, encoded.sha256, base_round=r, num_samples=100, cluster_id=-1)
-                for chunk in ChunkedSender(encoded, f"{victim}/r{r}/forged{nonce.hex()[:6]}").chunks():
+                payload_ids.append(f"{victim}/r{r}/forged{nonce.hex()[:6]}")
+                for chunk in ChunkedSender(encoded, payload_ids[-1]).chunks():
                     self.updates.publish(model_update_msg(chunk, robot_id=victim, round_idx=r, base_round=r,
                                                           num_samples=100, nonce=nonce, signature=sig))
-            return {"attack": attack, "sent": n}
+            self.updates.wait_for_all_acked(Duration(seconds=30))
+            return {"attack": attack, "sent": n, "payload_ids": payload_ids}
         if attack == "foreign_chunk":  # watch honest uploads; inject a forged continuation chunk into n of them
             seen: set[str] = set()
             injected: list[str] = []
@@ -143,15 +152,21 @@ class Attacker:
             self.wait_matched(self.resend)
             for i in range(n):
                 self.resend.publish(String(data=json.dumps({"payload_id": f"cluster_0/r0/{i:012x}", "chunks": [0]})))
+            self.resend.wait_for_all_acked(Duration(seconds=30))
             return {"attack": attack, "sent": n}
         raise SystemExit(f"unknown attack {attack!r}")
 
 
-def main() -> int:
-    keys_dir = Path(sys.argv[1])
-    attacker = Attacker(keys_dir)
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m fed_ros.ros.fleet.attacker", description=__doc__.split("\n")[0])
+    parser.add_argument("keys_dir", type=Path, help="holds allow_list.yaml (and captured_register.json)")
+    parser.add_argument("--round", type=int, default=0, help="round claimed by forged / unsigned updates")
+    parser.add_argument("attacks", nargs="+", help="<attack>[:<n>]")
+    args = parser.parse_args(argv)
+    attacker = Attacker(args.keys_dir, args.round)
     try:
-        for spec in sys.argv[2:]:
+        for spec in args.attacks:
             name, _, count = spec.partition(":")
             print(json.dumps(attacker.run(name, int(count or 1))), flush=True)
         attacker.ex.spin_once(timeout_sec=0.5)  # let the last samples leave

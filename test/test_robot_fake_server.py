@@ -1,0 +1,146 @@
+"""A fake server against a real robot node over DDS (issue 13: server-signed control plane).
+
+The robot node runs as its own process with the fleet's allow-list (which holds the server's
+public key); the test is a keyless "server" (an rclpy node) on the fleet's topics. The robot
+refuses a cluster model signed with another key and an unsigned one, refuses an unsigned
+update_resend request, and answers signed update_resend requests at a bounded rate (10/s, burst
+20; the rest refused and counted). A model signed with the real server key is received, so the
+refusals are the signature check's doing (break it: the robot without its allow-list receives
+the forged model and the test fails)."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fed_ros.core import auth
+
+from fleet_fixtures import initial_model, make_keys, wait_for
+
+pytestmark = pytest.mark.ros
+
+
+def robot_argv(tmp_path: Path, signed: bool = True) -> list[str]:
+    argv = [sys.executable, "-m", "fed_ros.ros.nodes.robot_node", "--ros-args", "-r", "__ns:=/robot_0",
+            "-r", "__node:=robot", "-p", "robot_id:=robot_0", "-p", f"data_dir:={tmp_path / 'r0'}",
+            "-p", "register_timeout_s:=600.0", "-p", "torch_threads:=1",
+            "-p", f"private_key_file:={tmp_path / 'keys' / 'robot_0.key'}"]
+    if signed:
+        argv += ["-p", f"allowed_keys_file:={tmp_path / 'keys' / 'allow_list.yaml'}"]
+    return argv
+
+
+class FakeServer:
+    """Publishes on the server's topics with whatever key it is given (or none); reads the
+    robot's refused-control count from /diagnostics (exact, where the refusal log is rate-limited)."""
+
+    def __init__(self) -> None:
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from std_msgs.msg import String
+
+        from fed_ros.msg import ClusterModel
+        from fed_ros.ros.wire import qos
+        self.String = String
+        self.ctx = Context()
+        rclpy.init(context=self.ctx)
+        self.node = rclpy.create_node("fake_server", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.models = self.node.create_publisher(ClusterModel, "/fleet/cluster_models", qos.model_state_qos(64))
+        self.resend = self.node.create_publisher(String, "/fleet/update_resend", qos.control_qos())
+        self.refused = -1  # the robot's refused_control_messages, as last published
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name == "fed_ros/robot_0/robot":
+                values = {kv.key: kv.value for kv in status.values}
+                self.refused = int(values.get("refused_control_messages", self.refused))
+
+    def spin(self) -> None:
+        self.executor.spin_once(timeout_sec=0.05)
+
+    def send_model(self, round_idx: int, signer: auth.Signer | None, tag: str) -> int:
+        """A well-formed cluster model (the fleet's manifest) signed by ``signer`` (None: unsigned)."""
+        from fed_ros.ros.wire.conversions import encode_state_dict
+        from fed_ros.ros.wire.round_msgs import cluster_model_msg
+        from fed_ros.ros.wire.transport import ChunkedSender
+        encoded = encode_state_dict(initial_model())
+        sender = ChunkedSender(encoded, f"cluster_0/r{round_idx}/{tag}", chunk_bytes=64 << 10)
+        members = ["robot_0"]
+        sig = b"" if signer is None else signer.sign_cluster_model(
+            round_idx, 0, encoded.sha256, transfer=sender.transfer_digest(), members=members)
+        chunks = list(sender.chunks())
+        for chunk in chunks:
+            self.models.publish(cluster_model_msg(chunk, cluster_id=0, round_idx=round_idx,
+                                                  member_robot_ids=members, signature=sig))
+        return len(chunks)
+
+    def send_resend(self, signer: auth.Signer | None, i: int = 0) -> None:
+        from fed_ros.ros.wire.signed import sign_json
+        request = json.dumps({"payload_id": f"robot_0/r0/{i:08x}", "chunks": [0]})
+        self.resend.publish(self.String(data=sign_json(request, "update_resend", signer)))  # None: unsigned
+
+    def close(self) -> None:
+        self.node.destroy_node()
+        self.ctx.try_shutdown()
+
+
+def refusals(log: Path, kind: str) -> list[tuple[int, str]]:
+    """(count so far, reason) of each logged refusal of ``kind`` (the log is rate-limited; counts are not)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [(int(n), why) for n, why in re.findall(rf"{kind} refused \((\d+) so far\): (.*)", text)]
+
+
+@pytest.mark.timeout(300)
+def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_env, processes):
+    signers = make_keys(tmp_path)
+    thief = auth.Signer.generate()
+    log = tmp_path / "robot.log"
+    robot = processes.start(robot_argv(tmp_path), ros_env, log_path=log)
+    fake = FakeServer()
+    alive = lambda: robot.poll() is None  # noqa: E731
+    try:
+        wait_for(lambda: fake.models.get_subscription_count() > 0 and fake.resend.get_subscription_count() > 0
+                 and fake.refused >= 0, 120, "the robot node's subscriptions and diagnostics",
+                 poll=fake.spin, alive=alive)
+        assert fake.refused == 0
+        # Cluster models: one signed with a stranger's key, one unsigned. Every chunk is refused on
+        # arrival (none is kept: each one is checked as a first chunk), counted once.
+        n = fake.send_model(1, thief, "forged")
+        wait_for(lambda: fake.refused == n, 60, f"{n} forged chunks refused", poll=fake.spin, alive=alive)
+        assert any("bad server signature" in w for _, w in refusals(log, "cluster_models")), log.read_text()[-2000:]
+        fake.send_model(2, None, "unsigned")
+        wait_for(lambda: fake.refused == 2 * n, 60, f"{n} unsigned chunks refused", poll=fake.spin, alive=alive)
+        # An unsigned update_resend request is refused: the robot never re-sends for a fake server.
+        fake.send_resend(None)
+        wait_for(lambda: fake.refused == 2 * n + 1, 60, "the unsigned resend request refused",
+                 poll=fake.spin, alive=alive)
+        # Signed requests (the real server key) in a burst: they pass the signature check, and the
+        # rate limit (10/s, burst 20) refuses most of the burst.
+        for i in range(100):
+            fake.send_resend(signers["server"], i)
+        wait_for(lambda: any("rate limit" in w for _, w in refusals(log, "update_resend")) or fake.refused >= 2 * n + 61,
+                 60, "the resend flood to hit the rate limit", poll=fake.spin, alive=alive)
+        wait_for(lambda: fake.refused >= 2 * n + 61, 60, "most of the burst refused", poll=fake.spin, alive=alive)
+        # Positive control: the real server's signature is accepted (so the refusals were the check's);
+        # models are handled in order, so round 1 and 2 had their turn before it.
+        fake.send_model(3, signers["server"], "real")
+        wait_for(lambda: "received cluster 0 model for round 3" in log.read_text(), 60,
+                 "the validly signed model to be received", poll=fake.spin, alive=alive)
+        wait_for(lambda: fake.refused >= 2 * n + 61, 10, "the count", poll=fake.spin, alive=alive)
+        refused_total = fake.refused
+    finally:
+        fake.close()
+    text = log.read_text()
+    assert "model for round 1" not in text and "model for round 2" not in text, text[-2000:]
+    assert "failed (" not in text, "a handler raised: " + text[text.find("failed ("):][:500]
+    # At most burst 20 + 10/s of the 100 signed requests were answered, the rest refused.
+    assert 2 * n + 1 + 60 <= refused_total <= 2 * n + 1 + 100, refused_total
