@@ -1,8 +1,12 @@
 """Server-signed control messages on the wire (issue 13): round announcements and resend requests.
 
-A message is signed over its own CDR serialisation with its ``signature`` field empty
-(``auth.control_message``: CDR is deterministic for one message type, so every field,
-including the header stamp, is covered). Resend requests are ``std_msgs/String`` JSON; they
+A message is signed over a canonical encoding of every field but ``signature`` (its type
+name, then each field in declaration order, nested messages and arrays included, floats exact
+as ``float.hex``), so every field, including the header stamp, is covered. Not over its CDR
+bytes: rmw's serializer leaves the alignment padding uninitialised (measured with the Kilted
+wheels: a RoundAnnouncement serialised twice differed in the 3 bytes after ``stage``), so the
+receiver's re-serialisation of a genuine announcement did not match what the server signed.
+Resend requests are ``std_msgs/String`` JSON; they
 carry ``sig`` (hex) over the canonical JSON of the other keys, and ``robot_id`` when a robot
 signs one. Verification is the receiver's: ``verify_*`` return None or the refusal reason.
 """
@@ -11,19 +15,31 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rclpy.serialization import serialize_message
-
 from fed_ros.core import auth
 
 
+def _canonical_value(value: Any) -> Any:
+    """A ROS message value as plain JSON data, independent of memory layout (exact floats)."""
+    if hasattr(value, "get_fields_and_field_types"):  # a nested message
+        return [[name, _canonical_value(getattr(value, name))] for name in value.get_fields_and_field_types()]
+    if isinstance(value, (bytes, bytearray)):
+        return value.hex()
+    if isinstance(value, float):
+        return value.hex()
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "tolist"):  # array.array (sequences) and numpy arrays (fixed-size arrays)
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_canonical_value(v) for v in value]
+    raise TypeError(f"cannot sign a field of type {type(value).__name__}")
+
+
 def control_body(msg: Any) -> bytes:
-    """CDR bytes of ``msg`` with its signature field empty (what is signed)."""
-    saved = bytes(msg.signature)
-    msg.signature = []
-    try:
-        return serialize_message(msg)
-    finally:
-        msg.signature = list(saved)
+    """What is signed: ``msg``'s type and every field except ``signature``, canonically encoded."""
+    fields = [[name, _canonical_value(getattr(msg, name))]
+              for name in msg.get_fields_and_field_types() if name != "signature"]
+    return json.dumps([type(msg).__name__, fields], separators=(",", ":")).encode("utf-8")
 
 
 def sign_msg(msg: Any, kind: str, signer: auth.Signer | None) -> Any:
