@@ -101,8 +101,8 @@ class Attacker:
             from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
             from fed_ros.ros.wire.transport import ChunkedSender
             self.wait_matched(self.updates)
-            # The fleet's own manifest (the policy architecture is public), poisoned: x -10. Only
-            # the signature tells this update from the victim's.
+            # The fleet's own manifest (the policy architecture is public): its initial model x -10.
+            # Only the signature tells this update from the victim's.
             from fed_ros.ros.fleet.scripted import initial_model
             params = {name: (-10.0 * a).astype(np.float32) for name, a in initial_model().items()}
             encoded = encode_state_dict(params)
