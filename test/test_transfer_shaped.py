@@ -69,7 +69,7 @@ def test_bench_transfer_shaped_prints_goodput_per_channel(ros_env, tmp_path: Pat
 
 
 def test_paced_profile_names_one_controller_every_writer_uses(tmp_path: Path) -> None:
-    """The paced profile: a FIFO flow controller at 0.95 x the link rate per 100 ms, every writer
+    """The paced profile: a FIFO flow controller at 0.95 x the link rate (per 100 ms at 1 Mbit/s), every writer
     asynchronous on it, and the RMW told to take the profile's publish mode (synchronous
     writers refuse a flow controller and the node fails to start)."""
     import xml.etree.ElementTree as ET
@@ -84,6 +84,8 @@ def test_paced_profile_names_one_controller_every_writer_uses(tmp_path: Path) ->
     (ctrl,) = root.findall(".//d:participant/d:rtps/d:flow_controller_descriptor_list/d:flow_controller_descriptor", ns)
     assert int(ctrl.find("d:max_bytes_per_period", ns).text) == int(1e6 / 8 * 0.95 * 0.1)
     assert ctrl.find("d:period_ms", ns).text == "100"
+    # a fast link gets a shorter period, so one period's burst stays under a 64 KB datagram
+    assert (pacing.paced_period_ms(20), pacing.paced_bytes_per_period(20)) == (20, int(20e6 / 8 * 0.95 * 0.02))
     mode = root.find(".//d:data_writer/d:qos/d:publishMode", ns)
     assert mode.find("d:kind", ns).text == "ASYNCHRONOUS"
     assert mode.find("d:flow_controller_name", ns).text == ctrl.find("d:name", ns).text
