@@ -58,14 +58,16 @@ def parse_config(text: str) -> dict:
             "eval_episodes": int(e), "max_episode_steps": int(m)}
 
 
-def robot_demos(out: Path, index: int, variation: str, count: int, max_steps: int) -> list:
-    """The robot node's start-up demonstrations (cached .npz per episode index)."""
+def robot_demos(out: Path, index: int, variation: str, count: int, max_steps: int, noise_std: float = 0.0) -> list:
+    """The robot node's start-up demonstrations (cached .npz per episode index); ``noise_std``
+    is the robot's ``demo_noise_std`` (expert action noise while recording)."""
     from fed_ros.core.episode import Episode
     from fed_ros.sim.collect import STREAM_COLLECT, episode_seed, run_episode
     from fed_ros.sim.envs import make_env
     from fed_ros.sim.experts import make_expert
 
-    d = out / "demos" / f"robot_{index}__{variation}__max{max_steps}"
+    noise = f"__noise{noise_std:g}" if noise_std else ""
+    d = out / "demos" / f"robot_{index}__{variation}__max{max_steps}{noise}"
     d.mkdir(parents=True, exist_ok=True)
     demo_seed = 1000 * (FLEET_SEED + index)
     ok: list = []
@@ -80,7 +82,7 @@ def robot_demos(out: Path, index: int, variation: str, count: int, max_steps: in
                 if env is None:
                     env = make_env(TASK, variation, cameras=False, seed=FLEET_SEED + index)
                 seed = episode_seed(demo_seed, k, STREAM_COLLECT)
-                expert = make_expert(TASK, noise_std=0.0, seed=seed, variation=variation)
+                expert = make_expert(TASK, noise_std=noise_std, seed=seed, variation=variation)
                 obs, actions, success = run_episode(env, expert, seed, max_steps=max_steps)
                 ep = Episode(task=TASK, instruction=env.instruction, observations=obs, actions=actions,
                              variation=variation, robot_id=f"robot_{index}", success=bool(success),
@@ -95,7 +97,8 @@ def robot_demos(out: Path, index: int, variation: str, count: int, max_steps: in
     return ok
 
 
-def run_config(cfg: dict, out: str, eval_last: int = 0) -> dict:
+def run_config(cfg: dict, out: str, eval_last: int = 0, noise_std: float = 0.0,
+               policy: dict | None = None) -> dict:
     """One in-process demo federation; returns (and saves) its record."""
     import numpy as np
     import torch
@@ -112,9 +115,9 @@ def run_config(cfg: dict, out: str, eval_last: int = 0) -> dict:
     torch.set_num_threads(1)  # the fleet plan gives each simulated robot one torch thread
     outp = Path(out)
     ids = [rid for rid, _ in ROBOTS]
-    data = {rid: robot_demos(outp, i, var, cfg["demos"], cfg["max_episode_steps"])
+    data = {rid: robot_demos(outp, i, var, cfg["demos"], cfg["max_episode_steps"], noise_std)
             for i, (rid, var) in enumerate(ROBOTS)}
-    policy_cfg = PolicyConfig(kind="lowdim")
+    policy_cfg = PolicyConfig(kind="lowdim", **(policy or {}))
     dflt = RobotParams.defaults()  # the robot node's local_training() with no trainer.* overrides
     local = {"lr": dflt["train_lr"], "batch_size": dflt["train_batch_size"],
              "max_steps": dflt["train_max_steps"] or None}
@@ -122,7 +125,8 @@ def run_config(cfg: dict, out: str, eval_last: int = 0) -> dict:
     strategy.initialize(initial_state_dict(policy_cfg, seed=FLEET_SEED), ids)
     clients = make_clients(ids, policy_cfg, FLEET_SEED, local=local)
     envs = {rid: make_env(TASK, var, cameras=False, seed=FLEET_SEED + i) for i, (rid, var) in enumerate(ROBOTS)}
-    rec: dict = {"config": cfg, "local": local, "rounds": []}
+    rec: dict = {"config": cfg, "local": local, "demo_noise_std": noise_std, "policy": policy or {},
+                 "rounds": []}
     t_all = time.perf_counter()
     try:
         for r in range(cfg["rounds"]):
@@ -158,16 +162,23 @@ def run_config(cfg: dict, out: str, eval_last: int = 0) -> dict:
             env.close()
     rec["wall_s"] = time.perf_counter() - t_all
     rec["demo_steps"] = {rid: int(sum(len(e) for e in eps)) for rid, eps in data.items()}
-    path = outp / f"{cfg['name'].replace(':', '_')}.json"
+    path = outp / result_name(cfg, noise_std, policy)
     path.write_text(json.dumps(rec, indent=1))
     return rec
+
+
+def result_name(cfg: dict, noise_std: float, policy: dict | None) -> str:
+    """Result file of one configuration with these demo-noise and policy settings."""
+    extra = "".join(f"_{k}{v}" for k, v in sorted((policy or {}).items()))
+    return f"{cfg['name'].replace(':', '_')}{f'_noise{noise_std:g}' if noise_std else ''}{extra}.json"
 
 
 def summary(rec: dict) -> str:
     """One table block per configuration."""
     cfg = rec["config"]
     fams = list(rec["rounds"][-1]["per_family"])
-    lines = [f"{cfg['name']}  (rounds:steps:lr:demos:eval/robot:max_steps)  wall {rec['wall_s']:.0f} s, "
+    lines = [f"{cfg['name']} noise {rec.get('demo_noise_std', 0.0):g} policy {rec.get('policy', {})}  "
+             f"(rounds:steps:lr:demos:eval/robot:max_steps)  wall {rec['wall_s']:.0f} s, "
              f"train cpu {sum(r['train_cpu_s'] for r in rec['rounds']):.0f} s, "
              f"eval cpu {sum(r.get('eval_cpu_s', 0) for r in rec['rounds']):.0f} s, "
              f"eval steps {sum(r.get('eval_steps', 0) for r in rec['rounds'])}",
@@ -186,19 +197,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, choices=(1, 2), help="configurations side by side")
     ap.add_argument("--eval-last", type=int, default=0,
                     help="evaluate only the last N rounds (0: every round, as the demo does)")
+    ap.add_argument("--demo-noise", type=float, default=0.0, help="the robots' demo_noise_std")
+    ap.add_argument("--policy", action="append", default=[], metavar="KEY=INT",
+                    help="PolicyConfig override, e.g. num_modes=1 (repeatable)")
     args = ap.parse_args(argv)
+    policy = {k: int(v) for k, v in (item.split("=", 1) for item in args.policy)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     # Demonstrations first, in this process (the workers only read the cache).
     for i, (_, var) in enumerate(ROBOTS):
         for m in sorted({c["max_episode_steps"] for c in args.configs}):
-            robot_demos(out, i, var, max(c["demos"] for c in args.configs if c["max_episode_steps"] == m), m)
+            robot_demos(out, i, var, max(c["demos"] for c in args.configs if c["max_episode_steps"] == m), m,
+                        args.demo_noise)
     todo, done = [], []
     for c in args.configs:
-        path = out / f"{c['name'].replace(':', '_')}.json"
+        path = out / result_name(c, args.demo_noise, policy)
         (done.append(json.loads(path.read_text())) if path.exists() else todo.append(c))
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        done += list(pool.map(run_config, todo, [str(out)] * len(todo), [args.eval_last] * len(todo)))
+        n = len(todo)
+        done += list(pool.map(run_config, todo, [str(out)] * n, [args.eval_last] * n, [args.demo_noise] * n,
+                              [policy] * n))
     for rec in done:
         print(summary(rec) + "\n")
     return 0
