@@ -40,4 +40,7 @@ def test_quick_protocol_table_every_attack_refused_rounds_complete_bit_identical
         assert code in r.codes and text in r.reason, r
     by = {r.attack: r for r in rows}
     assert by["register_flood"].refused == by["register_flood"].sent == 50
+    # Every unsigned model_resend request is refused and counted: by its signature or, past the
+    # rate limit, unread (the server's running count; not only the 10/s that reach the check).
+    assert by["resend_flood"].refused == by["resend_flood"].sent == 300, by["resend_flood"]
     assert by["forged_update"].detail["payload_ids"] and by["foreign_chunk"].sent == 1

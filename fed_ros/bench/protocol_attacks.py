@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,15 @@ class ProtocolRow:
     log_growth_mb: float
     seconds: float
     detail: dict = field(default_factory=dict)
+
+
+_RESEND_COUNT = re.compile(r"model resend (?:request refused \((\d+) so far\)|over the rate limit \((\d+) refused\))")
+
+
+def _resend_refused_count(log_text: str) -> int:
+    """The last running count of refused model_resend requests in a server log (0: none)."""
+    counts = [int(a or b) for a, b in _RESEND_COUNT.findall(log_text)]
+    return max(counts, default=0)
 
 
 @contextlib.contextmanager
@@ -207,9 +217,13 @@ def _row(fleet: _Fleet, spec: str, round_idx: int, reference, rss_mb) -> Protoco
     refused = [e for e in window if not e["accepted"]
                and (e.get("payload_id") not in honest or e["code"] == "foreign_chunk")]
     codes = sorted({e["code"] for e in refused})
-    log_text = fleet.log_path.read_bytes()[log0:].decode("utf-8", "replace")
+    whole_log = fleet.log_path.read_bytes()
+    log_text = whole_log[log0:].decode("utf-8", "replace")
     resend_lines = [ln for ln in log_text.splitlines() if "model resend request refused" in ln]
-    resend_refusals = len(resend_lines)
+    # The server's running count of refused model_resend requests (signature and rate limit;
+    # the rate-limit line is throttled, so the count comes from the numbers, not the lines).
+    resend_refusals = max(len(resend_lines), _resend_refused_count(log_text)
+                          - _resend_refused_count(whole_log[:log0].decode("utf-8", "replace")))
     if resend_refusals:
         codes.append("model_resend refused")
     reasons = [*result.get("reasons", []), *(e.get("reason", "") for e in refused),

@@ -98,7 +98,7 @@ def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered
 
 def server_status(name: str, *, round_idx: int, stage: str, robots_registered: int, robots_expected: int,
                   accepted: int, rejected: int, last_rejection: str, done: bool, rounds_enabled: bool = True,
-                  held: bool = False, ending: bool = False) -> Status:
+                  held: bool = False, ending: bool = False, resend_refused: int = 0) -> Status:
     """Server: WARN while fewer robots than expected are registered, while rounds are paused
     (``rounds_enabled`` false; ``held``: a round waits for the resume) or the federation is
     ending (``~/end_fleet``); round, stage and update counts."""
@@ -113,4 +113,5 @@ def server_status(name: str, *, round_idx: int, stage: str, robots_registered: i
     return _status(name, "fed_ros_server", problems, "federation finished" if done else f"round {round_idx} {stage}", {
         "round": round_idx, "stage": stage, "robots_registered": robots_registered,
         "robots_expected": robots_expected, "updates_accepted": accepted, "updates_rejected": rejected,
-        "last_rejection": last_rejection, "done": done, "rounds_enabled": rounds_enabled, "ending": ending})
+        "last_rejection": last_rejection, "done": done, "rounds_enabled": rounds_enabled, "ending": ending,
+        "model_resend_refused": resend_refused})

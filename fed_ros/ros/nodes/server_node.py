@@ -140,7 +140,7 @@ class FleetServer(Node):
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
         self.intake = UpdateIntake(self)  # updates: checks, assembly, one decision per payload id, acks
         self._resend_limit = bounds.RateLimiter(per_s=10.0, burst=20)
-        self.resend_refused = 0  # model_resend requests without a valid robot signature
+        self.resend_refused = 0  # model_resend requests refused: unsigned, forged or over the rate limit
         self._published_models_round = -1
         self._started = False
         self._start_time = time.monotonic()
@@ -345,9 +345,9 @@ class FleetServer(Node):
         return msg
 
     def _on_model_resend(self, msg) -> None:
-        # Unauthenticated (std_msgs/String): bounded and rate-limited so a flood cannot make the
-        # server republish models without limit (10 requests/s, bursts of 20; refusals counted).
         if not self._resend_limit.allow(time.monotonic()):
+            self.resend_refused += 1
+            self.get_logger().warning(f"model resend over the rate limit ({self.resend_refused} refused)", throttle_duration_sec=5)
             return
         if len(msg.data) > bounds.MAX_RESEND_REQUEST_CHARS:
             self.get_logger().warning(f"model resend request of {len(msg.data)} chars refused "

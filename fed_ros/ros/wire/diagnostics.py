@@ -93,7 +93,7 @@ class _ServerGauge:
             robots_registered=len(n.coord.roster), robots_expected=expected, accepted=int(n.intake.completed),
             rejected=self._closed_rejected + (col.rejected if col is not None else 0),
             last_rejection=self._last_rejection, done=bool(n.coord.finished), rounds_enabled=not n.coord.paused,
-            held=held, ending=bool(n.coord.end_requested))
+            held=held, ending=bool(n.coord.end_requested), resend_refused=int(n.resend_refused))
 
 
 class _AdapterGauge:
