@@ -195,6 +195,43 @@ def _wait_completed(receiver: TransferReceiver, n: int, timeout: float = 30.0) -
     return out
 
 
+def test_bulk_fetch_follows_a_restarted_sender_offering_the_same_bytes_elsewhere() -> None:
+    """A server killed while a robot fetched its model from it republishes the same model (same
+    payload id and sha256) from a new bulk endpoint; the fetch goes there instead of retrying
+    the dead one until its budget runs out (a clean-clone run: robot_0 retried the killed
+    server's port for 60 s, rejected the model as unreachable, and the round was abandoned)."""
+    first = TransferSender("zmq")
+    second = TransferSender("zmq")
+    receiver = TransferReceiver(manifest_of(MODEL), fetch_retry=RetrySchedule(first_s=8.0, factor=1.0, max_s=8.0),
+                                fetch_idle_timeout_s=0.2)
+    try:
+        dead = first.prepare(MODEL, "cluster_0/r1/abc").chunks()[0]
+        first.close()  # killed before the robot fetched
+        assert receiver.offer(dead, tag="model", retry_for_s=600.0) is None
+        again = second.prepare(MODEL, "cluster_0/r1/abc").chunks()[0]
+        assert again.bulk_uri != dead.bulk_uri and again.sha256 == dead.sha256
+        assert receiver.offer(again) is None  # the restarted server's latched republication
+        # Well before the 8 s retry delay and the 600 s budget: fetched from the new endpoint.
+        (result,) = _wait_completed(receiver, 1, timeout=6.0)
+        assert result.decision and result.tag == "model"
+        np.testing.assert_array_equal(result.params["w"], MODEL["w"])
+        # Another payload under the same id (other bytes) does not redirect a fetch.
+        third = TransferSender("zmq")
+        try:
+            other = third.prepare({k: v + 1 for k, v in MODEL.items()}, "cluster_0/r2/abc").chunks()[0]
+            gone = second.prepare(MODEL, "cluster_0/r2/abc").chunks()[0]
+            second.close()
+            assert receiver.offer(gone, retry_for_s=1.0) is None and receiver.offer(other) is None
+            (result,) = _wait_completed(receiver, 1, timeout=20.0)
+            assert result.decision.code == V.UNREACHABLE
+        finally:
+            third.close()
+    finally:
+        receiver.close()
+        first.close()
+        second.close()
+
+
 def test_bulk_fetch_resumes_after_an_outage_with_the_chunks_it_had() -> None:
     ctx = zmq.Context()
     server = bulk.BulkServer(context=ctx)

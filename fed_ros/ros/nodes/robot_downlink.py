@@ -49,9 +49,10 @@ class RobotDownlink:
         """One chunk (or bulk offer) of a cluster model."""
         node = self.node
         cid, round_idx = int(msg.cluster_id), int(msg.round)
-        if node.server_key is not None and not node.models_in.busy(msg.payload.payload_id):
+        if node.server_key is not None and (msg.payload.bulk_uri or not node.models_in.busy(msg.payload.payload_id)):
             # First chunk of a model: the server's signature over its header (chunk list, bulk
             # address, members) before anything is kept; later chunks must match that header.
+            # Every bulk offer is checked: a restarted server's offer redirects a fetch in progress.
             why = self.check_model_header(msg)
             if why is not None:
                 return self.refuse("cluster_models", why)

@@ -197,6 +197,9 @@ class TransferReceiver:
         self._done: queue.Queue[Received] = queue.Queue()
         self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=fetch_workers, thread_name_prefix="fed_ros-fetch")
+        # payload id -> the newest bulk offer of a fetch in progress: a sender that restarted
+        # (a killed server republishing its committed model) offers the same bytes elsewhere.
+        self._offers: dict[str, TensorPayload] = {}
 
     def busy(self, payload_id: str) -> bool:
         """Whether ``payload_id`` is being assembled or fetched (its first chunk was admitted)."""
@@ -218,9 +221,15 @@ class TransferReceiver:
             self._tags[pid] = tag
             if payload.bulk_uri:
                 self._fetching.add(pid)
+                self._offers[pid] = payload
                 self._pool.submit(self._fetch, pid, payload, retry_for_s)
                 return None
         if payload.bulk_uri:
+            held = self._offers.get(pid)
+            if (held is not None and payload.bulk_uri != held.bulk_uri and payload.sha256 == held.sha256
+                    and int(payload.total_bytes) == int(held.total_bytes)):
+                self._offers[pid] = payload  # the same bytes offered elsewhere: fetch from there next
+                self._on_event(f"payload {pid}: now offered at {payload.bulk_uri.rsplit('/', 1)[0]}")
             return None  # a repeated control message of a fetch in progress
         try:
             complete = self.assembler.add(payload)
@@ -275,6 +284,11 @@ class TransferReceiver:
                     data = fetch.run(idle_timeout_s=self.fetch_idle_timeout_s, max_retries=1)
                     break
                 except BulkUnreachable as exc:
+                    if self._switch_offer(pid, payload):  # the sender restarted elsewhere: go there now
+                        payload, attempt = self._offers[pid], 0
+                        give_up = self._clock() + (retry_for_s if retry_for_s is not None else 60.0)
+                        fetch = BulkFetch(payload, limits=self.limits)
+                        continue
                     attempt += 1
                     wait = self.fetch_retry.delay(attempt)
                     if self._closed.is_set() or self._clock() + wait > give_up:
@@ -282,8 +296,10 @@ class TransferReceiver:
                         return
                     self._on_event(f"payload {pid}: {exc}; retrying in {wait:g} s "
                                    f"({len(fetch.received)}/{len(fetch.ranges)} chunks kept)")
-                    if self._closed.wait(wait):
-                        return
+                    end = time.monotonic() + wait  # real time, as the fetch itself
+                    while time.monotonic() < end and not self._switch_offer(pid, payload):
+                        if self._closed.wait(min(0.25, max(0.0, end - time.monotonic()))):
+                            return
             result = self._decode(pid, *_header_parts(payload), data, payload.sha256)
         except PayloadRejected as exc:
             result = self._decided(pid, Decision(False, exc.code, str(exc)))
@@ -291,7 +307,13 @@ class TransferReceiver:
             result = self._decided(pid, Decision(False, TRANSFER, f"bulk fetch failed: {type(exc).__name__}: {exc}"))
         finally:
             self._fetching.discard(pid)
+            self._offers.pop(pid, None)
         self._done.put(result)
+
+    def _switch_offer(self, pid: str, payload: TensorPayload) -> bool:
+        """Whether a newer offer of ``pid`` names another endpoint than ``payload``."""
+        newer = self._offers.get(pid)
+        return newer is not None and newer.bulk_uri != payload.bulk_uri
 
     def drops(self) -> list[Received]:
         """Chunks dropped as foreign since the last call (at most the latest 64; all are counted)."""
