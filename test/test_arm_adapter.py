@@ -170,6 +170,27 @@ def test_adapter_clips_boxes_watchdogs_and_holds_over_dds(ros_env, processes, tm
         spun.close()
 
 
+class _StarveArmOnSomeSteps:
+    """A policy whose answers on steps 3 and 12 reach the adapter while the simulator process is
+    stopped (SIGSTOP) for 0.8 s: the arm publishes nothing, as a CPU-starved one."""
+
+    def __init__(self, policy, arm_pid: int) -> None:
+        self.policy, self.arm_pid, self.calls = policy, arm_pid, 0
+
+    def reset(self) -> None:
+        self.policy.reset()
+
+    def act(self, obs):
+        import os
+        import signal
+        self.calls += 1
+        if self.calls in (3, 12):
+            os.kill(self.arm_pid, signal.SIGSTOP)
+            threading.Timer(0.8, os.kill, (self.arm_pid, signal.SIGCONT)).start()
+            time.sleep(0.6)  # deliberate: the answer leaves once the arm's state is 0.6 s old
+        return self.policy.act(obs)
+
+
 def _try_reset(client):
     try:
         return client.reset("lift", timeout=30.0)
@@ -231,10 +252,10 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(ros_env, p
     from fed_ros.sim.experts import make_expert
 
     ns = "/sil_robot"  # unlike other tests' /robot_0: the graph checks below query by name
-    processes.python(["-m", BRIDGE, "--ros-args", "-r", f"__ns:={ns}", "-r", "__node:=arm",
-                      "-p", "interface:=ros2_control", "-p", "profile:=panda_sim", "-p", "lockstep:=true",
-                      "-p", "cameras:=false", "-p", "task:=lift"], ros_env,
-                     log_path=tmp_path / "bridge.log")
+    bridge = processes.python(["-m", BRIDGE, "--ros-args", "-r", f"__ns:={ns}", "-r", "__node:=arm",
+                               "-p", "interface:=ros2_control", "-p", "profile:=panda_sim", "-p", "lockstep:=true",
+                               "-p", "cameras:=false", "-p", "task:=lift"], ros_env,
+                              log_path=tmp_path / "bridge.log")
     start_adapter(processes, ros_env, tmp_path / "adapter.log", ns, profile="panda_sim",
                   cameras="false", max_episode_steps=200, lockstep="true")
     spun = Spun("sil_driver")
@@ -267,7 +288,14 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(ros_env, p
         for seed in range(2):
             instruction, episode = client.reset("lift", timeout=60.0)
             recorder.start("lift", instruction, "default")
-            outcome = client.run_episode(make_expert("lift", seed=seed), episode, timeout=120.0)
+            # In the second demonstration the simulator process is starved (stopped) for longer
+            # than the adapter's state_timeout_s (0.5 s) while two answers are on their way, as
+            # on a loaded machine: still one recorded step per simulator step. (A clean-clone
+            # run at load 6-7 once recorded 48 of 58 steps; this starvation did not reproduce
+            # that, see docs/testing.md "Open flakes".)
+            expert = make_expert("lift", seed=seed) if seed == 0 else \
+                _StarveArmOnSomeSteps(make_expert("lift", seed=seed), bridge.pid)
+            outcome = client.run_episode(expert, episode, timeout=120.0)
             result = recorder.stop(outcome.success, expected_steps=outcome.steps)
             assert outcome.success and result.success, f"expert demonstration {seed} failed in {outcome.steps} steps"
             assert result.num_steps == outcome.steps  # one recorded step per simulator step
