@@ -2,14 +2,10 @@
 process started is reaped; `wait_until` for condition waits with a deadline."""
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,34 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Fast DDS puts domain d on UDP ports 7400 + 250 d + 10 + 2 p (participant p): ids above 101
 # reach Linux's ephemeral range (32768-60999), where any socket of the machine can hold the port.
-DOMAIN_IDS = range(1, 102)
-DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "fed_ros_ros_domains"
-
-
-@contextlib.contextmanager
-def exclusive_domain_id() -> Iterator[int]:
-    """A ROS_DOMAIN_ID no other holder on this machine has, held until the block ends.
-
-    Each id is an exclusive flock on a file under /tmp, so parallel test runs (and parallel
-    workers) never share a domain; the kernel drops the lock if the holder dies.
-    """
-    DOMAIN_LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    ids = list(DOMAIN_IDS)
-    random.SystemRandom().shuffle(ids)
-    for domain in ids:
-        handle = open(DOMAIN_LOCK_DIR / f"{domain}.lock", "a")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        try:
-            yield domain
-        finally:
-            handle.close()  # closing the file releases the lock
-        return
-    raise RuntimeError(f"every ROS domain id {DOMAIN_IDS.start}-{DOMAIN_IDS.stop - 1} is held "
-                       f"(locks in {DOMAIN_LOCK_DIR})")
+from fed_ros.ros.fleet.domains import DOMAIN_IDS, DOMAIN_LOCK_DIR, exclusive_domain_id  # noqa: E402,F401
 
 
 def default_sigint() -> None:

@@ -8,15 +8,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import conftest  # noqa: E402
 from conftest import exclusive_domain_id, wait_until  # noqa: E402
+
+from fed_ros.ros.fleet import domains  # noqa: E402
 
 
 @pytest.fixture
 def private_domains(monkeypatch, tmp_path):
     """Two domain ids and a private lock directory, so the test never touches real runs' locks."""
-    monkeypatch.setattr(conftest, "DOMAIN_IDS", range(40, 42))
-    monkeypatch.setattr(conftest, "DOMAIN_LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(domains, "DOMAIN_IDS", range(40, 42))
+    monkeypatch.setattr(domains, "DOMAIN_LOCK_DIR", tmp_path / "locks")
     return tmp_path / "locks"
 
 
@@ -51,7 +52,7 @@ def test_another_process_cannot_take_a_held_domain_id(private_domains):
 
 def test_domain_ids_stay_below_the_ephemeral_port_range():
     # Fast DDS: 7400 + 250 d + 10 + 2 p; Linux's ephemeral ports start at 32768.
-    assert min(conftest.DOMAIN_IDS) >= 0 and 7400 + 250 * max(conftest.DOMAIN_IDS) + 10 + 2 * 50 < 32768
+    assert min(domains.DOMAIN_IDS) >= 0 and 7400 + 250 * max(domains.DOMAIN_IDS) + 10 + 2 * 50 < 32768
 
 
 def test_wait_until_returns_the_truthy_value():

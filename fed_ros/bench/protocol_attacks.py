@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -37,13 +35,13 @@ from pathlib import Path
 
 from fed_ros.core import validation as V
 from fed_ros.core.store import ModelStore
+from fed_ros.ros.fleet.domains import exclusive_domain_id
 
 QUICK_ATTACKS = ("register_replay", "register_flood:50", "register_wrong_key", "register_no_proof",
                  "forged_update:1", "unsigned_update:1", "resend_flood:300", "junk_burst:100", "foreign_chunk:1")
 FULL_ATTACKS = ("register_replay", "register_flood:200", "register_wrong_key", "register_no_proof",
                 "forged_update:1", "unsigned_update:1", "resend_flood:1000", "junk_burst:2000", "foreign_chunk:1")
 ATTACKER = [sys.executable, "-m", "fed_ros.ros.fleet.attacker"]
-DOMAIN_LOCK_DIR = Path(tempfile.gettempdir()) / "fed_ros_ros_domains"  # shared with the test suite
 
 
 @dataclass
@@ -79,22 +77,8 @@ def ros_domain(env: dict[str, str]) -> Iterator[dict[str, str]]:
     if env.get("ROS_DOMAIN_ID"):
         yield env
         return
-    DOMAIN_LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    ids = list(range(1, 102))
-    random.SystemRandom().shuffle(ids)
-    for domain in ids:
-        handle = open(DOMAIN_LOCK_DIR / f"{domain}.lock", "a")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            continue
-        try:
-            yield {**env, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
-        finally:
-            handle.close()
-        return
-    raise RuntimeError(f"every ROS domain id 1-101 is held (locks in {DOMAIN_LOCK_DIR})")
+    with exclusive_domain_id() as domain:
+        yield {**env, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 
 
 class _Fleet:
