@@ -35,24 +35,26 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_steps(trainer: LocalTrainer, data: DemoDataset, batches: list[np.ndarray],
-                warmup: int) -> tuple[float, float]:
-    """(wall, process CPU) seconds per optimiser step: medians over the timed batches.
+def _time_interleaved(trainers: dict[str, LocalTrainer], data: DemoDataset,
+                      batches: list[np.ndarray]) -> dict[str, tuple[list[float], list[float]]]:
+    """Per mode, (wall, process CPU) seconds of each timed optimiser step.
 
-    CPU time is what the step costs this process, whatever else shares the cores; on a
-    busy machine it is the reliable basis for the BC/FedDRMan ratio.
+    The modes take turns on every batch (and which goes first alternates), so a change of
+    machine load during the run lands on both alike instead of on whichever mode ran
+    second. CPU time is what the step costs this process, whatever else shares the cores.
     """
-    for idx in batches[:warmup]:
-        trainer.train_step(data, idx)
-    wall, cpu = [], []
-    for idx in batches[warmup:]:
-        _sync(trainer.device)
-        t0, c0 = time.perf_counter(), time.process_time()
-        trainer.train_step(data, idx)
-        _sync(trainer.device)
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    return float(np.median(wall)), float(np.median(cpu))
+    times: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in trainers}
+    modes = list(trainers)
+    for i, idx in enumerate(batches):
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
+            trainer = trainers[mode]
+            _sync(trainer.device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            trainer.train_step(data, idx)
+            _sync(trainer.device)
+            times[mode][0].append(time.perf_counter() - t0)
+            times[mode][1].append(time.process_time() - c0)
+    return times
 
 
 def _time_parts(trainer: LocalTrainer, data: DemoDataset, idx: np.ndarray, repeats: int
@@ -103,6 +105,7 @@ def bench_kind(kind: str, device: torch.device, batch_size: int, steps: int, war
     if kind == "image":
         row["image_profile"] = cfg.image_profile
         row["distinct_frames"] = _distinct_frames(data, batches)
+    trainers: dict[str, LocalTrainer] = {}
     for mode, switches in (("bc", dict(use_sub=False, use_act=False)),
                            ("feddrman", dict(use_sub=True, use_act=True))):
         tc = TrainerConfig(device=str(device), progress=False, batch_size=batch_size, seed=seed,
@@ -110,17 +113,22 @@ def bench_kind(kind: str, device: torch.device, batch_size: int, steps: int, war
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         trainer = LocalTrainer(start, cfg, tc)
-        wall, cpu = _time_steps(trainer, data, batches, warmup)
-        row[f"{mode}_steps_per_s"] = 1.0 / wall
-        row[f"{mode}_cpu_s_per_step"] = cpu
+        for idx in batches[:warmup]:  # warm-up alone, so the peak belongs to this mode
+            trainer.train_step(data, idx)
         row[f"{mode}_peak_mem_mb"] = peak_memory_bytes(device) / 2**20
-        if mode == "feddrman":
-            row.update(_time_parts(trainer, data, batches[0], repeats=max(1, steps // 2)))
-        del trainer
-    row["wall_ratio"] = row["bc_steps_per_s"] / row["feddrman_steps_per_s"]
-    # On CUDA the wall clock is the cost; on CPU the process CPU time is (see _time_steps).
-    row["ratio"] = (row["wall_ratio"] if device.type == "cuda"
-                    else row["feddrman_cpu_s_per_step"] / row["bc_cpu_s_per_step"])
+        trainers[mode] = trainer
+    times = _time_interleaved(trainers, data, batches[warmup:])
+    for mode, (wall, cpu) in times.items():
+        row[f"{mode}_steps_per_s"] = 1.0 / float(np.median(wall))
+        row[f"{mode}_cpu_s_per_step"] = float(np.median(cpu))
+    row.update(_time_parts(trainers["feddrman"], data, batches[0], repeats=max(1, steps // 2)))
+    # Ratios of each batch's pair of steps (same batch, same moment), then their median.
+    def pair(m: int) -> float:
+        return float(np.median(np.asarray(times["feddrman"][m]) / np.asarray(times["bc"][m])))
+
+    row["wall_ratio"] = pair(0)
+    # On CUDA the wall clock is the cost; on CPU the process CPU time is.
+    row["ratio"] = row["wall_ratio"] if device.type == "cuda" else pair(1)
     return row
 
 
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="few steps, batch 8 (smoke run)")
     ap.add_argument("--kinds", default="lowdim,image", help="comma list of image,lowdim")
     ap.add_argument("--batch", type=int, default=32, help="batch size (paper: 32)")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per mode")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per mode (interleaved)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
@@ -251,14 +259,15 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(row, f, indent=2)
         return 0
     print(f"fed-ros bench train: device={device} threads={torch.get_num_threads()} "
-          f"batch={args.batch} steps={args.steps} (median step time) "
+          f"batch={args.batch} steps={args.steps} per mode, interleaved (median step time) "
           f"amp={'bf16' if args.amp and device.type == 'cuda' else 'off'}")
     rows = [bench_kind(k, device, args.batch, args.steps, args.warmup,
                        image_profile=args.image_profile, amp=args.amp, episodes=args.episodes)
             for k in kinds]
     _print_table(rows)
-    print("ratio = FedDRMan/BC step cost: wall clock on CUDA, process CPU time on CPU (robust "
-          "to other load; 'wall x' is the wall-clock ratio). cpu-s: CPU seconds per step.")
+    print("ratio = FedDRMan/BC step cost, median over batches of the pair of steps on the same "
+          "batch (the modes take turns): wall clock on CUDA, process CPU time on CPU (robust to "
+          "other load; 'wall x' is the wall-clock ratio). cpu-s: CPU seconds per step.")
     print("peak memory: CUDA allocator peak per mode on GPU; process max RSS on CPU "
           "(cumulative, so the FedDRMan column includes the BC run)")
     if args.json:

@@ -26,20 +26,21 @@ REPO = Path(__file__).resolve().parents[2]
 # module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
 MODULES: dict[str, tuple[str, ...]] = {
     # validation.py only re-exports: its checks live in these six modules
-    **{m: ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py")
+    **{m: ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py",
+           "test_core_validation_exact.py")
        for m in ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log")},
-    "auth": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
-    "signed_messages": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
-    "replay": ("test_auth.py", "test_validation.py", "test_core_boundaries.py"),
-    "rounds": ("test_core_rounds.py", "test_core_boundaries.py"),
-    "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py"),
-    "round_collect": ("test_core_rounds.py", "test_core_boundaries.py"),
+    **{m: ("test_auth.py", "test_validation.py", "test_core_boundaries.py", "test_core_auth_exact.py")
+       for m in ("auth", "signed_messages", "replay")},
+    "rounds": ("test_core_rounds.py", "test_core_boundaries.py", "test_core_rounds_exact.py"),
+    "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py",
+               "test_core_rounds_exact.py"),
+    "round_collect": ("test_core_rounds.py", "test_core_boundaries.py", "test_core_rounds_exact.py"),
     "round_report": ("test_core_rounds.py",),
-    "store": ("test_core_store.py",),
+    "store": ("test_core_store.py", "test_core_store_exact.py"),
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
     "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py"),
-    "strategy": ("test_core_strategies.py", "test_core_boundaries.py"),
-    "strategy_types": ("test_core_strategies.py", "test_core_boundaries.py"),
+    "strategy": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
+    "strategy_types": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
     "strategies": ("test_core_strategies.py", "test_core_boundaries.py"),
     "cua": ("test_core_clustering.py", "test_core_strategies.py"),
     "srb": ("test_core_clustering.py", "test_core_strategies.py"),
@@ -63,6 +64,8 @@ def _write_config(work: Path, modules: list[str], tests: list[str]) -> None:
     selection = "\n    ".join(f"test/{t}" for t in tests)
     (work / "setup.cfg").write_text(f"""[mutmut]
 source_paths = fed_ros
+also_copy =
+    config
 only_mutate =
     {only}
 pytest_add_cli_args_test_selection =
@@ -106,28 +109,53 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated from {sorted(MODULES)}, or 'all' (default: {','.join(DEFAULT)})")
     parser.add_argument("--dir", default=str(REPO / "build" / "mutation"), help="private work directory")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
+    parser.add_argument("--rerun-survivors", action="store_true",
+                        help="keep DIR's earlier results, copy the current tests in and re-test only "
+                             "the mutants that survived there (after adding tests that kill them)")
     args = parser.parse_args(argv)
     modules = sorted(MODULES) if args.modules == "all" else [m.strip() for m in args.modules.split(",") if m]
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown modules {unknown}; choose from {sorted(MODULES)}")
-    tests = sorted({t for m in modules for t in MODULES[m]})
+    # A listed file that does not exist (yet) is left out: tests of a module may be added later.
+    tests = sorted({t for m in modules for t in MODULES[m] if (REPO / "test" / t).exists()})
 
     work = Path(args.dir).resolve()
     if work == REPO or REPO in work.parents and work.parent == REPO:
         parser.error("--dir must be a private directory, not the source tree")
-    shutil.rmtree(work, ignore_errors=True)
+    mutmut = str(Path(sys.executable).with_name("mutmut"))
+    rerun: list[str] = []
+    if args.rerun_survivors:
+        if not (work / "mutants").is_dir():
+            parser.error(f"--rerun-survivors: {work} holds no earlier mutmut run")
+        rerun = sorted(n for n, v in _results(work, mutmut).items() if v == "survived")
+        # The copied sources stay (mutmut's mutants/ were made from them); tests are refreshed.
+        shutil.rmtree(work / "test", ignore_errors=True)
+        shutil.rmtree(work / "mutants" / "test", ignore_errors=True)
+        if not rerun:
+            print(f"mutation: no survivors in {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(REPO / "fed_ros", work / "fed_ros",
+                        ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"))
+        # test_auth checks the shipped SROS2 policy (config/security) against the node code.
+        shutil.copytree(REPO / "config", work / "config")
     (work / "test").mkdir(parents=True)
-    shutil.copytree(REPO / "fed_ros", work / "fed_ros",
-                    ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"))
     for name in tests + list(HELPERS):
         shutil.copy2(REPO / "test" / name, work / "test" / name)
     _write_config(work, modules, tests)
 
-    mutmut = str(Path(sys.executable).with_name("mutmut"))
     env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONDONTWRITEBYTECODE="1")
-    print(f"mutation: {', '.join(modules)} in {work}; tests: {' '.join(tests)}", flush=True)
-    run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs)], cwd=work, env=env)
+    print(f"mutation: {', '.join(modules)} in {work}; tests: {' '.join(tests)}"
+          + (f"; re-testing {len(rerun)} survivors" if args.rerun_survivors else ""), flush=True)
+    run = subprocess.CompletedProcess([], 0)
+    if rerun or not args.rerun_survivors:  # with no survivors there is nothing to re-test
+        # mutmut redraws a progress spinner many times a second: keep that in a log file.
+        with open(work / "mutmut.log", "w") as log:
+            run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *rerun], cwd=work,
+                                 env=env, stdout=log, stderr=subprocess.STDOUT)
+        tail = (work / "mutmut.log").read_text(errors="replace").replace("\r", "\n").splitlines()
+        print("\n".join(line for line in tail[-40:] if "⠋" not in line and line.strip())[-4000:])
     status = _results(work, mutmut)
     if not status:
         print("mutation: mutmut reported no mutants", file=sys.stderr)
