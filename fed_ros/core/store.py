@@ -239,7 +239,7 @@ class ModelStore:
     @staticmethod
     def _array_writer(arr: np.ndarray) -> Callable[[_HashingWriter], None]:
         def write(w: _HashingWriter) -> None:
-            a = np.ascontiguousarray(arr)
+            a = np.ascontiguousarray(arr).reshape(arr.shape)   # ascontiguousarray makes 0-d arrays (1,)
             a = a.astype(a.dtype.newbyteorder("<"), copy=False)
             w.write(_npy_header(a.shape, a.dtype))
             if a.size:
