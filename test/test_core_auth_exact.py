@@ -995,3 +995,35 @@ def test_replay_guard_bad_state_is_refused_and_changes_nothing(state):
     with pytest.raises(ValueError, match=r"^bad replay-guard state: "):
         guard.load_state(state)
     assert guard.state() == before
+
+
+# ============================================================================ regressions (bugs found here)
+
+@pytest.mark.parametrize("content, why", [
+    (b"junk", "Unable to load PEM file"),
+    (Ed25519PrivateKey.from_private_bytes(bytes([1]) * 32).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.BestAvailableEncryption(b"passphrase")), "encrypted"),
+])
+def test_unloadable_private_key_is_a_value_error_naming_the_path(tmp_path, capsys, content, why):
+    """Was: a passphrase-encrypted key raised TypeError (a traceback out of `fed-ros keys`), a
+    corrupt one a ValueError that did not say which file."""
+    path = tmp_path / "robot_0.key"
+    path.write_bytes(content)
+    os.chmod(path, 0o600)
+    with pytest.raises(ValueError) as err:
+        auth.load_private_key(path)
+    assert str(err.value).startswith(f"private key {str(path)!r} cannot be loaded: ") and why in str(err.value)
+    assert auth.keys_main(["generate", "robot_0", "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.startswith(f"fed-ros keys: private key {str(path)!r} cannot be loaded: ")
+
+
+@pytest.mark.parametrize("server, why", [("abcd", "public key must be 32 raw bytes, got 2"),
+                                         ("xyz", "public key is not hex: 'xyz'")])
+def test_allow_list_bad_server_key_names_the_file(tmp_path, server, why):
+    """Was: a bad `server:` entry raised the bare key error, naming neither the file nor the entry."""
+    path = tmp_path / "a.yaml"
+    path.write_text(f"server: {server}\nrobots: {{}}\n")
+    with pytest.raises(ValueError) as err:
+        AllowList.from_yaml(path)
+    assert str(err.value) == f"allow-list {str(path)!r}, server: {why}"

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -153,7 +153,8 @@ def public_key_path(private_key_path: str | Path) -> Path:
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
-    """Load an Ed25519 PEM private key; ValueError if missing, group/other-readable or not Ed25519."""
+    """Load an Ed25519 PEM private key; ValueError naming the path if missing, group/other-readable,
+    unloadable (not PEM, passphrase-encrypted) or not Ed25519."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"private key file not found: {str(path)!r}")
@@ -161,7 +162,10 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     if mode & 0o077:
         raise ValueError(f"private key {str(path)!r} has mode {mode:04o}; it must not be readable by "
                          f"group/others (chmod 600 {path})")
-    key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (TypeError, ValueError, UnsupportedAlgorithm) as err:  # encrypted (TypeError), not PEM, unknown
+        raise ValueError(f"private key {str(path)!r} cannot be loaded: {err}") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"private key {str(path)!r} is {type(key).__name__}, not Ed25519")
     return key
@@ -208,7 +212,10 @@ class AllowList:
         robots = data.get("robots") or {}
         if not isinstance(robots, dict):
             raise ValueError(f"allow-list {str(path)!r}: 'robots' must map robot id -> hex key")
-        out = cls(server=data.get("server"))
+        try:
+            out = cls(server=data.get("server"))
+        except ValueError as err:
+            raise ValueError(f"allow-list {str(path)!r}, server: {err}") from None
         for robot_id, key in robots.items():
             try:
                 out.add(str(robot_id), str(key))
