@@ -88,6 +88,15 @@ def test_update_message_known_answer():
                                cluster_id=-2) == expected[:-40] + u64(0)
 
 
+def test_update_message_known_answer_at_the_field_maxima():
+    """Every fixed-width field at its largest value: unsigned where the field is a count/round."""
+    rid = "r" * 255
+    msg = auth.update_message(2**32 - 1, rid, NONCE, DIGEST, base_round=2**32 - 1, num_samples=2**64 - 1,
+                              cluster_id=-2**31)
+    assert msg == (b"fed_ros/update/v2" + b"\xff" * 4 + b"\xff" + rid.encode() + NONCE + DIGEST
+                   + b"\xff" * 4 + b"\xff" * 8 + b"\x00\x00\x00\x80" + u64(0))
+
+
 def test_descriptor_message_known_answer():
     msg = auth.descriptor_message(2**32 - 1, "r\u00e9", NONCE, DIGEST)
     assert msg == b"fed_ros/descriptor/v1" + u32(2**32 - 1) + bytes([3]) + "r\u00e9".encode() + NONCE + DIGEST
@@ -120,6 +129,14 @@ def test_transfer_digest_known_answer():
     bare = auth.transfer_digest(payload_id="", encoding=0, total_bytes=0, chunk_count=0, manifest=[])
     assert bare == hashlib.sha256(b"fed_ros/transfer/v1" + blob(b"") + bytes([0]) + u64(0) + u32(0) + u64(0)
                                   + blob(b"") * 3).digest()
+
+
+def test_transfer_digest_known_answer_at_the_field_maxima():
+    got = auth.transfer_digest(payload_id="p", encoding=255, total_bytes=2**64 - 1, chunk_count=2**32 - 1,
+                               manifest=[("w", (2**63 - 1,), "f")])
+    pre = (b"fed_ros/transfer/v1" + blob(b"p") + b"\xff" + b"\xff" * 8 + b"\xff" * 4 + u64(1)
+           + blob(b"w") + blob(b"f") + u64(1) + u64(2**63 - 1) + blob(b"") * 3)
+    assert got == hashlib.sha256(pre).digest()
 
 
 def test_transfer_digest_covers_every_header_field():
@@ -175,6 +192,17 @@ def test_descriptor_digest_known_answer():
     assert got == hashlib.sha256(pre).digest()
 
 
+def test_descriptor_digest_text_length_prefixes_are_uint16():
+    """kind and score ids carry a 16-bit unsigned length: 40000-byte strings hash, as both ends agree."""
+    kind, rid = "k" * 40000, "r" * 40000
+    got = auth.descriptor_digest(kind=kind, dims=0, mean=None, variance=None, num_samples=0, scores={rid: 1.0},
+                                 residual_std=2.0)
+    pre = ((40000).to_bytes(2, "little") + kind.encode() + u64(0) * 4 + blob(b"") + u64(1)
+           + (40000).to_bytes(2, "little") + rid.encode() + u64(1) + struct.pack("<f", 1.0)
+           + u64(1) + struct.pack("<f", 2.0))
+    assert got == hashlib.sha256(pre).digest()
+
+
 def test_descriptor_digest_defaults_and_absent_vectors():
     got = auth.descriptor_digest(kind="k", dims=0, mean=None, variance=[], num_samples=0)
     nan = np.float32("nan").tobytes()
@@ -194,6 +222,7 @@ def test_descriptor_digest_canonicalises_nan_and_overflow():
     other_nan.view(np.uint32)[0] = 0x7FC00123  # a NaN with a payload: a different bit pattern
     assert np.isnan(other_nan[0]) and other_nan.tobytes() != quiet.tobytes()
     assert auth.descriptor_digest(**base, mean=quiet) == auth.descriptor_digest(**base, mean=other_nan)
+    assert other_nan.view(np.uint32)[0] == 0x7FC00123  # the caller's array is left as it was
     neg_nan = np.array([0, 1.0], dtype=np.float32)
     neg_nan.view(np.uint32)[0] = 0xFFC00000
     assert auth.descriptor_digest(**base, mean=quiet) == auth.descriptor_digest(**base, mean=neg_nan)
@@ -851,6 +880,7 @@ def test_keys_requires_an_action(capsys):
     with pytest.raises(SystemExit) as exc:
         auth.keys_main([])
     assert exc.value.code == 2
+    assert capsys.readouterr().err.endswith("fed-ros keys: error: the following arguments are required: action\n")
 
 
 # ============================================================================ replay guard
@@ -1027,3 +1057,54 @@ def test_allow_list_bad_server_key_names_the_file(tmp_path, server, why):
     with pytest.raises(ValueError) as err:
         AllowList.from_yaml(path)
     assert str(err.value) == f"allow-list {str(path)!r}, server: {why}"
+
+
+# ============================================================================ fed-ros keys: what --help tells the operator
+
+def help_text(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as exc:
+        auth.keys_main([*argv, "--help"])
+    assert exc.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal width
+
+
+def test_keys_help_lists_the_actions(capsys):
+    text = help_text([], capsys)
+    assert text.startswith("usage: fed-ros keys [-h] {generate,allow,revoke,list} ...")
+    assert "`fed-ros keys`: create key pairs (0600 private keys) and manage the allow-list YAML." in text
+    for line in ("generate create key pairs and add them to an allow-list",
+                 "allow add a public key (hex or .pub file) to an allow-list",
+                 "revoke remove a robot from an allow-list",
+                 "list print an allow-list"):
+        assert line in text
+
+
+def test_keys_generate_help_documents_options_and_defaults(capsys):
+    text = help_text(["generate"], capsys)
+    assert text.startswith("usage: fed-ros keys generate [-h]")
+    for line in ("names robot ids (e.g. robot_0 robot_1)",
+                 "--num-robots NUM_ROBOTS also create robot_0..robot_{N-1}",
+                 "--server also create the server key pair",
+                 "--out OUT directory for <name>.key / <name>.pub (default: keys)",
+                 "--allow-list ALLOW_LIST allow-list YAML (default: <out>/allow_list.yaml)",
+                 "--force replace existing key files"):
+        assert line in text
+
+
+def test_keys_allow_help(capsys):
+    assert "key 64 hex chars or a .pub file" in help_text(["allow"], capsys)
+
+
+@pytest.mark.parametrize("action", [["allow", "r", "00"], ["revoke", "r"], ["list"]])
+def test_keys_allow_list_option_is_required(action, capsys):
+    with pytest.raises(SystemExit) as exc:
+        auth.keys_main(action)
+    assert exc.value.code == 2
+    assert "the following arguments are required: --allow-list" in capsys.readouterr().err
+
+
+def test_keys_generate_defaults_to_a_keys_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert auth.keys_main(["generate", "robot_0"]) == 0
+    assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == ["allow_list.yaml", "robot_0.key", "robot_0.pub"]
+    assert capsys.readouterr().out.splitlines()[-1] == "allow-list keys/allow_list.yaml: 1 robots"
