@@ -23,6 +23,7 @@ import math
 import os
 import stat
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -231,6 +232,12 @@ def test_descriptor_digest_canonicalises_nan_and_overflow():
     # Out-of-float32-range values become inf (as on the wire), without a warning or error.
     with np.errstate(all="raise"):
         assert auth.descriptor_digest(**base, mean=[1e39, 1.0]) == auth.descriptor_digest(**base, mean=[np.inf, 1.0])
+    # A float64 signalling NaN (the cast to float32 flags it 'invalid') hashes like any NaN, silently.
+    snan = np.array([0.0, 1.0])
+    snan.view(np.uint64)[0] = 0x7FF0000000000001
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert auth.descriptor_digest(**base, mean=snan) == auth.descriptor_digest(**base, mean=quiet)
     # NaN residual std (the default) differs from inf and from a number.
     assert auth.descriptor_digest(**base, mean=quiet) != auth.descriptor_digest(**base, mean=quiet, residual_std=0.0)
 
@@ -252,6 +259,10 @@ def test_descriptor_digest_covers_every_field():
 def test_descriptor_digest_sizes_wrap_to_uint64():
     """dims and num_samples enter as uint64: a negative count hashes as its two's complement, never raises."""
     base = dict(kind="k", mean=None, variance=None)
+    tail = u64(0) + u64(0) + blob(b"") + u64(0) + u64(1) + np.float32("nan").tobytes()
+    for dims, num_samples in ((1000, 70000), (2**64 - 1, 2**63), (-1, -2)):
+        pre = (1).to_bytes(2, "little") + b"k" + u64(dims % 2**64) + u64(num_samples % 2**64) + tail
+        assert auth.descriptor_digest(**base, dims=dims, num_samples=num_samples) == hashlib.sha256(pre).digest()
     assert (auth.descriptor_digest(**base, dims=-1, num_samples=-2)
             == auth.descriptor_digest(**base, dims=2**64 - 1, num_samples=2**64 - 2))
     assert (auth.descriptor_digest(**base, dims=2**64 + 3, num_samples=2**64)
@@ -731,14 +742,14 @@ def test_verify_control():
 
 def test_allow_list_yaml_exact_file_and_round_trip(tmp_path):
     allow = AllowList({"robot_1": BOB.public_key, "robot_0": ALICE.public_key}, server=BOB.public_key)
-    path = allow.to_yaml(tmp_path / "sub" / "allow.yaml")
-    assert path == tmp_path / "sub" / "allow.yaml"
+    path = allow.to_yaml(tmp_path / "sub" / "dir" / "allow.yaml")  # missing parents are created
+    assert path == tmp_path / "sub" / "dir" / "allow.yaml"
     assert path.read_text() == ("# fed_ros allow-list: robot id -> raw Ed25519 public key (hex).\n"
                                 f"server: {BOB.public_key.hex()}\n"
                                 "robots:\n"
                                 f"  robot_0: {ALICE.public_key.hex()}\n"
                                 f"  robot_1: {BOB.public_key.hex()}\n")
-    assert not (tmp_path / "sub" / "allow.yaml.tmp").exists()
+    assert not (tmp_path / "sub" / "dir" / "allow.yaml.tmp").exists()
     back = AllowList.from_yaml(path)
     assert back.server == BOB.public_key and back.robot_ids == ["robot_0", "robot_1"]
     assert back.public_key("robot_0") == ALICE.public_key and back.public_key("robot_1") == BOB.public_key
@@ -806,6 +817,13 @@ def test_keys_generate_reports_and_writes(tmp_path, capsys):
                      f"created  {out / 'robot_a.key'}  public {allow.public_key('robot_a').hex()}",
                      f"created  {out / 'server.key'}  public {server_pub.hex()}",
                      f"allow-list {out / 'allow_list.yaml'}: 2 robots, server key"]
+
+
+def test_keys_generate_names_and_num_robots_add_up(tmp_path):
+    out = tmp_path / "keys"
+    assert auth.keys_main(["generate", "arm_x", "--num-robots", "2", "--out", str(out)]) == 0
+    assert AllowList.from_yaml(out / "allow_list.yaml").robot_ids == ["arm_x", "robot_0", "robot_1"]
+    assert sorted(p.name for p in out.glob("*.key")) == ["arm_x.key", "robot_0.key", "robot_1.key"]
 
 
 def test_keys_generate_keeps_or_forces(tmp_path, capsys):
