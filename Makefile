@@ -60,8 +60,13 @@ $(LAUNCH_STAMP): $(DEPS_STAMP)
 # Test order: file order by default; `make test ORDER=` shuffles (pytest-randomly prints the
 # seed; `make test ORDER= PYTEST_ARGS=--randomly-seed=N` replays one).
 ORDER ?= -p no:randomly
+# Two workers (pytest-xdist), each running one test file at a time (module fixtures stay
+# whole): most tests wait on DDS discovery, lockstep simulators and child processes, so one
+# worker leaves a core idle half the time. One torch/OpenMP thread per process, so two
+# workers' training does not spin four threads on two cores. TEST_JOBS=0: one process.
+TEST_JOBS ?= 2
 test: setup $(LAUNCH_STAMP)
-	$(PY) -m pytest test $(ORDER) --durations=30 $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;
 # random order every run; fuzzing at 1,000 messages per handler instead of 10,000.
@@ -70,7 +75,9 @@ FAST_TESTS := test/test_attacks.py test/test_auth.py test/test_core_boundaries.p
   test/test_core_params_aggregate.py test/test_core_rounds.py test/test_core_store.py test/test_core_strategies.py \
   test/test_validation.py test/test_fuzz_handlers.py test/test_partition.py test/test_fleet_plan.py \
   test/test_fleet_demo.py test/test_ros_conversions.py test/test_ros_images.py test/test_test_helpers.py \
-  $(wildcard test/test_registration.py test/test_arm_profile_safety.py)
+  $(wildcard test/test_registration.py test/test_arm_profile_safety.py test/test_core_cluster_model_checks.py \
+    test/test_core_validation_exact.py test/test_core_auth_exact.py test/test_core_rounds_exact.py \
+    test/test_core_store_exact.py test/test_core_strategy_exact.py)
 test-fast: setup
 	FED_ROS_FUZZ_EXAMPLES=1000 $(PY) -m pytest $(FAST_TESTS) -p randomly $(PYTEST_ARGS)
 
