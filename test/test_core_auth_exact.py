@@ -321,7 +321,8 @@ def test_robot_id_errors_name_the_value():
 
 def test_digest_field_errors():
     for what, call in (("payload sha256", lambda d: auth.update_message(1, "r", NONCE, d, **HDR)),
-                       ("descriptor digest", lambda d: auth.descriptor_message(1, "r", NONCE, d))):
+                       ("descriptor digest", lambda d: auth.descriptor_message(1, "r", NONCE, d)),
+                       ("payload sha256", lambda d: auth.cluster_model_message(1, 0, d))):
         with pytest.raises(ValueError, match=rf"^{what} is not hex: 'zz'$"):
             call("zz")
         with pytest.raises(ValueError, match=rf"^{what} is not hex: '{'g' * 80}'$"):  # truncated to 80 chars
@@ -1126,3 +1127,16 @@ def test_keys_generate_defaults_to_a_keys_directory(tmp_path, monkeypatch, capsy
     assert auth.keys_main(["generate", "robot_0"]) == 0
     assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == ["allow_list.yaml", "robot_0.key", "robot_0.pub"]
     assert capsys.readouterr().out.splitlines()[-1] == "allow-list keys/allow_list.yaml: 1 robots"
+
+
+def test_keys_main_reads_sys_argv_by_default(tmp_path, monkeypatch, capsys):
+    path = AllowList({"robot_0": ALICE.public_key}).to_yaml(tmp_path / "a.yaml")
+    monkeypatch.setattr("sys.argv", ["fed-ros-keys", "list", "--allow-list", str(path)])
+    assert auth.keys_main() == 0
+    assert capsys.readouterr().out == f"robot_0    {ALICE.public_key.hex()}\n"
+
+
+@pytest.mark.parametrize("cluster_id", [2**31, -2**31 - 1, True])
+def test_update_message_cluster_id_error_names_the_field(cluster_id):
+    with pytest.raises(ValueError, match=rf"^cluster id must be an int32, got {cluster_id!r}$"):
+        auth.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=0, cluster_id=cluster_id)
