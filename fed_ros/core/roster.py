@@ -84,7 +84,8 @@ class Roster:
     def register(self, robot_id: str, tasks: Sequence[str] = (), num_samples: int = 0,
                  has_gpu: bool = False, public_key: bytes = b"", action_dim: int | None = None) -> Verdict:
         """Add or refresh a robot; rejects bad ids, action spaces and keys with a reason."""
-        if not isinstance(robot_id, str) or not _ID_RE.match(robot_id):
+        # fullmatch: with match, "$" also matches before a trailing newline ("robot_0\n" passed).
+        if not isinstance(robot_id, str) or not _ID_RE.fullmatch(robot_id):
             return Verdict(False, f"bad robot id {robot_id!r} (must match {_ID_RE.pattern})")
         if action_dim is not None and action_dim != self.action_dim:
             return Verdict(False, f"action_dim {action_dim} != fleet action_dim {self.action_dim}")

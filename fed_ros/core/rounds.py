@@ -285,10 +285,12 @@ class RoundCoordinator:
         rid = str(descriptor.robot_id)
         if col is None or col.plan.stage not in (DESCRIBE, SCORE):
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no descriptor stage is open (stage {stage}); descriptor from {rid!r} rejected")
+            return Verdict(False, f"no descriptor stage is open (stage {stage}); descriptor from {rid!r} rejected",
+                           NO_ROUND)
         verdict = col.check(rid, int(round_idx), now)
         if not verdict.accepted:
-            return col.reject(rid, verdict.reason)
+            # The code travels with the reason: the node audits descriptor verdicts by code.
+            return col.reject(rid, verdict.reason, verdict.code)
         if descriptor.num_samples > self.settings.max_samples:
             descriptor.num_samples = self.settings.max_samples
         col.accept(rid, descriptor)
