@@ -252,6 +252,15 @@ class ArmAdapterNode(Node):
         item = self._state.get(part)
         return item[1] if item is not None and now - item[0] <= self.state_timeout else None
 
+    def _current(self, part: str, now: float) -> object | None:
+        """The arm state a tick acts on. A lockstep arm waits for the answer to its state, so
+        that state stays current however long the answer takes (a starved simulator sends the
+        parts of one state seconds apart); a free-running arm's state goes stale."""
+        if self.lockstep:
+            item = self._state.get(part)
+            return None if item is None else item[1]
+        return self._fresh(part, now)
+
     # ------------------------------------------------------------------ readiness
     def missing(self) -> list[str]:
         """Arm-side topics that are not (yet) there, each with what should provide it."""
@@ -318,7 +327,7 @@ class ArmAdapterNode(Node):
         if out.kind == "joint" and self._pub_joint is not None:
             vel = out.joint_velocities
             if self.profile.topics.joint_command_interface == "position":
-                pos = self._fresh("joints", time.monotonic())
+                pos = self._current("joints", time.monotonic())
                 vel = None if pos is None else pos[0] + vel * self.profile.period_s
             if vel is not None:
                 self._pub_joint.publish(self._m["Float64MultiArray"](data=[float(v) for v in vel]))
@@ -329,10 +338,10 @@ class ArmAdapterNode(Node):
     # ------------------------------------------------------------------ control loop
     def _apply(self, now: float, answer: bool = False) -> None:
         """Send this tick's command through the safety filter and record it as applied."""
-        pose = self._fresh("pose", now)
+        pose = self._current("pose", now)
         out = self.safety.tick(now, None if pose is None else pose[0])
         # A step needs the arm state of this tick: with a stale state nothing is applied.
-        fresh = pose is not None and self._fresh("joints", now) is not None
+        fresh = pose is not None and self._current("joints", now) is not None
         active = not self.done and self._obs_stamp_ns > 0 and fresh
         if not active:
             out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
@@ -358,10 +367,15 @@ class ArmAdapterNode(Node):
             was_active = not self.done and self._obs_stamp_ns > 0
             if not self.lockstep:  # lockstep: the arm moves only on an answer, nothing to repeat
                 self._apply(start)  # repeats the command in effect (what Servo keeps executing)
+            before = (self.step, self.done)
             if was_active and self._applied_ns == self._obs_stamp_ns:
                 self.step += 1
                 self.done = self._success or self.step >= self.max_steps
-            self._publish_observation(start)
+            if not self._publish_observation(start):
+                # A step is an observation and the command answering it: without a new
+                # observation (stale arm state) no step was taken, and the next tick's must
+                # not count twice (the recording would skip step numbers and come up short).
+                self.step, self.done = before
 
     def _publish_applied(self, out: TickOutput) -> None:
         applied = self._m["ArmCommand"]()
@@ -376,18 +390,18 @@ class ArmAdapterNode(Node):
 
     def _publish_observation(self, now: float) -> bool:
         """Re-publish the newest arm state under one new tick stamp; False when it is stale."""
-        joints, fingers, pose = (self._fresh(k, now) for k in ("joints", "fingers", "pose"))
+        joints, fingers, pose = (self._current(k, now) for k in ("joints", "fingers", "pose"))
         if joints is None or pose is None:
             return False
         obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1]}
         if self.profile.topics.object_state:
-            obs["object_state"] = self._fresh("object_state", now)
+            obs["object_state"] = self._current("object_state", now)
             if obs["object_state"] is None:
                 return False
         else:  # no perception on this arm: zeros (policies for it train without object state)
             obs["object_state"] = np.zeros(OBJECT_STATE_DIM, np.float32)
         for cam in self.cameras:
-            image = self._fresh(cam, now)
+            image = self._current(cam, now)
             if image is not None:
                 obs[_CAMERA_KEYS[cam]] = image
         stamp_ns = max(self.get_clock().now().nanoseconds, self._last_stamp_ns + 1)

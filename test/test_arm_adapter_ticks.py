@@ -1,0 +1,119 @@
+"""The arm adapter's step rule with a starved lockstep simulator (in process, fake clock).
+
+A step is one observation published and one applied command answering it. When the
+simulator process is starved (a loaded machine), the parts of one arm state arrive far apart
+in wall time. The adapter must neither count a step it published no observation for (the
+episode statuses would skip step numbers and the recording would come up short) nor call a
+lockstep arm's state stale: a lockstep arm waits for the answer, so its last state is its
+state however long the answer takes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+rclpy = pytest.importorskip("rclpy")
+
+from fed_ros.core.episode import OBJECT_STATE_DIM  # noqa: E402
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+@pytest.fixture(params=[True, False], ids=["lockstep", "free-running"])
+def adapter(request, ros_env, monkeypatch):
+    """A panda_sim adapter without cameras, driven by direct callback calls."""
+    from rclpy.parameter import Parameter
+    from fed_ros.ros.nodes import arm_adapter_node as mod
+    clock = FakeClock()
+    monkeypatch.setattr(mod, "time", clock)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = mod.ArmAdapterNode(context=context, parameter_overrides=[
+        Parameter("lockstep", value=request.param), Parameter("cameras", value=False),
+        Parameter("state_timeout_s", value=0.5), Parameter("max_episode_steps", value=50)])
+    try:
+        yield node, clock
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+def _arm_state(node, clock, stamp_ns: int, pose_delay_s: float = 0.0) -> None:
+    """One simulator cycle: joint_states, object_state, then (after a delay) the pose."""
+    from builtin_interfaces.msg import Time
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+    from fed_ros.ros.arm import topics as at
+    prof = node.profile
+    stamp = Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
+    js = JointState()
+    js.header.stamp = stamp
+    js.name = list(prof.joints.names) + list(prof.gripper.joint_names)
+    js.position = [0.1] * len(js.name)
+    js.velocity = [0.0] * len(js.name)
+    node._on_joint_states(js)
+    obj = Float32MultiArray(data=[0.0] * OBJECT_STATE_DIM)
+    obj.layout.dim = [MultiArrayDimension(label=at.object_state_label(stamp_ns), size=OBJECT_STATE_DIM)]
+    node._on_object_state(obj)
+    clock.t += pose_delay_s
+    pose = PoseStamped()
+    pose.header.stamp = stamp
+    pose.header.frame_id = prof.frames.base
+    pose.pose.position.x, pose.pose.orientation.w = 0.4, 1.0
+    node._on_pose(pose)
+
+
+def _answer(node) -> None:
+    """The policy's command answering the adapter's current observation."""
+    from fed_ros.msg import ArmCommand
+    from fed_ros.ros.arm import topics as at
+    cmd = ArmCommand()
+    cmd.header.stamp = at.ns_to_stamp(node._obs_stamp_ns)
+    cmd.action = [0.1, 0.0, 0.0]
+    cmd.gripper = -1.0
+    node._on_command(cmd)
+
+
+def _start_episode(node, clock) -> None:
+    # What the reset service leaves behind (adapter_home.home_and_start), without the home motion.
+    _arm_state(node, clock, 1_000_000_000)
+    node.episode, node.step, node.done, node._success = 1, 0, False, False
+    node.safety.hold(False)
+    assert node._publish_observation(clock.t)
+
+
+def _run(node, clock, delays: list[float]) -> list[tuple[int, int, int]]:
+    """Answer each observation, then the next arm state arrives; (step, obs stamp, applied stamp)."""
+    seen = []
+    for i, delay in enumerate(delays):
+        _answer(node)
+        assert node._applied_ns == node._obs_stamp_ns, "the answer was not applied"
+        clock.t += 0.05
+        _arm_state(node, clock, 2_000_000_000 + i * 50_000_000, pose_delay_s=delay)
+        seen.append((node.step, node._obs_stamp_ns, node._applied_ns))
+    return seen
+
+
+def test_every_step_has_its_observation_when_arm_state_parts_arrive_slowly(adapter):
+    node, clock = adapter
+    _start_episode(node, clock)
+    # Cycles 3 and 4: the simulator was starved between its joint_states and its pose
+    # (longer than state_timeout_s, 0.5 s).
+    seen = _run(node, clock, [0.0, 0.0, 0.8, 0.9, 0.0, 0.0])
+    steps = [s for s, _, _ in seen]
+    stamps = [o for _, o, _ in seen]
+    if node.lockstep:
+        # The paused arm's state is current however late its last part came: every cycle is a step.
+        assert steps == [1, 2, 3, 4, 5, 6], f"step numbers skipped or repeated: {steps}"
+        assert len(set(stamps)) == len(stamps), "a step was counted without a new observation"
+    else:
+        # A free-running arm's stale state is no observation, and no step either.
+        assert steps == [1, 2, 2, 2, 3, 4], f"step numbers skipped or repeated: {steps}"
+        assert stamps[2] == stamps[3] == stamps[1] and len(set(stamps)) == 4, stamps
