@@ -1,0 +1,95 @@
+"""Behaviours of a fleet that no DDS test caught when broken (docs/breakage.md), over real DDS.
+
+registration_timeout_s: the real server node (its own process) expects three robots and may start
+with two (``min_robots``) only after ``registration_timeout_s``. Two robots register at once (an
+rclpy node in the test process); round 0 must not be announced as soon as they are in, but once
+the timeout has passed, to the two of them. The ROS-free test of ``ready_to_start``
+(test_core_boundaries.py) does not see the server node's wiring of it: passing
+``registration_timeout_s=0`` or an unanchored ``waited_s`` there passed every test before.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_until
+
+pytestmark = pytest.mark.ros
+
+TIMEOUT_S = 20.0  # registration_timeout_s: long against registering two robots, short for the suite
+LINE = re.compile(r"^\[\w+\] \[(\d+\.\d+)\] \[[^\]]*server\]: (.*)$")
+
+
+def server_events(log: Path) -> list[tuple[float, str]]:
+    """(ROS time in s, text) of each line the server node logged."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [(float(m.group(1)), m.group(2)) for m in map(LINE.match, text.splitlines()) if m]
+
+
+def first(events: list[tuple[float, str]], prefix: str) -> float | None:
+    return next((t for t, text in events if text.startswith(prefix)), None)
+
+
+@pytest.mark.timeout(300)
+def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expected(tmp_path, ros_env, processes):
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+
+    from fed_ros.msg import RoundAnnouncement
+    from fed_ros.ros.wire import qos
+    from fed_ros.srv import Register
+
+    log = tmp_path / "server.log"
+    server = processes.start(
+        [sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args", "-r", "__ns:=/fleet",
+         "-p", "algorithm:=fedavg", "-p", "rounds:=1", "-p", f"state_dir:={tmp_path / 'server'}",
+         "-p", "expected_robots:=[robot_0,robot_1,robot_2]", "-p", "min_robots:=2",
+         "-p", f"registration_timeout_s:={TIMEOUT_S}", "-p", "round_timeout_s:=600.0", "-p", "seed:=0"],
+        ros_env, log_path=log)
+    ctx = Context()
+    rclpy.init(context=ctx)
+    node = rclpy.create_node("registration_timeout_robots", context=ctx)
+    executor = SingleThreadedExecutor(context=ctx)
+    executor.add_node(node)
+    announcements: list = []
+    node.create_subscription(RoundAnnouncement, "/fleet/round", announcements.append, qos.latched_qos())
+    client = node.create_client(Register, "/fleet/register")
+
+    def spin_until(predicate, timeout: float, what: str):
+        def step():
+            assert server.poll() is None, f"the server exited ({server.returncode}):\n{log.read_text()[-3000:]}"
+            executor.spin_once(timeout_sec=0.05)
+            return predicate()
+        return wait_until(step, timeout, what, interval=0.0, diagnostics=lambda: log.read_text()[-3000:])
+
+    try:
+        assert client.wait_for_service(timeout_sec=120.0), log.read_text()[-3000:]
+        for rid in ("robot_0", "robot_1"):
+            fut = client.call_async(Register.Request(robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"]))
+            spin_until(fut.done, 60.0, f"the registration of {rid}")
+            assert fut.result().accepted, fut.result().reason
+        spin_until(lambda: announcements, TIMEOUT_S + 120.0, "round 0 announced after the registration timeout")
+    finally:
+        node.destroy_node()
+        ctx.try_shutdown()
+    events = server_events(log)
+    waiting = first(events, "fleet server: ")  # logged right after the server's registration clock started
+    registered = first(events, "register 'robot_1': accepted (2 robots)")
+    announced = first(events, "announced round 0 stage train")
+    assert None not in (waiting, registered, announced), log.read_text()[-3000:]
+    # The precondition that makes the check meaningful: min_robots were in well before the timeout.
+    assert registered - waiting < TIMEOUT_S - 5.0, (
+        f"two robots took {registered - waiting:.1f} s to register: cannot tell a start at min_robots "
+        f"from one at the timeout ({TIMEOUT_S} s)")
+    # Not as soon as min_robots registered: only once registration_timeout_s had passed.
+    assert announced - waiting >= TIMEOUT_S - 0.5, (
+        f"round 0 announced {announced - registered:.2f} s after min_robots registered, "
+        f"{announced - waiting:.2f} s after the server started waiting (registration_timeout_s {TIMEOUT_S})")
+    # And then it starts with the robots it has (robot_2 never came).
+    ann = announcements[0]
+    assert ann.round == 0 and sorted(ann.participants) == ["robot_0", "robot_1"], (ann.round, ann.participants)
