@@ -940,7 +940,6 @@ def test_audit_entry_fields(tmp_path, monkeypatch):
     (entry,) = V.read_audit_log(path)
     assert entry == {"time": 1700000000.123457, "kind": "update", "robot_id": "robot_0", "round": 4,
                      "accepted": False, "code": "oversize", "reason": "too big"}
-    assert list(entry) == ["time", "kind", "robot_id", "round", "accepted", "code", "reason"]
     log.close()
 
 
