@@ -6,6 +6,14 @@ rclpy node in the test process); round 0 must not be announced as soon as they a
 the timeout has passed, to the two of them. The ROS-free test of ``ready_to_start``
 (test_core_boundaries.py) does not see the server node's wiring of it: passing
 ``registration_timeout_s=0`` or an unanchored ``waited_s`` there passed every test before.
+
+Resume outcome when the resumed round is trained after the restart: the server is SIGKILLed right
+after committing round 0, before round 1's models went out, so the robots have no cached update for
+round 1 and train it on what the restarted server sends. test_fleet_resume_outcome.py kills only
+where every re-announced round is answered from the robots' caches (and FedAvg of the robots' full
+parameters does not depend on the server's model), so a restarted server that re-initialized its
+strategy (sending the initial model again for the resumed round) still ended with the uninterrupted
+run's models there.
 """
 from __future__ import annotations
 
@@ -93,3 +101,26 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
     # And then it starts with the robots it has (robot_2 never came).
     ann = announcements[0]
     assert ann.round == 0 and sorted(ann.participants) == ["robot_0", "robot_1"], (ann.round, ann.participants)
+
+
+@pytest.mark.timeout(900)
+def test_server_killed_after_commit_before_the_next_round_ends_like_uninterrupted(
+        tmp_path, ros_env, processes, torch_one_thread):
+    from test_fleet_resume_outcome import ROUNDS, _final, _robot_log, _run_fleet
+
+    reference_dir, crashed_dir = tmp_path / "uninterrupted", tmp_path / "crashed"
+    _run_fleet(reference_dir, ros_env, processes)
+    reference = _final(reference_dir)
+    processes.kill_all()  # the reference robots are done; the crashed fleet starts from scratch
+    logs = _run_fleet(crashed_dir, ros_env, processes, crash_at=(("committed@0", 0),))
+    assert "resumed after committed round 0" in logs[1].read_text()
+    crashed = _final(crashed_dir)
+    assert crashed["assignments"] == reference["assignments"]
+    assert sorted(crashed["models"]) == sorted(reference["models"])
+    for cid, model in reference["models"].items():
+        for name, data in model.items():
+            assert crashed["models"][cid][name] == data, f"cluster {cid} tensor {name} differs after the restart"
+    for rid in ("robot_0", "robot_1"):  # round 1 was trained after the restart, once, on what it sent
+        text = _robot_log(crashed_dir, rid)
+        assert text.count("round 1: trained ") == 1 and "round 1: re-sent the update" not in text, rid
+    assert ROUNDS >= 2
