@@ -385,7 +385,7 @@ def test_start_round_uses_the_clock_only_without_now():
 
 def test_start_round_without_robots_refused():
     coord = _coord(robots=())
-    with pytest.raises(ValueError, match="cannot start a round with no registered robots"):
+    with pytest.raises(ValueError, match="^cannot start a round with no registered robots$"):
         coord.start_round(now=0.0)
 
 
