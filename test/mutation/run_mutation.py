@@ -66,6 +66,7 @@ def _write_config(work: Path, modules: list[str], tests: list[str]) -> None:
 source_paths = fed_ros
 also_copy =
     config
+    msg
 only_mutate =
     {only}
 pytest_add_cli_args_test_selection =
@@ -138,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(REPO / "fed_ros", work / "fed_ros",
                         ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"))
-        # test_auth checks the shipped SROS2 policy (config/security) against the node code.
+        # test_auth checks the shipped SROS2 policy (config/security) against the node code;
+        # the validation tests check the encoding constants against msg/TensorPayload.msg.
         shutil.copytree(REPO / "config", work / "config")
+        shutil.copytree(REPO / "msg", work / "msg")
     (work / "test").mkdir(parents=True)
     for name in tests + list(HELPERS):
         shutil.copy2(REPO / "test" / name, work / "test" / name)
