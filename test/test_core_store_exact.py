@@ -267,7 +267,8 @@ def _refused(store: ModelStore, message: str, caplog) -> None:
     assert snap.round_idx == 0 and snap.meta == {"round": 0} and snap.strategy_meta == {"v": 0}
     _assert_models_equal(snap.cluster_models, {0: _sd(0.0)})
     assert snap.skipped == [(1, message)]
-    assert f"skipping round 1: {message}" in caplog.text
+    assert [r.getMessage() for r in caplog.records if r.name == "fed_ros.core.store"] == \
+        [f"model store: skipping round 1: {message}"]
 
 
 def test_truncated_cluster_file_is_refused_naming_it(two_rounds, caplog):
@@ -667,3 +668,51 @@ def test_committed_rounds_counts_manifests_oldest_first(tmp_path):
         store.commit(r, {0: _sd(float(r))}, {}, None, {})
     (_rdir(tmp_path, 7)).mkdir()
     assert store.committed_rounds() == [1, 2, 3]
+
+
+def test_default_keeps_three_rounds(tmp_path):
+    store = ModelStore(tmp_path)
+    for r in range(5):
+        store.commit(r, {0: _sd(float(r))}, {}, None, {})
+    assert store.keep == 3 and store.committed_rounds() == [2, 3, 4]
+
+
+def test_failed_prune_does_not_fail_a_durable_commit_and_is_retried(tmp_path, monkeypatch):
+    store = ModelStore(tmp_path, keep=1)
+    store.commit(0, {0: _sd(0.0)}, {}, None, {})
+    real_rmdir = os.rmdir
+
+    def stuck_rmdir(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(os, "rmdir", stuck_rmdir)
+    store.commit(1, {0: _sd(1.0)}, {}, None, {})          # committed; pruning round 0 failed
+    monkeypatch.setattr(os, "rmdir", real_rmdir)
+    assert store.load_latest().round_idx == 1 and _rdir(tmp_path, 0).is_dir()
+    store.commit(2, {0: _sd(2.0)}, {}, None, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round_00000002"]
+
+
+def test_failed_removal_of_a_crash_leftover_does_not_fail_the_commit(tmp_path, monkeypatch):
+    store = ModelStore(tmp_path, keep=2)
+    _rdir(tmp_path, 0).mkdir()                          # uncommitted leftover
+
+    def stuck_rmdir(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", os.fspath(path))
+
+    monkeypatch.setattr(os, "rmdir", stuck_rmdir)
+    store.commit(1, {0: _sd(1.0)}, {}, None, {})
+    monkeypatch.undo()
+    assert store.load_latest().round_idx == 1 and _rdir(tmp_path, 0).is_dir()
+
+
+def test_meta_without_the_optional_strategy_and_user_meta_loads_them_empty(tmp_path):
+    store = ModelStore(tmp_path)
+    store.commit(0, {0: _sd(0.0)}, {"r": [(0, 1.0)]}, None, {"x": 1})
+    rdir = _rdir(tmp_path, 0)
+    meta = json.loads((rdir / META_NAME).read_bytes())
+    del meta["strategy_meta"], meta["meta"]
+    _forge(rdir, META_NAME, json.dumps(meta).encode())
+    snap = store.load_round(0)
+    assert (snap.strategy_meta, snap.meta, snap.assignments) == ({}, {}, {"r": [(0, 1.0)]})
+    _assert_models_equal(snap.cluster_models, {0: _sd(0.0)})

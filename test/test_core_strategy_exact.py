@@ -156,17 +156,25 @@ def test_empty_cluster_group_is_refused_naming_it():
 
 
 @pytest.mark.parametrize("robust", ["mean", "median", "clip"])
-def test_nan_update_is_refused_naming_that_robot_not_the_first_of_its_cluster(robust):
+@pytest.mark.parametrize("bad_robot", ["r0", "r1", "r3"])
+def test_nan_update_is_refused_naming_that_robot_wherever_it_is_in_its_cluster(robust, bad_robot):
     s = make_strategy("ifca", num_clusters=2, robust=robust)
     s.initialize(INIT, ["r0", "r1", "r2", "r3"])
     bad = np.ones(P)
     bad[5] = np.nan
-    ups = [_up("r0", np.ones(P), cluster_id=0), _up("r1", np.ones(P), cluster_id=1),
-           _up("r2", np.ones(P), cluster_id=0), _up("r3", bad, cluster_id=1)]
-    with pytest.raises(ValueError, match=r"^update of 'r3' holds NaN/Inf values$"):
-        s.aggregate_round(0, ups, {})
-    before = flatten(s.model_for("r3"))
-    np.testing.assert_array_equal(before, flatten(INIT))   # nothing changed by the refused round
+    choice = {"r0": 0, "r1": 1, "r2": 0, "r3": 1}
+    ups = [_up(r, bad if r == bad_robot else np.ones(P), cluster_id=c) for r, c in choice.items()]
+    with pytest.raises(ValueError, match=rf"^update of '{bad_robot}' holds NaN/Inf values$"):
+        s.aggregate_round(0, ups[::-1], {})
+    np.testing.assert_array_equal(flatten(s.model_for(bad_robot)), flatten(INIT))   # the refused round changed nothing
+
+
+@pytest.mark.parametrize("robust", ["mean", "trimmed_mean"])
+def test_inf_in_the_first_robots_update_is_refused_naming_it(robust):
+    bad = np.ones(P)
+    bad[0] = -np.inf
+    with pytest.raises(ValueError, match=r"^update of 'a' holds NaN/Inf values$"):
+        _fedavg(robust=robust).aggregate_round(0, [_up("b", np.ones(P)), _up("a", bad), _up("c", np.ones(P))], {})
 
 
 def test_average_that_overflows_is_reported_as_overflow_not_blamed_on_a_robot(monkeypatch):
@@ -279,6 +287,14 @@ def test_update_of_another_architecture_is_refused_naming_robot_and_tensor():
         _fedavg().aggregate_round(0, [_up("a", np.ones(P)), bad], {})
 
 
+@pytest.mark.parametrize("bad", [-3, float("nan")])
+def test_sample_count_changed_after_construction_is_still_refused_naming_the_robot(bad):
+    u = _up("b", np.ones(P), 2)
+    u.num_samples = bad              # a mutable dataclass: the strategy re-checks what it weights by
+    with pytest.raises(ValueError, match=r"^num_samples of b is .*; must be a finite count >= 0$"):
+        _fedavg().aggregate_round(0, [_up("a", np.ones(P)), u], {})
+
+
 def test_robots_are_reported_in_id_order_whatever_the_arrival_order():
     s = _fedavg()
     res = s.aggregate_round(0, [_up("c", np.ones(P), 3), _up("a", np.ones(P), 1), _up("b", np.ones(P), 2)], {})
@@ -385,6 +401,22 @@ def test_routing_without_any_cluster_is_refused_naming_the_strategy():
         s2.model_for("x")
 
 
+def test_strategy_never_initialized_has_no_clusters_and_says_so():
+    s = make_strategy("fedavg")
+    assert s.cluster_ids() == []
+    with pytest.raises(ValueError, match=r"^fedavg: no cluster models yet$"):
+        s.route(ClientDescriptor("x", "update"))
+
+
+def test_unseen_robot_without_a_descriptor_goes_through_the_strategys_own_router():
+    # FeDepth routes by Gaussian descriptor; a robot first seen in configure_round (no
+    # descriptor yet) falls back to the largest cluster.
+    s = make_strategy("fedepth")
+    s.initialize(INIT, ["a", "b"])
+    assert s.configure_round(0, ["late"])["late"].membership == [(0, 1.0)]
+    np.testing.assert_array_equal(flatten(s.model_for("stranger")), flatten(INIT))
+
+
 def test_configure_round_instructs_exactly_the_given_robots_with_copies():
     s = _fedavg(["a", "b"], lr=0.01, local_steps=5, local_epochs=2)
     ins = s.configure_round(2, ["b"])
@@ -486,6 +518,8 @@ def test_load_state_restores_models_ids_and_memberships_as_readonly_copies():
     (lambda a, m: a.pop("theta0"), "malformed strategy state ('theta0')"),
     (lambda a, m: a.update({"cluster/x": np.zeros(P)}),
      "malformed strategy state (invalid literal for int() with base 10: 'x')"),
+    (lambda a, m: a.update({"cluster/1/2": np.full(P, 9.0)}),      # must not pass for cluster 1 or 2
+     "malformed strategy state (invalid literal for int() with base 10: '1/2')"),
     (lambda a, m: m.update(assignments={"r": [[0]]}),
      "malformed strategy state (not enough values to unpack (expected 2, got 1))"),
     (lambda a, m: a.update({"cluster/1": np.zeros(P + 1)}), "state array for cluster 1 has shape (8,), expected (7,)"),
@@ -503,6 +537,20 @@ def test_malformed_state_is_refused_and_leaves_the_strategy_as_it_was(edit, mess
     assert str(exc.value) == message
     np.testing.assert_array_equal(flatten(s.model_for("a")), np.full(P, 4.0, np.float32))
     assert s.cluster_ids() == [0]
+
+
+def test_load_state_converts_arrays_to_float32_models():
+    arrays, meta = _state("fedavg", {}, {"soft": [(0, 1.0), (1, 1.0)], "one": [(1, 1.0)]})
+    arrays.update({"theta0": flatten(INIT).astype(np.float64), "cluster/0": np.full(P, 2.0),
+                   "cluster/1": [4.0] * P})
+    s = make_strategy("fedavg")
+    s.load_state(arrays, meta)
+    for rid, value in (("soft", 3.0), ("one", 4.0)):
+        got = s.model_for(rid)
+        assert all(v.dtype == np.float32 for v in got.values())
+        np.testing.assert_array_equal(flatten(got), np.full(P, value, np.float32))
+    assert s.state()[0]["theta0"].dtype == np.float32
+    np.testing.assert_array_equal(s.state()[0]["theta0"], flatten(INIT))
 
 
 def test_state_round_trip_through_the_store_continues_bit_identically(tmp_path):
