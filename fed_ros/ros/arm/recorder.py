@@ -96,7 +96,7 @@ class Recorder:
                 if not cameras:
                     continue
                 rel, msgtype = at.camera_topic(rel, camera_transport), at.CAMERA_MSGTYPES[camera_transport]
-            qos = at.qos_for(rel)
+            qos = at.qos_for(rel, recorder=True)
             sub = node.create_subscription(
                 at.message_class(msgtype), self.topics.name(rel),
                 lambda data, rel=rel: self._on_message(rel, data), qos, raw=True,

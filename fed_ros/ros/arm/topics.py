@@ -186,11 +186,19 @@ SENSOR_TOPICS = frozenset({AGENTVIEW_TOPIC, WRIST_TOPIC, JOINT_STATES_TOPIC, GRI
                            WRIST_TOPIC + COMPRESSED_SUFFIX})
 
 
-def qos_for(relative_topic: str, subscriber: bool = True):
-    """QoS profile of an arm topic (publisher and subscriber profiles are compatible)."""
+# Observation queue of a recorder: 5 s at 20 Hz. A recorder must keep every step while a
+# loaded computer stalls its executor; best-effort samples beyond the queue are dropped.
+RECORDER_SENSOR_DEPTH = 100
+
+
+def qos_for(relative_topic: str, subscriber: bool = True, recorder: bool = False):
+    """QoS profile of an arm topic (publisher and subscriber profiles are compatible).
+
+    ``recorder``: a subscriber that needs every observation, not only the newest.
+    """
     from fed_ros.ros.wire import qos
     if relative_topic in SENSOR_TOPICS:
-        return qos.sensor_qos(depth=10 if subscriber else 5)
+        return qos.sensor_qos(depth=RECORDER_SENSOR_DEPTH if recorder else 10 if subscriber else 5)
     if relative_topic == TASK_TOPIC:
         return qos.latched_qos()
     if relative_topic in (COMMAND_TOPIC, APPLIED_COMMAND_TOPIC, EPISODE_STATUS_TOPIC):

@@ -253,12 +253,10 @@ class ArmAdapterNode(Node):
         return item[1] if item is not None and now - item[0] <= self.state_timeout else None
 
     def _current(self, part: str, now: float) -> object | None:
-        """The arm state a tick acts on. A lockstep arm waits for the answer to its state, so
-        that state stays current however long the answer takes (a starved simulator sends the
-        parts of one state seconds apart); a free-running arm's state goes stale."""
+        """The arm state a tick acts on: a lockstep arm waits for its answer, so its state stays
+        current however late (a starved simulator sends its parts seconds apart)."""
         if self.lockstep:
-            item = self._state.get(part)
-            return None if item is None else item[1]
+            return self._state[part][1] if part in self._state else None
         return self._fresh(part, now)
 
     # ------------------------------------------------------------------ readiness
@@ -307,13 +305,10 @@ class ArmAdapterNode(Node):
         self.get_logger().warning(f"hold {'SET: arm stopped' if msg.data else 'released'}")
 
     def _send(self, out: TickOutput, stamp_ns: int, answer: bool = False) -> None:
-        """Publish one tick's arm-side commands (a zero twist when holding).
-
-        The twist is stamped with the arm state (``stamp_ns``, its pose stamp) the command was
-        computed from (now when 0): Servo's staleness check then measures the command's real
-        age, and a lockstep simulator steps on the twist answering its latest state. The
-        gripper goes first, and in lockstep once with every answer (held: where it is).
-        """
+        """Publish one tick's arm-side commands (a zero twist when holding). The twist carries
+        the stamp of the arm state (pose) it was computed from (now when 0), so Servo's staleness
+        check sees the command's real age and a lockstep simulator steps on the answer to its
+        latest state. The gripper goes first; in lockstep once with every answer (held: in place)."""
         gripper = out.gripper if out.gripper is not None or not (answer and self.lockstep) else out.applied_gripper
         if gripper is not None and self._pub_gripper is not None:
             self._pub_gripper.publish(self._m["Float64MultiArray"](
@@ -372,9 +367,8 @@ class ArmAdapterNode(Node):
                 self.step += 1
                 self.done = self._success or self.step >= self.max_steps
             if not self._publish_observation(start):
-                # A step is an observation and the command answering it: without a new
-                # observation (stale arm state) no step was taken, and the next tick's must
-                # not count twice (the recording would skip step numbers and come up short).
+                # A step is an observation and its answer: with a stale state none was taken
+                # (counting it anyway skipped step numbers and cut recordings short).
                 self.step, self.done = before
 
     def _publish_applied(self, out: TickOutput) -> None:
@@ -428,7 +422,6 @@ class ArmAdapterNode(Node):
     def _instruction(self, task: str) -> str:
         return self.instructions.get(task, task.replace("_", " "))
 
-    # ------------------------------------------------------------------ reset / home
     def _on_reset(self, request, response):
         """ResetEpisode: send the home trajectory, wait until the arm is there, start an episode."""
         return home_and_start(self, request, response)
