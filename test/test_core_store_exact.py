@@ -716,3 +716,17 @@ def test_meta_without_the_optional_strategy_and_user_meta_loads_them_empty(tmp_p
     snap = store.load_round(0)
     assert (snap.strategy_meta, snap.meta, snap.assignments) == ({}, {}, {"r": [(0, 1.0)]})
     _assert_models_equal(snap.cluster_models, {0: _sd(0.0)})
+
+
+def test_directory_whose_name_only_starts_like_a_round_is_ignored(tmp_path):
+    # "round_00000005\n" matched ^round_(\d{8})$ (a "$" also matches before a trailing
+    # newline), counted round 5 twice and made keep=2 prune round 5 as well.
+    store = ModelStore(tmp_path, keep=2)
+    for r in (4, 5):
+        store.commit(r, {0: _sd(float(r))}, {}, None, {})
+    (tmp_path / "round_00000005\n").mkdir()
+    assert store.committed_rounds() == [4, 5]
+    store.commit(6, {0: _sd(6.0)}, {}, None, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["round_00000005", "round_00000005\n", "round_00000006"]
+    assert store.committed_rounds() == [5, 6]
+    assert store.load_latest().round_idx == 6

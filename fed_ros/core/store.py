@@ -260,7 +260,7 @@ class ModelStore:
     def _all_round_dirs(self) -> list[int]:
         out = []
         for p in self.directory.iterdir():
-            m = _ROUND_RE.match(p.name)
+            m = _ROUND_RE.fullmatch(p.name)   # not .match: "$" also matches before a trailing "\n"
             if m and p.is_dir():
                 out.append(int(m.group(1)))
         return sorted(out)
