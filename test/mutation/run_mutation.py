@@ -38,14 +38,14 @@ MODULES: dict[str, tuple[str, ...]] = {
     "round_report": ("test_core_rounds.py",),
     "store": ("test_core_store.py", "test_core_store_exact.py"),
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
-    "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py"),
+    "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
     "strategy": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
     "strategy_types": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
-    "strategies": ("test_core_strategies.py", "test_core_boundaries.py"),
-    "cua": ("test_core_clustering.py", "test_core_strategies.py"),
-    "srb": ("test_core_clustering.py", "test_core_strategies.py"),
-    "fedepth": ("test_core_clustering.py", "test_core_strategies.py"),
-    "rnd": ("test_core_clustering.py", "test_core_strategies.py"),
+    "strategies": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_clustering_exact.py"),
+    "cua": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
+    "srb": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
+    "fedepth": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
+    "rnd": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
