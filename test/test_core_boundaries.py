@@ -912,3 +912,14 @@ def test_multi_krum_weights_summing_below_one_are_kept_not_replaced_by_uniform()
 
 def test_trimmed_mean_with_a_cut_returns_float32():
     assert robust.trimmed_mean(np.arange(10, dtype=np.float32).reshape(10, 1), 0.2).dtype == np.float32
+
+
+def test_robust_defaults_are_the_weighted_mean_and_a_ten_percent_trim():
+    """The defaults a caller gets without naming them: rule "mean" (the weighted average)
+    and trim 0.1 (with K = 10, one smallest and one largest value per coordinate dropped)."""
+    stacked = np.arange(10, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)
+    stacked[9] = 1000.0  # an outlier the trimmed mean drops and the mean does not
+    weights = np.arange(1, 11, dtype=np.float64)
+    expected_mean = (weights[:, None] * stacked).sum(0) / weights.sum()
+    np.testing.assert_allclose(robust.aggregate_robust(stacked, weights), expected_mean, rtol=1e-6)
+    np.testing.assert_allclose(robust.trimmed_mean(stacked), np.full(3, np.mean(np.arange(1, 9))), rtol=1e-6)
