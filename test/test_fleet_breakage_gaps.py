@@ -106,7 +106,7 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
 @pytest.mark.timeout(900)
 def test_server_killed_after_commit_before_the_next_round_ends_like_uninterrupted(
         tmp_path, ros_env, processes, torch_one_thread):
-    from test_fleet_resume_outcome import ROUNDS, _final, _robot_log, _run_fleet
+    from test_fleet_resume_outcome import ROUNDS, _final, _robot_log, _run_fleet, assert_same_final_models
 
     reference_dir, crashed_dir = tmp_path / "uninterrupted", tmp_path / "crashed"
     _run_fleet(reference_dir, ros_env, processes)
@@ -114,12 +114,7 @@ def test_server_killed_after_commit_before_the_next_round_ends_like_uninterrupte
     processes.kill_all()  # the reference robots are done; the crashed fleet starts from scratch
     logs = _run_fleet(crashed_dir, ros_env, processes, crash_at=(("committed@0", 0),))
     assert "resumed after committed round 0" in logs[1].read_text()
-    crashed = _final(crashed_dir)
-    assert crashed["assignments"] == reference["assignments"]
-    assert sorted(crashed["models"]) == sorted(reference["models"])
-    for cid, model in reference["models"].items():
-        for name, data in model.items():
-            assert crashed["models"][cid][name] == data, f"cluster {cid} tensor {name} differs after the restart"
+    assert_same_final_models(reference, _final(crashed_dir))
     for rid in ("robot_0", "robot_1"):  # round 1 was trained after the restart, once, on what it sent
         text = _robot_log(crashed_dir, rid)
         assert text.count("round 1: trained ") == 1 and "round 1: re-sent the update" not in text, rid

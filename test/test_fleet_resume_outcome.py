@@ -110,6 +110,15 @@ def _updates_sent(run_dir: Path, rid: str) -> dict[int, set[str]]:
     return sent
 
 
+def assert_same_final_models(reference: dict, crashed: dict) -> None:
+    """Memberships and every tensor of every cluster model of the last round, bit for bit."""
+    assert crashed["assignments"] == reference["assignments"]
+    assert sorted(crashed["models"]) == sorted(reference["models"])
+    for cid, model in reference["models"].items():
+        for name, data in model.items():
+            assert crashed["models"][cid][name] == data, f"cluster {cid} tensor {name} differs after the restart"
+
+
 @pytest.mark.ros
 @pytest.mark.timeout(900)
 def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_like_uninterrupted(
@@ -121,12 +130,7 @@ def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_l
     server_logs = _run_fleet(crashed_dir, ros_env, processes, crash_at=KILLS)
 
     # 1. Same outcome: bit-identical cluster models (and memberships) of the last round.
-    crashed = _final(crashed_dir)
-    assert crashed["assignments"] == reference["assignments"]
-    assert sorted(crashed["models"]) == sorted(reference["models"])
-    for cid, model in reference["models"].items():
-        for name, data in model.items():
-            assert crashed["models"][cid][name] == data, f"cluster {cid} tensor {name} differs after the restarts"
+    assert_same_final_models(reference, _final(crashed_dir))
     # 2. No extra round after the last: nothing committed or announced for round ROUNDS.
     assert not (crashed_dir / "server" / f"round_{ROUNDS:08d}").exists()
     logs = [p.read_text() for p in server_logs]
