@@ -693,6 +693,13 @@ def test_srb_block_counts_rank_and_raises_only_smaller_values():
     assert info.norm_after == pytest.approx(info.norm_before, rel=1e-6)
 
 
+def test_srb_rank_uses_the_matrix_rank_tolerance_sigma_1_max_dim_float32_eps():
+    # tolerance = sigma_1 * max(m, n) * eps(float32) = 5 * 1.19e-7 = 5.96e-7 for a 5 x 4 block
+    for s2, rank in ((5e-7, 1), (7e-7, 2)):
+        D, _, _ = _with_sigma([1.0, s2], m=5, n=4)
+        assert srb.srb_block(D, 0.99)[1].rank == rank, s2
+
+
 def test_srb_block_leaves_zero_and_nonfinite_blocks_alone():
     z, info = srb.srb_block(np.zeros((3, 2), np.float32), 0.9)
     assert not z.any() and info == srb.SRBInfo(0, 0.0, 0, 0, 0.0, 0.0)
@@ -1372,6 +1379,7 @@ def test_fedepth_state_round_trip_keeps_tau_clusters_and_descriptors():
     u.load_state(arrays, {**meta, "extra": {}})
     assert u.tau is None and u._clusters == {} and u._desc_mean is None and u._desc_var is None
     assert u.needs_descriptors(0) == {"gaussian"} and u._desc_ids == []
+    assert u.state()[1]["extra"]["clustered_round"] == -1 and u.state()[1]["extra"]["tau"] is None
 
 
 # ----------------------------------------------------------------------------------- ifca
@@ -1536,6 +1544,7 @@ def test_rnd_strategy_refuses_missing_descriptors_and_reclusters_on_schedule():
     arrays, meta = once.state()
     u.load_state(arrays, {**meta, "extra": {}})
     assert u.needs_descriptors(1) == {"rnd"}
+    assert u.state()[1]["extra"]["clustered_round"] == -1
 
 
 def test_rnd_strategy_reclustering_keeps_ids_and_routes_unknown_and_absent_robots():
@@ -1554,3 +1563,122 @@ def test_rnd_strategy_reclustering_keeps_ids_and_routes_unknown_and_absent_robot
     assert res.assignments["zed"] == [(0, 1.0)]
     np.testing.assert_allclose(_flat(res.cluster_models[0]), _flat(late.cluster_models()[0]))
     np.testing.assert_allclose(_flat(res.cluster_models[0]), TH0 + (0 + 2 + 14) / 5, rtol=1e-6)
+
+
+# ------------------------------------------------------- messages, references and edge cases
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: agg.fedavg([], []), r"^fedavg: no updates$"),
+    (lambda: agg.sample_weights([]), r"^sample_weights: need at least one sample count$"),
+    (lambda: agg.jeffreys_matrix(np.array([[np.nan]]), np.ones((1, 1))), r"^jeffreys_matrix: descriptors hold NaN/Inf$"),
+    (lambda: fd.threshold_membership(np.array([[0.0, -1.0], [1.0, 0.0]]), 1.0),
+     r"^divergence matrix must be finite and >= 0$"),
+    (lambda: fd.route_clusters(np.zeros(2), [], 1.0), r"^no clusters to route to$"),
+    (lambda: ifca_select([]), r"^ifca_select: need at least one loss$"),
+    (lambda: agg.update_similarity(np.array([[np.nan, 0], [0, 0]], np.float32), slice(0, 2), np.zeros(2, np.float32)),
+     r"^update 0 holds NaN/Inf values$"),
+])
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_error_messages_are_exactly_the_documented_ones(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_fedavg_overflow_message_is_exact(monkeypatch):
+    monkeypatch.setattr(agg, "weighted_average", lambda stacked, w: np.full(stacked.shape[1], np.inf, np.float32))
+    with pytest.raises(ValueError, match=r"^fedavg overflowed to Inf$"):
+        agg.fedavg([_sd2([1, 2], 3)], [1])
+
+
+def test_weighted_rows_with_one_client_and_several_clusters():
+    out = np.full((2, 3), -1.0, np.float32)
+    agg.weighted_rows(np.array([[2, 4, 6]], np.float32), np.array([[1.0], [0.5]]), out=out)
+    np.testing.assert_array_equal(out, [[2, 4, 6], [1, 2, 3]])
+
+
+def test_repair_moves_the_member_with_the_lowest_mean_attachment_from_groups_of_two_or_more():
+    S = np.zeros((5, 5))
+    S[0, 1] = S[1, 0] = S[0, 2] = S[2, 0] = 0.3
+    S[1, 2] = S[2, 1] = 0.9
+    S[3, 4] = S[4, 3] = 0.4
+    # mean attachments: 0 -> 0.3, 1 and 2 -> 0.6, 3 and 4 -> 0.4 (sums would pick 3 instead)
+    assert cua._repair(np.array([0, 0, 0, 1, 1]), S, 3).tolist() == [2, 0, 0, 1, 1]
+    # two groups of two: a pair may give up a member
+    out = cua._repair(np.array([0, 0, 1, 1]), S[:4, :4], 3)
+    assert sorted(np.bincount(out, minlength=3).tolist()) == [1, 1, 2]
+
+
+def test_merge_subsets_reads_any_nonzero_entry_as_membership():
+    assert fd._as_clusters(fd.merge_subsets(np.array([[2, 0, 0], [1, 1, 0]]))) == [(0, 1)]
+    assert fd.merge_subsets(np.array([[2, 0], [0, 3]])).dtype == bool
+
+
+def test_overlap_ratio_of_two_clients_in_one_cluster_is_full_overlap():
+    assert fd.overlap_ratio([(0, 1)], 2) == 1.0
+    assert fd.overlap_sweep(A4)[2].dtype.kind == "i"
+
+
+def test_calibrate_tau_fallback_reports_the_overlap_at_tau_zero():
+    # zero divergences chain 0-1-2-3: tau = 0 already gives {0,1,2} {1,2,3} (50%); A_02 = 1 joins all
+    A = np.array([[0.0, 0.0, 1.0, 2.0], [0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0]])
+    assert fd.soft_clusters(A, 0.0) == [(0, 1, 2), (1, 2, 3)]
+    assert fd.calibrate_tau(A, 0.4) == (0.0, 0.5)
+
+
+def test_compatibility_names_the_first_bad_sigma_and_accepts_zero():
+    with pytest.raises(ValueError, match="sigma_1 = -1.0"):
+        rnd.compatibility(np.ones((2, 2)), np.array([0.0, -1.0]), 1.0)
+    N = rnd.novelty_matrix(["a", "b"], {"a": {"a": 0.0, "b": 0.0}, "b": {"b": 0.0}})
+    assert N[0, 1] == 0.0 and np.isnan(N[1, 0])
+
+
+@pytest.mark.parametrize("name,kw", [("fedavg", {}), ("feddrman", {"num_clusters": 2, "use_srb": False}),
+                                     ("fedepth", {"tau": 1.0}), ("rnd", {}), ("ifca", {"num_clusters": 2})])
+def test_clip_rule_clips_around_each_clusters_own_model(name, kw):
+    # clip_norm 0: every update is clipped to nothing, so each cluster keeps its reference model
+    s = _strategy(name, IDS4, robust="clip", robust_kwargs={"clip_norm": 0.0}, **kw)
+    before = {c: _flat(m) for c, m in s.cluster_models().items()}
+    ups = _rnd_updates()
+    for k, u in enumerate(ups):
+        u.cluster_id = k % 2
+    desc = {"fedepth": {r: _gauss(r, MEANS[r]) for r in IDS4}, "rnd": _rnd_descs()}.get(name, {})
+    res = s.aggregate_round(0, ups, desc)
+    for c, m in res.cluster_models.items():
+        np.testing.assert_array_equal(_flat(m), before.get(c, TH0))
+
+
+def test_diagnostics_name_the_round_and_robots_for_every_clustered_strategy():
+    for name, kw, desc in (("feddrman", {"num_clusters": 2}, {}), ("rnd", {}, _rnd_descs()),
+                           ("fedepth", {"tau": 1.0}, {r: _gauss(r, MEANS[r]) for r in IDS4})):
+        res = _strategy(name, IDS4, **kw).aggregate_round(3, _rnd_updates(3), desc)
+        assert res.diagnostics["round"] == 3 and res.diagnostics["robots"] == IDS4, name
+        if name == "fedepth":
+            assert res.diagnostics["tau"] == 1.0
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_feddrman_accepts_as_many_robots_as_clusters_and_names_the_first_bad_robot():
+    s = _strategy("feddrman", "abcd", num_clusters=4, use_srb=False)
+    res = s.aggregate_round(0, _drman_updates(), {})
+    assert sorted(len(g) for g in res.diagnostics["groups"].values()) == [1, 1, 1, 1]
+    ups = _drman_updates()
+    ups[0].params["temporal.w"][0, 0] = np.nan
+    t = _strategy("feddrman", "abcd", num_clusters=2)
+    with pytest.raises(ValueError, match=r"^update of 'a' holds NaN/Inf values$"):
+        t.aggregate_round(0, ups, {})
+
+
+def test_feddrman_omega_fallback_warning_is_the_documented_text_and_covers_all_columns():
+    with pytest.warns(RuntimeWarning) as rec:
+        s = _strategy("feddrman", "abcd", num_clusters=2, use_srb=False, omega_prefixes=("nothing.",))
+    assert str(rec[0].message) == ("FedDRMan: no tensor matches omega_prefixes ['nothing.']; "
+                                   "CUA falls back to ALL parameters for update similarity")
+    assert s._omega == slice(0, TH0.size) and s._omega_all is True
+    res = s.aggregate_round(0, _drman_updates(), {})
+    assert res.diagnostics["omega"] == "all"
+    g = _groups_by_members(res)                          # the large head updates dominate
+    assert sorted(v[1] for v in g.values()) == [["a", "c"], ["b", "d"]]
+    t = _strategy("feddrman", "abcd", num_clusters=2)
+    assert t._omega_all is False and t._omega == slice(0, 6)
+    assert t.aggregate_round(0, _drman_updates(), {}).diagnostics["omega"] == ["temporal."]
