@@ -1682,3 +1682,10 @@ def test_feddrman_omega_fallback_warning_is_the_documented_text_and_covers_all_c
     t = _strategy("feddrman", "abcd", num_clusters=2)
     assert t._omega_all is False and t._omega == slice(0, 6)
     assert t.aggregate_round(0, _drman_updates(), {}).diagnostics["omega"] == ["temporal."]
+
+
+def test_enumerate_partitions_of_two_clients_and_the_exact_nan_message():
+    assert cua.enumerate_partitions(2, 2).tolist() == [[0, 1]]
+    assert cua.enumerate_partitions(2, 1).tolist() == [[0, 0]]
+    with pytest.raises(ValueError, match=r"^similarity matrix holds NaN/Inf$"):
+        cua.cua_partition(np.array([[1.0, np.nan], [np.nan, 1.0]]), 1)
