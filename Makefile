@@ -83,7 +83,7 @@ test-fast: setup
 
 # Mutation testing of the ROS-free decision code (mutmut, in a private copy under
 # build/mutation; never rewrites the source tree). MUTATION_MODULES=all for every module.
-MUTATION_MODULES ?= decisions,sender_checks,payload_checks,update_checks,descriptor_checks,audit_log,auth,rounds,store,robust,strategy
+MUTATION_MODULES ?= decisions,sender_checks,payload_checks,update_checks,descriptor_checks,audit_log,auth,signed_messages,replay,roster,round_collect,rounds,store,robust,strategy,strategy_types
 MUTATION_STAMP := $(VENV)/.stamp-mutation
 $(MUTATION_STAMP): $(DEPS_STAMP) requirements-mutation.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-mutation.txt
