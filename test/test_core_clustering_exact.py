@@ -1689,3 +1689,73 @@ def test_enumerate_partitions_of_two_clients_and_the_exact_nan_message():
     assert cua.enumerate_partitions(2, 1).tolist() == [[0, 0]]
     with pytest.raises(ValueError, match=r"^similarity matrix holds NaN/Inf$"):
         cua.cua_partition(np.array([[1.0, np.nan], [np.nan, 1.0]]), 1)
+
+
+# ================================================= float32 inputs, short vectors, bool relations
+
+
+def test_cosine_of_vectors_shorter_than_one_is_still_normalised():
+    V = np.array([[0.3, 0.4], [0.4, 0.3], [0.0, 0.0], [-0.03, -0.04]])
+    S = agg.cosine_similarity_matrix(V)
+    assert S == pytest.approx(np.array([[1.0, 0.96, 0.0, -1.0],
+                                        [0.96, 1.0, 0.0, -0.96],
+                                        [0.0, 0.0, 1.0, 0.0],
+                                        [-1.0, -0.96, 0.0, 1.0]]), abs=1e-12)
+    assert agg.gram_to_cosine(V @ V.T) == pytest.approx(S, abs=1e-12)
+
+
+def test_divergences_of_float32_descriptors_are_evaluated_in_float64():
+    # Descriptors arrive as float32; their divergences are those of the float64 values they hold
+    # (no float32 rounding in the log-ratio and the sums).
+    rng = np.random.default_rng(7)
+    m32 = (rng.normal(size=(5, 6)) * 3).astype(np.float32)
+    v32 = rng.uniform(0.01, 2.0, size=(5, 6)).astype(np.float32)
+    m64, v64 = m32.astype(np.float64), v32.astype(np.float64)
+    J32 = agg.jeffreys_matrix(m32, v32)
+    assert J32.dtype == np.float64
+    np.testing.assert_allclose(J32, agg.jeffreys_matrix(m64, v64), rtol=1e-13, atol=0)
+    np.testing.assert_allclose(agg.jeffreys_matrix(m32, v64), agg.jeffreys_matrix(m64, v64), rtol=1e-13, atol=0)
+    np.testing.assert_allclose(agg.jeffreys_matrix(m64, v32), agg.jeffreys_matrix(m64, v64), rtol=1e-13, atol=0)
+    for i, j in ((0, 1), (2, 4), (3, 0)):
+        kl32 = agg.kl_diag_gaussian(m32[i], v32[i], m32[j], v32[j])
+        kl64 = agg.kl_diag_gaussian(m64[i], v64[i], m64[j], v64[j])
+        assert kl32 == pytest.approx(kl64, rel=1e-13, abs=0)
+        assert agg.jeffreys_diag(m32[i], v32[i], m32[j], v32[j]) == pytest.approx(J32[i, j], rel=1e-12)
+
+
+def test_weighted_model_is_float32_whatever_the_cluster_models_dtype():
+    # cluster models as float64 / int64 arrays (e.g. a BatchNorm step counter): the robot's
+    # starting model is float32, for one cluster and for a weighted mix.
+    models = {0: {"w": np.array([1.0, 2.0]), "n": np.array([4], dtype=np.int64)},
+              1: {"w": np.array([3.0, 6.0]), "n": np.array([8], dtype=np.int64)}}
+    one = agg.weighted_model(models, [(1, 1.0), (0, 0.0)])
+    assert {k: v.dtype for k, v in one.items()} == {"w": np.float32, "n": np.float32}
+    assert one["w"].tolist() == [3.0, 6.0] and one["n"].tolist() == [8.0]
+    mix = agg.weighted_model(models, [(0, 0.75), (1, 0.25)])
+    assert {k: v.dtype for k, v in mix.items()} == {"w": np.float32, "n": np.float32}
+    assert mix["w"].tolist() == [1.5, 3.0] and mix["n"].tolist() == [5.0]
+
+
+def test_compatibility_threshold_is_computed_in_float64_for_float32_sigma():
+    # s_01 sits exactly on the float64 threshold s_00 + eps * sigma_0 (boundary included); with
+    # the threshold rounded to float32 it would fall just outside.
+    eps = 3.0
+    sigma32 = np.float32(0.7)
+    thr = 0.0 + eps * float(sigma32)
+    assert float((eps * np.array([sigma32]))[0]) < thr     # float32 rounding lands below
+    N = np.array([[0.0, thr], [thr, 0.0]])
+    sigma = np.array([sigma32, sigma32], dtype=np.float32)
+    C = rnd.compatibility(N, sigma, eps)
+    assert C.dtype == bool and C.tolist() == [[True, True], [True, True]]
+    assert rnd.compatibility(N, [float(sigma32)] * 2, eps).tolist() == C.tolist()
+
+
+def test_symmetrise_treats_any_nonzero_entry_as_related():
+    C = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [1.0, 0.0, 1.0]])
+    mutual = rnd.symmetrise(C)
+    assert mutual.dtype == bool
+    assert mutual.tolist() == [[True, False, True], [False, True, False], [True, False, True]]
+    counts = np.array([[3, 2, 0], [1, 3, 0], [0, 0, 3]])       # e.g. agreement counts
+    assert rnd.symmetrise(counts).tolist() == [[True, True, False], [True, True, False], [False, False, True]]
+    assert rnd.symmetrise(counts, "either").tolist() == rnd.symmetrise(counts).tolist()
+    assert rnd.federations(rnd.symmetrise(counts)) == [[0, 1], [2]]
