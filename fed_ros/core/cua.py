@@ -164,7 +164,8 @@ def cua_exact(S: np.ndarray, C: int, singleton_intra: float = 0.0, max_partition
         A, n = _blocks(S0, lab, C)
         vals = _objective_from_blocks(A, n, singleton_intra)
         j = int(np.argmax(vals))
-        # Strict > keeps the first (lexicographically smallest) optimum: deterministic ties.
+        # Strict > keeps the first optimum in enumeration order (colexicographic: the last
+        # client's label varies slowest): deterministic ties.
         if vals[j] > best_val + 1e-12:
             best_val, best_lab = float(vals[j]), lab[j].copy()
     return CUAResult(best_lab, best_val, "exact")

@@ -72,7 +72,9 @@ def match_cluster_ids(groups: Sequence[Sequence[str]], previous: Mapping[str, in
                 c = previous.get(rid)
                 if c is not None and c in col:
                     overlap[g, col[c]] += 1
-        # Tiny preference for lower ids/earlier groups keeps ties deterministic.
+        # Tiny preference for earlier groups / lower ids, but only when the matrix is not square:
+        # a square one's full matchings all have the same tie sum, so there linear_sum_assignment's
+        # own (deterministic) order breaks ties (two groups tied on one old cluster -> ids [1, 0]).
         tie = 1e-6 * (np.arange(len(avail))[None, :] + np.arange(len(groups))[:, None])
         rows, cols = linear_sum_assignment(-(overlap - tie))
         for r, c in zip(rows, cols):
