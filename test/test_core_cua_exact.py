@@ -135,6 +135,22 @@ def test_scalable_cua_with_one_cluster_has_integer_labels_and_the_singleton_obje
     assert lone.objective == 0.25 and lone.labels.dtype == np.int64 and lone.labels.tolist() == [0]
 
 
+def test_float32_similarities_are_evaluated_in_float64():
+    # a float32 (and slightly asymmetric) similarity matrix scores like its float64 copy: no
+    # float32 rounding in the symmetrisation, block sums and means; for the objective, the exact
+    # search and the heuristic
+    S32 = (_noise(9, 9) + 1e-3 * np.random.default_rng(9).normal(size=(9, 9))).astype(np.float32)
+    S64 = S32.astype(np.float64)
+    labels = [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    assert cua.cua_objective(S32, labels, 3) == pytest.approx(cua.cua_objective(S64, labels, 3), rel=1e-14, abs=0)
+    e32, e64 = cua.cua_exact(S32, 3), cua.cua_exact(S64, 3)
+    assert e32.labels.tolist() == e64.labels.tolist()
+    assert e32.objective == pytest.approx(e64.objective, rel=1e-14, abs=0)
+    s32, s64 = cua.cua_scalable(S32, 3), cua.cua_scalable(S64, 3)
+    assert s32.labels.tolist() == s64.labels.tolist()
+    assert s32.objective == pytest.approx(s64.objective, rel=1e-14, abs=0)
+
+
 def test_scalable_cua_never_empties_a_group_even_when_that_would_score_higher():
     # Identical updates: any two-or-more group has intra 1 and inter 1, so J = 0 for partitions
     # without singletons. Emptying a group (C-1 groups) would score higher, but C is exact.
