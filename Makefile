@@ -22,7 +22,8 @@ INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 setup: $(MSGS_STAMP)
 
 $(DEPS_STAMP): requirements.txt
-	@test -x $(PY) || python3 -m venv $(VENV)
+	@# A venv cut short while being created (Ctrl-C) has python but no pip: make it again.
+	@$(PY) -m pip --version >/dev/null 2>&1 || python3 -m venv --clear $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	@touch $@
 
