@@ -62,12 +62,15 @@ class ProtocolRow:
     detail: dict = field(default_factory=dict)
 
 
-_RESEND_COUNT = re.compile(r"model resend (?:request refused \((\d+) so far\)|over the rate limit \((\d+) refused\))")
+# The running count of refused model_resend requests: per refusal while under the rate limit,
+# throttled (every 5 s) past it, and exact on each round's outcome line ("model resend N refused").
+_RESEND_COUNT = re.compile(r"model resend (?:request refused \((\d+) so far\)|over the rate limit \((\d+) refused\)"
+                           r"|(\d+) refused\))")
 
 
 def _resend_refused_count(log_text: str) -> int:
     """The last running count of refused model_resend requests in a server log (0: none)."""
-    counts = [int(a or b) for a, b in _RESEND_COUNT.findall(log_text)]
+    counts = [int(a or b or c) for a, b, c in _RESEND_COUNT.findall(log_text)]
     return max(counts, default=0)
 
 

@@ -285,8 +285,8 @@ class FleetServer(Node):
             self._publish_models()
         if outcome is not None:
             self.report_pub.publish(self._report_msg(outcome))
-            self.get_logger().info(f"round {outcome.round_idx}: {outcome.status} "
-                                   f"({outcome.updates_accepted}/{len(outcome.robots)} updates)")
+            self.get_logger().info(f"round {outcome.round_idx}: {outcome.status} ({outcome.updates_accepted}/"
+                                   f"{len(outcome.robots)} updates; model resend {self.resend_refused} refused)")  # exact, unthrottled
             self.rounds_gate.after_round(plan)  # logs a round held back by the pause
         if plan is not None:
             ann = Announcement(round_idx=plan.round_idx, stage=plan.stage, deadline_s=plan.deadline_s,
