@@ -35,7 +35,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py",
                "test_core_rounds_exact.py"),
     "round_collect": ("test_core_rounds.py", "test_core_boundaries.py", "test_core_rounds_exact.py"),
-    "round_report": ("test_core_rounds.py",),
+    "round_report": ("test_core_rounds.py", "test_core_round_report_exact.py"),
     "store": ("test_core_store.py", "test_core_store_exact.py"),
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
     "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
