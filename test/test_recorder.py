@@ -254,6 +254,12 @@ def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
     arm.wait_for_subscribers()
     recorder.start("lift")
     arm.publish(synthetic_ticks(3))
+    # Every topic the arm did publish is in before STOP, so the one missing is the omitted one
+    # (on a loaded machine another topic's steps were still in flight after a fixed window).
+    published = [rel for rel in recorder.required_topics()
+                 if rel in recorder._seen and rel not in (at.WRIST_TOPIC, at.APPLIED_COMMAND_TOPIC)]
+    wait_until(lambda: len(recorder._applied) == 3 and all(recorder._applied <= recorder._seen[rel] for rel in published),
+               10, "the 3 steps of every published topic at the recorder")
     with pytest.raises(RecordingError, match="/arm/wrist/image_raw"):
         recorder.stop(success=True, timeout=0.5)
 
