@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(config, items) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
 
+@pytest.fixture(autouse=True)
+def _torch_seeded_per_test() -> Iterator[None]:
+    """Seed torch's global RNG before every test, as pytest-randomly does for random and numpy.
+
+    Without it a test drawing from the global torch RNG saw a state set by whichever tests ran
+    before it in its worker, so its data changed with the order (a random-order run failed one
+    that way). Only when torch is already imported: the pure tests stay free of torch.
+    """
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(0)
+    yield
+
+
 def default_sigint() -> None:
     """In a child before exec: SIGINT back to its default action.
 
