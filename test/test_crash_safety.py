@@ -328,14 +328,15 @@ class ScriptedRobots:
         assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
         for k, rid in enumerate(E2E_ROBOTS):
             from fed_ros.ros.wire.register import register_request
+            from fed_ros.ros.wire.service_calls import call_until_answered, spinning
             # Signed registration: the server runs with require_signatures (proof of key possession).
-            req = register_request(rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"],
-                                   signer=self.signers[rid])
-            fut = self.client.call_async(req)
-            end = time.monotonic() + timeout
-            while not fut.done() and time.monotonic() < end:
-                self.executor.spin_once(timeout_sec=0.05)
-            assert fut.done() and fut.result().accepted, (rid, fut.result() and fut.result().reason)
+            # Asked again while unanswered (fed_ros.ros.wire.service_calls), signed afresh per try.
+            answer = call_until_answered(
+                lambda: self.client.call_async(register_request(rid, action_dim=4, num_samples=100 + 10 * k,
+                                                                tasks=["lift"], signer=self.signers[rid])),
+                spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0, timeout_s=timeout,
+                what=f"registration of {rid}", abandon=self.client.remove_pending_request)
+            assert answer.accepted, (rid, answer.reason)
 
     def _live_update_subscribers(self) -> list:
         return [info for info in self.node.get_subscriptions_info_by_topic("/fleet/updates")

@@ -76,8 +76,9 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
     alive = lambda: server.poll() is None  # noqa: E731
     try:
         assert robots.client.wait_for_service(timeout_sec=90.0), log_path.read_text()[-2000:]
-        honest = register_request("robot_0", tasks=["lift"], num_samples=100, signer=signers["robot_0"])
-        assert robots.call(honest).accepted
+        assert robots.call(lambda: register_request("robot_0", tasks=["lift"], num_samples=100,
+                                                    signer=signers["robot_0"])).accepted
+        honest = robots.last_request  # signed afresh per try: the one answered is what an eavesdropper records
         (tmp_path / "keys" / "captured_register.json").write_text(json.dumps(capture(honest)))
         robots.register_all()
         wait_for(lambda: robots.stage == "train", 60, "round 0 announced", poll=robots.spin, alive=alive)
@@ -95,8 +96,8 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
         # until the count stops growing (every junk message that reached the node is audited).
         settle(lambda: audited(tmp_path, "oversize"), robots.spin, alive)
         assert 0 < audited(tmp_path, "oversize") <= JUNK
-        assert robots.call(register_request("robot_1", tasks=["lift"], num_samples=110,
-                                            signer=signers["robot_1"])).accepted
+        assert robots.call(lambda: register_request("robot_1", tasks=["lift"], num_samples=110,
+                                                    signer=signers["robot_1"])).accepted
         rss1 = rss_mb(server.pid)
         # A keyless peer watches the honest uploads and injects a forged continuation chunk (chunk 1,
         # same header, other bytes) right after the first honest upload's chunk 0.

@@ -182,10 +182,13 @@ class _Harness:
         msg_type, topic, qos = self._latched_args
         self.node.create_subscription(msg_type, topic, self.latched.append, qos(depth))
 
-    def call(self, client, request, timeout: float = 10.0):
-        future = client.call_async(request)
-        self.spin_until(future.done, timeout, f"service {client.srv_name}")
-        return future.result()
+    def call(self, client, request, timeout: float = 30.0):
+        """Asked again while unanswered (fed_ros.ros.wire.service_calls); both echo services are pure."""
+        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        return call_until_answered(lambda: client.call_async(request),
+                                   spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0,
+                                   timeout_s=timeout, what=f"service {client.srv_name}",
+                                   abandon=client.remove_pending_request)
 
     def close(self) -> None:
         self.executor.shutdown()

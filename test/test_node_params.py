@@ -77,21 +77,27 @@ def _spin(node, context):
 
 
 def _set(fqn: str, context, **values):
-    """``ros2 param set``: rclpy's parameter client calls <node>/set_parameters over DDS."""
+    """``ros2 param set``: rclpy's parameter client calls <node>/set_parameters over DDS.
+
+    Asked again while unanswered (fed_ros.ros.wire.service_calls: Fast DDS can drop a response
+    under load; CI saw it); setting the same values twice is harmless.
+    """
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
     from rclpy.parameter_client import AsyncParameterClient
+    from fed_ros.ros.wire.service_calls import call_until_answered, spinning
     caller = rclpy.create_node("param_caller", context=context)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(caller)
     try:
         client = AsyncParameterClient(caller, fqn)
         assert client.wait_for_services(timeout_sec=30.0), f"{fqn}'s parameter services never appeared"
-        future = client.set_parameters([Parameter(k, value=v) for k, v in values.items()])
-        rclpy.spin_until_future_complete(caller, future, executor=SingleThreadedExecutor(context=context),
-                                         timeout_sec=30.0)
-        assert future.done(), "no answer from set_parameters"
-        return future.result().results
+        return call_until_answered(lambda: client.set_parameters([Parameter(k, value=v) for k, v in values.items()]),
+                                   spinning(lambda s: executor.spin_once(timeout_sec=s)), attempt_s=10.0,
+                                   timeout_s=60.0, what=f"set_parameters {values} on {fqn}").results
     finally:
+        executor.shutdown()
         caller.destroy_node()
 
 

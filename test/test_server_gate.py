@@ -54,23 +54,25 @@ class Observer:
     def announced(self, round_idx: int, stage: str) -> bool:
         return any(r == round_idx and s == stage for r, s, _ in self.announcements)
 
-    def wait(self, future, what: str, timeout: float = 30.0):
-        wait_for(future.done, timeout, what, poll=lambda: self.robots.spin(0.05))
-        return future.result()
+    def ask(self, send, what: str):
+        """``send()`` again while unanswered (fed_ros.ros.wire.service_calls: Fast DDS can drop a
+        response under load); every request here is idempotent (set, enable, end, get)."""
+        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        return call_until_answered(send, spinning(self.robots.spin), attempt_s=10.0, timeout_s=60.0, what=what)
 
     def call(self, client, request, what: str):
         assert client.wait_for_service(timeout_sec=30.0), f"{client.srv_name} never appeared"
-        return self.wait(client.call_async(request), what)
+        return self.ask(lambda: client.call_async(request), what)
 
     def get(self, name: str):
         assert self.params.wait_for_services(timeout_sec=30.0), "the server's parameter services never appeared"
-        return self.wait(self.params.get_parameters([name]), f"get {name}").values[0].bool_value
+        return self.ask(lambda: self.params.get_parameters([name]), f"get {name}").values[0].bool_value
 
     def set(self, **values):
         from rclpy.parameter import Parameter
         assert self.params.wait_for_services(timeout_sec=30.0), "the server's parameter services never appeared"
-        return self.wait(self.params.set_parameters([Parameter(k, value=v) for k, v in values.items()]),
-                         f"set {values}").results
+        return self.ask(lambda: self.params.set_parameters([Parameter(k, value=v) for k, v in values.items()]),
+                        f"set {values}").results
 
 
 def _explain(log, obs: Observer):

@@ -93,17 +93,24 @@ class Robots:
         while not predicate():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             assert server is None or server.poll() is None, f"server died while waiting for {what}"
-            self.executor.spin_once(timeout_sec=0.05)
-            for entry in self.outbox.due():  # the robot node's _tick: re-send what is unacknowledged
-                self.publish(entry.item)
+            self.spin_once()
+
+    def spin_once(self, timeout: float = 0.05) -> None:
+        self.executor.spin_once(timeout_sec=timeout)
+        for entry in self.outbox.due():  # the robot node's _tick: re-send what is unacknowledged
+            self.publish(entry.item)
 
     def register_all(self) -> None:
+        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
         assert self.client.wait_for_service(timeout_sec=60.0), "server did not offer /fleet/register"
         for rid in ROBOTS:
-            fut = self.client.call_async(self.Register.Request(robot_id=rid, action_dim=4, num_samples=100,
-                                                               tasks=["lift"]))
-            self.spin_until(fut.done, 30.0, f"registration of {rid}")
-            assert fut.result().accepted, fut.result().reason
+            # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is harmless.
+            request = self.Register.Request(robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"])
+            answer = call_until_answered(lambda: self.client.call_async(request),
+                                         spinning(self.spin_once),
+                                         attempt_s=10.0, timeout_s=60.0, what=f"registration of {rid}",
+                                         abandon=self.client.remove_pending_request)
+            assert answer.accepted, answer.reason
 
     def prepare(self, sender, params: dict, rid: str, tag: str, round_idx: int = 0, **header):
         header = {"base_round": round_idx, "num_samples": 100, **header}

@@ -248,8 +248,9 @@ def run_protocol(out: Path, attacks: Sequence[str] = QUICK_ATTACKS, env: dict[st
         try:
             robots = fleet.robots
             assert robots.client.wait_for_service(timeout_sec=120.0), "the server never offered /fleet/register"
-            honest = register_request("robot_0", tasks=["lift"], num_samples=100, signer=fleet.signers["robot_0"])
-            assert robots.call(honest).accepted
+            assert robots.call(lambda: register_request("robot_0", tasks=["lift"], num_samples=100,
+                                                        signer=fleet.signers["robot_0"])).accepted
+            honest = robots.last_request  # signed afresh per try: the one answered is what an eavesdropper records
             (out / "keys" / "captured_register.json").write_text(json.dumps({  # what an eavesdropper records
                 "robot_id": honest.robot_id, "tasks": list(honest.tasks), "action_dim": honest.action_dim,
                 "num_samples": honest.num_samples, "timestamp_ns": honest.timestamp_ns,

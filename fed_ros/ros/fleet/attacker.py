@@ -46,11 +46,15 @@ class Attacker:
         self.resend = self.node.create_publisher(String, "/fleet/model_resend", qos.control_qos())
 
     def call(self, request, timeout: float = 20.0):
-        fut = self.client.call_async(request)
-        end = time.monotonic() + timeout
-        while not fut.done() and time.monotonic() < end:
-            self.ex.spin_once(timeout_sec=0.02)
-        return fut.result() if fut.done() else None
+        """The server's answer (asked again while unanswered: every attack request is refused
+        whether it arrives once or twice), or None."""
+        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        try:
+            return call_until_answered(lambda: self.client.call_async(request),
+                                       spinning(lambda s: self.ex.spin_once(timeout_sec=s)), attempt_s=5.0,
+                                       timeout_s=timeout, what="Register", abandon=self.client.remove_pending_request)
+        except TimeoutError:
+            return None
 
     def wait_matched(self, pub, timeout: float = 30.0) -> None:
         end = time.monotonic() + timeout

@@ -135,6 +135,7 @@ class ScriptedRobots:
                                       lambda m: self.reports.__setitem__(int(m.round), m), qos.latched_qos())
         self.node.create_subscription(ClusterModel, "/fleet/cluster_models", self._on_model, qos.model_state_qos(64))
         self.client = self.node.create_client(Register, "/fleet/register")
+        self.last_request = None  # the Register request sent last (see call)
         # Chunks the server's KEEP_LAST inbox dropped are asked for again (signed by the server).
         from std_msgs.msg import String
         self.uploads: dict[str, tuple] = {}  # payload id -> (ChunkedSender, message fields)
@@ -164,20 +165,29 @@ class ScriptedRobots:
                     for chunk in sender.chunks():
                         self.pub.publish(model_update_msg(chunk, **fields))
 
-    def call(self, request, timeout: float = 30.0):
-        """One Register call; returns the response (asserts it came)."""
-        fut = self.client.call_async(request)
-        end = time.monotonic() + timeout
-        while not fut.done() and time.monotonic() < end:
-            self.executor.spin_once(timeout_sec=0.05)
-        assert fut.done(), "no Register response"
-        return fut.result()
+    def call(self, request, timeout: float = 60.0):
+        """A Register call, asked again while unanswered (fed_ros.ros.wire.service_calls); the response.
+
+        ``request``: a Register.Request, or a function building one per try (a signed request
+        needs a fresh nonce: the server refuses the same one twice as a replay).
+        """
+        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        make = request if callable(request) else (lambda: request)
+
+        def send():
+            self.last_request = make()
+            return self.client.call_async(self.last_request)
+        return call_until_answered(send,
+                                   spinning(lambda s: self.executor.spin_once(timeout_sec=s)),
+                                   attempt_s=10.0, timeout_s=timeout, what="Register",
+                                   abandon=self.client.remove_pending_request)
 
     def register_all(self, timeout: float = 60.0) -> None:
         from fed_ros.ros.wire.register import register_request
         assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
         for k, rid in enumerate(self.robots):
-            res = self.call(register_request(rid, tasks=["lift"], num_samples=100 + 10 * k, signer=self.signers[rid]))
+            res = self.call(lambda rid=rid, k=k: register_request(rid, tasks=["lift"], num_samples=100 + 10 * k,
+                                                                  signer=self.signers[rid]))
             assert res.accepted, (rid, res.reason)
 
     def publish_probe(self) -> None:
