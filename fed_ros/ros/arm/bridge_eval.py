@@ -143,13 +143,10 @@ class ArmClient:
               timeout: float = 60.0) -> tuple[str, int]:
         """Call the arm's reset service; returns (instruction, episode number)."""
         request = self._ResetRequest(task=task, variation=variation, seed=int(seed))
-        future = self._reset_client.call_async(request)
-        done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
-        if not shutdown.wait_for(done, timeout):
-            self._reset_client.remove_pending_request(future)
+        from fed_ros.ros.wire.service_calls import call_service
+        response = call_service(self._reset_client, request, timeout)
+        if response is None:
             raise TimeoutError(f"arm reset {self.topics.reset!r} did not answer in {timeout:.0f} s")
-        response = future.result()
         if not response.ok:
             raise RuntimeError(f"arm reset refused: {response.message}")
         self.instruction = response.instruction

@@ -97,13 +97,10 @@ class ExpertDriverNode(Node):
     def _call_record(self, command: int, success: bool = False, instruction: str = ""):
         request = self._Record.Request(command=command, task=self.task, instruction=instruction,
                                        variation=self.variation, success=success)
-        future = self._record_client.call_async(request)
-        done = threading.Event()
-        future.add_done_callback(lambda _: done.set())
-        if not shutdown.wait_for(done, 30.0):
-            self._record_client.remove_pending_request(future)
+        from fed_ros.ros.wire.service_calls import call_service
+        response = call_service(self._record_client, request, 30.0)
+        if response is None:
             raise TimeoutError(f"Record service {self.record_service!r} did not answer in 30 s")
-        response = future.result()
         if not response.ok:
             raise RuntimeError(f"Record {['START', 'STOP', 'DISCARD'][command]} refused: {response.message}")
         return response

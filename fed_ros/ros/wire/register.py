@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from fed_ros.core.auth import Signer
 from fed_ros.core.registration import RegistrationClaim, sign_registration
 from fed_ros.ros import shutdown
+from fed_ros.ros.wire.service_calls import call_service
 from fed_ros.srv import Register
 
 
@@ -32,19 +33,6 @@ def register_request(robot_id: str, *, tasks: Sequence[str] = (), cameras: Seque
         request.nonce = list(proof.nonce)
         request.signature = list(proof.signature)
     return request
-
-
-def call_service(client, request, timeout_s: float, stop: threading.Event | None = None):
-    """Call a service and wait (Ctrl-C or ``stop`` end the wait); the response, or None on timeout."""
-    future = client.call_async(request)
-    done = threading.Event()
-    future.add_done_callback(lambda _: done.set())
-    try:
-        answered = shutdown.wait_for(done, timeout_s, stop)
-    finally:
-        if not done.is_set():
-            client.remove_pending_request(future)
-    return future.result() if answered else None
 
 
 def register_with_fleet(client, make_request: Callable[[], Register.Request], *, timeout_s: float,

@@ -1,4 +1,5 @@
-"""Service calls that survive a response Fast DDS dropped: ask again, for requests safe to repeat.
+"""Service calls: one try with a deadline (`call_service`), or ask again while unanswered
+(`call_until_answered`), which survives a response Fast DDS dropped.
 
 Why: rmw_fastrtps sends a response only once the *server* has matched the client's reply
 reader, and waits for that at most its writer's max_blocking_time (100 ms by default). A request
@@ -8,18 +9,30 @@ which then waits for ever (ros2/rmw_fastrtps#704, ros2/rclcpp#2760). ``wait_for_
 prevent it: it reports what the *client* has discovered. Seen in CI under load: a
 ``set_parameters`` call went unanswered for 30 s while the server had applied it.
 
-Only for requests whose repetition is harmless: idempotent ones (set a value, enable, query),
+Asking again is only for requests whose repetition is harmless: idempotent ones (set a value, enable, query),
 or ones built afresh per attempt (a signed registration needs a fresh nonce each time).
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
 from rclpy.task import Future
 
+from fed_ros.ros import shutdown
+
 #: Spin or wait until ``future`` is done or ``seconds`` passed; True when it is done.
 Wait = Callable[[Future, float], bool]
+
+
+def threaded(stop: threading.Event | None = None) -> Wait:
+    """A `Wait` for nodes an executor spins in another thread (Ctrl-C or ``stop`` end it: ShutdownRequested)."""
+    def wait(future: Future, seconds: float) -> bool:
+        done = threading.Event()
+        future.add_done_callback(lambda _: done.set())
+        return shutdown.wait_for(done, seconds, stop)
+    return wait
 
 
 def spinning(spin_once: Callable[[float], object]) -> Wait:
@@ -30,6 +43,17 @@ def spinning(spin_once: Callable[[float], object]) -> Wait:
             spin_once(min(0.05, max(end - time.monotonic(), 0.0)))
         return future.done()
     return wait
+
+
+def call_service(client, request, timeout_s: float, stop: threading.Event | None = None):
+    """One call from a node spun in another thread; the response, or None (the try dropped) after ``timeout_s``."""
+    future = client.call_async(request)
+    try:
+        answered = threaded(stop)(future, timeout_s)
+    finally:
+        if not future.done():
+            client.remove_pending_request(future)
+    return future.result() if answered else None
 
 
 def call_until_answered(send: Callable[[], Future], wait: Wait, *, attempt_s: float, timeout_s: float,
