@@ -89,3 +89,18 @@ def test_attempt_longer_than_the_timeout_is_refused_naming_it():
     from fed_ros.ros.wire.service_calls import call_until_answered
     with pytest.raises(ValueError, match=r"attempt_s must be in \(0, timeout_s=5\], got 10"):
         call_until_answered(lambda: None, lambda f, s: True, attempt_s=10, timeout_s=5, what="x")
+
+
+def test_call_service_one_try_none_when_unanswered_then_the_answer(late_first_answer):
+    from std_srvs.srv import Trigger
+    from fed_ros.ros.wire.service_calls import call_service
+    client, executor, received, release = late_first_answer
+    spinner = threading.Thread(target=executor.spin, daemon=True)  # a node spun in another thread
+    spinner.start()
+    try:
+        assert call_service(client, Trigger.Request(), 1.0) is None  # the server holds try 1: no retry here
+        release.set()
+        assert call_service(client, Trigger.Request(), 30.0).message == "call 2"
+    finally:
+        executor.shutdown()
+        spinner.join(timeout=10.0)
