@@ -94,7 +94,7 @@ def test_attempt_longer_than_the_timeout_is_refused_naming_it():
 def test_call_service_one_try_none_when_unanswered_then_the_answer(late_first_answer):
     from std_srvs.srv import Trigger
     from fed_ros.ros.wire.service_calls import call_service
-    client, executor, received, release = late_first_answer
+    client, executor, _received, release = late_first_answer
     spinner = threading.Thread(target=executor.spin, daemon=True)  # a node spun in another thread
     spinner.start()
     try:
