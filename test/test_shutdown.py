@@ -167,3 +167,37 @@ def test_fed_ros_up_prints_progress_and_stops_cleanly_on_ctrl_c(tmp_path, ros_en
     for log in (tmp_path / "run" / "logs").glob("*.log"):
         bad = [line for line in log.read_text(errors="replace").splitlines() if BAD_LINE.search(line)]
         assert not bad, f"{log.name}:\n" + "\n".join(bad[:20])
+
+
+HUNG_TEARDOWN = """
+import threading
+from fed_ros.ros import shutdown
+shutdown.install_signal_handlers()
+print("ready", flush=True)
+threading.Event().wait(120)  # a teardown that never ends
+"""
+
+
+def test_a_process_hung_after_the_signal_prints_every_threads_stack(tmp_path):
+    """shutdown.STACKS_AFTER_S after SIGINT, a process still alive prints where each thread is
+    (before launch's SIGTERM), so a teardown that hangs says where."""
+    from fed_ros.ros import shutdown
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-c", HUNG_TEARDOWN], stdout=subprocess.PIPE, stderr=stderr,
+                                text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.kill(proc.pid, signal.SIGINT)
+        signalled = time.monotonic()
+        deadline = signalled + shutdown.STACKS_AFTER_S + 30.0
+        hung_line = '"<string>", line 6 in <module>'  # the script's wait(120)
+        while hung_line not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)  # poll interval of a deadline loop
+        text = err.read_text()
+        assert text.startswith("Timeout (0:00:04)!") and "(most recent call first)" in text and hung_line in text, text
+        assert time.monotonic() - signalled >= shutdown.STACKS_AFTER_S - 0.5  # not before the grace time
+        assert proc.poll() is None  # only printed: ending the process stays launch's decision
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

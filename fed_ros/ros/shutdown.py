@@ -20,7 +20,9 @@ process exits.
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
+import io
 import os
 import signal
 import sys
@@ -31,6 +33,10 @@ from typing import Any, Callable, NoReturn
 _REQUESTED = threading.Event()
 _SIGNALLED_AT: list[float] = []  # time.monotonic() of the first request (for FED_ROS_SHUTDOWN_TRACE)
 POLL_S = 0.25  # how often a wait looks at the flag; keeps Ctrl-C-to-exit well under launch's 5 s
+# A process still alive this long after the signal prints every thread's stack to stderr, just
+# before launch's SIGTERM (5 s): a teardown that hangs says where. Seen once in a loaded
+# random-order run: the fleet server outlived SIGINT and SIGTERM and was SIGKILLed.
+STACKS_AFTER_S = 4.0
 
 
 class ShutdownRequested(Exception):
@@ -161,6 +167,11 @@ def node_main(main: Callable[..., int | None]) -> Callable[..., NoReturn]:
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM set the flag (main thread only, as Python requires)."""
     def handler(_signum, _frame) -> None:
+        if not _REQUESTED.is_set():
+            try:
+                faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
+            except (RuntimeError, ValueError, io.UnsupportedOperation):  # no usable stderr: nothing to print to
+                pass
         request()
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
