@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
 
+
 @pytest.fixture(autouse=True)
 def _torch_seeded_per_test() -> Iterator[None]:
     """Seed torch's global RNG before every test, as pytest-randomly does for random and numpy.

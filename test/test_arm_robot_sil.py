@@ -156,10 +156,9 @@ def test_learning_gate_off_robot_skips_rounds_until_enabled(tmp_path, ros_env, p
         client = probe.node.create_client(SetBool, "/robot_0/robot/set_learning")
         assert client.wait_for_service(timeout_sec=30)
         # Asked again while unanswered (fed_ros.ros.wire.service_calls); enabling twice is harmless.
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
-        answer = call_until_answered(lambda: client.call_async(SetBool.Request(data=True)), spinning(time.sleep),
-                                     attempt_s=10.0, timeout_s=60.0, what="set_learning",
-                                     abandon=client.remove_pending_request)
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+        answer = call_client_until_answered(client, SetBool.Request(data=True), spinning(time.sleep),
+                                            attempt_s=10.0, timeout_s=60.0)
         assert answer.success, answer.message
         assert procs["server_node"].wait(timeout=240) == 0, logs["server_node"].read_text()[-3000:]
     finally:

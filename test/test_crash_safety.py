@@ -328,14 +328,13 @@ class ScriptedRobots:
         assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
         for k, rid in enumerate(E2E_ROBOTS):
             from fed_ros.ros.wire.register import register_request
-            from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+            from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
             # Signed registration: the server runs with require_signatures (proof of key possession).
             # Asked again while unanswered (fed_ros.ros.wire.service_calls), signed afresh per try.
-            answer = call_until_answered(
-                lambda: self.client.call_async(register_request(rid, action_dim=4, num_samples=100 + 10 * k,
-                                                                tasks=["lift"], signer=self.signers[rid])),
-                spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0, timeout_s=timeout,
-                what=f"registration of {rid}", abandon=self.client.remove_pending_request)
+            answer = call_client_until_answered(
+                self.client, lambda: register_request(rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"],
+                                                      signer=self.signers[rid]),
+                spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0, timeout_s=timeout)
             assert answer.accepted, (rid, answer.reason)
 
     def _live_update_subscribers(self) -> list:

@@ -50,7 +50,7 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
     from fed_ros.msg import RoundAnnouncement
     from fed_ros.ros.wire import qos
     from fed_ros.srv import Register
-    from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+    from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
 
     log = tmp_path / "server.log"
     server = processes.start(
@@ -80,10 +80,8 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
         for rid in ("robot_0", "robot_1"):
             # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is harmless.
             request = Register.Request(robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"])
-            answer = call_until_answered(lambda: client.call_async(request),
-                                         spinning(lambda s: executor.spin_once(timeout_sec=s)), attempt_s=10.0,
-                                         timeout_s=60.0, what=f"the registration of {rid}",
-                                         abandon=client.remove_pending_request)
+            answer = call_client_until_answered(client, request, spinning(lambda s: executor.spin_once(timeout_sec=s)),
+                                                attempt_s=10.0, timeout_s=60.0)
             assert answer.accepted, answer.reason
         spin_until(lambda: announcements, TIMEOUT_S + 120.0, "round 0 announced after the registration timeout")
     finally:

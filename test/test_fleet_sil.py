@@ -64,10 +64,9 @@ def test_fleet_of_four_arms_runs_feddrman_end_to_end(tmp_path, ros_env, processe
         client = monitor.node.create_client(EvaluatePolicy, "/robot_0/evaluate")
         assert client.wait_for_service(timeout_sec=30)
         # Asked again only if unanswered for 120 s (a response Fast DDS dropped; service_calls).
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
-        evaluation = call_until_answered(lambda: client.call_async(EvaluatePolicy.Request(episodes=1, seed=7)),
-                                         spinning(monitor.spin_once), attempt_s=120.0, timeout_s=240.0,
-                                         what="/robot_0/evaluate", abandon=client.remove_pending_request)
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+        evaluation = call_client_until_answered(client, EvaluatePolicy.Request(episodes=1, seed=7),
+                                                spinning(monitor.spin_once), attempt_s=120.0, timeout_s=240.0)
         reports = {r["round"]: r for r in monitor.reports}
         models = dict(monitor.models)
 

@@ -184,11 +184,9 @@ class _Harness:
 
     def call(self, client, request, timeout: float = 30.0):
         """Asked again while unanswered (fed_ros.ros.wire.service_calls); both echo services are pure."""
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
-        return call_until_answered(lambda: client.call_async(request),
-                                   spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0,
-                                   timeout_s=timeout, what=f"service {client.srv_name}",
-                                   abandon=client.remove_pending_request)
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+        return call_client_until_answered(client, request, spinning(lambda s: self.executor.spin_once(timeout_sec=s)),
+                                          attempt_s=10.0, timeout_s=timeout)
 
     def close(self) -> None:
         self.executor.shutdown()

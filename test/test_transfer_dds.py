@@ -101,15 +101,13 @@ class Robots:
             self.publish(entry.item)
 
     def register_all(self) -> None:
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
         assert self.client.wait_for_service(timeout_sec=60.0), "server did not offer /fleet/register"
         for rid in ROBOTS:
             # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is harmless.
             request = self.Register.Request(robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"])
-            answer = call_until_answered(lambda: self.client.call_async(request),
-                                         spinning(self.spin_once),
-                                         attempt_s=10.0, timeout_s=60.0, what=f"registration of {rid}",
-                                         abandon=self.client.remove_pending_request)
+            answer = call_client_until_answered(self.client, request, spinning(self.spin_once),
+                                                attempt_s=10.0, timeout_s=60.0)
             assert answer.accepted, answer.reason
 
     def prepare(self, sender, params: dict, rid: str, tag: str, round_idx: int = 0, **header):

@@ -48,11 +48,10 @@ class Attacker:
     def call(self, request, timeout: float = 20.0):
         """The server's answer (asked again while unanswered: every attack request is refused
         whether it arrives once or twice), or None."""
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
         try:
-            return call_until_answered(lambda: self.client.call_async(request),
-                                       spinning(lambda s: self.ex.spin_once(timeout_sec=s)), attempt_s=5.0,
-                                       timeout_s=timeout, what="Register", abandon=self.client.remove_pending_request)
+            wait = spinning(lambda s: self.ex.spin_once(timeout_sec=s))
+            return call_client_until_answered(self.client, request, wait, attempt_s=5.0, timeout_s=timeout)
         except TimeoutError:
             return None
 

@@ -171,16 +171,15 @@ class ScriptedRobots:
         ``request``: a Register.Request, or a function building one per try (a signed request
         needs a fresh nonce: the server refuses the same one twice as a replay).
         """
-        from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
         make = request if callable(request) else (lambda: request)
 
-        def send():
+        def remembered():
             self.last_request = make()
-            return self.client.call_async(self.last_request)
-        return call_until_answered(send,
-                                   spinning(lambda s: self.executor.spin_once(timeout_sec=s)),
-                                   attempt_s=10.0, timeout_s=timeout, what="Register",
-                                   abandon=self.client.remove_pending_request)
+            return self.last_request
+        return call_client_until_answered(self.client, remembered,
+                                          spinning(lambda s: self.executor.spin_once(timeout_sec=s)),
+                                          attempt_s=10.0, timeout_s=timeout)
 
     def register_all(self, timeout: float = 60.0) -> None:
         from fed_ros.ros.wire.register import register_request

@@ -77,3 +77,11 @@ def call_until_answered(send: Callable[[], Future], wait: Wait, *, attempt_s: fl
             abandon(future)
         if time.monotonic() >= deadline:
             raise TimeoutError(f"no answer to {what} in {timeout_s:g} s ({tries} tries of {attempt_s:g} s)")
+
+
+def call_client_until_answered(client, request, wait: Wait, *, attempt_s: float, timeout_s: float):
+    """`call_until_answered` for an rclpy service client: ``request`` is a Request, or a function
+    building one per try; an unanswered try is dropped from the client's pending requests."""
+    make = request if callable(request) else (lambda: request)
+    return call_until_answered(lambda: client.call_async(make()), wait, attempt_s=attempt_s, timeout_s=timeout_s,
+                               what=client.srv_name, abandon=client.remove_pending_request)
