@@ -190,6 +190,11 @@ class SafetyFilter:
         self.watchdog.feed(now_s)
         return ""
 
+    @property
+    def last_gripper(self) -> float:
+        """The normalised gripper command last sent (where a hold keeps the gripper)."""
+        return self._gripper
+
     def hold(self, on: bool) -> None:
         """Set or release the hold latch (e-stop topic); takes effect at the next tick."""
         self.hold_requested = bool(on)

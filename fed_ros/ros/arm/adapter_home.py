@@ -13,7 +13,10 @@ import numpy as np
 def home_and_start(self, request, response):
     """ResetEpisode: send the home trajectory, wait until the arm is there, start an episode."""
     missing = [m for m in self.missing() if "task_success" not in m]
-    if missing or self._pub_home is None:
+    if self._stopped:
+        response.ok, response.message = False, f"the arm adapter has stopped the arm for good ({self._stopped})"
+        return response
+    if missing or self.commands.home is None:
         response.ok = False
         response.message = ("arm not ready: " + "; ".join(missing) if missing
                             else f"profile {self.profile.name} has no topics.home_trajectory")
@@ -25,14 +28,7 @@ def home_and_start(self, request, response):
         self._success = False
         self.safety.hold(True)  # drop the last episode's command; released below
         seen = self._joint_msgs
-    traj = self._m["JointTrajectory"]()
-    traj.joint_names = list(prof.joints.names)
-    point = self._m["JointTrajectoryPoint"]()
-    point.positions = [float(v) for v in prof.joints.home]
-    point.time_from_start.sec = int(prof.joints.home_duration_s)
-    point.time_from_start.nanosec = int((prof.joints.home_duration_s % 1.0) * 1e9)
-    traj.points = [point]
-    self._pub_home.publish(traj)
+    self.commands.send_home()
     deadline = time.monotonic() + 2.0 * prof.joints.home_duration_s + 5.0
     error = np.full(len(prof.joints.names), np.inf)
     while time.monotonic() < deadline:
@@ -58,7 +54,8 @@ def home_and_start(self, request, response):
         self.task = request.task or self.task
         self.episode += 1
         self.step, self.done, self._success = 0, False, False
-        self.safety.hold(False)
+        if not self._stopped:  # a shutdown during the home motion keeps its hold
+            self.safety.hold(False)
         self._resetting = False
         self._pub_task.publish(self._m["String"](data=self._instruction(self.task)))
         published = self._publish_observation(time.monotonic())  # the reset observation

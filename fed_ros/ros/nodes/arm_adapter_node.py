@@ -7,10 +7,7 @@ Policy side (relative to the robot namespace, what ArmClient and Recorder use, s
 
 Arm side (names from the arm profile, :mod:`fed_ros.core.arm_profile`):
 
-    end-effector deltas (OSC_POSITION/POSE) -> geometry_msgs/TwistStamped  (MoveIt Servo)
-    joint velocities (JOINT_VELOCITY)       -> std_msgs/Float64MultiArray  (/<controller>/commands)
-    gripper                                 -> std_msgs/Float64MultiArray  [position]
-    reset                                   -> trajectory_msgs/JointTrajectory to the home pose
+    commands (twist, joints, gripper, home)  -> :mod:`fed_ros.ros.arm.arm_commands`
     sensor_msgs/JointState (all joints)     -> arm/joint_states + arm/gripper_state (profile order)
     geometry_msgs/PoseStamped               -> arm/eef_pose
     cameras (Image / CompressedImage)       -> arm/<camera>/image_raw (rgb8, resized)
@@ -35,11 +32,13 @@ from rclpy.node import Node
 from rcl_interfaces.msg import ParameterDescriptor
 
 from fed_ros.core.arm_profile import load_profile, parse_overrides
-from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput, gripper_position
+from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
+from fed_ros.core.arm_ticks import TickSchedule
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.adapter_home import home_and_start
+from fed_ros.ros.arm.arm_commands import ArmCommandOutput
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.images import decode_camera
 
@@ -88,7 +87,8 @@ class ArmAdapterNode(Node):
         self._resetting = False
         self._obs_stamp_ns = 0
         self._last_stamp_ns = 0
-        self._last_tick: float | None = None
+        self._ticks = TickSchedule(prof.period_s)  # follows the arm's cycle (core.arm_ticks)
+        self._stopped = ""  # why the arm was stopped for good (shutdown): nothing moves it again
         self._joint_msgs = 0
         self._applied_ns = 0  # observation stamp whose applied command is published
         self._obs_arm_ns = 0  # arm-state (pose) stamp behind the current observation
@@ -97,13 +97,10 @@ class ArmAdapterNode(Node):
 
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
-        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from geometry_msgs.msg import PoseStamped
         from sensor_msgs.msg import CompressedImage, Image, JointState
-        from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray, String
-        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
-        self._m = dict(ArmCommand=ArmCommand, EpisodeStatus=EpisodeStatus, TwistStamped=TwistStamped,
-                       Float64MultiArray=Float64MultiArray, String=String, JointTrajectory=JointTrajectory,
-                       JointTrajectoryPoint=JointTrajectoryPoint)
+        from std_msgs.msg import Bool, Float32MultiArray, String
+        self._m = dict(ArmCommand=ArmCommand, EpisodeStatus=EpisodeStatus, String=String)
         io = ReentrantCallbackGroup()
         self._reset_group = MutuallyExclusiveCallbackGroup()  # reset blocks until home is reached
 
@@ -153,20 +150,9 @@ class ArmAdapterNode(Node):
                 msg_type, cfg.topic, lambda m, c=cam, z=cfg.compressed: self._on_camera(c, z, m),
                 sensor, callback_group=io),
                 f"sensor_msgs/{msg_type.__name__}", "camera driver")
-        # Commands: reliable, newest wins (MoveIt Servo and ros2_control subscribe reliable).
-        command = qos.command_qos(depth=1)
-        self._pub_twist = self.create_publisher(TwistStamped, t.twist_command, command)
-        self._pub_joint = (self.create_publisher(Float64MultiArray, t.joint_command, command)
-                           if t.joint_command else None)
-        self._pub_gripper = (self.create_publisher(Float64MultiArray, t.gripper_command, command)
-                             if t.gripper_command else None)
-        self._pub_home = (self.create_publisher(JointTrajectory, t.home_trajectory, qos.command_qos(depth=1))
-                          if t.home_trajectory else None)
-        self._arm_pubs = {"twist_command": (self._pub_twist, "MoveIt Servo")}
-        if self._pub_gripper is not None:
-            self._arm_pubs["gripper_command"] = (self._pub_gripper, "gripper forward command controller")
-        if self._pub_home is not None:
-            self._arm_pubs["home_trajectory"] = (self._pub_home, "joint trajectory controller")
+        # Commands (twist, joints, gripper, home): the arm_commands module.
+        self.commands = ArmCommandOutput(prof, self.create_publisher, lambda: self.get_clock().now().to_msg())
+        self._arm_pubs = self.commands.expected_subscribers()
 
         # Ticks follow the arm: each end-effector pose (published after the joint states of
         # the same controller cycle) starts one, at most control_rate_hz; the timer keeps
@@ -177,7 +163,7 @@ class ArmAdapterNode(Node):
         self._pub_task.publish(String(data=self._instruction(self.task)))
         self.get_logger().info(
             f"arm adapter up: profile {prof.name} ({prof.description}), {prof.control_rate_hz:g} Hz, "
-            f"twist -> {self._pub_twist.topic_name}, joints {list(prof.joints.names)}, "
+            f"twist -> {self.commands.twist.topic_name}, joints {list(prof.joints.names)}, "
             f"1.0 = {prof.limits.max_linear_speed:g} m/s / {prof.limits.max_angular_speed:g} rad/s")
         self._report_missing()
 
@@ -290,6 +276,12 @@ class ArmAdapterNode(Node):
         if reason and reason != "hold requested":
             self.get_logger().warning(f"ArmCommand refused ({self.safety.counters.rejected} so far): "
                                       f"{reason}; holding", throttle_duration_sec=1.0)
+        if not reason and int(msg.mode) == MODE_HOLD:
+            # The policy side stops the arm (its node shutting down, learning switched off):
+            # the zero goes at once, whatever observation the HOLD answers.
+            with self._lock:
+                self._send_zero()
+            return
         # A command answering the current observation goes to the arm at once (no wait for
         # the next tick: one tick less latency, as a teleoperated Servo would see it).
         with self._lock:
@@ -298,37 +290,51 @@ class ArmAdapterNode(Node):
                 self._apply(time.monotonic(), answer=True)
 
     def _on_hold(self, msg) -> None:
-        with self._lock:
-            self.safety.hold(bool(msg.data))
         if msg.data:
-            self._send(TickOutput("hold", reason="hold requested"), 0)  # at once, not at the next tick
-        self.get_logger().warning(f"hold {'SET: arm stopped' if msg.data else 'released'}")
+            self.stop_arm("e-stop (arm/hold true)")  # at once, not at the next tick
+            return
+        with self._lock:
+            if self._stopped:
+                self.get_logger().warning(f"hold release ignored: the arm is stopped for good ({self._stopped})")
+                return
+            self.safety.hold(False)
+        self.get_logger().warning("hold released")
+
+    # ------------------------------------------------------------------ stop paths
+    def stop_arm(self, reason: str, final: bool = False) -> None:
+        """Latch the hold and send the arm a zero command now; every stop path ends here.
+
+        The zero is a zero twist, zero joint velocities (the current positions on a position
+        interface) and the gripper held at its last commanded position (not the measured one,
+        which a grasp holds short of closed: sending it would loosen the grasp). It is sent under
+        the lock every tick takes, so no command computed before it can follow it. ``final``
+        (shutdown): the latch is never released again, not by a reset nor by ``arm/hold false``.
+        """
+        with self._lock:
+            self.safety.hold(True)
+            if final:
+                self._stopped = self._stopped or reason
+            self._send_zero()
+        self.get_logger().warning(f"arm stopped: {reason}; zero command sent")
+
+    def _send_zero(self) -> None:
+        """One zero command on every command topic of the arm (caller holds the lock)."""
+        joints = self._current("joints", time.monotonic())
+        self.commands.send_zero(self.safety.last_gripper, None if joints is None else joints[0])
+
+    def command_publishers(self) -> list:
+        """The publishers of the arm's command topics (to wait for their delivery at shutdown)."""
+        return self.commands.publishers()
+
+    def policy_publishers(self) -> int:
+        """How many nodes publish policy commands to this arm (the robot node while it runs)."""
+        return self.count_publishers(self.resolve_topic_name(at.COMMAND_TOPIC))
 
     def _send(self, out: TickOutput, stamp_ns: int, answer: bool = False) -> None:
-        """Publish one tick's arm-side commands (a zero twist when holding). The twist carries
-        the stamp of the arm state (pose) it was computed from (now when 0), so Servo's staleness
-        check sees the command's real age and a lockstep simulator steps on the answer to its
-        latest state. The gripper goes first; in lockstep once with every answer (held: in place)."""
+        """Publish one tick's arm commands; in lockstep the gripper goes with every answer (held: in place)."""
         gripper = out.gripper if out.gripper is not None or not (answer and self.lockstep) else out.applied_gripper
-        if gripper is not None and self._pub_gripper is not None:
-            self._pub_gripper.publish(self._m["Float64MultiArray"](
-                data=[gripper_position(gripper, self.profile.gripper)]))
-        twist = self._m["TwistStamped"]()
-        twist.header.stamp = at.ns_to_stamp(stamp_ns) if stamp_ns else self.get_clock().now().to_msg()
-        twist.header.frame_id = self.profile.frames.base
-        if out.kind == "twist":
-            (twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z) = (float(v) for v in out.linear)
-            (twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z) = (float(v) for v in out.angular)
-        if out.kind == "joint" and self._pub_joint is not None:
-            vel = out.joint_velocities
-            if self.profile.topics.joint_command_interface == "position":
-                pos = self._current("joints", time.monotonic())
-                vel = None if pos is None else pos[0] + vel * self.profile.period_s
-            if vel is not None:
-                self._pub_joint.publish(self._m["Float64MultiArray"](data=[float(v) for v in vel]))
-        else:
-            # Servo holds on a zero twist; joint modes also get one so Servo never drifts.
-            self._pub_twist.publish(twist)
+        joints = self._current("joints", time.monotonic()) if out.kind == "joint" else None
+        self.commands.send(out, stamp_ns, gripper, None if joints is None else joints[0])
 
     # ------------------------------------------------------------------ control loop
     def _apply(self, now: float, answer: bool = False) -> None:
@@ -346,17 +352,24 @@ class ArmAdapterNode(Node):
             self._applied_ns = self._obs_stamp_ns
 
     def _on_tick(self, from_timer: bool) -> None:
+        try:
+            self._tick(from_timer)
+        except Exception as exc:  # noqa: BLE001 - any fault in the control loop stops the arm
+            # The hold stays latched until an operator releases it (arm/hold false) or a reset
+            # starts the next episode: a loop that failed once is not trusted to move the arm.
+            self.get_logger().error(f"control tick failed ({type(exc).__name__}: {exc}): holding")
+            self.stop_arm(f"control tick failed: {type(exc).__name__}")
+
+    def _tick(self, from_timer: bool) -> None:
         start = time.monotonic()
         with self._lock:
-            since = None if self._last_tick is None else start - self._last_tick
             if self.lockstep and from_timer:
                 return  # a lockstep arm is silent while it waits: only its states make ticks
-            if (not self.lockstep and since is not None
-                    and since < (1.5 if from_timer else 0.9) * self.profile.period_s):
-                return  # the arm drives the ticks; the timer only covers silences
-            if not self.lockstep and since is not None and since > 1.5 * self.profile.period_s and not from_timer:
-                self.overruns += 1
-            self._last_tick = start
+            if not self.lockstep:
+                # The arm drives the ticks, at most control_rate_hz; the timer covers silences.
+                if not self._ticks.take(start, from_timer):
+                    return
+                self.overruns = self._ticks.overruns
             if self._resetting:
                 return  # the home trajectory owns the arm
             was_active = not self.done and self._obs_stamp_ns > 0
@@ -427,16 +440,43 @@ class ArmAdapterNode(Node):
         return home_and_start(self, request, response)
 
 
+# At shutdown the adapter keeps the arm held while the policy side (the robot node) is still up,
+# at most this long: under `ros2 launch` every node gets SIGINT at once, and the adapter must be
+# the last to command the arm. Below launch's SIGTERM (5 s) and the stack dump (4 s).
+SHUTDOWN_LINGER_S = 2.0
+# How long the last zero command may take to be acknowledged by the arm's subscribers.
+ZERO_ACK_TIMEOUT_S = 1.0
+
+
+def stop_and_linger(node: ArmAdapterNode, executor, linger_s: float = SHUTDOWN_LINGER_S) -> None:
+    """The adapter's shutdown: zero now, hold while the policy side is up, zero again, wait for acks."""
+    from rclpy.duration import Duration
+    node.stop_arm("shutdown", final=True)
+    deadline = time.monotonic() + linger_s
+    while node.policy_publishers() > 0 and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.05)  # ticks go on: each sends the held zero
+    node.stop_arm("shutdown: last command to the arm", final=True)
+    for pub in node.command_publishers():
+        pub.wait_for_all_acked(Duration(seconds=ZERO_ACK_TIMEOUT_S))
+
+
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> None:
-    """Run one arm adapter until shutdown (``--ros-args -p profile:=ur5e``)."""
-    rclpy.init(args=args)
+    """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``).
+
+    rclpy's own signal handlers are off (:func:`fed_ros.ros.shutdown.init`): a signal only sets
+    a flag, the spin loop sees it and the arm gets its zero command before anything is torn down.
+    """
+    shutdown.init(args)
     node = None
     executor = MultiThreadedExecutor(num_threads=3)
     try:
         node = ArmAdapterNode()
         executor.add_node(node)
-        executor.spin()
+        while rclpy.ok() and not shutdown.requested():
+            executor.spin_once(timeout_sec=0.1)
+        if rclpy.ok():
+            stop_and_linger(node, executor)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
