@@ -75,12 +75,15 @@ def adapter_status(name: str, profile: str, *, watchdog_trips: int, recent_trips
 def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered: bool, failed: str,
                  round_idx: int | None, stage: str, model_age_s: float | None, last_rejection: str,
                  transfer_errors: int, refused_control: int, train_steps: int, train_seconds: float,
-                 busy: str) -> Status:
-    """Robot node: ERROR after a failed start-up, WARN while learning is gated off or the
-    server rejected our last update; round state, model age and training throughput."""
+                 busy: str, waiting_for_demos: str = "") -> Status:
+    """Robot node: ERROR after a failed start-up, WARN while learning is gated off, while it waits
+    for demonstrations or the server rejected our last update; round state, model age and
+    training throughput."""
     problems: list[tuple[int, str]] = []
     if failed:
         problems.append((ERROR, failed))
+    if waiting_for_demos:
+        problems.append((WARN, waiting_for_demos))
     if not learning_enabled:
         problems.append((WARN, "learning disabled (gate off): not training, collecting or evaluating"))
     if last_rejection:
@@ -93,7 +96,7 @@ def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered
         "last_model_age_s": math.nan if model_age_s is None else model_age_s,
         "last_rejection": last_rejection, "transfer_errors": transfer_errors,
         "refused_control_messages": refused_control, "last_train_steps": train_steps,
-        "train_steps_per_s": throughput})
+        "train_steps_per_s": throughput, "waiting_for_demonstrations": waiting_for_demos})
 
 
 def server_status(name: str, *, round_idx: int, stage: str, robots_registered: int, robots_expected: int,

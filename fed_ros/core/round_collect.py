@@ -68,6 +68,9 @@ class StageCollector:
         self.carried: set[str] = set(self.answers)
         self.rejections: list[tuple[str, str]] = []  # participants only: the report's reasons
         self.rejected = 0  # every rejection, whoever sent it (unknown senders leave only this count)
+        # Participants that said why they will not answer (e.g. a new arm still waiting for its
+        # demonstrations): shown in the report, not counted as rejections, no answer either.
+        self.declined: dict[str, str] = {}
 
     def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Verdict:
         """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
@@ -95,6 +98,10 @@ class StageCollector:
         """Record an answer that passed :meth:`check` (and any content validation)."""
         self.answers[robot_id] = answer
         self.carried.discard(robot_id)
+
+    def decline(self, robot_id: str, reason: str) -> None:
+        """Record a participant's reason for not answering this stage (the first one counts)."""
+        self.declined.setdefault(robot_id, reason)
 
     def reject(self, robot_id: str, reason: str, code: str = "") -> Verdict:
         """Record a rejection (counted in the round report)."""

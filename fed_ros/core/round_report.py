@@ -104,6 +104,8 @@ def round_outcome(col: StageCollector, completed: bool, status: str,
     reasons: dict[str, str] = {}
     for rid, reason in col.rejections:
         reasons.setdefault(rid, reason)
+    for rid, reason in col.declined.items():
+        reasons.setdefault(rid, reason)
     robots = []
     assignments = assignments if assignments is not None else plan.memberships
     for rid in plan.participants:

@@ -311,6 +311,19 @@ class RoundCoordinator:
         col.accept(robot_id, float(success_rate))
         return ACCEPT
 
+    def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Verdict:
+        """A participant's answer that it will not answer the open stage, with why (e.g. a robot
+        still waiting for its demonstrations). Only the reason is kept: the robot stays unanswered
+        and the quorum rules decide, as for any absent robot."""
+        now = self.clock() if now is None else now
+        col = self.collector
+        if col is None:
+            return Verdict(False, f"no stage is open; decline from {robot_id!r} ignored")
+        verdict = col.check(robot_id, col.plan.round_idx, now)
+        if verdict.accepted:
+            col.decline(robot_id, reason)
+        return verdict
+
     # --------------------------------------------------------------------- poll
     def poll(self, now: float | None = None) -> tuple[RoundPlan | None, RoundOutcome | None]:
         """Advance the machine: (next announcement or None, closed round's outcome or None)."""

@@ -33,7 +33,7 @@ def home_and_start(self, request, response):
     error = np.full(len(prof.joints.names), np.inf)
     while time.monotonic() < deadline:
         with self._lock:
-            joints, fresh = self._fresh("joints", time.monotonic()), self._joint_msgs - seen
+            joints, fresh = self.state.fresh("joints", time.monotonic()), self._joint_msgs - seen
         if joints is not None:
             error = np.abs(joints[0] - np.asarray(prof.joints.home))
             # Three fresh joint states: the arm (or simulator) has acted on the trajectory.

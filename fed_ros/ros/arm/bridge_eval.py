@@ -17,12 +17,18 @@ from typing import Any, Callable
 
 import numpy as np
 
+from fed_ros.core.arm_safety import MODE_HOLD
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.spun_node import spun_node
 
 STATUS_PART = "status"
+
+
+class EpisodeInterrupted(Exception):
+    """The episode was stopped before it ended (:meth:`ArmClient.halt`: learning switched off,
+    the node shutting down); the arm was sent a HOLD after the policy's last command."""
 
 
 @dataclass
@@ -62,6 +68,11 @@ class ArmClient:
         self._ResetRequest = ResetEpisode.Request
         group = callback_group or ReentrantCallbackGroup()
         self._lock = threading.Lock()
+        # Commands and halts are published under this lock: once halt() returned, no policy
+        # command can follow its HOLD onto the wire (a policy thread mid-act() included).
+        self._send_lock = threading.Lock()
+        self.halted = ""  # why this client stopped driving the arm ("" while it may drive)
+        self.commands_sent = 0
         self._assembler = at.ObservationAssembler(cameras=cameras)
         self._assembler.required.add(STATUS_PART)
         self._observations: queue.Queue = queue.Queue()
@@ -141,7 +152,12 @@ class ArmClient:
 
     def reset(self, task: str = "", variation: str = "", seed: int = -1,
               timeout: float = 60.0) -> tuple[str, int]:
-        """Call the arm's reset service; returns (instruction, episode number)."""
+        """Call the arm's reset service; returns (instruction, episode number).
+
+        Raises :class:`EpisodeInterrupted` while halted (no new episode starts).
+        """
+        if self.halted:
+            raise EpisodeInterrupted(f"no reset: {self.halted}")
         request = self._ResetRequest(task=task, variation=variation, seed=int(seed))
         from fed_ros.ros.wire.service_calls import call_service
         response = call_service(self._reset_client, request, timeout)
@@ -164,7 +180,38 @@ class ArmClient:
         msg.gripper = float(action[3]) if action.size > 3 else 0.0
         msg.mode = int(mode)
         msg.source = self.source if source is None else source
-        self._command_pub.publish(msg)
+        with self._send_lock:
+            if self.halted:
+                return  # halted: the HOLD already sent stays the last command
+            self._command_pub.publish(msg)
+            self.commands_sent += 1
+
+    def halt(self, reason: str, ack_timeout_s: float = 1.0) -> bool:
+        """Stop driving the arm: send a HOLD after every command this client sent, and drop any
+        later command until :meth:`resume`. A running :meth:`run_episode` raises
+        :class:`EpisodeInterrupted` at its next step. Returns whether a HOLD was sent (only when
+        this client has commanded the arm: an idle arm is already held by its adapter).
+        """
+        from rclpy.duration import Duration
+        with self._send_lock:
+            already = bool(self.halted)
+            self.halted = reason
+            if already or self.commands_sent == 0:
+                return False
+            msg = self._ArmCommand()
+            msg.mode, msg.action, msg.gripper = MODE_HOLD, [0.0, 0.0, 0.0], 0.0
+            msg.source = f"halt: {reason}"
+            msg.header.stamp = at.ns_to_stamp(0)
+            self._command_pub.publish(msg)
+        # Reliable: wait until the arm side has it (a node about to exit must not lose it).
+        self._command_pub.wait_for_all_acked(Duration(seconds=ack_timeout_s))
+        return True
+
+    def resume(self) -> None:
+        """Allow commands again after :meth:`halt` (learning switched back on)."""
+        with self._send_lock:
+            self.halted = ""
+            self.commands_sent = 0
 
     def run_episode(self, policy, episode: int, timeout: float = 120.0,
                     max_steps: int | None = None, source: str | None = None) -> EpisodeOutcome:
@@ -184,6 +231,8 @@ class ArmClient:
         deadline = time.monotonic() + timeout
         steps = overruns = 0
         while True:
+            if self.halted:
+                raise EpisodeInterrupted(f"episode {episode} stopped at step {steps}: {self.halted}")
             remaining = deadline - time.monotonic()
             try:
                 stamp_ns, obs, status = self.next_observation(episode, max(remaining, 0.0))

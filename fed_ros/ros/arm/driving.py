@@ -32,7 +32,11 @@ def record_expert_demos(arm: Any, recorder: Any, tasks: Sequence[str], count: in
         expert = make_expert(task, noise_std=noise_std, seed=seed, variation=variation)
         instruction, episode = arm.reset(task, variation, seed)
         recorder.start(task, instruction, variation, source=expert.source)
-        outcome = arm.run_episode(expert, episode, timeout=300.0, max_steps=max_steps, source=expert.source)
+        try:
+            outcome = arm.run_episode(expert, episode, timeout=300.0, max_steps=max_steps, source=expert.source)
+        except BaseException:  # interrupted (learning off, shutdown): a cut-short demonstration is no data
+            recorder.discard()
+            raise
         try:
             # The arm applied outcome.steps commands: wait for exactly those (not a time window).
             result = recorder.stop(outcome.success, expected_steps=None if outcome.timed_out else outcome.steps)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fed_ros.core.arm_safety import MODE_HOLD
 from fed_ros.core.episode import (
     AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
     WRIST_IMAGE)
@@ -372,3 +373,16 @@ def decode_object_state(msg) -> np.ndarray:
     if data.shape != (OBJECT_STATE_DIM,):
         raise ValueError(f"object state has {data.size} values, expected {OBJECT_STATE_DIM}")
     return data
+
+
+def applied_command_msg(msg, out, stamp_ns: int, frame_id: str):
+    """Fill ``msg`` (a fed_ros/ArmCommand) with what one tick applied (a core.arm_safety TickOutput),
+    stamped with the observation it answered; a hold is MODE_HOLD with zero action."""
+    msg.header.stamp = ns_to_stamp(stamp_ns)
+    msg.header.frame_id = frame_id
+    hold = out.kind == "hold"
+    msg.mode = MODE_HOLD if hold else int(out.applied_mode)
+    msg.action = [0.0, 0.0, 0.0] if hold else [float(v) for v in out.applied_action]
+    msg.gripper = float(out.applied_gripper)
+    msg.source = "hold" if hold else "policy"
+    return msg

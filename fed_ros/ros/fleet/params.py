@@ -121,6 +121,9 @@ class RobotParams(NodeParams):
                               "('' = runs/robots/<robot_id>)")
     collect_demos_on_start: int = param(0, "episodes to record with the scripted expert over ROS",
                                         unit="episodes", ge=0)
+    min_demos: int = param(1, "successful demonstrations needed before the robot trains; with fewer it "
+                              "answers TRAIN with 'waiting for demonstrations (have k of N)'",
+                           unit="episodes", ge=1, live=True)
     demo_seed: int = param(0, "seed of the first bootstrap episode")
     demo_noise_std: float = param(0.0, "expert action noise for demonstration diversity", ge=0.0, live=True)
     max_episode_steps: int = param(400, "safety cap for expert / policy episodes", unit="steps", ge=1, live=True)

@@ -32,6 +32,7 @@ from rclpy.node import Node
 from rcl_interfaces.msg import ParameterDescriptor
 
 from fed_ros.core.arm_profile import load_profile, parse_overrides
+from fed_ros.core.arm_state import ArmStateStore
 from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
 from fed_ros.core.arm_ticks import TickSchedule
 from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
@@ -39,6 +40,8 @@ from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.adapter_home import home_and_start
 from fed_ros.ros.arm.arm_commands import ArmCommandOutput
+from fed_ros.ros.arm.arm_readiness import missing_arm_topics
+from fed_ros.ros.arm.stop_paths import stop_and_linger
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.images import decode_camera
 
@@ -81,7 +84,8 @@ class ArmAdapterNode(Node):
         self._joints = JointSelector(prof.joints.names)
         self._fingers = JointSelector(prof.gripper.joint_names)
         self._lock = threading.RLock()
-        self._state: dict[str, tuple[float, object, int]] = {}  # part -> (monotonic rx, value, arm stamp ns)
+        # Through the module's time (tests drive it with a fake clock).
+        self.state = ArmStateStore(self.state_timeout, self.lockstep, clock=lambda: time.monotonic())
         self._success = False
         self.episode, self.step, self.done, self.overruns = 0, 0, True, 0
         self._resetting = False
@@ -170,7 +174,7 @@ class ArmAdapterNode(Node):
     # ------------------------------------------------------------------ arm state in
     def _put(self, part: str, value: object, stamp_ns: int = 0) -> None:
         with self._lock:
-            self._state[part] = (time.monotonic(), value, stamp_ns)
+            self.state.put(part, value, stamp_ns)
         if self.lockstep:
             self._lockstep_tick()
 
@@ -220,9 +224,9 @@ class ArmAdapterNode(Node):
     def _lockstep_tick(self) -> None:
         """Lockstep: one tick per new arm state, once every part of it is in (same stamp)."""
         with self._lock:
-            stamp = self._state.get("pose", (0, 0, 0))[2]
+            stamp = self.state.stamp("pose")
             parts = ["joints", *self.cameras] + (["object_state"] if self.profile.topics.object_state else [])
-            if stamp == 0 or any(self._state.get(k, (0, 0, -1))[2] not in (stamp, 0) for k in parts):
+            if stamp == 0 or any(self.state.stamp(k, -1) not in (stamp, 0) for k in parts):
                 return  # the rest of this arm cycle is still on its way
             if stamp != self._obs_arm_ns:
                 self._on_tick(from_timer=False)
@@ -234,33 +238,11 @@ class ArmAdapterNode(Node):
                     pub_.publish(msg)
                 self._obs_at = time.monotonic()
 
-    def _fresh(self, part: str, now: float) -> object | None:
-        item = self._state.get(part)
-        return item[1] if item is not None and now - item[0] <= self.state_timeout else None
-
-    def _current(self, part: str, now: float) -> object | None:
-        """The arm state a tick acts on: a lockstep arm waits for its answer, so its state stays
-        current however late (a starved simulator sends its parts seconds apart)."""
-        if self.lockstep:
-            return self._state[part][1] if part in self._state else None
-        return self._fresh(part, now)
-
     # ------------------------------------------------------------------ readiness
     def missing(self) -> list[str]:
         """Arm-side topics that are not (yet) there, each with what should provide it."""
-        now = time.monotonic()
-        out = []
-        parts = {"joint_states": "joints", "eef_pose": "pose", "object_state": "object_state"}
-        parts.update({cam: cam for cam in self.cameras})
-        for key, (sub, type_name, who) in self._arm_subs.items():
-            if self.count_publishers(sub.topic_name) == 0:
-                out.append(f"{sub.topic_name} ({type_name}, from {who}): no publisher")
-            elif key in parts and self._fresh(parts[key], now) is None:
-                out.append(f"{sub.topic_name} ({type_name}): no message in the last {self.state_timeout:g} s")
-        for pub_, who in self._arm_pubs.values():
-            if pub_.get_subscription_count() == 0:
-                out.append(f"{pub_.topic_name}: no subscriber (is the {who} running?)")
-        return out
+        return missing_arm_topics(self._arm_subs, self._arm_pubs, self.count_publishers, self.state,
+                                  self.cameras, time.monotonic())
 
     def _report_missing(self) -> None:
         missing = self.missing()
@@ -300,7 +282,7 @@ class ArmAdapterNode(Node):
             self.safety.hold(False)
         self.get_logger().warning("hold released")
 
-    # ------------------------------------------------------------------ stop paths
+    # ------------------------------------------------------------------ stop paths (arm.stop_paths)
     def stop_arm(self, reason: str, final: bool = False) -> None:
         """Latch the hold and send the arm a zero command now; every stop path ends here.
 
@@ -319,7 +301,7 @@ class ArmAdapterNode(Node):
 
     def _send_zero(self) -> None:
         """One zero command on every command topic of the arm (caller holds the lock)."""
-        joints = self._current("joints", time.monotonic())
+        joints = self.state.current("joints", time.monotonic())
         self.commands.send_zero(self.safety.last_gripper, None if joints is None else joints[0])
 
     def command_publishers(self) -> list:
@@ -333,16 +315,16 @@ class ArmAdapterNode(Node):
     def _send(self, out: TickOutput, stamp_ns: int, answer: bool = False) -> None:
         """Publish one tick's arm commands; in lockstep the gripper goes with every answer (held: in place)."""
         gripper = out.gripper if out.gripper is not None or not (answer and self.lockstep) else out.applied_gripper
-        joints = self._current("joints", time.monotonic()) if out.kind == "joint" else None
+        joints = self.state.current("joints", time.monotonic()) if out.kind == "joint" else None
         self.commands.send(out, stamp_ns, gripper, None if joints is None else joints[0])
 
     # ------------------------------------------------------------------ control loop
     def _apply(self, now: float, answer: bool = False) -> None:
         """Send this tick's command through the safety filter and record it as applied."""
-        pose = self._current("pose", now)
+        pose = self.state.current("pose", now)
         out = self.safety.tick(now, None if pose is None else pose[0])
         # A step needs the arm state of this tick: with a stale state nothing is applied.
-        fresh = pose is not None and self._current("joints", now) is not None
+        fresh = pose is not None and self.state.current("joints", now) is not None
         active = not self.done and self._obs_stamp_ns > 0 and fresh
         if not active:
             out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
@@ -385,35 +367,28 @@ class ArmAdapterNode(Node):
                 self.step, self.done = before
 
     def _publish_applied(self, out: TickOutput) -> None:
-        applied = self._m["ArmCommand"]()
-        applied.header.stamp = at.ns_to_stamp(self._obs_stamp_ns)
-        applied.header.frame_id = self.profile.frames.base
-        hold = out.kind == "hold"
-        applied.mode = MODE_HOLD if hold else int(out.applied_mode)
-        applied.action = [0.0, 0.0, 0.0] if hold else [float(v) for v in out.applied_action]
-        applied.gripper = float(out.applied_gripper)
-        applied.source = "hold" if hold else "policy"
-        self._pub_applied.publish(applied)
+        self._pub_applied.publish(at.applied_command_msg(self._m["ArmCommand"](), out, self._obs_stamp_ns,
+                                                         self.profile.frames.base))
 
     def _publish_observation(self, now: float) -> bool:
         """Re-publish the newest arm state under one new tick stamp; False when it is stale."""
-        joints, fingers, pose = (self._current(k, now) for k in ("joints", "fingers", "pose"))
+        joints, fingers, pose = (self.state.current(k, now) for k in ("joints", "fingers", "pose"))
         if joints is None or pose is None:
             return False
         obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1]}
         if self.profile.topics.object_state:
-            obs["object_state"] = self._current("object_state", now)
+            obs["object_state"] = self.state.current("object_state", now)
             if obs["object_state"] is None:
                 return False
         else:  # no perception on this arm: zeros (policies for it train without object state)
             obs["object_state"] = np.zeros(OBJECT_STATE_DIM, np.float32)
         for cam in self.cameras:
-            image = self._current(cam, now)
+            image = self.state.current(cam, now)
             if image is not None:
                 obs[_CAMERA_KEYS[cam]] = image
         stamp_ns = max(self.get_clock().now().nanoseconds, self._last_stamp_ns + 1)
         self._last_stamp_ns = self._obs_stamp_ns = stamp_ns
-        self._obs_arm_ns = self._state["pose"][2]
+        self._obs_arm_ns = self.state.stamp("pose")
         messages = at.observation_messages(
             obs, stamp_ns, joint_names=self.profile.joints.names,
             gripper_names=self.profile.gripper.joint_names, joint_vel=joints[1], gripper_vel=fingers[1],
@@ -440,26 +415,6 @@ class ArmAdapterNode(Node):
         return home_and_start(self, request, response)
 
 
-# At shutdown the adapter keeps the arm held while the policy side (the robot node) is still up,
-# at most this long: under `ros2 launch` every node gets SIGINT at once, and the adapter must be
-# the last to command the arm. Below launch's SIGTERM (5 s) and the stack dump (4 s).
-SHUTDOWN_LINGER_S = 2.0
-# How long the last zero command may take to be acknowledged by the arm's subscribers.
-ZERO_ACK_TIMEOUT_S = 1.0
-
-
-def stop_and_linger(node: ArmAdapterNode, executor, linger_s: float = SHUTDOWN_LINGER_S) -> None:
-    """The adapter's shutdown: zero now, hold while the policy side is up, zero again, wait for acks."""
-    from rclpy.duration import Duration
-    node.stop_arm("shutdown", final=True)
-    deadline = time.monotonic() + linger_s
-    while node.policy_publishers() > 0 and time.monotonic() < deadline:
-        executor.spin_once(timeout_sec=0.05)  # ticks go on: each sends the held zero
-    node.stop_arm("shutdown: last command to the arm", final=True)
-    for pub in node.command_publishers():
-        pub.wait_for_all_acked(Duration(seconds=ZERO_ACK_TIMEOUT_S))
-
-
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> None:
     """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``).
@@ -476,7 +431,7 @@ def main(args: list[str] | None = None) -> None:
         while rclpy.ok() and not shutdown.requested():
             executor.spin_once(timeout_sec=0.1)
         if rclpy.ok():
-            stop_and_linger(node, executor)
+            stop_and_linger(node, lambda timeout: executor.spin_once(timeout_sec=timeout))
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:

@@ -4,13 +4,16 @@ A lab keeps learning off while the arm does production work, pauses between roun
 allows training only when the arm is idle. While the gate is off the robot node trains,
 collects and evaluates nothing: round announcements are skipped (the server sees the robot
 as absent and its quorum rules decide), start-up demonstrations wait, and EvaluatePolicy is
-refused. Switching off never interrupts a stage already running: it ends, then the robot
-pauses. Set it with ``ros2 param set /<robot>/robot learning_enabled false`` or the
+refused. Switching off lets a training stage already running end, then the robot pauses; an
+arm episode being driven (a demonstration or an evaluation) is stopped at once instead:
+``on_change(False)`` halts the robot's arm client, which sends the arm a HOLD after the policy's
+last command (the arm must not keep executing a command nobody follows any more). Set it with ``ros2 param set /<robot>/robot learning_enabled false`` or the
 std_srvs/SetBool service ``/<robot>/robot/set_learning``.
 """
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 from rclpy.parameter import Parameter
 
@@ -20,9 +23,11 @@ PARAMETER = "learning_enabled"
 class LearningGate:
     """Follows the ``learning_enabled`` parameter; offers ``~/set_learning``."""
 
-    def __init__(self, node, enabled: bool, callback_group=None) -> None:
+    def __init__(self, node, enabled: bool, callback_group=None,
+                 on_change: Callable[[bool], None] | None = None) -> None:
         from std_srvs.srv import SetBool
         self.node = node
+        self._on_change = on_change
         self._on = threading.Event()
         self._set(enabled)
         node.add_post_set_parameters_callback(self._after_set)
@@ -42,7 +47,13 @@ class LearningGate:
     def _after_set(self, params) -> None:
         for p in params:
             if p.name == PARAMETER:
+                # Off: the gate closes, then the arm is stopped; on: the arm client may drive
+                # again before anyone waiting on the gate wakes up.
+                if p.value and self._on_change is not None:
+                    self._on_change(True)
                 self._set(bool(p.value))
+                if not p.value and self._on_change is not None:
+                    self._on_change(False)
                 self.node.get_logger().warning(f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}")
 
     def _on_set_learning(self, request, response):

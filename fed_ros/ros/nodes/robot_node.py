@@ -36,6 +36,7 @@ from std_msgs.msg import String
 from fed_ros.msg import ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate, RobotMetrics, RoundAnnouncement, UpdateAck
 from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
+from fed_ros.ros.arm.bridge_eval import EpisodeInterrupted
 from fed_ros.ros.nodes.learning_gate import LearningGate
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.publish import wait_for_subscribers  # noqa: F401 - also imported from here by tests
@@ -44,6 +45,7 @@ from fed_ros.ros.fleet.params import RobotParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.rounds import DONE
 from fed_ros.ros.nodes.model_cache import ModelCache
+from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
 from fed_ros.ros.nodes.robot_rounds import RobotRounds
 from fed_ros.ros.nodes.robot_downlink import RobotDownlink
 from fed_ros.ros.nodes.robot_uplink import UpdateUplink
@@ -138,7 +140,9 @@ class RobotNode(Node):
                             callback_group=self._service_group)
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
         diagnostics.attach(self, "robot", callback_group=io_group)  # /diagnostics, 1 Hz
-        self.gate = LearningGate(self, p.learning_enabled, callback_group=io_group)  # ~/set_learning
+        # ~/set_learning; switching off stops an arm episode being driven (a HOLD after its last command)
+        self.gate = LearningGate(self, p.learning_enabled, callback_group=io_group,
+                                 on_change=self._on_learning_changed)
 
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
@@ -153,12 +157,20 @@ class RobotNode(Node):
         self.stop_event = threading.Event()
         self.arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
         self.failed: str = ""
+        self.demos = RobotDemonstrations(self.demo_dir, lambda: self.params, self.arm, self.recorder,
+                                         self.arm_lock, self.gate, self.get_logger())
         self._transfer_log = open(self.data_dir / "transfers.jsonl", "a", encoding="utf-8")
         self._worker = threading.Thread(target=self._work, name=f"{self.robot_id}-worker", daemon=True)
         self._worker.start()
         self._jobs.put(("startup", None))
         self.get_logger().info(f"robot {self.robot_id}: tasks {self.tasks}, data in {self.data_dir}, "
                                f"policy {p.policy}")
+
+    def _on_learning_changed(self, on: bool) -> None:
+        if on:
+            self.arm.resume()
+        elif self.arm.halt("learning switched off"):
+            self.get_logger().warning("learning switched off: arm episode stopped, HOLD sent")
 
     def _on_params_changed(self, params: RobotParams) -> None:
         """A live parameter change (already checked): training settings reach the next round's fit."""
@@ -187,6 +199,8 @@ class RobotNode(Node):
                     self._handle_announcement(arg)
             except ShutdownRequested:
                 return
+            except EpisodeInterrupted as exc:  # learning switched off mid-episode: expected
+                self.get_logger().info(f"{kind}: {exc}")
             except Exception as exc:  # noqa: BLE001 - report, keep the node alive for the next round
                 if self.stop_event.is_set() or shutdown.requested():
                     return  # e.g. a publisher whose context just went away: not an error
@@ -196,27 +210,13 @@ class RobotNode(Node):
                     self.failed = f"startup failed: {exc}"
 
     # ------------------------------------------------------------------ start-up
-    def episodes(self):
-        """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
-        from fed_ros.ros.arm.driving import local_episodes
-        return local_episodes(self.demo_dir)
+    def episodes(self) -> list:
+        """Successful demonstrations (robot_demos)."""
+        return self.demos.episodes()
 
     def _startup(self) -> None:
-        wanted = self.params.collect_demos_on_start
-        have = len(self.episodes()) if wanted else 0
-        if wanted > have and self.gate.wait(self.stop_event):
-            self._collect_demos(wanted - have, first_index=have)
+        self.demos.collect_on_start(self.stop_event)
         self._register()
-
-    def _collect_demos(self, count: int, first_index: int = 0) -> None:
-        """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
-        from fed_ros.ros.arm.driving import record_expert_demos
-        p, log = self.params, self.get_logger()
-        log.info(f"recording {count} demonstration(s): the scripted expert drives the arm over ROS")
-        with self.arm_lock:
-            record_expert_demos(self.arm, self.recorder, self.tasks, count, first_index, demo_seed=p.demo_seed,
-                                noise_std=p.demo_noise_std, variation=p.variation,
-                                max_steps=p.max_episode_steps, info=log.info, error=log.error)
 
     def _register(self) -> None:
         from fed_ros.ros.wire.register import register_request, register_with_fleet
@@ -286,7 +286,10 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
         from fed_ros.ros.arm.driving import answer_record
-        return answer_record(self.recorder, request, response, self.tasks[0], self.params.variation)
+        response = answer_record(self.recorder, request, response, self.tasks[0], self.params.variation)
+        if request.command == Record.Request.STOP:
+            self.demos.status()
+        return response
 
     def _on_evaluate(self, request, response):
         if self.gate.skip("EvaluatePolicy"):
@@ -295,8 +298,10 @@ class RobotNode(Node):
         return self.rounds.answer_evaluate(request, response)
 
     def destroy_node(self) -> None:
-        """Stop the worker, the bulk server and the recorder."""
+        """Stop driving the arm (a HOLD after the last command), then the worker, the bulk server, the recorder."""
         # Defensive: also called by rclpy's context clean-up after a failed constructor.
+        if getattr(self, "arm", None) is not None and self.context.ok():
+            self.arm.halt("robot node shutting down")
         if getattr(self, "stop_event", None) is not None:
             self.stop_event.set()
             self._worker.join(timeout=2.0)

@@ -63,6 +63,13 @@ class RobotRounds:
         n = self.node
         membership = ann.memberships.get(n.robot_id, [])
         config = ann.configs.get(n.robot_id, RoundConfig())  # validated on receipt; obeyed as is
+        waiting = n.demos.status() if ann.stage in (TRAIN, DESCRIBE, SCORE) else ""
+        if waiting:
+            # Expected on a new arm: no error, the server is told why this robot sits the stage out.
+            n.get_logger().info(f"round {ann.round_idx} {ann.stage}: {waiting}; not taking part",
+                                throttle_duration_sec=30.0)
+            self.decline(ann, membership, waiting)
+            return
         n.get_logger().info(f"round {ann.round_idx} {ann.stage}: obeying {config}")
         if ann.stage == TRAIN:
             self.train(ann, membership, config)
@@ -86,8 +93,6 @@ class RobotRounds:
         from fed_ros.learning.weights import save_checkpoint
 
         episodes = n.episodes()
-        if not episodes:
-            raise RuntimeError("no successful demonstrations to train on (Record some first)")
         cluster_id = int(max(membership, key=lambda m: m[1])[0]) if membership else -1
         if config.pick_cluster and len(membership) > 1:
             candidates = {c: n.models.for_round(ann.round_idx, [(c, 1.0)]) for c, _ in membership}
@@ -107,6 +112,15 @@ class RobotRounds:
         n.get_logger().info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
             f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}")
+
+    def decline(self, ann: Announcement, membership: Membership, reason: str) -> None:
+        """Tell the server this robot will not answer the stage, and why (RobotMetrics, accepted false)."""
+        n = self.node
+        msg = RobotMetrics(robot_id=n.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
+                           num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=math.nan,
+                           accepted=False, reason=reason)
+        wait_for_subscribers(n, n.metrics_pub, "the fleet's robot_metrics topic")
+        n.metrics_pub.publish(msg)
 
     def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
         """Called between optimiser steps: stops training on shutdown; logs progress every ~10 s."""

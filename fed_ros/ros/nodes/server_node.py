@@ -11,7 +11,7 @@ live there and are unit-tested without ROS). Interfaces, in the server namespace
     update_resend   std_msgs/String               server -> robots: missing update chunks
     model_resend    std_msgs/String               robots -> server: missing model chunks
     descriptors     fed_ros/msg/ClientDescriptor  robots -> server (DESCRIBE / SCORE stages)
-    robot_metrics   fed_ros/msg/RobotMetrics      robots -> server (EVALUATE stage)
+    robot_metrics   fed_ros/msg/RobotMetrics      robots -> server (EVALUATE; accepted false: sits a stage out, why)
     round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL, last 16 (fed-ros status)
     server/set_rounds  std_srvs/SetBool  pause new rounds (rounds_enabled); server/end_fleet (Trigger): end
 
@@ -39,12 +39,13 @@ from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import STRATEGIES, make_strategy
 from fed_ros.core.validation import AuditLog, Decision, validate_descriptor
-from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterMetrics, ClusterModel, ModelUpdate,
+from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
 from fed_ros.ros import shutdown
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
                                      encode_state_dict)
+from fed_ros.ros.wire.round_msgs import round_report_to_msg
 from fed_ros.ros.fleet.params import ServerParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
@@ -284,7 +285,7 @@ class FleetServer(Node):
         if self.coord.round_idx != self._published_models_round:
             self._publish_models()
         if outcome is not None:
-            self.report_pub.publish(self._report_msg(outcome))
+            self.report_pub.publish(round_report_to_msg(outcome, self.get_clock().now().to_msg()))
             self.get_logger().info(f"round {outcome.round_idx}: {outcome.status} ({outcome.updates_accepted}/"
                                    f"{len(outcome.robots)} updates; model resend {self.resend_refused} refused)")  # exact, unthrottled
             self.rounds_gate.after_round(plan)  # logs a round held back by the pause
@@ -325,24 +326,6 @@ class FleetServer(Node):
                 self.model_pub.publish(cluster_model_msg(chunk, stamp=stamp, **out.meta))
         self._published_models_round = round_idx
         self.get_logger().info(f"published {len(self.coord.cluster_models)} cluster model(s) for round {round_idx}")
-
-    def _report_msg(self, outcome: RoundOutcome) -> RoundReport:
-        msg = RoundReport(round=outcome.round_idx, algorithm=outcome.algorithm, completed=outcome.completed,
-                          status=outcome.status, updates_received=outcome.updates_received,
-                          updates_accepted=outcome.updates_accepted, updates_rejected=outcome.updates_rejected,
-                          aggregation_seconds=float(outcome.aggregation_seconds))
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.robots = [RobotMetrics(robot_id=r.robot_id, cluster_ids=r.cluster_ids, num_samples=r.num_samples,
-                                   train_loss=r.train_loss, val_loss=r.val_loss, success_rate=r.success_rate,
-                                   accepted=r.accepted, reason=r.reason[:bounds.MAX_REASON_CHARS]) for r in outcome.robots]
-        msg.clusters = [ClusterMetrics(cluster_id=cid, member_robot_ids=members,
-                                       update_norm=float(outcome.cluster_update_norms.get(cid, math.nan)),
-                                       intra_similarity=float(outcome.cluster_intra_similarity.get(cid, math.nan)))
-                        for cid, members in sorted(outcome.clusters.items())]
-        names = sorted(outcome.diagnostics)
-        msg.diagnostic_names = names
-        msg.diagnostic_values = [float(outcome.diagnostics[n]) for n in names]
-        return msg
 
     def _on_model_resend(self, msg) -> None:
         if not self._resend_limit.allow(time.monotonic()):
@@ -403,6 +386,11 @@ class FleetServer(Node):
         if len(msg.robot_id) > bounds.MAX_ID_CHARS or len(msg.reason) > bounds.MAX_REASON_CHARS:
             return self.intake.reject_oversized("metrics", msg.robot_id, int(self.coord.round_idx),
                                           f"robot_id/reason over bound ({len(msg.robot_id)}/{len(msg.reason)} chars)")
+        if not msg.accepted:  # the robot will not answer this stage, and says why
+            verdict = self.coord.offer_decline(str(msg.robot_id), str(msg.reason))
+            self.get_logger().info(f"{msg.robot_id} does not answer this stage: {msg.reason}"
+                                   + ("" if verdict.accepted else f" ({verdict.reason})"))
+            return
         verdict = self.coord.offer_metrics(str(msg.robot_id), float(msg.success_rate))
         if not verdict.accepted:
             self.get_logger().warning(f"metrics from {msg.robot_id}: {verdict.reason}")

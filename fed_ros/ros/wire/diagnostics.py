@@ -61,7 +61,7 @@ class _RobotGauge:
             model_age_s=None if self._seen_at is None else time.monotonic() - self._seen_at,
             last_rejection=n.uplink.last_rejection, transfer_errors=int(n.models_in.dropped_chunks),
             refused_control=sum(n.downlink.refused_control.values()), train_steps=steps, train_seconds=seconds,
-            busy=busy)
+            busy=busy, waiting_for_demos=n.demos.waiting)
 
 
 class _ServerGauge:

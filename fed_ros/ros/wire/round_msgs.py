@@ -14,18 +14,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fed_ros.core.round_config import RoundConfig
+from fed_ros.core import bounds
 from fed_ros.msg import (
     ClientDescriptor as ClientDescriptorMsg,
     ClusterMembership,
+    ClusterMetrics,
     ClusterModel,
     ModelUpdate,
+    RobotMetrics,
     RoundAnnouncement,
     RoundConfig as RoundConfigMsg,
+    RoundReport,
     TensorPayload,
 )
 from fed_ros.ros.wire.tensors import set_bytes_field, set_float32_field
 
 if TYPE_CHECKING:
+    from fed_ros.core.round_report import RoundOutcome
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
 
 DESCRIPTOR_KINDS: dict[str, int] = {
@@ -111,6 +116,7 @@ def descriptor_to_msg(desc: "CoreDescriptor", round_idx: int, nonce: bytes = b""
 def descriptor_from_msg(msg: ClientDescriptorMsg, max_dims: int = 1 << 16,
                         max_payload_bytes: int = 16 << 20) -> "CoreDescriptor":
     """fed_ros/ClientDescriptor -> core ClientDescriptor, validated (V5: finite, var > 0, dims)."""
+    from fed_ros.core.round_report import RoundOutcome
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
     kind = DESCRIPTOR_KIND_NAMES.get(int(msg.kind))
     if kind is None:
@@ -232,3 +238,25 @@ def announcement_from_msg(msg: RoundAnnouncement) -> Announcement:
                         deadline_s=msg.deadline.sec + msg.deadline.nanosec * 1e-9,
                         algorithm=str(msg.algorithm), participants=tuple(msg.participants),
                         memberships=memberships, quorum=int(msg.quorum), configs=configs)
+
+
+def round_report_to_msg(outcome: "RoundOutcome", stamp) -> RoundReport:
+    """A closed stage's report (core.round_report.RoundOutcome) as the RoundReport message, stamped
+    ``stamp``; each robot's reason clipped to the message bound."""
+    msg = RoundReport(round=outcome.round_idx, algorithm=outcome.algorithm, completed=outcome.completed,
+                      status=outcome.status, updates_received=outcome.updates_received,
+                      updates_accepted=outcome.updates_accepted, updates_rejected=outcome.updates_rejected,
+                      aggregation_seconds=float(outcome.aggregation_seconds))
+    msg.header.stamp = stamp
+    msg.robots = [RobotMetrics(robot_id=r.robot_id, cluster_ids=r.cluster_ids, num_samples=r.num_samples,
+                               train_loss=r.train_loss, val_loss=r.val_loss, success_rate=r.success_rate,
+                               accepted=r.accepted, reason=r.reason[:bounds.MAX_REASON_CHARS])
+                  for r in outcome.robots]
+    msg.clusters = [ClusterMetrics(cluster_id=cid, member_robot_ids=members,
+                                   update_norm=float(outcome.cluster_update_norms.get(cid, math.nan)),
+                                   intra_similarity=float(outcome.cluster_intra_similarity.get(cid, math.nan)))
+                    for cid, members in sorted(outcome.clusters.items())]
+    names = sorted(outcome.diagnostics)
+    msg.diagnostic_names = names
+    msg.diagnostic_values = [float(outcome.diagnostics[n]) for n in names]
+    return msg
