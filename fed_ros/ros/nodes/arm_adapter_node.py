@@ -269,7 +269,7 @@ class ArmAdapterNode(Node):
         with self._lock:
             if (at.stamp_to_ns(msg.header.stamp) == self._obs_stamp_ns and self._applied_ns != self._obs_stamp_ns
                     and not self.done and not self._resetting):
-                self._apply(time.monotonic(), answer=True)
+                self._guarded(self._apply, time.monotonic(), answer=True)
 
     def _on_hold(self, msg) -> None:
         if msg.data:
@@ -334,8 +334,12 @@ class ArmAdapterNode(Node):
             self._applied_ns = self._obs_stamp_ns
 
     def _on_tick(self, from_timer: bool) -> None:
+        self._guarded(self._tick, from_timer)
+
+    def _guarded(self, step, *args, **kwargs) -> None:
+        """Run one step of the control loop (a tick, or applying a command); any fault stops the arm."""
         try:
-            self._tick(from_timer)
+            step(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any fault in the control loop stops the arm
             # The hold stays latched until an operator releases it (arm/hold false) or a reset
             # starts the next episode: a loop that failed once is not trusted to move the arm.

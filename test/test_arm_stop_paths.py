@@ -1,0 +1,272 @@
+"""Every stop path of a real arm ends with a zero command on the arm's topics (issue 24, item 1).
+
+The arm here is a ur5e-shaped stand-in that speaks only standard interfaces (joint states, a
+pose, MoveIt Servo twists, forward command controllers, a joint trajectory) and records every
+command it receives, in order. The adapter's watchdog is set to 30 s in every test but the
+watchdog one, so the zero under test is the only one that can arrive: without it the adapter
+keeps repeating the policy's last command and the arm's last twist stays non-zero.
+
+A zero command is: twist all zero, joint velocities all zero, gripper held at its last
+commanded position (here closed, 0.79 rad).
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import wait_until
+from fed_ros.core.arm_profile import load_profile
+
+rclpy = pytest.importorskip("rclpy")
+
+ADAPTER = "fed_ros.ros.nodes.arm_adapter_node"
+NS = "/robot_0"
+CLOSED = 0.79  # ur5e profile: gripper closed position, rad
+NO_WATCHDOG = "{watchdog_timeout_s: 30.0}"  # so the watchdog cannot mask the zero under test
+
+
+class Spun:
+    """An in-process node spun by a MultiThreadedExecutor thread (own context)."""
+
+    def __init__(self, name: str) -> None:
+        from rclpy.executors import MultiThreadedExecutor
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+        self.thread.join(timeout=5)
+
+
+class RecordingArm:
+    """A ur5e on standard interfaces: joint states and tool pose at 20 Hz, homes on a trajectory,
+    and records every command (twist, joint velocities, gripper) in arrival order."""
+
+    def __init__(self, node, profile) -> None:
+        from geometry_msgs.msg import PoseStamped, TwistStamped
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        from trajectory_msgs.msg import JointTrajectory
+        from fed_ros.ros.wire import qos
+        self.node, self.profile = node, profile
+        self.q = np.zeros(len(profile.joints.names))
+        self.lock = threading.Lock()
+        self.commands: list[tuple[str, object]] = []  # ("twist" | "joint" | "gripper", msg)
+        self._js = node.create_publisher(JointState, "/joint_states", qos.command_qos(depth=10))
+        self._pose = node.create_publisher(PoseStamped, "/tool0_pose", qos.sensor_qos())
+        self._JointState, self._PoseStamped = JointState, PoseStamped
+        t = profile.topics
+        for kind, msg_type, topic in (("twist", TwistStamped, t.twist_command),
+                                      ("joint", Float64MultiArray, t.joint_command),
+                                      ("gripper", Float64MultiArray, t.gripper_command)):
+            node.create_subscription(msg_type, topic, lambda m, k=kind: self._record(k, m), qos.command_qos(depth=100))
+        node.create_subscription(JointTrajectory, t.home_trajectory, self._home, qos.command_qos(depth=10))
+        node.create_timer(0.05, self._publish)
+
+    def _record(self, kind: str, msg) -> None:
+        with self.lock:
+            self.commands.append((kind, msg))
+
+    def _home(self, msg) -> None:
+        self.q = np.array(msg.points[-1].positions)
+
+    def _publish(self) -> None:
+        js = self._JointState(name=["robotiq_85_left_knuckle_joint", *self.profile.joints.names],
+                              position=[0.1, *self.q.tolist()])
+        js.header.stamp = self.node.get_clock().now().to_msg()
+        self._js.publish(js)
+        pose = self._PoseStamped()
+        pose.header.frame_id, pose.header.stamp = "base", js.header.stamp
+        pose.pose.position.x, pose.pose.position.z, pose.pose.orientation.w = -0.45, 0.3, 1.0
+        self._pose.publish(pose)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.commands)
+
+    def last(self, kind: str, since: int = 0):
+        with self.lock:
+            found = [m for k, m in self.commands[since:] if k == kind]
+        return found[-1] if found else None
+
+    def moving(self, since: int = 0) -> bool:
+        """A non-zero twist arrived (after the first ``since`` commands)."""
+        with self.lock:
+            return any(k == "twist" and _speed(m) > 0 for k, m in self.commands[since:])
+
+    def assert_stopped(self, since: int) -> None:
+        """The last command of every kind is the zero, and nothing moved after the first zero twist."""
+        with self.lock:
+            after = self.commands[since:]
+        twists = [m for k, m in after if k == "twist"]
+        first_zero = next((i for i, m in enumerate(twists) if _speed(m) == 0.0), None)
+        assert first_zero is not None, f"no zero twist after the stop ({len(twists)} twists, last " \
+                                       f"{_speed(twists[-1]) if twists else None} m/s)"
+        assert all(_speed(m) == 0.0 for m in twists[first_zero:]), "the arm moved again after its zero"
+        joint, gripper = self.last("joint", since), self.last("gripper", since)
+        assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), joint
+        assert gripper is not None and gripper.data[0] == pytest.approx(CLOSED), gripper
+
+
+def _speed(twist) -> float:
+    t = twist.twist
+    return float(np.abs([t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z]).max())
+
+
+def _adapter_params(tmp_path: Path, watchdog: str = NO_WATCHDOG, **extra) -> Path:
+    path = tmp_path / "adapter.yaml"
+    params = {"profile": "ur5e", "cameras": False, "profile_overrides": watchdog, "max_episode_steps": 100000,
+              **extra}
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
+    return path
+
+
+def start_adapter(processes, env, tmp_path: Path, watchdog: str = NO_WATCHDOG):
+    return processes.python(["-m", ADAPTER, "--ros-args", "-r", f"__ns:={NS}",
+                             "--params-file", str(_adapter_params(tmp_path, watchdog))],
+                            env, log_path=tmp_path / "adapter.log")
+
+
+class Driver:
+    """A policy on the robot side: answers every observation with a move (+x, gripper closed)."""
+
+    def __init__(self, node) -> None:
+        from fed_ros.ros.arm.bridge_eval import ArmClient
+        self.client = ArmClient(node, namespace=NS, cameras=False)
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.client.wait_for_arm(60.0)
+        _, episode = wait_until(lambda: _try_reset(self.client), 60.0, "the adapter's first reset")
+
+        def drive() -> None:
+            while not self.stop.is_set():
+                try:
+                    stamp, _, _ = self.client.next_observation(episode, 1.0)
+                except TimeoutError:
+                    continue  # the adapter stopped publishing (it is shutting down): keep trying
+                self.client.send(np.array([0.5, 0.0, 0.0, 1.0], np.float32), stamp)
+        self.thread = threading.Thread(target=drive, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+
+def _try_reset(client):
+    try:
+        return client.reset("lift", timeout=30.0)
+    except RuntimeError:  # not ready yet (topics still being discovered)
+        return None
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_adapter_signal_ends_with_a_zero_command_while_the_policy_still_commands(sig, ros_env, processes,
+                                                                                 tmp_path):
+    profile = load_profile("ur5e")
+    adapter = start_adapter(processes, ros_env, tmp_path)
+    spun = Spun("arm_and_policy")
+    driver = None
+    try:
+        arm = RecordingArm(spun.node, profile)
+        driver = Driver(spun.node)
+        driver.start()
+        wait_until(arm.moving, 30.0, "the policy moving the arm")
+        mark = arm.count()
+        adapter.send_signal(sig)
+        # The policy keeps commanding; the adapter must hold anyway, then exit cleanly.
+        assert adapter.wait(timeout=30) == 0, (tmp_path / "adapter.log").read_text()[-3000:]
+        time.sleep(0.3)  # deliberate: anything still in flight from the adapter lands before the check
+        arm.assert_stopped(mark)
+        log = (tmp_path / "adapter.log").read_text()
+        assert "arm stopped: shutdown; zero command sent" in log
+        assert "arm stopped: shutdown: last command to the arm" in log
+    finally:
+        if driver is not None:
+            driver.close()
+        spun.close()
+
+
+def test_an_exception_in_the_adapters_tick_ends_with_a_zero_command(ros_env, tmp_path):
+    """In process (to inject the fault): the safety filter raises in the middle of a tick."""
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.parameter import Parameter
+    from fed_ros.ros.nodes.arm_adapter_node import ArmAdapterNode
+    profile = load_profile("ur5e")
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    adapter = ArmAdapterNode(context=context, namespace=NS, parameter_overrides=[
+        Parameter("profile", value="ur5e"), Parameter("cameras", value=False),
+        Parameter("profile_overrides", value=NO_WATCHDOG), Parameter("max_episode_steps", value=100000)])
+    executor = MultiThreadedExecutor(num_threads=3, context=context)
+    executor.add_node(adapter)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    spun = Spun("arm_and_policy")
+    driver = None
+    try:
+        arm = RecordingArm(spun.node, profile)
+        driver = Driver(spun.node)
+        driver.start()
+        wait_until(arm.moving, 30.0, "the policy moving the arm")
+        mark = arm.count()
+
+        def broken_tick(*_args, **_kwargs):
+            raise RuntimeError("injected fault in the safety filter")
+        adapter.safety.tick = broken_tick
+        wait_until(lambda: arm.count() > mark + 5, 10.0, "commands after the fault")
+        adapter.safety.tick = type(adapter.safety).tick.__get__(adapter.safety)  # the loop works again
+        n = arm.count()
+        wait_until(lambda: arm.count() > n + 10, 10.0, "ticks after the repair")
+        # Latched: a loop that failed once does not move the arm again until released or reset.
+        arm.assert_stopped(mark)
+    finally:
+        if driver is not None:
+            driver.close()
+        spun.close()
+        executor.shutdown()
+        adapter.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5)
+
+
+def test_e_stop_ends_with_a_zero_command_and_holds_until_released(ros_env, processes, tmp_path):
+    from std_msgs.msg import Bool
+    profile = load_profile("ur5e")
+    start_adapter(processes, ros_env, tmp_path)
+    spun = Spun("arm_and_policy")
+    driver = None
+    try:
+        arm = RecordingArm(spun.node, profile)
+        estop = spun.node.create_publisher(Bool, f"{NS}/arm/hold", 10)
+        driver = Driver(spun.node)
+        driver.start()
+        wait_until(arm.moving, 30.0, "the policy moving the arm")
+        mark = arm.count()
+        estop.publish(Bool(data=True))
+        wait_until(lambda: arm.count() > mark + 20, 20.0, "ticks while the e-stop is set")
+        arm.assert_stopped(mark)
+        estop.publish(Bool(data=False))
+        n = arm.count()
+        wait_until(lambda: arm.moving(n), 20.0, "motion once the e-stop is released")
+    finally:
+        if driver is not None:
+            driver.close()
+        spun.close()
