@@ -108,8 +108,9 @@ class RecordingArm:
         with self.lock:
             return any(k == "twist" and _speed(m) > 0 for k, m in self.commands[since:])
 
-    def assert_stopped(self, since: int) -> None:
-        """The last command of every kind is the zero, and nothing moved after the first zero twist."""
+    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED) -> None:
+        """The last command of every kind is the zero, and nothing moved after the first zero twist
+        (``gripper_at``: where the gripper must be held; None: any position, but one was sent)."""
         with self.lock:
             after = self.commands[since:]
         twists = [m for k, m in after if k == "twist"]
@@ -119,7 +120,9 @@ class RecordingArm:
         assert all(_speed(m) == 0.0 for m in twists[first_zero:]), "the arm moved again after its zero"
         joint, gripper = self.last("joint", since), self.last("gripper", since)
         assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), joint
-        assert gripper is not None and gripper.data[0] == pytest.approx(CLOSED), gripper
+        assert gripper is not None, "no gripper hold after the stop"
+        if gripper_at is not None:
+            assert gripper.data[0] == pytest.approx(gripper_at), gripper
 
 
 def _speed(twist) -> float:

@@ -39,8 +39,7 @@ def stop_and_linger(adapter, spin_once, linger_s: float = SHUTDOWN_LINGER_S) -> 
     """The adapter's shutdown: zero now (latched for good), hold while the policy side is up,
     a last zero, then wait until the arm's subscribers acknowledged it.
 
-    ``adapter`` is the arm adapter node (``stop_arm``, ``policy_publishers``,
-    ``command_publishers``); ``spin_once`` runs its executor once (ticks go on meanwhile, each
+    ``adapter`` is the arm adapter node (``stop_arm``, ``policy_publishers``, ``commands``); ``spin_once`` runs its executor once (ticks go on meanwhile, each
     sending the held zero).
     """
     from rclpy.duration import Duration
@@ -49,5 +48,5 @@ def stop_and_linger(adapter, spin_once, linger_s: float = SHUTDOWN_LINGER_S) -> 
     while adapter.policy_publishers() > 0 and time.monotonic() < deadline:
         spin_once(0.05)
     adapter.stop_arm("shutdown: last command to the arm", final=True)
-    for pub in adapter.command_publishers():
+    for pub in adapter.commands.publishers():
         pub.wait_for_all_acked(Duration(seconds=ZERO_ACK_TIMEOUT_S))

@@ -304,10 +304,6 @@ class ArmAdapterNode(Node):
         joints = self.state.current("joints", time.monotonic())
         self.commands.send_zero(self.safety.last_gripper, None if joints is None else joints[0])
 
-    def command_publishers(self) -> list:
-        """The publishers of the arm's command topics (to wait for their delivery at shutdown)."""
-        return self.commands.publishers()
-
     def policy_publishers(self) -> int:
         """How many nodes publish policy commands to this arm (the robot node while it runs)."""
         return self.count_publishers(self.resolve_topic_name(at.COMMAND_TOPIC))
@@ -322,7 +318,10 @@ class ArmAdapterNode(Node):
     def _apply(self, now: float, answer: bool = False) -> None:
         """Send this tick's command through the safety filter and record it as applied."""
         pose = self.state.current("pose", now)
+        trips = self.safety.watchdog.trips
         out = self.safety.tick(now, None if pose is None else pose[0])
+        if self.safety.watchdog.trips != trips:  # the policy went silent (its node died): the full zero
+            self._send_zero()
         # A step needs the arm state of this tick: with a stale state nothing is applied.
         fresh = pose is not None and self.state.current("joints", now) is not None
         active = not self.done and self._obs_stamp_ns > 0 and fresh
