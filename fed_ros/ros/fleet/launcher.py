@@ -1,8 +1,10 @@
 """Run a fleet plan as processes: one process per node of :func:`fed_ros.ros.fleet.plan.plan_fleet`.
 
 `fed-ros up` and `fed-ros demo` use it: each node gets its parameters in a ROS 2 params file,
-the fleet an isolated ROS domain, every node its own log. Ctrl-C shuts every node down
-(SIGINT, then SIGKILL after a grace period).
+the fleet an isolated ROS domain, every node its own log. Ctrl-C shuts the nodes down in
+order (:data:`STOP_ORDER`): whatever commands an arm first (robot nodes, expert drivers, the
+server), then the arm adapters, which send the arm its last zero command, then the simulated
+arms; each group gets SIGINT, then SIGKILL after a grace period.
 """
 from __future__ import annotations
 
@@ -22,6 +24,11 @@ import yaml
 from fed_ros.ros.fleet.plan import EXECUTABLE_ENTRY_POINTS, FleetConfig, NodeSpec, plan_fleet
 
 STATE_FILE = "fleet.json"
+# Shutdown order, by executable: the policy side first, the arm adapter (the last to command
+# the arm: its zero follows every policy command) after it, the simulated arm last (it must still
+# be there to receive that zero). Executables not listed stop with the first group.
+STOP_ORDER: tuple[tuple[str, ...], ...] = (
+    ("robot_node", "expert_driver_node", "server_node"), ("arm_adapter_node",), ("sim_bridge_node",))
 
 
 @dataclass(frozen=True)
@@ -120,24 +127,36 @@ class FleetProcesses:
                 pass
             proc.wait(timeout=10)
 
+    def stop_groups(self) -> list[list[str]]:
+        """The started nodes in shutdown order (:data:`STOP_ORDER`), one list per group."""
+        executables = {c.spec.fqn: c.spec.executable for c in self.commands}
+        later = {exe: i for i, group in enumerate(STOP_ORDER) for exe in group}
+        groups: list[list[str]] = [[] for _ in STOP_ORDER]
+        for fqn in self.procs:
+            groups[later.get(executables.get(fqn, ""), 0)].append(fqn)
+        return [g for g in groups if g]
+
     def stop(self, grace_s: float = 10.0) -> dict[str, int]:
-        """SIGINT every node, SIGKILL what is still running after ``grace_s``; exit codes."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
+        """Stop the nodes group by group (:meth:`stop_groups`): SIGINT, then SIGKILL what is still
+        running after ``grace_s``; exit codes."""
+        for group in self.stop_groups():
+            procs = [self.procs[fqn] for fqn in group]
+            for proc in procs:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + grace_s
+            for proc in procs:
                 try:
-                    os.killpg(proc.pid, signal.SIGINT)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                proc.wait(timeout=5)
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.wait(timeout=5)
         return {fqn: p.returncode for fqn, p in self.procs.items()}
 
     @property

@@ -301,7 +301,8 @@ class RobotNode(Node):
         """Stop driving the arm (a HOLD after the last command), then the worker, the bulk server, the recorder."""
         # Defensive: also called by rclpy's context clean-up after a failed constructor.
         if getattr(self, "arm", None) is not None and self.context.ok():
-            self.arm.halt("robot node shutting down")
+            if self.arm.halt("robot node shutting down"):
+                self.get_logger().info("shutting down: HOLD sent to the arm after its last command")
         if getattr(self, "stop_event", None) is not None:
             self.stop_event.set()
             self._worker.join(timeout=2.0)
