@@ -965,3 +965,33 @@ def test_each_participant_counted_at_most_once_and_every_offer_counted(offers):
     assert outcome.updates_accepted == (len(accepted) if len(accepted) >= 2 else 0)
     assert outcome.updates_received == len(offers)
     assert outcome.updates_rejected == len(offers) - len(accepted)
+
+
+# --- a participant that sits a stage out and says why (issue 24: a robot waiting for demonstrations)
+
+def test_a_decline_is_reported_with_its_reason_and_is_neither_an_answer_nor_a_rejection():
+    coord = _coord()
+    coord.start_round(now=0.0)
+    why = "waiting for demonstrations (have 0 of 2)"
+    assert coord.offer_decline("robot_2", why, now=1.0) is ACCEPT
+    assert coord.offer_decline("robot_2", "a second reason", now=1.5) is ACCEPT  # the first one counts
+    col = coord.collector
+    assert col.declined == {"robot_2": why} and col.rejected == 0 and col.rejections == []
+    assert "robot_2" not in col.answers
+    _train_all(coord, now=2.0, robots=["robot_0", "robot_1"])
+    plan, outcome = coord.poll(now=TIMEOUT + 0.5)  # at the deadline, with a quorum of 2 of 3
+    assert outcome.completed and outcome.updates_rejected == 0 and outcome.updates_received == 2
+    lines = {r.robot_id: (r.accepted, r.reason) for r in outcome.robots}
+    assert lines == {"robot_0": (True, ""), "robot_1": (True, ""), "robot_2": (False, why)}
+
+
+def test_a_decline_from_a_stranger_or_with_no_stage_open_is_refused_and_not_recorded():
+    coord = _coord()
+    verdict = coord.offer_decline("robot_0", "why", now=0.0)
+    assert not verdict.accepted and "no stage is open" in verdict.reason
+    coord.start_round(now=0.0)
+    verdict = coord.offer_decline("intruder", "why", now=1.0)
+    assert not verdict.accepted and verdict.code == NOT_PARTICIPANT
+    late = coord.offer_decline("robot_0", "why", now=TIMEOUT + 1.0)
+    assert not late.accepted and late.code == LATE
+    assert coord.collector.declined == {}

@@ -78,3 +78,14 @@ def test_server_status_warns_while_rounds_are_paused_or_the_fleet_is_ending():
     assert held.values["rounds_enabled"] == "False" and held.values["stage"] == "paused"
     ending = D.server_status("fed_ros/fleet/server", round_idx=1, stage="train", ending=True, **base)
     assert ending.level == D.WARN and "end_fleet" in ending.message and ending.values["ending"] == "True"
+
+
+def test_robot_status_warns_while_it_waits_for_demonstrations():
+    from fed_ros.core import diagnostics as D
+    kw = dict(learning_enabled=True, registered=True, failed="", round_idx=0, stage="train", model_age_s=None,
+              last_rejection="", transfer_errors=0, refused_control=0, train_steps=0, train_seconds=0.0, busy="")
+    waiting = "waiting for demonstrations (have 0 of 3)"
+    status = D.robot_status("fed_ros/robot_0/robot", "robot_0", waiting_for_demos=waiting, **kw)
+    assert status.level == D.WARN and waiting in status.message
+    assert dict(status.values)["waiting_for_demonstrations"] == waiting
+    assert D.robot_status("fed_ros/robot_0/robot", "robot_0", **kw).level == D.OK
