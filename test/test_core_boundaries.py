@@ -13,11 +13,18 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fed_ros.core import auth, robust, validation as V
+from fed_ros.core import auth, robust
+from fed_ros.core.decisions import (FUTURE, LATE, Limits, MALFORMED, NUM_SAMPLES, OK, OUT_OF_RANGE, OVERSIZE,
+                                    ROLLBACK, SIZE_MISMATCH, STALE_BASE)
+from fed_ros.core.descriptor_checks import validate_descriptor
+from fed_ros.core.payload_checks import check_tensors, validate_cluster_model
+from fed_ros.core.sender_checks import ValidationContext
+from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
 from fed_ros.core.auth import ReplayGuard, Signer
 from fed_ros.core.params import TensorSpec
-from fed_ros.core.rounds import (DONE, TRAIN, Roster, RoundCoordinator, RoundPlan, RoundSettings,
-                                 StageCollector, quorum_for, ready_to_start)
+from fed_ros.core.roster import Roster, ready_to_start
+from fed_ros.core.round_collect import DONE, RoundPlan, StageCollector, TRAIN, quorum_for
+from fed_ros.core.rounds import RoundCoordinator, RoundSettings
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import ClientUpdate, make_strategy
 
@@ -30,62 +37,62 @@ def _params(values) -> dict[str, np.ndarray]:
     return {"w": np.asarray(values, np.float32)}
 
 
-def _envelope(params, **over) -> V.UpdateEnvelope:
+def _envelope(params, **over) -> UpdateEnvelope:
     payload = params["w"].astype("<f4").tobytes()
     fields = dict(robot_id="robot_0", round_idx=3, base_round=3, num_samples=10, manifest=MANIFEST,
                   total_bytes=len(payload), payload_sha256=auth.sha256_hex(payload))
     fields.update(over)
-    return V.UpdateEnvelope(**fields)
+    return UpdateEnvelope(**fields)
 
 
-def _ctx(**over) -> V.ValidationContext:
+def _ctx(**over) -> ValidationContext:
     fields = dict(current_round=3, expected_manifest=MANIFEST)
     fields.update(over)
-    return V.ValidationContext(**fields)
+    return ValidationContext(**fields)
 
 
 # ----------------------------------------------------------------------------- value magnitude
 
 @pytest.mark.parametrize("value", [-1e9, -3.4e38, -CAP * 1.0000001])
 def test_huge_negative_value_rejected(value):
-    d = V.check_tensors(_params([0.0, value, 0.0, 0.0]), MANIFEST, CAP)
-    assert d.code == V.OUT_OF_RANGE
+    d = check_tensors(_params([0.0, value, 0.0, 0.0]), MANIFEST, CAP)
+    assert d.code == OUT_OF_RANGE
 
 
 @pytest.mark.parametrize("value", [1e9, 3.4e38, CAP * 1.0000001])
 def test_huge_positive_value_rejected(value):
-    d = V.check_tensors(_params([0.0, value, 0.0, 0.0]), MANIFEST, CAP)
-    assert d.code == V.OUT_OF_RANGE
+    d = check_tensors(_params([0.0, value, 0.0, 0.0]), MANIFEST, CAP)
+    assert d.code == OUT_OF_RANGE
 
 
 @pytest.mark.parametrize("value", [-CAP, CAP])
 def test_value_exactly_at_the_cap_accepted(value):
-    assert V.check_tensors(_params([value, 0.0, 0.0, 0.0]), MANIFEST, CAP).accepted
+    assert check_tensors(_params([value, 0.0, 0.0, 0.0]), MANIFEST, CAP).accepted
 
 
 @PROPS
 @given(hnp.arrays(np.float32, 4, elements=st.floats(-1e8, 1e8, width=32)))
 def test_magnitude_law_accepts_iff_every_abs_value_within_cap(arr):
-    d = V.check_tensors({"w": arr}, MANIFEST, CAP)
+    d = check_tensors({"w": arr}, MANIFEST, CAP)
     assert d.accepted == bool(np.abs(arr).max() <= CAP)
 
 
 def test_update_with_huge_negative_value_rejected_end_to_end():
     params = _params([1.0, -5e7, 0.0, 0.0])
-    d = V.validate_update(_envelope(params), params, _ctx())
-    assert d.code == V.OUT_OF_RANGE
+    d = validate_update(_envelope(params), params, _ctx())
+    assert d.code == OUT_OF_RANGE
 
 
 def test_cluster_model_with_huge_negative_value_rejected_on_the_robot():
     params = _params([1.0, -5e7, 0.0, 0.0])
-    d = V.validate_cluster_model(cluster_id=0, round_idx=1, params=params, expected_manifest=MANIFEST)
-    assert d.code == V.OUT_OF_RANGE
+    d = validate_cluster_model(cluster_id=0, round_idx=1, params=params, expected_manifest=MANIFEST)
+    assert d.code == OUT_OF_RANGE
 
 
 def test_cluster_model_without_manifest_with_huge_negative_value_rejected():
     params = _params([1.0, -5e7, 0.0, 0.0])
-    d = V.validate_cluster_model(cluster_id=0, round_idx=1, params=params, expected_manifest=None)
-    assert d.code == V.OUT_OF_RANGE
+    d = validate_cluster_model(cluster_id=0, round_idx=1, params=params, expected_manifest=None)
+    assert d.code == OUT_OF_RANGE
 
 
 # ----------------------------------------------------------------------------- Limits
@@ -95,22 +102,22 @@ def test_cluster_model_without_manifest_with_huge_negative_value_rejected():
 @pytest.mark.parametrize("bad", [0, -1, -2**63, True, 1.0])
 def test_limits_int_fields_reject_non_positive_and_non_int(name, bad):
     with pytest.raises(ValueError, match=name):
-        V.Limits(**{name: bad})
+        Limits(**{name: bad})
 
 
 @pytest.mark.parametrize("name", ["max_update_bytes", "max_num_samples", "max_scores"])
 def test_limits_int_fields_accept_one(name):
-    assert getattr(V.Limits(**{name: 1}), name) == 1
+    assert getattr(Limits(**{name: 1}), name) == 1
 
 
 @pytest.mark.parametrize("bad", [0.0, -1e-300, -1e6, math.nan, "1"])
 def test_limits_max_abs_value_must_be_positive(bad):
     with pytest.raises(ValueError, match="max_abs_value"):
-        V.Limits(max_abs_value=bad)
+        Limits(max_abs_value=bad)
 
 
 def test_limits_max_abs_value_accepts_tiny_positive():
-    assert V.Limits(max_abs_value=1e-300).max_abs_value == 1e-300
+    assert Limits(max_abs_value=1e-300).max_abs_value == 1e-300
 
 
 # ----------------------------------------------------------------------------- update envelope fields
@@ -119,51 +126,51 @@ def test_limits_max_abs_value_accepts_tiny_positive():
                                          (100, True), (101, False), (2**63, False)])
 def test_num_samples_bounds(n, accepted):
     params = _params([0.0] * 4)
-    d = V.validate_update(_envelope(params, num_samples=n), params, _ctx(limits=V.Limits(max_num_samples=100)))
-    assert d.accepted == accepted and (accepted or d.code == V.NUM_SAMPLES)
+    d = validate_update(_envelope(params, num_samples=n), params, _ctx(limits=Limits(max_num_samples=100)))
+    assert d.accepted == accepted and (accepted or d.code == NUM_SAMPLES)
 
 
 @pytest.mark.parametrize("cap, accepted", [(16, True), (15, False)])
 def test_update_size_cap_is_inclusive(cap, accepted):
     params = _params([0.0] * 4)  # 16 bytes
-    d = V.validate_update(_envelope(params), params, _ctx(limits=V.Limits(max_update_bytes=cap)))
-    assert d.accepted == accepted and (accepted or d.code == V.OVERSIZE)
+    d = validate_update(_envelope(params), params, _ctx(limits=Limits(max_update_bytes=cap)))
+    assert d.accepted == accepted and (accepted or d.code == OVERSIZE)
 
 
-@pytest.mark.parametrize("total, code", [(-1, V.MALFORMED), (-2**62, V.MALFORMED), (15, V.SIZE_MISMATCH),
-                                         (17, V.SIZE_MISMATCH)])
+@pytest.mark.parametrize("total, code", [(-1, MALFORMED), (-2**62, MALFORMED), (15, SIZE_MISMATCH),
+                                         (17, SIZE_MISMATCH)])
 def test_total_bytes_negative_or_off_by_one_rejected(total, code):
     params = _params([0.0] * 4)
-    assert V.check_update_envelope(_envelope(params, total_bytes=total), _ctx()).code == code
+    assert check_update_envelope(_envelope(params, total_bytes=total), _ctx()).code == code
 
 
 @pytest.mark.parametrize("cluster_id, accepted", [(-2**31, False), (-2, False), (-1, True), (0, True),
                                                   (2**31 - 1, True), (2**31, False)])
 def test_cluster_id_bounds(cluster_id, accepted):
     params = _params([0.0] * 4)
-    d = V.check_update_envelope(_envelope(params, cluster_id=cluster_id), _ctx())
-    assert d.accepted == accepted and (accepted or d.code == V.MALFORMED)
+    d = check_update_envelope(_envelope(params, cluster_id=cluster_id), _ctx())
+    assert d.accepted == accepted and (accepted or d.code == MALFORMED)
 
 
-@pytest.mark.parametrize("base, code", [(-1, V.MALFORMED), (-2**40, V.MALFORMED), (0, V.OK), (3, V.OK),
-                                        (4, V.STALE_BASE)])
+@pytest.mark.parametrize("base, code", [(-1, MALFORMED), (-2**40, MALFORMED), (0, OK), (3, OK),
+                                        (4, STALE_BASE)])
 def test_base_round_bounds(base, code):
     params = _params([0.0] * 4)
-    assert V.check_update_envelope(_envelope(params, base_round=base), _ctx()).code == code
+    assert check_update_envelope(_envelope(params, base_round=base), _ctx()).code == code
 
 
-@pytest.mark.parametrize("round_idx, code", [(-1, V.MALFORMED), (-2**40, V.MALFORMED), (2, V.LATE),
-                                             (3, V.OK), (4, V.FUTURE)])
+@pytest.mark.parametrize("round_idx, code", [(-1, MALFORMED), (-2**40, MALFORMED), (2, LATE),
+                                             (3, OK), (4, FUTURE)])
 def test_round_bounds(round_idx, code):
     params = _params([0.0] * 4)
-    assert V.check_update_envelope(_envelope(params, round_idx=round_idx, base_round=0), _ctx()).code == code
+    assert check_update_envelope(_envelope(params, round_idx=round_idx, base_round=0), _ctx()).code == code
 
 
 @pytest.mark.parametrize("robot_id, accepted", [("", False), ("r" * 255, True), ("r" * 256, False)])
 def test_robot_id_length_bounds(robot_id, accepted):
     params = _params([0.0] * 4)
-    d = V.check_update_envelope(_envelope(params, robot_id=robot_id), _ctx())
-    assert d.accepted == accepted and (accepted or d.code == V.MALFORMED)
+    d = check_update_envelope(_envelope(params, robot_id=robot_id), _ctx())
+    assert d.accepted == accepted and (accepted or d.code == MALFORMED)
 
 
 # ----------------------------------------------------------------------------- descriptors
@@ -181,61 +188,61 @@ class _Desc:
 @pytest.mark.parametrize("variance, accepted", [(0.0, False), (-1e-300, False), (-1e300, False),
                                                 (1e-300, True), (1e300, True)])
 def test_descriptor_variance_must_be_strictly_positive(variance, accepted):
-    d = V.validate_descriptor(_Desc(variance=np.array([1.0, variance, 1.0])), _ctx(), round_idx=3)
+    d = validate_descriptor(_Desc(variance=np.array([1.0, variance, 1.0])), _ctx(), round_idx=3)
     assert d.accepted == accepted
 
 
 @pytest.mark.parametrize("score, accepted", [(-1e-300, False), (-1e300, False), (0.0, True), (1e300, True)])
 def test_descriptor_scores_must_be_non_negative(score, accepted):
     desc = _Desc(kind="rnd", mean=None, variance=None, scores={"robot_1": score}, residual_std=0.1)
-    assert V.validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
+    assert validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
 
 
 @pytest.mark.parametrize("residual, accepted", [(-1e-300, False), (-math.inf, False), (0.0, True), (5.0, True)])
 def test_descriptor_residual_std_must_be_non_negative(residual, accepted):
     desc = _Desc(kind="rnd", mean=None, variance=None, scores={"robot_1": 1.0}, residual_std=residual)
-    assert V.validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
+    assert validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
 
 
 @pytest.mark.parametrize("dims, accepted", [(4, True), (5, False)])
 def test_descriptor_dims_cap_is_inclusive(dims, accepted):
     desc = _Desc(mean=np.zeros(dims), variance=np.ones(dims))
-    d = V.validate_descriptor(desc, _ctx(limits=V.Limits(max_descriptor_dims=4)), round_idx=3)
-    assert d.accepted == accepted and (accepted or d.code == V.OVERSIZE)
+    d = validate_descriptor(desc, _ctx(limits=Limits(max_descriptor_dims=4)), round_idx=3)
+    assert d.accepted == accepted and (accepted or d.code == OVERSIZE)
 
 
 @pytest.mark.parametrize("count, accepted", [(2, True), (3, False)])
 def test_descriptor_score_count_cap_is_inclusive(count, accepted):
     scores = {f"robot_{i}": 1.0 for i in range(count)}
     desc = _Desc(kind="rnd", mean=None, variance=None, scores=scores, residual_std=0.1)
-    d = V.validate_descriptor(desc, _ctx(limits=V.Limits(max_scores=2)), round_idx=3)
-    assert d.accepted == accepted and (accepted or d.code == V.OVERSIZE)
+    d = validate_descriptor(desc, _ctx(limits=Limits(max_scores=2)), round_idx=3)
+    assert d.accepted == accepted and (accepted or d.code == OVERSIZE)
 
 
 @pytest.mark.parametrize("size, accepted", [(8, True), (9, False)])
 def test_descriptor_payload_cap_is_inclusive(size, accepted):
     desc = _Desc(payload=b"x" * size)
-    d = V.validate_descriptor(desc, _ctx(limits=V.Limits(max_descriptor_payload_bytes=8)), round_idx=3)
+    d = validate_descriptor(desc, _ctx(limits=Limits(max_descriptor_payload_bytes=8)), round_idx=3)
     assert d.accepted == accepted
 
 
 @pytest.mark.parametrize("dims", [-1, -2**40])
 def test_descriptor_negative_announced_dims_rejected(dims):
-    assert V.validate_descriptor(_Desc(), _ctx(), round_idx=3, dims=dims).code == V.MALFORMED
+    assert validate_descriptor(_Desc(), _ctx(), round_idx=3, dims=dims).code == MALFORMED
 
 
 # ----------------------------------------------------------------------------- cluster model (robot)
 
-@pytest.mark.parametrize("total, code", [(-1, V.MALFORMED), (8, V.OK), (9, V.OVERSIZE)])
+@pytest.mark.parametrize("total, code", [(-1, MALFORMED), (8, OK), (9, OVERSIZE)])
 def test_cluster_model_size_cap_is_inclusive_and_negative_is_malformed(total, code):
-    d = V.validate_cluster_model(cluster_id=0, round_idx=1, params=None, expected_manifest=None,
-                                 total_bytes=total, limits=V.Limits(max_cluster_model_bytes=8))
+    d = validate_cluster_model(cluster_id=0, round_idx=1, params=None, expected_manifest=None,
+                                 total_bytes=total, limits=Limits(max_cluster_model_bytes=8))
     assert d.code == code
 
 
-@pytest.mark.parametrize("round_idx, code", [(-1, V.MALFORMED), (4, V.ROLLBACK), (5, V.OK), (6, V.OK)])
+@pytest.mark.parametrize("round_idx, code", [(-1, MALFORMED), (4, ROLLBACK), (5, OK), (6, OK)])
 def test_cluster_model_round_bounds(round_idx, code):
-    d = V.validate_cluster_model(cluster_id=0, round_idx=round_idx, params=None, expected_manifest=None,
+    d = validate_cluster_model(cluster_id=0, round_idx=round_idx, params=None, expected_manifest=None,
                                  last_round=5)
     assert d.code == code
 

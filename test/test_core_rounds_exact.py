@@ -17,11 +17,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fed_ros.core import rounds as rounds_mod
-from fed_ros.core.decisions import DUPLICATE, FUTURE, LATE, NO_ROUND, NOT_PARTICIPANT, STALE_BASE, STALE_ROUND
+from fed_ros.core.decisions import (ACCEPTED, DUPLICATE, FUTURE, LATE, NO_ROUND, NOT_PARTICIPANT,
+                                    OUT_OF_RANGE, REGISTER, STALE_BASE, STALE_ROUND, Decision)
 from fed_ros.core.round_config import RobotInstruction, RoundConfig
-from fed_ros.core.rounds import (ACCEPT, DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, Decision, RobotEntry, Roster,
-                                 RoundCoordinator, RoundPlan, RoundSettings, StageCollector, Verdict,
-                                 ready_to_start)
+from fed_ros.core.roster import RobotEntry, Roster, ready_to_start
+from fed_ros.core.round_collect import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, RoundPlan, StageCollector, StageDecision
+from fed_ros.core.rounds import RoundCoordinator, RoundSettings
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy_types import ClientDescriptor, ClientUpdate, RoundResult
 
@@ -103,6 +104,11 @@ class MemoryStore:
         return self.snapshot
 
 
+def _no(reason: str, code: str = REGISTER) -> Decision:
+    """A rejection as the round machine returns it (registrations carry the REGISTER code)."""
+    return Decision(False, code, reason)
+
+
 def _no_clock():
     raise AssertionError("the coordinator read its own clock although the caller gave `now`")
 
@@ -146,7 +152,7 @@ def _plan(n=3, quorum=2, deadline=10.0, round_idx=1, stage=TRAIN) -> RoundPlan:
 def _train_all(coord, now, value=1.0, robots=None):
     plan = coord.current_plan
     for rid in robots or plan.participants:
-        assert coord.offer_update(_update(rid, plan.round_idx, value), now=now) is ACCEPT
+        assert coord.offer_update(_update(rid, plan.round_idx, value), now=now) is ACCEPTED
 
 
 # ============================================================================= roster
@@ -182,9 +188,9 @@ def test_roster_load_json_marks_entries_unseen_and_replaces_known_ones():
 
 def test_default_roster_fleet_limits():
     roster = Roster()
-    assert roster.register("robot_0", action_dim=4) is ACCEPT
+    assert roster.register("robot_0", action_dim=4) is ACCEPTED
     verdict = roster.register("robot_1", action_dim=5)
-    assert verdict == Verdict(False, "action_dim 5 != fleet action_dim 4")
+    assert verdict == _no("action_dim 5 != fleet action_dim 4")
     roster.register("robot_2", num_samples=1_000_001)
     assert roster.get("robot_2").num_samples == 1_000_000
     roster.register("robot_3", num_samples=1_000_000)
@@ -195,13 +201,13 @@ def test_default_roster_holds_ten_thousand_robots():
     roster = Roster()
     for i in range(10_000):
         assert roster.register(f"r{i}").accepted
-    assert roster.register("r_last") == Verdict(False, "fleet is full (10000 robots)")
+    assert roster.register("r_last") == _no("fleet is full (10000 robots)")
     assert len(roster) == 10_000
 
 
 def test_register_defaults_are_no_samples_no_gpu_no_key():
     roster = Roster()
-    assert roster.register("robot_0") is ACCEPT
+    assert roster.register("robot_0") is ACCEPTED
     assert roster.get("robot_0") == RobotEntry("robot_0", (), 0, False, b"", registrations=1)
 
 
@@ -211,7 +217,7 @@ def test_first_key_is_pinned_even_after_a_keyless_registration():
     assert roster.register("robot_0", public_key=b"k" * 32).accepted  # trust on first use
     assert roster.get("robot_0").public_key == b"k" * 32
     verdict = roster.register("robot_0", public_key=b"x" * 32)
-    assert verdict == Verdict(False, "robot 'robot_0' re-registered with a different public key")
+    assert verdict == _no("robot 'robot_0' re-registered with a different public key")
     assert roster.register("robot_0").accepted is False  # dropping the key is a different key too
 
 
@@ -225,7 +231,7 @@ def test_keyed_registration_pins_the_key_of_a_new_robot():
 def test_re_registration_refreshes_capabilities_and_counts():
     roster = Roster(max_samples=50)
     roster.register("robot_0", tasks=["a"], num_samples=5, has_gpu=False)
-    assert roster.register("robot_0", tasks=["b", "c"], num_samples=500, has_gpu=1) is ACCEPT
+    assert roster.register("robot_0", tasks=["b", "c"], num_samples=500, has_gpu=1) is ACCEPTED
     entry = roster.get("robot_0")
     assert (entry.tasks, entry.num_samples, entry.has_gpu, entry.registrations) == (("b", "c"), 50, True, 2)
     assert entry.has_gpu is True
@@ -243,28 +249,27 @@ def test_new_robot_gpu_flag_is_a_bool():
 @pytest.mark.parametrize("rid", ["0robot", "_robot", "robot 0", "robot-0", "robot_0!", "", "robot_0\n", 7, None])
 def test_bad_robot_ids_refused_with_the_rule(rid):
     verdict = Roster().register(rid)
-    assert verdict == Verdict(False, f"bad robot id {rid!r} (must match ^[A-Za-z][A-Za-z0-9_]*$)")
+    assert verdict == _no(f"bad robot id {rid!r} (must match ^[A-Za-z][A-Za-z0-9_]*$)")
 
 
 @pytest.mark.parametrize("rid", ["r", "R", "robot_0", "Robot_9_x"])
 def test_good_robot_ids_accepted(rid):
-    assert Roster().register(rid) is ACCEPT
+    assert Roster().register(rid) is ACCEPTED
 
 
 def test_every_refusal_reason_names_the_cause():
     roster = Roster(allowed_keys={"robot_0": b"a" * 32}, max_robots=1)
-    assert roster.register("robot_0", num_samples=-3) == Verdict(False, "negative num_samples -3")
-    assert roster.register("robot_1", public_key=b"a" * 32) == Verdict(False, "robot 'robot_1' is not on the allow-list")
-    assert roster.register("robot_0", public_key=b"b" * 32) == Verdict(
-        False, "public key of 'robot_0' does not match the allow-list")
-    assert roster.register("robot_0", public_key=b"a" * 32) is ACCEPT
+    assert roster.register("robot_0", num_samples=-3) == _no("negative num_samples -3")
+    assert roster.register("robot_1", public_key=b"a" * 32) == _no("robot 'robot_1' is not on the allow-list")
+    assert roster.register("robot_0", public_key=b"b" * 32) == _no("public key of 'robot_0' does not match the allow-list")
+    assert roster.register("robot_0", public_key=b"a" * 32) is ACCEPTED
     assert len(roster) == 1
 
 
 def test_allow_listed_robot_refused_when_the_fleet_is_full():
     roster = Roster(allowed_keys={"robot_0": b"a", "robot_1": b"b"}, max_robots=1)
     assert roster.register("robot_0", public_key=b"a").accepted
-    assert roster.register("robot_1", public_key=b"b") == Verdict(False, "fleet is full (1 robots)")
+    assert roster.register("robot_1", public_key=b"b") == _no("fleet is full (1 robots)")
 
 
 def test_empty_allow_list_refuses_everyone():
@@ -298,20 +303,20 @@ def test_ready_to_start_law(registered, waited, min_robots, with_expected):
     ("robot_0", 1, 1, 12.5, LATE, "late: arrived 2.5 s after the deadline of round 1"),
 ])
 def test_collector_rejection_code_and_reason_are_exact(robot, round_idx, base, now, code, reason):
-    assert StageCollector(_plan()).check(robot, round_idx, now, base_round=base) == Verdict(False, reason, code)
+    assert StageCollector(_plan()).check(robot, round_idx, now, base_round=base) == _no(reason, code)
 
 
 def test_collector_duplicate_code_and_reason():
     col = StageCollector(_plan(stage=DESCRIBE))
     col.accept("robot_0", "d")
-    assert col.check("robot_0", 1, 1.0) == Verdict(False, "duplicate answer from 'robot_0' for round 1 (describe)",
+    assert col.check("robot_0", 1, 1.0) == _no("duplicate answer from 'robot_0' for round 1 (describe)",
                                                    DUPLICATE)
 
 
 def test_collector_reject_without_a_code_invents_none():
     col = StageCollector(_plan())
-    assert col.reject("robot_0", "why") == Verdict(False, "why", "")
-    assert col.reject("robot_0", "again", "late") == Verdict(False, "again", "late")
+    assert col.reject("robot_0", "why") == _no("why", "")
+    assert col.reject("robot_0", "again", "late") == _no("again", "late")
     assert col.rejected == 2 and col.rejections == [("robot_0", "why")]
 
 
@@ -328,14 +333,14 @@ def test_collector_decision_law(n, data):
     now = data.draw(st.sampled_from([0.0, 10.0, 10.0 + 1e-9, 50.0]))
     d = col.decision(now)
     if not missing:
-        assert d == Decision("proceed", answered)
+        assert d == StageDecision("proceed", answered)
     elif now <= plan.deadline_s:
-        assert d == Decision("wait", answered, missing)
+        assert d == StageDecision("wait", answered, missing)
     elif len(answered) >= plan.quorum:
-        assert d == Decision("proceed", answered, missing,
+        assert d == StageDecision("proceed", answered, missing,
                              f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}")
     else:
-        assert d == Decision("abandon", answered, missing,
+        assert d == StageDecision("abandon", answered, missing,
                              f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline")
 
 
@@ -425,12 +430,12 @@ def _describe_then_score(coord, payloads, score_payloads, now=1.0):
     """Every robot describes (DESCRIBE), then scores (SCORE); returns the TRAIN plan."""
     for rid in ROBOTS:
         assert coord.offer_descriptor(payloads[rid](rid) if callable(payloads[rid]) else _desc(rid, payloads[rid]),
-                                      0, now=now) is ACCEPT
+                                      0, now=now) is ACCEPTED
     plan, outcome = coord.poll(now=now)
     assert outcome is None and plan.stage == SCORE
     for rid in ROBOTS:
         ans = score_payloads[rid]
-        assert coord.offer_descriptor(ans(rid) if callable(ans) else _desc(rid, ans, kind="rnd"), 0, now=now) is ACCEPT
+        assert coord.offer_descriptor(ans(rid) if callable(ans) else _desc(rid, ans, kind="rnd"), 0, now=now) is ACCEPTED
     plan, outcome = coord.poll(now=now)
     assert outcome is None
     return plan
@@ -519,20 +524,17 @@ def test_abandoned_describe_attempt_re_announces_and_then_trains():
 
 def test_descriptor_checks_and_reasons():
     coord = _coord(ScriptedStrategy(kinds={0: {"gaussian"}}), max_samples=7)
-    assert coord.offer_descriptor(_desc("robot_0"), 0, now=0.0) == Verdict(
-        False, "no descriptor stage is open (stage none); descriptor from 'robot_0' rejected", NO_ROUND)
+    assert coord.offer_descriptor(_desc("robot_0"), 0, now=0.0) == _no("no descriptor stage is open (stage none); descriptor from 'robot_0' rejected", NO_ROUND)
     coord.start_round(now=0.0)
-    assert coord.offer_descriptor(_desc("robot_9"), 0, now=1.0) == Verdict(
-        False, "robot 'robot_9' is not a participant of round 0", NOT_PARTICIPANT)
+    assert coord.offer_descriptor(_desc("robot_9"), 0, now=1.0) == _no("robot 'robot_9' is not a participant of round 0", NOT_PARTICIPANT)
     late = coord.offer_descriptor(_desc("robot_1"), 0, now=10.5)
     assert late.accepted is False and late.code == LATE and late.reason.startswith("late: arrived 0.5 s")
-    assert coord.offer_descriptor(_desc("robot_1"), 1, now=1.0) == Verdict(
-        False, "future round 1, current round is 0", FUTURE)
+    assert coord.offer_descriptor(_desc("robot_1"), 1, now=1.0) == _no("future round 1, current round is 0", FUTURE)
     assert coord.offer_descriptor(_desc("robot_1"), -1, now=1.0).code == STALE_ROUND
     big = _desc("robot_0", n=8)
-    assert coord.offer_descriptor(big, 0, now=10.0) is ACCEPT and big.num_samples == 7  # capped; at the deadline
+    assert coord.offer_descriptor(big, 0, now=10.0) is ACCEPTED and big.num_samples == 7  # capped; at the deadline
     exact = _desc("robot_2", n=7)
-    assert coord.offer_descriptor(exact, 0, now=1.0) is ACCEPT and exact.num_samples == 7
+    assert coord.offer_descriptor(exact, 0, now=1.0) is ACCEPTED and exact.num_samples == 7
     dup = coord.offer_descriptor(_desc("robot_0"), 0, now=1.0)
     assert dup.accepted is False and dup.code == DUPLICATE and dup.reason.startswith("duplicate")
     assert coord.collector.rejected == 5
@@ -540,35 +542,30 @@ def test_descriptor_checks_and_reasons():
     assert coord.collector.answers["robot_0"] is big
     coord.poll(now=11.0)
     assert coord.current_plan.stage == TRAIN
-    assert coord.offer_descriptor(_desc("robot_0"), 0, now=12.0) == Verdict(
-        False, "no descriptor stage is open (stage train); descriptor from 'robot_0' rejected", NO_ROUND)
+    assert coord.offer_descriptor(_desc("robot_0"), 0, now=12.0) == _no("no descriptor stage is open (stage train); descriptor from 'robot_0' rejected", NO_ROUND)
 
 
 def test_descriptor_uses_the_clock_only_without_now():
     coord = _coord(ScriptedStrategy(kinds={0: {"gaussian"}}), clock=lambda: 50.0)
     coord.start_round(now=0.0)
     assert coord.offer_descriptor(_desc("robot_0"), 0).reason.startswith("late: arrived 40.0 s")
-    assert coord.offer_descriptor(_desc("robot_0"), 0, now=1.0) is ACCEPT
+    assert coord.offer_descriptor(_desc("robot_0"), 0, now=1.0) is ACCEPTED
 
 
 def test_update_outside_a_training_stage_rejected_with_the_stage():
     coord = _coord(ScriptedStrategy(kinds={0: {"gaussian"}}))
-    assert coord.offer_update(_update("robot_0", 0), now=0.0) == Verdict(
-        False, "no training round is open (stage none); update from 'robot_0' rejected", NO_ROUND)
-    assert coord.check_update("robot_0", 0, 0, now=0.0) == Verdict(
-        False, "no training round is open (stage none); update from 'robot_0' rejected", NO_ROUND)
+    assert coord.offer_update(_update("robot_0", 0), now=0.0) == _no("no training round is open (stage none); update from 'robot_0' rejected", NO_ROUND)
+    assert coord.check_update("robot_0", 0, 0, now=0.0) == _no("no training round is open (stage none); update from 'robot_0' rejected", NO_ROUND)
     coord.start_round(now=0.0)
-    assert coord.offer_update(_update("robot_1", 0), now=1.0) == Verdict(
-        False, "no training round is open (stage describe); update from 'robot_1' rejected", NO_ROUND)
-    assert coord.check_update("robot_1", 0, 0, now=1.0) == Verdict(
-        False, "no training round is open (stage describe); update from 'robot_1' rejected", NO_ROUND)
+    assert coord.offer_update(_update("robot_1", 0), now=1.0) == _no("no training round is open (stage describe); update from 'robot_1' rejected", NO_ROUND)
+    assert coord.check_update("robot_1", 0, 0, now=1.0) == _no("no training round is open (stage describe); update from 'robot_1' rejected", NO_ROUND)
     assert coord.collector.rejected == 0  # out of stage: the node records it (record_rejection), once
 
 
 def test_check_update_uses_the_given_now_and_the_collector_rules():
     coord = _coord(clock=lambda: 1e9)
     coord.start_round(now=0.0)
-    assert coord.check_update("robot_0", 0, 0, now=10.0) is ACCEPT
+    assert coord.check_update("robot_0", 0, 0, now=10.0) is ACCEPTED
     assert coord.check_update("robot_0", 0, 0, now=10.5).code == LATE
     assert coord.check_update("robot_0", 0, 0).code == LATE  # the clock when no now is given
     assert coord.check_update("robot_0", 0, 1, now=1.0).code == STALE_BASE
@@ -578,17 +575,17 @@ def test_check_update_uses_the_given_now_and_the_collector_rules():
 def test_update_round_defaults_to_the_open_round_and_an_explicit_one_is_checked():
     coord = _coord()
     coord.start_round(now=0.0)
-    assert coord.offer_update(_update("robot_0", 0, tag=False), now=1.0) is ACCEPT
+    assert coord.offer_update(_update("robot_0", 0, tag=False), now=1.0) is ACCEPTED
     future = _update("robot_1", 0)
     future.round_idx = 3
-    assert coord.offer_update(future, now=1.0) == Verdict(False, "future round 3, current round is 0", FUTURE)
-    assert coord.offer_update(_update("robot_1", 0), now=1.0) is ACCEPT
+    assert coord.offer_update(future, now=1.0) == _no("future round 3, current round is 0", FUTURE)
+    assert coord.offer_update(_update("robot_1", 0), now=1.0) is ACCEPTED
 
 
 def test_update_checks_use_the_given_now():
     coord = _coord(clock=lambda: 1e9)
     coord.start_round(now=0.0)
-    assert coord.offer_update(_update("robot_0", 0), now=10.0) is ACCEPT
+    assert coord.offer_update(_update("robot_0", 0), now=10.0) is ACCEPTED
     assert coord.offer_update(_update("robot_1", 0)).code == LATE
 
 
@@ -598,7 +595,7 @@ def test_update_with_no_samples_rejection_is_exact_and_recorded():
     upd = _update("robot_0", 0)
     upd.num_samples = 0
     verdict = coord.offer_update(upd, now=1.0)
-    assert verdict == Verdict(False, "update from 'robot_0' claims 0 samples", "num_samples")
+    assert verdict == _no("update from 'robot_0' claims 0 samples", "num_samples")
     assert coord.collector.rejections == [("robot_0", verdict.reason)] and coord.collector.answers == {}
 
 
@@ -606,16 +603,16 @@ def test_update_at_exactly_max_samples_kept():
     coord = _coord(max_samples=10)
     coord.start_round(now=0.0)
     upd = _update("robot_0", 0, n=10)
-    assert coord.offer_update(upd, now=1.0) is ACCEPT and upd.num_samples == 10
+    assert coord.offer_update(upd, now=1.0) is ACCEPTED and upd.num_samples == 10
 
 
 def test_metrics_outside_an_evaluation_stage_rejected_with_the_stage():
     coord = _coord()
-    assert coord.offer_metrics("robot_0", 0.5, now=0.0) == Verdict(
-        False, "no evaluation stage is open (stage none); metrics from 'robot_0' rejected")
+    assert coord.offer_metrics("robot_0", 0.5, now=0.0) == _no("no evaluation stage is open (stage none); metrics from 'robot_0' rejected",
+                                                                  NO_ROUND)
     coord.start_round(now=0.0)
-    assert coord.offer_metrics("robot_0", 0.5, now=0.0) == Verdict(
-        False, "no evaluation stage is open (stage train); metrics from 'robot_0' rejected")
+    assert coord.offer_metrics("robot_0", 0.5, now=0.0) == _no("no evaluation stage is open (stage train); metrics from 'robot_0' rejected",
+                                                                  NO_ROUND)
 
 
 def _to_evaluation(coord, now=1.0):
@@ -633,9 +630,10 @@ def test_evaluation_plan_is_exact_and_metrics_are_checked():
                              participants=ROBOTS, memberships={r: [(0, 1.0)] for r in ROBOTS}, quorum=0,
                              configs={r: RoundConfig(local_epochs=2, eval_episodes=4) for r in ROBOTS})
     bad = coord.offer_metrics("robot_1", math.nan, now=3.0)
-    assert bad == Verdict(False, "success rate nan from 'robot_1' is not in [0, 1]")
-    assert coord.offer_metrics("robot_9", 0.5, now=3.0) == Verdict(False, "robot 'robot_9' is not a participant of round 1")
-    assert coord.offer_metrics("robot_0", 0.25, now=7.0) is ACCEPT  # at the deadline, given now
+    assert bad == _no("success rate nan from 'robot_1' is not in [0, 1]", OUT_OF_RANGE)
+    assert coord.offer_metrics("robot_9", 0.5, now=3.0) == _no("robot 'robot_9' is not a participant of round 1",
+                                                              NOT_PARTICIPANT)
+    assert coord.offer_metrics("robot_0", 0.25, now=7.0) is ACCEPTED  # at the deadline, given now
     assert coord.offer_metrics("robot_2", 0.25).reason.startswith("late")  # the clock without now
     assert coord.collector.rejections == [("robot_1", bad.reason), ("robot_2", coord.collector.rejections[1][1])]
     assert coord.collector.rejected == 3
@@ -853,7 +851,7 @@ def test_poll_reads_the_clock_only_without_now():
 def test_coordinator_register_passes_capabilities_and_persists_atomically(tmp_path):
     path = tmp_path / "deep" / "dir" / "roster.json"
     coord = _coord(robots=(), roster_file=path)
-    assert coord.register("robot_0", tasks=["lift"], num_samples=3, has_gpu=True, public_key=b"k") is ACCEPT
+    assert coord.register("robot_0", tasks=["lift"], num_samples=3, has_gpu=True, public_key=b"k") is ACCEPTED
     assert coord.roster.get("robot_0") == RobotEntry("robot_0", ("lift",), 3, True, b"k")
     assert json.loads(path.read_text()) == coord.roster.to_json()
     assert sorted(p.name for p in path.parent.iterdir()) == ["roster.json"]
@@ -869,7 +867,7 @@ def test_refused_registration_writes_no_roster_file(tmp_path):
 def test_register_without_a_roster_file_keeps_it_in_memory():
     coord = _coord(robots=())
     assert coord.register("bad id").accepted is False
-    assert coord.register("robot_0", tasks=["lift"]) is ACCEPT and coord.roster.ids == ["robot_0"]
+    assert coord.register("robot_0", tasks=["lift"]) is ACCEPTED and coord.roster.ids == ["robot_0"]
 
 
 def test_resume_with_nothing_committed_and_no_roster_file():
@@ -973,8 +971,8 @@ def test_a_decline_is_reported_with_its_reason_and_is_neither_an_answer_nor_a_re
     coord = _coord()
     coord.start_round(now=0.0)
     why = "waiting for demonstrations (have 0 of 2)"
-    assert coord.offer_decline("robot_2", why, now=1.0) is ACCEPT
-    assert coord.offer_decline("robot_2", "a second reason", now=1.5) is ACCEPT  # the first one counts
+    assert coord.offer_decline("robot_2", why, now=1.0) is ACCEPTED
+    assert coord.offer_decline("robot_2", "a second reason", now=1.5) is ACCEPTED  # the first one counts
     col = coord.collector
     assert col.declined == {"robot_2": why} and col.rejected == 0 and col.rejections == []
     assert "robot_2" not in col.answers

@@ -18,7 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core import auth, validation as V
+from fed_ros.core import auth
+from fed_ros.core.audit_log import read_audit_log
+from fed_ros.core.sender_checks import ValidationContext
+from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
 from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import ClientUpdate, make_strategy
@@ -182,8 +185,9 @@ def test_p1_flipped_byte_detected_never_used(reference, tmp_path):
 # ----------------------------------------------------------------------------- L4 robot killed mid-upload
 
 def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
-    from fed_ros.ros.wire.conversions import encode_state_dict
-    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.tensors import encode_state_dict
+    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_sender import ChunkedSender
 
     clock = [0.0]
     store = ModelStore(tmp_path / "store")
@@ -203,14 +207,14 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     def send(rid: str, k: int, round_idx: int, chunks_to_send: int | None = None):
         params = local_update(coord.strategy.model_for(rid), round_idx, k)
         encoded = encode_state_dict(params)
-        env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx, num_samples=10 + k,
+        env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx, num_samples=10 + k,
                                manifest=manifest, total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
                                nonce=auth.new_nonce()).signed(signers[rid])
         sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/update", chunk_bytes=1024)
-        ctx = V.ValidationContext(current_round=round_idx, expected_manifest=manifest, base_rounds={round_idx},
+        ctx = ValidationContext(current_round=round_idx, expected_manifest=manifest, base_rounds={round_idx},
                                   participants=set(coord.current_plan.participants), allow_list=allow,
                                   replay_guard=guard)
-        assert V.check_update_envelope(env, ctx)
+        assert check_update_envelope(env, ctx)
         chunks = list(sender.chunks())
         assert len(chunks) > 4
         complete = None
@@ -219,7 +223,7 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
         if complete is None:
             return None  # the robot died before its last chunk
         sd = complete.state_dict(copy=True)
-        assert V.validate_update(env, sd, ctx, received_sha256=complete.sha256)
+        assert validate_update(env, sd, ctx, received_sha256=complete.sha256)
         upd = ClientUpdate(robot_id=rid, params=sd, num_samples=env.num_samples, base_round=env.base_round)
         upd.round_idx = round_idx
         assert coord.offer_update(upd, now=clock[0]).accepted
@@ -358,15 +362,16 @@ class ScriptedRobots:
         wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=timeout)
 
     def _on_round(self, msg) -> None:
-        from fed_ros.ros.wire.conversions import STAGE_NAMES
+        from fed_ros.ros.wire.round_msgs import STAGE_NAMES
         self.announcement = (int(msg.round), STAGE_NAMES.get(int(msg.stage)), list(msg.participants),
                              (msg.header.stamp.sec, msg.header.stamp.nanosec))
         if self.announcement[1] == "train":
             self.pending = (time.monotonic() + TRAIN_SECONDS, self.announcement)
 
     def _answer(self, round_idx: int, stage: str, participants: list, stamp: tuple) -> None:
-        from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
-        from fed_ros.ros.wire.transport import ChunkedSender
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+        from fed_ros.ros.wire.tensors import encode_state_dict
+        from fed_ros.ros.wire.chunk_sender import ChunkedSender
         self._wait_for_live_server()
         for k, rid in enumerate(E2E_ROBOTS):
             if rid not in participants or (rid, round_idx, stamp) in self.answered:
@@ -375,7 +380,7 @@ class ScriptedRobots:
             encoded = encode_state_dict(_e2e_update(self.initial, round_idx, k))
             nonce = auth.new_nonce()
             sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=256 << 10)
-            env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
+            env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,
                                    total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
                                    nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
@@ -461,7 +466,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     expected = {c: {n: a.tobytes() for n, a in m.items()} for c, m in result.cluster_models.items()}
     assert final["models"] == expected
     # Every accepted update is in the audit log with its reason; none was rejected.
-    entries = V.read_audit_log(state_dir / "audit.jsonl")
+    entries = read_audit_log(state_dir / "audit.jsonl")
     accepted = [e for e in entries if e["kind"] == "update" and e["accepted"]]
     assert {(e["robot_id"], e["round"]) for e in accepted} >= {(rid, r) for rid in E2E_ROBOTS
                                                               for r in range(E2E_ROUNDS)}

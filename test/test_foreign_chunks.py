@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.ros.wire.conversions import encode_state_dict
+from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.ros.wire.transfer import TransferReceiver
-from fed_ros.ros.wire.transport import ChunkDropped, ChunkedSender, PayloadAssembler, PayloadRejected, transfer_digest_of
+from fed_ros.ros.wire.chunk_assembler import ChunkDropped, PayloadAssembler, PayloadRejected
+from fed_ros.ros.wire.chunk_sender import ChunkedSender, transfer_digest_of
 
 PARAMS = {"w": np.arange(3000, dtype=np.float32), "b": np.ones(7, np.float32)}
 

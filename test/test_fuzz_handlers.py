@@ -20,7 +20,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fed_ros.core import auth, validation as V
+from fed_ros.core import auth
+from fed_ros.core.decisions import Decision, Limits, OK
+from fed_ros.core.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
+from fed_ros.core.payload_checks import validate_cluster_model
+from fed_ros.core.sender_checks import ValidationContext
+from fed_ros.core.update_checks import UpdateEnvelope, validate_update
 from fed_ros.core.auth import AllowList, ReplayGuard, Signer
 from fed_ros.core.params import TensorSpec
 
@@ -58,19 +63,19 @@ def payload(params) -> bytes:
     return b"".join(a.astype("<f4").tobytes() for a in params.values())
 
 
-def good_envelope(params, nonce: bytes | None = None) -> V.UpdateEnvelope:
+def good_envelope(params, nonce: bytes | None = None) -> UpdateEnvelope:
     data = payload(params)
-    env = V.UpdateEnvelope(robot_id="robot_0", round_idx=5, base_round=4, num_samples=100, manifest=MANIFEST,
+    env = UpdateEnvelope(robot_id="robot_0", round_idx=5, base_round=4, num_samples=100, manifest=MANIFEST,
                            total_bytes=len(data), payload_sha256=auth.sha256_hex(data),
                            nonce=nonce or auth.new_nonce())
     return env.signed(SIGNERS["robot_0"])
 
 
-def make_ctx() -> V.ValidationContext:
+def make_ctx() -> ValidationContext:
     guard = ReplayGuard()
     guard.advance(5)
-    return V.ValidationContext(current_round=5, expected_manifest=MANIFEST, base_rounds={4},
-                               participants=set(SIGNERS), limits=V.Limits(max_update_bytes=1 << 16,
+    return ValidationContext(current_round=5, expected_manifest=MANIFEST, base_rounds={4},
+                               participants=set(SIGNERS), limits=Limits(max_update_bytes=1 << 16,
                                                                            max_num_samples=10_000),
                                allow_list=ALLOW, replay_guard=guard)
 
@@ -82,7 +87,7 @@ UPDATE_DEFECTS = ("late", "future", "deadline", "not_participant", "unknown_robo
                   "samples_high", "base_round", "cluster_id", "forged", "unsigned", "sig_bits", "replay",
                   "digest", "nan", "inf", "huge", "t_missing", "t_extra", "t_shape", "t_dtype", "t_order",
                   "t_type", "chaos", "encoding", "reweighted")
-ENVELOPE_FIELDS = [f.name for f in dataclasses.fields(V.UpdateEnvelope)]
+ENVELOPE_FIELDS = [f.name for f in dataclasses.fields(UpdateEnvelope)]
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +95,11 @@ def update_world():
     ctx = make_ctx()
     params = good_params()
     used = good_envelope(params)
-    assert V.validate_update(used, params, ctx)  # its nonce is now spent: replaying it is a defect
+    assert validate_update(used, params, ctx)  # its nonce is now spent: replaying it is a defect
     return ctx, params, used
 
 
-def _defective_update(defect: str, params, used: V.UpdateEnvelope, ctx, i: int, x: float, chaos, field: str):
+def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x: float, chaos, field: str):
     """A (envelope, params, received_sha256, ctx) tuple with `defect` applied to a valid update."""
     env = good_envelope(params)
     p = {k: v.copy() for k, v in params.items()}
@@ -192,9 +197,9 @@ def _one_update(update_world, defect, i, x, chaos, field):
     ctx, params, used = update_world
     guard_before = ctx.replay_guard.state()
     env, p, received, c = _defective_update(defect, params, used, ctx, i, x, chaos, field)
-    d = V.validate_update(env, p, c, received_sha256=received)
-    assert isinstance(d, V.Decision) and not d.accepted, (defect, d)
-    assert d.reason and d.code != V.OK
+    d = validate_update(env, p, c, received_sha256=received)
+    assert isinstance(d, Decision) and not d.accepted, (defect, d)
+    assert d.reason and d.code != OK
     assert ctx.replay_guard.state() == guard_before
     assert ctx.expected_manifest == MANIFEST
 
@@ -226,7 +231,7 @@ def good_descriptor() -> RawDescriptor:
 
 def sign_desc(desc, round_idx=5, nonce=None, signer=None):
     nonce = nonce or auth.new_nonce()
-    digest = V.digest_of_descriptor(desc)
+    digest = digest_of_descriptor(desc)
     sig = (signer or SIGNERS["robot_1"]).sign_descriptor(round_idx, "robot_1", nonce, digest)
     return dict(round_idx=round_idx, nonce=nonce, signature=sig)
 
@@ -234,10 +239,10 @@ def sign_desc(desc, round_idx=5, nonce=None, signer=None):
 @pytest.fixture(scope="module")
 def descriptor_world():
     ctx = make_ctx()
-    ctx.limits = V.Limits(max_num_samples=10_000, max_descriptor_payload_bytes=256, max_scores=8)
+    ctx.limits = Limits(max_num_samples=10_000, max_descriptor_payload_bytes=256, max_scores=8)
     desc = good_descriptor()
     used = sign_desc(desc)
-    assert V.validate_descriptor(desc, ctx, dims=6, **used)
+    assert validate_descriptor(desc, ctx, dims=6, **used)
     return ctx, used
 
 
@@ -301,7 +306,7 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
         if field == "residual_std" and isinstance(chaos, (int, float)) and not isinstance(chaos, bool) \
                 and (math.isnan(chaos) or chaos >= 0):
             chaos = -1.0  # a gaussian descriptor may carry any residual >= 0 or NaN
-        if field == "kind" and chaos in V.DESCRIPTOR_KINDS:
+        if field == "kind" and chaos in DESCRIPTOR_KINDS:
             chaos = "bogus"
         if field == "num_samples" and isinstance(chaos, int) and not isinstance(chaos, bool) \
                 and 1 <= chaos <= 10_000:
@@ -320,8 +325,8 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
             sign_kw = sign_desc(desc)
         except Exception:  # content that cannot even be digested: send any signature
             sign_kw = dict(round_idx=5, nonce=auth.new_nonce(), signature=b"\1" * 64)
-    d = V.validate_descriptor(desc, c, dims=dims, **sign_kw)
-    assert isinstance(d, V.Decision) and not d.accepted, (defect, field, chaos, d)
+    d = validate_descriptor(desc, c, dims=dims, **sign_kw)
+    assert isinstance(d, Decision) and not d.accepted, (defect, field, chaos, d)
     assert ctx.replay_guard.state() == guard_before
 
 
@@ -345,7 +350,7 @@ def _one_cluster_model(defect, i, chaos):
     digest = auth.sha256_hex(payload(params))
     kw = dict(cluster_id=1, round_idx=9, params=params, expected_manifest=MANIFEST, total_bytes=96,
               payload_sha256=digest, received_sha256=digest, signature=SERVER.sign_cluster_model(9, 1, digest),
-              server_public_key=SERVER.public_key, last_round=9, limits=V.Limits(max_cluster_model_bytes=1000))
+              server_public_key=SERVER.public_key, last_round=9, limits=Limits(max_cluster_model_bytes=1000))
     if defect == "rollback":
         kw["round_idx"] = i % 9
     elif defect == "oversize":
@@ -369,8 +374,8 @@ def _one_cluster_model(defect, i, chaos):
         kw["round_idx"] = chaos if chaos != 9 or isinstance(chaos, bool) else 8
     elif defect == "wrong_cluster":
         kw["cluster_id"] = 2 + i
-    d = V.validate_cluster_model(**kw)
-    assert isinstance(d, V.Decision) and not d.accepted, (defect, chaos, d)
+    d = validate_cluster_model(**kw)
+    assert isinstance(d, Decision) and not d.accepted, (defect, chaos, d)
     assert all(np.array_equal(before[k], params[k]) for k in before)
 
 
@@ -378,7 +383,7 @@ def _one_cluster_model(defect, i, chaos):
 
 def _payload_msg(draw_fields: dict):
     from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
-    from fed_ros.ros.wire.conversions import set_bytes_field
+    from fed_ros.ros.wire.tensors import set_bytes_field
     msg = TensorPayload()
     msg.payload_id = draw_fields["pid"]
     msg.manifest = [TensorSpecMsg(name=n, shape=list(s), dtype=dt) for n, s, dt in draw_fields["manifest"]]
@@ -410,8 +415,8 @@ CHUNK = st.fixed_dictionaries({
 
 @pytest.fixture(scope="module")
 def transport():
-    from fed_ros.ros.wire import transport
-    return transport
+    from fed_ros.ros.wire import chunk_assembler  # the assembling half of the chunked transfer
+    return chunk_assembler
 
 
 @FUZZ
@@ -455,7 +460,8 @@ def test_f1_descriptor_message_conversion(descriptor_world, cases):
 
 def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, resid, n, payload_, rid):
     from fed_ros.msg import ClientDescriptor as Msg
-    from fed_ros.ros.wire.conversions import descriptor_from_msg, set_bytes_field, set_float32_field
+    from fed_ros.ros.wire.round_msgs import descriptor_from_msg
+    from fed_ros.ros.wire.tensors import set_bytes_field, set_float32_field
     ctx, used = descriptor_world
     guard_before = ctx.replay_guard.state()
     msg = Msg(robot_id=rid, round=5, kind=kind, dims=dims, score_robot_ids=ids, residual_std=resid, num_samples=n)
@@ -469,7 +475,7 @@ def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, re
         desc = descriptor_from_msg(msg)
     except ValueError:
         return  # rejected at conversion, with a reason
-    d = V.validate_descriptor(desc, ctx, round_idx=int(msg.round), nonce=bytes(msg.nonce),
+    d = validate_descriptor(desc, ctx, round_idx=int(msg.round), nonce=bytes(msg.nonce),
                               signature=bytes(msg.signature), dims=int(msg.dims))
     assert not d.accepted
     assert ctx.replay_guard.state() == guard_before
@@ -536,7 +542,7 @@ def _one_offer(coordinator, defect, i):
     if defect in ("nan", "shape", "dtype", "missing", "extra"):
         # Tensor content is checked once, by the transfer receiver, before the coordinator sees it.
         from fed_ros.core.params import manifest_of
-        from fed_ros.core.validation import check_tensors
+        from fed_ros.core.payload_checks import check_tensors
         decision = check_tensors(params, manifest_of(good_params()), 1e6)
         assert not decision.accepted and decision.reason, defect
         return

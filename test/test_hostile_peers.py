@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.core import validation as V
+from fed_ros.core.audit_log import read_audit_log
 
 from fleet_fixtures import (ROBOTS, ScriptedRobots, committed_models, initial_model, make_keys, reference_models,
                             rss_mb, server_argv, wait_for)
@@ -47,14 +47,14 @@ def settle(count, poll, alive, quiet_s: float = 3.0, timeout: float = 120.0) -> 
 def audited(tmp_path: Path, code: str) -> int:
     """Audit entries with ``code`` in the server's audit log and its rotated backup."""
     files = [tmp_path / "state" / "audit.jsonl", tmp_path / "state" / "audit.jsonl.1"]
-    return sum(e["code"] == code for f in files if f.exists() for e in V.read_audit_log(f))
+    return sum(e["code"] == code for f in files if f.exists() for e in read_audit_log(f))
 
 
 def foreign_chunks(tmp_path: Path, payload_id: str) -> int:
     """Audited foreign_chunk drops for one payload id."""
     f = tmp_path / "state" / "audit.jsonl"
     return sum(e["code"] == "foreign_chunk" and e.get("payload_id") == payload_id
-               for e in (V.read_audit_log(f) if f.exists() else []))
+               for e in (read_audit_log(f) if f.exists() else []))
 
 
 def capture(request) -> dict:
@@ -135,7 +135,7 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
     # The forged continuation chunk was dropped, and the honest upload it aimed at still completed.
     assert injected["sent"] == 1 and injected["payload_ids"][0] in robots.sent
     assert foreign_chunks(tmp_path, injected["payload_ids"][0]) >= 1
-    target = [e for e in V.read_audit_log(tmp_path / "state" / "audit.jsonl")
+    target = [e for e in read_audit_log(tmp_path / "state" / "audit.jsonl")
               if e.get("payload_id") == injected["payload_ids"][0] and e["code"] != "foreign_chunk"]
     assert [e["accepted"] for e in target] == [True], target  # that very upload, not a later re-send
     # The honest rounds completed with exactly the models of an attack-free run.
@@ -143,7 +143,7 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(tmp_pat
     assert round_idx == ROUNDS - 1
     assert final == reference_models(initial_model(), ROBOTS, ROUNDS)
     # Forged and unsigned updates were refused with their reasons; the junk never stored.
-    entries = V.read_audit_log(tmp_path / "state" / "audit.jsonl")
+    entries = read_audit_log(tmp_path / "state" / "audit.jsonl")
     codes = {e["code"] for e in entries if not e["accepted"]}
     assert {"bad_signature", "unsigned", "oversize", "register"} <= codes, codes
     assert all(len(e["robot_id"]) <= 255 for e in entries)

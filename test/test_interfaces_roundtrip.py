@@ -45,10 +45,12 @@ def _peer() -> None:
     from std_msgs.msg import String
 
     from fed_ros.msg import ClusterModel, ModelUpdate
-    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.round_msgs import (cluster_model_msg)
+    from fed_ros.ros.wire.tensors import encode_state_dict, sha256_hex
     from fed_ros.ros.wire.qos import control_qos, model_state_qos
     from fed_ros.ros.wire.bulk import fetch_bulk
-    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, PayloadRejected, TransferLimits
+    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, PayloadRejected, TransferLimits
+    from fed_ros.ros.wire.chunk_sender import ChunkedSender
     from fed_ros.srv import Record, Register
 
     rclpy.init()
@@ -82,7 +84,7 @@ def _peer() -> None:
     def on_bulk(msg: ModelUpdate) -> None:
         try:
             data = fetch_bulk(msg.payload, limits=assembler.limits)
-            say(kind="bulk", payload_id=msg.payload.payload_id, sha256=conv.sha256_hex(data), robot_id=msg.robot_id)
+            say(kind="bulk", payload_id=msg.payload.payload_id, sha256=sha256_hex(data), robot_id=msg.robot_id)
         except (PayloadRejected, TimeoutError) as exc:
             say(kind="rejected", topic="bulk", reason=str(exc))
     node.create_subscription(ModelUpdate, "rt/bulk_update", on_bulk, control_qos())
@@ -105,11 +107,11 @@ def _peer() -> None:
     node.create_service(Record, "rt/record", on_record)
 
     # Latched, chunked cluster model published before anyone subscribes.
-    enc = conv.encode_state_dict(_state_dict(seed=7))
+    enc = encode_state_dict(_state_dict(seed=7))
     sender = ChunkedSender(enc, "fleet/r3/cluster_1", chunk_bytes=CHUNK)
     latched = node.create_publisher(ClusterModel, "rt/cluster_model_latched", model_state_qos(sender.chunk_count))
     for chunk in sender.chunks():
-        latched.publish(conv.cluster_model_msg(chunk, cluster_id=1, round_idx=3, member_robot_ids=["robot_0"]))
+        latched.publish(cluster_model_msg(chunk, cluster_id=1, round_idx=3, member_robot_ids=["robot_0"]))
     # Discovery is per direction: say once our writers (echoes, reports) matched the test's
     # readers, so the test waits on that instead of a settle delay.
     def announce_matched() -> None:
@@ -196,7 +198,8 @@ class _Harness:
 
 def _echo_tensor_payload(h: _Harness, name: str, wrap, enc, payload_id: str, chunk_bytes: int) -> float:
     """Send a payload to the peer, assemble the echo; returns the round-trip seconds."""
-    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_sender import ChunkedSender
 
     sender = ChunkedSender(enc, payload_id, chunk_bytes=chunk_bytes)
     assembler = PayloadAssembler(TransferLimits(max_total_bytes=64 << 20))
@@ -230,9 +233,13 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
     from fed_ros.msg import ArmCommand, ClusterMetrics, EpisodeStatus, RobotMetrics, RoundReport
     from fed_ros.core.round_config import RoundConfig
-    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.round_msgs import (Announcement, announcement_from_msg, announcement_to_msg,
+                                             cluster_model_msg, descriptor_from_msg, descriptor_to_msg,
+                                             model_update_msg)
+    from fed_ros.ros.wire.tensors import chunk_ranges, encode_state_dict
     from fed_ros.ros.wire.bulk import BulkServer
-    from fed_ros.ros.wire.transport import ChunkedSender, PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_sender import ChunkedSender
     from fed_ros.srv import Record, Register
 
     peer = processes.python([str(Path(__file__).resolve()), "--peer"], ros_env, log_path=tmp_path / "peer.log")
@@ -254,16 +261,16 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
             raise AssertionError((tmp_path / "peer.log").read_text()[-3000:])
 
         # -- ModelUpdate: chunked and unchunked, 21.5 MB, echoed and checked by sha256
-        enc = conv.encode_state_dict(_state_dict(seed=1))
+        enc = encode_state_dict(_state_dict(seed=1))
         assert abs(enc.total_bytes - PAYLOAD_MB * 1e6) < 8
 
         def as_update(chunk):
-            return conv.model_update_msg(chunk, robot_id="robot_1", round_idx=3, base_round=2, cluster_id=1,
+            return model_update_msg(chunk, robot_id="robot_1", round_idx=3, base_round=2, cluster_id=1,
                                          num_samples=4096, train_loss=0.25, nonce=b"\x07" * 16, signature=b"s" * 64)
         rtt_cold = _echo_tensor_payload(h, "model_update", as_update, enc, "robot_1/r3/chunked", CHUNK)
         rtt_chunked = _echo_tensor_payload(h, "model_update", as_update, enc, "robot_1/r3/chunked-warm", CHUNK)
         rtt_whole = _echo_tensor_payload(h, "model_update", as_update, enc, "robot_1/r3/whole", 1 << 30)
-        probe = as_update(ChunkedSender(conv.encode_state_dict(_state_dict(2, 0.01)), "meta", CHUNK).chunk(0))
+        probe = as_update(ChunkedSender(encode_state_dict(_state_dict(2, 0.01)), "meta", CHUNK).chunk(0))
         h.pubs["model_update"].publish(probe)
         h.spin_until(lambda: len(h.received["model_update"]) > 0, 10, "ModelUpdate metadata echo")
         back = h.received["model_update"].pop()
@@ -273,16 +280,16 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
         assert back.payload.chunk_count == 1 and back.payload.sha256 == probe.payload.sha256
 
         # -- ClusterModel: chunked and unchunked (int8 encoding carries scales)
-        enc8 = conv.encode_state_dict(_state_dict(seed=3), "int8")
+        enc8 = encode_state_dict(_state_dict(seed=3), "int8")
 
         def as_cluster(chunk):
-            return conv.cluster_model_msg(chunk, cluster_id=2, round_idx=4, member_robot_ids=["robot_0", "robot_1"])
+            return cluster_model_msg(chunk, cluster_id=2, round_idx=4, member_robot_ids=["robot_0", "robot_1"])
         _echo_tensor_payload(h, "cluster_model", as_cluster, enc, "fleet/r4/cluster_2", CHUNK)
         _echo_tensor_payload(h, "cluster_model", as_cluster, enc8, "fleet/r4/cluster_2/int8", 1 << 30)
 
         # -- late joiner: the peer's TRANSIENT_LOCAL chunked cluster model arrives whole
-        latched_enc = conv.encode_state_dict(_state_dict(seed=7))
-        chunks = len(conv.chunk_ranges(latched_enc.total_bytes, CHUNK))
+        latched_enc = encode_state_dict(_state_dict(seed=7))
+        chunks = len(chunk_ranges(latched_enc.total_bytes, CHUNK))
         h.subscribe_latched(chunks)
         assembler = PayloadAssembler(TransferLimits(max_total_bytes=64 << 20))
         got: list = []
@@ -301,7 +308,7 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
             uri = bulk.offer(enc.data)
             control = ChunkedSender(enc, "robot_1/r3/bulk", bulk_uri=uri).chunk(0)
             t0 = time.perf_counter()
-            h.bulk_pub.publish(conv.model_update_msg(control, robot_id="robot_1", round_idx=3, base_round=2))
+            h.bulk_pub.publish(model_update_msg(control, robot_id="robot_1", round_idx=3, base_round=2))
             h.spin_until(lambda: any(r.get("payload_id") == "robot_1/r3/bulk" for r in h.reports), 20,
                          "the bulk fetch report")
             t_bulk = time.perf_counter() - t0
@@ -312,14 +319,14 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
         desc = CoreDescriptor(robot_id="robot_2", kind="gaussian", mean=np.linspace(0, 1, 256, dtype=np.float32),
                               variance=np.full(256, 0.5, np.float32), num_samples=900, scores={"robot_1": 0.5},
                               payload=bytes(np.random.default_rng(5).integers(0, 255, 1 << 20, dtype=np.uint8)))
-        h.pubs["client_descriptor"].publish(conv.descriptor_to_msg(desc, round_idx=3, nonce=b"n" * 16))
+        h.pubs["client_descriptor"].publish(descriptor_to_msg(desc, round_idx=3, nonce=b"n" * 16))
         h.spin_until(lambda: len(h.received["client_descriptor"]) > 0, 10, "descriptor echo")
-        back_desc = conv.descriptor_from_msg(h.received["client_descriptor"][0])
+        back_desc = descriptor_from_msg(h.received["client_descriptor"][0])
         assert back_desc.payload == desc.payload and back_desc.scores == desc.scores
         np.testing.assert_array_equal(back_desc.mean, desc.mean)
 
         # -- small messages: echoed equal field by field
-        ann = conv.announcement_to_msg(conv.Announcement(
+        ann = announcement_to_msg(Announcement(
             round_idx=3, stage="train", deadline_s=1700000000.25, algorithm="feddrman",
             participants=("robot_0", "robot_1"), memberships={"robot_0": [(0, 1.0)], "robot_1": [(0, 0.5), (1, 0.5)]},
             quorum=2, configs={"robot_0": RoundConfig(prox_mu=0.01, lr=1e-3)}))
@@ -340,7 +347,7 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
             h.spin_until(lambda n=name: len(h.received[n]) > 0, 10, f"{name} echo")
             # float32 fields round to float32 on the wire: compare the serialized forms
             assert serialize_message(h.received[name][0]) == serialize_message(msg), name
-        assert conv.announcement_from_msg(h.received["round_announcement"][0]).memberships["robot_1"] == \
+        assert announcement_from_msg(h.received["round_announcement"][0]).memberships["robot_1"] == \
             [(0, 0.5), (1, 0.5)]
 
         # -- services

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -71,9 +70,9 @@ class FakeServer:
 
     def send_model(self, round_idx: int, signer: auth.Signer | None, tag: str) -> int:
         """A well-formed cluster model (the fleet's manifest) signed by ``signer`` (None: unsigned)."""
-        from fed_ros.ros.wire.conversions import encode_state_dict
+        from fed_ros.ros.wire.tensors import encode_state_dict
         from fed_ros.ros.wire.round_msgs import cluster_model_msg
-        from fed_ros.ros.wire.transport import ChunkedSender
+        from fed_ros.ros.wire.chunk_sender import ChunkedSender
         encoded = encode_state_dict(initial_model())
         sender = ChunkedSender(encoded, f"cluster_0/r{round_idx}/{tag}", chunk_bytes=64 << 10)
         members = ["robot_0"]

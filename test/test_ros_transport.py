@@ -15,9 +15,14 @@ import pytest
 import zmq
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire import conversions as conv
+from fed_ros.ros.wire.tensors import (EncodedPayload, decode_state_dict, encode_state_dict,
+                                      manifest_from_msgs, set_bytes_field, sha256_hex)
 from fed_ros.ros.wire import bulk
-from fed_ros.ros.wire import transport as tr
+from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, CompletePayload, PayloadAssembler,
+                                              PayloadRejected, TransferLimits, decode_resend_request,
+                                              encode_resend_request)
+from fed_ros.ros.wire.chunk_sender import ChunkedSender
+from fed_ros.ros.wire.fastdds_profile import apply_fastdds_profile, fastdds_profile_path
 
 
 class FakeClock:
@@ -28,13 +33,13 @@ class FakeClock:
         return self.now
 
 
-def _encoded(n_floats: int = 10_000, seed: int = 0) -> conv.EncodedPayload:
+def _encoded(n_floats: int = 10_000, seed: int = 0) -> EncodedPayload:
     rng = np.random.default_rng(seed)
-    return conv.encode_state_dict({"a": rng.standard_normal(n_floats // 2, dtype=np.float32),
+    return encode_state_dict({"a": rng.standard_normal(n_floats // 2, dtype=np.float32),
                                    "b": rng.standard_normal((n_floats - n_floats // 2, 1), dtype=np.float32)})
 
 
-def _assert_same(done: tr.CompletePayload, enc: conv.EncodedPayload) -> None:
+def _assert_same(done: CompletePayload, enc: EncodedPayload) -> None:
     assert done.sha256 == enc.sha256
     assert done.data.tobytes() == enc.data.tobytes()
     sd = done.state_dict()
@@ -45,9 +50,9 @@ def _assert_same(done: tr.CompletePayload, enc: conv.EncodedPayload) -> None:
 
 def test_out_of_order_chunks_complete_once() -> None:
     enc = _encoded()
-    sender = tr.ChunkedSender(enc, "robot_1/r1/update", chunk_bytes=4096)
+    sender = ChunkedSender(enc, "robot_1/r1/update", chunk_bytes=4096)
     assert sender.chunk_count == 10
-    asm = tr.PayloadAssembler()
+    asm = PayloadAssembler()
     chunks = list(sender.chunks())
     order = [3, 0, 9, 1, 2, 8, 4, 7, 5]
     for i in order:
@@ -61,8 +66,8 @@ def test_out_of_order_chunks_complete_once() -> None:
 
 def test_duplicate_chunk_is_ignored() -> None:
     enc = _encoded()
-    sender = tr.ChunkedSender(enc, "p", chunk_bytes=8192)
-    asm = tr.PayloadAssembler()
+    sender = ChunkedSender(enc, "p", chunk_bytes=8192)
+    asm = PayloadAssembler()
     first = sender.chunk(0)
     assert asm.add(first) is None and asm.add(sender.chunk(0)) is None
     assert asm.missing("p") == list(range(1, sender.chunk_count))
@@ -70,57 +75,57 @@ def test_duplicate_chunk_is_ignored() -> None:
 
 def test_oversize_payload_rejected_before_any_allocation() -> None:
     enc = _encoded(100_000)  # 400 kB
-    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=100_000))
-    with pytest.raises(tr.PayloadRejected, match="total_bytes 400000 exceeds cap 100000"):
-        asm.add(tr.ChunkedSender(enc, "big", chunk_bytes=1000).chunk(0))
+    asm = PayloadAssembler(TransferLimits(max_total_bytes=100_000))
+    with pytest.raises(PayloadRejected, match="total_bytes 400000 exceeds cap 100000"):
+        asm.add(ChunkedSender(enc, "big", chunk_bytes=1000).chunk(0))
     assert asm.pending_bytes == 0 and asm.pending_ids == []
     # the next valid payload is still accepted
     small = _encoded(1000)
-    sender = tr.ChunkedSender(small, "small", chunk_bytes=1 << 20)
+    sender = ChunkedSender(small, "small", chunk_bytes=1 << 20)
     done = asm.add(sender.chunk(0))
     assert done is not None and done.sha256 == small.sha256
 
 
 def test_lying_header_rejected() -> None:
     enc = _encoded()
-    asm = tr.PayloadAssembler(tr.TransferLimits(max_chunk_bytes=1024))
-    with pytest.raises(tr.PayloadRejected, match="cap 1024"):
-        asm.add(tr.ChunkedSender(enc, "p", chunk_bytes=4096).chunk(0))
-    chunk = tr.ChunkedSender(enc, "q", chunk_bytes=1024).chunk(0)
+    asm = PayloadAssembler(TransferLimits(max_chunk_bytes=1024))
+    with pytest.raises(PayloadRejected, match="cap 1024"):
+        asm.add(ChunkedSender(enc, "p", chunk_bytes=4096).chunk(0))
+    chunk = ChunkedSender(enc, "q", chunk_bytes=1024).chunk(0)
     chunk.total_bytes = enc.total_bytes + 4  # manifest says otherwise
-    with pytest.raises(tr.PayloadRejected, match="manifest implies 40000 bytes"):
+    with pytest.raises(PayloadRejected, match="manifest implies 40000 bytes"):
         asm.add(chunk)
-    chunk = tr.ChunkedSender(enc, "r", chunk_bytes=1024).chunk(0)
+    chunk = ChunkedSender(enc, "r", chunk_bytes=1024).chunk(0)
     chunk.chunk_index = chunk.chunk_count
-    with pytest.raises(tr.PayloadRejected, match="chunk_index 40 >= chunk_count 40"):
+    with pytest.raises(PayloadRejected, match="chunk_index 40 >= chunk_count 40"):
         asm.add(chunk)
-    chunk = tr.ChunkedSender(enc, "s", chunk_bytes=1024).chunk(1)
+    chunk = ChunkedSender(enc, "s", chunk_bytes=1024).chunk(1)
     chunk.chunk_offset = enc.total_bytes - 10
-    with pytest.raises(tr.PayloadRejected, match="beyond total_bytes"):
+    with pytest.raises(PayloadRejected, match="beyond total_bytes"):
         asm.add(chunk)
-    chunk = tr.ChunkedSender(enc, "t", chunk_bytes=1024).chunk(0)
+    chunk = ChunkedSender(enc, "t", chunk_bytes=1024).chunk(0)
     chunk.sha256 = "XYZ"
-    with pytest.raises(tr.PayloadRejected, match="sha256 must be 64"):
+    with pytest.raises(PayloadRejected, match="sha256 must be 64"):
         asm.add(chunk)
     assert asm.pending_bytes == 0
 
 
 def test_mixed_payload_headers_rejected() -> None:
     a, b = _encoded(seed=1), _encoded(seed=2)
-    asm = tr.PayloadAssembler()
-    asm.add(tr.ChunkedSender(a, "same-id", chunk_bytes=4096).chunk(0))
-    with pytest.raises(tr.PayloadRejected, match="disagrees with the first chunk"):
-        asm.add(tr.ChunkedSender(b, "same-id", chunk_bytes=4096).chunk(1))
+    asm = PayloadAssembler()
+    asm.add(ChunkedSender(a, "same-id", chunk_bytes=4096).chunk(0))
+    with pytest.raises(PayloadRejected, match="disagrees with the first chunk"):
+        asm.add(ChunkedSender(b, "same-id", chunk_bytes=4096).chunk(1))
 
 
 def test_overlapping_chunk_rejected() -> None:
     enc = _encoded()
-    asm = tr.PayloadAssembler()
-    sender = tr.ChunkedSender(enc, "p", chunk_bytes=4096)
+    asm = PayloadAssembler()
+    sender = ChunkedSender(enc, "p", chunk_bytes=4096)
     asm.add(sender.chunk(0))
     bad = sender.chunk(1)
     bad.chunk_offset = 100
-    with pytest.raises(tr.PayloadRejected, match="overlaps chunk 0"):
+    with pytest.raises(PayloadRejected, match="overlaps chunk 0"):
         asm.add(bad)
 
 
@@ -128,21 +133,21 @@ def test_corrupted_chunk_is_dropped_and_its_resend_completes_the_payload() -> No
     # Every chunk's sha256 is listed in the (signed) first chunk: a corrupted chunk is dropped
     # on arrival without losing the upload, and the intact chunk re-sent completes it.
     enc = _encoded()
-    sender = tr.ChunkedSender(enc, "p", chunk_bytes=8192)
-    asm = tr.PayloadAssembler()
+    sender = ChunkedSender(enc, "p", chunk_bytes=8192)
+    asm = PayloadAssembler()
     chunks = list(sender.chunks())
     intact = bytes(chunks[2].data)
     corrupted = bytearray(intact)
     corrupted[17] ^= 0xFF
-    conv.set_bytes_field(chunks[2], "data", bytes(corrupted))
+    set_bytes_field(chunks[2], "data", bytes(corrupted))
     for c in chunks[:2]:
         assert asm.add(c) is None
-    with pytest.raises(tr.ChunkDropped, match="does not hash to its listed sha256"):
+    with pytest.raises(ChunkDropped, match="does not hash to its listed sha256"):
         asm.add(chunks[2])
     for c in chunks[3:]:
         assert asm.add(c) is None
     assert asm.pending_ids == ["p"]  # the honest upload is kept, waiting for chunk 2
-    conv.set_bytes_field(chunks[2], "data", intact)
+    set_bytes_field(chunks[2], "data", intact)
     done = asm.add(chunks[2])
     assert done is not None and done.sha256 == enc.sha256
     assert asm.pending_ids == []
@@ -151,8 +156,8 @@ def test_corrupted_chunk_is_dropped_and_its_resend_completes_the_payload() -> No
 def test_stalled_payload_reports_missing_and_resend_completes_it() -> None:
     clock = FakeClock()
     enc = _encoded()
-    sender = tr.ChunkedSender(enc, "robot_2/r5/update", chunk_bytes=4096)
-    asm = tr.PayloadAssembler(stall_timeout_s=1.0, clock=clock)
+    sender = ChunkedSender(enc, "robot_2/r5/update", chunk_bytes=4096)
+    asm = PayloadAssembler(stall_timeout_s=1.0, clock=clock)
     lost = {2, 7}
     for c in sender.chunks():
         if c.chunk_index not in lost:
@@ -162,7 +167,7 @@ def test_stalled_payload_reports_missing_and_resend_completes_it() -> None:
     requests = asm.stalled()
     assert requests == {"robot_2/r5/update": [2, 7]}
     # the request travels as JSON in a std_msgs/String; the sender resends only those
-    pid, indices = tr.decode_resend_request(tr.encode_resend_request(*next(iter(requests.items()))))
+    pid, indices = decode_resend_request(encode_resend_request(*next(iter(requests.items()))))
     resent = sender.resend(indices)
     assert [c.chunk_index for c in resent] == [2, 7]
     assert asm.add(resent[0]) is None
@@ -174,8 +179,8 @@ def test_resume_requests_stop_after_max_but_a_full_resend_resumes_the_partial() 
     chunks; the sender's re-send (no acknowledgement) completes the payload with what was missing."""
     clock = FakeClock()
     enc = _encoded()
-    sender = tr.ChunkedSender(enc, "p", chunk_bytes=4096)
-    asm = tr.PayloadAssembler(stall_timeout_s=1.0, max_resume_requests=2, clock=clock)
+    sender = ChunkedSender(enc, "p", chunk_bytes=4096)
+    asm = PayloadAssembler(stall_timeout_s=1.0, max_resume_requests=2, clock=clock)
     asm.add(sender.chunk(0))
     for step in range(1, 3):
         clock.now = step * 1.1
@@ -192,31 +197,31 @@ def test_resume_requests_stop_after_max_but_a_full_resend_resumes_the_partial() 
 
 def test_max_pending_bounds_memory() -> None:
     clock = FakeClock()
-    asm = tr.PayloadAssembler(max_pending=2, stall_timeout_s=1.0, max_resume_requests=1, clock=clock)
+    asm = PayloadAssembler(max_pending=2, stall_timeout_s=1.0, max_resume_requests=1, clock=clock)
     for pid in ("a", "b"):
-        asm.add(tr.ChunkedSender(_encoded(), pid, chunk_bytes=4096).chunk(0))
-    with pytest.raises(tr.PayloadRejected, match="max_pending=2"):
-        asm.add(tr.ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
+        asm.add(ChunkedSender(_encoded(), pid, chunk_bytes=4096).chunk(0))
+    with pytest.raises(PayloadRejected, match="max_pending=2"):
+        asm.add(ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
     clock.now = 5.0  # "a" abandoned long ago: it makes room
-    asm.add(tr.ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
+    asm.add(ChunkedSender(_encoded(), "c", chunk_bytes=4096).chunk(0))
     assert asm.pending_ids == ["b", "c"]
 
 
 def test_resend_rejects_bad_indices_and_requests_validate() -> None:
-    sender = tr.ChunkedSender(_encoded(), "p", chunk_bytes=4096)
+    sender = ChunkedSender(_encoded(), "p", chunk_bytes=4096)
     with pytest.raises(ValueError, match=r"\[10\]"):
         sender.resend([1, 10])
     for bad in ("not json", json.dumps({"payload_id": "p"}), json.dumps({"payload_id": "", "chunks": []}),
                 json.dumps({"payload_id": "p", "chunks": [-1]})):
         with pytest.raises(ValueError, match="malformed resend request"):
-            tr.decode_resend_request(bad)
+            decode_resend_request(bad)
 
 
 def test_bulk_control_message_is_not_assembled() -> None:
     enc = _encoded()
-    msg = tr.ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:1/abc").chunk(0)
-    with pytest.raises(tr.PayloadRejected, match="use fetch_bulk"):
-        tr.PayloadAssembler().add(msg)
+    msg = ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:1/abc").chunk(0)
+    with pytest.raises(PayloadRejected, match="use fetch_bulk"):
+        PayloadAssembler().add(msg)
 
 
 # --------------------------------------------------------------------- bulk channel
@@ -236,32 +241,32 @@ def test_bulk_fetch_round_trip(bulk_server) -> None:
     server, ctx = bulk_server
     enc = _encoded(300_000)  # 1.2 MB, several 256 kB chunks
     uri = server.offer(enc.data)
-    control = tr.ChunkedSender(enc, "robot_1/r2/update", bulk_uri=uri).chunk(0)
+    control = ChunkedSender(enc, "robot_1/r2/update", bulk_uri=uri).chunk(0)
     assert len(control.data) == 0 and control.bulk_uri == uri
     data = bulk.fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
     assert data.tobytes() == enc.data.tobytes()
-    sd = conv.decode_state_dict(conv.manifest_from_msgs(control.manifest), control.encoding, data)
-    np.testing.assert_array_equal(sd["a"], conv.decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"])
+    sd = decode_state_dict(manifest_from_msgs(control.manifest), control.encoding, data)
+    np.testing.assert_array_equal(sd["a"], decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"])
 
 
 def test_bulk_size_cap_checked_before_connecting() -> None:
     enc = _encoded(100_000)
     # nothing listens on this endpoint: a fetch that connected would time out instead
-    control = tr.ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:9/deadbeef").chunk(0)
-    with pytest.raises(tr.PayloadRejected, match="exceeds cap 1000"):
-        bulk.fetch_bulk(control, limits=tr.TransferLimits(max_total_bytes=1000))
+    control = ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:9/deadbeef").chunk(0)
+    with pytest.raises(PayloadRejected, match="exceeds cap 1000"):
+        bulk.fetch_bulk(control, limits=TransferLimits(max_total_bytes=1000))
 
 
 def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
     server, ctx = bulk_server
     enc = _encoded()
     uri = server.offer(enc.data)
-    with pytest.raises(tr.PayloadRejected, match="unknown token"):
+    with pytest.raises(PayloadRejected, match="unknown token"):
         bulk.fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
-    with pytest.raises(tr.PayloadRejected, match="sha256 mismatch"):
+    with pytest.raises(PayloadRejected, match="sha256 mismatch"):
         bulk.fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
     server.withdraw(uri)
-    with pytest.raises(tr.PayloadRejected, match="unknown token"):
+    with pytest.raises(PayloadRejected, match="unknown token"):
         bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
 
 
@@ -339,7 +344,7 @@ def test_bulk_fetch_rejects_a_chunk_longer_than_its_slot() -> None:
     try:
         enc = _encoded(40_000)
         uri = server.offer(enc.data)
-        with pytest.raises(tr.PayloadRejected, match="does not match the expected layout"):
+        with pytest.raises(PayloadRejected, match="does not match the expected layout"):
             bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
     finally:
         server.close()
@@ -365,26 +370,26 @@ def test_parse_bulk_uri() -> None:
 # ------------------------------------------------------------------ Fast DDS profile
 
 def test_fastdds_profile_exists_and_is_applied_only_if_present(tmp_path: Path) -> None:
-    path = tr.fastdds_profile_path()
+    path = fastdds_profile_path()
     assert path is not None and path.name == "fastdds_shm.xml"
     text = path.read_text()
     assert "<type>SHM</type>" in text and "<useBuiltinTransports>false</useBuiltinTransports>" in text
     env: dict[str, str] = {}
-    assert tr.apply_fastdds_profile(env) == path and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(path)
+    assert apply_fastdds_profile(env) == path and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(path)
     env = {}
-    assert tr.apply_fastdds_profile(env, path=tmp_path / "missing.xml") is None
+    assert apply_fastdds_profile(env, path=tmp_path / "missing.xml") is None
     assert "FASTDDS_DEFAULT_PROFILES_FILE" not in env
     env = {"FASTDDS_DEFAULT_PROFILES_FILE": os.fspath(tmp_path / "user.xml")}
-    assert tr.apply_fastdds_profile(env) is None  # user's setting kept, reported missing
+    assert apply_fastdds_profile(env) is None  # user's setting kept, reported missing
     assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == os.fspath(tmp_path / "user.xml")
 
 
 def test_transfer_limits_validate() -> None:
     with pytest.raises(ValueError, match="max_total_bytes"):
-        tr.TransferLimits(max_total_bytes=0)
+        TransferLimits(max_total_bytes=0)
     with pytest.raises(ValueError, match="payload_id"):
-        tr.ChunkedSender(_encoded(), "")
-    assert isinstance(tr.ChunkedSender(_encoded(), "p").chunk(0), TensorPayload)
+        ChunkedSender(_encoded(), "")
+    assert isinstance(ChunkedSender(_encoded(), "p").chunk(0), TensorPayload)
 
 
 # ------------------------------------------------- every transfer path, two processes
@@ -428,7 +433,7 @@ def _chunks(draw) -> TensorPayload:
                         sha256=draw(st.sampled_from(["0" * 64, "g" * 64, "", "ab"])),
                         bulk_uri=draw(st.sampled_from(["", "tcp://127.0.0.1:9/t"])))
     msg.scales = draw(st.lists(st.floats(width=32), max_size=3))
-    conv.set_bytes_field(msg, "data", draw(st.binary(max_size=64)))
+    set_bytes_field(msg, "data", draw(st.binary(max_size=64)))
     if draw(st.booleans()):  # sometimes a consistent small header, so deeper checks are reached
         n = draw(st.integers(0, 8))
         msg.manifest = [TensorSpecMsg(name="w", shape=[n], dtype="float32")]
@@ -442,14 +447,14 @@ def _chunks(draw) -> TensorPayload:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_chunks(), min_size=1, max_size=6))
 def test_assembler_never_crashes_on_malformed_chunks(chunks: list[TensorPayload]) -> None:
-    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=1 << 16, max_chunk_bytes=1 << 12), max_pending=2)
+    asm = PayloadAssembler(TransferLimits(max_total_bytes=1 << 16, max_chunk_bytes=1 << 12), max_pending=2)
     for chunk in chunks:
         try:
             done = asm.add(chunk)
-        except tr.PayloadRejected:
+        except PayloadRejected:
             continue
         if done is not None:  # only a payload whose bytes hash to the claimed sha256 completes
-            assert conv.sha256_hex(done.data) == chunk.sha256
+            assert sha256_hex(done.data) == chunk.sha256
     assert asm.pending_bytes <= 2 * (1 << 16)
 
 
@@ -463,7 +468,7 @@ def test_bulk_server_bind_and_advertised_host_from_environment(monkeypatch) -> N
         assert uri.startswith("tcp://robot-7.fleet.lan:") and len(uri.rsplit("/", 1)[1]) == 32
         # the advertised name is for other machines; locally fetch through the bound endpoint
         local = "tcp://127.0.0.1:" + uri.split(":")[2]
-        assert bulk.fetch_bulk(local, 10, conv.sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
+        assert bulk.fetch_bulk(local, 10, sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
     finally:
         server.close()
         ctx.term()
@@ -473,9 +478,9 @@ def test_50mb_update_arrives_intact_with_bounded_memory() -> None:
     """L7: 50 MB in 4 MiB chunks; assembly allocates the payload once, nothing per chunk."""
     import tracemalloc
 
-    enc = conv.encode_state_dict({"w": np.random.default_rng(0).standard_normal(12_500_000, dtype=np.float32)})
-    sender = tr.ChunkedSender(enc, "robot_9/r1/update")  # default 4 MiB chunks
-    asm = tr.PayloadAssembler(tr.TransferLimits(max_total_bytes=64 << 20))
+    enc = encode_state_dict({"w": np.random.default_rng(0).standard_normal(12_500_000, dtype=np.float32)})
+    sender = ChunkedSender(enc, "robot_9/r1/update")  # default 4 MiB chunks
+    asm = PayloadAssembler(TransferLimits(max_total_bytes=64 << 20))
     tracemalloc.start()
     try:
         done = None

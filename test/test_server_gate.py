@@ -41,7 +41,7 @@ class Observer:
         self.end_fleet = node.create_client(Trigger, f"{SERVER}/end_fleet")
 
     def _on_round(self, msg) -> None:
-        from fed_ros.ros.wire.conversions import STAGE_NAMES
+        from fed_ros.ros.wire.round_msgs import STAGE_NAMES
         self.announcements.append((int(msg.round), STAGE_NAMES.get(int(msg.stage)),
                                    msg.deadline.sec + msg.deadline.nanosec * 1e-9))
 

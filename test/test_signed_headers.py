@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from fed_ros.core import auth
-from fed_ros.core import validation as V
+from fed_ros.core.decisions import BAD_SIGNATURE, UNSIGNED
+from fed_ros.core.payload_checks import validate_cluster_model
+from fed_ros.core.sender_checks import ValidationContext
+from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
 from fed_ros.core.auth import AllowList, Signer
 
 HDR = dict(base_round=2, num_samples=100, cluster_id=-1)
@@ -69,16 +72,16 @@ def test_update_signature_covers_the_transfer_header(robot):
 
 def test_update_envelope_signature_checks_the_transfer_digest(robot):
     allow = AllowList({"robot_0": robot.public_key})
-    env = V.UpdateEnvelope(robot_id="robot_0", round_idx=2, base_round=2, num_samples=100,
+    env = UpdateEnvelope(robot_id="robot_0", round_idx=2, base_round=2, num_samples=100,
                            manifest=MANIFEST, total_bytes=64, payload_sha256=auth.sha256_hex(b"p"),
                            nonce=auth.new_nonce(), transfer=transfer()).signed(robot)
-    ctx = V.ValidationContext(current_round=2, base_rounds={2}, participants={"robot_0"}, allow_list=allow,
+    ctx = ValidationContext(current_round=2, base_rounds={2}, participants={"robot_0"}, allow_list=allow,
                               replay_guard=auth.ReplayGuard())
-    assert V.check_update_envelope(env, ctx)
+    assert check_update_envelope(env, ctx)
     import dataclasses
     moved = dataclasses.replace(env, transfer=transfer(bulk_uri="tcp://attacker:5555/token"))
-    d = V.check_update_envelope(moved, ctx)
-    assert not d and d.code == V.BAD_SIGNATURE, d
+    d = check_update_envelope(moved, ctx)
+    assert not d and d.code == BAD_SIGNATURE, d
 
 
 def _model(seed: int = 0) -> dict[str, np.ndarray]:
@@ -89,7 +92,7 @@ def _model(seed: int = 0) -> dict[str, np.ndarray]:
 def test_robot_accepts_a_cluster_model_signed_by_its_server(server):
     sha = auth.sha256_hex(b"model bytes")
     sig = server.sign_cluster_model(3, 0, sha, transfer=transfer(), members=["robot_0", "robot_1"])
-    d = V.validate_cluster_model(cluster_id=0, round_idx=3, params=_model(), expected_manifest=None,
+    d = validate_cluster_model(cluster_id=0, round_idx=3, params=_model(), expected_manifest=None,
                                  total_bytes=64, payload_sha256=sha, received_sha256=sha, signature=sig,
                                  server_public_key=server.public_key, transfer=transfer(),
                                  members=["robot_0", "robot_1"])
@@ -114,17 +117,17 @@ def test_robot_refuses_a_cluster_model_its_server_did_not_sign(server, case):
         got["transfer"] = transfer(bulk_uri="tcp://attacker:5555/x")
     elif case == "flipped":
         got["signature"] = bytes([sig[0] ^ 1]) + sig[1:]
-    d = V.validate_cluster_model(params=_model(), expected_manifest=None, total_bytes=64, payload_sha256=sha,
+    d = validate_cluster_model(params=_model(), expected_manifest=None, total_bytes=64, payload_sha256=sha,
                                  received_sha256=sha, server_public_key=server.public_key, **got)
     assert not d
-    assert d.code == (V.UNSIGNED if case == "unsigned" else V.BAD_SIGNATURE), d
+    assert d.code == (UNSIGNED if case == "unsigned" else BAD_SIGNATURE), d
     assert "server signature" in d.reason or "not signed by the server" in d.reason
 
 
 def test_without_a_server_key_the_robot_does_not_check_signatures():
     """What running without a server key means: any well-formed model is taken (documented)."""
     sha = auth.sha256_hex(b"m")
-    assert V.validate_cluster_model(cluster_id=0, round_idx=0, params=_model(), expected_manifest=None,
+    assert validate_cluster_model(cluster_id=0, round_idx=0, params=_model(), expected_manifest=None,
                                     payload_sha256=sha, received_sha256=sha, signature=b"")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import zmq
 
-from fed_ros.core import validation as V
+from fed_ros.core.decisions import Decision, NON_FINITE, OUT_OF_RANGE, SCHEMA, UNREACHABLE
 from fed_ros.core.delivery import Ledger, Outbox, RetrySchedule
 from fed_ros.core.params import manifest_of
 from fed_ros.ros.wire import bulk
@@ -51,8 +51,8 @@ def test_outbox_resends_on_schedule_until_acknowledged_or_deadline() -> None:
     assert box.due() == []  # next after 2 s more
     clock.now = 3.0
     assert [e.sends for e in box.due()] == [3]
-    assert box.acknowledge("r0/r3/a", V.Decision(True)) is not None
-    assert box.acknowledge("r0/r3/a", V.Decision(True)) is None  # a repeated ack is not news
+    assert box.acknowledge("r0/r3/a", Decision(True)) is not None
+    assert box.acknowledge("r0/r3/a", Decision(True)) is None  # a repeated ack is not news
     clock.now = 100.0
     assert box.due() == []
     box.add(4, "r0/r4/b", item="p4", deadline=5.0)
@@ -70,7 +70,7 @@ def test_outbox_expedite_after_an_outage_resends_now_and_restarts_the_backoff() 
     box = Outbox(RetrySchedule(first_s=1.0, factor=2.0, max_s=8.0), clock=clock)
     box.add(0, "r1/r0/a", item="p", deadline=100.0)
     box.add(1, "r1/r1/b", item="q", deadline=100.0)
-    box.acknowledge("r1/r1/b", V.Decision(True))
+    box.acknowledge("r1/r1/b", Decision(True))
     for t in (1.0, 3.0, 7.0, 15.0):  # sends 2..5 during an outage: the delay grew to its cap
         clock.now = t
         assert len(box.due()) == 1
@@ -89,14 +89,14 @@ def test_outbox_expedite_after_an_outage_resends_now_and_restarts_the_backoff() 
 def test_ledger_answers_resends_and_reopens_an_abandoned_round() -> None:
     ledger = Ledger(max_ids=3)
     assert ledger.decided("p") is None
-    ledger.decide("p", 0, V.Decision(True))
-    ledger.decide("q", 0, V.Decision(False, V.NON_FINITE, "NaN"))
-    ledger.decide("x", 1, V.Decision(True))
-    assert ledger.decided("p").accepted and ledger.decided("q").code == V.NON_FINITE
+    ledger.decide("p", 0, Decision(True))
+    ledger.decide("q", 0, Decision(False, NON_FINITE, "NaN"))
+    ledger.decide("x", 1, Decision(True))
+    assert ledger.decided("p").accepted and ledger.decided("q").code == NON_FINITE
     ledger.reopen(0)  # round 0 announced again: its payloads are collected afresh
     assert ledger.decided("p") is None and ledger.decided("q") is None and ledger.decided("x")
     for pid in "abcd":
-        ledger.decide(pid, 2, V.Decision(True))
+        ledger.decide(pid, 2, Decision(True))
     assert len(ledger) == 3 and ledger.decided("a") is None  # bounded
     with pytest.raises(ValueError, match="max_ids"):
         Ledger(max_ids=0)
@@ -135,10 +135,10 @@ def test_sender_and_receiver_over_ros_chunks_with_resend() -> None:
 
 
 @pytest.mark.parametrize("change, code", [
-    (lambda m: {"w": m["w"], "b": m["b"], "evil": np.zeros(1, np.float32)}, V.SCHEMA),
-    (lambda m: {"w": m["w"].reshape(3, 2), "b": m["b"]}, V.SCHEMA),
-    (lambda m: {"w": np.full((2, 3), np.nan, np.float32), "b": m["b"]}, V.NON_FINITE),
-    (lambda m: {"w": np.full((2, 3), -1e30, np.float32), "b": m["b"]}, V.OUT_OF_RANGE),
+    (lambda m: {"w": m["w"], "b": m["b"], "evil": np.zeros(1, np.float32)}, SCHEMA),
+    (lambda m: {"w": m["w"].reshape(3, 2), "b": m["b"]}, SCHEMA),
+    (lambda m: {"w": np.full((2, 3), np.nan, np.float32), "b": m["b"]}, NON_FINITE),
+    (lambda m: {"w": np.full((2, 3), -1e30, np.float32), "b": m["b"]}, OUT_OF_RANGE),
 ])
 def test_receiver_is_the_one_payload_check_with_a_code(change, code) -> None:
     """Manifest before any byte (schema), values after decoding (finite, range): one Decision each."""
@@ -178,7 +178,7 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
         assert receiver.offer(gone, retry_for_s=0.5) is None
         (result,) = _wait_completed(receiver, 1)
         endpoint = gone.bulk_uri.rsplit("/", 1)[0]
-        assert result.decision.code == V.UNREACHABLE and f"bulk server {endpoint} unreachable" in result.decision.reason
+        assert result.decision.code == UNREACHABLE and f"bulk server {endpoint} unreachable" in result.decision.reason
     finally:
         receiver.close()
         sender.close()
@@ -223,7 +223,7 @@ def test_bulk_fetch_follows_a_restarted_sender_offering_the_same_bytes_elsewhere
             second.close()
             assert receiver.offer(gone, retry_for_s=1.0) is None and receiver.offer(other) is None
             (result,) = _wait_completed(receiver, 1, timeout=20.0)
-            assert result.decision.code == V.UNREACHABLE
+            assert result.decision.code == UNREACHABLE
         finally:
             third.close()
     finally:

@@ -70,13 +70,13 @@ class Robots:
 
     def _on_ack(self, msg) -> None:
         """What the robot node does: an acknowledged update is not re-sent any more."""
-        from fed_ros.core.validation import Decision
+        from fed_ros.core.decisions import Decision
         self.acks.append(msg)
         self.outbox.acknowledge(msg.payload_id, Decision(msg.accepted, msg.code, msg.reason))
 
     def _on_resend(self, msg) -> None:
         """What the robot node does: answer with only the requested chunks (forged like the first time)."""
-        from fed_ros.ros.wire.conversions import model_update_msg
+        from fed_ros.ros.wire.round_msgs import model_update_msg
         self.resend_requests.append(msg.data)
         for sender in self.resend_from:
             answer = sender.resend(msg.data)
@@ -117,7 +117,7 @@ class Robots:
 
     def publish(self, out, skip=(), forge=None) -> None:
         """Publish an update's chunks (``forge(msg)`` edits each message first: a forged header)."""
-        from fed_ros.ros.wire.conversions import model_update_msg
+        from fed_ros.ros.wire.round_msgs import model_update_msg
         if forge is not None:
             self.forges[out.payload_id] = forge
         for chunk in out.chunks():
@@ -140,10 +140,12 @@ class Robots:
 
 @pytest.mark.timeout(300)
 def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) -> None:
-    from fed_ros.core import validation as V
+    from fed_ros.core.decisions import (DIGEST, DUPLICATE, FUTURE, NOT_PARTICIPANT, NUM_SAMPLES, OUT_OF_RANGE,
+                                        OVERSIZE, SCHEMA, STALE_BASE, STALE_ROUND)
     from fed_ros.core.params import manifest_of
     from fed_ros.ros.wire.transfer import TransferSender
-    from fed_ros.core.validation import NON_FINITE, read_audit_log
+    from fed_ros.core.audit_log import read_audit_log
+    from fed_ros.core.decisions import NON_FINITE
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
 
@@ -199,17 +201,17 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         r0 = robots.ros_out
         side = TransferSender("ros", chunk_bytes=64 << 10)  # its chunks are not re-sent on request
         refused_pids = [nan_out.payload_id] + [refused(*case) for case in (
-            (robots.prepare(r0, flat, "robot_1", "shape"), V.SCHEMA),
-            (robots.prepare(r0, dict(list(initial.items())[:-1]), "robot_1", "manifest"), V.SCHEMA),
-            (robots.prepare(r0, huge, "robot_1", "range"), V.OUT_OF_RANGE),
-            (robots.prepare(r0, initial, "robot_1", "oversize"), V.OVERSIZE,
+            (robots.prepare(r0, flat, "robot_1", "shape"), SCHEMA),
+            (robots.prepare(r0, dict(list(initial.items())[:-1]), "robot_1", "manifest"), SCHEMA),
+            (robots.prepare(r0, huge, "robot_1", "range"), OUT_OF_RANGE),
+            (robots.prepare(r0, initial, "robot_1", "oversize"), OVERSIZE,
              lambda m: setattr(m.payload, "total_bytes", 1 << 40)),
-            (robots.prepare(r0, initial, "robot_1", "digest"), V.DIGEST,
+            (robots.prepare(r0, initial, "robot_1", "digest"), DIGEST,
              lambda m: setattr(m.payload, "sha256", "0" * 64)),
-            (robots.prepare(r0, initial, "robot_1", "samples", num_samples=0), V.NUM_SAMPLES),
-            (robots.prepare(r0, initial, "robot_9", "stranger"), V.NOT_PARTICIPANT),
-            (robots.prepare(r0, initial, "robot_1", "future", round_idx=1), V.FUTURE),
-            (robots.prepare(r0, initial, "robot_1", "base", base_round=1), V.STALE_BASE),
+            (robots.prepare(r0, initial, "robot_1", "samples", num_samples=0), NUM_SAMPLES),
+            (robots.prepare(r0, initial, "robot_9", "stranger"), NOT_PARTICIPANT),
+            (robots.prepare(r0, initial, "robot_1", "future", round_idx=1), FUTURE),
+            (robots.prepare(r0, initial, "robot_1", "base", base_round=1), STALE_BASE),
         )]
 
         # A second update of robot_0 in flight (its first chunk passed the header checks) completes after
@@ -225,10 +227,10 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         robots.spin_until(lambda: robots.acks_for(lost.payload_id), 60.0, "the re-sent update's ack", server)
         assert robots.acks_for(lost.payload_id)[0].accepted and entry.sends >= 2
         robots.resend_from.append(side)  # from now on the twin's lost chunks are re-sent too
-        refused_pids.append(refused(twin, V.DUPLICATE, skip={0}))
+        refused_pids.append(refused(twin, DUPLICATE, skip={0}))
         # A second, different update of a robot whose update the round already took.
         good1 = {k: (v - 0.01).astype(np.float32) for k, v in initial.items()}
-        refused_pids.append(refused(robots.prepare(r0, good1, "robot_0", "again"), V.DUPLICATE))
+        refused_pids.append(refused(robots.prepare(r0, good1, "robot_0", "again"), DUPLICATE))
 
         # An interrupted chunk stream: chunks 2 and 3 never arrive; the server asks, only they are resent.
         cut = robots.prepare(robots.ros_out, good1, "robot_1", "cut")
@@ -245,7 +247,7 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         assert all(a.accepted for a in robots.acks_for(lost.payload_id))
         # Round 1: an update for round 0, which is over, is refused as stale (and counted in round 1).
         robots.spin_until(lambda: robots.announcement.round == 1, 30.0, "round 1", server)
-        stale_pid = refused(robots.prepare(r0, good1, "robot_1", "stale"), V.STALE_ROUND)
+        stale_pid = refused(robots.prepare(r0, good1, "robot_1", "stale"), STALE_ROUND)
         for k, rid in enumerate(ROBOTS):
             out = robots.prepare(r0, {n: (v + 0.02 * (k + 1)).astype(np.float32) for n, v in initial.items()},
                                  rid, "r1", round_idx=1)
@@ -270,9 +272,9 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
     assert sorted(e["robot_id"] for e in applied) == ROBOTS  # each accepted exactly once
     codes = {e["payload_id"]: e["code"] for e in entries if not e["accepted"] and e["code"] != "replay"}
     assert codes == {pid: robots.acks_for(pid)[0].code for pid in refused_pids + [stale_pid]}, codes
-    assert sorted(codes.values()) == sorted([NON_FINITE, V.SCHEMA, V.SCHEMA, V.OUT_OF_RANGE, V.OVERSIZE, V.DIGEST,
-                                             V.NUM_SAMPLES, V.NOT_PARTICIPANT, V.FUTURE, V.STALE_BASE,
-                                             V.DUPLICATE, V.DUPLICATE, V.STALE_ROUND])
+    assert sorted(codes.values()) == sorted([NON_FINITE, SCHEMA, SCHEMA, OUT_OF_RANGE, OVERSIZE, DIGEST,
+                                             NUM_SAMPLES, NOT_PARTICIPANT, FUTURE, STALE_BASE,
+                                             DUPLICATE, DUPLICATE, STALE_ROUND])
 
 
 @pytest.mark.timeout(200)

@@ -42,6 +42,7 @@ STALE_ROUND = "stale_round"
 UNREACHABLE = "unreachable"  # the bulk channel's sender could not be reached within the round
 TRANSFER = "transfer"  # chunks inconsistent with each other or with the caps, or bytes hash wrong
 FOREIGN_CHUNK = "foreign_chunk"  # a chunk not of the signed upload it names: dropped, the upload kept
+REGISTER = "register"  # a registration refused (bounds, identity, allow-list, fleet size)
 
 
 @dataclass(frozen=True)

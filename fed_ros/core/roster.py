@@ -2,14 +2,16 @@
 
 Who has registered (id, tasks, sample count, GPU, public key; re-registration with the same
 key after a restart; an optional allow-list; trust on first use without one), the decision
-to announce the first round (:func:`ready_to_start`), and :class:`Verdict`, the accept /
-reject-with-a-reason answer every round input gets (used by :mod:`fed_ros.core.round_collect`).
+to announce the first round (:func:`ready_to_start`). A registration is answered with a
+:class:`fed_ros.core.decisions.Decision`, like every other input the server judges.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any, Collection, Mapping, Sequence
+
+from fed_ros.core.decisions import ACCEPTED, REGISTER, Decision
 
 _ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -34,16 +36,6 @@ def ready_to_start(*, registered: Collection[str], expected: Collection[str], mi
     return waited_s > registration_timeout_s and count >= min_robots
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """Whether an input was accepted, and why not."""
-
-    accepted: bool
-    reason: str = ""
-    code: str = ""  # machine-readable reject code (fed_ros.core.validation's constants)
-
-
-ACCEPT = Verdict(True, "")
 
 
 @dataclass
@@ -82,36 +74,36 @@ class Roster:
         self._robots: dict[str, RobotEntry] = {}
 
     def register(self, robot_id: str, tasks: Sequence[str] = (), num_samples: int = 0,
-                 has_gpu: bool = False, public_key: bytes = b"", action_dim: int | None = None) -> Verdict:
+                 has_gpu: bool = False, public_key: bytes = b"", action_dim: int | None = None) -> Decision:
         """Add or refresh a robot; rejects bad ids, action spaces and keys with a reason."""
         # fullmatch: with match, "$" also matches before a trailing newline ("robot_0\n" passed).
         if not isinstance(robot_id, str) or not _ID_RE.fullmatch(robot_id):
-            return Verdict(False, f"bad robot id {robot_id!r} (must match {_ID_RE.pattern})")
+            return Decision(False, REGISTER, f"bad robot id {robot_id!r} (must match {_ID_RE.pattern})")
         if action_dim is not None and action_dim != self.action_dim:
-            return Verdict(False, f"action_dim {action_dim} != fleet action_dim {self.action_dim}")
+            return Decision(False, REGISTER, f"action_dim {action_dim} != fleet action_dim {self.action_dim}")
         if num_samples < 0:
-            return Verdict(False, f"negative num_samples {num_samples}")
+            return Decision(False, REGISTER, f"negative num_samples {num_samples}")
         key = bytes(public_key)
         if self.allowed_keys is not None:
             allowed = self.allowed_keys.get(robot_id)
             if allowed is None:
-                return Verdict(False, f"robot {robot_id!r} is not on the allow-list")
+                return Decision(False, REGISTER, f"robot {robot_id!r} is not on the allow-list")
             if key != allowed:
-                return Verdict(False, f"public key of {robot_id!r} does not match the allow-list")
+                return Decision(False, REGISTER, f"public key of {robot_id!r} does not match the allow-list")
         entry = self._robots.get(robot_id)
         if entry is None:
             if len(self._robots) >= self.max_robots:
-                return Verdict(False, f"fleet is full ({self.max_robots} robots)")
+                return Decision(False, REGISTER, f"fleet is full ({self.max_robots} robots)")
             self._robots[robot_id] = RobotEntry(robot_id, tuple(tasks), min(num_samples, self.max_samples),
                                                 bool(has_gpu), key)
-            return ACCEPT
+            return ACCEPTED
         if entry.public_key and key != entry.public_key:
             # Without an allow-list the first key a robot used is pinned (trust on first use).
-            return Verdict(False, f"robot {robot_id!r} re-registered with a different public key")
+            return Decision(False, REGISTER, f"robot {robot_id!r} re-registered with a different public key")
         entry.tasks, entry.num_samples, entry.has_gpu = tuple(tasks), min(num_samples, self.max_samples), bool(has_gpu)
         entry.public_key = entry.public_key or key
         entry.registrations += 1
-        return ACCEPT
+        return ACCEPTED
 
     def __contains__(self, robot_id: object) -> bool:
         return robot_id in self._robots

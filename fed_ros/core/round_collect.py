@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fed_ros.core.decisions import DUPLICATE, FUTURE, LATE, NOT_PARTICIPANT, STALE_BASE, STALE_ROUND
+from fed_ros.core.decisions import (ACCEPTED, DUPLICATE, FUTURE, LATE, NOT_PARTICIPANT, STALE_BASE, STALE_ROUND,
+                                    Decision)
 from fed_ros.core.round_config import Membership, RoundConfig
-from fed_ros.core.roster import ACCEPT, Verdict
 
 # Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
 TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
@@ -48,8 +48,8 @@ class RoundPlan:
 
 
 @dataclass(frozen=True)
-class Decision:
-    """What a stage's collection decided at time ``now``."""
+class StageDecision:
+    """What a stage's collection decided at time ``now`` (wait, proceed or abandon the stage)."""
 
     kind: str  # "wait" | "proceed" | "abandon"
     answered: tuple[str, ...] = ()
@@ -72,27 +72,27 @@ class StageCollector:
         # demonstrations): shown in the report, not counted as rejections, no answer either.
         self.declined: dict[str, str] = {}
 
-    def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Verdict:
+    def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Decision:
         """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
         plan = self.plan
         if robot_id not in plan.participants:
-            return Verdict(False, f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
-                           NOT_PARTICIPANT)
+            return Decision(False, reason=f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
+                           code=NOT_PARTICIPANT)
         if round_idx < plan.round_idx:
-            return Verdict(False, f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
-                           STALE_ROUND)
+            return Decision(False, reason=f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
+                           code=STALE_ROUND)
         if round_idx > plan.round_idx:
-            return Verdict(False, f"future round {round_idx}, current round is {plan.round_idx}", FUTURE)
+            return Decision(False, reason=f"future round {round_idx}, current round is {plan.round_idx}", code=FUTURE)
         if base_round is not None and base_round != plan.round_idx:
-            return Verdict(False, f"stale base: trained from model version {base_round}, "
-                                  f"round {plan.round_idx} starts from version {plan.round_idx}", STALE_BASE)
+            return Decision(False, reason=f"stale base: trained from model version {base_round}, "
+                                  f"round {plan.round_idx} starts from version {plan.round_idx}", code=STALE_BASE)
         if now > plan.deadline_s:
-            return Verdict(False, f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
-                                  f"of round {plan.round_idx}", LATE)
+            return Decision(False, reason=f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
+                                  f"of round {plan.round_idx}", code=LATE)
         if robot_id in self.answers and robot_id not in self.carried:
-            return Verdict(False, f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
-                                  f"({plan.stage})", DUPLICATE)
-        return ACCEPT
+            return Decision(False, reason=f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
+                                  f"({plan.stage})", code=DUPLICATE)
+        return ACCEPTED
 
     def accept(self, robot_id: str, answer: Any) -> None:
         """Record an answer that passed :meth:`check` (and any content validation)."""
@@ -103,26 +103,26 @@ class StageCollector:
         """Record a participant's reason for not answering this stage (the first one counts)."""
         self.declined.setdefault(robot_id, reason)
 
-    def reject(self, robot_id: str, reason: str, code: str = "") -> Verdict:
+    def reject(self, robot_id: str, reason: str, code: str = "") -> Decision:
         """Record a rejection (counted in the round report)."""
         self.rejected += 1
         # Bounded: the first reason per participant is what the report shows; junk ids from
         # unknown senders and repeats leave only the count.
         if robot_id in self.plan.participants and all(r != robot_id for r, _ in self.rejections):
             self.rejections.append((robot_id, reason))
-        return Verdict(False, reason, code)
+        return Decision(False, code, reason)
 
-    def decision(self, now: float) -> Decision:
+    def decision(self, now: float) -> StageDecision:
         """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait."""
         plan = self.plan
         answered = tuple(r for r in plan.participants if r in self.answers)
         missing = tuple(r for r in plan.participants if r not in self.answers)
         if not missing:
-            return Decision("proceed", answered)
+            return StageDecision("proceed", answered)
         if now <= plan.deadline_s:
-            return Decision("wait", answered, missing)
+            return StageDecision("wait", answered, missing)
         if len(answered) >= plan.quorum:
-            return Decision("proceed", answered, missing,
+            return StageDecision("proceed", answered, missing,
                             f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}")
-        return Decision("abandon", answered, missing,
+        return StageDecision("abandon", answered, missing,
                         f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline")

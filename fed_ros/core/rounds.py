@@ -24,12 +24,11 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from fed_ros.core.round_config import Membership, RobotInstruction, RoundConfig
-from fed_ros.core.validation import NO_ROUND, NUM_SAMPLES
-# The pieces of the machine, re-exported here for the callers that import them from rounds.
-from fed_ros.core.roster import ACCEPT, RobotEntry, Roster, Verdict, ready_to_start  # noqa: F401
-from fed_ros.core.round_collect import (DESCRIBE, DONE, EVALUATE, SCORE, STAGES, TRAIN, Decision,  # noqa: F401
-                                        RoundPlan, StageCollector, quorum_for)
-from fed_ros.core.round_report import (RobotOutcome, RoundOutcome, intra_cluster_similarity,  # noqa: F401
+from fed_ros.core.decisions import ACCEPTED, DESCRIPTOR, NO_ROUND, NUM_SAMPLES, OUT_OF_RANGE, Decision
+from fed_ros.core.roster import Roster
+from fed_ros.core.round_collect import (DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, RoundPlan,
+                                        StageCollector, StageDecision, quorum_for)
+from fed_ros.core.round_report import (RoundOutcome, intra_cluster_similarity,
                                        round_outcome, scalar_diagnostics)
 
 
@@ -144,7 +143,7 @@ class RoundCoordinator:
         self._initialized = True
         return True
 
-    def register(self, robot_id: str, **capabilities: Any) -> Verdict:
+    def register(self, robot_id: str, **capabilities: Any) -> Decision:
         """Register a robot (Roster.register) and keep the roster on disk when it changed."""
         verdict = self.roster.register(robot_id, **capabilities)
         if verdict.accepted and self.roster_file is not None:
@@ -236,7 +235,7 @@ class RoundCoordinator:
         return self.collector.plan if self.collector else None
 
     # ------------------------------------------------------------------ answers
-    def check_update(self, robot_id: str, round_idx: int, base_round: int, now: float | None = None) -> Verdict:
+    def check_update(self, robot_id: str, round_idx: int, base_round: int, now: float | None = None) -> Decision:
         """Pre-check an update's header (before its bytes arrive); counts nothing.
 
         The caller records a rejection once (:meth:`record_rejection`), whichever check refused it.
@@ -245,8 +244,8 @@ class RoundCoordinator:
         col = self.collector
         if col is None or col.plan.stage != TRAIN:
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no training round is open (stage {stage}); update from {robot_id!r} rejected",
-                           NO_ROUND)
+            return Decision(False, reason=f"no training round is open (stage {stage}); update from {robot_id!r} rejected",
+                           code=NO_ROUND)
         return col.check(robot_id, round_idx, now, base_round=base_round)
 
     def record_rejection(self, robot_id: str, reason: str) -> None:
@@ -254,7 +253,7 @@ class RoundCoordinator:
         if self.collector is not None:
             self.collector.reject(robot_id, reason)
 
-    def offer_update(self, update: Any, now: float | None = None) -> Verdict:
+    def offer_update(self, update: Any, now: float | None = None) -> Decision:
         """Check and record a core ClientUpdate (robot_id, params, num_samples, base_round, ...).
 
         ``update.round_idx`` (attribute added by the node) names the round it answers.
@@ -264,29 +263,29 @@ class RoundCoordinator:
         rid = str(update.robot_id)
         if col is None or col.plan.stage != TRAIN:
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no training round is open (stage {stage}); update from {rid!r} rejected",
-                           NO_ROUND)
+            return Decision(False, reason=f"no training round is open (stage {stage}); update from {rid!r} rejected",
+                           code=NO_ROUND)
         # Tensors (manifest, finite values) were checked once by the transfer receiver.
         verdict = col.check(rid, int(getattr(update, "round_idx", col.plan.round_idx)), now,
                             base_round=int(update.base_round))
         if verdict.accepted and int(update.num_samples) <= 0:
-            verdict = Verdict(False, f"update from {rid!r} claims {update.num_samples} samples", NUM_SAMPLES)
+            verdict = Decision(False, reason=f"update from {rid!r} claims {update.num_samples} samples", code=NUM_SAMPLES)
         if not verdict.accepted:
             return col.reject(rid, verdict.reason, verdict.code)
         if update.num_samples > self.settings.max_samples:
             update.num_samples = self.settings.max_samples  # self-reported counts are capped (V5)
         col.accept(rid, update)
-        return ACCEPT
+        return ACCEPTED
 
-    def offer_descriptor(self, descriptor: Any, round_idx: int, now: float | None = None) -> Verdict:
+    def offer_descriptor(self, descriptor: Any, round_idx: int, now: float | None = None) -> Decision:
         """Check and record a core ClientDescriptor answering a DESCRIBE or SCORE stage."""
         now = self.clock() if now is None else now
         col = self.collector
         rid = str(descriptor.robot_id)
         if col is None or col.plan.stage not in (DESCRIBE, SCORE):
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no descriptor stage is open (stage {stage}); descriptor from {rid!r} rejected",
-                           NO_ROUND)
+            return Decision(False, reason=f"no descriptor stage is open (stage {stage}); descriptor from {rid!r} rejected",
+                           code=NO_ROUND)
         verdict = col.check(rid, int(round_idx), now)
         if not verdict.accepted:
             # The code travels with the reason: the node audits descriptor verdicts by code.
@@ -294,31 +293,33 @@ class RoundCoordinator:
         if descriptor.num_samples > self.settings.max_samples:
             descriptor.num_samples = self.settings.max_samples
         col.accept(rid, descriptor)
-        return ACCEPT
+        return ACCEPTED
 
-    def offer_metrics(self, robot_id: str, success_rate: float, now: float | None = None) -> Verdict:
+    def offer_metrics(self, robot_id: str, success_rate: float, now: float | None = None) -> Decision:
         """Record a robot's closed-loop success rate answering an EVALUATE stage."""
         now = self.clock() if now is None else now
         col = self.collector
         if col is None or col.plan.stage != EVALUATE:
             stage = col.plan.stage if col else "none"
-            return Verdict(False, f"no evaluation stage is open (stage {stage}); metrics from {robot_id!r} rejected")
+            return Decision(False, reason=f"no evaluation stage is open (stage {stage}); metrics from {robot_id!r} rejected",
+                            code=NO_ROUND)
         verdict = col.check(robot_id, col.plan.round_idx, now)
         if verdict.accepted and not (math.isfinite(success_rate) and 0.0 <= success_rate <= 1.0):
-            verdict = Verdict(False, f"success rate {success_rate!r} from {robot_id!r} is not in [0, 1]")
+            verdict = Decision(False, reason=f"success rate {success_rate!r} from {robot_id!r} is not in [0, 1]",
+                               code=OUT_OF_RANGE)
         if not verdict.accepted:
-            return col.reject(robot_id, verdict.reason)
+            return col.reject(robot_id, verdict.reason, verdict.code)
         col.accept(robot_id, float(success_rate))
-        return ACCEPT
+        return ACCEPTED
 
-    def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Verdict:
+    def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Decision:
         """A participant's answer that it will not answer the open stage, with why (e.g. a robot
         still waiting for its demonstrations). Only the reason is kept: the robot stays unanswered
         and the quorum rules decide, as for any absent robot."""
         now = self.clock() if now is None else now
         col = self.collector
         if col is None:
-            return Verdict(False, f"no stage is open; decline from {robot_id!r} ignored")
+            return Decision(False, reason=f"no stage is open; decline from {robot_id!r} ignored", code=NO_ROUND)
         verdict = col.check(robot_id, col.plan.round_idx, now)
         if verdict.accepted:
             col.decline(robot_id, reason)
@@ -352,7 +353,7 @@ class RoundCoordinator:
             return self._announce(nxt, decision.answered, now), None
         return self._aggregate(col, decision, now)
 
-    def _abandon(self, col: StageCollector, decision: Decision, now: float
+    def _abandon(self, col: StageCollector, decision: StageDecision, now: float
                  ) -> tuple[RoundPlan | None, RoundOutcome]:
         outcome = round_outcome(col, completed=False, status=f"abandoned: {decision.reason}")
         if col.plan.stage != EVALUATE:
@@ -389,17 +390,17 @@ class RoundCoordinator:
         self.collector = StageCollector(plan)
         return plan
 
-    def _aggregate(self, col: StageCollector, decision: Decision, now: float
+    def _aggregate(self, col: StageCollector, decision: StageDecision, now: float
                    ) -> tuple[RoundPlan | None, RoundOutcome]:
         answered = list(decision.answered)
         if self.strategy.needs_descriptors(self.round_idx):
             # A robot whose descriptor did not arrive cannot be clustered this round.
             for rid in [r for r in answered if r not in self.descriptors]:
                 answered.remove(rid)
-                col.reject(rid, f"update from {rid!r} dropped: no descriptor this round")
+                col.reject(rid, f"update from {rid!r} dropped: no descriptor this round", DESCRIPTOR)
                 del col.answers[rid]
             if len(answered) < col.plan.quorum:
-                return self._abandon(col, Decision("abandon", tuple(answered), decision.stragglers,
+                return self._abandon(col, StageDecision("abandon", tuple(answered), decision.stragglers,
                                                    "below quorum after dropping robots without descriptors"), now)
         updates = [col.answers[r] for r in answered]
         descriptors = {r: d for r, d in self.descriptors.items() if r in answered}
@@ -408,7 +409,7 @@ class RoundCoordinator:
             result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
         except ValueError as exc:
             # The strategy refused these inputs: the round is abandoned, models stay unchanged.
-            return self._abandon(col, Decision("abandon", tuple(answered), decision.stragglers,
+            return self._abandon(col, StageDecision("abandon", tuple(answered), decision.stragglers,
                                                f"aggregation refused: {exc}"), now)
         seconds = time.perf_counter() - t0
         # Commit point of the round: nothing about round r+1 is visible before this returns.

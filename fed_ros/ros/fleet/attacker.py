@@ -101,8 +101,9 @@ class Attacker:
             acked = self.updates.wait_for_all_acked(Duration(seconds=180))
             return {"attack": attack, "sent": n, "acked": bool(acked)}
         if attack in ("forged_update", "unsigned_update"):  # current-looking update for a real robot
-            from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
-            from fed_ros.ros.wire.transport import ChunkedSender
+            from fed_ros.ros.wire.round_msgs import model_update_msg
+            from fed_ros.ros.wire.tensors import encode_state_dict
+            from fed_ros.ros.wire.chunk_sender import ChunkedSender
             self.wait_matched(self.updates)
             # The fleet's own manifest (the policy architecture is public): its initial model x -10.
             # Only the signature tells this update from the victim's.

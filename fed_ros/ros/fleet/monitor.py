@@ -14,7 +14,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
-from fed_ros.ros.wire.conversions import STAGE_NAMES
+from fed_ros.ros.wire.round_msgs import STAGE_NAMES
 from fed_ros.core.round_report import robot_report_cells
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from fed_ros.core import auth
-from fed_ros.core import validation as V
+from fed_ros.core.update_checks import UpdateEnvelope
 
 ROBOTS = ("robot_0", "robot_1")
 
@@ -149,7 +149,7 @@ class ScriptedRobots:
                                       lambda m: self.acked.add(str(m.payload_id)), qos.control_qos())
 
     def spin(self, seconds: float = 0.1) -> None:
-        from fed_ros.ros.wire.conversions import model_update_msg
+        from fed_ros.ros.wire.round_msgs import model_update_msg
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             self.executor.spin_once(timeout_sec=0.02)
@@ -202,7 +202,7 @@ class ScriptedRobots:
                                           bytes(msg.signature)))
 
     def _on_round(self, msg) -> None:
-        from fed_ros.ros.wire.conversions import STAGE_NAMES
+        from fed_ros.ros.wire.round_msgs import STAGE_NAMES
         self.stage = STAGE_NAMES.get(int(msg.stage))
         self.round = int(msg.round)
         if self.stage == "train":
@@ -210,8 +210,9 @@ class ScriptedRobots:
 
     def _answer(self, round_idx: int, participants: list, stamp: tuple) -> None:
         from fed_ros.ros.nodes.robot_node import wait_for_subscribers
-        from fed_ros.ros.wire.conversions import encode_state_dict, model_update_msg
-        from fed_ros.ros.wire.transport import ChunkedSender
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+        from fed_ros.ros.wire.tensors import encode_state_dict
+        from fed_ros.ros.wire.chunk_sender import ChunkedSender
         wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=30.0)
         for k, rid in enumerate(self.robots):
             if rid not in participants or (rid, round_idx, stamp) in self.answered:
@@ -220,7 +221,7 @@ class ScriptedRobots:
             encoded = encode_state_dict(honest_update(self.initial, round_idx, k))
             nonce = auth.new_nonce()
             sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=self.chunk_bytes)
-            env = V.UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
+            env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,
                                    total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
                                    nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
@@ -240,9 +241,9 @@ class ScriptedRobots:
             self.last_sent[sender.payload_id] = time.monotonic()
 
     def _on_resend(self, msg) -> None:
-        from fed_ros.ros.wire.conversions import model_update_msg
+        from fed_ros.ros.wire.round_msgs import model_update_msg
         from fed_ros.ros.wire.signed import verify_json
-        from fed_ros.ros.wire.transport import decode_resend_request
+        from fed_ros.ros.wire.chunk_assembler import decode_resend_request
         server = self.signers.get("server")
         if server is not None and verify_json(msg.data, "update_resend", lambda obj: server.public_key) is not None:
             return  # not from our server

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import sys
 import time
 from pathlib import Path
@@ -38,20 +37,25 @@ from std_msgs.msg import String
 from fed_ros.core.params import manifest_of
 from fed_ros.core.store import ModelStore
 from fed_ros.core.strategy import STRATEGIES, make_strategy
-from fed_ros.core.validation import AuditLog, Decision, validate_descriptor
+from fed_ros.core.decisions import ACCEPTED, REGISTER, Decision
+from fed_ros.core.audit_log import AuditLog
+from fed_ros.core.descriptor_checks import validate_descriptor
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
 from fed_ros.ros import shutdown
 from fed_ros.ros.wire import diagnostics, qos
-from fed_ros.ros.wire.conversions import (Announcement, announcement_to_msg, cluster_model_msg, descriptor_from_msg,
-                                     encode_state_dict)
+from fed_ros.ros.wire.round_msgs import (Announcement, announcement_to_msg, cluster_model_msg,
+                                         descriptor_from_msg)
+from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.ros.wire.round_msgs import round_report_to_msg
 from fed_ros.ros.fleet.params import ServerParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
-from fed_ros.core.rounds import (DONE, RoundCoordinator, RoundOutcome, RoundPlan, RoundSettings, Verdict,
-                                  ready_to_start)
+from fed_ros.core.roster import ready_to_start
+from fed_ros.core.round_collect import DONE, RoundPlan
+from fed_ros.core.round_report import RoundOutcome
+from fed_ros.core.rounds import RoundCoordinator, RoundSettings
 from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
-from fed_ros.ros.wire.transport import TransferLimits
+from fed_ros.ros.wire.chunk_assembler import TransferLimits
 from fed_ros.srv import Register
 from fed_ros.core import bounds, faults
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
@@ -123,7 +127,7 @@ class FleetServer(Node):
         if p.require_signatures and self.allow_list is not None:
             from fed_ros.core.registration import RegistrationGuard
             self.registration_guard = RegistrationGuard(self.allow_list)
-        from fed_ros.core.rounds import Roster
+        from fed_ros.core.roster import Roster
         settings = RoundSettings(
             algorithm=p.algorithm, rounds=p.rounds, quorum_fraction=p.quorum_fraction,
             min_quorum=p.min_quorum, round_timeout_s=p.round_timeout_s, max_attempts=p.max_attempts,
@@ -210,12 +214,11 @@ class FleetServer(Node):
         if verdict.accepted:
             self.get_logger().info(f"register {rid!r}: accepted ({len(self.coord.roster)} robots)")
         else:
-            self.audit.record(kind="register", robot_id=rid, round_idx=int(self.coord.round_idx),
-                              decision=Decision(False, "register", verdict.reason))
+            self.audit.record(kind="register", robot_id=rid, round_idx=int(self.coord.round_idx), decision=verdict)
             self.get_logger().warning(f"register {rid!r} refused: {verdict.reason[:300]}")
         return response
 
-    def _check_register(self, request) -> Verdict:
+    def _check_register(self, request) -> Decision:
         """Bounds first (DDS does not enforce the .srv bounds), then the proof of key possession."""
         why = bounds.oversized({"robot_id": (request.robot_id, bounds.MAX_ID_CHARS),
                                 "public_key": (request.public_key, bounds.PUBLIC_KEY_BYTES),
@@ -224,9 +227,9 @@ class FleetServer(Node):
             or bounds.oversized_items("tasks", request.tasks, bounds.MAX_TASKS, bounds.MAX_NAME_CHARS) \
             or bounds.oversized_items("cameras", request.cameras, bounds.MAX_CAMERAS, bounds.MAX_NAME_CHARS)
         if why is not None:
-            return Verdict(False, f"register request refused: {why}")
+            return Decision(False, REGISTER, f"register request refused: {why}")
         if self.registration_guard is None:
-            return Verdict(True)
+            return ACCEPTED
         from fed_ros.core.registration import RegistrationClaim
         claim = RegistrationClaim(robot_id=request.robot_id, public_key=bytes(request.public_key),
                                   tasks=tuple(request.tasks), cameras=tuple(request.cameras),
@@ -234,7 +237,7 @@ class FleetServer(Node):
                                   num_samples=int(request.num_samples))
         why = self.registration_guard.check(claim, int(request.timestamp_ns), bytes(request.nonce),
                                             bytes(request.signature))
-        return Verdict(why is None, why or "")
+        return ACCEPTED if why is None else Decision(False, REGISTER, why)
 
     def _register_failed(self, args: tuple, exc: BaseException):
         """Service fallback: a Register whose handling raised is refused with the reason."""
@@ -377,10 +380,8 @@ class FleetServer(Node):
             self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round), decision=decision)
             self.get_logger().warning(f"descriptor from {rid} rejected: {decision.reason}")
             return
-        verdict = self.coord.offer_descriptor(desc, int(msg.round))
-        self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round),
-                          decision=Decision(verdict.accepted, "ok" if verdict.accepted else verdict.code,
-                                            verdict.reason or "accepted"))
+        decision = self.coord.offer_descriptor(desc, int(msg.round))
+        self.audit.record(kind="descriptor", robot_id=rid, round_idx=int(msg.round), decision=decision)
 
     def _on_metrics(self, msg) -> None:
         if len(msg.robot_id) > bounds.MAX_ID_CHARS or len(msg.reason) > bounds.MAX_REASON_CHARS:

@@ -14,7 +14,7 @@ from typing import Any
 from fed_ros.core import bounds, faults
 from fed_ros.core.decisions import Decision, Limits
 from fed_ros.core.delivery import Ledger
-from fed_ros.core.rounds import TRAIN, RoundPlan, Verdict
+from fed_ros.core.round_collect import TRAIN, RoundPlan
 from fed_ros.core.sender_checks import ValidationContext
 from fed_ros.core.strategy import ClientUpdate
 from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
@@ -120,8 +120,7 @@ class UpdateIntake:
                                  transfer=transfer_digest_of(payload))
             # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
             verdict = self.node.coord.check_update(rid, round_idx, int(msg.base_round))
-            decision = (check_update_envelope(env, self.validation_ctx()) if verdict.accepted
-                        else Decision(False, verdict.code, verdict.reason))
+            decision = check_update_envelope(env, self.validation_ctx()) if verdict.accepted else verdict
             if not decision:
                 if not self._authentic(env):
                     return self._reject_unauthenticated(pid, env, decision)
@@ -197,7 +196,6 @@ class UpdateIntake:
         update = ClientUpdate(robot_id=env.robot_id, params=result.params, num_samples=int(env.num_samples),
                               base_round=int(env.base_round), cluster_id=int(env.cluster_id), metrics=metrics)
         update.round_idx = env.round_idx
-        verdict: Verdict = self.node.coord.offer_update(update)  # counts its own rejection
-        self._decide(pid, env, Decision(True) if verdict.accepted else Decision(False, verdict.code, verdict.reason),
-                     counted=True, **extra)
+        verdict = self.node.coord.offer_update(update)  # counts its own rejection
+        self._decide(pid, env, verdict, counted=True, **extra)
         self.completed += int(verdict.accepted)

@@ -30,8 +30,8 @@ import numpy as np
 import zmq
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.conversions import chunk_ranges
-from fed_ros.ros.wire.transport import PayloadRejected, TransferLimits, check_header
+from fed_ros.ros.wire.tensors import chunk_ranges
+from fed_ros.ros.wire.chunk_assembler import PayloadRejected, TransferLimits, check_header
 
 # Chunk size on the zmq bulk channel (frames are sent with copy=False; the receiver
 # hashes chunk i on its hashing thread while chunk i+1 is received). sha256 (13.5 ms for

@@ -20,8 +20,8 @@ import numpy as np
 from fed_ros.core.params import Manifest
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.chunk_sender import MAX_PAYLOAD_ID
-from fed_ros.ros.wire.conversions import (ENCODING_NAMES, StateDict, bytes_view, decode_state_dict, encoded_size,
-                                          manifest_from_msgs)
+from fed_ros.ros.wire.tensors import (ENCODING_NAMES, StateDict, bytes_view, decode_state_dict, encoded_size,
+                                      manifest_from_msgs)
 
 # Size caps (V1): a payload larger than this is rejected from its first chunk's header.
 DEFAULT_MAX_TOTAL_BYTES = 256 << 20

@@ -12,8 +12,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.conversions import (EncodedPayload, bytes_view, chunk_ranges, manifest_to_msgs, payload_chunk,
-                                          set_bytes_field)
+from fed_ros.ros.wire.tensors import (EncodedPayload, bytes_view, chunk_ranges, manifest_to_msgs,
+                                      payload_chunk, set_bytes_field)
 
 # Chunk size of ROS 2 payload chunks. `fed-ros bench transfer --chunk-sweep`, 21.5 MB,
 # x raw pyzmq, default / SHM profile: 1 MiB 0.15/0.22, 2 MiB 0.25/0.35, 4 MiB 0.30/0.37,

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from sensor_msgs.msg import Image
 
-from fed_ros.ros.wire.conversions import set_bytes_field
+from fed_ros.ros.wire.tensors import set_bytes_field
 
 # encoding -> (numpy dtype, channels)
 ENCODINGS: dict[str, tuple[np.dtype, int]] = {

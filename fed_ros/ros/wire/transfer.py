@@ -37,7 +37,7 @@ from fed_ros.ros.wire.bulk import BulkFetch, BulkServer, BulkUnreachable
 from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, PayloadAssembler, PayloadRejected, TransferLimits,
                                               check_header, decode_resend_request, encode_resend_request)
 from fed_ros.ros.wire.chunk_sender import BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkedSender
-from fed_ros.ros.wire.conversions import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
+from fed_ros.ros.wire.tensors import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
 
 CHANNELS = ("auto", "ros", "zmq")
 
@@ -346,5 +346,5 @@ class TransferReceiver:
 
 
 def _header_parts(payload: TensorPayload) -> tuple[Manifest, int, np.ndarray]:
-    from fed_ros.ros.wire.conversions import manifest_from_msgs
+    from fed_ros.ros.wire.tensors import manifest_from_msgs
     return manifest_from_msgs(payload.manifest), int(payload.encoding), np.asarray(payload.scales, np.float32)

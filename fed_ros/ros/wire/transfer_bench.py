@@ -59,12 +59,13 @@ def _ros_sender(args: argparse.Namespace) -> None:
     from std_msgs.msg import String
 
     from fed_ros.msg import ModelUpdate
-    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.round_msgs import model_update_msg
+    from fed_ros.ros.wire.tensors import encode_state_dict
     from fed_ros.ros.wire.qos import control_qos
     from fed_ros.ros.wire.bulk import BulkServer
-    from fed_ros.ros.wire.transport import ChunkedSender
+    from fed_ros.ros.wire.chunk_sender import ChunkedSender
 
-    encoded = conv.encode_state_dict(_payload(args.mb))
+    encoded = encode_state_dict(_payload(args.mb))
     rclpy.init()
     node = rclpy.create_node("bench_robot")
     pub = node.create_publisher(ModelUpdate, "bench/updates", control_qos())
@@ -81,7 +82,7 @@ def _ros_sender(args: argparse.Namespace) -> None:
         uri = bulk.offer(encoded.data) if bulk else ""
         sender = ChunkedSender(encoded, f"bench/{i}", chunk_bytes=args.chunk_bytes, bulk_uri=uri)
         for chunk in sender.chunks():
-            msg = conv.model_update_msg(chunk, robot_id="bench_robot", round_idx=i, base_round=0)
+            msg = model_update_msg(chunk, robot_id="bench_robot", round_idx=i, base_round=0)
             msg.header.stamp.sec = int(t0)
             msg.header.stamp.nanosec = int((t0 % 1) * 1e9)
             pub.publish(msg)
@@ -103,7 +104,7 @@ def _ros_receiver(args: argparse.Namespace) -> None:
     from fed_ros.msg import ModelUpdate
     from fed_ros.ros.wire.qos import control_qos
     from fed_ros.ros.wire.bulk import fetch_bulk
-    from fed_ros.ros.wire.transport import PayloadAssembler, TransferLimits
+    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
 
     rclpy.init()
     node = rclpy.create_node("bench_server")
@@ -136,9 +137,9 @@ def _ros_receiver(args: argparse.Namespace) -> None:
 def _zmq_sender(args: argparse.Namespace) -> None:
     import zmq
 
-    from fed_ros.ros.wire import conversions as conv
+    from fed_ros.ros.wire.tensors import encode_state_dict
 
-    encoded = conv.encode_state_dict(_payload(args.mb))
+    encoded = encode_state_dict(_payload(args.mb))
     ctx = zmq.Context()
     push = ctx.socket(zmq.PUSH)
     push.connect(f"tcp://{args.peer}:{args.port}")
@@ -220,7 +221,7 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
     if method == "ros_wan":
         env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish mode (a flow controller needs async)
     if method in ("ros_tuned", "ros_wan"):
-        from fed_ros.ros.wire.transport import apply_fastdds_profile
+        from fed_ros.ros.wire.fastdds_profile import apply_fastdds_profile
 
         profile = Path(args.fastdds_profile) if args.fastdds_profile else None
         if method == "ros_wan" and profile is None:
@@ -263,7 +264,7 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `fed-ros bench transfer`; prints a side-by-side table, returns 0."""
-    from fed_ros.ros.wire.transport import DEFAULT_CHUNK_BYTES
+    from fed_ros.ros.wire.chunk_sender import DEFAULT_CHUNK_BYTES
 
     parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
