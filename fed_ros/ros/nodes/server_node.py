@@ -143,7 +143,12 @@ class FleetServer(Node):
                                            on_event=shutdown.unless_stopping(lambda text: self.get_logger().warning(text)))
         self.models_out = TransferSender(p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                          bulk_ttl_s=7 * 24 * 3600.0)  # the current models stay fetchable
-        self.intake = UpdateIntake(self)  # updates: checks, assembly, one decision per payload id, acks
+        # Updates: checks, assembly, one decision per payload id, acknowledgements.
+        self.intake = UpdateIntake(
+            coord=self.coord, updates_in=self.updates_in, audit=self.audit,
+            publish_ack=lambda msg: self.ack_pub.publish(msg), manifest=self.manifest,
+            allow_list=self.allow_list, replay_guard=self.replay_guard, params=lambda: self.params,
+            now=self._now, now_msg=lambda: self.get_clock().now().to_msg(), log=self.get_logger())
         self._resend_limit = bounds.RateLimiter(per_s=10.0, burst=20)
         self.resend_refused = 0  # model_resend requests refused: unsigned, forged or over the rate limit
         self._published_models_round = -1

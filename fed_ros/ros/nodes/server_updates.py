@@ -3,12 +3,15 @@
 Every update payload id gets exactly one decision (the Ledger): a re-send is acknowledged again
 and never applied twice; a rejection is counted once, audited and acknowledged with its code.
 Cheap checks run on the first chunk (round, participant, envelope, signature), the payload's
-content once in the TransferReceiver, then the RoundCoordinator takes the update. The server
-node (``node``) supplies the coordinator, audit log, receiver, publishers and clock.
+content once in the TransferReceiver, then the RoundCoordinator takes the update. Its
+collaborators are explicit (the server node builds them): the coordinator, the transfer
+receiver, the audit log, the acknowledgement publisher, the signing state, the live
+parameters, a clock and a logger.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fed_ros.core import bounds, faults
@@ -26,8 +29,12 @@ from fed_ros.ros.wire.transfer import Received
 class UpdateIntake:
     """Robot updates into one server node's round (its callback group: one at a time)."""
 
-    def __init__(self, node) -> None:
-        self.node = node
+    def __init__(self, *, coord: Any, updates_in: Any, audit: Any, publish_ack: Callable[[Any], None],
+                 manifest: Any, allow_list: Any, replay_guard: Any, params: Callable[[], Any],
+                 now: Callable[[], float], now_msg: Callable[[], Any], log: Any) -> None:
+        self.coord, self.updates_in, self.audit, self.publish_ack = coord, updates_in, audit, publish_ack
+        self.manifest, self.allow_list, self.replay_guard = manifest, allow_list, replay_guard
+        self.params, self.now, self.now_msg, self.log = params, now, now_msg, log
         # The decision on every update payload id: a re-send is acknowledged again, never applied twice.
         self.ledger = Ledger()
         self._envelopes: dict[str, tuple[UpdateEnvelope, dict[str, float]]] = {}
@@ -36,49 +43,49 @@ class UpdateIntake:
         self.completed = 0  # updates the round accepted
 
     def validation_ctx(self) -> ValidationContext:
-        plan = self.node.coord.current_plan
-        round_idx = plan.round_idx if plan else self.node.coord.round_idx
+        plan = self.coord.current_plan
+        round_idx = plan.round_idx if plan else self.coord.round_idx
         return ValidationContext(
             # expected_manifest None: a payload's content is checked once, by the transfer receiver.
             current_round=round_idx, expected_manifest=None, base_rounds={round_idx},
             participants=set(plan.participants) if plan else set(),
-            deadline_passed=bool(plan and self.node._now() > plan.deadline_s),
-            limits=Limits(max_update_bytes=self.node.params.max_update_bytes,
-                          max_num_samples=max(self.node.params.max_samples, 1) * 10),
-            allow_list=self.node.allow_list, replay_guard=self.node.replay_guard)
+            deadline_passed=bool(plan and self.now() > plan.deadline_s),
+            limits=Limits(max_update_bytes=self.params().max_update_bytes,
+                          max_num_samples=max(self.params().max_samples, 1) * 10),
+            allow_list=self.allow_list, replay_guard=self.replay_guard)
 
     def _decide(self, pid: str, env: UpdateEnvelope, decision: Decision, *, counted: bool = False,
                 **extra: Any) -> None:
         """Close an update with its decision: counted once, audited, acknowledged to the robot."""
         self._envelopes.pop(pid, None)
-        self.node.updates_in.discard(pid)
+        self.updates_in.discard(pid)
         self.ledger.decide(pid, env.round_idx, decision)
         if not decision and not counted:
             # The one place an update rejection is counted.
-            self.node.coord.record_rejection(env.robot_id, decision.reason)
-        self.node.audit.record(kind="update", robot_id=env.robot_id, round_idx=env.round_idx, decision=decision,
+            self.coord.record_rejection(env.robot_id, decision.reason)
+        self.audit.record(kind="update", robot_id=env.robot_id, round_idx=env.round_idx, decision=decision,
                                payload_id=pid, **extra)
         self._ack(pid, env.robot_id, env.round_idx, decision)
         if decision:
-            self.node.get_logger().info(f"update from {env.robot_id} for round {env.round_idx} accepted "
+            self.log.info(f"update from {env.robot_id} for round {env.round_idx} accepted "
                                         f"({extra.get('bytes', 0)} B, {str(extra.get('sha256', ''))[:12]})")
             faults.reach("update_accepted", env.round_idx)  # crash tests only (FED_ROS_CRASH_AT)
         else:
-            self.node.get_logger().warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
+            self.log.warning(f"update {bounds.clip(pid, 96)} rejected ({decision.code}): "
                                            f"{decision.reason[:300]}")
 
     def _ack(self, pid: str, robot_id: str, round_idx: int, decision: Decision) -> None:
         msg = UpdateAck(robot_id=robot_id[:255], round=int(round_idx), payload_id=pid[:256],
                         accepted=decision.accepted, code=decision.code[:32], reason=decision.reason[:1000])
-        msg.header.stamp = self.node.get_clock().now().to_msg()
-        self.node.ack_pub.publish(msg)
+        msg.header.stamp = self.now_msg()
+        self.publish_ack(msg)
 
     def forget_stale(self, plan: RoundPlan) -> None:
         """Free partial updates of earlier rounds; a re-announced round collects its payloads afresh."""
         for pid, (env, _) in list(self._envelopes.items()):
             if env.round_idx < plan.round_idx:
                 self._envelopes.pop(pid, None)
-                self.node.updates_in.discard(pid)
+                self.updates_in.discard(pid)
         if plan.stage == TRAIN:
             # Decisions taken before this announcement do not answer it: an abandoned attempt's,
             # and the `no_round` refusals of a restarted server that got the robots' answers
@@ -94,7 +101,7 @@ class UpdateIntake:
                                 "nonce": (msg.nonce, bounds.NONCE_BYTES),
                                 "signature": (msg.signature, bounds.SIGNATURE_BYTES),
                                 "chunk_sha256": (payload.chunk_sha256, bounds.MAX_CHUNK_DIGEST_BYTES),
-                                "manifest": (payload.manifest, max(4 * len(self.node.manifest), 1024))})
+                                "manifest": (payload.manifest, max(4 * len(self.manifest), 1024))})
         if why is not None:  # before the ids are kept, logged or audited anywhere
             return self.reject_oversized("update", msg.robot_id, int(msg.round), why)
         pid, rid, round_idx = payload.payload_id, str(msg.robot_id), int(msg.round)
@@ -111,7 +118,7 @@ class UpdateIntake:
                 self._acked_at[pid] = now
                 self._ack(pid, rid, round_idx, known)
             return
-        if not self.node.updates_in.busy(pid):
+        if not self.updates_in.busy(pid):
             env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=int(msg.base_round),
                                  num_samples=int(msg.num_samples), manifest=list(payload.manifest),
                                  total_bytes=int(payload.total_bytes), payload_sha256=payload.sha256,
@@ -119,22 +126,22 @@ class UpdateIntake:
                                  nonce=bytes(msg.nonce), signature=bytes(msg.signature),
                                  transfer=transfer_digest_of(payload))
             # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
-            verdict = self.node.coord.check_update(rid, round_idx, int(msg.base_round))
+            verdict = self.coord.check_update(rid, round_idx, int(msg.base_round))
             decision = check_update_envelope(env, self.validation_ctx()) if verdict.accepted else verdict
             if not decision:
                 if not self._authentic(env):
                     return self._reject_unauthenticated(pid, env, decision)
                 return self._decide(pid, env, decision)
             self._envelopes[pid] = (env, {"train_loss": float(msg.train_loss), "val_loss": float(msg.val_loss)})
-        plan = self.node.coord.current_plan
-        retry_for_s = max(0.0, plan.deadline_s - self.node._now()) if plan is not None else 0.0
-        result = self.node.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
+        plan = self.coord.current_plan
+        retry_for_s = max(0.0, plan.deadline_s - self.now()) if plan is not None else 0.0
+        result = self.updates_in.offer(payload, tag=pid, retry_for_s=retry_for_s)
         if result is not None:
             self.complete(result)
 
     def _authentic(self, env: UpdateEnvelope) -> bool:
         """Whether the robot it names signed this header (always True with authentication off)."""
-        allow = self.node.allow_list
+        allow = self.allow_list
         if allow is None:
             return True
         try:
@@ -148,27 +155,27 @@ class UpdateIntake:
         """A rejected update its robot did not sign: counted once and audited, but its payload id is
         not closed and no acknowledgement goes out, so a forged message cannot cancel or answer a
         real robot's upload of the same id."""
-        self.node.coord.record_rejection(env.robot_id, decision.reason)
-        self.node.audit.record(kind="update", robot_id=bounds.clip(env.robot_id, 64), round_idx=env.round_idx,
+        self.coord.record_rejection(env.robot_id, decision.reason)
+        self.audit.record(kind="update", robot_id=bounds.clip(env.robot_id, 64), round_idx=env.round_idx,
                                decision=decision, payload_id=bounds.clip(pid, 96))
-        self.node.get_logger().warning(f"unauthenticated update {bounds.clip(pid, 96)} rejected ({decision.code}): "
+        self.log.warning(f"unauthenticated update {bounds.clip(pid, 96)} rejected ({decision.code}): "
                                        f"{decision.reason[:300]}")
 
     def audit_drops(self) -> None:
         """Chunks the receiver dropped as foreign (not of the signed upload they name): audited, counted."""
-        for drop in self.node.updates_in.drops():
+        for drop in self.updates_in.drops():
             env = self._envelopes.get(drop.payload_id, (None,))[0]
             rid = env.robot_id if env is not None else "?"
-            self.node.audit.record(kind="update", robot_id=bounds.clip(rid, 64),
+            self.audit.record(kind="update", robot_id=bounds.clip(rid, 64),
                                    round_idx=env.round_idx if env is not None else -1, decision=drop.decision,
                                    payload_id=bounds.clip(drop.payload_id, 96))
 
     def reject_oversized(self, kind: str, robot_id: str, round_idx: int, why: str) -> None:
         """A message with a field over its bound: counted and audited under a clipped id, nothing kept."""
         rid = bounds.clip(robot_id, 64)
-        self.node.coord.record_rejection(rid, why)
-        self.node.audit.record(kind=kind, robot_id=rid, round_idx=round_idx, decision=Decision(False, "oversize", why))
-        self.node.get_logger().warning(f"{kind} from {rid!r} rejected: {why}")
+        self.coord.record_rejection(rid, why)
+        self.audit.record(kind=kind, robot_id=rid, round_idx=round_idx, decision=Decision(False, "oversize", why))
+        self.log.warning(f"{kind} from {rid!r} rejected: {why}")
 
     def _audit_replay(self, pid: str, robot_id: str, round_idx: int) -> None:
         """A chunk of an already closed payload id (resend or replay): audited and counted once per id."""
@@ -177,7 +184,7 @@ class UpdateIntake:
         if len(self._replays_audited) >= 10_000:
             self._replays_audited.clear()  # bounded; a later repeat is audited once more
         self._replays_audited.add(pid)
-        self.node.audit.record(kind="update", robot_id=bounds.clip(robot_id, 64), round_idx=round_idx,
+        self.audit.record(kind="update", robot_id=bounds.clip(robot_id, 64), round_idx=round_idx,
                                decision=Decision(False, "replay", "payload id already closed (accepted or rejected "
                                                                   "before): re-sent or replayed chunks dropped"),
                                payload_id=bounds.clip(pid, 96))
@@ -191,11 +198,11 @@ class UpdateIntake:
         extra = {"sha256": result.sha256, "bytes": result.nbytes} if result.sha256 else {}
         if not result.decision:
             return self._decide(pid, env, result.decision, **extra)
-        if self.node.replay_guard is not None:
-            self.node.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
+        if self.replay_guard is not None:
+            self.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
         update = ClientUpdate(robot_id=env.robot_id, params=result.params, num_samples=int(env.num_samples),
                               base_round=int(env.base_round), cluster_id=int(env.cluster_id), metrics=metrics)
         update.round_idx = env.round_idx
-        verdict = self.node.coord.offer_update(update)  # counts its own rejection
+        verdict = self.coord.offer_update(update)  # counts its own rejection
         self._decide(pid, env, verdict, counted=True, **extra)
         self.completed += int(verdict.accepted)
