@@ -74,6 +74,11 @@ def test_plan_subsets_for_one_machine():
     ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
     ({"policy": "pixels"}, "policy"),
     ({"speed": 3}, "speed"),
+    # The sim bridge's and the arm adapter's parameters are typed at plan time too (BridgeParams, AdapterParams).
+    ({"bridge": {"control_rate_hz": 0}}, r"sim_bridge parameter 'control_rate_hz' must be > 0.0 Hz, got 0"),
+    ({"bridge": {"lockstep_republish": 1.0}}, "unknown sim_bridge parameter 'lockstep_republish'"),
+    ({"robots": [{"task": "lift", "profile": "ur5e", "sim": False, "parameters": {"max_episode_steps": "long"}}]},
+     "arm_adapter parameter 'max_episode_steps' must be an integer, got 'long'"),
 ])
 def test_bad_configs_name_the_offending_value(overrides, match):
     with pytest.raises(ValueError, match=match):

@@ -16,8 +16,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from fed_ros.ros.fleet.params import (ALGORITHMS, ID_RE, POLICY_KINDS, SERVER_NAMESPACE, SIM_TASKS,  # noqa: F401
-                                      TRANSFER_CHANNELS, RobotParams, ServerParams)
+from fed_ros.ros.fleet.params import (ALGORITHMS, ID_RE, MAX_EPISODE_STEPS, POLICY_KINDS,  # noqa: F401
+                                      SERVER_NAMESPACE, SIM_TASKS, TRANSFER_CHANNELS, AdapterParams,
+                                      BridgeParams, NodeParams, RobotParams, ServerParams)
 
 PACKAGE = "fed_ros"
 
@@ -35,6 +36,12 @@ SERVER_NODE_NAME = "server"
 ROBOT_NODE_NAME = "robot"
 BRIDGE_NODE_NAME = "arm"
 ADAPTER_NODE_NAME = "arm_adapter"
+
+# The typed parameters of each executable the plan starts (what the node itself declares).
+NODE_PARAMS: dict[str, type[NodeParams]] = {
+    "server_node": ServerParams, "robot_node": RobotParams, "sim_bridge_node": BridgeParams,
+    "arm_adapter_node": AdapterParams,
+}
 
 _ID_RE = ID_RE
 
@@ -121,10 +128,7 @@ class FleetConfig:
             raise ValueError(f"duplicate robot ids in fleet: {dupes}")
         # Fail at load time, not when a node starts: run the same checks the nodes run.
         for node in plan_fleet(self):
-            if node.executable == "server_node":
-                ServerParams.from_mapping(node.parameters)
-            elif node.executable == "robot_node":
-                RobotParams.from_mapping(node.parameters, namespace=node.namespace)
+            NODE_PARAMS[node.executable].from_mapping(node.parameters, namespace=node.namespace)
 
     @property
     def robot_ids(self) -> list[str]:
@@ -299,7 +303,7 @@ def bridge_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec
                       profile_overrides=_overrides_text(robot.arm))
     params.update(config.bridge)
     params.update(robot.bridge_parameters)
-    return NodeSpec(PACKAGE, "sim_bridge_node", BRIDGE_NODE_NAME, f"/{robot.robot_id}", params)
+    return NodeSpec(PACKAGE, "sim_bridge_node", BRIDGE_NODE_NAME, f"/{robot.robot_id}", BridgeParams.coerce(params))
 
 
 def _overrides_text(arm: Mapping[str, Any]) -> str:
@@ -313,11 +317,11 @@ def adapter_spec(config: FleetConfig, robot: RobotConfig) -> NodeSpec:
         "task": robot.tasks[0], "cameras": config.policy == "image",
         # A simulated arm in lockstep steps only on answers: the adapter then ticks per arm state.
         "lockstep": bool(robot.sim and {**config.bridge, **robot.bridge_parameters}.get("lockstep", False)),
-        "max_episode_steps": int(robot.parameters.get(
-            "max_episode_steps", config.robot_defaults.get("max_episode_steps",
-                                                           RobotParams.defaults()["max_episode_steps"]))),
+        # The adapter ends the episodes the robot node runs: the same cap.
+        "max_episode_steps": robot.parameters.get(
+            "max_episode_steps", config.robot_defaults.get("max_episode_steps", MAX_EPISODE_STEPS)),
     }
-    return NodeSpec(PACKAGE, "arm_adapter_node", ADAPTER_NODE_NAME, f"/{robot.robot_id}", params)
+    return NodeSpec(PACKAGE, "arm_adapter_node", ADAPTER_NODE_NAME, f"/{robot.robot_id}", AdapterParams.coerce(params))
 
 
 def plan_fleet(config: FleetConfig, *, include_server: bool = True,

@@ -21,6 +21,7 @@ arm state is re-published under one new tick stamp (the synchronisation rule).
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -29,7 +30,6 @@ import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-from rcl_interfaces.msg import ParameterDescriptor
 
 from fed_ros.core.arm_profile import load_profile, parse_overrides
 from fed_ros.core.arm_state import ArmStateStore
@@ -42,6 +42,8 @@ from fed_ros.ros.arm.adapter_home import home_and_start
 from fed_ros.ros.arm.arm_commands import ArmCommandOutput
 from fed_ros.ros.arm.arm_readiness import missing_arm_topics
 from fed_ros.ros.arm.stop_paths import stop_and_linger
+from fed_ros.ros.fleet.params import AdapterParams
+from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.wire.images import decode_camera
 
@@ -54,38 +56,19 @@ class ArmAdapterNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("arm_adapter", **kwargs)
-        d = ParameterDescriptor
-        self.declare_parameter("profile", "panda_sim", d(description="arm profile name or YAML path"))
-        self.declare_parameter("profile_overrides", "", d(description="YAML mapping merged into the profile"))
-        self.declare_parameter("max_episode_steps", 400, d(description="steps before an episode is done"))
-        self.declare_parameter("state_timeout_s", 0.5, d(description="arm state older than this: not ready, s"))
-        self.declare_parameter("cameras", True, d(description="relay the profile's cameras (false: low-dim policy)"))
-        self.declare_parameter("image_size", 84, d(description="camera images resized to this side (0: as is)"))
-        self.declare_parameter("task", "lift", d(description="task until a reset names another"))
-        self.declare_parameter("instructions", [""], d(description="'task=instruction' entries"))
-        self.declare_parameter("report_period_s", 5.0, d(description="how often missing arm topics are logged, s"))
-        self.declare_parameter("lockstep", False, d(
-            description="the arm steps only on a twist answering its state (sim_bridge_node lockstep:=true): "
-                        "each new complete arm state is one tick, no timer ticks (never for a real arm)"))
-        p = lambda name: self.get_parameter(name).value  # noqa: E731
-        self.profile = load_profile(str(p("profile")), parse_overrides(str(p("profile_overrides"))))
-        self.max_steps = int(p("max_episode_steps"))
-        self.state_timeout = float(p("state_timeout_s"))
-        self.image_size = int(p("image_size"))
-        self.task = str(p("task"))
-        self.lockstep = bool(p("lockstep"))
-        self.instructions = dict(e.split("=", 1) for e in p("instructions") if "=" in e)
-        if self.max_steps < 1 or self.state_timeout <= 0 or self.image_size < 0:
-            raise ValueError(f"bad parameters: max_episode_steps={self.max_steps} (>= 1), "
-                             f"state_timeout_s={self.state_timeout} (> 0), image_size={self.image_size} (>= 0)")
-        prof = self.profile
-        self.cameras = dict(prof.cameras) if bool(p("cameras")) else {}
+        # Typed, described parameters (AdapterParams); a live `ros2 param set` is applied or refused.
+        self.params = p = declare_typed_parameters(self, AdapterParams, self._on_params_changed)
+        self.profile = prof = load_profile(p.profile, parse_overrides(p.profile_overrides))
+        self.max_steps, self.image_size, self.task, self.lockstep = (p.max_episode_steps, p.image_size, p.task,
+                                                                     p.lockstep)
+        self.instructions = p.instruction_by_task
+        self.cameras = dict(prof.cameras) if p.cameras else {}
         self.safety = SafetyFilter(prof)
         self._joints = JointSelector(prof.joints.names)
         self._fingers = JointSelector(prof.gripper.joint_names)
         self._lock = threading.RLock()
         # Through the module's time (tests drive it with a fake clock).
-        self.state = ArmStateStore(self.state_timeout, self.lockstep, clock=lambda: time.monotonic())
+        self.state = ArmStateStore(p.state_timeout_s, self.lockstep, clock=lambda: time.monotonic())
         self._success = False
         self.episode, self.step, self.done, self.overruns = 0, 0, True, 0
         self._resetting = False
@@ -162,7 +145,7 @@ class ArmAdapterNode(Node):
         # the same controller cycle) starts one, at most control_rate_hz; the timer keeps
         # the watchdog and the zero twists going when the arm goes quiet.
         self.create_timer(prof.period_s, lambda: self._on_tick(from_timer=True), callback_group=io)
-        self.create_timer(float(p("report_period_s")), self._report_missing, callback_group=io)
+        self.create_timer(p.report_period_s, self._report_missing, callback_group=io)
         diagnostics.attach(self, "adapter", callback_group=io)  # /diagnostics, 1 Hz
         self._pub_task.publish(String(data=self._instruction(self.task)))
         self.get_logger().info(
@@ -170,6 +153,12 @@ class ArmAdapterNode(Node):
             f"twist -> {self.commands.twist.topic_name}, joints {list(prof.joints.names)}, "
             f"1.0 = {prof.limits.max_linear_speed:g} m/s / {prof.limits.max_angular_speed:g} rad/s")
         self._report_missing()
+
+    def _on_params_changed(self, params: AdapterParams) -> None:
+        """A live `ros2 param set` (max_episode_steps): the next step is judged against the new cap."""
+        with self._lock:
+            self.params, self.max_steps = params, params.max_episode_steps
+        self.get_logger().info(f"parameters applied: episodes now end after {self.max_steps} steps")
 
     # ------------------------------------------------------------------ arm state in
     def _put(self, part: str, value: object, stamp_ns: int = 0) -> None:
@@ -419,8 +408,8 @@ class ArmAdapterNode(Node):
 
 
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
-def main(args: list[str] | None = None) -> None:
-    """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``).
+def main(args: list[str] | None = None) -> int | None:
+    """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``); 2: bad configuration.
 
     rclpy's own signal handlers are off (:func:`fed_ros.ros.shutdown.init`): a signal only sets
     a flag, the spin loop sees it and the arm gets its zero command before anything is torn down.
@@ -429,7 +418,11 @@ def main(args: list[str] | None = None) -> None:
     node = None
     executor = MultiThreadedExecutor(num_threads=3)
     try:
-        node = ArmAdapterNode()
+        try:
+            node = ArmAdapterNode()
+        except ValueError as exc:  # a bad parameter or profile, named: no traceback, no arm to stop
+            print(f"fed_ros arm adapter: invalid configuration: {exc}", file=sys.stderr)
+            return 2
         executor.add_node(node)
         while rclpy.ok() and not shutdown.requested():
             executor.spin_once(timeout_sec=0.1)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
-from rcl_interfaces.msg import ParameterDescriptor
 
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm.bridge_eval import ArmClient
+from fed_ros.ros.fleet.params import ExpertDriverParams
+from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.ros.shutdown import ShutdownRequested
 
 
@@ -41,45 +42,12 @@ class ExpertDriverNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("expert_driver", **kwargs)
-        d = ParameterDescriptor
-        self.declare_parameter("task", "lift", d(description="task family the expert solves"))
-        self.declare_parameter("variation", "default", d(description="variation the arm resets into"))
-        self.declare_parameter("episodes", 1, d(description="number of demonstrations"))
-        self.declare_parameter("seed", 0, d(description="run seed (episode seeds as collect_demos)"))
-        self.declare_parameter("noise_std", 0.0, d(description="expert action noise, in [0, 1]"))
-        self.declare_parameter("cameras", True, d(description="the arm publishes camera images"))
-        self.declare_parameter("record_service", "", d(
-            description="Record service to call (e.g. 'record'); empty: do not call one"))
-        self.declare_parameter("record_dir", "", d(
-            description="standalone recording directory (own Recorder); empty: none"))
-        self.declare_parameter("robot_id", "", d(description="robot id written into recordings"))
-        self.declare_parameter("episode_timeout_s", 120.0, d(description="give up an episode after, seconds"))
-        self.declare_parameter("connect_timeout_s", 60.0, d(description="wait for the arm, seconds"))
-
-        p = self.get_parameter
-        from fed_ros.sim.envs import TASKS
-        self.task = str(p("task").value)
-        self.variation = str(p("variation").value)
-        self.episodes = int(p("episodes").value)
-        self.seed = int(p("seed").value)
-        self.noise_std = float(p("noise_std").value)
-        self.cameras = bool(p("cameras").value)
-        self.record_service = str(p("record_service").value)
-        self.record_dir = str(p("record_dir").value)
-        self.robot_id = str(p("robot_id").value)
-        self.episode_timeout = float(p("episode_timeout_s").value)
-        self.connect_timeout = float(p("connect_timeout_s").value)
-        if self.task not in TASKS:
-            raise ValueError(f"parameter task={self.task!r} is not one of {TASKS}")
-        if self.episodes < 1:
-            raise ValueError(f"parameter episodes={self.episodes!r} must be >= 1")
-        if self.seed < 0:
-            raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
-        if not 0.0 <= self.noise_std <= 1.0:
-            raise ValueError(f"parameter noise_std={self.noise_std!r} must be in [0, 1]")
-        if self.record_service and self.record_dir:
-            raise ValueError("set either record_service or record_dir, not both "
-                             f"(got {self.record_service!r} and {self.record_dir!r})")
+        # Typed, described parameters (ExpertDriverParams); a live `ros2 param set` is applied or refused.
+        self.params = p = declare_typed_parameters(self, ExpertDriverParams, self._on_params_changed)
+        self.task, self.variation, self.episodes, self.seed = p.task, p.variation, p.episodes, p.seed
+        self.noise_std, self.cameras, self.robot_id = p.noise_std, p.cameras, p.robot_id
+        self.record_service, self.record_dir = p.record_service, p.record_dir
+        self.episode_timeout, self.connect_timeout = p.episode_timeout_s, p.connect_timeout_s
 
         self.arm = ArmClient(self, cameras=self.cameras, source="expert")
         self.recorder = None
@@ -92,6 +60,11 @@ class ExpertDriverNode(Node):
             self._Record = Record
             self._record_client = self.create_client(Record, self.record_service)
         self.results: list[DemoResult] = []
+
+    def _on_params_changed(self, params: ExpertDriverParams) -> None:
+        """A live `ros2 param set` (episode_timeout_s): run() gives the next episode the new timeout."""
+        self.params, self.episode_timeout = params, params.episode_timeout_s
+        self.get_logger().info(f"parameters applied: the next episode is given up after {self.episode_timeout:g} s")
 
     # ------------------------------------------------------------------ recording
     def _call_record(self, command: int, success: bool = False, instruction: str = ""):

@@ -17,6 +17,7 @@ state's stamp (plus its gripper command), and the state is re-sent at the contro
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -26,13 +27,14 @@ import numpy as np  # noqa: E402
 import rclpy  # noqa: E402
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
-from rcl_interfaces.msg import ParameterDescriptor  # noqa: E402
 
 from fed_ros.core.episode import (  # noqa: E402
     ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
     WRIST_IMAGE)
 from fed_ros.ros import shutdown  # noqa: E402
 from fed_ros.ros.arm import topics as at  # noqa: E402
+from fed_ros.ros.fleet.params import BridgeParams  # noqa: E402
+from fed_ros.ros.nodes.typed_params import declare_typed_parameters  # noqa: E402
 
 MODE_OSC_POSITION = 0
 MODE_OSC_POSE = 1
@@ -82,60 +84,13 @@ class SimBridgeNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("sim_bridge", **kwargs)
-        from fed_ros.sim.envs import TASKS
-        self.declare_parameter("task", "lift", ParameterDescriptor(description=f"one of {TASKS}"))
-        self.declare_parameter("variation", "default", ParameterDescriptor(
-            description="named variation preset (fed_ros.sim.envs.VARIATIONS)"))
-        self.declare_parameter("cameras", True, ParameterDescriptor(
-            description="render and publish agent-view and wrist images"))
-        self.declare_parameter("image_size", 84, ParameterDescriptor(description="image side, pixels"))
-        self.declare_parameter("control_rate_hz", 20.0, ParameterDescriptor(description="control ticks per second"))
-        self.declare_parameter("seed", 0, ParameterDescriptor(description="seed of the first episode"))
-        self.declare_parameter("command_timeout_s", 0.25, ParameterDescriptor(
-            description="a command older than this is stale and the arm holds still, seconds"))
-        self.declare_parameter("lockstep", False, ParameterDescriptor(
-            description="step only on a command answering the current observation"))
-        self.declare_parameter("lockstep_republish_s", 1.0, ParameterDescriptor(
-            description="lockstep: re-send the current observation (same stamp) when no answering "
-                        "command came for this long, seconds (a lost best-effort sample must not "
-                        "stall the episode); 0 = never"))
-        self.declare_parameter("horizon", 0, ParameterDescriptor(description="steps per episode; 0 = task default"))
-        self.declare_parameter("frame_prefix", "", ParameterDescriptor(description="prefix of published frame ids"))
-        self.declare_parameter("interface", "direct", ParameterDescriptor(
-            description="direct: the fed_ros arm topics; ros2_control: only standard messages, as a "
-                        "ros2_control + MoveIt Servo arm (fed_ros.ros.arm.ros2_control_sim)"))
-        self.declare_parameter("profile", "panda_sim", ParameterDescriptor(
-            description="arm profile of the ros2_control interface (topic names, scaling)"))
-        self.declare_parameter("profile_overrides", "", ParameterDescriptor(
-            description="YAML mapping merged into the profile"))
-
-        p = self.get_parameter
-        self.task = str(p("task").value)
-        self.variation = str(p("variation").value)
-        self.cameras = bool(p("cameras").value)
-        self.image_size = int(p("image_size").value)
-        self.rate_hz = float(p("control_rate_hz").value)
-        self.seed = int(p("seed").value)
-        self.command_timeout_ns = int(float(p("command_timeout_s").value) * 1e9)
-        self.lockstep = bool(p("lockstep").value)
-        self.republish_s = float(p("lockstep_republish_s").value)
-        self.horizon = int(p("horizon").value)
-        self.frame_prefix = str(p("frame_prefix").value)
-        if self.task not in TASKS:
-            raise ValueError(f"parameter task={self.task!r} is not one of {TASKS}")
-        if not np.isfinite(self.rate_hz) or self.rate_hz <= 0:
-            raise ValueError(f"parameter control_rate_hz={self.rate_hz!r} must be > 0")
-        if self.command_timeout_ns <= 0:
-            raise ValueError(f"parameter command_timeout_s={p('command_timeout_s').value!r} must be > 0")
-        if self.seed < 0:
-            raise ValueError(f"parameter seed={self.seed!r} must be >= 0")
-        if self.horizon < 0:
-            raise ValueError(f"parameter horizon={self.horizon!r} must be >= 0")
-        if not np.isfinite(self.republish_s) or self.republish_s < 0:
-            raise ValueError(f"parameter lockstep_republish_s={self.republish_s!r} must be >= 0")
-        self.interface = str(p("interface").value)
-        if self.interface not in ("direct", "ros2_control"):
-            raise ValueError(f"parameter interface={self.interface!r} must be 'direct' or 'ros2_control'")
+        # Typed, described parameters (BridgeParams); a live `ros2 param set` is applied or refused.
+        self.params = p = declare_typed_parameters(self, BridgeParams, self._on_params_changed)
+        self.task, self.variation, self.cameras, self.image_size = p.task, p.variation, p.cameras, p.image_size
+        self.rate_hz, self.seed, self.lockstep, self.republish_s = (p.control_rate_hz, p.seed, p.lockstep,
+                                                                    p.lockstep_republish_s)
+        self.command_timeout_ns = int(p.command_timeout_s * 1e9)
+        self.horizon, self.frame_prefix, self.interface = p.horizon, p.frame_prefix, p.interface
         self._standard = None
 
         def pub(msg_type, rel):
@@ -153,7 +108,7 @@ class SimBridgeNode(Node):
             # No fed_ros message on this node: the arm adapter talks to it like to a real arm.
             from fed_ros.core.arm_profile import load_profile, parse_overrides
             from fed_ros.ros.arm.ros2_control_sim import Ros2ControlSim
-            profile = load_profile(str(p("profile").value), parse_overrides(str(p("profile_overrides").value)))
+            profile = load_profile(p.profile, parse_overrides(p.profile_overrides))
             # Lockstep: a step per twist answering the latest state (ros2_control_sim docstring).
             self._standard = Ros2ControlSim(self, profile, self.command_timeout_ns,
                                             on_home=lambda: self._reset(self.seed + self.episode),
@@ -206,6 +161,14 @@ class SimBridgeNode(Node):
         self.get_logger().info(
             f"sim bridge up: task={self.task} variation={self.variation} cameras={self.cameras} "
             f"image_size={self.image_size} rate={self.rate_hz:g} Hz lockstep={self.lockstep}")
+
+    def _on_params_changed(self, params: BridgeParams) -> None:
+        """A live `ros2 param set` (command_timeout_s): the next tick judges commands by the new timeout."""
+        self.params = params
+        self.command_timeout_ns = int(params.command_timeout_s * 1e9)
+        if self._standard is not None:  # the ros2_control interface keeps its own copy for the twists
+            self._standard.command_timeout_ns = self.command_timeout_ns
+        self.get_logger().info(f"parameters applied: commands are stale after {self.command_timeout_ns / 1e9:g} s")
 
     # ------------------------------------------------------------------ environment
     def _build_env(self, task: str, variation: str) -> None:
@@ -398,14 +361,18 @@ class SimBridgeNode(Node):
 
 
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
-def main(args: list[str] | None = None) -> None:
-    """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``)."""
+def main(args: list[str] | None = None) -> int | None:
+    """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``); 2: bad configuration."""
     # Ctrl-C only sets a flag (fed_ros.ros.shutdown): a KeyboardInterrupt raised inside a physics
     # step (robosuite's numba code) ended the process with a SystemError and exit code 1.
     shutdown.init(args)
     node = None
     try:
-        node = SimBridgeNode()
+        try:
+            node = SimBridgeNode()
+        except ValueError as exc:  # a bad parameter (named) or an environment that cannot be built
+            print(f"fed_ros sim bridge: invalid configuration: {exc}", file=sys.stderr)
+            return 2
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while rclpy.ok() and not shutdown.requested():
