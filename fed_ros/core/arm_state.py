@@ -9,7 +9,11 @@ however late it came (a starved simulator sends its parts seconds apart).
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+from fed_ros.core.episode import OBJECT_STATE_DIM
 
 
 class ArmStateStore:
@@ -44,3 +48,30 @@ class ArmStateStore:
             item = self._parts.get(part)
             return None if item is None else item[1]
         return self.fresh(part, now)
+
+
+def observation_from_state(store: ArmStateStore, now: float, has_object_state: bool,
+                           camera_keys: Mapping[str, str], cameras: Iterable[str]) -> dict | None:
+    """The policy's observation from the arm's current state (None when a needed part is stale).
+
+    Joint and gripper positions, end-effector pose, object state (zeros on an arm without
+    perception: its policies train without object state) and each camera frame that is there
+    (``camera_keys``: camera -> observation key). Velocities ride along as ``_joint_vel`` /
+    ``_gripper_vel`` for the JointState messages.
+    """
+    joints, fingers, pose = (store.current(k, now) for k in ("joints", "fingers", "pose"))
+    if joints is None or pose is None:
+        return None
+    obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1],
+           "_joint_vel": joints[1], "_gripper_vel": fingers[1]}
+    if has_object_state:
+        obs["object_state"] = store.current("object_state", now)
+        if obs["object_state"] is None:
+            return None
+    else:
+        obs["object_state"] = np.zeros(OBJECT_STATE_DIM, np.float32)
+    for cam in cameras:
+        image = store.current(cam, now)
+        if image is not None:
+            obs[camera_keys[cam]] = image
+    return obs

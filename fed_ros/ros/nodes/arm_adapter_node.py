@@ -32,15 +32,15 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from fed_ros.core.arm_profile import load_profile, parse_overrides
-from fed_ros.core.arm_state import ArmStateStore
+from fed_ros.core.arm_state import ArmStateStore, observation_from_state
 from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
 from fed_ros.core.arm_ticks import TickSchedule
-from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE_DIM, WRIST_IMAGE
+from fed_ros.core.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.adapter_home import home_and_start
+from fed_ros.ros.arm.adapter_home import go_home
 from fed_ros.ros.arm.arm_commands import ArmCommandOutput
-from fed_ros.ros.arm.arm_readiness import missing_arm_topics
+from fed_ros.ros.arm.arm_readiness import missing_arm_topics, subscribe_arm_side
 from fed_ros.ros.arm.stop_paths import stop_and_linger
 from fed_ros.ros.fleet.params import AdapterParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
@@ -85,7 +85,7 @@ class ArmAdapterNode(Node):
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
         from geometry_msgs.msg import PoseStamped
-        from sensor_msgs.msg import CompressedImage, Image, JointState
+        from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Bool, Float32MultiArray, String
         self._m = dict(ArmCommand=ArmCommand, EpisodeStatus=EpisodeStatus, String=String)
         io = ReentrantCallbackGroup()
@@ -109,34 +109,10 @@ class ArmAdapterNode(Node):
         self.create_subscription(Bool, "arm/hold", self._on_hold, qos.command_qos(depth=10), callback_group=io)
         self.create_service(ResetEpisode, at.RESET_SERVICE, self._on_reset, callback_group=self._reset_group)
 
-        # --- arm side (standard messages) ---
-        t = prof.topics
-        # Best-effort subscriptions match both reliable (joint_state_broadcaster) and
-        # best-effort (camera driver) publishers; only the newest sample is used.
-        sensor = qos.sensor_qos(depth=5)
-        self._arm_subs = {  # topic -> (subscription, type name, what usually publishes it)
-            "joint_states": (self.create_subscription(JointState, t.joint_states, self._on_joint_states,
-                                                      sensor, callback_group=io),
-                             "sensor_msgs/JointState", "joint_state_broadcaster"),
-            "eef_pose": (self.create_subscription(PoseStamped, t.eef_pose, self._on_pose, sensor,
-                                                  callback_group=io),
-                         "geometry_msgs/PoseStamped", "a TF -> pose relay"),
-        }
-        if t.object_state:
-            self._arm_subs["object_state"] = (self.create_subscription(
-                Float32MultiArray, t.object_state, self._on_object_state, sensor, callback_group=io),
-                "std_msgs/Float32MultiArray", "perception")
-        if t.task_success:
-            # Reliable: a success press must not be lost.
-            self._arm_subs["task_success"] = (self.create_subscription(
-                Bool, t.task_success, self._on_success, qos.command_qos(depth=10), callback_group=io),
-                "std_msgs/Bool", "operator button / success detector")
-        for cam, cfg in self.cameras.items():
-            msg_type = CompressedImage if cfg.compressed else Image
-            self._arm_subs[cam] = (self.create_subscription(
-                msg_type, cfg.topic, lambda m, c=cam, z=cfg.compressed: self._on_camera(c, z, m),
-                sensor, callback_group=io),
-                f"sensor_msgs/{msg_type.__name__}", "camera driver")
+        # --- arm side (standard messages): inputs (arm_readiness), commands (arm_commands) ---
+        self._arm_subs = subscribe_arm_side(self.create_subscription, prof, self.cameras, {
+            "joint_states": self._on_joint_states, "eef_pose": self._on_pose, "object_state": self._on_object_state,
+            "task_success": self._on_success, "camera": self._on_camera}, callback_group=io)
         # Commands (twist, joints, gripper, home): the arm_commands module.
         self.commands = ArmCommandOutput(prof, self.create_publisher, lambda: self.get_clock().now().to_msg())
         self._arm_pubs = self.commands.expected_subscribers()
@@ -364,26 +340,17 @@ class ArmAdapterNode(Node):
 
     def _publish_observation(self, now: float) -> bool:
         """Re-publish the newest arm state under one new tick stamp; False when it is stale."""
-        joints, fingers, pose = (self.state.current(k, now) for k in ("joints", "fingers", "pose"))
-        if joints is None or pose is None:
+        obs = observation_from_state(self.state, now, bool(self.profile.topics.object_state), _CAMERA_KEYS,
+                                     self.cameras)
+        if obs is None:
             return False
-        obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1]}
-        if self.profile.topics.object_state:
-            obs["object_state"] = self.state.current("object_state", now)
-            if obs["object_state"] is None:
-                return False
-        else:  # no perception on this arm: zeros (policies for it train without object state)
-            obs["object_state"] = np.zeros(OBJECT_STATE_DIM, np.float32)
-        for cam in self.cameras:
-            image = self.state.current(cam, now)
-            if image is not None:
-                obs[_CAMERA_KEYS[cam]] = image
+        joint_vel, gripper_vel = obs.pop("_joint_vel"), obs.pop("_gripper_vel")
         stamp_ns = max(self.get_clock().now().nanoseconds, self._last_stamp_ns + 1)
         self._last_stamp_ns = self._obs_stamp_ns = stamp_ns
         self._obs_arm_ns = self.state.stamp("pose")
         messages = at.observation_messages(
             obs, stamp_ns, joint_names=self.profile.joints.names,
-            gripper_names=self.profile.gripper.joint_names, joint_vel=joints[1], gripper_vel=fingers[1],
+            gripper_names=self.profile.gripper.joint_names, joint_vel=joint_vel, gripper_vel=gripper_vel,
             frame_prefix="")
         messages[at.EEF_POSE_TOPIC].header.frame_id = self.profile.frames.base
         self._obs_msgs = [(self._obs_pubs[rel], msg) for rel, msg in messages.items() if rel in self._obs_pubs]
@@ -403,8 +370,45 @@ class ArmAdapterNode(Node):
         return self.instructions.get(task, task.replace("_", " "))
 
     def _on_reset(self, request, response):
-        """ResetEpisode: send the home trajectory, wait until the arm is there, start an episode."""
-        return home_and_start(self, request, response)
+        """ResetEpisode: send the home trajectory, wait until the arm is there (adapter_home), start an episode."""
+        missing = [m for m in self.missing() if "task_success" not in m]
+        refusal = (f"the arm adapter has stopped the arm for good ({self._stopped})" if self._stopped
+                   else "arm not ready: " + "; ".join(missing) if missing
+                   else f"profile {self.profile.name} has no topics.home_trajectory" if self.commands.home is None
+                   else "")
+        if refusal:
+            response.ok, response.message = False, refusal
+            self.get_logger().warning(f"reset refused: {refusal}")
+            return response
+        with self._lock:
+            self._resetting, self._success = True, False
+            self.safety.hold(True)  # drop the last episode's command; released below
+
+        def joints_now():
+            with self._lock:
+                joints = self.state.fresh("joints", time.monotonic())
+                return (None if joints is None else joints[0]), self._joint_msgs
+        failure = go_home(self.commands.send_home, self.profile, joints_now)
+        with self._lock:
+            self._resetting = False
+            if not failure:
+                self.task = request.task or self.task
+                self.episode += 1
+                self.step, self.done, self._success = 0, False, False
+                if not self._stopped:  # a shutdown during the home motion keeps its hold
+                    self.safety.hold(False)
+                self._pub_task.publish(self._m["String"](data=self._instruction(self.task)))
+                published = self._publish_observation(time.monotonic())  # the reset observation
+        if failure:
+            response.ok, response.message = False, failure
+            self.get_logger().error(failure)
+            return response
+        response.ok = published
+        response.message = (f"episode {self.episode}: {self.task} at home" if published
+                            else "arm state went stale right after reaching home")
+        response.instruction, response.episode = self._instruction(self.task), self.episode
+        self.get_logger().info(response.message)
+        return response
 
 
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
