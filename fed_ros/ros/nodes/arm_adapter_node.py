@@ -66,7 +66,8 @@ class ArmAdapterNode(Node):
         self.safety = SafetyFilter(prof)
         self._joints = JointSelector(prof.joints.names)
         self._fingers = JointSelector(prof.gripper.joint_names)
-        self._lock = threading.RLock()
+        # Ticks, commands, stops and the diagnostics snapshot: one at a time.
+        self.lock = threading.RLock()
         # Through the module's time (tests drive it with a fake clock).
         self.state = ArmStateStore(p.state_timeout_s, self.lockstep, clock=lambda: time.monotonic())
         self._success = False
@@ -132,13 +133,13 @@ class ArmAdapterNode(Node):
 
     def _on_params_changed(self, params: AdapterParams) -> None:
         """A live `ros2 param set` (max_episode_steps): the next step is judged against the new cap."""
-        with self._lock:
+        with self.lock:
             self.params, self.max_steps = params, params.max_episode_steps
         self.get_logger().info(f"parameters applied: episodes now end after {self.max_steps} steps")
 
     # ------------------------------------------------------------------ arm state in
     def _put(self, part: str, value: object, stamp_ns: int = 0) -> None:
-        with self._lock:
+        with self.lock:
             self.state.put(part, value, stamp_ns)
         if self.lockstep:
             self._lockstep_tick()
@@ -151,7 +152,7 @@ class ArmAdapterNode(Node):
             self.get_logger().warning(f"{self._arm_subs['joint_states'][0].topic_name}: {exc}",
                                       throttle_duration_sec=5.0)
             return
-        with self._lock:
+        with self.lock:
             self._put("fingers", fingers)
             self._put("joints", (pos, vel), at.stamp_to_ns(msg.header.stamp))
             self._joint_msgs += 1
@@ -176,7 +177,7 @@ class ArmAdapterNode(Node):
             self.get_logger().warning(f"object state: {exc}", throttle_duration_sec=5.0)
 
     def _on_success(self, msg) -> None:
-        with self._lock:
+        with self.lock:
             if not self._resetting:
                 self._success = bool(msg.data)
 
@@ -188,7 +189,7 @@ class ArmAdapterNode(Node):
 
     def _lockstep_tick(self) -> None:
         """Lockstep: one tick per new arm state, once every part of it is in (same stamp)."""
-        with self._lock:
+        with self.lock:
             stamp = self.state.stamp("pose")
             parts = ["joints", *self.cameras] + (["object_state"] if self.profile.topics.object_state else [])
             if stamp == 0 or any(self.state.stamp(k, -1) not in (stamp, 0) for k in parts):
@@ -217,7 +218,7 @@ class ArmAdapterNode(Node):
 
     # ------------------------------------------------------------------ commands
     def _on_command(self, msg) -> None:
-        with self._lock:
+        with self.lock:
             reason = self.safety.command(np.asarray(msg.action), float(msg.gripper), int(msg.mode),
                                          time.monotonic())
         if reason and reason != "hold requested":
@@ -226,12 +227,12 @@ class ArmAdapterNode(Node):
         if not reason and int(msg.mode) == MODE_HOLD:
             # The policy side stops the arm (its node shutting down, learning switched off):
             # the zero goes at once, whatever observation the HOLD answers.
-            with self._lock:
+            with self.lock:
                 self._send_zero()
             return
         # A command answering the current observation goes to the arm at once (no wait for
         # the next tick: one tick less latency, as a teleoperated Servo would see it).
-        with self._lock:
+        with self.lock:
             if (at.stamp_to_ns(msg.header.stamp) == self._obs_stamp_ns and self._applied_ns != self._obs_stamp_ns
                     and not self.done and not self._resetting):
                 self._guarded(self._apply, time.monotonic(), answer=True)
@@ -240,7 +241,7 @@ class ArmAdapterNode(Node):
         if msg.data:
             self.stop_arm("e-stop (arm/hold true)")  # at once, not at the next tick
             return
-        with self._lock:
+        with self.lock:
             if self._stopped:
                 self.get_logger().warning(f"hold release ignored: the arm is stopped for good ({self._stopped})")
                 return
@@ -257,7 +258,7 @@ class ArmAdapterNode(Node):
         the lock every tick takes, so no command computed before it can follow it. ``final``
         (shutdown): the latch is never released again, not by a reset nor by ``arm/hold false``.
         """
-        with self._lock:
+        with self.lock:
             self.safety.hold(True)
             if final:
                 self._stopped = self._stopped or reason
@@ -312,7 +313,7 @@ class ArmAdapterNode(Node):
 
     def _tick(self, from_timer: bool) -> None:
         start = time.monotonic()
-        with self._lock:
+        with self.lock:
             if self.lockstep and from_timer:
                 return  # a lockstep arm is silent while it waits: only its states make ticks
             if not self.lockstep:
@@ -380,16 +381,16 @@ class ArmAdapterNode(Node):
             response.ok, response.message = False, refusal
             self.get_logger().warning(f"reset refused: {refusal}")
             return response
-        with self._lock:
+        with self.lock:
             self._resetting, self._success = True, False
             self.safety.hold(True)  # drop the last episode's command; released below
 
         def joints_now():
-            with self._lock:
+            with self.lock:
                 joints = self.state.fresh("joints", time.monotonic())
                 return (None if joints is None else joints[0]), self._joint_msgs
         failure = go_home(self.commands.send_home, self.profile, joints_now)
-        with self._lock:
+        with self.lock:
             self._resetting = False
             if not failure:
                 self.task = request.task or self.task

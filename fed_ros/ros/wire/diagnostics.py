@@ -105,7 +105,7 @@ class _AdapterGauge:
 
     def __call__(self) -> D.Status:
         n = self.node
-        with n._lock:
+        with n.lock:
             c, trips = n.safety.counters, n.safety.watchdog.trips
             values = dict(clipped_values=c.clipped_values, clipped_commands=c.clipped_commands,
                           workspace_limited=c.workspace_limited, rejected=c.rejected, held_ticks=c.held_ticks,
@@ -136,5 +136,4 @@ def attach(node, role: str, period_s: float = PERIOD_S, callback_group=None):
             status = D.Status(_name(node, role), D.ERROR, f"diagnostics failed: {type(exc).__name__}: {exc}")
         pub.publish(to_msg([status], node.get_clock().now().to_msg()))
 
-    node._fed_ros_diagnostics = pub  # keep the publisher with the node
     return node.create_timer(period_s, publish, callback_group=callback_group)
