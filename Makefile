@@ -17,7 +17,7 @@ MSGS_STAMP := $(VENV)/.stamp-msgs
 PKG_STAMP := $(VENV)/.stamp-pkg
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
-.PHONY: setup test test-fast mutation demo clean colcon-check
+.PHONY: setup lint test test-fast mutation demo clean colcon-check
 
 setup: $(MSGS_STAMP)
 
@@ -66,7 +66,12 @@ ORDER ?= -p no:randomly
 # worker leaves a core idle half the time. One torch/OpenMP thread per process, so two
 # workers' training does not spin four threads on two cores. TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
-test: setup $(LAUNCH_STAMP)
+# Lint (pyproject.toml [tool.ruff]): pyflakes and syntax errors over the package, tests,
+# tools and launch files; `make test` runs it first, so CI fails on an unused or undefined name.
+lint: setup
+	$(VENV)/bin/ruff check --no-cache fed_ros test tools launch
+
+test: setup lint $(LAUNCH_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;

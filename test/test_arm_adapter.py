@@ -2,14 +2,12 @@
 (ArmClient/Recorder -> adapter -> sim bridge in ros2_control mode, standard messages only)."""
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from fed_ros.core.arm_profile import load_profile
 

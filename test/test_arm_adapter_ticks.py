@@ -9,7 +9,6 @@ state however long the answer takes.
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 rclpy = pytest.importorskip("rclpy")

@@ -12,7 +12,6 @@ commanded position (here closed, 0.79 rad).
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from pathlib import Path

@@ -3,7 +3,6 @@ bridge applies the latest valid command and reports what it applied."""
 from __future__ import annotations
 
 import math
-import sys
 import threading
 import time
 from types import SimpleNamespace

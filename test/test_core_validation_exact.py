@@ -652,7 +652,7 @@ def test_descriptor_num_samples_reasons():
 def test_descriptor_vector_reasons(field, value, code, reason):
     ctx = _ctx(limits=Limits(max_descriptor_dims=4))
     desc = Desc(**{field: value})
-    _rejected(_vd(desc, ctx), code, f"robot 'robot_0': " + reason.format(f=field))
+    _rejected(_vd(desc, ctx), code, "robot 'robot_0': " + reason.format(f=field))
 
 
 def test_descriptor_vector_that_is_not_an_array():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fed_ros.ros.fleet import cli as fleet_cli, launcher
+from fed_ros.ros.fleet import launcher
 from fed_ros.ros.fleet.params import RobotParams, ServerParams
 from fed_ros.ros.fleet.plan import ALGORITHMS, SIM_TASKS, fleet_config_from_dict, load_fleet_config, plan_fleet
 

@@ -25,7 +25,6 @@ import signal
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fed_ros.core.store import ModelStore

@@ -9,8 +9,6 @@ zero that can arrive in time.
 from __future__ import annotations
 
 import signal
-import sys
-import time
 
 import pytest
 

@@ -189,7 +189,6 @@ def _repair(labels: np.ndarray, S0: np.ndarray, C: int) -> np.ndarray:
 def _local_search(S0: np.ndarray, labels: np.ndarray, C: int, singleton_intra: float,
                   max_moves: int) -> tuple[np.ndarray, float]:
     """Best-improvement single-client moves; each step scores all K x C moves from block sums."""
-    K = S0.shape[0]
     labels = labels.astype(np.int64).copy()
     Z = (labels[:, None] == np.arange(C)).astype(np.float64)
     R = S0 @ Z                       # R[i, c] = sum_{j in c} S_ij (S_ii = 0)

@@ -6,7 +6,6 @@ from typing import Any
 
 import math
 
-import numpy as np
 
 from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from dataclasses import dataclass
 
 import rclpy
@@ -111,10 +110,10 @@ class ExpertDriverNode(Node):
             outcome = self.arm.run_episode(expert, episode, timeout=self.episode_timeout)
             message = "timed out" if outcome.timed_out else ""
             try:
-                path, steps = self._stop_recording(outcome.success)
+                path, _ = self._stop_recording(outcome.success)
             except (ValueError, RuntimeError) as exc:
                 # A recording that cannot become an episode is reported, never trained on.
-                path, steps, message = "", 0, str(exc)
+                path, message = "", str(exc)
                 self.get_logger().error(f"episode {i}: recording unusable: {exc}")
             result = DemoResult(i, seed, outcome.success and not message, outcome.steps, path, message)
             self.results.append(result)

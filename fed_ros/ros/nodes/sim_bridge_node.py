@@ -29,8 +29,7 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  #
 from rclpy.node import Node  # noqa: E402
 
 from fed_ros.core.episode import (  # noqa: E402
-    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
-    WRIST_IMAGE)
+    ACTION_DIM)
 from fed_ros.ros import shutdown  # noqa: E402
 from fed_ros.ros.arm import topics as at  # noqa: E402
 from fed_ros.ros.fleet.params import BridgeParams  # noqa: E402

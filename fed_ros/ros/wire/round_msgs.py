@@ -116,7 +116,6 @@ def descriptor_to_msg(desc: "CoreDescriptor", round_idx: int, nonce: bytes = b""
 def descriptor_from_msg(msg: ClientDescriptorMsg, max_dims: int = 1 << 16,
                         max_payload_bytes: int = 16 << 20) -> "CoreDescriptor":
     """fed_ros/ClientDescriptor -> core ClientDescriptor, validated (V5: finite, var > 0, dims)."""
-    from fed_ros.core.round_report import RoundOutcome
     from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
     kind = DESCRIPTOR_KIND_NAMES.get(int(msg.kind))
     if kind is None:
