@@ -14,7 +14,8 @@ from fed_ros.core.decisions import Decision, NON_FINITE, OUT_OF_RANGE, SCHEMA, U
 from fed_ros.core.delivery import Ledger, Outbox, RetrySchedule
 from fed_ros.core.params import manifest_of
 from fed_ros.ros.wire import bulk
-from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender, choose_channel
+from fed_ros.ros.wire.channels import choose_channel
+from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
 
 MODEL = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
 
@@ -171,7 +172,7 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
         by_id = {r.payload_id: r for r in results}
         assert not by_id["r/2"].decision and "unknown token" in by_id["r/2"].decision.reason
         assert by_id["r/1"].decision and by_id["r/1"].tag == "ok"
-        assert sender._bulk.refused == 1  # noqa: SLF001 - the secret was checked before serving
+        assert sender.bulk_server("zmq").refused == 1  # the secret was checked before serving
         # The sender goes away: the fetch is retried within its budget, then rejected naming the endpoint.
         gone = sender.prepare(MODEL, "r/3").chunks()[0]
         sender.close()
@@ -261,3 +262,58 @@ def test_bulk_bind_follows_the_advertised_host() -> None:
     assert bulk.bulk_bind_endpoint(env={"FED_ROS_BULK_HOST": "x", "FED_ROS_BULK_BIND": "tcp://0.0.0.0:5555"}) \
         == "tcp://0.0.0.0:5555"
     assert bulk.bulk_bind_endpoint("tcp://127.0.0.1:7000", env={"FED_ROS_BULK_HOST": "x"}) == "tcp://127.0.0.1:7000"
+
+
+# ------------------------------------------------------------------ the channel seam
+
+class _MemoryChannel:
+    """An in-process bulk channel: what a third channel (HTTP, Zenoh, ...) has to provide."""
+
+    store: dict[str, bytes] = {}
+
+    class Server:
+        def __init__(self, ttl_s: float) -> None:
+            self.ttl_s, self.offered = ttl_s, 0
+
+        def offer(self, data) -> str:
+            self.offered += 1
+            uri = f"mem://{self.offered}"
+            _MemoryChannel.store[uri] = bytes(memoryview(data).cast("B"))
+            return uri
+
+        def withdraw(self, uri: str) -> None:
+            _MemoryChannel.store.pop(uri, None)
+
+        def close(self) -> None:
+            pass
+
+    class Fetch:
+        def __init__(self, payload, limits) -> None:
+            self.payload, self.received, self.ranges = payload, [], [0]
+
+        def run(self, *, idle_timeout_s: float, max_retries: int):
+            data = _MemoryChannel.store[self.payload.bulk_uri]
+            assert hashlib.sha256(data).hexdigest() == self.payload.sha256  # verified, as the contract says
+            return np.frombuffer(data, np.uint8)
+
+
+def test_a_third_channel_is_one_registry_entry(monkeypatch) -> None:
+    from fed_ros.ros.wire import channels
+    mem = channels.BulkChannel("mem", "mem://", _MemoryChannel.Server, _MemoryChannel.Fetch)
+    monkeypatch.setitem(channels.BULK_CHANNELS, "mem", mem)
+    assert choose_channel("mem", 1) == "mem" and channels.bulk_channel_for("mem://7") is mem
+    with pytest.raises(ValueError, match="no bulk channel serves 'udp://x'"):
+        channels.bulk_channel_for("udp://x")
+    sender = TransferSender("mem")
+    out = sender.prepare(MODEL, "robot_0/r1/u")
+    assert out.channel == "mem" and out.bulk_uri == "mem://1" and sender.bulk_server("mem").offered == 1
+    receiver = TransferReceiver(manifest_of(MODEL))
+    try:
+        (control,) = out.chunks()
+        assert receiver.offer(control, tag="t") is None  # fetched on a worker thread
+        (result,) = _wait_completed(receiver, 1)
+        assert result.decision and result.tag == "t"
+        assert all(np.array_equal(result.params[k], MODEL[k]) for k in MODEL)
+    finally:
+        receiver.close()
+        sender.close()

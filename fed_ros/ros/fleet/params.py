@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import yaml
 
 from fed_ros.ros.fleet.param_spec import NodeParams, param
+from fed_ros.ros.wire.channels import CHANNELS
 
 # Mirrors fed_ros.core.strategy.make_strategy names and fed_ros.sim.envs.TASKS; kept as
 # literals so a launch file can validate a config without importing numpy/torch/MuJoCo
@@ -22,7 +23,7 @@ from fed_ros.ros.fleet.param_spec import NodeParams, param
 ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd")
 SIM_TASKS = ("lift", "pick_place_can", "stack")
 POLICY_KINDS = ("lowdim", "image")
-TRANSFER_CHANNELS = ("auto", "ros", "zmq")
+TRANSFER_CHANNELS = CHANNELS  # the channel registry is fed_ros.ros.wire.channels
 CAMERA_TRANSPORTS = ("raw", "compressed")  # = fed_ros.ros.arm.topics.CAMERA_TRANSPORTS
 ARM_INTERFACES = ("direct", "ros2_control")  # the sim bridge's: fed_ros arm topics, or standard messages only
 SERVER_NAMESPACE = "/fleet"

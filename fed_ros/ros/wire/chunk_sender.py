@@ -19,9 +19,6 @@ from fed_ros.ros.wire.tensors import (EncodedPayload, bytes_view, chunk_ranges, 
 # x raw pyzmq, default / SHM profile: 1 MiB 0.15/0.22, 2 MiB 0.25/0.35, 4 MiB 0.30/0.37,
 # 8 MiB 0.15/0.35, unchunked 0.06/0.09. 4 MiB is fastest and a lost chunk is cheap to resend.
 DEFAULT_CHUNK_BYTES = 4 << 20
-# Payloads at least this large go over the zmq bulk channel by default; smaller ones
-# travel inside ROS messages (one round trip fewer, nothing else to open).
-BULK_THRESHOLD_BYTES = 1 << 20
 # Default path for large payloads, chosen by `fed-ros bench transfer` (docs/transport.md).
 # 21.5 MB robot -> server, two processes, x raw pyzmq (runs at load ~3 | ~14 | ~6, 2 cores):
 # ROS 2 default 4 MiB chunks 0.30 | 0.28 | 0.21, unchunked 0.06; ROS 2 + SHM profile

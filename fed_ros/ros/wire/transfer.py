@@ -5,14 +5,15 @@ holds one sender and one receiver; the nodes only wrap chunks in their message t
 publish. Delivery bookkeeping (acknowledgements, re-sends, idempotent receipt) is the pure
 ``fed_ros.core.delivery``.
 
-- Sender: encode a state dict, choose the channel (``transfer_channel`` auto / ros / zmq and
-  the size threshold), produce chunk messages (ROS chunks, or one control message whose
-  ``bulk_uri`` carries a fresh 128-bit secret), answer resend requests.
+- Sender: encode a state dict, choose the channel (``transfer_channel``: the registry in
+  :mod:`fed_ros.ros.wire.channels`, and the size threshold), produce chunk messages (ROS chunks,
+  or one control message whose ``bulk_uri`` carries a fresh 128-bit secret), answer resend
+  requests.
 - Receiver: chunk assembly with size caps, bulk fetch on worker threads (retried with backoff
   within the caller's time budget, resumed where it stopped), decode, and **the one check of
   a payload's content**: manifest equal to the expected one (first chunk, before any byte is
   collected), then finite values within range (after decoding). Every outcome is a
-  ``fed_ros.core.validation.Decision`` with a code.
+  ``fed_ros.core.decisions.Decision`` with a code.
 """
 from __future__ import annotations
 
@@ -33,23 +34,12 @@ from fed_ros.core.delivery import RetrySchedule
 from fed_ros.core.params import Manifest
 from fed_ros.core.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.bulk import BulkFetch, BulkServer, BulkUnreachable
 from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, PayloadAssembler, PayloadRejected, TransferLimits,
                                               check_header, decode_resend_request, encode_resend_request)
-from fed_ros.ros.wire.chunk_sender import BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, ChunkedSender
+from fed_ros.ros.wire.channels import (BULK_CHANNELS, BULK_THRESHOLD_BYTES, ChannelUnreachable, bulk_channel_for,
+                                      choose_channel)
+from fed_ros.ros.wire.chunk_sender import ChunkedSender, DEFAULT_CHUNK_BYTES
 from fed_ros.ros.wire.tensors import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
-
-CHANNELS = ("auto", "ros", "zmq")
-
-
-def choose_channel(channel: str, total_bytes: int, threshold_bytes: int = BULK_THRESHOLD_BYTES) -> str:
-    """'ros' or 'zmq' for a payload: as configured, or by size when ``channel`` is 'auto'."""
-    if channel not in CHANNELS:
-        raise ValueError(f"transfer_channel must be one of {CHANNELS}, got {channel!r}")
-    if channel == "auto":
-        return "zmq" if total_bytes >= threshold_bytes else "ros"
-    return channel
-
 
 # -------------------------------------------------------------------------- sender
 
@@ -60,7 +50,7 @@ class Outgoing:
     payload_id: str
     encoded: EncodedPayload
     chunker: ChunkedSender
-    channel: str  # "ros" | "zmq"
+    channel: str  # "ros" or a bulk channel's name (channels.BULK_CHANNELS)
     meta: dict[str, Any] = field(default_factory=dict)  # message fields the node wraps each chunk with
 
     @property
@@ -87,7 +77,7 @@ class TransferSender:
         self.chunk_bytes = int(chunk_bytes)
         self.bulk_ttl_s = bulk_ttl_s
         self.keep = keep
-        self._bulk: BulkServer | None = None
+        self._servers: dict[str, Any] = {}  # bulk channel -> its server (opened on first use)
         self._out: OrderedDict[str, Outgoing] = OrderedDict()
         self._lock = threading.Lock()  # prepare (worker thread) vs resend (executor thread)
 
@@ -105,10 +95,11 @@ class TransferSender:
     def _offer(self, encoded: EncodedPayload, payload_id: str, meta: dict[str, Any]) -> Outgoing:
         channel = choose_channel(self.channel, encoded.total_bytes, self.bulk_threshold_bytes)
         uri = ""
-        if channel == "zmq":
-            if self._bulk is None:
-                self._bulk = BulkServer(ttl_s=self.bulk_ttl_s)
-            uri = self._bulk.offer(encoded.data)  # a fresh secret per transfer
+        if channel in BULK_CHANNELS:
+            server = self._servers.get(channel)
+            if server is None:
+                server = self._servers[channel] = BULK_CHANNELS[channel].server(self.bulk_ttl_s)
+            uri = server.offer(encoded.data)  # a fresh secret per transfer
         out = Outgoing(payload_id, encoded, ChunkedSender(encoded, payload_id, self.chunk_bytes, bulk_uri=uri),
                        channel, dict(meta))
         with self._lock:
@@ -147,14 +138,19 @@ class TransferSender:
             self.withdraw(pid)
 
     def _withdraw_uri(self, out: Outgoing) -> None:
-        if out.bulk_uri and self._bulk is not None:
-            self._bulk.withdraw(out.bulk_uri)
+        server = self._servers.get(out.channel)
+        if out.bulk_uri and server is not None:
+            server.withdraw(out.bulk_uri)
+
+    def bulk_server(self, channel: str) -> Any:
+        """The server of a bulk channel, once this sender opened it (None before)."""
+        return self._servers.get(channel)
 
     def close(self) -> None:
-        """Close the bulk server (if one was opened)."""
-        if self._bulk is not None:
-            self._bulk.close()
-            self._bulk = None
+        """Close the bulk servers that were opened."""
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
 
 
 # ------------------------------------------------------------------------ receiver
@@ -278,16 +274,16 @@ class TransferReceiver:
         give_up = self._clock() + (retry_for_s if retry_for_s is not None else 60.0)
         attempt = 0
         try:
-            fetch = BulkFetch(payload, limits=self.limits)
+            fetch = bulk_channel_for(payload.bulk_uri).fetch(payload, limits=self.limits)
             while True:
                 try:
                     data = fetch.run(idle_timeout_s=self.fetch_idle_timeout_s, max_retries=1)
                     break
-                except BulkUnreachable as exc:
+                except ChannelUnreachable as exc:
                     if self._switch_offer(pid, payload):  # the sender restarted elsewhere: go there now
                         payload, attempt = self._offers[pid], 0
                         give_up = self._clock() + (retry_for_s if retry_for_s is not None else 60.0)
-                        fetch = BulkFetch(payload, limits=self.limits)
+                        fetch = bulk_channel_for(payload.bulk_uri).fetch(payload, limits=self.limits)
                         continue
                     attempt += 1
                     wait = self.fetch_retry.delay(attempt)

@@ -19,8 +19,9 @@ from fed_ros.ros.wire.chunk_assembler import (DEFAULT_MAX_CHUNK_BYTES, DEFAULT_M
                                               DEFAULT_MAX_TOTAL_BYTES, ChunkDropped, CompletePayload, PayloadAssembler,
                                               PayloadRejected, TransferLimits, check_header, decode_resend_request,
                                               encode_resend_request)
-from fed_ros.ros.wire.chunk_sender import (BULK_THRESHOLD_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_TRANSPORT, MAX_PAYLOAD_ID,
-                                           ChunkedSender, chunk_digests, transfer_digest_of)
+from fed_ros.ros.wire.chunk_sender import (BULK_THRESHOLD_BYTES, ChunkedSender, DEFAULT_CHUNK_BYTES,
+                                           DEFAULT_TRANSPORT, MAX_PAYLOAD_ID, chunk_digests,
+                                           transfer_digest_of)
 from fed_ros.ros.wire.fastdds_profile import FASTDDS_PROFILE_NAME, apply_fastdds_profile, fastdds_profile_path
 
 __all__ = [
