@@ -84,19 +84,21 @@ class Evaluator:
         return self._envs[key]
 
     def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
-        """Success rate of one model on one family (seeded rollouts)."""
-        from fed_ros.learning.runner import PolicyRunner
+        """Success rate of one model on one family (seeded rollouts, the robots' `evaluate_policy`)."""
+        from fed_ros.learning.client import evaluate_policy
         from fed_ros.sim.evaluate import evaluate
 
+        def rollout(runner: Any) -> Any:
+            if any(family.cell_offset):
+                runner = OffsetCellPolicy(runner, family.task, family.cell_offset)
+            if family.mirrored:
+                runner = MirroredPolicy(runner)
+            return evaluate(runner, family.task, family.variation, episodes=self.episodes,
+                            seed=self.seed, cameras=self.cameras, env=self._env(family.task, family.variation),
+                            max_steps=self.max_steps.get(family.name))
+
         t0, c0 = time.perf_counter(), time.process_time()
-        runner: Any = PolicyRunner(sd, self.policy_cfg, device="cpu", sample=True, seed=self.seed)
-        if any(family.cell_offset):
-            runner = OffsetCellPolicy(runner, family.task, family.cell_offset)
-        if family.mirrored:
-            runner = MirroredPolicy(runner)
-        res = evaluate(runner, family.task, family.variation, episodes=self.episodes,
-                       seed=self.seed, cameras=self.cameras, env=self._env(family.task, family.variation),
-                       max_steps=self.max_steps.get(family.name))
+        res = evaluate_policy(sd, self.policy_cfg, rollout, "cpu", sample=True, seed=self.seed)
         self.seconds += time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0
         self.rollouts += [(family.name, bool(ok), int(n)) for ok, n in zip(res.successes, res.episode_lengths)]

@@ -4,9 +4,12 @@
 splits them across robots by task (variation label) or by k-means clusters of a centrally
 trained model's penultimate embeddings, trains FedAvg on each split and compares the
 held-out NLL across alpha; :func:`partition_claims` and :func:`partition_section` report it.
+Training is the fleet's: each robot is a `RobotClient` and the rounds are
+`federation_round` under `FedAvgStrategy`, the benchmark's own round.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -43,13 +46,42 @@ def segment_embeddings(sd: dict[str, np.ndarray], segs: Sequence[Any], cfg: Any)
                      for seg in segs])
 
 
+def partition_seed(seed: int, round_idx: int, robot: int) -> int:
+    """Trainer seed of robot ``robot`` in round ``round_idx`` of a partition federation (kept from the
+    study's first runs, so its published numbers stay reproducible; the fleet's is `trainer_seed`)."""
+    return seed + 97 * round_idx + robot
+
+
+def fedavg_on_split(theta0: dict[str, np.ndarray], robot_data: Sequence[Sequence[Any]], cfg: Any, prof: Profile,
+                    seed: int) -> dict[str, np.ndarray]:
+    """FedAvg over the robots of one split (robots without data sit out): the model after the study's rounds."""
+    from fed_ros.bench.federation_run import BENCH_LOCAL, federation_round
+    from fed_ros.core.strategies.fedavg import FedAvgStrategy
+    from fed_ros.learning.client import RobotClient
+
+    data, clients = {}, {}
+    for n, eps in enumerate(robot_data):
+        if len(eps):
+            rid = f"robot_{n:04d}"  # zero-padded: robot-id order (the aggregation's) is the index order
+            data[rid] = list(eps)
+            clients[rid] = RobotClient(rid, cfg, device="cpu", local=BENCH_LOCAL,
+                                       seed_schedule=functools.partial(partition_seed, seed, robot=n))
+    strategy = FedAvgStrategy(lr=prof.lr, local_steps=prof.local_steps)
+    strategy.initialize(theta0, sorted(data))
+    for r in range(prof.partition_rounds):
+        federation_round(strategy, clients, data, r)
+    return {k: np.array(v) for k, v in strategy.cluster_models()[0].items()}
+
+
 def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
     """Loss vs alpha for task- (variation-label) and embedding-based splits under FedAvg."""
+    from fed_ros.bench.federation_run import BENCH_LOCAL
     from fed_ros.core import partition as P
-    from fed_ros.core.params import flatten, unflatten, manifest_of
+    from fed_ros.core.round_config import RoundConfig
+    from fed_ros.learning.client import RobotClient
     from fed_ros.learning.dataset import DemoDataset
     from fed_ros.learning.modeling_policy import build_policy
-    from fed_ros.learning.trainer import TrainerConfig, evaluate_nll, initial_state_dict, train_local
+    from fed_ros.learning.trainer import evaluate_nll, initial_state_dict
     from fed_ros.learning.weights import load_state_dict_into
 
     path = out / "cells" / "partition_alpha.json"
@@ -68,10 +100,10 @@ def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> di
     labels = [s.variation for s in segs]
     seed = prof.seeds[0]
     theta0 = initial_state_dict(cfg, seed=seed, episodes=eps)
-    tc = TrainerConfig(lr=prof.lr, epochs=10_000, max_steps=prof.local_steps * 4, device="cpu",
-                       progress=False, val_fraction=0.0, use_sub=False, use_act=False, seed=seed)
     t0 = time.perf_counter()
-    central = train_local(theta0, segs, cfg, tc, val_episodes=[]).params  # the "task-trained" model
+    # The "task-trained" model: one robot trains on every segment (plain BC, 4x a round's steps).
+    central_robot = RobotClient("central", cfg, device="cpu", local=BENCH_LOCAL, seed_schedule=lambda r: seed)
+    central = central_robot.fit(theta0, RoundConfig(local_steps=prof.local_steps * 4, lr=prof.lr), segs, 0).params
     emb = segment_embeddings(central, segs, cfg)
     k = min(16, len(segs) // 4)
     km = P.kmeans(emb, k, seed=seed)
@@ -89,19 +121,7 @@ def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> di
             part = (P.task_split(labels, K, alpha, seed=seed) if kind == "task"
                     else P.dirichlet_split(km.labels, K, alpha, seed=seed, kind="embedding"))
             comps[f"{kind}_alpha{alpha:g}"] = P.composition_table(part)
-            theta = theta0
-            for r in range(prof.partition_rounds):
-                ups, ns = [], []
-                for n in range(K):
-                    robot_segs = [segs[i] for i in part.indices[n]]
-                    if not robot_segs:
-                        continue
-                    res = train_local(theta, robot_segs, cfg, tc.replace(max_steps=prof.local_steps, seed=seed + 97 * r + n),
-                                      val_episodes=[])
-                    ups.append(flatten(res.params))
-                    ns.append(res.num_samples)
-                w = np.asarray(ns, dtype=np.float64) / sum(ns)
-                theta = unflatten((np.stack(ups) * w[:, None]).sum(0).astype(np.float32), manifest_of(theta0))
+            theta = fedavg_on_split(theta0, [[segs[i] for i in part.indices[n]] for n in range(K)], cfg, prof, seed)
             model = load_state_dict_into(build_policy(cfg, seed=0), theta)
             results[kind][f"{alpha:g}"] = evaluate_nll(model, held_data)
     rec = {"alphas": list(prof.alphas), "loss": results, "diagnostics": diag, "compositions": comps,

@@ -79,6 +79,7 @@ def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str
     from fed_ros.bench.federation_run import describe_round, hard_clusters, make_clients
     from fed_ros.bench.federation_settings import rnd_setting
     from fed_ros.core.partition import adjusted_rand_index
+    from fed_ros.core.round_config import RoundConfig
     from fed_ros.core.strategy import ClientUpdate, make_strategy
     from fed_ros.learning.trainer import initial_state_dict
 
@@ -95,7 +96,7 @@ def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str
         theta0 = initial_state_dict(cfg, seed=seed, episodes=[e for r in ids for e in data[r]])
         clients = make_clients(ids, cfg, seed)
         t0 = time.process_time()
-        descs, extra = describe_round(clients, data, {r: "rnd" for r in ids})
+        descs, extra = describe_round(clients, data, {r: RoundConfig(descriptor_kind="rnd") for r in ids})
         updates = [ClientUpdate(robot_id=r, params=theta0, num_samples=sum(len(e) for e in data[r]), base_round=0)
                    for r in ids]
         desc_s = time.process_time() - t0

@@ -47,12 +47,10 @@ def intra_inter(sim: np.ndarray, groups: Sequence[str]) -> tuple[float, float]:
 
 
 def hard_clusters(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> list[int]:
-    """Cluster of largest weight per robot (-1 if unknown)."""
-    out = []
-    for rid in robot_ids:
-        mem = assignments.get(rid) or []
-        out.append(int(max(mem, key=lambda cw: cw[1])[0]) if mem else -1)
-    return out
+    """Cluster of largest weight per robot (`primary_cluster`: what its update is for; -1 without any)."""
+    from fed_ros.learning.client import primary_cluster
+
+    return [primary_cluster(mem) if (mem := assignments.get(rid)) else -1 for rid in robot_ids]
 
 
 def coassignment(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> np.ndarray:
@@ -98,15 +96,19 @@ def make_clients(robot_ids: Sequence[str], policy_cfg: Any, fleet_seed: int, dev
             for i, rid in enumerate(robot_ids)}
 
 
-def describe_round(clients: dict[str, Any], data: dict[str, list[Episode]], kinds: dict[str, str]
+def describe_round(clients: dict[str, Any], data: dict[str, list[Episode]], configs: dict[str, Any]
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """DESCRIBE (and for RND, SCORE) stages as the fleet runs them; plus the RND extras."""
-    descs = {rid: c.describe(kinds[rid], data[rid]) for rid, c in clients.items()}
+    """DESCRIBE (and for RND, SCORE) stages as the fleet runs them, each robot obeying its round
+    config (`RobotClient.stage_descriptor`, the robot node's call); plus the RND extras."""
+    from fed_ros.core.rounds import DESCRIBE, SCORE
+
+    descs = {rid: c.stage_descriptor(DESCRIBE, configs[rid], data[rid]) for rid, c in clients.items()}
     extra: dict[str, Any] = {}
     if any(d.kind == "rnd" for d in descs.values()):
+        # Every robot gets every peer's predictor (a robot never scores its own: it is held out).
         predictors = {rid: d.payload for rid, d in descs.items()}
         for rid, c in clients.items():
-            scored = c.score({p: b for p, b in predictors.items() if p != rid}, data[rid])
+            scored = c.stage_descriptor(SCORE, configs[rid], data[rid], predictors)
             scored.payload = descs[rid].payload  # the server keeps the DESCRIBE predictor
             descs[rid] = scored
         ids = list(clients)
@@ -130,7 +132,8 @@ class RoundRun:
 def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, list[Episode]],
                      round_idx: int) -> RoundRun:
     """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
-    asked -> each RobotClient picks (IFCA) and fits obeying its round config -> aggregate."""
+    asked -> each RobotClient chooses its start (IFCA: picks) and fits obeying its round config
+    -> aggregate."""
     from fed_ros.core.aggregate import weighted_model
     from fed_ros.core.strategy import ClientUpdate
 
@@ -142,23 +145,20 @@ def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, lis
     cost = 0.0
     if strategy.needs_descriptors(round_idx):
         t0 = time.process_time()
-        descs, extra = describe_round(clients, data, {r: instructions[r].config.descriptor_kind for r in ids})
+        descs, extra = describe_round(clients, data, {r: instructions[r].config for r in ids})
         extra["descriptor_cpu_s"] = time.process_time() - t0
         cost += extra["descriptor_cpu_s"]
     updates, starts = [], {}
     for rid in ids:
         membership, config = instructions[rid].membership, instructions[rid].config
-        cid = int(max(membership, key=lambda m: m[1])[0])
-        if config.pick_cluster and len(membership) > 1:
-            t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
-            cid = clients[rid].pick_cluster({c: models[c] for c, _ in membership}, data[rid])
+        t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
+        start = clients[rid].choose_start(membership, lambda m: weighted_model(models, m), config, data[rid])
+        if start.picked:  # the client-side cost of clustering (IFCA's evaluation of every listed model)
             cost += time.process_time() - t0
-            starts[rid] = weighted_model(models, [(cid, 1.0)])
-        else:
-            starts[rid] = weighted_model(models, membership)
-        res = clients[rid].fit(starts[rid], config, data[rid], round_idx)
+        starts[rid] = start.model
+        res = clients[rid].fit(start.model, config, data[rid], round_idx)
         updates.append(ClientUpdate(robot_id=rid, params=res.params, num_samples=res.num_samples,
-                                    base_round=round_idx, cluster_id=cid, metrics=dict(res.metrics)))
+                                    base_round=round_idx, cluster_id=start.cluster_id, metrics=dict(res.metrics)))
     t0 = time.process_time()
     result = strategy.aggregate_round(round_idx, updates, descs)
     extra["aggregate_cpu_s"] = time.process_time() - t0

@@ -18,6 +18,16 @@ from typing import Any, Mapping
 ROUND_CONFIG_VERSION = 1
 DESCRIBE_KINDS = ("gaussian", "rnd")  # what a robot can compute in a DESCRIBE stage
 
+# FedDRMan's local objective as the paper sets it (Sec. IV): L_sub and L_act on, weighted 0.03 / 0.005.
+# Written only here: `TrainerConfig` (fed_ros.learning.trainer) and `FedDRManStrategy` default to it.
+# A RoundConfig takes the weights but leaves both terms off by default (ROUND_CONFIG_DISTILLS): it is
+# what every strategy sends, and only FedDRMan asks for distillation (explicitly, from these defaults).
+PAPER_USE_SUB = True
+PAPER_USE_ACT = True
+PAPER_LAMBDA_SUB = 0.03
+PAPER_LAMBDA_ACT = 0.005
+ROUND_CONFIG_DISTILLS = False  # plain behaviour cloning unless the strategy switches a term on
+
 Membership = list[tuple[int, float]]
 
 
@@ -41,8 +51,8 @@ class RoundConfig:
 
     Attributes:
         prox_mu: FedProx proximal weight (0 = off).
-        use_sub / use_act: FedDRMan distillation terms L_sub / L_act.
-        lambda_sub / lambda_act: their weights.
+        use_sub / use_act: FedDRMan distillation terms L_sub / L_act (off unless the strategy asks).
+        lambda_sub / lambda_act: their weights (the paper's by default).
         local_epochs: full passes over the local data (when ``local_steps`` is unset; the
             robot's own ``train_max_steps`` may cap them).
         local_steps: exactly this many optimiser steps (None: ``local_epochs`` epochs).
@@ -53,10 +63,10 @@ class RoundConfig:
     """
 
     prox_mu: float = 0.0
-    use_sub: bool = False
-    use_act: bool = False
-    lambda_sub: float = 0.03
-    lambda_act: float = 0.005
+    use_sub: bool = ROUND_CONFIG_DISTILLS
+    use_act: bool = ROUND_CONFIG_DISTILLS
+    lambda_sub: float = PAPER_LAMBDA_SUB
+    lambda_act: float = PAPER_LAMBDA_ACT
     local_epochs: int = 1
     local_steps: int | None = None
     lr: float | None = None

@@ -1,22 +1,31 @@
 """The robot's side of a round, without ROS (Flower's ``NumPyClient`` shape).
 
-`RobotClient.fit(start_model, config, episodes, round_idx)` trains the start model on the
-robot's episodes obeying only the strategy's `RoundConfig`; `describe` / `score` compute
-the descriptors a DESCRIBE / SCORE stage asks for; `pick_cluster` is IFCA's client step;
-`evaluate` runs a model through a rollout callable (the arm over ROS, or MuJoCo in-process).
-The robot node (`fed_ros.ros.nodes.robot_node`) and the benchmark
-(`fed_ros.bench.federation_run`) both call this class, so benchmark numbers are fleet numbers.
+One function or method per robot-side step, each written only here:
+
+- `choose_start` (`RobotClient.choose_start`): TRAIN's first step, the cluster a robot trains
+  for and the model it starts from, given its membership and the cluster models (IFCA's
+  `pick_cluster` when the round config says so);
+- `RobotClient.fit`: train the start model on the robot's episodes obeying only the
+  strategy's `RoundConfig`;
+- `RobotClient.stage_descriptor` (`describe` / `score`): what a DESCRIBE or SCORE stage asks for;
+- `evaluate_policy` (`RobotClient.evaluate`): a model run through a rollout callable (the arm
+  over ROS, or MuJoCo in-process).
+
+The robot node (`fed_ros.ros.nodes.robot_rounds`) and the benchmark (`fed_ros.bench.federation_run`,
+`federation_partition`, `federation_eval`) both call these, so benchmark numbers are fleet numbers.
 """
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fed_ros.core.episode import Episode
-from fed_ros.core.round_config import RoundConfig
+from fed_ros.core.round_config import Membership, RoundConfig
+from fed_ros.core.rounds import DESCRIBE, SCORE
 from fed_ros.core.strategy import ClientDescriptor
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.trainer import LocalResult, TrainerConfig
@@ -36,22 +45,85 @@ def trainer_seed(robot_seed: int, round_idx: int) -> int:
     return int(robot_seed) * 1000 + int(round_idx)
 
 
+# --------------------------------------------------------------------------- TRAIN: where to start
+
+
+@dataclass(frozen=True)
+class StartChoice:
+    """Where a robot's TRAIN starts: the cluster its update is for and the model it trains from."""
+
+    cluster_id: int
+    model: StateDict
+    picked: bool  # the robot evaluated every listed cluster's model to choose (IFCA)
+
+
+def no_cluster_error(membership: Membership) -> ValueError:
+    """The error of a membership that names no cluster to start from (the aggregation's own wording)."""
+    return ValueError(f"membership {list(membership)} has no cluster with weight > 0")
+
+
+def primary_cluster(membership: Membership) -> int:
+    """The cluster of largest weight (the first listed on ties): the cluster an update is for."""
+    if not membership:
+        raise no_cluster_error(membership)
+    return int(max(membership, key=lambda m: m[1])[0])
+
+
+def choose_start(membership: Membership, model_of: Callable[[Membership], StateDict], config: RoundConfig,
+                 pick: Callable[[Mapping[int, StateDict]], int]) -> StartChoice:
+    """The cluster a robot trains for and its start model, from its membership and the cluster models.
+
+    ``model_of(membership)`` is the weighted mean of the listed cluster models (the robot node
+    waits there for models still on their way; the benchmark averages the strategy's). With
+    ``config.pick_cluster`` and several listed clusters, ``pick(candidates)`` chooses one of
+    them (IFCA) and the robot starts from it alone; otherwise it starts from the weighted mean
+    and its update is for the cluster of largest weight.
+
+    An empty membership raises ValueError, in the fleet as in the benchmark. No strategy sends
+    one (`RobotInstruction` refuses it, and so does the announcement's conversion on the robot),
+    no strategy has a cluster -1 (IFCA's aggregation rejects it), and the robot node's former
+    ``-1`` never left the robot: averaging no cluster model raised this very error right after.
+    So the fleet behaves as before: the robot's TRAIN job fails with this error, logged, no update.
+    """
+    if not membership:
+        raise no_cluster_error(membership)
+    if config.pick_cluster and len(membership) > 1:
+        candidates = {c: model_of([(c, 1.0)]) for c, _ in membership}
+        cluster_id = pick(candidates)
+        return StartChoice(cluster_id, candidates[cluster_id], picked=True)
+    cluster_id = primary_cluster(membership)
+    return StartChoice(cluster_id, model_of(membership), picked=False)
+
+
+# --------------------------------------------------------------------------- EVALUATE
+
+
+def evaluate_policy(model: StateDict, policy_cfg: PolicyConfig, rollout: Callable[[Any], Any], device: str,
+                    **runner_kw: Any) -> Any:
+    """``rollout(runner)`` of ``model`` acting as a `PolicyRunner` (success rates, or a sim result)."""
+    from fed_ros.learning.runner import PolicyRunner
+
+    return rollout(PolicyRunner(model, policy_cfg, device=device, **runner_kw))
+
+
 class RobotClient:
-    """One robot's learning: fit, describe, score, IFCA pick, evaluate (no ROS, no simulator).
+    """One robot's learning: start choice, fit, describe, score, IFCA pick, evaluate (no ROS, no simulator).
 
     ``local`` holds the robot's own TrainerConfig settings (``lr``, ``batch_size``,
     ``max_steps``, ``val_fraction``, ...); the round config overrides ``lr`` when it sets
     one, ``local_steps`` replaces ``max_steps``, and the fields it always decides
-    (mu, distillation, epochs) cannot be set locally.
+    (mu, distillation, epochs) cannot be set locally. ``seed_schedule(round_idx)`` replaces
+    `trainer_seed` (only the partition study uses it, to keep its published seeds).
     """
 
     def __init__(self, robot_id: str, policy_cfg: PolicyConfig, robot_seed: int = 0, device: str = "auto",
-                 local: Mapping[str, Any] | None = None) -> None:
+                 local: Mapping[str, Any] | None = None, seed_schedule: Callable[[int], int] | None = None) -> None:
         from fed_ros.learning.trainer import initial_state_dict
 
         self.robot_id = robot_id
         self.policy_cfg = policy_cfg
         self.robot_seed = int(robot_seed)
+        self.seed_schedule = seed_schedule
         self.device = device
         self.local = dict(local or {})
         decided = sorted(set(self.local) & _DECIDED_FIELDS)
@@ -64,12 +136,19 @@ class RobotClient:
         self.rnd_fit: Any = None  # RNDFit of the last DESCRIBE (rnd), used by `score`
 
     # ------------------------------------------------------------------ training
+    def choose_start(self, membership: Membership, model_of: Callable[[Membership], StateDict],
+                     config: RoundConfig, episodes: Sequence[Episode]) -> StartChoice:
+        """`choose_start` with this robot's IFCA pick (`pick_cluster` on its episodes)."""
+        return choose_start(membership, model_of, config, lambda candidates: self.pick_cluster(candidates, episodes))
+
     def trainer_config(self, config: RoundConfig, round_idx: int) -> TrainerConfig:
         """Local settings overlaid with everything the round config decides."""
+        seed = (self.seed_schedule(round_idx) if self.seed_schedule is not None
+                else trainer_seed(self.robot_seed, round_idx))
         kw: dict[str, Any] = dict(self.local)
         kw.update(prox_mu=config.prox_mu, use_sub=config.use_sub, use_act=config.use_act,
                   lambda_sub=config.lambda_sub, lambda_act=config.lambda_act, epochs=config.local_epochs,
-                  device=self.device, progress=False, seed=trainer_seed(self.robot_seed, round_idx))
+                  device=self.device, progress=False, seed=seed)
         if config.local_steps is not None:
             # Exactly local_steps steps: every epoch has >= 1 step, so this many epochs suffice.
             kw.update(epochs=config.local_steps, max_steps=config.local_steps)
@@ -127,6 +206,16 @@ class RobotClient:
         return int(cids[ifca_select(losses)])
 
     # ------------------------------------------------------------------ descriptors
+    def stage_descriptor(self, stage: str, config: RoundConfig, episodes: Sequence[Episode],
+                         peer_predictors: Mapping[str, bytes] | None = None) -> ClientDescriptor:
+        """This robot's answer to a DESCRIBE stage (the round config's kind) or a SCORE stage (RND phase
+        two: the peers' predictors scored on local data; its own, if listed, is never scored)."""
+        if stage == DESCRIBE:
+            return self.describe(config.descriptor_kind, episodes)
+        if stage == SCORE:
+            return self.score(peer_predictors or {}, episodes)
+        raise ValueError(f"{self.robot_id}: stage {stage!r} asks for no descriptor")
+
     def describe(self, kind: str, episodes: Sequence[Episode]) -> ClientDescriptor:
         """The descriptor a DESCRIBE stage asks for (``kind`` from the round config)."""
         n = sum(len(e) for e in episodes)
@@ -158,7 +247,5 @@ class RobotClient:
     def evaluate(self, model: StateDict, rollout: Callable[[Any], dict[str, float]],
                  **runner_kw: Any) -> dict[str, float]:
         """Success rate per task of ``model``: ``rollout(policy_runner)`` drives the arm."""
-        from fed_ros.learning.runner import PolicyRunner
-
-        runner_kw.setdefault("device", self.device)
-        return rollout(PolicyRunner(model, self.policy_cfg, **runner_kw))
+        device = runner_kw.pop("device", self.device)
+        return evaluate_policy(model, self.policy_cfg, rollout, device, **runner_kw)

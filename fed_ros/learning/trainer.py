@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from fed_ros.core import episode as ep
 from fed_ros.core.episode import Episode
+from fed_ros.core.round_config import PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
@@ -39,9 +40,9 @@ class TrainerConfig:
     """Local-training settings; defaults are the FedDRMan paper's (Sec. IV).
 
     Attributes:
-        lambda_sub: weight lambda_m of every modality's L_sub (paper: 0.03).
+        lambda_sub: weight lambda_m of every modality's L_sub (default: the paper's, PAPER_LAMBDA_SUB).
         lambda_modality: per-modality overrides of lambda_sub, e.g. {"text": 0.0}.
-        lambda_act: weight of L_act (paper: 0.005).
+        lambda_act: weight of L_act (default: the paper's, PAPER_LAMBDA_ACT).
         rank: subspace rank r (paper: 48), capped at min(d_m, N) per modality.
         sub_noise_std: pre-SVD perturbation std (paper: 0.01).
         sub_reduction: "sum" = Frobenius norm as in Eq. 6; "mean" divides by N = B*T.
@@ -51,7 +52,7 @@ class TrainerConfig:
         lr / weight_decay / clip / batch_size / epochs: AdamW, grad-norm clip, batch, epochs.
         max_steps: stop after this many optimiser steps (None: full epochs).
         prox_mu: FedProx mu (0: off; paper baseline 1e-3).
-        use_sub / use_act: ablation switches.
+        use_sub / use_act: ablation switches (default: on, the paper's objective).
         val_fraction: episodes held out to report val_nll (0: none).
         device: "auto" (CUDA with bf16 autocast when present), "cpu" or "cuda[:i]".
         amp: allow autocast on CUDA.
@@ -59,9 +60,9 @@ class TrainerConfig:
         progress: show a tqdm bar.
     """
 
-    lambda_sub: float = 0.03
+    lambda_sub: float = PAPER_LAMBDA_SUB
     lambda_modality: dict[str, float] = field(default_factory=dict)
-    lambda_act: float = 0.005
+    lambda_act: float = PAPER_LAMBDA_ACT
     rank: int = 48
     sub_noise_std: float = 0.01
     sub_reduction: str = "sum"
@@ -74,8 +75,8 @@ class TrainerConfig:
     epochs: int = 1
     max_steps: int | None = None
     prox_mu: float = 0.0
-    use_sub: bool = True
-    use_act: bool = True
+    use_sub: bool = PAPER_USE_SUB
+    use_act: bool = PAPER_USE_ACT
     val_fraction: float = 0.1
     device: str = "auto"
     amp: bool = True

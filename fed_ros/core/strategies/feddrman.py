@@ -26,7 +26,8 @@ import numpy as np
 from fed_ros.core.aggregate import first_nonfinite_row, update_similarity
 from fed_ros.core.cua import cua_partition
 from fed_ros.core.params import prefix_columns
-from fed_ros.core.round_config import RoundConfig
+from fed_ros.core.round_config import (PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB,
+                                       RoundConfig)
 from fed_ros.core.srb import apply_srb, eligible_blocks
 from fed_ros.core.strategy import (ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly,
                                    match_cluster_ids)
@@ -42,8 +43,9 @@ class FedDRManStrategy(Strategy):
     def __init__(self, *, num_clusters: int = 1, beta: float = 0.9, use_cua: bool = True, use_srb: bool = True,
                  omega_prefixes: Sequence[str] = ("temporal.",), cua_method: str = "auto",
                  singleton_intra: float = 0.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
-                 srb_exclude: Sequence[str] = (), seed: int = 0, use_sub: bool = True, use_act: bool = True,
-                 lambda_sub: float = 0.03, lambda_act: float = 0.005, **kw: Any) -> None:
+                 srb_exclude: Sequence[str] = (), seed: int = 0, use_sub: bool = PAPER_USE_SUB,
+                 use_act: bool = PAPER_USE_ACT, lambda_sub: float = PAPER_LAMBDA_SUB,
+                 lambda_act: float = PAPER_LAMBDA_ACT, **kw: Any) -> None:
         super().__init__(**kw)
         # The robots' local objective (checked now, sent in every round config).
         self._local = RoundConfig(use_sub=use_sub, use_act=use_act, lambda_sub=lambda_sub, lambda_act=lambda_act)

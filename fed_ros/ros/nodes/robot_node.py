@@ -110,11 +110,9 @@ class RobotNode(Node):
         self.descriptor_pub = self.create_publisher(DescriptorMsg, f"{fleet}/descriptors", qos.control_qos())
         self.metrics_pub = self.create_publisher(RobotMetrics, f"{fleet}/robot_metrics", qos.control_qos())
         self.model_resend_pub = self.create_publisher(String, f"{fleet}/model_resend", qos.control_qos())
-        # Updates out (kept until acknowledged, re-sent) and the work of each announced stage.
-        self.uplink = UpdateUplink(self, self.update_pub, self.robot_id, signer=self.signer,
+        self.uplink = UpdateUplink(self, self.update_pub, self.robot_id, signer=self.signer,  # kept until acked
                                    transfer_channel=p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
                                    retry_s=p.update_retry_s, log_transfer=self.log_transfer)
-        self.rounds = RobotRounds(self)
         self.downlink = RobotDownlink(self)  # cluster models in, update-resend requests answered
         # No handler can crash the node: failures are logged with their type and counted.
         from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
@@ -128,9 +126,8 @@ class RobotNode(Node):
         self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self.downlink.on_update_resend),
                                  qos.control_qos(),
                                  callback_group=self._fleet_group)
-        self.create_subscription(DescriptorMsg, f"{fleet}/descriptors",
-                                 guard.wrap("descriptors", self.rounds.on_peer_descriptor),
-                                 qos.control_qos(), callback_group=self._fleet_group)
+        self.create_subscription(DescriptorMsg, f"{fleet}/descriptors", guard.wrap("descriptors", lambda msg: (
+            self.rounds.on_peer_descriptor(msg))), qos.control_qos(), callback_group=self._fleet_group)
         self.create_subscription(UpdateAck, f"{fleet}/update_acks", guard.wrap("update_acks", self.uplink.on_ack),
                                  qos.control_qos(), callback_group=self._fleet_group)
         self.register_client = self.create_client(Register, f"{fleet}/register", callback_group=io_group)
@@ -159,6 +156,10 @@ class RobotNode(Node):
         self.failed: str = ""
         self.demos = RobotDemonstrations(self.demo_dir, lambda: self.params, self.arm, self.recorder,
                                          self.arm_lock, self.gate, self.get_logger())
+        self.rounds = RobotRounds(  # the work of each announced stage, over the collaborators made above
+            self.client, self.models, self.uplink, self.demos, self.arm, self.arm_lock, lambda: self.params,
+            self.get_logger(), self.stop_event, lambda: self.latest_announcement, self.signer, self.model_dir,
+            self.log_transfer, self.descriptor_pub, self.metrics_pub, lambda p, w: wait_for_subscribers(self, p, w))
         self._transfer_log = open(self.data_dir / "transfers.jsonl", "a", encoding="utf-8")
         self._worker = threading.Thread(target=self._work, name=f"{self.robot_id}-worker", daemon=True)
         self._worker.start()
@@ -315,7 +316,6 @@ class RobotNode(Node):
         if getattr(self, "_transfer_log", None) is not None:
             self._transfer_log.close()
         super().destroy_node()
-
 
 
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown

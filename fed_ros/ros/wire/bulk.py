@@ -30,7 +30,6 @@ import numpy as np
 import zmq
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.channels import ChannelUnreachable
 from fed_ros.ros.wire.tensors import chunk_ranges
 from fed_ros.ros.wire.chunk_assembler import PayloadRejected, TransferLimits, check_header
 
@@ -51,7 +50,7 @@ _ERR = b"ERR"
 _CHUNK_HDR = struct.Struct("<IIQ")  # index, count, offset
 
 
-class BulkUnreachable(ChannelUnreachable):
+class BulkUnreachable(TimeoutError):
     """The bulk server named in a bulk_uri did not answer (host/port unreachable or offer gone)."""
 
 

@@ -8,8 +8,8 @@ band. ``zmq`` is a ZeroMQ ROUTER with a per-transfer secret (:mod:`fed_ros.ros.w
 A new bulk channel (say HTTP or Zenoh) is one :class:`BulkChannel` in :data:`BULK_CHANNELS`:
 a server factory (``offer(data) -> uri``, ``withdraw(uri)``, ``close()``), a fetch factory
 (``run(idle_timeout_s=, max_retries=) -> uint8 array`` of bytes it verified against the
-payload's sha256, ``received``, ``ranges``, raising :class:`ChannelUnreachable` while the sender
-cannot be reached, ``PayloadRejected`` on a refusal or bad bytes) and the URI prefix its servers
+payload's sha256, ``received``, ``ranges``, raising a ``TimeoutError`` while the sender cannot be
+reached, which the receiver retries, and ``PayloadRejected`` on a refusal or bad bytes) and the URI prefix its servers
 hand out. The sender, the receiver, the node parameters (``transfer_channel``) and the fleet
 plan take the names from here. Nothing here imports ROS or zmq until a channel is used.
 """
@@ -21,10 +21,6 @@ from typing import Any, Callable
 # Payloads at least this large go over the bulk channel when the channel is "auto"; smaller
 # ones travel inside ROS messages (one round trip fewer, nothing else to open).
 BULK_THRESHOLD_BYTES = 1 << 20
-
-
-class ChannelUnreachable(TimeoutError):
-    """A bulk channel's sender did not answer (host/port unreachable or offer gone): retry later."""
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,7 @@ from fed_ros.core.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, PayloadAssembler, PayloadRejected, TransferLimits,
                                               check_header, decode_resend_request, encode_resend_request)
-from fed_ros.ros.wire.channels import (BULK_CHANNELS, BULK_THRESHOLD_BYTES, ChannelUnreachable, bulk_channel_for,
-                                      choose_channel)
+from fed_ros.ros.wire.channels import BULK_CHANNELS, BULK_THRESHOLD_BYTES, bulk_channel_for, choose_channel
 from fed_ros.ros.wire.chunk_sender import ChunkedSender, DEFAULT_CHUNK_BYTES
 from fed_ros.ros.wire.tensors import EncodedPayload, StateDict, decode_state_dict, encode_state_dict
 
@@ -279,7 +278,7 @@ class TransferReceiver:
                 try:
                     data = fetch.run(idle_timeout_s=self.fetch_idle_timeout_s, max_retries=1)
                     break
-                except ChannelUnreachable as exc:
+                except TimeoutError as exc:  # the channel's "sender unreachable": retried (channels.py)
                     if self._switch_offer(pid, payload):  # the sender restarted elsewhere: go there now
                         payload, attempt = self._offers[pid], 0
                         give_up = self._clock() + (retry_for_s if retry_for_s is not None else 60.0)
