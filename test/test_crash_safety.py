@@ -353,7 +353,7 @@ class ScriptedRobots:
                                        for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")}
 
     def _wait_for_live_server(self, timeout: float = 30.0) -> None:
-        from fed_ros.ros.nodes.robot_node import wait_for_subscribers
+        from fed_ros.ros.wire.publish import wait_for_subscribers
         end = time.monotonic() + timeout
         while not self._live_update_subscribers():
             assert time.monotonic() < end, "no live server subscribes to /fleet/updates"

@@ -177,11 +177,11 @@ def test_image_trainer_shares_augmented_inputs_between_teacher_and_student():
     eps = synthetic_episodes(2, 6, "image", image_size=32)
     trainer = LocalTrainer(policy_to_state_dict(build_policy(cfg, seed=0)), cfg,
                            TrainerConfig(device="cpu", progress=False, rank=8))
-    batch = trainer._process_batch(DemoDataset(eps, cfg), np.arange(4))
+    batch = trainer.process_batch(DemoDataset(eps, cfg), np.arange(4))
     raw = DemoDataset(eps, cfg).batch(np.arange(4))[ep.AGENTVIEW_IMAGE]
     assert batch[ep.AGENTVIEW_IMAGE].dtype == torch.uint8
     assert not np.array_equal(batch[ep.AGENTVIEW_IMAGE].numpy(), raw)  # shifted
-    losses = trainer._compute_losses(batch, *trainer._forward(batch))
+    losses = trainer._compute_losses(batch, *trainer.forward(batch))
     for m in cfg.modalities:
         assert losses[f"sub_{m}"].item() < 1e-6, m
     assert abs(losses["act"].item()) < 1e-5

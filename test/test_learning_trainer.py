@@ -54,8 +54,8 @@ def test_teacher_gets_no_gradient_and_never_changes(demos, start):
 
 def test_distillation_terms_vanish_when_student_equals_teacher(demos, start):
     trainer = LocalTrainer(start, PolicyConfig(**{**CFG.to_dict(), "dropout": 0.0}), tc())
-    batch = trainer._process_batch(DemoDataset(demos, trainer.pc), np.arange(16))
-    out_s, out_t = trainer._forward(batch)
+    batch = trainer.process_batch(DemoDataset(demos, trainer.pc), np.arange(16))
+    out_s, out_t = trainer.forward(batch)
     losses = trainer._compute_losses(batch, out_s, out_t)
     assert abs(losses["act"].item()) < 1e-5
     for m in CFG.modalities:
@@ -179,5 +179,5 @@ def test_mixed_precision_path_runs_with_bf16_autocast(demos, start, monkeypatch)
     values = t.train_step(DemoDataset(demos, CFG), np.arange(8))
     assert all(np.isfinite(v) for v in values.values())
     assert all(p.dtype == torch.float32 for p in t.student.parameters())
-    out_s, _ = t._forward(t._process_batch(DemoDataset(demos, CFG), np.arange(4)))
+    out_s, _ = t.forward(t.process_batch(DemoDataset(demos, CFG), np.arange(4)))
     assert out_s.gmm.means.dtype == torch.float32

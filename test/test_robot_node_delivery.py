@@ -42,7 +42,7 @@ def _wait_listed(node, topic, count, timeout=10.0):
 def test_waits_for_a_matched_subscriber_and_names_the_topic_on_timeout(node):
     from std_msgs.msg import String
     from fed_ros.ros.wire import qos
-    from fed_ros.ros.nodes.robot_node import wait_for_subscribers
+    from fed_ros.ros.wire.publish import wait_for_subscribers
     pub = node.create_publisher(String, "/fleet/updates", qos.control_qos())
     node.create_subscription(String, "/fleet/updates", lambda m: None, _incompatible_qos())
     _wait_listed(node, "/fleet/updates", 1)
@@ -53,7 +53,7 @@ def test_waits_for_a_matched_subscriber_and_names_the_topic_on_timeout(node):
 def test_all_listed_subscribers_matched_returns_at_once_else_after_the_grace(node):
     from std_msgs.msg import String
     from fed_ros.ros.wire import qos
-    from fed_ros.ros.nodes.robot_node import wait_for_subscribers
+    from fed_ros.ros.wire.publish import wait_for_subscribers
     pub = node.create_publisher(String, "/fleet/updates", qos.control_qos())
     node.create_subscription(String, "/fleet/updates", lambda m: None, qos.control_qos())
     _wait_listed(node, "/fleet/updates", 1)

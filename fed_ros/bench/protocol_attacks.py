@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fed_ros.core import validation as V
+from fed_ros.core.audit_log import read_audit_log
 from fed_ros.core.store import ModelStore
 from fed_ros.ros.fleet.domains import exclusive_domain_id
 
@@ -111,7 +111,7 @@ class _Fleet:
         return sum(p.stat().st_size for p in (self.log_path, *self.audit) if p.exists())
 
     def entries_since(self, t0: float) -> list[dict]:
-        return [e for p in self.audit if p.exists() for e in V.read_audit_log(p) if e.get("time", 0) >= t0]
+        return [e for p in self.audit if p.exists() for e in read_audit_log(p) if e.get("time", 0) >= t0]
 
     def settle(self, quiet_s: float = 2.0, timeout: float = 180.0) -> None:
         """Wait until the server's logs stopped growing for `quiet_s` (it drained its inbox)."""
@@ -157,7 +157,7 @@ def _foreign_chunk(fleet: _Fleet, round_idx: int) -> dict:
 
         def dropped(pid: str) -> bool:
             return any(e["code"] == "foreign_chunk" and e.get("payload_id") == pid
-                       for p in fleet.audit if p.exists() for e in V.read_audit_log(p))
+                       for p in fleet.audit if p.exists() for e in read_audit_log(p))
 
         from fed_ros.ros.fleet.scripted import wait_for
         fleet.robots.between_chunks = lambda pid, chunks: (  # inside the robots' spin: wait without spinning

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core import validation as V
+from fed_ros.core.sender_checks import ValidationContext
+from fed_ros.core.update_checks import UpdateEnvelope, validate_update
 from fed_ros.core.attacks import DATA_ATTACKS, MODEL_ATTACKS, attack_vector, label_flip
 from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE, OBJECT_STATE_DIM, Episode
 from fed_ros.core.params import TensorSpec
@@ -67,10 +68,10 @@ def aggregate_all(stacked: np.ndarray, reference: np.ndarray, clip_norm: float) 
 
 def _validated(update: np.ndarray, robot_id: str, manifest: tuple[TensorSpec, ...]) -> bool:
     """Run the server's validation on one flat update (auth off: this measures content checks)."""
-    ctx = V.ValidationContext(current_round=1, expected_manifest=manifest)
-    env = V.UpdateEnvelope(robot_id=robot_id, round_idx=1, base_round=0, num_samples=100, manifest=manifest,
+    ctx = ValidationContext(current_round=1, expected_manifest=manifest)
+    env = UpdateEnvelope(robot_id=robot_id, round_idx=1, base_round=0, num_samples=100, manifest=manifest,
                            total_bytes=update.nbytes, payload_sha256="0" * 64)
-    return V.validate_update(env, {manifest[0].name: update}, ctx).accepted
+    return validate_update(env, {manifest[0].name: update}, ctx).accepted
 
 
 def attack_table(honest: np.ndarray, reference: np.ndarray, attacked: Callable[[str], np.ndarray],

@@ -60,13 +60,13 @@ def _time_interleaved(trainers: dict[str, LocalTrainer], data: DemoDataset,
 def _time_parts(trainer: LocalTrainer, data: DemoDataset, idx: np.ndarray, repeats: int
                 ) -> dict[str, float]:
     """Milliseconds of the teacher forward and of all modality subspace losses (fwd+bwd)."""
-    batch = trainer._process_batch(data, idx)
-    out_s, out_t = trainer._forward(batch)
+    batch = trainer.process_batch(data, idx)
+    out_s, out_t = trainer.forward(batch)
     assert out_t is not None
     _sync(trainer.device)
     t0 = time.perf_counter()
     for _ in range(repeats):
-        trainer._forward(batch)
+        trainer.forward(batch)
     _sync(trainer.device)
     fwd_both = (time.perf_counter() - t0) / repeats
     t0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """One round of local training with FedDRMan distillation (methods.md Eq. 3-9).
 
 Template (robomimic style): the constructor (student from the cluster model, frozen teacher
-copy), then per batch ``_process_batch`` -> ``_forward`` -> ``_compute_losses`` ->
+copy), then per batch ``process_batch`` -> ``forward`` -> ``_compute_losses`` ->
 ``_train_step``. Every term is switchable for ablations: ``use_sub`` (L_sub), ``use_act``
 (L_act), ``prox_mu`` (FedProx).
 With all of them off no teacher is built and the loop is plain behaviour cloning.
@@ -170,7 +170,7 @@ class LocalTrainer:
 
     # -- template steps ------------------------------------------------------------
 
-    def _process_batch(self, data: DemoDataset, idx: np.ndarray) -> dict[str, Any]:
+    def process_batch(self, data: DemoDataset, idx: np.ndarray) -> dict[str, Any]:
         batch = data.torch_batch(idx, self.device)
         if self.pc.kind == "image" and self.pc.random_shift > 0:
             # One shift per episode and camera: every frame of a window moves alike (motion
@@ -181,7 +181,7 @@ class LocalTrainer:
                                           groups=batch["image_episode"])[:, 0]
         return batch
 
-    def _forward(self, batch: dict[str, Any]) -> tuple[PolicyOutput, PolicyOutput | None]:
+    def forward(self, batch: dict[str, Any]) -> tuple[PolicyOutput, PolicyOutput | None]:
         with autocast(self.device, self.use_amp):
             out_s = self.student.compute(batch)
             out_t = None
@@ -228,8 +228,8 @@ class LocalTrainer:
 
     def train_step(self, data: DemoDataset, idx: np.ndarray) -> dict[str, float]:
         """One optimiser step on the windows ending at frames ``idx``; returns loss values."""
-        batch = self._process_batch(data, idx)
-        out_s, out_t = self._forward(batch)
+        batch = self.process_batch(data, idx)
+        out_s, out_t = self.forward(batch)
         losses = self._compute_losses(batch, out_s, out_t)
         grad_norm = self._train_step(losses)
         values = {k: float(v.detach()) for k, v in losses.items()}

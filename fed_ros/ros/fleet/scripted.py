@@ -209,7 +209,7 @@ class ScriptedRobots:
             self.pending = (int(msg.round), list(msg.participants), (msg.header.stamp.sec, msg.header.stamp.nanosec))
 
     def _answer(self, round_idx: int, participants: list, stamp: tuple) -> None:
-        from fed_ros.ros.nodes.robot_node import wait_for_subscribers
+        from fed_ros.ros.wire.publish import wait_for_subscribers
         from fed_ros.ros.wire.round_msgs import model_update_msg
         from fed_ros.ros.wire.tensors import encode_state_dict
         from fed_ros.ros.wire.chunk_sender import ChunkedSender

@@ -39,8 +39,8 @@ from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.arm.bridge_eval import EpisodeInterrupted
 from fed_ros.ros.nodes.learning_gate import LearningGate
 from fed_ros.ros.wire import diagnostics, qos
-from fed_ros.ros.wire.publish import wait_for_subscribers  # noqa: F401 - also imported from here by tests
-from fed_ros.ros.wire.conversions import Announcement, announcement_from_msg
+from fed_ros.ros.wire.publish import wait_for_subscribers
+from fed_ros.ros.wire.round_msgs import Announcement, announcement_from_msg
 from fed_ros.ros.fleet.params import RobotParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.core.rounds import DONE
@@ -110,10 +110,10 @@ class RobotNode(Node):
         self.descriptor_pub = self.create_publisher(DescriptorMsg, f"{fleet}/descriptors", qos.control_qos())
         self.metrics_pub = self.create_publisher(RobotMetrics, f"{fleet}/robot_metrics", qos.control_qos())
         self.model_resend_pub = self.create_publisher(String, f"{fleet}/model_resend", qos.control_qos())
-        self.uplink = UpdateUplink(self, self.update_pub, self.robot_id, signer=self.signer,  # kept until acked
-                                   transfer_channel=p.transfer_channel, bulk_threshold_bytes=p.bulk_threshold_bytes,
-                                   retry_s=p.update_retry_s, log_transfer=self.log_transfer)
-        self.downlink = RobotDownlink(self)  # cluster models in, update-resend requests answered
+        self.uplink = UpdateUplink(  # updates out, kept until acknowledged
+            self.update_pub, self.robot_id, signer=self.signer, transfer_channel=p.transfer_channel,
+            bulk_threshold_bytes=p.bulk_threshold_bytes, retry_s=p.update_retry_s, log_transfer=self.log_transfer,
+            log=self.get_logger(), wait_for_server=lambda: wait_for_subscribers(self, self.update_pub, "updates"))
         # No handler can crash the node: failures are logged with their type and counted.
         from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
         self.guard = guard = HandlerGuard(self)
@@ -121,11 +121,10 @@ class RobotNode(Node):
                                  qos.latched_qos(),
                                  callback_group=self._fleet_group)
         self.create_subscription(ClusterModel, f"{fleet}/cluster_models",
-                                 guard.wrap("cluster_models", self.downlink.on_cluster_model),
+                                 guard.wrap("cluster_models", lambda msg: self.downlink.on_cluster_model(msg)),
                                  qos.model_state_qos(MODEL_TOPIC_DEPTH), callback_group=self._fleet_group)
-        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", self.downlink.on_update_resend),
-                                 qos.control_qos(),
-                                 callback_group=self._fleet_group)
+        self.create_subscription(String, f"{fleet}/update_resend", guard.wrap("update_resend", lambda msg: (
+            self.downlink.on_update_resend(msg))), qos.control_qos(), callback_group=self._fleet_group)
         self.create_subscription(DescriptorMsg, f"{fleet}/descriptors", guard.wrap("descriptors", lambda msg: (
             self.rounds.on_peer_descriptor(msg))), qos.control_qos(), callback_group=self._fleet_group)
         self.create_subscription(UpdateAck, f"{fleet}/update_acks", guard.wrap("update_acks", self.uplink.on_ack),
@@ -144,13 +143,14 @@ class RobotNode(Node):
         # Transfer: cluster models in (the one payload check), updates out (kept until acknowledged).
         self.models_in = TransferReceiver(self.manifest, max_pending=8,
                                           on_event=shutdown.unless_stopping(lambda text: self.get_logger().warning(text)))
-        self.models = ModelCache()  # the receive path stores into it (aliases below)
-        self._models_lock, self.cluster_models = self.models.lock, self.models.entries
+        self.models = ModelCache()  # the receive path (downlink) stores into it
+        self.downlink = RobotDownlink(models=self.models, models_in=self.models_in, uplink=self.uplink,
+                                      server_key=self.server_key, log_transfer=self.log_transfer, log=self.get_logger())
         self._latest: Announcement | None = None
         self._latest_stamp = 0
         self._handled: set[tuple[int, str, int]] = set()
-        self._registered = threading.Event()
-        self._jobs: queue.Queue = queue.Queue()
+        self.registered = threading.Event()
+        self.jobs: queue.Queue = queue.Queue()
         self.stop_event = threading.Event()
         self.arm_lock = threading.Lock()  # one driver at a time (bootstrap, EVALUATE stage, service)
         self.failed: str = ""
@@ -163,7 +163,7 @@ class RobotNode(Node):
         self._transfer_log = open(self.data_dir / "transfers.jsonl", "a", encoding="utf-8")
         self._worker = threading.Thread(target=self._work, name=f"{self.robot_id}-worker", daemon=True)
         self._worker.start()
-        self._jobs.put(("startup", None))
+        self.jobs.put(("startup", None))
         self.get_logger().info(f"robot {self.robot_id}: tasks {self.tasks}, data in {self.data_dir}, "
                                f"policy {p.policy}")
 
@@ -190,7 +190,7 @@ class RobotNode(Node):
         """The worker thread: one long job at a time, in order."""
         while not self.stop_event.is_set():
             try:
-                kind, arg = self._jobs.get(timeout=0.2)
+                kind, arg = self.jobs.get(timeout=0.2)
             except queue.Empty:
                 continue
             try:
@@ -229,7 +229,7 @@ class RobotNode(Node):
             self.robot_id, tasks=self.tasks, cameras=["agentview", "wrist"] if self.cameras else [],
             action_dim=4, has_gpu=bool(torch.cuda.is_available()), num_samples=num_samples, signer=self.signer),
             timeout_s=self.params.register_timeout_s, stop=self.stop_event)
-        self._registered.set()
+        self.registered.set()
         self.get_logger().info(f"registered with the fleet (server round {response.current_round})")
 
     # ------------------------------------------------------------------ fleet messages
@@ -259,7 +259,7 @@ class RobotNode(Node):
         if key in self._handled:
             return
         self._handled.add(key)
-        self._jobs.put(("announcement", (ann, stamp)))
+        self.jobs.put(("announcement", (ann, stamp)))
 
     def _tick(self) -> None:
         if shutdown.requested():
@@ -274,7 +274,7 @@ class RobotNode(Node):
     # ------------------------------------------------------------------ round work
     def _handle_announcement(self, item: tuple[Announcement, int]) -> None:
         ann, stamp = item
-        shutdown.wait_for(self._registered, math.inf, self.stop_event)
+        shutdown.wait_for(self.registered, math.inf, self.stop_event)
         if self._latest_stamp != stamp and self._latest is not None and (
                 self._latest.round_idx, self._latest.stage) != (ann.round_idx, ann.stage):
             return  # superseded while queued (e.g. a straggler's stage already closed)

@@ -15,16 +15,18 @@ from typing import Any
 from fed_ros.core.decisions import Decision
 from fed_ros.core.delivery import Outbox, RetrySchedule
 from fed_ros.ros.wire.round_msgs import Announcement, model_update_msg
-from fed_ros.ros.wire.publish import wait_for_subscribers
 from fed_ros.ros.wire.transfer import Outgoing, TransferSender
 
 
 class UpdateUplink:
-    """Updates out of one robot node (``node``: for logging and the subscriber wait)."""
+    """Updates out of one robot node: ``publisher`` sends them, ``wait_for_server()`` blocks until the
+    server's subscription is matched (TimeoutError when it is not)."""
 
-    def __init__(self, node, publisher, robot_id: str, *, signer, transfer_channel: str,
-                 bulk_threshold_bytes: int, retry_s: float, log_transfer: Callable[..., None]) -> None:
-        self.node, self.pub, self.robot_id, self.signer = node, publisher, robot_id, signer
+    def __init__(self, publisher, robot_id: str, *, signer, transfer_channel: str, bulk_threshold_bytes: int,
+                 retry_s: float, log_transfer: Callable[..., None], log: Any,
+                 wait_for_server: Callable[[], None]) -> None:
+        self.pub, self.robot_id, self.signer, self.log = publisher, robot_id, signer, log
+        self.wait_for_server = wait_for_server
         self.sender = TransferSender(transfer_channel, bulk_threshold_bytes=bulk_threshold_bytes)
         self.outbox = Outbox(RetrySchedule(first_s=retry_s, max_s=max(10.0, retry_s)))
         self._log_transfer = log_transfer
@@ -51,13 +53,13 @@ class UpdateUplink:
                 transfer=out.chunker.transfer_digest())  # payload id, chunk list, bulk address: all signed
         self._log_transfer(kind="update_ready", round=ann.round_idx, payload_id=pid, bytes=out.encoded.total_bytes)
         try:
-            wait_for_subscribers(self.node, self.pub, "the fleet's updates topic")
+            self.wait_for_server()
             self.publish(out)
             sent = True
         except TimeoutError as exc:
             # The server is unreachable (e.g. the link is down): keep the update; resend_due sends
             # it as soon as the server is matched again, until the round's deadline.
-            self.node.get_logger().warning(f"round {ann.round_idx}: {exc}; the update is kept and sent when "
+            self.log.warning(f"round {ann.round_idx}: {exc}; the update is kept and sent when "
                                            f"the server is matched again")
             sent = False
         # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
@@ -85,7 +87,7 @@ class UpdateUplink:
             out, chunks = answer
             for chunk in chunks:
                 self.pub.publish(model_update_msg(chunk, **out.meta))
-            self.node.get_logger().info(f"resent {len(chunks)} chunk(s) of {out.payload_id}")
+            self.log.info(f"resent {len(chunks)} chunk(s) of {out.payload_id}")
 
     def on_ack(self, msg) -> None:
         """The server's decision on our update: stop re-sending it; a rejection's reason is logged."""
@@ -97,10 +99,10 @@ class UpdateUplink:
         self._log_transfer(kind="update_ack", round=int(msg.round), payload_id=str(msg.payload_id),
                            accepted=decision.accepted, code=decision.code, reason=decision.reason)
         if decision:
-            self.node.get_logger().info(f"round {msg.round}: update accepted by the server")
+            self.log.info(f"round {msg.round}: update accepted by the server")
         else:
             self.last_rejection = f"round {msg.round} ({decision.code}): {decision.reason}"[:300]  # diagnostics
-            self.node.get_logger().warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
+            self.log.warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
                                            f"{decision.reason}")
 
     def resend_due(self) -> None:
@@ -119,7 +121,7 @@ class UpdateUplink:
         self._matched = matched
         if matched > 0:
             for entry in self.outbox.due():
-                self.node.get_logger().warning(f"round {entry.round_idx}: update not acknowledged; re-sending "
+                self.log.warning(f"round {entry.round_idx}: update not acknowledged; re-sending "
                                                f"(send {entry.sends})")
                 self.publish(entry.item)
 

@@ -53,10 +53,10 @@ class _RobotGauge:
         ann = n.latest_announcement
         rounds = getattr(n, "rounds", None)
         steps, seconds = getattr(rounds, "last_train", (0, 0.0))
-        busy = "driving the arm" if n.arm_lock.locked() else ("working" if n._jobs.unfinished_tasks else "")
+        busy = "driving the arm" if n.arm_lock.locked() else ("working" if n.jobs.unfinished_tasks else "")
         return D.robot_status(
             _name(n, "robot"), n.robot_id, learning_enabled=n.gate.enabled,
-            registered=n._registered.is_set(), failed=n.failed,
+            registered=n.registered.is_set(), failed=n.failed,
             round_idx=None if ann is None else ann.round_idx, stage="" if ann is None else ann.stage,
             model_age_s=None if self._seen_at is None else time.monotonic() - self._seen_at,
             last_rejection=n.uplink.last_rejection, transfer_errors=int(n.models_in.dropped_chunks),
