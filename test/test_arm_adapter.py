@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.arm_profile import load_profile
+from fed_ros.core.arm.profile import load_profile
 
 rclpy = pytest.importorskip("rclpy")
 

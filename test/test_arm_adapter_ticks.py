@@ -13,7 +13,7 @@ import pytest
 
 rclpy = pytest.importorskip("rclpy")
 
-from fed_ros.core.episode import OBJECT_STATE_DIM  # noqa: E402
+from fed_ros.core.data.episode import OBJECT_STATE_DIM  # noqa: E402
 
 
 class FakeClock:

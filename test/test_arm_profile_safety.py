@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core.arm_profile import (ProfileError, available_profiles, load_profile,
-                                      parse_overrides, profile_from_dict)
-from fed_ros.core.arm_safety import (MODE_HOLD, MODE_JOINT_VELOCITY, MODE_OSC_POSE,
-                                     MODE_OSC_POSITION, JointSelector, SafetyFilter, Watchdog,
-                                     enforce_workspace, gripper_action, gripper_position)
+from fed_ros.core.arm.profile import (ProfileError, available_profiles, load_profile, parse_overrides,
+                                      profile_from_dict)
+from fed_ros.core.arm.safety import (JointSelector, MODE_HOLD, MODE_JOINT_VELOCITY, MODE_OSC_POSE,
+                                     MODE_OSC_POSITION, SafetyFilter, Watchdog, enforce_workspace,
+                                     gripper_action, gripper_position)
 
 
 def test_shipped_profiles_load_with_vendor_names():

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fed_ros.core.arm_profile import load_profile
+from fed_ros.core.arm.profile import load_profile
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
 from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 
@@ -126,7 +126,7 @@ def test_robot_node_records_trains_and_evaluates_through_adapter_and_bridge(tmp_
     assert "round 0: trained 3 steps" in robot_log, robot_log[-3000:]
     server_log = logs["server_node"].read_text()
     assert "robot_0" in server_log
-    from fed_ros.core.store import ModelStore
+    from fed_ros.core.rounds.store import ModelStore
     snap = ModelStore(tmp_path / "server").load_latest()
     assert snap is not None and snap.round_idx == 0
     # The evaluation ran through the same path: the adapter counted a finished episode.

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.core.arm_profile import load_profile
+from fed_ros.core.arm.profile import load_profile
 
 rclpy = pytest.importorskip("rclpy")
 

@@ -1,10 +1,10 @@
-"""The adapter's tick schedule (fed_ros.core.arm_ticks) with exact arrival times, no ROS."""
+"""The adapter's tick schedule (fed_ros.core.arm.ticks) with exact arrival times, no ROS."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fed_ros.core.arm_ticks import TickSchedule
+from fed_ros.core.arm.ticks import TickSchedule
 
 PERIOD = 0.05  # 20 Hz
 

@@ -7,9 +7,9 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from fed_ros.bench import robustness as bench
-from fed_ros.core import attacks
-from fed_ros.core.episode import OBJECT_STATE, Episode
-from fed_ros.core.robust import aggregate_robust
+from fed_ros.core.security import attacks
+from fed_ros.core.data.episode import Episode, OBJECT_STATE
+from fed_ros.core.strategies.robust import aggregate_robust
 
 
 def test_model_attacks_do_what_they_say():

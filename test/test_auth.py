@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 import yaml
 
-from fed_ros.core import auth
-from fed_ros.core.auth import AllowList, ReplayGuard, Signer
+from fed_ros.core.security import auth
+from fed_ros.core.security import signed_messages
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.replay import ReplayGuard
 
 
 HDR = dict(base_round=2, num_samples=100, cluster_id=-1)
@@ -23,14 +25,14 @@ def robot() -> Signer:
 
 
 def test_update_signature_verifies_and_binds_every_field(robot):
-    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"payload")
+    nonce, digest = signed_messages.new_nonce(), signed_messages.sha256_hex(b"payload")
     allow = AllowList({"robot_0": robot.public_key})
     sig = robot.sign_update(3, "robot_0", nonce, digest, **HDR)
     assert allow.verify_update("robot_0", 3, nonce, digest, sig, **HDR) is None
     # Changing any signed field breaks the signature.
     assert "bad signature" in allow.verify_update("robot_0", 4, nonce, digest, sig, **HDR)
-    assert "bad signature" in allow.verify_update("robot_0", 3, auth.new_nonce(), digest, sig, **HDR)
-    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, auth.sha256_hex(b"other"), sig, **HDR)
+    assert "bad signature" in allow.verify_update("robot_0", 3, signed_messages.new_nonce(), digest, sig, **HDR)
+    assert "bad signature" in allow.verify_update("robot_0", 3, nonce, signed_messages.sha256_hex(b"other"), sig, **HDR)
     flipped = bytes([sig[0] ^ 1]) + sig[1:]
     assert "bad signature" in allow.verify_update("robot_0", 3, nonce, digest, flipped, **HDR)
     # The header fields that steer aggregation are signed too (no re-weighting in transit).
@@ -41,7 +43,7 @@ def test_update_signature_verifies_and_binds_every_field(robot):
 def test_forged_and_unknown_keys_rejected(robot):
     mallory = Signer.generate()
     allow = AllowList({"robot_0": robot.public_key})
-    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
+    nonce, digest = signed_messages.new_nonce(), signed_messages.sha256_hex(b"x")
     # Mallory signs as robot_0 with her own key: forged.
     forged = mallory.sign_update(1, "robot_0", nonce, digest, **HDR)
     assert "bad signature" in allow.verify_update("robot_0", 1, nonce, digest, forged, **HDR)
@@ -53,7 +55,7 @@ def test_forged_and_unknown_keys_rejected(robot):
 
 def test_signatures_are_domain_separated(robot):
     """An update signature is not a valid descriptor signature over the same digest."""
-    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"x")
+    nonce, digest = signed_messages.new_nonce(), signed_messages.sha256_hex(b"x")
     allow = AllowList({"robot_0": robot.public_key})
     sig = robot.sign_update(2, "robot_0", nonce, digest, **HDR)
     assert allow.verify_descriptor("robot_0", 2, nonce, digest, sig) is not None
@@ -62,50 +64,50 @@ def test_signatures_are_domain_separated(robot):
 
 
 def test_canonical_message_rejects_bad_fields():
-    nonce = auth.new_nonce()
+    nonce = signed_messages.new_nonce()
     digest = "ab" * 32
     with pytest.raises(ValueError, match="nonce must be 16 bytes, got 3"):
-        auth.update_message(1, "r", b"abc", digest, **HDR)
+        signed_messages.update_message(1, "r", b"abc", digest, **HDR)
     with pytest.raises(ValueError, match="round must be in"):
-        auth.update_message(-1, "r", nonce, digest, **HDR)
+        signed_messages.update_message(-1, "r", nonce, digest, **HDR)
     with pytest.raises(ValueError, match="robot id must be a non-empty string"):
-        auth.update_message(1, "", nonce, digest, **HDR)
+        signed_messages.update_message(1, "", nonce, digest, **HDR)
     with pytest.raises(ValueError, match="payload sha256 is not hex"):
-        auth.update_message(1, "r", nonce, "zz" * 32, **HDR)
+        signed_messages.update_message(1, "r", nonce, "zz" * 32, **HDR)
     with pytest.raises(ValueError, match="32 bytes"):
-        auth.update_message(1, "r", nonce, "ab" * 8, **HDR)
+        signed_messages.update_message(1, "r", nonce, "ab" * 8, **HDR)
     # Id length is encoded: ("ab", round) and ("a", ...) cannot collide.
-    assert auth.update_message(1, "ab", nonce, digest, **HDR) != auth.update_message(1, "a", nonce, digest, **HDR)
+    assert signed_messages.update_message(1, "ab", nonce, digest, **HDR) != signed_messages.update_message(1, "a", nonce, digest, **HDR)
 
 
 def test_descriptor_digest_is_canonical():
     base = dict(kind="gaussian", dims=3, mean=[1.0, 2.0, 3.0], variance=[0.1, 0.2, 0.3], num_samples=10)
-    d = auth.descriptor_digest(**base)
+    d = signed_messages.descriptor_digest(**base)
     # float64 and float32 inputs hash the same (both ends send float32 on the wire).
-    assert d == auth.descriptor_digest(**{**base, "mean": np.array([1, 2, 3], np.float64)})
-    assert d != auth.descriptor_digest(**{**base, "num_samples": 11})
-    assert d != auth.descriptor_digest(**{**base, "variance": [0.1, 0.2, 0.4]})
-    s1 = auth.descriptor_digest(**base, scores={"a": 1.0, "b": 2.0})
-    assert s1 == auth.descriptor_digest(**base, scores={"b": 2.0, "a": 1.0})
-    assert s1 != auth.descriptor_digest(**base, scores={"a": 2.0, "b": 1.0})
+    assert d == signed_messages.descriptor_digest(**{**base, "mean": np.array([1, 2, 3], np.float64)})
+    assert d != signed_messages.descriptor_digest(**{**base, "num_samples": 11})
+    assert d != signed_messages.descriptor_digest(**{**base, "variance": [0.1, 0.2, 0.4]})
+    s1 = signed_messages.descriptor_digest(**base, scores={"a": 1.0, "b": 2.0})
+    assert s1 == signed_messages.descriptor_digest(**base, scores={"b": 2.0, "a": 1.0})
+    assert s1 != signed_messages.descriptor_digest(**base, scores={"a": 2.0, "b": 1.0})
 
 
 def test_cluster_model_signature(robot):
-    digest = auth.sha256_hex(b"model")
+    digest = signed_messages.sha256_hex(b"model")
     sig = robot.sign_cluster_model(5, 1, digest)
-    assert auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 1, digest), sig)
-    assert not auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 0, digest), sig)
-    assert not auth.verify_signature(robot.public_key, auth.cluster_model_message(5, 1, digest), sig[:10])
+    assert auth.verify_signature(robot.public_key, signed_messages.cluster_model_message(5, 1, digest), sig)
+    assert not auth.verify_signature(robot.public_key, signed_messages.cluster_model_message(5, 0, digest), sig)
+    assert not auth.verify_signature(robot.public_key, signed_messages.cluster_model_message(5, 1, digest), sig[:10])
 
 
 def test_replay_guard_rejects_reused_nonce_and_old_round():
     guard = ReplayGuard()
     guard.advance(3)
-    nonce = auth.new_nonce()
+    nonce = signed_messages.new_nonce()
     assert guard.check("r", 3, nonce) is None
     guard.record("r", 3, nonce)
     assert "already used (replay)" in guard.check("r", 3, nonce)
-    assert "older than the oldest open round 3" in guard.check("r", 2, auth.new_nonce())
+    assert "older than the oldest open round 3" in guard.check("r", 2, signed_messages.new_nonce())
     guard.advance(4)
     # Round-3 nonces are forgotten, but round 3 itself is now refused.
     assert len(guard) == 0
@@ -116,7 +118,7 @@ def test_replay_guard_memory_is_bounded_and_stays_safe():
     guard = ReplayGuard(max_nonces=100)
     nonces = []
     for i in range(1000):
-        n = auth.new_nonce()
+        n = signed_messages.new_nonce()
         nonces.append((i // 10, n))
         guard.record("r", i // 10, n)
     assert len(guard) == 100

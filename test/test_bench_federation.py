@@ -13,7 +13,7 @@ from fed_ros.bench import federation_run as FR
 from fed_ros.bench.federation_settings import (OVERLAP_CELL_OFFSET, PROFILES, Family, Setting, cross_family,
                                                fedepth_method, method_by_name, overlap_methods, overlap_setting,
                                                overlap_shift_setting, same_family, with_overrides)
-from fed_ros.core.episode import ACTION_DIM, Episode
+from fed_ros.core.data.episode import ACTION_DIM, Episode
 
 
 def _episode(n: int = 6) -> Episode:
@@ -281,7 +281,7 @@ def test_tiny_image_cells_learn_from_camera_demos_and_report_beside_lowdim(tmp_p
         assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored"}, method
         assert cell["rollouts"] and 0.0 <= cell["final"]["mean"] <= 1.0
     # Camera demonstrations were collected once and cached apart from the low-dim pool.
-    from fed_ros.core.episode import Episode
+    from fed_ros.core.data.episode import Episode
     files = sorted((out / "demos").glob("*__cam84/*.npz"))
     assert len(files) >= 4 and not list((out / "demos").glob("*noise0.05__seed1000/*.npz"))
     demo = Episode.load(files[0])

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.episode import AGENTVIEW_IMAGE, EEF_POS, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, WRIST_IMAGE
+from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
+                                       WRIST_IMAGE)
 from fed_ros.ros.arm import topics as at
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE
+from fed_ros.core.data.episode import AGENTVIEW_IMAGE, OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recorder import Recorder, load_recorded_episodes
 

@@ -1,4 +1,4 @@
-"""Signing and authentication at their exact edges: fed_ros.core.auth, signed_messages and replay.
+"""Signing and authentication at their exact edges: fed_ros.core.security.auth, signed_messages and replay.
 
 What a reviewer of the fleet's authenticity needs to hold, stated as tests:
 
@@ -33,9 +33,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from hypothesis import given, settings, strategies as st
 
-from fed_ros.core import auth, signed_messages as sm
-from fed_ros.core.auth import AllowList, Signer
-from fed_ros.core.replay import ReplayGuard
+from fed_ros.core.security import auth, signed_messages as sm
+from fed_ros.core.security import signed_messages
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.replay import ReplayGuard
 
 PROPS = settings(max_examples=60, deadline=None, database=None, derandomize=True)
 
@@ -76,49 +77,49 @@ def flip(data: bytes, i: int) -> bytes:
 
 def test_update_message_known_answer():
     transfer = b"\xaa" * 32
-    msg = auth.update_message(7, "robot_0", NONCE, DIGEST.hex(), base_round=5, num_samples=300,
+    msg = signed_messages.update_message(7, "robot_0", NONCE, DIGEST.hex(), base_round=5, num_samples=300,
                               cluster_id=-2, transfer=transfer)
     expected = (b"fed_ros/update/v2" + u32(7) + bytes([7]) + b"robot_0" + NONCE + DIGEST
                 + u32(5) + u64(300) + i32(-2) + blob(transfer))
     assert msg == expected
     # Raw digest bytes and their hex spelling are the same field.
-    assert auth.update_message(7, "robot_0", NONCE, DIGEST, base_round=5, num_samples=300, cluster_id=-2,
+    assert signed_messages.update_message(7, "robot_0", NONCE, DIGEST, base_round=5, num_samples=300, cluster_id=-2,
                                transfer=transfer) == expected
     # No transfer: an empty length-prefixed blob, not an absent field.
-    assert auth.update_message(7, "robot_0", NONCE, DIGEST, base_round=5, num_samples=300,
+    assert signed_messages.update_message(7, "robot_0", NONCE, DIGEST, base_round=5, num_samples=300,
                                cluster_id=-2) == expected[:-40] + u64(0)
 
 
 def test_update_message_known_answer_at_the_field_maxima():
     """Every fixed-width field at its largest value: unsigned where the field is a count/round."""
     rid = "r" * 255
-    msg = auth.update_message(2**32 - 1, rid, NONCE, DIGEST, base_round=2**32 - 1, num_samples=2**64 - 1,
+    msg = signed_messages.update_message(2**32 - 1, rid, NONCE, DIGEST, base_round=2**32 - 1, num_samples=2**64 - 1,
                               cluster_id=-2**31)
     assert msg == (b"fed_ros/update/v2" + b"\xff" * 4 + b"\xff" + rid.encode() + NONCE + DIGEST
                    + b"\xff" * 4 + b"\xff" * 8 + b"\x00\x00\x00\x80" + u64(0))
 
 
 def test_descriptor_message_known_answer():
-    msg = auth.descriptor_message(2**32 - 1, "r\u00e9", NONCE, DIGEST)
+    msg = signed_messages.descriptor_message(2**32 - 1, "r\u00e9", NONCE, DIGEST)
     assert msg == b"fed_ros/descriptor/v1" + u32(2**32 - 1) + bytes([3]) + "r\u00e9".encode() + NONCE + DIGEST
 
 
 def test_cluster_model_message_known_answer():
-    msg = auth.cluster_model_message(9, -1, DIGEST, transfer=b"\x01\x02", members=["robot_1", "r\u00e9"])
+    msg = signed_messages.cluster_model_message(9, -1, DIGEST, transfer=b"\x01\x02", members=["robot_1", "r\u00e9"])
     assert msg == (b"fed_ros/cluster_model/v2" + u32(9) + i32(-1) + DIGEST + blob(b"\x01\x02")
                    + u64(2) + blob(b"robot_1") + blob("r\u00e9".encode()))
-    assert auth.cluster_model_message(9, 0, DIGEST) == (b"fed_ros/cluster_model/v2" + u32(9) + i32(0) + DIGEST
+    assert signed_messages.cluster_model_message(9, 0, DIGEST) == (b"fed_ros/cluster_model/v2" + u32(9) + i32(0) + DIGEST
                                                         + blob(b"") + u64(0))
 
 
 def test_control_message_known_answer():
-    assert auth.control_message("round", b"\x00body") == b"fed_ros/control/v1" + blob(b"round") + blob(b"\x00body")
-    assert auth.control_message("resend", b"") == b"fed_ros/control/v1" + blob(b"resend") + blob(b"")
+    assert signed_messages.control_message("round", b"\x00body") == b"fed_ros/control/v1" + blob(b"round") + blob(b"\x00body")
+    assert signed_messages.control_message("resend", b"") == b"fed_ros/control/v1" + blob(b"resend") + blob(b"")
 
 
 def test_transfer_digest_known_answer():
     chunks = hashlib.sha256(b"c0").digest() + hashlib.sha256(b"c1").digest()
-    got = auth.transfer_digest(payload_id="p-1", encoding=2, total_bytes=1000, chunk_count=2,
+    got = signed_messages.transfer_digest(payload_id="p-1", encoding=2, total_bytes=1000, chunk_count=2,
                                manifest=[("w", (3, 4), "float32"), ("b", [4], "int8")],
                                scales=b"\x01\x02", chunk_sha256=chunks, bulk_uri="tcp://h:1")
     pre = (b"fed_ros/transfer/v1" + blob(b"p-1") + bytes([2]) + u64(1000) + u32(2) + u64(2)
@@ -127,13 +128,13 @@ def test_transfer_digest_known_answer():
            + blob(b"\x01\x02") + blob(chunks) + blob(b"tcp://h:1"))
     assert got == hashlib.sha256(pre).digest()
     # Defaults: no scales, no chunk list, no bulk address -> three empty blobs.
-    bare = auth.transfer_digest(payload_id="", encoding=0, total_bytes=0, chunk_count=0, manifest=[])
+    bare = signed_messages.transfer_digest(payload_id="", encoding=0, total_bytes=0, chunk_count=0, manifest=[])
     assert bare == hashlib.sha256(b"fed_ros/transfer/v1" + blob(b"") + bytes([0]) + u64(0) + u32(0) + u64(0)
                                   + blob(b"") * 3).digest()
 
 
 def test_transfer_digest_known_answer_at_the_field_maxima():
-    got = auth.transfer_digest(payload_id="p", encoding=255, total_bytes=2**64 - 1, chunk_count=2**32 - 1,
+    got = signed_messages.transfer_digest(payload_id="p", encoding=255, total_bytes=2**64 - 1, chunk_count=2**32 - 1,
                                manifest=[("w", (2**63 - 1,), "f")])
     pre = (b"fed_ros/transfer/v1" + blob(b"p") + b"\xff" + b"\xff" * 8 + b"\xff" * 4 + u64(1)
            + blob(b"w") + blob(b"f") + u64(1) + u64(2**63 - 1) + blob(b"") * 3)
@@ -143,14 +144,14 @@ def test_transfer_digest_known_answer_at_the_field_maxima():
 def test_transfer_digest_covers_every_header_field():
     base = dict(payload_id="p", encoding=1, total_bytes=64, chunk_count=2, manifest=[("w", (2, 8), "float32")],
                 scales=b"", chunk_sha256=b"\x11" * 64, bulk_uri="")
-    d = auth.transfer_digest(**base)
+    d = signed_messages.transfer_digest(**base)
     changes = dict(payload_id="q", encoding=2, total_bytes=65, chunk_count=3,
                    manifest=[("w", (8, 2), "float32")], scales=b"\x00", chunk_sha256=b"\x12" + b"\x11" * 63,
                    bulk_uri="tcp://evil:1")
     for field, value in changes.items():
-        assert auth.transfer_digest(**{**base, field: value}) != d, field
+        assert signed_messages.transfer_digest(**{**base, field: value}) != d, field
     for manifest in ([("v", (2, 8), "float32")], [("w", (2, 8), "int8")], [("w", (16,), "float32")], []):
-        assert auth.transfer_digest(**{**base, "manifest": manifest}) != d, manifest
+        assert signed_messages.transfer_digest(**{**base, "manifest": manifest}) != d, manifest
 
 
 @pytest.mark.parametrize("field, value, ok", [
@@ -162,16 +163,16 @@ def test_transfer_digest_covers_every_header_field():
 def test_transfer_digest_integer_ranges(field, value, ok):
     base = dict(payload_id="p", encoding=0, total_bytes=1, chunk_count=1, manifest=[])
     if ok:
-        assert len(auth.transfer_digest(**{**base, field: value})) == 32
+        assert len(signed_messages.transfer_digest(**{**base, field: value})) == 32
     else:
         kind = "uint64" if field == "total_bytes" else "uint32"
         with pytest.raises(ValueError, match=rf"^{field} must be a {kind}, got {value!r}$"):
-            auth.transfer_digest(**{**base, field: value})
+            signed_messages.transfer_digest(**{**base, field: value})
 
 
 @pytest.mark.parametrize("size, ok", [(0, True), (32, True), (64, True), (31, False), (33, False), (1, False)])
 def test_transfer_digest_chunk_list_is_whole_sha256s(size, ok):
-    call = lambda: auth.transfer_digest(payload_id="p", encoding=0, total_bytes=0, chunk_count=0,  # noqa: E731
+    call = lambda: signed_messages.transfer_digest(payload_id="p", encoding=0, total_bytes=0, chunk_count=0,  # noqa: E731
                                         manifest=[], chunk_sha256=b"\x00" * size)
     if ok:
         assert len(call()) == 32
@@ -181,7 +182,7 @@ def test_transfer_digest_chunk_list_is_whole_sha256s(size, ok):
 
 
 def test_descriptor_digest_known_answer():
-    got = auth.descriptor_digest(kind="gauss", dims=2, mean=[1.0, -2.5], variance=np.array([0.5, 4.0]),
+    got = signed_messages.descriptor_digest(kind="gauss", dims=2, mean=[1.0, -2.5], variance=np.array([0.5, 4.0]),
                                  num_samples=10, payload=b"\x09\x08", scores={"b": 2.0, "a": 0.25},
                                  residual_std=1.5)
     f32 = lambda *v: struct.pack(f"<{len(v)}f", *v)  # noqa: E731  (IEEE-754 binary32, little-endian)
@@ -196,7 +197,7 @@ def test_descriptor_digest_known_answer():
 def test_descriptor_digest_text_length_prefixes_are_uint16():
     """kind and score ids carry a 16-bit unsigned length: 40000-byte strings hash, as both ends agree."""
     kind, rid = "k" * 40000, "r" * 40000
-    got = auth.descriptor_digest(kind=kind, dims=0, mean=None, variance=None, num_samples=0, scores={rid: 1.0},
+    got = signed_messages.descriptor_digest(kind=kind, dims=0, mean=None, variance=None, num_samples=0, scores={rid: 1.0},
                                  residual_std=2.0)
     pre = ((40000).to_bytes(2, "little") + kind.encode() + u64(0) * 4 + blob(b"") + u64(1)
            + (40000).to_bytes(2, "little") + rid.encode() + u64(1) + struct.pack("<f", 1.0)
@@ -205,14 +206,14 @@ def test_descriptor_digest_text_length_prefixes_are_uint16():
 
 
 def test_descriptor_digest_defaults_and_absent_vectors():
-    got = auth.descriptor_digest(kind="k", dims=0, mean=None, variance=[], num_samples=0)
+    got = signed_messages.descriptor_digest(kind="k", dims=0, mean=None, variance=[], num_samples=0)
     nan = np.float32("nan").tobytes()
     pre = ((1).to_bytes(2, "little") + b"k" + u64(0) + u64(0) + u64(0) + u64(0) + blob(b"") + u64(0)
            + u64(1) + nan)
     assert got == hashlib.sha256(pre).digest()
     # Absent and empty vectors travel the same way, so they hash the same.
-    assert got == auth.descriptor_digest(kind="k", dims=0, mean=[], variance=None, num_samples=0)
-    assert got == auth.descriptor_digest(kind="k", dims=0, mean=None, variance=None, num_samples=0, payload=None,
+    assert got == signed_messages.descriptor_digest(kind="k", dims=0, mean=[], variance=None, num_samples=0)
+    assert got == signed_messages.descriptor_digest(kind="k", dims=0, mean=None, variance=None, num_samples=0, payload=None,
                                          scores={}, residual_std=math.nan)
 
 
@@ -222,38 +223,38 @@ def test_descriptor_digest_canonicalises_nan_and_overflow():
     other_nan = np.array([0, 1.0], dtype=np.float32)
     other_nan.view(np.uint32)[0] = 0x7FC00123  # a NaN with a payload: a different bit pattern
     assert np.isnan(other_nan[0]) and other_nan.tobytes() != quiet.tobytes()
-    assert auth.descriptor_digest(**base, mean=quiet) == auth.descriptor_digest(**base, mean=other_nan)
+    assert signed_messages.descriptor_digest(**base, mean=quiet) == signed_messages.descriptor_digest(**base, mean=other_nan)
     assert other_nan.view(np.uint32)[0] == 0x7FC00123  # the caller's array is left as it was
     neg_nan = np.array([0, 1.0], dtype=np.float32)
     neg_nan.view(np.uint32)[0] = 0xFFC00000
-    assert auth.descriptor_digest(**base, mean=quiet) == auth.descriptor_digest(**base, mean=neg_nan)
+    assert signed_messages.descriptor_digest(**base, mean=quiet) == signed_messages.descriptor_digest(**base, mean=neg_nan)
     # The canonical NaN does not destroy the finite values next to it.
-    assert auth.descriptor_digest(**base, mean=quiet) != auth.descriptor_digest(**base, mean=[np.nan, 2.0])
+    assert signed_messages.descriptor_digest(**base, mean=quiet) != signed_messages.descriptor_digest(**base, mean=[np.nan, 2.0])
     # Out-of-float32-range values become inf (as on the wire), without a warning or error.
     with np.errstate(all="raise"):
-        assert auth.descriptor_digest(**base, mean=[1e39, 1.0]) == auth.descriptor_digest(**base, mean=[np.inf, 1.0])
+        assert signed_messages.descriptor_digest(**base, mean=[1e39, 1.0]) == signed_messages.descriptor_digest(**base, mean=[np.inf, 1.0])
     # A float64 signalling NaN (the cast to float32 flags it 'invalid') hashes like any NaN, silently.
     snan = np.array([0.0, 1.0])
     snan.view(np.uint64)[0] = 0x7FF0000000000001
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert auth.descriptor_digest(**base, mean=snan) == auth.descriptor_digest(**base, mean=quiet)
+        assert signed_messages.descriptor_digest(**base, mean=snan) == signed_messages.descriptor_digest(**base, mean=quiet)
     # NaN residual std (the default) differs from inf and from a number.
-    assert auth.descriptor_digest(**base, mean=quiet) != auth.descriptor_digest(**base, mean=quiet, residual_std=0.0)
+    assert signed_messages.descriptor_digest(**base, mean=quiet) != signed_messages.descriptor_digest(**base, mean=quiet, residual_std=0.0)
 
 
 def test_descriptor_digest_covers_every_field():
     base = dict(kind="gaussian", dims=3, mean=[1.0, 2.0, 3.0], variance=[0.1, 0.2, 0.3], num_samples=10,
                 payload=b"p", scores={"a": 1.0}, residual_std=0.5)
-    d = auth.descriptor_digest(**base)
+    d = signed_messages.descriptor_digest(**base)
     changes = dict(kind="gaussiaN", dims=4, mean=[1.0, 2.0, 3.5], variance=[0.1, 0.2], num_samples=11,
                    payload=b"q", scores={"a": 1.5}, residual_std=0.25)
     for field, value in changes.items():
-        assert auth.descriptor_digest(**{**base, field: value}) != d, field
-    assert auth.descriptor_digest(**{**base, "scores": {"b": 1.0}}) != d
-    assert auth.descriptor_digest(**{**base, "scores": {}}) != d
-    assert auth.descriptor_digest(**{**base, "scores": None}) == auth.descriptor_digest(**{**base, "scores": {}})
-    assert auth.descriptor_digest(**{**base, "payload": None}) == auth.descriptor_digest(**{**base, "payload": b""})
+        assert signed_messages.descriptor_digest(**{**base, field: value}) != d, field
+    assert signed_messages.descriptor_digest(**{**base, "scores": {"b": 1.0}}) != d
+    assert signed_messages.descriptor_digest(**{**base, "scores": {}}) != d
+    assert signed_messages.descriptor_digest(**{**base, "scores": None}) == signed_messages.descriptor_digest(**{**base, "scores": {}})
+    assert signed_messages.descriptor_digest(**{**base, "payload": None}) == signed_messages.descriptor_digest(**{**base, "payload": b""})
 
 
 def test_descriptor_digest_sizes_wrap_to_uint64():
@@ -262,11 +263,11 @@ def test_descriptor_digest_sizes_wrap_to_uint64():
     tail = u64(0) + u64(0) + blob(b"") + u64(0) + u64(1) + np.float32("nan").tobytes()
     for dims, num_samples in ((1000, 70000), (2**64 - 1, 2**63), (-1, -2)):
         pre = (1).to_bytes(2, "little") + b"k" + u64(dims % 2**64) + u64(num_samples % 2**64) + tail
-        assert auth.descriptor_digest(**base, dims=dims, num_samples=num_samples) == hashlib.sha256(pre).digest()
-    assert (auth.descriptor_digest(**base, dims=-1, num_samples=-2)
-            == auth.descriptor_digest(**base, dims=2**64 - 1, num_samples=2**64 - 2))
-    assert (auth.descriptor_digest(**base, dims=2**64 + 3, num_samples=2**64)
-            == auth.descriptor_digest(**base, dims=3, num_samples=0))
+        assert signed_messages.descriptor_digest(**base, dims=dims, num_samples=num_samples) == hashlib.sha256(pre).digest()
+    assert (signed_messages.descriptor_digest(**base, dims=-1, num_samples=-2)
+            == signed_messages.descriptor_digest(**base, dims=2**64 - 1, num_samples=2**64 - 2))
+    assert (signed_messages.descriptor_digest(**base, dims=2**64 + 3, num_samples=2**64)
+            == signed_messages.descriptor_digest(**base, dims=3, num_samples=0))
 
 
 # ============================================================================ field validation
@@ -276,11 +277,11 @@ def test_descriptor_digest_sizes_wrap_to_uint64():
                                        (1.0, False), ("1", False)])
 def test_cluster_id_is_int32_and_not_bool(value, ok):
     if ok:
-        msg = auth.cluster_model_message(0, value, DIGEST)
+        msg = signed_messages.cluster_model_message(0, value, DIGEST)
         assert msg[len(b"fed_ros/cluster_model/v2") + 4:][:4] == i32(int(value))
     else:
         with pytest.raises(ValueError, match=rf"^cluster id must be an int32, got {value!r}$"):
-            auth.cluster_model_message(0, value, DIGEST)
+            signed_messages.cluster_model_message(0, value, DIGEST)
 
 
 @pytest.mark.parametrize("field", ["round", "base_round"])
@@ -294,19 +295,19 @@ def test_rounds_are_uint32_integers(field, value, why):
     else:
         kw["base_round"] = value
     with pytest.raises(ValueError, match=rf"^{field} must be {__import__('re').escape(why)}, got {value!r}$"):
-        auth.update_message(round_idx, "r", NONCE, DIGEST, **kw)
+        signed_messages.update_message(round_idx, "r", NONCE, DIGEST, **kw)
 
 
 def test_round_accepts_numpy_integers():
-    assert auth.descriptor_message(np.uint32(2**32 - 1), "r", NONCE, DIGEST) == \
-        auth.descriptor_message(2**32 - 1, "r", NONCE, DIGEST)
-    assert auth.descriptor_message(np.int64(0), "r", NONCE, DIGEST) == auth.descriptor_message(0, "r", NONCE, DIGEST)
+    assert signed_messages.descriptor_message(np.uint32(2**32 - 1), "r", NONCE, DIGEST) == \
+        signed_messages.descriptor_message(2**32 - 1, "r", NONCE, DIGEST)
+    assert signed_messages.descriptor_message(np.int64(0), "r", NONCE, DIGEST) == signed_messages.descriptor_message(0, "r", NONCE, DIGEST)
 
 
 @pytest.mark.parametrize("value", [True, 1.0, -1, 2**64, np.bool_(True)])
 def test_num_samples_is_uint64_integer(value):
     with pytest.raises(ValueError, match=rf"^num_samples must be a uint64, got {value!r}$"):
-        auth.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=value, cluster_id=0)
+        signed_messages.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=value, cluster_id=0)
 
 
 def test_robot_id_errors_name_the_value():
@@ -320,9 +321,9 @@ def test_robot_id_errors_name_the_value():
 
 
 def test_digest_field_errors():
-    for what, call in (("payload sha256", lambda d: auth.update_message(1, "r", NONCE, d, **HDR)),
-                       ("descriptor digest", lambda d: auth.descriptor_message(1, "r", NONCE, d)),
-                       ("payload sha256", lambda d: auth.cluster_model_message(1, 0, d))):
+    for what, call in (("payload sha256", lambda d: signed_messages.update_message(1, "r", NONCE, d, **HDR)),
+                       ("descriptor digest", lambda d: signed_messages.descriptor_message(1, "r", NONCE, d)),
+                       ("payload sha256", lambda d: signed_messages.cluster_model_message(1, 0, d))):
         with pytest.raises(ValueError, match=rf"^{what} is not hex: 'zz'$"):
             call("zz")
         with pytest.raises(ValueError, match=rf"^{what} is not hex: '{'g' * 80}'$"):  # truncated to 80 chars
@@ -339,41 +340,41 @@ def test_digest_field_errors():
 
 def test_nonce_field_errors():
     with pytest.raises(ValueError, match=r"^nonce must be bytes, got str$"):
-        auth.descriptor_message(1, "r", "a" * 16, DIGEST)
+        signed_messages.descriptor_message(1, "r", "a" * 16, DIGEST)
     with pytest.raises(ValueError, match=r"^nonce must be 16 bytes, got 17$"):
-        auth.descriptor_message(1, "r", b"a" * 17, DIGEST)
-    assert auth.descriptor_message(1, "r", bytearray(NONCE), DIGEST) == auth.descriptor_message(1, "r", NONCE, DIGEST)
-    assert auth.descriptor_message(1, "r", memoryview(NONCE), DIGEST) == auth.descriptor_message(1, "r", NONCE, DIGEST)
+        signed_messages.descriptor_message(1, "r", b"a" * 17, DIGEST)
+    assert signed_messages.descriptor_message(1, "r", bytearray(NONCE), DIGEST) == signed_messages.descriptor_message(1, "r", NONCE, DIGEST)
+    assert signed_messages.descriptor_message(1, "r", memoryview(NONCE), DIGEST) == signed_messages.descriptor_message(1, "r", NONCE, DIGEST)
 
 
 @pytest.mark.parametrize("forged", [False, 0, 3, None, 1.5])
 def test_transfer_field_refuses_non_buffers(forged):
     """bytes(False)/bytes(0) would encode like b'' and keep a signature over 'no transfer' valid."""
     with pytest.raises(ValueError, match=rf"^expected bytes or str, got {type(forged).__name__}$"):
-        auth.update_message(1, "r", NONCE, DIGEST, **HDR, transfer=forged)
+        signed_messages.update_message(1, "r", NONCE, DIGEST, **HDR, transfer=forged)
     with pytest.raises(ValueError, match=rf"^expected bytes or str, got {type(forged).__name__}$"):
-        auth.cluster_model_message(1, 0, DIGEST, transfer=forged)
+        signed_messages.cluster_model_message(1, 0, DIGEST, transfer=forged)
 
 
 def test_transfer_field_refuses_text():
-    for call in (lambda t: auth.update_message(1, "r", NONCE, DIGEST, **HDR, transfer=t),
-                 lambda t: auth.cluster_model_message(1, 0, DIGEST, transfer=t)):
+    for call in (lambda t: signed_messages.update_message(1, "r", NONCE, DIGEST, **HDR, transfer=t),
+                 lambda t: signed_messages.cluster_model_message(1, 0, DIGEST, transfer=t)):
         with pytest.raises(ValueError, match=r"^transfer must be bytes, got str$"):
             call("")
         assert call(bytearray(b"\x01")) == call(b"\x01") == call(memoryview(b"\x01"))
 
 
 def test_blob_fields_take_text_as_utf8():
-    assert auth.control_message("r\u00e9", "\u00e9") == auth.control_message("r\u00e9", "\u00e9".encode())
+    assert signed_messages.control_message("r\u00e9", "\u00e9") == signed_messages.control_message("r\u00e9", "\u00e9".encode())
     with pytest.raises(ValueError, match=r"^expected bytes or str, got int$"):
-        auth.control_message("round", 0)
+        signed_messages.control_message("round", 0)
 
 
 def test_new_nonce_and_sha256_hex():
-    nonces = {auth.new_nonce() for _ in range(8)}
-    assert len(nonces) == 8 and all(isinstance(n, bytes) and len(n) == auth.NONCE_BYTES == 16 for n in nonces)
-    assert auth.sha256_hex(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-    assert auth.sha256_hex(np.frombuffer(b"abc", dtype=np.uint8)) == auth.sha256_hex(memoryview(b"abc"))
+    nonces = {signed_messages.new_nonce() for _ in range(8)}
+    assert len(nonces) == 8 and all(isinstance(n, bytes) and len(n) == signed_messages.NONCE_BYTES == 16 for n in nonces)
+    assert signed_messages.sha256_hex(b"abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert signed_messages.sha256_hex(np.frombuffer(b"abc", dtype=np.uint8)) == signed_messages.sha256_hex(memoryview(b"abc"))
 
 
 # ============================================================================ signatures cover every field
@@ -415,7 +416,7 @@ def test_descriptor_signature_covers_each_field(field):
     changes = dict(round_idx=2, robot_id="robot_1", nonce=NONCE[::-1], digest=DIGEST[::-1])
     allow = AllowList({"robot_0": ALICE.public_key, "robot_1": ALICE.public_key})
     sig = ALICE.sign_descriptor(f["round_idx"], f["robot_id"], f["nonce"], f["digest"])
-    assert sig == ALICE.sign(auth.descriptor_message(3, "robot_0", NONCE, DIGEST))
+    assert sig == ALICE.sign(signed_messages.descriptor_message(3, "robot_0", NONCE, DIGEST))
     assert allow.verify_descriptor(f["robot_id"], f["round_idx"], f["nonce"], f["digest"], sig) is None
     g = {**f, field: changes[field]}
     assert (allow.verify_descriptor(g["robot_id"], g["round_idx"], g["nonce"], g["digest"], sig)
@@ -425,7 +426,7 @@ def test_descriptor_signature_covers_each_field(field):
 def test_cluster_model_signature_covers_each_field():
     base = dict(round_idx=5, cluster_id=1, payload_sha256=DIGEST, transfer=b"\x01" * 32, members=("robot_0", "robot_1"))
     sig = ALICE.sign_cluster_model(**base)
-    ok = lambda f: auth.verify_signature(ALICE.public_key, auth.cluster_model_message(**f), sig)  # noqa: E731
+    ok = lambda f: auth.verify_signature(ALICE.public_key, signed_messages.cluster_model_message(**f), sig)  # noqa: E731
     assert ok(base)
     for field, value in dict(round_idx=6, cluster_id=0, payload_sha256=DIGEST[::-1], transfer=b"\x01" * 31,
                              members=("robot_0",)).items():
@@ -436,18 +437,18 @@ def test_cluster_model_signature_covers_each_field():
     assert not ok({**base, "members": ("robot_0", "robot_1", "")})
     # Defaults: no transfer, no members.
     bare = ALICE.sign_cluster_model(5, 1, DIGEST)
-    assert auth.verify_signature(ALICE.public_key, auth.cluster_model_message(5, 1, DIGEST, transfer=b"", members=[]),
+    assert auth.verify_signature(ALICE.public_key, signed_messages.cluster_model_message(5, 1, DIGEST, transfer=b"", members=[]),
                                  bare)
 
 
 def test_signatures_are_domain_separated_across_all_kinds():
     """The same key signs five kinds of message: none is valid as another."""
     messages = {
-        "update": auth.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=0, cluster_id=0),
-        "descriptor": auth.descriptor_message(1, "r", NONCE, DIGEST),
-        "cluster_model": auth.cluster_model_message(1, 0, DIGEST),
-        "control": auth.control_message("round", b""),
-        "control_other_kind": auth.control_message("resend", b""),
+        "update": signed_messages.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=0, cluster_id=0),
+        "descriptor": signed_messages.descriptor_message(1, "r", NONCE, DIGEST),
+        "cluster_model": signed_messages.cluster_model_message(1, 0, DIGEST),
+        "control": signed_messages.control_message("round", b""),
+        "control_other_kind": signed_messages.control_message("resend", b""),
     }
     sigs = {k: ALICE.sign(m) for k, m in messages.items()}
     for k, m in messages.items():
@@ -504,14 +505,14 @@ def test_update_round_trip_through_the_allow_list(round_idx, robot_id, base_roun
        b=st.tuples(st.text(min_size=1, max_size=6), st.binary(max_size=6)))
 def test_control_encoding_is_injective(a, b):
     """Length prefixes: (kind, body) pairs never collide, e.g. ('ab', 'c') vs ('a', 'bc')."""
-    assert (auth.control_message(*a) == auth.control_message(*b)) == (a == b)
+    assert (signed_messages.control_message(*a) == signed_messages.control_message(*b)) == (a == b)
 
 
 @PROPS
 @given(a=st.lists(st.text(max_size=4), max_size=4), b=st.lists(st.text(max_size=4), max_size=4))
 def test_cluster_member_encoding_is_injective(a, b):
-    assert (auth.cluster_model_message(0, 0, DIGEST, members=a)
-            == auth.cluster_model_message(0, 0, DIGEST, members=b)) == (a == b)
+    assert (signed_messages.cluster_model_message(0, 0, DIGEST, members=a)
+            == signed_messages.cluster_model_message(0, 0, DIGEST, members=b)) == (a == b)
 
 
 # ============================================================================ keys
@@ -557,10 +558,10 @@ def test_raw_public_key_of_private_and_public_keys():
 def test_signer_helpers_sign_the_canonical_messages():
     s = ALICE
     assert s.sign_update(3, "r", NONCE, DIGEST, base_round=1, num_samples=2, cluster_id=3, transfer=b"t") == \
-        s.sign(auth.update_message(3, "r", NONCE, DIGEST, base_round=1, num_samples=2, cluster_id=3, transfer=b"t"))
+        s.sign(signed_messages.update_message(3, "r", NONCE, DIGEST, base_round=1, num_samples=2, cluster_id=3, transfer=b"t"))
     assert s.sign_cluster_model(3, 1, DIGEST, transfer=b"t", members=["a"]) == \
-        s.sign(auth.cluster_model_message(3, 1, DIGEST, transfer=b"t", members=["a"]))
-    assert s.sign_control("round", b"body") == s.sign(auth.control_message("round", b"body"))
+        s.sign(signed_messages.cluster_model_message(3, 1, DIGEST, transfer=b"t", members=["a"]))
+    assert s.sign_control("round", b"body") == s.sign(signed_messages.control_message("round", b"body"))
     assert Signer.generate().public_key != Signer.generate().public_key
 
 
@@ -1139,4 +1140,4 @@ def test_keys_main_reads_sys_argv_by_default(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("cluster_id", [2**31, -2**31 - 1, True])
 def test_update_message_cluster_id_error_names_the_field(cluster_id):
     with pytest.raises(ValueError, match=rf"^cluster id must be an int32, got {cluster_id!r}$"):
-        auth.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=0, cluster_id=cluster_id)
+        signed_messages.update_message(1, "r", NONCE, DIGEST, base_round=0, num_samples=0, cluster_id=cluster_id)

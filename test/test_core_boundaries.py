@@ -13,20 +13,24 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fed_ros.core import auth, robust
-from fed_ros.core.decisions import (FUTURE, LATE, Limits, MALFORMED, NUM_SAMPLES, OK, OUT_OF_RANGE, OVERSIZE,
-                                    ROLLBACK, SIZE_MISMATCH, STALE_BASE)
-from fed_ros.core.descriptor_checks import validate_descriptor
-from fed_ros.core.payload_checks import check_tensors, validate_cluster_model
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
-from fed_ros.core.auth import ReplayGuard, Signer
+from fed_ros.core.security import auth
+from fed_ros.core.security import signed_messages
+from fed_ros.core.strategies import robust
+from fed_ros.core.checks.decisions import (FUTURE, LATE, Limits, MALFORMED, NUM_SAMPLES, OK, OUT_OF_RANGE,
+                                           OVERSIZE, ROLLBACK, SIZE_MISMATCH, STALE_BASE)
+from fed_ros.core.checks.descriptor_checks import validate_descriptor
+from fed_ros.core.checks.payload_checks import check_tensors, validate_cluster_model
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope, validate_update
+from fed_ros.core.security.auth import Signer
+from fed_ros.core.security.replay import ReplayGuard
 from fed_ros.core.params import TensorSpec
-from fed_ros.core.roster import Roster, ready_to_start
-from fed_ros.core.round_collect import DONE, RoundPlan, StageCollector, TRAIN, quorum_for
-from fed_ros.core.rounds import RoundCoordinator, RoundSettings
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import ClientUpdate, make_strategy
+from fed_ros.core.rounds.roster import Roster, ready_to_start
+from fed_ros.core.rounds.collect import DONE, RoundPlan, StageCollector, TRAIN, quorum_for
+from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientUpdate
 
 CAP = 1e6  # Limits().max_abs_value
 MANIFEST = (TensorSpec("w", (4,)),)
@@ -40,7 +44,7 @@ def _params(values) -> dict[str, np.ndarray]:
 def _envelope(params, **over) -> UpdateEnvelope:
     payload = params["w"].astype("<f4").tobytes()
     fields = dict(robot_id="robot_0", round_idx=3, base_round=3, num_samples=10, manifest=MANIFEST,
-                  total_bytes=len(payload), payload_sha256=auth.sha256_hex(payload))
+                  total_bytes=len(payload), payload_sha256=signed_messages.sha256_hex(payload))
     fields.update(over)
     return UpdateEnvelope(**fields)
 
@@ -249,32 +253,32 @@ def test_cluster_model_round_bounds(round_idx, code):
 
 # ----------------------------------------------------------------------------- auth (signed fields)
 
-NONCE = b"n" * auth.NONCE_BYTES
+NONCE = b"n" * signed_messages.NONCE_BYTES
 DIGEST = "ab" * 32
 
 
 @pytest.mark.parametrize("round_idx, ok", [(-1, False), (0, True), (2**32 - 1, True), (2**32, False)])
 def test_signed_round_is_uint32(round_idx, ok):
     if ok:
-        assert auth.cluster_model_message(round_idx, 0, DIGEST)
+        assert signed_messages.cluster_model_message(round_idx, 0, DIGEST)
     else:
         with pytest.raises(ValueError, match="round"):
-            auth.cluster_model_message(round_idx, 0, DIGEST)
+            signed_messages.cluster_model_message(round_idx, 0, DIGEST)
 
 
 @pytest.mark.parametrize("cluster_id, ok", [(-2**31 - 1, False), (-2**31, True), (2**31 - 1, True),
                                             (2**31, False)])
 def test_signed_cluster_id_is_int32(cluster_id, ok):
     if ok:
-        assert auth.cluster_model_message(0, cluster_id, DIGEST)
+        assert signed_messages.cluster_model_message(0, cluster_id, DIGEST)
     else:
         with pytest.raises(ValueError, match="cluster id"):
-            auth.cluster_model_message(0, cluster_id, DIGEST)
+            signed_messages.cluster_model_message(0, cluster_id, DIGEST)
 
 
 @pytest.mark.parametrize("n, ok", [(-1, False), (0, True), (2**64 - 1, True), (2**64, False)])
 def test_signed_num_samples_is_uint64(n, ok):
-    call = lambda: auth.update_message(0, "robot_0", NONCE, DIGEST, base_round=0, num_samples=n,  # noqa: E731
+    call = lambda: signed_messages.update_message(0, "robot_0", NONCE, DIGEST, base_round=0, num_samples=n,  # noqa: E731
                                        cluster_id=-1)
     if ok:
         assert call()
@@ -287,28 +291,28 @@ def test_signed_num_samples_is_uint64(n, ok):
                                           ("\u00e9" * 128, False), ("", False)])
 def test_signed_robot_id_is_at_most_255_utf8_bytes(robot_id, ok):
     if ok:
-        assert auth.descriptor_message(0, robot_id, NONCE, DIGEST)
+        assert signed_messages.descriptor_message(0, robot_id, NONCE, DIGEST)
     else:
         with pytest.raises(ValueError, match="robot id"):
-            auth.descriptor_message(0, robot_id, NONCE, DIGEST)
+            signed_messages.descriptor_message(0, robot_id, NONCE, DIGEST)
 
 
-@pytest.mark.parametrize("size", [auth.NONCE_BYTES - 1, auth.NONCE_BYTES + 1, 0])
+@pytest.mark.parametrize("size", [signed_messages.NONCE_BYTES - 1, signed_messages.NONCE_BYTES + 1, 0])
 def test_signed_nonce_length_exact(size):
     with pytest.raises(ValueError, match="nonce"):
-        auth.descriptor_message(0, "robot_0", b"n" * size, DIGEST)
+        signed_messages.descriptor_message(0, "robot_0", b"n" * size, DIGEST)
 
 
 @pytest.mark.parametrize("digest", ["ab" * 31, "ab" * 33, b"x" * 31, b"x" * 33])
 def test_signed_digest_is_exactly_32_bytes(digest):
     with pytest.raises(ValueError, match="32 bytes"):
-        auth.cluster_model_message(0, 0, digest)
+        signed_messages.cluster_model_message(0, 0, digest)
 
 
 def test_signature_verifies_at_the_uint32_round_edge():
     signer = Signer.generate()
     sig = signer.sign_cluster_model(2**32 - 1, -2**31, DIGEST)
-    assert auth.verify_signature(signer.public_key, auth.cluster_model_message(2**32 - 1, -2**31, DIGEST), sig)
+    assert auth.verify_signature(signer.public_key, signed_messages.cluster_model_message(2**32 - 1, -2**31, DIGEST), sig)
 
 
 @pytest.mark.parametrize("kw", [dict(max_nonces=0), dict(max_nonces=-1), dict(window_rounds=0),
@@ -329,14 +333,14 @@ def test_replay_guard_window_edge(window, round_idx, accepted):
 def test_replay_guard_eviction_at_capacity_raises_the_floor_past_the_evicted_round():
     guard = ReplayGuard(max_nonces=2)
     for i, r in enumerate((1, 2, 3)):
-        guard.record("robot_0", r, bytes([i]) * auth.NONCE_BYTES)
+        guard.record("robot_0", r, bytes([i]) * signed_messages.NONCE_BYTES)
     assert len(guard) == 2 and guard.floor == 2
 
 
 def test_replay_guard_holds_exactly_max_nonces_without_evicting():
     guard = ReplayGuard(max_nonces=2)
-    guard.record("robot_0", 1, b"a" * auth.NONCE_BYTES)
-    guard.record("robot_0", 2, b"b" * auth.NONCE_BYTES)
+    guard.record("robot_0", 1, b"a" * signed_messages.NONCE_BYTES)
+    guard.record("robot_0", 2, b"b" * signed_messages.NONCE_BYTES)
     assert len(guard) == 2 and guard.floor == 0
 
 

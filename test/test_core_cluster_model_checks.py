@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core import auth
-from fed_ros.core.decisions import (BAD_SIGNATURE, DIGEST, Decision, Limits, MALFORMED, NON_FINITE, OK,
-                                    OUT_OF_RANGE, OVERSIZE, ROLLBACK, SCHEMA, UNSIGNED)
-from fed_ros.core.payload_checks import validate_cluster_model
+from fed_ros.core.security import auth
+from fed_ros.core.checks.decisions import (BAD_SIGNATURE, DIGEST, Decision, Limits, MALFORMED, NON_FINITE, OK,
+                                           OUT_OF_RANGE, OVERSIZE, ROLLBACK, SCHEMA, UNSIGNED)
+from fed_ros.core.checks.payload_checks import validate_cluster_model
 from fed_ros.core.params import manifest_of
 
 SHA = "ab" * 32

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fed_ros.core import fedepth as fd
-from fed_ros.core import rnd
-from fed_ros.core.aggregate import cosine_similarity_matrix
-from fed_ros.core.cua import (cua_exact, cua_objective, cua_partition, cua_scalable, enumerate_partitions,
-                              stirling2)
-from fed_ros.core.srb import rebalanced_singular_values, srb_block, threshold_index
+from fed_ros.core.clustering import fedepth as fd
+from fed_ros.core.clustering import rnd
+from fed_ros.core.strategies.aggregate import cosine_similarity_matrix
+from fed_ros.core.clustering.cua import (cua_exact, cua_objective, cua_partition, cua_scalable,
+                                         enumerate_partitions, stirling2)
+from fed_ros.core.clustering.srb import rebalanced_singular_values, srb_block, threshold_index
 
 # --------------------------------------------------------------------------------- CUA
 

@@ -15,14 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fed_ros.core import aggregate as agg
-from fed_ros.core import cua
-from fed_ros.core import fedepth as fd
-from fed_ros.core import rnd
-from fed_ros.core import srb
+from fed_ros.core.strategies import aggregate as agg
+from fed_ros.core.clustering import cua
+from fed_ros.core.clustering import fedepth as fd
+from fed_ros.core.clustering import rnd
+from fed_ros.core.clustering import srb
 from fed_ros.core.params import TensorSpec, flatten, manifest_of, unflatten
 from fed_ros.core.strategies.ifca import ifca_select
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, make_strategy
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate
 
 # ============================================================================ aggregate.py
 

@@ -1,4 +1,4 @@
-"""CUA (FedDRMan Eq. 10-12, fed_ros/core/cua.py) exactly: the scalable heuristic's documented
+"""CUA (FedDRMan Eq. 10-12, fed_ros/core/clustering/cua.py) exactly: the scalable heuristic's documented
 defaults and seeded results, its starts (average linkage, spectral, greedy peel, batch refine)
 against straightforward reference implementations of their docstrings, and the contract that
 every result has exactly C non-empty groups.
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from scipy.cluster.vq import kmeans2
 
-from fed_ros.core import aggregate as agg
-from fed_ros.core import cua
+from fed_ros.core.strategies import aggregate as agg
+from fed_ros.core.clustering import cua
 
 
 def _noise(seed: int, K: int, D: int = 4) -> np.ndarray:

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fed_ros.core.aggregate import (cosine_similarity_matrix, fedavg, jeffreys_diag, jeffreys_matrix,
-                                    sample_weights, weighted_average)
+from fed_ros.core.strategies.aggregate import (cosine_similarity_matrix, fedavg, jeffreys_diag,
+                                               jeffreys_matrix, sample_weights, weighted_average)
 from fed_ros.core.params import (UpdateBuffer, check_finite, check_manifest, flatten, manifest_of, prefix_columns,
                                  select_prefix, stack_state_dicts, unflatten)
-from fed_ros.core.robust import aggregate_robust, krum_scores, multi_krum, norm_clip_mean
+from fed_ros.core.strategies.robust import aggregate_robust, krum_scores, multi_krum, norm_clip_mean
 
 
 def _sd(seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
@@ -208,7 +208,7 @@ def test_robust_rejects_nan_and_unknown_rule():
 
 
 def test_update_similarity_matches_direct_cosine_on_scattered_columns():
-    from fed_ros.core.aggregate import all_finite, update_similarity
+    from fed_ros.core.strategies.aggregate import all_finite, update_similarity
     rng = np.random.default_rng(5)
     stacked = rng.normal(size=(6, 5000)).astype(np.float32)
     origin = rng.normal(size=5000).astype(np.float32)

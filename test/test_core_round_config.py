@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fed_ros.core.round_config import ROUND_CONFIG_VERSION, RobotInstruction, RoundConfig
+from fed_ros.core.rounds.config import ROUND_CONFIG_VERSION, RobotInstruction, RoundConfig
 
 
 def test_round_config_round_trips_through_json_with_its_version():

@@ -1,4 +1,4 @@
-"""The round report (fed_ros/core/round_report.py) exactly: the documented defaults of a report's
+"""The round report (fed_ros/core/rounds/report.py) exactly: the documented defaults of a report's
 lines, the strategy diagnostics flattened to scalars, the members' mean pairwise update cosine
 per cluster (against a straightforward float64 reference of its docstring), the cluster member
 lists, the per-robot lines and counts of a closed stage, and the table cells the monitor and
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fed_ros.core.round_collect import RoundPlan, StageCollector
-from fed_ros.core.round_report import (RobotOutcome, RoundOutcome, intra_cluster_similarity, members_of,
-                                       robot_report_cells, round_outcome, scalar_diagnostics)
-from fed_ros.core.strategy_types import ClientUpdate
+from fed_ros.core.rounds.collect import RoundPlan, StageCollector
+from fed_ros.core.rounds.report import (RobotOutcome, RoundOutcome, intra_cluster_similarity, members_of,
+                                        robot_report_cells, round_outcome, scalar_diagnostics)
+from fed_ros.core.strategies.types import ClientUpdate
 
 NAN = float("nan")
 

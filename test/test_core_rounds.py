@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import ClientUpdate, make_strategy
-from fed_ros.core.roster import Roster
-from fed_ros.core.round_collect import (DESCRIBE, DONE, EVALUATE, RoundPlan, SCORE, StageCollector, TRAIN,
-                                        quorum_for)
-from fed_ros.core.rounds import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientUpdate
+from fed_ros.core.rounds.roster import Roster
+from fed_ros.core.rounds.collect import (DESCRIBE, DONE, EVALUATE, RoundPlan, SCORE, StageCollector, TRAIN,
+                                         quorum_for)
+from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
 
 ROBOTS = ("robot_0", "robot_1", "robot_2")
 
@@ -237,7 +238,7 @@ def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
 
 
 def test_intra_cluster_similarity_of_accumulated_updates():
-    from fed_ros.core.round_report import intra_cluster_similarity
+    from fed_ros.core.rounds.report import intra_cluster_similarity
     init = {"w": np.zeros(2, np.float32)}
     params = {"a": {"w": np.array([1.0, 0.0], np.float32)}, "b": {"w": np.array([2.0, 0.0], np.float32)},
               "c": {"w": np.array([0.0, 1.0], np.float32)}}

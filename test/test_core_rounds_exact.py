@@ -16,15 +16,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fed_ros.core import rounds as rounds_mod
-from fed_ros.core.decisions import (ACCEPTED, DUPLICATE, FUTURE, LATE, NO_ROUND, NOT_PARTICIPANT,
-                                    OUT_OF_RANGE, REGISTER, STALE_BASE, STALE_ROUND, Decision)
-from fed_ros.core.round_config import RobotInstruction, RoundConfig
-from fed_ros.core.roster import RobotEntry, Roster, ready_to_start
-from fed_ros.core.round_collect import DESCRIBE, DONE, EVALUATE, SCORE, TRAIN, RoundPlan, StageCollector, StageDecision
-from fed_ros.core.rounds import RoundCoordinator, RoundSettings
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy_types import ClientDescriptor, ClientUpdate, RoundResult
+from fed_ros.core.rounds import coordinator as rounds_mod
+from fed_ros.core.checks.decisions import (ACCEPTED, DUPLICATE, Decision, FUTURE, LATE, NOT_PARTICIPANT,
+                                           NO_ROUND, OUT_OF_RANGE, REGISTER, STALE_BASE, STALE_ROUND)
+from fed_ros.core.rounds.config import RobotInstruction, RoundConfig
+from fed_ros.core.rounds.roster import RobotEntry, Roster, ready_to_start
+from fed_ros.core.rounds.collect import (DESCRIBE, DONE, EVALUATE, RoundPlan, SCORE, StageCollector,
+                                         StageDecision, TRAIN)
+from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 PROPS = settings(max_examples=100, deadline=None, database=None, derandomize=True)
 ROBOTS = ("robot_0", "robot_1", "robot_2")

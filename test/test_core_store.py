@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import make_strategy
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.base import make_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_real_kill_between_rename_and_manifest(tmp_path):
         import os, sys
         import numpy as np
         sys.path.insert(0, {str(REPO)!r})
-        from fed_ros.core.store import ModelStore
+        from fed_ros.core.rounds.store import ModelStore
         m = {{0: {{"w": np.full(3, 1.0, np.float32)}}}}
         ModelStore({str(tmp_path)!r}).commit(0, {{0: {{"w": np.zeros(3, np.float32)}}}}, {{}}, None, {{}})
         def die(step):
@@ -113,7 +113,7 @@ def test_flipped_byte_is_detected_and_never_used(tmp_path, caplog):
     raw = bytearray(path.read_bytes())
     raw[-3] ^= 0x40
     path.write_bytes(bytes(raw))
-    with caplog.at_level("WARNING", logger="fed_ros.core.store"):
+    with caplog.at_level("WARNING", logger="fed_ros.core.rounds.store"):
         snap = store.load_latest()
     assert snap.round_idx == 0
     assert snap.skipped and snap.skipped[0][0] == 1 and "checksum" in snap.skipped[0][1]

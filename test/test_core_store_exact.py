@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fed_ros.core.store import FORMAT_VERSION, MANIFEST_NAME, META_NAME, ModelStore, StoreSnapshot
+from fed_ros.core.rounds.store import FORMAT_VERSION, MANIFEST_NAME, META_NAME, ModelStore, StoreSnapshot
 
 
 def _sd(value: float) -> dict[str, np.ndarray]:
@@ -262,12 +262,12 @@ def _refused(store: ModelStore, message: str, caplog) -> None:
     with pytest.raises(ValueError) as exc:
         store.load_round(1)
     assert str(exc.value) == message
-    with caplog.at_level(logging.WARNING, logger="fed_ros.core.store"):
+    with caplog.at_level(logging.WARNING, logger="fed_ros.core.rounds.store"):
         snap = store.load_latest()
     assert snap.round_idx == 0 and snap.meta == {"round": 0} and snap.strategy_meta == {"v": 0}
     _assert_models_equal(snap.cluster_models, {0: _sd(0.0)})
     assert snap.skipped == [(1, message)]
-    assert [r.getMessage() for r in caplog.records if r.name == "fed_ros.core.store"] == \
+    assert [r.getMessage() for r in caplog.records if r.name == "fed_ros.core.rounds.store"] == \
         [f"model store: skipping round 1: {message}"]
 
 

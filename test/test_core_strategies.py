@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fed_ros.core.params import flatten, manifest_of, unflatten
-from fed_ros.core.srb import srb_block
+from fed_ros.core.clustering.srb import srb_block
 from fed_ros.core.strategies.ifca import ifca_select
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, make_strategy
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate
 
 
 def _initial(seed: int = 0) -> dict[str, np.ndarray]:

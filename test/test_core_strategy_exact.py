@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fed_ros.core import strategy as strategy_mod
+from fed_ros.core.strategies import base as strategy_mod
 from fed_ros.core.params import flatten, manifest_of, manifest_to_json
-from fed_ros.core.round_config import RobotInstruction, RoundConfig
-from fed_ros.core.strategy import (DESCRIPTOR_KINDS, STRATEGIES, ClientDescriptor, ClientUpdate, RoundResult, Strategy,
-                                   _readonly, make_strategy, match_cluster_ids)
+from fed_ros.core.rounds.config import RobotInstruction, RoundConfig
+from fed_ros.core.strategies.base import STRATEGIES, Strategy, _readonly, make_strategy, match_cluster_ids
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, DESCRIPTOR_KINDS, RoundResult
 
 INIT = {"w": np.array([[1.0, -2.0], [3.0, 0.5]], np.float32), "b": np.array([0.0, 1.0, -1.0], np.float32)}
 MAN = manifest_of(INIT)
@@ -554,7 +554,7 @@ def test_load_state_converts_arrays_to_float32_models():
 
 
 def test_state_round_trip_through_the_store_continues_bit_identically(tmp_path):
-    from fed_ros.core.store import ModelStore
+    from fed_ros.core.rounds.store import ModelStore
     a = make_strategy("ifca", num_clusters=2)
     a.initialize(INIT, ["r0", "r1", "r2"])
     a.aggregate_round(0, [_up("r0", np.full(P, 2.0), 2, cluster_id=1), _up("r1", np.ones(P), 1, cluster_id=0)], {})

@@ -17,20 +17,23 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fed_ros.core import audit_log as audit_mod, auth, decisions
-from fed_ros.core.audit_log import AuditLog, RoundCounters, read_audit_log
-from fed_ros.core.decisions import (ACCEPTED, BAD_SIGNATURE, DESCRIPTOR, DIGEST, Decision, FUTURE, LATE,
-                                    Limits, MALFORMED, NON_FINITE, NOT_PARTICIPANT, NUM_SAMPLES, OUT_OF_RANGE,
-                                    OVERSIZE, REPLAY, SCHEMA, SIZE_MISMATCH, STALE_BASE, UNKNOWN_ROBOT,
-                                    UNSIGNED)
-from fed_ros.core.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
-from fed_ros.core.payload_checks import (BYTES_PER_VALUE, ENCODING_FLOAT16, ENCODING_FLOAT32, ENCODING_INT8,
-                                         check_payload_manifest, check_tensors, compare_manifest,
-                                         expected_payload_bytes, validate_cluster_model)
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
-from fed_ros.core.auth import AllowList, ReplayGuard, Signer
-from fed_ros.core.decisions import _is_int, _short
+from fed_ros.core.checks import audit_log as audit_mod, decisions
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.audit_log import AuditLog, RoundCounters, read_audit_log
+from fed_ros.core.checks.decisions import (ACCEPTED, BAD_SIGNATURE, DESCRIPTOR, DIGEST, Decision, FUTURE,
+                                           LATE, Limits, MALFORMED, NON_FINITE, NOT_PARTICIPANT, NUM_SAMPLES,
+                                           OUT_OF_RANGE, OVERSIZE, REPLAY, SCHEMA, SIZE_MISMATCH, STALE_BASE,
+                                           UNKNOWN_ROBOT, UNSIGNED)
+from fed_ros.core.checks.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
+from fed_ros.core.checks.payload_checks import (BYTES_PER_VALUE, ENCODING_FLOAT16, ENCODING_FLOAT32,
+                                                ENCODING_INT8, check_payload_manifest, check_tensors,
+                                                compare_manifest, expected_payload_bytes,
+                                                validate_cluster_model)
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope, validate_update
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.replay import ReplayGuard
+from fed_ros.core.checks.decisions import _is_int, _short
 from fed_ros.core.params import TensorSpec
 
 PROPS = settings(max_examples=50, deadline=None, database=None, derandomize=True)
@@ -754,7 +757,7 @@ def test_descriptor_without_residual_attribute_is_nan():
         robot_id, kind, mean, variance, num_samples = "robot_0", "gaussian", np.zeros(2), np.ones(2), 3
 
     assert _vd(Bare())
-    assert digest_of_descriptor(Bare()) == auth.descriptor_digest(
+    assert digest_of_descriptor(Bare()) == signed_messages.descriptor_digest(
         kind="gaussian", dims=2, mean=np.zeros(2), variance=np.ones(2), num_samples=3)
 
 
@@ -863,11 +866,11 @@ def test_rejected_descriptor_with_commit_records_nothing():
 def test_digest_of_descriptor_is_the_canonical_digest_of_every_field():
     desc = _rnd(mean=np.array([1.0, 2.0]), variance=np.array([3.0, 4.0]), num_samples=7,
                 scores={"b": 2.0, "a": 1.0}, residual_std=0.25, payload=b"pp")
-    expected = auth.descriptor_digest(kind="rnd", dims=2, mean=np.array([1.0, 2.0]), variance=np.array([3.0, 4.0]),
+    expected = signed_messages.descriptor_digest(kind="rnd", dims=2, mean=np.array([1.0, 2.0]), variance=np.array([3.0, 4.0]),
                                       num_samples=7, payload=b"pp", scores={"a": 1.0, "b": 2.0}, residual_std=0.25)
     assert digest_of_descriptor(desc) == expected and len(expected) == 32
     assert digest_of_descriptor(desc, 2) == expected
-    assert digest_of_descriptor(desc, 5) == auth.descriptor_digest(
+    assert digest_of_descriptor(desc, 5) == signed_messages.descriptor_digest(
         kind="rnd", dims=5, mean=np.array([1.0, 2.0]), variance=np.array([3.0, 4.0]), num_samples=7, payload=b"pp",
         scores={"a": 1.0, "b": 2.0}, residual_std=0.25)
     # Each field changes the digest.
@@ -881,13 +884,13 @@ def test_digest_of_descriptor_defaults_for_absent_fields():
     class Minimal:
         kind, num_samples = "update", 4
 
-    assert digest_of_descriptor(Minimal()) == auth.descriptor_digest(
+    assert digest_of_descriptor(Minimal()) == signed_messages.descriptor_digest(
         kind="update", dims=0, mean=None, variance=None, num_samples=4, payload=b"", scores={},
         residual_std=math.nan)
     none_fields = _rnd(payload=None, scores=None, residual_std=math.nan)
-    assert digest_of_descriptor(none_fields) == auth.descriptor_digest(
+    assert digest_of_descriptor(none_fields) == signed_messages.descriptor_digest(
         kind="rnd", dims=0, mean=None, variance=None, num_samples=10, payload=b"", scores={}, residual_std=math.nan)
-    assert digest_of_descriptor(Desc(mean=np.zeros((2, 2)))) == auth.descriptor_digest(
+    assert digest_of_descriptor(Desc(mean=np.zeros((2, 2)))) == signed_messages.descriptor_digest(
         kind="gaussian", dims=4, mean=np.zeros((2, 2)), variance=np.array([0.5, 1.0, 2.0]), num_samples=10)
 
 

@@ -18,14 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core import auth
-from fed_ros.core.audit_log import read_audit_log
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
+from fed_ros.core.security import auth
+from fed_ros.core.security import replay
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.audit_log import read_audit_log
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope, validate_update
 from fed_ros.core.params import manifest_of
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import ClientUpdate, make_strategy
-from fed_ros.core.rounds import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientUpdate
+from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
 
 ROBOTS = [f"robot_{k}" for k in range(4)]
 ROUNDS = 4
@@ -198,7 +201,7 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     for k, rid in enumerate(ROBOTS):
         assert coord.roster.register(rid, num_samples=10 + k, public_key=signers[rid].public_key).accepted
     allow = auth.AllowList({rid: s.public_key for rid, s in signers.items()})
-    guard = auth.ReplayGuard()
+    guard = replay.ReplayGuard()
     assembler = PayloadAssembler(TransferLimits(), max_pending=8)
     manifest = manifest_of(INITIAL)
     plan = coord.start_round(now=0.0)
@@ -209,7 +212,7 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
         encoded = encode_state_dict(params)
         env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx, num_samples=10 + k,
                                manifest=manifest, total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
-                               nonce=auth.new_nonce()).signed(signers[rid])
+                               nonce=signed_messages.new_nonce()).signed(signers[rid])
         sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/update", chunk_bytes=1024)
         ctx = ValidationContext(current_round=round_idx, expected_manifest=manifest, base_rounds={round_idx},
                                   participants=set(coord.current_plan.participants), allow_list=allow,
@@ -378,7 +381,7 @@ class ScriptedRobots:
                 continue
             self.answered.add((rid, round_idx, stamp))
             encoded = encode_state_dict(_e2e_update(self.initial, round_idx, k))
-            nonce = auth.new_nonce()
+            nonce = signed_messages.new_nonce()
             sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=256 << 10)
             env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,

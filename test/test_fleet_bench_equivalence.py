@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.episode import Episode
-from fed_ros.core.store import ModelStore
+from fed_ros.core.data.episode import Episode
+from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
 from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 
@@ -63,7 +63,7 @@ def _over_ros(run_dir: Path, config, ros_env, processes) -> dict[int, dict[str, 
 def _in_process(run_dir: Path, config) -> dict[int, dict[str, np.ndarray]]:
     """The benchmark's round, fed the same fleet file: strategy, initial model, seeds, demos."""
     from fed_ros.bench.federation_run import federation_round, make_clients
-    from fed_ros.core.strategy import make_strategy
+    from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fed_ros.core.store import ModelStore
+from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
 from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 

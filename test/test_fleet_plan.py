@@ -109,7 +109,7 @@ def test_demo_fleet_file_loads():
 
 
 def test_literal_lists_match_core_and_sim():
-    from fed_ros.core.strategy import STRATEGIES
+    from fed_ros.core.strategies.base import STRATEGIES
     assert set(ALGORITHMS) == set(STRATEGIES)
     from fed_ros.sim.envs import TASKS
     assert set(SIM_TASKS) == set(TASKS)

@@ -5,7 +5,7 @@ and the federation must end with the cluster models of the same fleet run withou
 The fleet is the benchmark-equivalence fleet (test_fleet_bench_equivalence.py): 2 robots, low-dim
 policy, fixed demos written as Episode .npz into each robot's data dir (no simulator, no
 evaluation), seeded, 10 local steps a round. The server kills itself by SIGKILL at a named step
-(FED_ROS_CRASH_AT, fed_ros/core/faults.py), one kill per server incarnation, robots stay up:
+(FED_ROS_CRASH_AT, fed_ros/core/rounds/faults.py), one kill per server incarnation, robots stay up:
 
 1. ``update_accepted@1#2``   every round-1 update accepted and acknowledged, nothing aggregated;
 2. ``written:manifest@2``   round 2 aggregated, its files written, its manifest not in place
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.core.store import ModelStore
+from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
 from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 
@@ -150,7 +150,7 @@ def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_l
 
 def test_crash_hook_kills_at_the_nth_time_a_step_of_a_round_is_reached():
     import os
-    from fed_ros.core import faults
+    from fed_ros.core.rounds.coordinator import faults
     assert faults.parse("update_accepted@1#2, written:manifest@2") == [("update_accepted", 1, 2),
                                                                         ("written:manifest", 2, 1)]
     with pytest.raises(ValueError):

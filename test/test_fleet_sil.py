@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.core.audit_log import read_audit_log
+from fed_ros.core.checks.audit_log import read_audit_log
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
 from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
 

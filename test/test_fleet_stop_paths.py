@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.core.arm_profile import load_profile
+from fed_ros.core.arm.profile import load_profile
 from test_arm_stop_paths import RecordingArm, Spun
 
 rclpy = pytest.importorskip("rclpy")

@@ -20,13 +20,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fed_ros.core import auth
-from fed_ros.core.decisions import Decision, Limits, OK
-from fed_ros.core.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
-from fed_ros.core.payload_checks import validate_cluster_model
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, validate_update
-from fed_ros.core.auth import AllowList, ReplayGuard, Signer
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.decisions import Decision, Limits, OK
+from fed_ros.core.checks.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
+from fed_ros.core.checks.payload_checks import validate_cluster_model
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, validate_update
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.replay import ReplayGuard
 from fed_ros.core.params import TensorSpec
 
 MESSAGES = int(os.environ.get("FED_ROS_FUZZ_EXAMPLES", "10000"))
@@ -66,8 +67,8 @@ def payload(params) -> bytes:
 def good_envelope(params, nonce: bytes | None = None) -> UpdateEnvelope:
     data = payload(params)
     env = UpdateEnvelope(robot_id="robot_0", round_idx=5, base_round=4, num_samples=100, manifest=MANIFEST,
-                           total_bytes=len(data), payload_sha256=auth.sha256_hex(data),
-                           nonce=nonce or auth.new_nonce())
+                           total_bytes=len(data), payload_sha256=signed_messages.sha256_hex(data),
+                           nonce=nonce or signed_messages.new_nonce())
     return env.signed(SIGNERS["robot_0"])
 
 
@@ -230,7 +231,7 @@ def good_descriptor() -> RawDescriptor:
 
 
 def sign_desc(desc, round_idx=5, nonce=None, signer=None):
-    nonce = nonce or auth.new_nonce()
+    nonce = nonce or signed_messages.new_nonce()
     digest = digest_of_descriptor(desc)
     sig = (signer or SIGNERS["robot_1"]).sign_descriptor(round_idx, "robot_1", nonce, digest)
     return dict(round_idx=round_idx, nonce=nonce, signature=sig)
@@ -293,7 +294,7 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
     elif defect == "forged":
         sign_kw = sign_desc(desc, signer=Signer.generate())
     elif defect == "unsigned":
-        sign_kw = dict(round_idx=5, nonce=auth.new_nonce(), signature=b"")
+        sign_kw = dict(round_idx=5, nonce=signed_messages.new_nonce(), signature=b"")
     elif defect == "replay":
         sign_kw = used
     elif defect == "late":
@@ -324,7 +325,7 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
         try:
             sign_kw = sign_desc(desc)
         except Exception:  # content that cannot even be digested: send any signature
-            sign_kw = dict(round_idx=5, nonce=auth.new_nonce(), signature=b"\1" * 64)
+            sign_kw = dict(round_idx=5, nonce=signed_messages.new_nonce(), signature=b"\1" * 64)
     d = validate_descriptor(desc, c, dims=dims, **sign_kw)
     assert isinstance(d, Decision) and not d.accepted, (defect, field, chaos, d)
     assert ctx.replay_guard.state() == guard_before
@@ -347,7 +348,7 @@ def test_f1_cluster_model_handler(cases):
 def _one_cluster_model(defect, i, chaos):
     params = good_params()
     before = {k: v.copy() for k, v in params.items()}
-    digest = auth.sha256_hex(payload(params))
+    digest = signed_messages.sha256_hex(payload(params))
     kw = dict(cluster_id=1, round_idx=9, params=params, expected_manifest=MANIFEST, total_bytes=96,
               payload_sha256=digest, received_sha256=digest, signature=SERVER.sign_cluster_model(9, 1, digest),
               server_public_key=SERVER.public_key, last_round=9, limits=Limits(max_cluster_model_bytes=1000))
@@ -485,9 +486,9 @@ def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, re
 
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
-    from fed_ros.core.store import ModelStore
-    from fed_ros.core.strategy import make_strategy
-    from fed_ros.core.rounds import RoundCoordinator, RoundSettings
+    from fed_ros.core.rounds.store import ModelStore
+    from fed_ros.core.strategies.base import make_strategy
+    from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
     store_dir = tmp_path_factory.mktemp("store")
     coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(store_dir),
                              RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=1e9),
@@ -516,7 +517,7 @@ def test_f1_server_offer_update(coordinator, cases):
 
 
 def _one_offer(coordinator, defect, i):
-    from fed_ros.core.strategy import ClientUpdate
+    from fed_ros.core.strategies.types import ClientUpdate
     coord, store_dir = coordinator
     answers = dict(coord.collector.answers)
     params = good_params()
@@ -542,7 +543,7 @@ def _one_offer(coordinator, defect, i):
     if defect in ("nan", "shape", "dtype", "missing", "extra"):
         # Tensor content is checked once, by the transfer receiver, before the coordinator sees it.
         from fed_ros.core.params import manifest_of
-        from fed_ros.core.payload_checks import check_tensors
+        from fed_ros.core.checks.payload_checks import check_tensors
         decision = check_tensors(params, manifest_of(good_params()), 1e6)
         assert not decision.accepted and decision.reason, defect
         return

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.core.audit_log import read_audit_log
+from fed_ros.core.checks.audit_log import read_audit_log
 
 from fleet_fixtures import (ROBOTS, ScriptedRobots, committed_models, initial_model, make_keys, reference_models,
                             rss_mb, server_argv, wait_for)

@@ -230,9 +230,9 @@ def test_every_message_and_service_between_processes(ros_env, processes, tmp_pat
     from builtin_interfaces.msg import Time
     from rclpy.serialization import serialize_message
 
-    from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
+    from fed_ros.core.strategies.types import ClientDescriptor as CoreDescriptor
     from fed_ros.msg import ArmCommand, ClusterMetrics, EpisodeStatus, RobotMetrics, RoundReport
-    from fed_ros.core.round_config import RoundConfig
+    from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.ros.wire.round_msgs import (Announcement, announcement_from_msg, announcement_to_msg,
                                              cluster_model_msg, descriptor_from_msg, descriptor_to_msg,
                                              model_update_msg)

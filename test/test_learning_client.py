@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core.round_config import RoundConfig
+from fed_ros.core.rounds.config import RoundConfig
 from fed_ros.learning.client import RobotClient, trainer_seed
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core.aggregate import weighted_model
-from fed_ros.core.round_config import RoundConfig
-from fed_ros.core.rounds import DESCRIBE, SCORE, TRAIN
+from fed_ros.core.strategies.aggregate import weighted_model
+from fed_ros.core.rounds.config import RoundConfig
+from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE, TRAIN
 from fed_ros.learning.client import RobotClient, choose_start, evaluate_policy, primary_cluster, trainer_seed
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes

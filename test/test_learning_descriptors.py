@@ -50,7 +50,7 @@ def test_gaussian_descriptor_identical_in_a_separate_process():
 
 
 def _jeffreys(a, b):
-    from fed_ros.core.fedepth import jeffreys_matrix
+    from fed_ros.core.clustering.fedepth import jeffreys_matrix
     (ma, va), (mb, vb) = a, b
     return jeffreys_matrix(np.stack([ma, mb]), np.stack([va, vb]))[0, 1]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fed_ros.core import episode as ep
+from fed_ros.core.data import episode as ep
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.modeling_policy import build_policy

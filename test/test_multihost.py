@@ -168,7 +168,7 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
 
 def _check_applied_once(tmp: Path) -> list[dict]:
     """Every robot's update applied exactly once per round (audit log), both rounds committed."""
-    from fed_ros.core.store import ModelStore
+    from fed_ros.core.rounds.store import ModelStore
     state = tmp / "fleet" / "server"
     snap = ModelStore(state).load_latest()
     assert snap is not None and snap.round_idx == ROUNDS - 1

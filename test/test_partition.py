@@ -9,7 +9,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 from sklearn.metrics import silhouette_score as sk_silhouette
 
-from fed_ros.core import partition as P
+from fed_ros.core.data import partition as P
+from fed_ros.core.clustering import kmeans as KM
 
 
 def _blobs(n_per: int = 60, centers: int = 4, dim: int = 5, spread: float = 0.3, seed: int = 0):
@@ -96,10 +97,10 @@ def test_environment_plan_is_balanced():
 
 def test_kmeans_matches_sklearn_inertia_and_recovers_blobs():
     x, y = _blobs()
-    ours = P.kmeans(x, 4, seed=0, n_init=4)
+    ours = KM.kmeans(x, 4, seed=0, n_init=4)
     ref = KMeans(n_clusters=4, n_init=4, random_state=0).fit(x)
     assert ours.inertia == pytest.approx(ref.inertia_, rel=1e-6)
-    assert P.adjusted_rand_index(ours.labels, y) == pytest.approx(1.0)
+    assert KM.adjusted_rand_index(ours.labels, y) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -107,45 +108,45 @@ def test_ari_matches_sklearn(seed):
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 4, 200)
     b = np.where(rng.random(200) < 0.6, a, rng.integers(0, 5, 200))
-    assert P.adjusted_rand_index(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
+    assert KM.adjusted_rand_index(a, b) == pytest.approx(adjusted_rand_score(a, b), abs=1e-12)
 
 
 def test_ari_hand_computed_and_label_invariance():
     # Classic example: ARI([0,0,1,1],[0,0,1,2]) = 0.5714285714...
-    assert P.adjusted_rand_index([0, 0, 1, 1], [0, 0, 1, 2]) == pytest.approx(4 / 7)
-    assert P.adjusted_rand_index(["x", "x", "y"], [5, 5, 7]) == pytest.approx(1.0)
+    assert KM.adjusted_rand_index([0, 0, 1, 1], [0, 0, 1, 2]) == pytest.approx(4 / 7)
+    assert KM.adjusted_rand_index(["x", "x", "y"], [5, 5, 7]) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="lengths"):
-        P.adjusted_rand_index([0, 1], [0])
+        KM.adjusted_rand_index([0, 1], [0])
 
 
 @pytest.mark.parametrize("k", [2, 3, 6])
 def test_silhouette_matches_sklearn(k):
     x, _ = _blobs(n_per=40, centers=3, spread=1.5, seed=k)
-    labels = P.kmeans(x, k, seed=0).labels
-    assert P.silhouette_score(x, labels, chunk=17) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
+    labels = KM.kmeans(x, k, seed=0).labels
+    assert KM.silhouette_score(x, labels, chunk=17) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
 
 
 def test_silhouette_singleton_cluster_scores_zero():
     x = np.array([[0.0], [0.1], [5.0]])
     labels = [0, 0, 1]
-    assert P.silhouette_score(x, labels) == pytest.approx(sk_silhouette(x, labels))
+    assert KM.silhouette_score(x, labels) == pytest.approx(sk_silhouette(x, labels))
 
 
 def test_silhouette_vs_k_peaks_at_true_k_and_stability():
     x, _ = _blobs(n_per=50, centers=4, spread=0.3)
-    curve = P.silhouette_vs_k(x, [2, 4, 8], seed=0)
+    curve = KM.silhouette_vs_k(x, [2, 4, 8], seed=0)
     assert max(curve, key=curve.get) == 4
-    mean, std = P.kmeans_stability(x, 4, seeds=[0, 1, 2], n_init=4)
+    mean, std = KM.kmeans_stability(x, 4, seeds=[0, 1, 2], n_init=4)
     assert mean == pytest.approx(1.0) and std == pytest.approx(0.0)
     noise = np.random.default_rng(0).normal(size=(200, 3))
-    assert P.kmeans_stability(noise, 8, seeds=[0, 1, 2])[0] < 0.9  # no structure: unstable
+    assert KM.kmeans_stability(noise, 8, seeds=[0, 1, 2])[0] < 0.9  # no structure: unstable
 
 
 def test_embedding_split_uses_clusters_as_groups():
     x, y = _blobs(n_per=50, centers=4)
     part, km = P.embedding_split(x, 4, alpha=0.01, k=4, seed=0)
     assert part.kind == "embedding" and len(part.group_names) == 4
-    assert P.adjusted_rand_index(part.groups, y) == pytest.approx(1.0)
+    assert KM.adjusted_rand_index(part.groups, y) == pytest.approx(1.0)
     # Tiny alpha with 4 equal clusters and 4 robots: each robot mostly one cluster.
     assert (part.counts().max(1) / part.sizes()).mean() > 0.7
 
@@ -161,7 +162,7 @@ def test_composition_table_and_manifest():
 
 
 def _write_demos(root, per_task=6):
-    from fed_ros.core.episode import ACTION_DIM, Episode
+    from fed_ros.core.data.episode import ACTION_DIM, Episode
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     files = []

@@ -9,9 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.episode import (
-    AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
-    WRIST_IMAGE, Episode)
+from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, Episode, GRIPPER_QPOS, JOINT_POS,
+                                       OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recorder import (
     EPISODE_CACHE, RECORDED_TOPICS, Recorder, RecordingError, Rosbag2McapWriter,

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from fed_ros.core.auth import AllowList, Signer
-from fed_ros.core.registration import RegistrationClaim, RegistrationGuard, sign_registration
-from fed_ros.core.roster import Roster
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.registration import RegistrationClaim, RegistrationGuard, sign_registration
+from fed_ros.core.rounds.roster import Roster
 
 S = 1_000_000_000  # ns per s
 T0 = 1_800_000_000 * S

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.core import auth
+from fed_ros.core.security import auth
 
 from fleet_fixtures import initial_model, make_keys, wait_for
 
@@ -166,7 +166,7 @@ def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_e
 
 
 def _announcement():
-    from fed_ros.core.round_config import RoundConfig
+    from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.ros.wire.round_msgs import Announcement, announcement_to_msg
     msg = announcement_to_msg(Announcement(
         round_idx=3, stage="train", deadline_s=1234.5, algorithm="feddrman", participants=("robot_0", "robot_1"),

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.round_config import RoundConfig
-from fed_ros.core.rounds import DESCRIBE, SCORE, TRAIN
+from fed_ros.core.rounds.config import RoundConfig
+from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE, TRAIN
 from fed_ros.learning.client import RobotClient
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes

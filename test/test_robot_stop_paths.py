@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from conftest import wait_until
-from fed_ros.core.arm_profile import load_profile
+from fed_ros.core.arm.profile import load_profile
 from test_arm_stop_paths import NS, RecordingArm, Spun, start_adapter
 
 rclpy = pytest.importorskip("rclpy")

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rclpy.serialization import deserialize_message, serialize_message
 
 from fed_ros.core.params import TensorSpec
-from fed_ros.core.round_config import RoundConfig
-from fed_ros.core.strategy import ClientDescriptor
+from fed_ros.core.rounds.config import RoundConfig
+from fed_ros.core.strategies.types import ClientDescriptor
 from fed_ros.msg import ClientDescriptor as ClientDescriptorMsg
 from fed_ros.msg import ClusterModel, ModelUpdate, RoundAnnouncement, TensorPayload
 from fed_ros.msg import TensorSpec as TensorSpecMsg

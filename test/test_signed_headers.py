@@ -1,6 +1,6 @@
 """Issue 13: signatures cover everything that steers a receiver (ROS-free).
 
-The update signature covers the whole payload header through ``auth.transfer_digest`` (payload
+The update signature covers the whole payload header through ``signed_messages.transfer_digest`` (payload
 id, manifest, int8 scales, chunk count and per-chunk SHA-256 list, bulk address); the server's
 cluster-model signature covers the header and the member robots; control messages (round
 announcements, resend requests) carry a server signature over their own bytes. The robot-side
@@ -13,12 +13,14 @@ import hashlib
 import numpy as np
 import pytest
 
-from fed_ros.core import auth
-from fed_ros.core.decisions import BAD_SIGNATURE, UNSIGNED
-from fed_ros.core.payload_checks import validate_cluster_model
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
-from fed_ros.core.auth import AllowList, Signer
+from fed_ros.core.security import auth
+from fed_ros.core.security import replay
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.decisions import BAD_SIGNATURE, UNSIGNED
+from fed_ros.core.checks.payload_checks import validate_cluster_model
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope
+from fed_ros.core.security.auth import AllowList, Signer
 
 HDR = dict(base_round=2, num_samples=100, cluster_id=-1)
 MANIFEST = [("enc.weight", (4, 3), "float32"), ("enc.bias", (4,), "float32")]
@@ -30,7 +32,7 @@ def transfer(**change) -> bytes:
                   manifest=MANIFEST, scales=b"", chunk_sha256=b"".join(hashlib.sha256(c).digest() for c in CHUNKS),
                   bulk_uri="")
     fields.update(change)
-    return auth.transfer_digest(**fields)
+    return signed_messages.transfer_digest(**fields)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def test_transfer_digest_changes_with_every_header_field():
 
 
 def test_update_signature_covers_the_transfer_header(robot):
-    nonce, digest = auth.new_nonce(), auth.sha256_hex(b"payload")
+    nonce, digest = signed_messages.new_nonce(), signed_messages.sha256_hex(b"payload")
     allow = AllowList({"robot_0": robot.public_key})
     sig = robot.sign_update(2, "robot_0", nonce, digest, transfer=transfer(), **HDR)
     assert allow.verify_update("robot_0", 2, nonce, digest, sig, transfer=transfer(), **HDR) is None
@@ -73,10 +75,10 @@ def test_update_signature_covers_the_transfer_header(robot):
 def test_update_envelope_signature_checks_the_transfer_digest(robot):
     allow = AllowList({"robot_0": robot.public_key})
     env = UpdateEnvelope(robot_id="robot_0", round_idx=2, base_round=2, num_samples=100,
-                           manifest=MANIFEST, total_bytes=64, payload_sha256=auth.sha256_hex(b"p"),
-                           nonce=auth.new_nonce(), transfer=transfer()).signed(robot)
+                           manifest=MANIFEST, total_bytes=64, payload_sha256=signed_messages.sha256_hex(b"p"),
+                           nonce=signed_messages.new_nonce(), transfer=transfer()).signed(robot)
     ctx = ValidationContext(current_round=2, base_rounds={2}, participants={"robot_0"}, allow_list=allow,
-                              replay_guard=auth.ReplayGuard())
+                              replay_guard=replay.ReplayGuard())
     assert check_update_envelope(env, ctx)
     import dataclasses
     moved = dataclasses.replace(env, transfer=transfer(bulk_uri="tcp://attacker:5555/token"))
@@ -90,7 +92,7 @@ def _model(seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def test_robot_accepts_a_cluster_model_signed_by_its_server(server):
-    sha = auth.sha256_hex(b"model bytes")
+    sha = signed_messages.sha256_hex(b"model bytes")
     sig = server.sign_cluster_model(3, 0, sha, transfer=transfer(), members=["robot_0", "robot_1"])
     d = validate_cluster_model(cluster_id=0, round_idx=3, params=_model(), expected_manifest=None,
                                  total_bytes=64, payload_sha256=sha, received_sha256=sha, signature=sig,
@@ -101,7 +103,7 @@ def test_robot_accepts_a_cluster_model_signed_by_its_server(server):
 
 @pytest.mark.parametrize("case", ["unsigned", "fake_server", "members", "round", "cluster", "transfer", "flipped"])
 def test_robot_refuses_a_cluster_model_its_server_did_not_sign(server, case):
-    sha = auth.sha256_hex(b"model bytes")
+    sha = signed_messages.sha256_hex(b"model bytes")
     signer = Signer.generate() if case == "fake_server" else server
     sig = signer.sign_cluster_model(3, 0, sha, transfer=transfer(), members=["robot_0"])
     got = dict(cluster_id=0, round_idx=3, transfer=transfer(), members=["robot_0"], signature=sig)
@@ -126,7 +128,7 @@ def test_robot_refuses_a_cluster_model_its_server_did_not_sign(server, case):
 
 def test_without_a_server_key_the_robot_does_not_check_signatures():
     """What running without a server key means: any well-formed model is taken (documented)."""
-    sha = auth.sha256_hex(b"m")
+    sha = signed_messages.sha256_hex(b"m")
     assert validate_cluster_model(cluster_id=0, round_idx=0, params=_model(), expected_manifest=None,
                                     payload_sha256=sha, received_sha256=sha, signature=b"")
 

@@ -5,10 +5,8 @@ import mujoco
 import numpy as np
 import pytest
 
-from fed_ros.core.episode import (
-    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, IMAGE_KEYS, JOINT_POS, LOWDIM_KEYS,
-    OBJECT_STATE, OBJECT_STATE_DIM,
-)
+from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS,
+                                       IMAGE_KEYS, JOINT_POS, LOWDIM_KEYS, OBJECT_STATE, OBJECT_STATE_DIM)
 from fed_ros.sim.envs import AGENTVIEW_CAMERA, TASKS, WRIST_CAMERA, ArmEnv, make_env
 from fed_ros.sim.variations import VARIATIONS, Variation, random_variation, resolve_variation
 

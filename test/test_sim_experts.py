@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core.episode import ACTION_DIM, IMAGE_KEYS, LOWDIM_KEYS, Episode
+from fed_ros.core.data.episode import ACTION_DIM, Episode, IMAGE_KEYS, LOWDIM_KEYS
 from fed_ros.sim.collect import STREAM_COLLECT, STREAM_EVALUATE, collect_demos, episode_seed
 from fed_ros.sim.envs import TASKS, make_env
 from fed_ros.sim.evaluate import EvalResult, evaluate

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import zmq
 
-from fed_ros.core.decisions import Decision, NON_FINITE, OUT_OF_RANGE, SCHEMA, UNREACHABLE
-from fed_ros.core.delivery import Ledger, Outbox, RetrySchedule
+from fed_ros.core.checks.decisions import Decision, NON_FINITE, OUT_OF_RANGE, SCHEMA, UNREACHABLE
+from fed_ros.core.rounds.delivery import Ledger, Outbox, RetrySchedule
 from fed_ros.core.params import manifest_of
 from fed_ros.ros.wire import bulk
 from fed_ros.ros.wire.channels import choose_channel

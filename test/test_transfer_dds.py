@@ -33,7 +33,7 @@ class Robots:
         from rclpy.executors import SingleThreadedExecutor
         from std_msgs.msg import String
 
-        from fed_ros.core.delivery import Outbox, RetrySchedule
+        from fed_ros.core.rounds.delivery import Outbox, RetrySchedule
         from fed_ros.msg import ClusterModel, ModelUpdate, RoundAnnouncement, RoundReport, UpdateAck
         from fed_ros.ros.wire import qos
         from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
@@ -70,7 +70,7 @@ class Robots:
 
     def _on_ack(self, msg) -> None:
         """What the robot node does: an acknowledged update is not re-sent any more."""
-        from fed_ros.core.decisions import Decision
+        from fed_ros.core.checks.decisions import Decision
         self.acks.append(msg)
         self.outbox.acknowledge(msg.payload_id, Decision(msg.accepted, msg.code, msg.reason))
 
@@ -140,12 +140,12 @@ class Robots:
 
 @pytest.mark.timeout(300)
 def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) -> None:
-    from fed_ros.core.decisions import (DIGEST, DUPLICATE, FUTURE, NOT_PARTICIPANT, NUM_SAMPLES, OUT_OF_RANGE,
-                                        OVERSIZE, SCHEMA, STALE_BASE, STALE_ROUND)
+    from fed_ros.core.checks.decisions import (DIGEST, DUPLICATE, FUTURE, NOT_PARTICIPANT, NUM_SAMPLES,
+                                               OUT_OF_RANGE, OVERSIZE, SCHEMA, STALE_BASE, STALE_ROUND)
     from fed_ros.core.params import manifest_of
     from fed_ros.ros.wire.transfer import TransferSender
-    from fed_ros.core.audit_log import read_audit_log
-    from fed_ros.core.decisions import NON_FINITE
+    from fed_ros.core.checks.audit_log import read_audit_log
+    from fed_ros.core.checks.decisions import NON_FINITE
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
 

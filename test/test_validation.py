@@ -8,19 +8,20 @@ import math
 import numpy as np
 import pytest
 
-from fed_ros.core import auth
-from fed_ros.core.audit_log import AuditLog, read_audit_log
-from fed_ros.core.decisions import (ACCEPTED, BAD_SIGNATURE, DIGEST, Decision, FUTURE, LATE, Limits,
-                                    NON_FINITE, NOT_PARTICIPANT, NUM_SAMPLES, OK, OUT_OF_RANGE, OVERSIZE,
-                                    REPLAY, ROLLBACK, SCHEMA, SIZE_MISMATCH, STALE_BASE, UNKNOWN_ROBOT,
-                                    UNSIGNED)
-from fed_ros.core.descriptor_checks import digest_of_descriptor, validate_descriptor
-from fed_ros.core.payload_checks import validate_cluster_model
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope, validate_update
-from fed_ros.core.auth import AllowList, ReplayGuard, Signer
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.audit_log import AuditLog, read_audit_log
+from fed_ros.core.checks.decisions import (ACCEPTED, BAD_SIGNATURE, DIGEST, Decision, FUTURE, LATE, Limits,
+                                           NON_FINITE, NOT_PARTICIPANT, NUM_SAMPLES, OK, OUT_OF_RANGE,
+                                           OVERSIZE, REPLAY, ROLLBACK, SCHEMA, SIZE_MISMATCH, STALE_BASE,
+                                           UNKNOWN_ROBOT, UNSIGNED)
+from fed_ros.core.checks.descriptor_checks import digest_of_descriptor, validate_descriptor
+from fed_ros.core.checks.payload_checks import validate_cluster_model
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope, validate_update
+from fed_ros.core.security.auth import AllowList, Signer
+from fed_ros.core.security.replay import ReplayGuard
 from fed_ros.core.params import TensorSpec, manifest_of
-from fed_ros.core.strategy import ClientDescriptor
+from fed_ros.core.strategies.types import ClientDescriptor
 
 MANIFEST = (TensorSpec("enc.weight", (8, 4)), TensorSpec("enc.bias", (8,)), TensorSpec("head.weight", (4, 8)))
 SIGNERS = {f"robot_{i}": Signer.generate() for i in range(3)}
@@ -37,8 +38,8 @@ def payload_of(params) -> bytes:
 
 def signed_envelope(params, robot_id="robot_0", round_idx=5, base_round=4, nonce=None, **over):
     payload = payload_of(params)
-    digest = auth.sha256_hex(payload)
-    nonce = auth.new_nonce() if nonce is None else nonce
+    digest = signed_messages.sha256_hex(payload)
+    nonce = signed_messages.new_nonce() if nonce is None else nonce
     fields = dict(robot_id=robot_id, round_idx=round_idx, base_round=base_round, num_samples=100,
                   manifest=manifest_of(params), total_bytes=len(payload), payload_sha256=digest, nonce=nonce)
     signature = over.pop("signature", None)
@@ -63,7 +64,7 @@ def ctx() -> ValidationContext:
 def test_valid_update_accepted(ctx):
     params = make_params()
     env = signed_envelope(params)
-    d = validate_update(env, params, ctx, received_sha256=auth.sha256_hex(payload_of(params)))
+    d = validate_update(env, params, ctx, received_sha256=signed_messages.sha256_hex(payload_of(params)))
     assert d.accepted and d.code == OK and bool(d)
 
 
@@ -169,7 +170,7 @@ def test_s3_forged_unknown_unsigned_rejected(ctx):
     d = validate_update(dataclasses.replace(env, num_samples=9000), params, ctx)
     assert d.code == BAD_SIGNATURE
     # Received bytes that differ from the signed digest: tampering in transit.
-    d = validate_update(env, params, ctx, received_sha256=auth.sha256_hex(b"other"))
+    d = validate_update(env, params, ctx, received_sha256=signed_messages.sha256_hex(b"other"))
     assert d.code == DIGEST
     # A byte field replaced by False/0/"" must not encode like the empty one it was signed as
     # (bytes(False) == b""): the signature no longer verifies.
@@ -239,7 +240,7 @@ def test_real_client_descriptor_validates(ctx):
 
 
 def signed_descriptor(desc, round_idx=5):
-    nonce = auth.new_nonce()
+    nonce = signed_messages.new_nonce()
     digest = digest_of_descriptor(desc)
     return dict(round_idx=round_idx, nonce=nonce,
                 signature=SIGNERS[desc.robot_id].sign_descriptor(round_idx, desc.robot_id, nonce, digest))
@@ -295,7 +296,7 @@ def test_descriptor_oversize_payload(ctx):
 def test_cluster_model_checks_on_the_robot():
     server = Signer.generate()
     params = make_params()
-    digest = auth.sha256_hex(payload_of(params))
+    digest = signed_messages.sha256_hex(payload_of(params))
     sig = server.sign_cluster_model(7, 1, digest)
     common = dict(cluster_id=1, round_idx=7, params=params, expected_manifest=MANIFEST,
                   payload_sha256=digest, received_sha256=digest, signature=sig,
@@ -352,7 +353,7 @@ def test_audit_counters_bounded():
 def test_descriptor_signature_survives_the_wire(ctx, desc):
     """Robot signs its core descriptor; the server verifies what descriptor_from_msg rebuilds."""
     from fed_ros.ros.wire.round_msgs import descriptor_from_msg, descriptor_to_msg
-    nonce = auth.new_nonce()
+    nonce = signed_messages.new_nonce()
     sig = SIGNERS["robot_1"].sign_descriptor(5, "robot_1", nonce, digest_of_descriptor(desc))
     msg = descriptor_to_msg(desc, 5, nonce=nonce, signature=sig)
     received = descriptor_from_msg(msg)

@@ -61,7 +61,7 @@ def parse_config(text: str) -> dict:
 def robot_demos(out: Path, index: int, variation: str, count: int, max_steps: int, noise_std: float = 0.0) -> list:
     """The robot node's start-up demonstrations (cached .npz per episode index); ``noise_std``
     is the robot's ``demo_noise_std`` (expert action noise while recording)."""
-    from fed_ros.core.episode import Episode
+    from fed_ros.core.data.episode import Episode
     from fed_ros.sim.collect import STREAM_COLLECT, episode_seed, run_episode
     from fed_ros.sim.envs import make_env
     from fed_ros.sim.experts import make_expert
@@ -104,7 +104,7 @@ def run_config(cfg: dict, out: str, eval_last: int = 0, noise_std: float = 0.0,
     import torch
 
     from fed_ros.bench.federation_run import federation_round, make_clients
-    from fed_ros.core.strategy import make_strategy
+    from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.runner import PolicyRunner
     from fed_ros.learning.trainer import initial_state_dict

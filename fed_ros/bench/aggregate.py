@@ -28,11 +28,12 @@ from collections.abc import Callable
 import numpy as np
 import scipy.linalg
 
-from fed_ros.core.aggregate import cosine_similarity_matrix
-from fed_ros.core.cua import cua_exact, cua_scalable
+from fed_ros.core.strategies.aggregate import cosine_similarity_matrix
+from fed_ros.core.clustering.cua import cua_exact, cua_scalable
 from fed_ros.core.params import Manifest, TensorSpec, UpdateBuffer, num_params, unflatten
-from fed_ros.core.srb import eligible_blocks
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, make_strategy
+from fed_ros.core.clustering.srb import eligible_blocks
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate
 
 NUM_CLUSTERS = 2
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from fed_ros.bench.federation_settings import Family, Setting
-from fed_ros.core.episode import EEF_POS, OBJECT_STATE, Episode
+from fed_ros.core.data.episode import EEF_POS, Episode, OBJECT_STATE
 
 log = logging.getLogger("fed_ros.bench.federation")
 

@@ -26,7 +26,7 @@ from fed_ros.bench.federation_settings import Profile
 
 def _segments(eps: Sequence[Any], length: int) -> list[Any]:
     """Cut episodes into fixed-length segments (the pool items of the partition study)."""
-    from fed_ros.core.episode import Episode
+    from fed_ros.core.data.episode import Episode
 
     out = []
     for e in eps:
@@ -76,8 +76,9 @@ def fedavg_on_split(theta0: dict[str, np.ndarray], robot_data: Sequence[Sequence
 def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
     """Loss vs alpha for task- (variation-label) and embedding-based splits under FedAvg."""
     from fed_ros.bench.federation_run import BENCH_LOCAL
-    from fed_ros.core import partition as P
-    from fed_ros.core.round_config import RoundConfig
+    from fed_ros.core.data import partition as P
+    from fed_ros.core.clustering import kmeans as KM
+    from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.learning.client import RobotClient
     from fed_ros.learning.dataset import DemoDataset
     from fed_ros.learning.modeling_policy import build_policy
@@ -106,11 +107,11 @@ def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> di
     central = central_robot.fit(theta0, RoundConfig(local_steps=prof.local_steps * 4, lr=prof.lr), segs, 0).params
     emb = segment_embeddings(central, segs, cfg)
     k = min(16, len(segs) // 4)
-    km = P.kmeans(emb, k, seed=seed)
+    km = KM.kmeans(emb, k, seed=seed)
     diag = {"k": k, "segments": len(segs), "segment_len": seg_len,
-            "ari_clusters_vs_variation": P.adjusted_rand_index(km.labels, labels),
-            "silhouette_vs_k": P.silhouette_vs_k(emb, [k2 for k2 in (2, 4, 8, 16) if k2 < len(segs) // 2], seed=seed),
-            "stability_ari": P.kmeans_stability(emb, k, seeds=(0, 1, 2)),
+            "ari_clusters_vs_variation": KM.adjusted_rand_index(km.labels, labels),
+            "silhouette_vs_k": KM.silhouette_vs_k(emb, [k2 for k2 in (2, 4, 8, 16) if k2 < len(segs) // 2], seed=seed),
+            "stability_ari": KM.kmeans_stability(emb, k, seeds=(0, 1, 2)),
             "embedding_s": time.perf_counter() - t0}
     held_data = DemoDataset(held, cfg)
     K = prof.robots

@@ -78,9 +78,10 @@ def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str
     """RND federations on clustered feature skew: ARI, novelty matrix, cost vs IFCA."""
     from fed_ros.bench.federation_run import describe_round, hard_clusters, make_clients
     from fed_ros.bench.federation_settings import rnd_setting
-    from fed_ros.core.partition import adjusted_rand_index
-    from fed_ros.core.round_config import RoundConfig
-    from fed_ros.core.strategy import ClientUpdate, make_strategy
+    from fed_ros.core.clustering.kmeans import adjusted_rand_index
+    from fed_ros.core.rounds.config import RoundConfig
+    from fed_ros.core.strategies.base import make_strategy
+    from fed_ros.core.strategies.types import ClientUpdate
     from fed_ros.learning.trainer import initial_state_dict
 
     path = out / "cells" / "rnd_feature_skew.json"

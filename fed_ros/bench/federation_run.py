@@ -23,7 +23,7 @@ import numpy as np
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_settings import Method, Profile, Setting
-from fed_ros.core.episode import Episode
+from fed_ros.core.data.episode import Episode
 
 
 # --------------------------------------------------------------------------- round metrics
@@ -100,7 +100,7 @@ def describe_round(clients: dict[str, Any], data: dict[str, list[Episode]], conf
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """DESCRIBE (and for RND, SCORE) stages as the fleet runs them, each robot obeying its round
     config (`RobotClient.stage_descriptor`, the robot node's call); plus the RND extras."""
-    from fed_ros.core.rounds import DESCRIBE, SCORE
+    from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE
 
     descs = {rid: c.stage_descriptor(DESCRIBE, configs[rid], data[rid]) for rid, c in clients.items()}
     extra: dict[str, Any] = {}
@@ -134,8 +134,8 @@ def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, lis
     """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
     asked -> each RobotClient chooses its start (IFCA: picks) and fits obeying its round config
     -> aggregate."""
-    from fed_ros.core.aggregate import weighted_model
-    from fed_ros.core.strategy import ClientUpdate
+    from fed_ros.core.strategies.aggregate import weighted_model
+    from fed_ros.core.strategies.types import ClientUpdate
 
     ids = sorted(clients)
     instructions = strategy.configure_round(round_idx, ids)
@@ -208,8 +208,8 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     import torch
 
     from fed_ros.core.params import flatten
-    from fed_ros.core.round_config import RoundConfig
-    from fed_ros.core.strategy import make_strategy
+    from fed_ros.core.rounds.config import RoundConfig
+    from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.trainer import initial_state_dict
 
     torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores

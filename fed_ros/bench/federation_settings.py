@@ -2,7 +2,7 @@
 
 A *setting* is a fleet: K robots, each a member of a *family* (task, simulator variation,
 action frame) with its share of demonstrations. A *method* is a strategy name from
-``fed_ros.core.strategy.make_strategy`` plus strategy settings and local-training switches
+``fed_ros.core.strategies.base.make_strategy`` plus strategy settings and local-training switches
 (or "centralized": one model trained on the pooled data). A *cell* is (setting, method,
 seed); each finished cell is one JSON file, so reruns skip it.
 """
@@ -160,7 +160,7 @@ class Profile:
     methods_cross: tuple[str, ...] = ()
     methods_same: tuple[str, ...] = ()
     # FeDepth target overlaps of the overlap sweep. Its 5-robot setting reaches 0, 40, 60
-    # and 100 %; 20 % (one bridging robot) cannot occur (fed_ros.core.fedepth).
+    # and 100 %; 20 % (one bridging robot) cannot occur (fed_ros.core.clustering.fedepth).
     overlaps: tuple[float, ...] = (0.0, 0.4, 1.0)
     # Methods of the covariate-shift overlap variant (`overlap_shift_setting`): method names
     # or fedepth_ovNNN sweep names; None runs the same sweep as `overlap` (``overlaps`` +
@@ -230,7 +230,7 @@ def cross_family(profile: Profile) -> Setting:
 
 def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
     """One task family (Lift) over object variations, per-robot mixture ~ Dir(alpha) (C=1)."""
-    from fed_ros.core.partition import dirichlet_proportions, _round_preserving_sum
+    from fed_ros.core.data.partition import _round_preserving_sum, dirichlet_proportions
     import numpy as np
 
     variations = ("default", "small_objects", "big_objects")
@@ -265,7 +265,7 @@ def overlap_setting(profile: Profile, mirrored: bool = True) -> Setting:
     reverse. The bridges are unequal mixtures on purpose: each bridge is close to its own
     side and to the other bridge, so soft clustering gives two clusters that share both
     bridges (overlap 2/5); equal mixtures would be equidistant from both sides, and their
-    neighbourhoods would merge everything (fed_ros.core.fedepth: a cluster pair cannot
+    neighbourhoods would merge everything (fed_ros.core.clustering.fedepth: a cluster pair cannot
     share one client).
     """
     b_name = "lift_mirrored_cell" if mirrored else "lift_cell"

@@ -33,8 +33,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fed_ros.core.audit_log import read_audit_log
-from fed_ros.core.store import ModelStore
+from fed_ros.core.checks.audit_log import read_audit_log
+from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.domains import exclusive_domain_id
 
 QUICK_ATTACKS = ("register_replay", "register_flood:50", "register_wrong_key", "register_no_proof",

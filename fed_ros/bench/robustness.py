@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.update_checks import UpdateEnvelope, validate_update
-from fed_ros.core.attacks import DATA_ATTACKS, MODEL_ATTACKS, attack_vector, label_flip
-from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE, OBJECT_STATE_DIM, Episode
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.checks.update_checks import UpdateEnvelope, validate_update
+from fed_ros.core.security.attacks import DATA_ATTACKS, MODEL_ATTACKS, attack_vector, label_flip
+from fed_ros.core.data.episode import ACTION_DIM, Episode, OBJECT_STATE, OBJECT_STATE_DIM
 from fed_ros.core.params import TensorSpec
-from fed_ros.core.robust import aggregate_robust
+from fed_ros.core.strategies.robust import aggregate_robust
 
 RULES = ("mean", "clip", "median", "trimmed_mean", "multi_krum")
 RULE_SETTINGS = {"trimmed_mean": {"trim": 0.2}, "multi_krum": {"f": 1}}  # trim 0.2 of 5 cuts one each end

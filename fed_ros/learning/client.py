@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.episode import Episode
-from fed_ros.core.round_config import Membership, RoundConfig
-from fed_ros.core.rounds import DESCRIBE, SCORE
-from fed_ros.core.strategy import ClientDescriptor
+from fed_ros.core.data.episode import Episode
+from fed_ros.core.rounds.config import Membership, RoundConfig
+from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE
+from fed_ros.core.strategies.types import ClientDescriptor
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.trainer import LocalResult, TrainerConfig
 

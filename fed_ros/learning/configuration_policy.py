@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from fed_ros.core.episode import ACTION_DIM, OBJECT_STATE_DIM
+from fed_ros.core.data.episode import ACTION_DIM, OBJECT_STATE_DIM
 
 POLICY_KINDS = ("image", "lowdim")
 
@@ -63,7 +63,7 @@ class PolicyConfig:
             set False (docs/arms.md); an image policy then ignores ``object_state`` if a
             batch carries one. True on an image policy adds an object-state token (a
             different manifest); False on a low-dim policy is rejected.
-        action_dim / object_state_dim: fixed by ``fed_ros.core.episode``; kept here so a
+        action_dim / object_state_dim: fixed by ``fed_ros.core.data.episode``; kept here so a
             checkpoint records them.
     """
 

@@ -13,8 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from fed_ros.core import episode as ep
-from fed_ros.core.episode import Episode
+from fed_ros.core.data import episode as ep
+from fed_ros.core.data.episode import Episode
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.modeling_policy import LOWDIM_SPECS
 from fed_ros.learning.text import encode_instruction

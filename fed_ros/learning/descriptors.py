@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fed_ros.core import episode as ep
-from fed_ros.core.episode import Episode
+from fed_ros.core.data import episode as ep
+from fed_ros.core.data.episode import Episode
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 DESCRIPTOR_SEED = 7_001  # fleet-wide: the frozen descriptor encoder

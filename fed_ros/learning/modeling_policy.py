@@ -13,7 +13,7 @@ dict but never trained: they are fixed when the fleet's common initial model is 
 them unchanged. Images are scaled by 1/255; actions are already in [-1, 1].
 
 Batch layout (training and ``features``): ``text`` (B, text_dim) float32; per observation key
-of ``fed_ros.core.episode`` an array (B, T, ...): images (B,T,H,W,3) uint8, low-dim float32;
+of ``fed_ros.core.data.episode`` an array (B, T, ...): images (B,T,H,W,3) uint8, low-dim float32;
 ``actions`` (B,T,A); optional ``valid`` (B,T) bool (False on start-of-episode padding);
 or, for images, the pooled layout of ``DemoDataset.batch``: each camera (U,H,W,3) holds
 every distinct frame once and ``image_index`` (B,T) int gives each step's frame in that
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fed_ros.core import episode as ep
+from fed_ros.core.data import episode as ep
 from fed_ros.learning.configuration_policy import (EEF_DIM, GRIPPER_DIM, JOINT_DIM,
                                                    PolicyConfig)
 from fed_ros.learning.losses import GMMParams, bc_nll, gmm_mode, gmm_sample

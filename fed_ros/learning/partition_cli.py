@@ -16,8 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from fed_ros.core import partition as P
-from fed_ros.core.episode import Episode
+from fed_ros.core.data import partition as P
+from fed_ros.core.clustering import kmeans as KM
+from fed_ros.core.data.episode import Episode
 
 GROUPINGS = ("task", "variation", "task+variation", "embedding", "quantity")
 
@@ -115,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
                                      seed=args.seed)
         tasks = [m["task"] for m in metas]
         extra = {"kmeans_inertia": km.inertia,
-                 "ari_clusters_vs_task": P.adjusted_rand_index(km.labels, tasks)}
+                 "ari_clusters_vs_task": KM.adjusted_rand_index(km.labels, tasks)}
     else:
         key = {"task": lambda m: m["task"], "variation": lambda m: m.get("variation", "default"),
                "task+variation": lambda m: f"{m['task']}/{m.get('variation', 'default')}"}[args.by]

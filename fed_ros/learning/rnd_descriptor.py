@@ -3,7 +3,7 @@
 Robot j trains a small predictor to regress the fixed random target network (same seed on
 every robot) on its local frames; peers evaluate it on their own frames (novelty s_ij).
 A robot's own self-novelty s_ii and residual spread sigma_i (the compatibility margin of
-`fed_ros.core.rnd`) are measured on frames its predictor has NOT seen: episode-level
+`fed_ros.core.clustering.rnd`) are measured on frames its predictor has NOT seen: episode-level
 K-fold cross-validation (:func:`fit_rnd`). Measured on its training frames instead, an
 overfitted predictor makes every peer, even one in the same work cell, look novel.
 Predictors travel as safetensors bytes (no code is run on load).
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from fed_ros.core import episode as ep
-from fed_ros.core.episode import Episode
+from fed_ros.core.data import episode as ep
+from fed_ros.core.data.episode import Episode
 from fed_ros.learning.descriptors import (LOWDIM_STATE_DIM, _detect_mode, _gather, _gen, _kaiming_,
                                           _sample_frames, lowdim_state_scale)
 
@@ -44,7 +44,7 @@ RND_CV_FOLDS = 3  # folds of the episode-level cross-validation of s_ii and sigm
 # their displacements are centimetres to decimetres); the benchmark measured the same
 # federations with 0.05 m and 0.2 m (docs/benchmark.md), so the value is not critical.
 RND_LENGTH_M = 0.1
-# object_state layout: fed_ros.core.episode (re-exported for the RND unit tests).
+# object_state layout: fed_ros.core.data.episode (re-exported for the RND unit tests).
 OBJECT_STRIDE = ep.OBJECT_STRIDE
 OBJECT_QUAT_SLOTS = range(ep.OBJECT_FIELDS["quat"].start, ep.OBJECT_FIELDS["quat"].stop)
 

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fed_ros.core.episode import ACTION_DIM
+from fed_ros.core.data.episode import ACTION_DIM
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.device import resolve_device
 from fed_ros.learning.modeling_policy import build_policy
@@ -17,7 +17,7 @@ from fed_ros.learning.weights import StateDict, load_state_dict_into
 class PolicyRunner:
     """Wrap a StateDict as an acting policy with an observation-history window.
 
-    ``act(obs)`` takes one step's observations (keys of ``fed_ros.core.episode``; images
+    ``act(obs)`` takes one step's observations (keys of ``fed_ros.core.data.episode``; images
     HxWx3 uint8 upright) plus optionally ``"instruction"`` (str); otherwise the instruction
     given to the constructor (or :meth:`set_instruction`) is used.
     """

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from fed_ros.core import episode as ep
-from fed_ros.core.episode import Episode
-from fed_ros.core.round_config import PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB
+from fed_ros.core.data import episode as ep
+from fed_ros.core.data.episode import Episode
+from fed_ros.core.rounds.config import PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything

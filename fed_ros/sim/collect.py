@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from fed_ros.core.episode import IMAGE_KEYS, LOWDIM_KEYS, Episode
+from fed_ros.core.data.episode import Episode, IMAGE_KEYS, LOWDIM_KEYS
 from fed_ros.sim.envs import TASKS, ArmEnv, Variation, make_env
 from fed_ros.sim.experts import make_expert
 

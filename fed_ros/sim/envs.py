@@ -4,7 +4,7 @@
 with OSC position control, then wraps it in :class:`ArmEnv`, which
 
 * validates actions (shape (4,), finite; values are clipped to [-1, 1]),
-* returns observations under the keys of :mod:`fed_ros.core.episode` (positions and
+* returns observations under the keys of :mod:`fed_ros.core.data.episode` (positions and
   orientations in the robot base frame, object state zero-padded to 32),
 * renders the agent-view and wrist cameras itself with ``mujoco.Renderer`` (upright
   images, shadows/reflections/multisampling off, EGL by default), and
@@ -28,10 +28,8 @@ from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from fed_ros.core.episode import (  # noqa: E402
-    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
-    OBJECT_STATE_DIM, WRIST_IMAGE,
-)
+from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS,
+                                       JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
 from fed_ros.sim.scene_edit import SceneEditor  # noqa: E402
 from fed_ros.sim.variations import (  # noqa: E402
     MATERIAL_COLOR_WORDS, VARIATIONS, Variation, random_variation, resolve_variation,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.episode import ACTION_DIM, EEF_POS, OBJECT_FIELDS, OBJECT_STATE, OBJECT_STRIDE
+from fed_ros.core.data.episode import ACTION_DIM, EEF_POS, OBJECT_FIELDS, OBJECT_STATE, OBJECT_STRIDE
 from fed_ros.sim.variations import Variation, resolve_variation
 
 __all__ = ["ScriptedExpert", "LiftExpert", "StackExpert", "PickPlaceCanExpert", "make_expert", "OBJECT_FIELDS"]

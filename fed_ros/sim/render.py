@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fed_ros.core.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
+from fed_ros.core.data.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
 from fed_ros.sim.envs import TASKS, VARIATIONS, Variation, make_env
 
 __all__ = ["variation_sheet", "main"]

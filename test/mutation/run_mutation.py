@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 # module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
 MODULES: dict[str, tuple[str, ...]] = {
-    # validation.py only re-exports: its checks live in these six modules
+    # the checks (fed_ros/core/checks)
     **{m: ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py",
            "test_core_validation_exact.py")
        for m in ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log")},
@@ -56,8 +56,23 @@ DEFAULT = ("decisions", "sender_checks", "payload_checks", "update_checks", "des
 HELPERS = ("conftest.py",)
 
 
+# module -> its file under fed_ros/core (one folder per concept, fed_ros/core/__init__.py);
+# "strategies" is the one module per strategy.
+PATHS: dict[str, tuple[str, ...]] = {
+    **{m: (f"checks/{m}.py",) for m in ("decisions", "sender_checks", "payload_checks", "update_checks",
+                                         "descriptor_checks", "audit_log")},
+    **{m: (f"security/{m}.py",) for m in ("auth", "signed_messages", "replay")},
+    "rounds": ("rounds/coordinator.py",), "roster": ("rounds/roster.py",), "round_collect": ("rounds/collect.py",),
+    "round_report": ("rounds/report.py",), "store": ("rounds/store.py",),
+    "robust": ("strategies/robust.py",), "aggregate": ("strategies/aggregate.py",), "strategy": ("strategies/base.py",),
+    "strategy_types": ("strategies/types.py",),
+    "strategies": tuple(f"strategies/{m}.py" for m in ("local", "fedavg", "ifca", "feddrman", "fedepth", "rnd")),
+    **{m: (f"clustering/{m}.py",) for m in ("cua", "srb", "fedepth", "rnd")},
+}
+
+
 def _paths(module: str) -> list[str]:
-    return ["fed_ros/core/strategies/*.py"] if module == "strategies" else [f"fed_ros/core/{module}.py"]
+    return [f"fed_ros/core/{p}" for p in PATHS[module]]
 
 
 def _write_config(work: Path, modules: list[str], tests: list[str]) -> None:

@@ -1,1 +1,3 @@
-"""One module per strategy; build them with `fed_ros.core.strategy.make_strategy(name, **settings)`."""
+"""Strategies (Flower's shape): the Strategy interface and registry (base), the data types they
+take and give (types), aggregation arithmetic and robust rules, and one module per strategy.
+A new strategy is a module here plus one line in base.STRATEGIES."""

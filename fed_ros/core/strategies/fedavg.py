@@ -7,7 +7,8 @@ from typing import Any
 import math
 
 
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly
+from fed_ros.core.strategies.base import Strategy, _readonly
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
 class FedAvgStrategy(Strategy):

@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.aggregate import first_nonfinite_row, update_similarity
-from fed_ros.core.cua import cua_partition
+from fed_ros.core.strategies.aggregate import first_nonfinite_row, update_similarity
+from fed_ros.core.clustering.cua import cua_partition
 from fed_ros.core.params import prefix_columns
-from fed_ros.core.round_config import (PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB,
-                                       RoundConfig)
-from fed_ros.core.srb import apply_srb, eligible_blocks
-from fed_ros.core.strategy import (ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly,
-                                   match_cluster_ids)
+from fed_ros.core.rounds.config import (PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB,
+                                        RoundConfig)
+from fed_ros.core.clustering.srb import apply_srb, eligible_blocks
+from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 log = logging.getLogger("fed_ros.core.feddrman")
 

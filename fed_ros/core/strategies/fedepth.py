@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core import fedepth as fd
-from fed_ros.core.strategy import (ClientDescriptor, ClientUpdate, Membership, RoundResult, Strategy, _readonly,
-                                   match_cluster_ids)
+from fed_ros.core.clustering import fedepth as fd
+from fed_ros.core.rounds.config import Membership
+from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
 class FeDepthStrategy(Strategy):

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core.params import offsets
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, Membership, RoundResult, Strategy, _readonly
+from fed_ros.core.rounds.config import Membership
+from fed_ros.core.strategies.base import Strategy, _readonly
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
 def ifca_select(losses: Sequence[float]) -> int:

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core import rnd
-from fed_ros.core.strategy import ClientDescriptor, ClientUpdate, RoundResult, Strategy, _readonly, match_cluster_ids
+from fed_ros.core.clustering import rnd
+from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
 class RNDStrategy(Strategy):

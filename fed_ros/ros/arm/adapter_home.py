@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from fed_ros.core.arm_profile import ArmProfile
+from fed_ros.core.arm.profile import ArmProfile
 
 # Joint states received after the trajectory, all within tolerance: the arm (or simulator) has
 # acted on it (one could be a state published before the trajectory arrived).

@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from fed_ros.core.arm_profile import ArmProfile
-from fed_ros.core.arm_safety import TickOutput, gripper_position
+from fed_ros.core.arm.profile import ArmProfile
+from fed_ros.core.arm.safety import TickOutput, gripper_position
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.wire import qos
 

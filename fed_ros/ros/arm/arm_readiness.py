@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
-from fed_ros.core.arm_state import ArmStateStore
+from fed_ros.core.arm.state import ArmStateStore
 
 def subscribe_arm_side(create_subscription: Callable, profile, cameras: Mapping, handlers: Mapping[str, Callable],
                        callback_group=None) -> dict[str, tuple]:

@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fed_ros.core.arm_safety import MODE_HOLD
-from fed_ros.core.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
+from fed_ros.core.arm.safety import MODE_HOLD
+from fed_ros.core.data.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.spun_node import spun_node

@@ -87,7 +87,7 @@ class InputTally:
         self.policy.reset()
 
     def act(self, obs: dict) -> Any:
-        from fed_ros.core.episode import IMAGE_KEYS
+        from fed_ros.core.data.episode import IMAGE_KEYS
         self.steps += 1
         if all(obs.get(k) is not None for k in IMAGE_KEYS):
             self.camera_steps += 1
@@ -100,7 +100,7 @@ class InputTally:
 
 def local_episodes(demo_dir: Path) -> list:
     """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there."""
-    from fed_ros.core.episode import Episode
+    from fed_ros.core.data.episode import Episode
     from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
 
     episodes = load_recorded_episodes(demo_dir)

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fed_ros.core.episode import (
-    ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, WRIST_IMAGE, Episode)
+from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, Episode, GRIPPER_QPOS,
+                                       JOINT_POS, OBJECT_STATE, WRIST_IMAGE)
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recording_topics import (IMAGE_TOPICS, RECORDED_TOPICS, SPINE_TOPICS, STATE_TOPICS,
                                               cdr_header_stamp_ns, relative_topic)

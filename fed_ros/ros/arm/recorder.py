@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fed_ros.core.episode import IMAGE_KEYS, Episode
+from fed_ros.core.data.episode import Episode, IMAGE_KEYS
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recorded_episodes import (EPISODE_CACHE, RecordingError, applied_action, load_recorded_episodes,

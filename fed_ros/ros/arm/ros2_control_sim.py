@@ -33,9 +33,9 @@ import time
 
 import numpy as np
 
-from fed_ros.core.arm_profile import ArmProfile
-from fed_ros.core.arm_safety import gripper_action
-from fed_ros.core.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
+from fed_ros.core.arm.profile import ArmProfile
+from fed_ros.core.arm.safety import gripper_action
+from fed_ros.core.data.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.images import encode_compressed

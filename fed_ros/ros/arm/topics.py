@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.arm_safety import MODE_HOLD
-from fed_ros.core.episode import (
-    AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM,
-    WRIST_IMAGE)
+from fed_ros.core.arm.safety import MODE_HOLD
+from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS,
+                                       OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
 
 # Relative names (resolved in the node's namespace, or prefixed by ArmTopics.namespace).
 AGENTVIEW_TOPIC = "arm/agentview/image_raw"

@@ -22,7 +22,8 @@ from rclpy.duration import Duration
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
-from fed_ros.core import auth
+from fed_ros.core.security import auth
+from fed_ros.core.security import signed_messages
 from fed_ros.msg import ModelUpdate
 from fed_ros.ros.wire import qos
 from fed_ros.ros.wire.register import register_request
@@ -112,7 +113,7 @@ class Attacker:
             encoded = encode_state_dict(params)
             payload_ids = []
             for r in range(self.round_idx, self.round_idx + n):
-                nonce = auth.new_nonce()
+                nonce = signed_messages.new_nonce()
                 sig = b"" if attack == "unsigned_update" else self.thief.sign_update(
                     r, victim, nonce, encoded.sha256, base_round=r, num_samples=100, cluster_id=-1)
                 payload_ids.append(f"{victim}/r{r}/forged{nonce.hex()[:6]}")

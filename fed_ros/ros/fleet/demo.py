@@ -22,7 +22,7 @@ from typing import Any
 
 from fed_ros.ros.fleet.launcher import start_fleet
 from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, load_fleet_config
-from fed_ros.core.round_report import robot_report_cells
+from fed_ros.core.rounds.report import robot_report_cells
 
 
 def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]) -> str:

@@ -15,7 +15,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
 from fed_ros.ros.wire.round_msgs import STAGE_NAMES
-from fed_ros.core.round_report import robot_report_cells
+from fed_ros.core.rounds.report import robot_report_cells
 
 
 def _latched_reader(depth: int) -> QoSProfile:

@@ -17,7 +17,7 @@ import yaml
 from fed_ros.ros.fleet.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
 
-# Mirrors fed_ros.core.strategy.make_strategy names and fed_ros.sim.envs.TASKS; kept as
+# Mirrors fed_ros.core.strategies.base.make_strategy names and fed_ros.sim.envs.TASKS; kept as
 # literals so a launch file can validate a config without importing numpy/torch/MuJoCo
 # (test_fleet_plan checks they stay in sync).
 ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd")
@@ -60,7 +60,7 @@ def _tasks(values: Any) -> str | None:
 
 
 def _yaml_mapping(value: str) -> str | None:
-    """Profile overrides: '' or a YAML mapping (what fed_ros.core.arm_profile.parse_overrides takes)."""
+    """Profile overrides: '' or a YAML mapping (what fed_ros.core.arm.profile.parse_overrides takes)."""
     if not value.strip():
         return None
     try:

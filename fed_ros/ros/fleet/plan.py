@@ -71,7 +71,7 @@ class RobotConfig:
         if self.arm and not self.profile:
             raise ValueError(f"robot {self.robot_id!r}: 'arm' overrides need a 'profile'")
         if self.profile:
-            from fed_ros.core.arm_profile import load_profile
+            from fed_ros.core.arm.profile import load_profile
             try:
                 profile = load_profile(self.profile, self.arm)
             except ValueError as exc:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fed_ros.core import auth
-from fed_ros.core.update_checks import UpdateEnvelope
+from fed_ros.core.security import auth
+from fed_ros.core.security import signed_messages
+from fed_ros.core.checks.update_checks import UpdateEnvelope
 
 ROBOTS = ("robot_0", "robot_1")
 
@@ -58,7 +59,8 @@ def honest_update(initial: dict, round_idx: int, k: int) -> dict[str, np.ndarray
 
 def reference_models(initial: dict, robots=ROBOTS, rounds: int = 3) -> dict[int, dict[str, bytes]]:
     """Final cluster models of the same FedAvg federation computed in-process (no DDS, no attacker)."""
-    from fed_ros.core.strategy import ClientUpdate, make_strategy
+    from fed_ros.core.strategies.base import make_strategy
+    from fed_ros.core.strategies.types import ClientUpdate
     strategy = make_strategy("fedavg")
     strategy.initialize(initial, list(robots))
     result = None
@@ -72,7 +74,7 @@ def reference_models(initial: dict, robots=ROBOTS, rounds: int = 3) -> dict[int,
 
 def committed_models(state_dir: Path) -> tuple[int, dict[int, dict[str, bytes]]]:
     """(round, cluster models as bytes) of the server's last committed round."""
-    from fed_ros.core.store import ModelStore
+    from fed_ros.core.rounds.store import ModelStore
     snap = ModelStore(state_dir).load_latest()
     assert snap is not None, f"nothing committed in {state_dir}"
     return snap.round_idx, {c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()}
@@ -219,7 +221,7 @@ class ScriptedRobots:
                 continue
             self.answered.add((rid, round_idx, stamp))
             encoded = encode_state_dict(honest_update(self.initial, round_idx, k))
-            nonce = auth.new_nonce()
+            nonce = signed_messages.new_nonce()
             sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=self.chunk_bytes)
             env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
                                    num_samples=100 + 10 * k, manifest=encoded.manifest,

@@ -5,7 +5,7 @@ Policy side (relative to the robot namespace, what ArmClient and Recorder use, s
 ``arm/applied_command`` / ``arm/episode_status`` out, ``arm/reset`` service, and
 ``arm/hold`` (std_msgs/Bool: true stops the arm at once, false releases).
 
-Arm side (names from the arm profile, :mod:`fed_ros.core.arm_profile`):
+Arm side (names from the arm profile, :mod:`fed_ros.core.arm.profile`):
 
     commands (twist, joints, gripper, home)  -> :mod:`fed_ros.ros.arm.arm_commands`
     sensor_msgs/JointState (all joints)     -> arm/joint_states + arm/gripper_state (profile order)
@@ -14,7 +14,7 @@ Arm side (names from the arm profile, :mod:`fed_ros.core.arm_profile`):
     std_msgs/Float32MultiArray (perception) -> arm/object_state (zeros when the profile has none)
     std_msgs/Bool task success              -> EpisodeStatus.success / done
 
-Each tick (``control_rate_hz``) the safety filter (:mod:`fed_ros.core.arm_safety`) turns the
+Each tick (``control_rate_hz``) the safety filter (:mod:`fed_ros.core.arm.safety`) turns the
 newest policy command into what is sent (clipped, workspace box, watchdog, hold), the
 applied command is published stamped with the observation it answered, and the newest
 arm state is re-published under one new tick stamp (the synchronisation rule).
@@ -31,11 +31,11 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
-from fed_ros.core.arm_profile import load_profile, parse_overrides
-from fed_ros.core.arm_state import ArmStateStore, observation_from_state
-from fed_ros.core.arm_safety import MODE_HOLD, JointSelector, SafetyFilter, TickOutput
-from fed_ros.core.arm_ticks import TickSchedule
-from fed_ros.core.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
+from fed_ros.core.arm.profile import load_profile, parse_overrides
+from fed_ros.core.arm.state import ArmStateStore, observation_from_state
+from fed_ros.core.arm.safety import JointSelector, MODE_HOLD, SafetyFilter, TickOutput
+from fed_ros.core.arm.ticks import TickSchedule
+from fed_ros.core.data.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.adapter_home import go_home

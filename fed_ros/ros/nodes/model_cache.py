@@ -11,9 +11,9 @@ import time
 
 import numpy as np
 
-from fed_ros.core.aggregate import weighted_model
-from fed_ros.core.decisions import Decision
-from fed_ros.core.payload_checks import validate_cluster_model
+from fed_ros.core.strategies.aggregate import weighted_model
+from fed_ros.core.checks.decisions import Decision
+from fed_ros.core.checks.payload_checks import validate_cluster_model
 from fed_ros.ros import shutdown
 
 StateDict = dict[str, np.ndarray]

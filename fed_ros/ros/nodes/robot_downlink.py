@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fed_ros.core import bounds
-from fed_ros.core.bounds import RateLimiter
+from fed_ros.core.checks import bounds
+from fed_ros.core.checks.bounds import RateLimiter
 from fed_ros.ros.wire.transfer import Received
 
 
@@ -69,7 +69,7 @@ class RobotDownlink:
 
     def check_model_header(self, msg) -> str | None:
         """Why a model's first chunk is refused (bounds, server signature over its header), or None."""
-        from fed_ros.core.payload_checks import validate_cluster_model
+        from fed_ros.core.checks.payload_checks import validate_cluster_model
         from fed_ros.ros.wire.chunk_sender import transfer_digest_of
         why = bounds.oversized({"signature": (msg.signature, bounds.SIGNATURE_BYTES),
                                 "payload_id": (msg.payload.payload_id, bounds.MAX_ID_CHARS),

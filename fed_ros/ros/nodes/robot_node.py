@@ -43,7 +43,7 @@ from fed_ros.ros.wire.publish import wait_for_subscribers
 from fed_ros.ros.wire.round_msgs import Announcement, announcement_from_msg
 from fed_ros.ros.fleet.params import RobotParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
-from fed_ros.core.rounds import DONE
+from fed_ros.core.rounds.coordinator import DONE
 from fed_ros.ros.nodes.model_cache import ModelCache
 from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
 from fed_ros.ros.nodes.robot_rounds import RobotRounds
@@ -73,11 +73,11 @@ class RobotNode(Node):
         self.cameras = p.policy == "image"
         self.signer = None
         if p.private_key_file:
-            from fed_ros.core.auth import Signer
+            from fed_ros.core.security.auth import Signer
             self.signer = Signer.from_file(p.private_key_file)
         self.server_key = None  # announcements, models, resend requests must carry the server's signature
         if p.allowed_keys_file:
-            from fed_ros.core.auth import AllowList
+            from fed_ros.core.security.auth import AllowList
             self.server_key = AllowList.from_yaml(p.allowed_keys_file).server
 
         if p.torch_threads:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.round_config import Membership, RoundConfig
-from fed_ros.core.rounds import DESCRIBE, EVALUATE, SCORE, TRAIN
+from fed_ros.core.rounds.config import Membership, RoundConfig
+from fed_ros.core.rounds.coordinator import DESCRIBE, EVALUATE, SCORE, TRAIN
 from fed_ros.msg import ClientDescriptor as DescriptorMsg, RobotMetrics
 from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
@@ -167,7 +167,7 @@ class RobotRounds:
         nonce = secrets.token_bytes(16)
         signature = b""
         if self.signer is not None:
-            from fed_ros.core.descriptor_checks import digest_of_descriptor
+            from fed_ros.core.checks.descriptor_checks import digest_of_descriptor
             signature = self.signer.sign_descriptor(round_idx, self.robot_id, nonce, digest_of_descriptor(desc))
         msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
         self.wait_matched(self.descriptor_pub, "the fleet's descriptors topic")

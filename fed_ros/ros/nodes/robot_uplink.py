@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fed_ros.core.decisions import Decision
-from fed_ros.core.delivery import Outbox, RetrySchedule
+from fed_ros.core.checks.decisions import Decision
+from fed_ros.core.rounds.delivery import Outbox, RetrySchedule
 from fed_ros.ros.wire.round_msgs import Announcement, model_update_msg
 from fed_ros.ros.wire.transfer import Outgoing, TransferSender
 

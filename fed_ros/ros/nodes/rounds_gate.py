@@ -12,7 +12,7 @@ registers robots but waits before round 0. Set it with
 ``/fleet/server/end_fleet`` (std_srvs/Trigger) ends the federation after the round in
 progress, as after the last round: the round commits, robots are told STAGE_DONE and the
 server exits 0 (whatever ``exit_when_done`` says). A pause in force does not delay it.
-The state machine lives in :class:`fed_ros.core.rounds.RoundCoordinator` (``paused``,
+The state machine lives in :class:`fed_ros.core.rounds.coordinator.RoundCoordinator` (``paused``,
 ``held``, ``end_requested``); this module only turns parameters and services into it.
 """
 from __future__ import annotations

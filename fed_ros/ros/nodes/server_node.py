@@ -1,6 +1,6 @@
 """The fleet server node: registration, rounds, aggregation, persistence, model publishing.
 
-A thin ROS shell around :class:`fed_ros.core.rounds.RoundCoordinator` (all decisions
+A thin ROS shell around :class:`fed_ros.core.rounds.coordinator.RoundCoordinator` (all decisions
 live there and are unit-tested without ROS). Interfaces, in the server namespace
 (``/fleet``):
 
@@ -35,11 +35,11 @@ from rclpy.node import Node
 from std_msgs.msg import String
 
 from fed_ros.core.params import manifest_of
-from fed_ros.core.store import ModelStore
-from fed_ros.core.strategy import STRATEGIES, make_strategy
-from fed_ros.core.decisions import ACCEPTED, REGISTER, Decision
-from fed_ros.core.audit_log import AuditLog
-from fed_ros.core.descriptor_checks import validate_descriptor
+from fed_ros.core.rounds.store import ModelStore
+from fed_ros.core.strategies.base import STRATEGIES, make_strategy
+from fed_ros.core.checks.decisions import ACCEPTED, Decision, REGISTER
+from fed_ros.core.checks.audit_log import AuditLog
+from fed_ros.core.checks.descriptor_checks import validate_descriptor
 from fed_ros.msg import (ClientDescriptor as DescriptorMsg, ClusterModel, ModelUpdate,
                          RobotMetrics, RoundAnnouncement, RoundReport, UpdateAck)
 from fed_ros.ros import shutdown
@@ -50,14 +50,15 @@ from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.ros.wire.round_msgs import round_report_to_msg
 from fed_ros.ros.fleet.params import ServerParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
-from fed_ros.core.roster import ready_to_start
-from fed_ros.core.round_collect import DONE, RoundPlan
-from fed_ros.core.round_report import RoundOutcome
-from fed_ros.core.rounds import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.roster import ready_to_start
+from fed_ros.core.rounds.collect import DONE, RoundPlan
+from fed_ros.core.rounds.report import RoundOutcome
+from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
 from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
 from fed_ros.ros.wire.chunk_assembler import TransferLimits
 from fed_ros.srv import Register
-from fed_ros.core import bounds, faults
+from fed_ros.core.checks import bounds
+from fed_ros.core.rounds.coordinator import faults
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server_updates import UpdateIntake
@@ -111,7 +112,8 @@ class FleetServer(Node):
         self.allow_list = None
         allowed_keys = None
         if p.allowed_keys_file:
-            from fed_ros.core.auth import AllowList, ReplayGuard
+            from fed_ros.core.security.auth import AllowList
+            from fed_ros.core.security.replay import ReplayGuard
             self.allow_list = AllowList.from_yaml(p.allowed_keys_file)
             allowed_keys = {rid: self.allow_list.public_key(rid) for rid in self.allow_list.robot_ids}
             self.replay_guard = ReplayGuard()
@@ -119,15 +121,15 @@ class FleetServer(Node):
             self.replay_guard = None
         self.signer = None
         if p.private_key_file:
-            from fed_ros.core.auth import Signer
+            from fed_ros.core.security.auth import Signer
             self.signer = Signer.from_file(p.private_key_file)
         # With require_signatures a Register must prove possession of the allow-listed key
         # (signature over its claim + timestamp + nonce); without it only the key must match.
         self.registration_guard = None
         if p.require_signatures and self.allow_list is not None:
-            from fed_ros.core.registration import RegistrationGuard
+            from fed_ros.core.security.registration import RegistrationGuard
             self.registration_guard = RegistrationGuard(self.allow_list)
-        from fed_ros.core.roster import Roster
+        from fed_ros.core.rounds.roster import Roster
         settings = RoundSettings(
             algorithm=p.algorithm, rounds=p.rounds, quorum_fraction=p.quorum_fraction,
             min_quorum=p.min_quorum, round_timeout_s=p.round_timeout_s, max_attempts=p.max_attempts,
@@ -235,7 +237,7 @@ class FleetServer(Node):
             return Decision(False, REGISTER, f"register request refused: {why}")
         if self.registration_guard is None:
             return ACCEPTED
-        from fed_ros.core.registration import RegistrationClaim
+        from fed_ros.core.security.registration import RegistrationClaim
         claim = RegistrationClaim(robot_id=request.robot_id, public_key=bytes(request.public_key),
                                   tasks=tuple(request.tasks), cameras=tuple(request.cameras),
                                   action_dim=int(request.action_dim), has_gpu=bool(request.has_gpu),

@@ -14,13 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fed_ros.core import bounds, faults
-from fed_ros.core.decisions import Decision, Limits
-from fed_ros.core.delivery import Ledger
-from fed_ros.core.round_collect import TRAIN, RoundPlan
-from fed_ros.core.sender_checks import ValidationContext
-from fed_ros.core.strategy import ClientUpdate
-from fed_ros.core.update_checks import UpdateEnvelope, check_update_envelope
+from fed_ros.core.checks import bounds
+from fed_ros.core.rounds.coordinator import faults
+from fed_ros.core.checks.decisions import Decision, Limits
+from fed_ros.core.rounds.delivery import Ledger
+from fed_ros.core.rounds.collect import RoundPlan, TRAIN
+from fed_ros.core.checks.sender_checks import ValidationContext
+from fed_ros.core.strategies.types import ClientUpdate
+from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope
 from fed_ros.msg import UpdateAck
 from fed_ros.ros.wire.chunk_sender import transfer_digest_of
 from fed_ros.ros.wire.transfer import Received

@@ -28,8 +28,7 @@ import rclpy  # noqa: E402
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 
-from fed_ros.core.episode import (  # noqa: E402
-    ACTION_DIM)
+from fed_ros.core.data.episode import ACTION_DIM
 from fed_ros.ros import shutdown  # noqa: E402
 from fed_ros.ros.arm import topics as at  # noqa: E402
 from fed_ros.ros.fleet.params import BridgeParams  # noqa: E402
@@ -105,7 +104,7 @@ class SimBridgeNode(Node):
         self._ArmCommand, self._EpisodeStatus = ArmCommand, EpisodeStatus
         if self.interface == "ros2_control":
             # No fed_ros message on this node: the arm adapter talks to it like to a real arm.
-            from fed_ros.core.arm_profile import load_profile, parse_overrides
+            from fed_ros.core.arm.profile import load_profile, parse_overrides
             from fed_ros.ros.arm.ros2_control_sim import Ros2ControlSim
             profile = load_profile(p.profile, parse_overrides(p.profile_overrides))
             # Lockstep: a step per twist answering the latest state (ros2_control_sim docstring).

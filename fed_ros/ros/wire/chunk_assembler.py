@@ -35,7 +35,7 @@ class PayloadRejected(ValueError):
 
     def __init__(self, reason: str, code: str = "transfer") -> None:
         super().__init__(reason)
-        self.code = code  # a fed_ros.core.decisions reject code
+        self.code = code  # a fed_ros.core.checks.decisions reject code
 
 
 class ChunkDropped(PayloadRejected):

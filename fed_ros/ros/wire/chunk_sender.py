@@ -36,8 +36,8 @@ def chunk_digests(data: np.ndarray | bytes, total_bytes: int, chunk_bytes: int) 
 
 
 def transfer_digest_of(msg: TensorPayload) -> bytes:
-    """auth.transfer_digest of a chunk's header: what the sender's signature must cover."""
-    from fed_ros.core.auth import transfer_digest
+    """signed_messages.transfer_digest of a chunk's header: what the sender's signature must cover."""
+    from fed_ros.core.security.signed_messages import transfer_digest
     return transfer_digest(payload_id=msg.payload_id, encoding=int(msg.encoding), total_bytes=int(msg.total_bytes),
                            chunk_count=int(msg.chunk_count),
                            manifest=[(t.name, tuple(t.shape), t.dtype) for t in msg.manifest],
@@ -74,7 +74,7 @@ class ChunkedSender:
         return msg
 
     def transfer_digest(self) -> bytes:
-        """auth.transfer_digest of this payload's header (what the sender signs)."""
+        """signed_messages.transfer_digest of this payload's header (what the sender signs)."""
         return transfer_digest_of(self.chunk(0))
 
     def chunks(self) -> Iterator[TensorPayload]:

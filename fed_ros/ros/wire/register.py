@@ -1,7 +1,7 @@
 """Register requests: the one place a robot (node, scripted test robot, attacker) builds one.
 
 With a signer the request carries the proof of possession of the robot's key that a server
-with ``require_signatures`` demands (fed_ros.core.registration): timestamp, fresh nonce and
+with ``require_signatures`` demands (fed_ros.core.security.registration): timestamp, fresh nonce and
 the signature over the whole claim. Without a signer it is the unauthenticated request.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from fed_ros.core.auth import Signer
-from fed_ros.core.registration import RegistrationClaim, sign_registration
+from fed_ros.core.security.auth import Signer
+from fed_ros.core.security.registration import RegistrationClaim, sign_registration
 from fed_ros.ros import shutdown
 from fed_ros.ros.wire.service_calls import call_service
 from fed_ros.srv import Register

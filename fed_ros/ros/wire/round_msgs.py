@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fed_ros.core.round_config import RoundConfig
-from fed_ros.core import bounds
+from fed_ros.core.rounds.config import RoundConfig
+from fed_ros.core.checks import bounds
 from fed_ros.msg import (
     ClientDescriptor as ClientDescriptorMsg,
     ClusterMembership,
@@ -30,8 +30,8 @@ from fed_ros.msg import (
 from fed_ros.ros.wire.tensors import set_bytes_field, set_float32_field
 
 if TYPE_CHECKING:
-    from fed_ros.core.round_report import RoundOutcome
-    from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
+    from fed_ros.core.rounds.report import RoundOutcome
+    from fed_ros.core.strategies.types import ClientDescriptor as CoreDescriptor
 
 DESCRIPTOR_KINDS: dict[str, int] = {
     "gaussian": ClientDescriptorMsg.KIND_GAUSSIAN,
@@ -116,7 +116,7 @@ def descriptor_to_msg(desc: "CoreDescriptor", round_idx: int, nonce: bytes = b""
 def descriptor_from_msg(msg: ClientDescriptorMsg, max_dims: int = 1 << 16,
                         max_payload_bytes: int = 16 << 20) -> "CoreDescriptor":
     """fed_ros/ClientDescriptor -> core ClientDescriptor, validated (V5: finite, var > 0, dims)."""
-    from fed_ros.core.strategy import ClientDescriptor as CoreDescriptor
+    from fed_ros.core.strategies.types import ClientDescriptor as CoreDescriptor
     kind = DESCRIPTOR_KIND_NAMES.get(int(msg.kind))
     if kind is None:
         raise ValueError(f"descriptor from {msg.robot_id!r}: unknown kind {msg.kind}")

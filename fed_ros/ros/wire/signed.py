@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fed_ros.core import auth
+from fed_ros.core.security import auth
 
 
 def _canonical_value(value: Any) -> Any:

@@ -3,7 +3,7 @@
 The server sends cluster models and receives updates; a robot does the opposite. Each side
 holds one sender and one receiver; the nodes only wrap chunks in their message type and
 publish. Delivery bookkeeping (acknowledgements, re-sends, idempotent receipt) is the pure
-``fed_ros.core.delivery``.
+``fed_ros.core.rounds.delivery``.
 
 - Sender: encode a state dict, choose the channel (``transfer_channel``: the registry in
   :mod:`fed_ros.ros.wire.channels`, and the size threshold), produce chunk messages (ROS chunks,
@@ -13,7 +13,7 @@ publish. Delivery bookkeeping (acknowledgements, re-sends, idempotent receipt) i
   within the caller's time budget, resumed where it stopped), decode, and **the one check of
   a payload's content**: manifest equal to the expected one (first chunk, before any byte is
   collected), then finite values within range (after decoding). Every outcome is a
-  ``fed_ros.core.decisions.Decision`` with a code.
+  ``fed_ros.core.checks.decisions.Decision`` with a code.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.decisions import ACCEPTED, TRANSFER, UNREACHABLE, Decision, Limits
-from fed_ros.core.delivery import RetrySchedule
+from fed_ros.core.checks.decisions import ACCEPTED, Decision, Limits, TRANSFER, UNREACHABLE
+from fed_ros.core.rounds.delivery import RetrySchedule
 from fed_ros.core.params import Manifest
-from fed_ros.core.payload_checks import check_payload_manifest, check_tensors
+from fed_ros.core.checks.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, PayloadAssembler, PayloadRejected, TransferLimits,
                                               check_header, decode_resend_request, encode_resend_request)

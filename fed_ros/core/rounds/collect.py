@@ -1,0 +1,128 @@
+"""One announced stage of a round and the answers to it (pure, no ROS).
+
+:class:`RoundPlan` is one announcement (participants, memberships, per-robot round configs,
+deadline, quorum); :class:`StageCollector` checks each answer against it (not a participant,
+stale or future round, stale base model, late, duplicate), records acceptances and
+rejections with their reasons, and decides at time ``now`` whether to wait, proceed (every
+participant answered, or a quorum by the deadline, stragglers dropped) or abandon.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from fed_ros.core.checks.decisions import (ACCEPTED, DUPLICATE, Decision, FUTURE, LATE, NOT_PARTICIPANT,
+                                           STALE_BASE, STALE_ROUND)
+from fed_ros.core.rounds.config import Membership, RoundConfig
+
+# Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
+TRAIN, DESCRIBE, SCORE, EVALUATE, DONE = "train", "describe", "score", "evaluate", "done"
+STAGES = (TRAIN, DESCRIBE, SCORE, EVALUATE, DONE)
+
+
+def quorum_for(participants: int, fraction: float, minimum: int) -> int:
+    """Updates needed to aggregate: ceil(fraction * participants), at least ``minimum``, at most all."""
+    if participants < 0:
+        raise ValueError(f"participants must be >= 0, got {participants}")
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"quorum fraction must be in (0, 1], got {fraction}")
+    if minimum < 1:
+        raise ValueError(f"minimum quorum must be >= 1, got {minimum}")
+    return min(participants, max(minimum, math.ceil(fraction * participants - 1e-9)))
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One announcement: what the node publishes as a RoundAnnouncement."""
+
+    round_idx: int
+    stage: str
+    attempt: int
+    deadline_s: float
+    algorithm: str
+    participants: tuple[str, ...]
+    memberships: dict[str, Membership]
+    quorum: int
+    configs: dict[str, RoundConfig] = field(default_factory=dict)  # what each robot must obey
+
+
+@dataclass(frozen=True)
+class StageDecision:
+    """What a stage's collection decided at time ``now`` (wait, proceed or abandon the stage)."""
+
+    kind: str  # "wait" | "proceed" | "abandon"
+    answered: tuple[str, ...] = ()
+    stragglers: tuple[str, ...] = ()
+    reason: str = ""
+
+
+class StageCollector:
+    """Collects the answers (updates or descriptors) to one announcement."""
+
+    def __init__(self, plan: RoundPlan, carried: Mapping[str, Any] | None = None) -> None:
+        self.plan = plan
+        # Answers to an abandoned attempt of the same round and stage stay valid (same model
+        # version): they count toward this attempt until the robot answers afresh.
+        self.answers: dict[str, Any] = dict(carried or {})
+        self.carried: set[str] = set(self.answers)
+        self.rejections: list[tuple[str, str]] = []  # participants only: the report's reasons
+        self.rejected = 0  # every rejection, whoever sent it (unknown senders leave only this count)
+        # Participants that said why they will not answer (e.g. a new arm still waiting for its
+        # demonstrations): shown in the report, not counted as rejections, no answer either.
+        self.declined: dict[str, str] = {}
+
+    def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Decision:
+        """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
+        plan = self.plan
+        if robot_id not in plan.participants:
+            return Decision(False, reason=f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
+                           code=NOT_PARTICIPANT)
+        if round_idx < plan.round_idx:
+            return Decision(False, reason=f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
+                           code=STALE_ROUND)
+        if round_idx > plan.round_idx:
+            return Decision(False, reason=f"future round {round_idx}, current round is {plan.round_idx}", code=FUTURE)
+        if base_round is not None and base_round != plan.round_idx:
+            return Decision(False, reason=f"stale base: trained from model version {base_round}, "
+                                  f"round {plan.round_idx} starts from version {plan.round_idx}", code=STALE_BASE)
+        if now > plan.deadline_s:
+            return Decision(False, reason=f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
+                                  f"of round {plan.round_idx}", code=LATE)
+        if robot_id in self.answers and robot_id not in self.carried:
+            return Decision(False, reason=f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
+                                  f"({plan.stage})", code=DUPLICATE)
+        return ACCEPTED
+
+    def accept(self, robot_id: str, answer: Any) -> None:
+        """Record an answer that passed :meth:`check` (and any content validation)."""
+        self.answers[robot_id] = answer
+        self.carried.discard(robot_id)
+
+    def decline(self, robot_id: str, reason: str) -> None:
+        """Record a participant's reason for not answering this stage (the first one counts)."""
+        self.declined.setdefault(robot_id, reason)
+
+    def reject(self, robot_id: str, reason: str, code: str = "") -> Decision:
+        """Record a rejection (counted in the round report)."""
+        self.rejected += 1
+        # Bounded: the first reason per participant is what the report shows; junk ids from
+        # unknown senders and repeats leave only the count.
+        if robot_id in self.plan.participants and all(r != robot_id for r, _ in self.rejections):
+            self.rejections.append((robot_id, reason))
+        return Decision(False, code, reason)
+
+    def decision(self, now: float) -> StageDecision:
+        """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait."""
+        plan = self.plan
+        answered = tuple(r for r in plan.participants if r in self.answers)
+        missing = tuple(r for r in plan.participants if r not in self.answers)
+        if not missing:
+            return StageDecision("proceed", answered)
+        if now <= plan.deadline_s:
+            return StageDecision("wait", answered, missing)
+        if len(answered) >= plan.quorum:
+            return StageDecision("proceed", answered, missing,
+                            f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}")
+        return StageDecision("abandon", answered, missing,
+                        f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline")

@@ -1,0 +1,137 @@
+"""What a closed round reports (pure, no ROS): the outcome the server node turns into a RoundReport.
+
+:class:`RoundOutcome` with a :class:`RobotOutcome` line per participant (built from a stage's
+collector by :func:`round_outcome`), and the round metrics: the strategy's diagnostics
+flattened to scalars, each cluster's members, and the members' update similarity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from fed_ros.core.rounds.collect import StageCollector
+from fed_ros.core.rounds.config import Membership
+
+@dataclass
+class RobotOutcome:
+    """Per-robot line of a round report."""
+
+    robot_id: str
+    cluster_ids: list[int] = field(default_factory=list)
+    num_samples: int = 0
+    train_loss: float = float("nan")
+    val_loss: float = float("nan")
+    success_rate: float = float("nan")
+    accepted: bool = False
+    reason: str = ""
+
+
+@dataclass
+class RoundOutcome:
+    """What happened to a round (the node turns it into a RoundReport)."""
+
+    round_idx: int
+    algorithm: str
+    completed: bool
+    status: str
+    updates_received: int
+    updates_accepted: int
+    updates_rejected: int
+    aggregation_seconds: float = 0.0
+    robots: list[RobotOutcome] = field(default_factory=list)
+    clusters: dict[int, list[str]] = field(default_factory=dict)
+    cluster_update_norms: dict[int, float] = field(default_factory=dict)
+    cluster_intra_similarity: dict[int, float] = field(default_factory=dict)
+    diagnostics: dict[str, float] = field(default_factory=dict)
+
+
+def scalar_diagnostics(diag: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flatten a strategy's diagnostics to name/value pairs (scalars only; arrays summarised)."""
+    out: dict[str, float] = {}
+    for key, value in diag.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, (bool, np.bool_)):
+            out[name] = float(value)
+        elif isinstance(value, (int, float, np.integer, np.floating)):
+            out[name] = float(value)
+        elif isinstance(value, Mapping):
+            out.update(scalar_diagnostics(value, prefix=f"{name}."))
+        elif isinstance(value, (list, tuple)) and value and all(
+                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value):
+            for i, v in enumerate(value):
+                out[f"{name}[{i}]"] = float(v)
+    return out
+
+
+def intra_cluster_similarity(params: Mapping[str, Mapping[str, np.ndarray]], initial: Mapping[str, np.ndarray],
+                             clusters: Mapping[int, Sequence[str]]) -> dict[int, float]:
+    """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0) per cluster.
+
+    NaN for clusters with fewer than two members that sent an update this round.
+    """
+    base = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial.values()])
+    out: dict[int, float] = {}
+    for cid, members in clusters.items():
+        rows = [np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
+                for rid in members if (p := params.get(rid)) is not None]
+        if len(rows) < 2:
+            out[cid] = float("nan")
+            continue
+        unit = np.stack(rows).astype(np.float64)
+        norms = np.linalg.norm(unit, axis=1, keepdims=True)
+        unit /= np.where(norms > 0, norms, 1.0)
+        sims = unit @ unit.T
+        k = len(rows)
+        out[cid] = float((sims.sum() - np.trace(sims)) / (k * (k - 1)))
+    return out
+
+
+def members_of(assignments: Mapping[str, Membership]) -> dict[int, list[str]]:
+    clusters: dict[int, list[str]] = {}
+    for rid in sorted(assignments):
+        for cid, weight in assignments[rid]:
+            if weight > 0:
+                clusters.setdefault(int(cid), []).append(rid)
+    return clusters
+
+
+def round_outcome(col: StageCollector, completed: bool, status: str,
+                  assignments: Mapping[str, Membership] | None = None) -> RoundOutcome:
+    """The report of a closed stage: per-robot lines (accepted, losses, the reason when not), counts, clusters."""
+    plan = col.plan
+    reasons: dict[str, str] = {}
+    for rid, reason in col.rejections:
+        reasons.setdefault(rid, reason)
+    for rid, reason in col.declined.items():
+        reasons.setdefault(rid, reason)
+    robots = []
+    assignments = assignments if assignments is not None else plan.memberships
+    for rid in plan.participants:
+        upd = col.answers.get(rid)
+        metrics = getattr(upd, "metrics", {}) or {}
+        robots.append(RobotOutcome(
+            robot_id=rid, cluster_ids=[int(c) for c, _ in assignments.get(rid, [])],
+            num_samples=int(getattr(upd, "num_samples", 0)),
+            train_loss=float(metrics.get("train_loss", float("nan"))),
+            val_loss=float(metrics.get("val_loss", float("nan"))),
+            accepted=completed and rid in col.answers,
+            reason=(reasons.get(rid, "") if rid not in col.answers else
+                    ("" if completed else "round abandoned")) or
+                   ("" if rid in col.answers else "straggler: no update by the deadline")))
+    received = len(col.answers) + col.rejected
+    return RoundOutcome(
+        round_idx=plan.round_idx, algorithm=plan.algorithm, completed=completed, status=status,
+        updates_received=received, updates_accepted=len(col.answers) if completed else 0,
+        updates_rejected=col.rejected, robots=robots,
+        clusters=members_of(assignments))
+
+
+def robot_report_cells(robot: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(success, train loss, clusters) of one robot line of a report dict, as the tables print
+    them: "-" for a value the round did not measure (NaN) and for no cluster."""
+    success = "-" if np.isnan(robot["success_rate"]) else f"{robot['success_rate']:.2f}"
+    loss = "-" if np.isnan(robot["train_loss"]) else f"{robot['train_loss']:.3f}"
+    clusters = ",".join(str(c) for c in robot["cluster_ids"]) or "-"
+    return success, loss, clusters

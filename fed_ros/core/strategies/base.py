@@ -1,0 +1,383 @@
+"""Strategy interface (Flower-style: small classes over stateless functions) and its data types.
+
+A strategy owns the cluster models of a fleet. Per round the server calls
+`configure_round`: per robot a `RobotInstruction` = which cluster model(s) it starts from
+and the `RoundConfig` it must obey (proximal mu, distillation switches, steps, learning
+rate, descriptor kind, IFCA cluster pick; `fed_ros.core.rounds.config`). The robots train,
+then `aggregate_round` turns their `ClientUpdate`s (+ `ClientDescriptor`s when
+`needs_descriptors` asks for them) into new cluster models and assignments. Training
+settings a fleet file imposes (``strategy.lr``, ``strategy.local_steps``,
+``strategy.local_epochs``) are keyword settings of every strategy.
+
+Membership representation: a `Membership` lists every cluster a robot must download, with
+the weight of that cluster's model in the robot's starting model (weights sum to 1 over
+the entries with weight > 0; `model_for` is that weighted mean). Hard strategies give one
+entry ``[(cid, 1.0)]``; FeDepth gives ``[(k, 1/m) ...]`` for its m clusters; IFCA lists
+all C clusters with weight 1.0 on the robot's current choice and 0.0 on the others, and
+`client_selects_cluster` is True: the robot evaluates every listed model, picks
+`ifca_select(losses)` and reports it in `ClientUpdate.cluster_id`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from fed_ros.core.strategies.aggregate import all_finite, first_nonfinite_row, sample_weights, weighted_rows
+from fed_ros.core.params import (Manifest, StateDict, check_manifest, flatten, manifest_from_json, manifest_of,
+                                 manifest_to_json, num_params, stack_state_dicts, unflatten)
+from fed_ros.core.strategies.robust import RULES, aggregate_robust
+from fed_ros.core.rounds.config import RobotInstruction, RoundConfig
+from fed_ros.core.strategies.types import (ClientDescriptor, ClientUpdate, Membership,
+                                           RoundResult)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedRound:
+    """Validated updates of one round, stacked once into a contiguous (K, P) array."""
+
+    robot_ids: list[str]
+    stacked: np.ndarray
+    num_samples: np.ndarray
+    updates: list[ClientUpdate]
+
+
+def _readonly(vec: np.ndarray) -> np.ndarray:
+    vec.flags.writeable = False
+    return vec
+
+
+def match_cluster_ids(groups: Sequence[Sequence[str]], previous: Mapping[str, int],
+                      available: Sequence[int]) -> list[int]:
+    """Stable ids for new groups: Hungarian matching on member overlap with previous clusters.
+
+    Groups not matched to any of `available` get fresh ids above all known ones.
+    """
+    avail = sorted(set(int(a) for a in available))
+    ids: list[int] = [-1] * len(groups)
+    if avail and groups:
+        overlap = np.zeros((len(groups), len(avail)))
+        col = {c: j for j, c in enumerate(avail)}
+        for g, members in enumerate(groups):
+            for rid in members:
+                c = previous.get(rid)
+                if c is not None and c in col:
+                    overlap[g, col[c]] += 1
+        # Tiny preference for earlier groups / lower ids, but only when the matrix is not square:
+        # a square one's full matchings all have the same tie sum, so there linear_sum_assignment's
+        # own (deterministic) order breaks ties (two groups tied on one old cluster -> ids [1, 0]).
+        tie = 1e-6 * (np.arange(len(avail))[None, :] + np.arange(len(groups))[:, None])
+        rows, cols = linear_sum_assignment(-(overlap - tie))
+        for r, c in zip(rows, cols):
+            ids[r] = avail[c]
+    nxt = (max(avail) + 1) if avail else 0
+    for g in range(len(groups)):
+        if ids[g] < 0:
+            ids[g] = nxt
+            nxt += 1
+    return ids
+
+
+class Strategy(ABC):
+    """Base class: keeps flat, read-only cluster models and robots' memberships."""
+
+    name: str = "strategy"
+    client_selects_cluster: bool = False
+    descriptor_kind: str = "gaussian"  # what robots compute when needs_descriptors asks
+
+    def __init__(self, *, robust: str = "mean", robust_kwargs: Mapping[str, Any] | None = None,
+                 local_epochs: int = 1, local_steps: int | None = None, lr: float | None = None) -> None:
+        if robust not in RULES:
+            raise ValueError(f"robust rule {robust!r} not in {RULES}")
+        self.robust = robust
+        self.robust_kwargs = dict(robust_kwargs or {})
+        # Local-training settings every robot is told (None: the robot's own); checked now.
+        self.local_epochs, self.local_steps, self.lr = local_epochs, local_steps, lr
+        RoundConfig(local_epochs=local_epochs, local_steps=local_steps, lr=lr)
+        self._manifest: Manifest | None = None
+        self._theta0: np.ndarray | None = None
+        self._models: dict[int, np.ndarray] = {}
+        self._assign: dict[str, Membership] = {}
+        self._owners: list[np.ndarray] = []   # recent average buffers, recycled when unreferenced
+
+    # ------------------------------------------------------------------ life cycle
+    def initialize(self, initial: StateDict, robot_ids: Sequence[str]) -> None:
+        """Set the common initial model theta^0 and the known robots."""
+        self._manifest = manifest_of(initial)
+        if not self._manifest:
+            raise ValueError("initial state dict is empty")
+        for rid in robot_ids:
+            if not isinstance(rid, str) or not rid:
+                raise ValueError(f"robot id {rid!r} is not a non-empty string")
+        if len(set(robot_ids)) != len(list(robot_ids)):
+            raise ValueError(f"duplicate robot ids in {list(robot_ids)}")
+        theta0 = flatten(initial)
+        if not np.isfinite(theta0).all():
+            raise ValueError("initial model holds NaN/Inf values")
+        self._theta0 = _readonly(theta0)
+        self._models = {}
+        self._assign = {}
+        self._setup(list(robot_ids))
+
+    def _setup(self, robot_ids: list[str]) -> None:
+        """Default: one cluster 0 = theta^0, every robot in it."""
+        self._models = {0: self._theta0}
+        self._assign = {rid: [(0, 1.0)] for rid in robot_ids}
+
+    @property
+    def manifest(self) -> Manifest:
+        """Manifest of the models (after initialize)."""
+        self._require_init()
+        return self._manifest
+
+    def _require_init(self) -> None:
+        if self._manifest is None:
+            raise ValueError(f"{self.name}: initialize() has not been called")
+
+    # ------------------------------------------------------------------ per round
+    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, RobotInstruction]:
+        """Per participating robot: its membership (model(s) to start from) and round config."""
+        self._require_init()
+        config = self.round_config(round_idx)
+        out = {}
+        for rid in robot_ids:
+            if rid not in self._assign:
+                self._assign[rid] = self._new_robot(rid)
+            out[rid] = RobotInstruction(list(self._assign[rid]), config)
+        return out
+
+    def _new_robot(self, robot_id: str) -> Membership:
+        """Membership of a robot first seen in configure_round (default: largest cluster)."""
+        return self.route(ClientDescriptor(robot_id=robot_id, kind="update"))
+
+    def round_config(self, round_idx: int) -> RoundConfig:
+        """What every robot must obey this round (subclasses add fields in `_config_fields`)."""
+        return RoundConfig(**self._config_fields(round_idx))
+
+    def _config_fields(self, round_idx: int) -> dict[str, Any]:
+        """RoundConfig keyword values: training settings, descriptor kind, IFCA cluster pick."""
+        return {"local_epochs": self.local_epochs, "local_steps": self.local_steps, "lr": self.lr,
+                "descriptor_kind": self.descriptor_kind, "pick_cluster": self.client_selects_cluster}
+
+    def needs_descriptors(self, round_idx: int) -> set[str]:
+        """Descriptor kinds the strategy needs before aggregating this round."""
+        return set()
+
+    @abstractmethod
+    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
+                        descriptors: Mapping[str, ClientDescriptor]) -> RoundResult:
+        """New cluster models and assignments from this round's updates."""
+
+    # ------------------------------------------------------------------ models
+    def cluster_ids(self) -> list[int]:
+        """Ids of the current cluster models."""
+        return sorted(self._models)
+
+    def cluster_models(self) -> dict[int, StateDict]:
+        """Current cluster models as read-only state dicts (views, no copy)."""
+        self._require_init()
+        return {cid: unflatten(v, self._manifest) for cid, v in sorted(self._models.items())}
+
+    def model_for(self, robot_id: str) -> StateDict:
+        """Starting model of a robot: weighted mean of its clusters' models."""
+        self._require_init()
+        mem = self._assign.get(robot_id) or self.route(ClientDescriptor(robot_id=robot_id, kind="update"))
+        return unflatten(self._mean_of(mem), self._manifest)
+
+    def _mean_of(self, mem: Membership) -> np.ndarray:
+        entries = [(c, w) for c, w in mem if w > 0]
+        if not entries:
+            raise ValueError(f"membership {mem} has no cluster with weight > 0")
+        for c, _ in entries:
+            if c not in self._models:
+                raise ValueError(f"membership refers to unknown cluster {c}")
+        if len(entries) == 1:
+            return self._models[entries[0][0]]
+        w = np.array([w for _, w in entries], dtype=np.float64)
+        w /= w.sum()
+        out = np.zeros_like(self._theta0)
+        for (c, _), wc in zip(entries, w):
+            out += np.float32(wc) * self._models[c]
+        return _readonly(out)
+
+    def route(self, descriptor: ClientDescriptor) -> Membership:
+        """Membership for an unseen robot; default: the cluster with the most robots."""
+        counts: dict[int, int] = {c: 0 for c in self._models}
+        for mem in self._assign.values():
+            for c, w in mem:
+                if w > 0 and c in counts:
+                    counts[c] += 1
+        if not counts:
+            raise ValueError(f"{self.name}: no cluster models yet")
+        best = max(sorted(counts), key=lambda c: counts[c])
+        return [(best, 1.0)]
+
+    # ------------------------------------------------------------------ helpers
+    def _prepare(self, round_idx: int, updates: Sequence[ClientUpdate]) -> PreparedRound:
+        """Validate (manifest, sample counts, ids, rounds) and stack the updates once."""
+        self._require_init()
+        if not updates:
+            raise ValueError(f"{self.name}: round {round_idx} has no updates")
+        seen: set[str] = set()
+        for u in updates:
+            if not isinstance(u, ClientUpdate):
+                raise ValueError(f"expected ClientUpdate, got {type(u).__name__}")
+            if u.robot_id in seen:
+                raise ValueError(f"duplicate update from robot {u.robot_id!r}")
+            seen.add(u.robot_id)
+            if u.base_round > round_idx:
+                raise ValueError(f"update of {u.robot_id!r} has base_round {u.base_round} > round {round_idx}")
+            try:
+                check_manifest(u.params, self._manifest)
+            except ValueError as exc:
+                raise ValueError(f"update of {u.robot_id!r}: {exc}") from None
+        # Robot-id order, not arrival order: the float arithmetic (and so every bit of the
+        # result) is then independent of which robot's update arrived first.
+        updates = sorted(updates, key=lambda u: u.robot_id)
+        ids = [u.robot_id for u in updates]
+        n = np.array([u.num_samples for u in updates], dtype=np.float64)
+        sample_weights(n, ids)  # raises on all-zero
+        stacked = stack_state_dicts([u.params for u in updates], self._manifest)
+        return PreparedRound(ids, stacked, n, list(updates))
+
+    def _average_groups(self, prep: PreparedRound, groups: Sequence[Sequence[int]],
+                        references: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """(G, P) averages of the given member-index groups (one GEMM for FedAvg, robust rule otherwise)."""
+        K, P = prep.stacked.shape
+        for g, members in enumerate(groups):
+            if len(members) == 0:
+                raise ValueError(f"cluster group {g} is empty")
+        if self.robust == "mean":
+            W = np.zeros((len(groups), K), dtype=np.float64)
+            for g, members in enumerate(groups):
+                members = list(members)
+                W[g, members] = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
+            out = weighted_rows(prep.stacked, W.astype(np.float32), out=self._spare_buffer((len(groups), P)))
+            if not all_finite(out):
+                # Weights are finite, so a non-finite average means a non-finite input.
+                bad = first_nonfinite_row(prep.stacked)
+                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0
+                                 else "cluster average overflowed to Inf")
+            if out.base is None:          # only buffers that own their memory are recycled
+                self._owners.append(out)
+                del self._owners[:-3]
+            return out
+        out = np.empty((len(groups), prep.stacked.shape[1]), dtype=np.float32)
+        for g, members in enumerate(groups):
+            members = list(members)
+            kw = dict(self.robust_kwargs)
+            if self.robust == "clip" and references is not None and "reference" not in kw:
+                kw["reference"] = references[g]
+            bad = first_nonfinite_row(prep.stacked[members])
+            if bad >= 0:
+                raise ValueError(f"update of {prep.robot_ids[members[bad]]!r} holds NaN/Inf values")
+            w = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
+            out[g] = aggregate_robust(prep.stacked[members], w, self.robust, **kw)
+        return out
+
+    def _spare_buffer(self, shape: tuple[int, int]) -> np.ndarray | None:
+        """A (G, P) buffer of an earlier round's averages that nothing references any more.
+
+        Writing a fresh multi-MB result makes the kernel fault in and zero new pages, which at
+        1M parameters costs about as much as the average itself. A buffer is recycled only when
+        its reference count shows that no model, view or caller still holds it (every view of
+        a row keeps the owner alive), so results handed out earlier never change.
+        """
+        for i in range(len(self._owners)):
+            # References when unused: the list slot and getrefcount's argument (no loop variable).
+            if self._owners[i].shape == shape and sys.getrefcount(self._owners[i]) == 2:
+                return self._owners.pop(i)
+        return None
+
+    def _result(self, diagnostics: dict[str, Any]) -> RoundResult:
+        diagnostics.setdefault("strategy", self.name)
+        diagnostics.setdefault("robust", self.robust)
+        return RoundResult(self.cluster_models(), {r: list(m) for r, m in self._assign.items()}, diagnostics)
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays and JSON meta that fully restore the strategy (for ModelStore)."""
+        self._require_init()
+        arrays = {"theta0": self._theta0}
+        for cid, vec in self._models.items():
+            arrays[f"cluster/{cid}"] = vec
+        arrays.update(self._extra_arrays())
+        meta = {"name": self.name, "manifest": manifest_to_json(self._manifest),
+                "assignments": {r: [[int(c), float(w)] for c, w in m] for r, m in self._assign.items()},
+                "extra": self._extra_meta()}
+        return arrays, meta
+
+    def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        """Restore from `state()` output; raises ValueError on a mismatched or malformed state."""
+        if meta.get("name") != self.name:
+            raise ValueError(f"state is for strategy {meta.get('name')!r}, not {self.name!r}")
+        try:
+            manifest = manifest_from_json(meta["manifest"])
+            P = num_params(manifest)
+            theta0 = np.asarray(arrays["theta0"], dtype=np.float32)
+            models = {}
+            for key, vec in arrays.items():
+                if key.startswith("cluster/"):
+                    models[int(key.split("/", 1)[1])] = np.array(vec, dtype=np.float32)
+            assign = {str(r): [(int(c), float(w)) for c, w in m] for r, m in meta["assignments"].items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed strategy state ({exc})") from None
+        for cid, vec in list(models.items()) + [(-1, theta0)]:
+            if vec.shape != (P,):
+                raise ValueError(f"state array for cluster {cid} has shape {vec.shape}, expected ({P},)")
+            if not np.isfinite(vec).all():
+                raise ValueError(f"state array for cluster {cid} holds NaN/Inf values")
+        self._manifest = manifest
+        self._theta0 = _readonly(np.array(theta0))
+        self._models = {c: _readonly(v) for c, v in models.items()}
+        self._assign = assign
+        self._load_extra(arrays, dict(meta.get("extra", {})))
+
+    def _extra_arrays(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def _extra_meta(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+        return None
+
+
+STRATEGIES: dict[str, str] = {
+    "local": "fed_ros.core.strategies.local:LocalStrategy",
+    "fedavg": "fed_ros.core.strategies.fedavg:FedAvgStrategy",
+    "fedprox": "fed_ros.core.strategies.fedavg:FedProxStrategy",
+    "ifca": "fed_ros.core.strategies.ifca:IFCAStrategy",
+    "feddrman": "fed_ros.core.strategies.feddrman:FedDRManStrategy",
+    "fedepth": "fed_ros.core.strategies.fedepth:FeDepthStrategy",
+    "rnd": "fed_ros.core.strategies.rnd:RNDStrategy",
+}
+
+
+def make_strategy(name: str, **settings: Any) -> Strategy:
+    """Build a strategy by name with keyword settings; unknown names/settings raise ValueError."""
+    import importlib
+    import inspect
+
+    key = str(name).lower()
+    if key not in STRATEGIES:
+        raise ValueError(f"unknown strategy {name!r}; choose from {sorted(STRATEGIES)}")
+    module_name, cls_name = STRATEGIES[key].split(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    accepted: set[str] = set()
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass) and klass is not object:
+            params = inspect.signature(vars(klass)["__init__"]).parameters
+            accepted |= {p for p, v in params.items() if v.kind == inspect.Parameter.KEYWORD_ONLY}
+    unknown = sorted(set(settings) - accepted)
+    if unknown:
+        raise ValueError(f"strategy {key!r} does not take setting(s) {unknown}; accepted: {sorted(accepted)}")
+    return cls(**settings)
