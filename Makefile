@@ -80,7 +80,7 @@ test: setup lint $(LAUNCH_STAMP)
 FAST_TESTS := test/test_attacks.py test/test_auth.py test/test_core_boundaries.py test/test_core_clustering.py \
   test/test_core_params_aggregate.py test/test_core_rounds.py test/test_core_store.py test/test_core_strategies.py \
   test/test_validation.py test/test_fuzz_handlers.py test/test_partition.py test/test_fleet_plan.py \
-  test/test_fleet_demo.py test/test_ros_conversions.py test/test_ros_images.py test/test_test_helpers.py test/test_arm_ticks.py \
+  test/test_fleet_demo.py test/test_ros_conversions.py test/test_ros_images.py test/test_test_helpers.py test/test_arm_ticks.py test/test_imports.py \
   $(wildcard test/test_registration.py test/test_arm_profile_safety.py test/test_core_cluster_model_checks.py \
     test/test_core_validation_exact.py test/test_core_auth_exact.py test/test_core_rounds_exact.py \
     test/test_core_store_exact.py test/test_core_strategy_exact.py test/test_core_clustering_exact.py \

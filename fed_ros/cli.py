@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("fed_ros.ros.fleet.cli:demo_main", "run the simulated fleet demo (what `make demo` runs)"),
     "up": ("fed_ros.ros.fleet.cli:up_main", "start a fleet from a fleet config as processes"),
     "status": ("fed_ros.ros.fleet.cli:status_main", "show the live fleet: robots, clusters, round, metrics"),
+    "robot": ("fed_ros.ros.fleet.robot_cli:main", "operate one robot: record, learning on/off, evaluate, estop"),
     "plan": ("fed_ros.ros.fleet.cli:plan_main", "print the nodes a fleet config starts"),
     "keys": ("fed_ros.core.security.auth:keys_main", "create robot / server Ed25519 key pairs and allow-lists"),
     "partition": ("fed_ros.learning.partition_cli:main", "partition a recorded demonstration set across robots"),

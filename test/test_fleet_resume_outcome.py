@@ -150,7 +150,7 @@ def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_l
 
 def test_crash_hook_kills_at_the_nth_time_a_step_of_a_round_is_reached():
     import os
-    from fed_ros.core.rounds.coordinator import faults
+    from fed_ros.core.rounds import faults
     assert faults.parse("update_accepted@1#2, written:manifest@2") == [("update_accepted", 1, 2),
                                                                         ("written:manifest", 2, 1)]
     with pytest.raises(ValueError):

@@ -58,7 +58,7 @@ from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
 from fed_ros.ros.wire.chunk_assembler import TransferLimits
 from fed_ros.srv import Register
 from fed_ros.core.checks import bounds
-from fed_ros.core.rounds.coordinator import faults
+from fed_ros.core.rounds import faults
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server_updates import UpdateIntake

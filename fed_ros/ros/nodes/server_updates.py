@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fed_ros.core.checks import bounds
-from fed_ros.core.rounds.coordinator import faults
+from fed_ros.core.rounds import faults
 from fed_ros.core.checks.decisions import Decision, Limits
 from fed_ros.core.rounds.delivery import Ledger
 from fed_ros.core.rounds.collect import RoundPlan, TRAIN
