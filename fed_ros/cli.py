@@ -22,7 +22,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "aggregate": ("fed_ros.bench.aggregate:main", "server aggregation vs memory-bandwidth and SVD bounds"),
     "train": ("fed_ros.bench.train:main", "local training steps/s, BC-only vs FedDRMan losses"),
     "sim": ("fed_ros.bench.sim:main", "raw env steps/s vs bridge steps/s, demos per hour"),
-    "transfer": ("fed_ros.bench.transfer:main", "model transfer: ROS 2 default / tuned / zmq / memcpy"),
+    "transfer": ("fed_ros.ros.bench.transfer:main", "model transfer: ROS 2 default / tuned / zmq / memcpy"),
     "federation": ("fed_ros.bench.federation:main", "the papers' claims on MuJoCo arms, tables and plots"),
     "robustness": ("fed_ros.bench.robustness:main", "attack table with and without robust aggregation"),
 }

@@ -114,7 +114,7 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
     from mcap_ros2.decoder import DecoderFactory
     from rosbags.highlevel import AnyReader
 
-    from fed_ros.ros.arm.recorder import recording_to_episode
+    from fed_ros.ros.arm.recorded_episodes import recording_to_episode
     from fed_ros.sim.collect import collect_demos
     record_dir = tmp_path / "demos"
     driver = subprocess.run(

@@ -74,7 +74,7 @@ def test_image_fleet_learns_and_evaluates_from_camera_topics(tmp_path, ros_env, 
         model = monitor.models[(0, 1)]
 
     # Demonstrations: MCAP recordings of the arm's camera topics, decoded into image frames.
-    from fed_ros.ros.arm.recorder import load_recorded_episodes, read_recording_metadata
+    from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes, read_recording_metadata
     for rid in ROBOTS:
         bags = sorted((tmp_path / rid / "demos").glob("*/metadata.yaml"))
         assert len(bags) >= 2, rid

@@ -15,7 +15,8 @@ import numpy as np
 
 from fed_ros.core.data.episode import AGENTVIEW_IMAGE, OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorder import Recorder, load_recorded_episodes
+from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
+from fed_ros.ros.arm.recorder import Recorder
 
 from conftest import wait_until
 from test_recorder import ros_context, synthetic_ticks, tick_messages  # noqa: F401 (fixture)

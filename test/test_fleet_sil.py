@@ -126,7 +126,7 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(tmp
                               "-p", "record_service:=record"], env, log_path=tmp_path / "driver.log")
     assert driver.wait(timeout=150) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     assert robot.poll() is None
-    from fed_ros.ros.arm.recorder import load_recorded_episodes, read_recording_metadata
+    from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes, read_recording_metadata
     bags = sorted((tmp_path / "robot_0" / "demos").glob("*/metadata.yaml"))
     assert len(bags) == 2
     meta = read_recording_metadata(bags[0].parent)["custom_data"]

@@ -12,9 +12,11 @@ import pytest
 from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, Episode, GRIPPER_QPOS, JOINT_POS,
                                        OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorder import (
-    EPISODE_CACHE, RECORDED_TOPICS, Recorder, RecordingError, Rosbag2McapWriter,
-    load_recorded_episodes, recording_to_episode)
+from fed_ros.ros.arm.recorded_episodes import (EPISODE_CACHE, RecordingError, load_recorded_episodes,
+                                               recording_to_episode)
+from fed_ros.ros.arm.recorder import Recorder
+from fed_ros.ros.arm.recording_topics import RECORDED_TOPICS
+from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter
 
 from conftest import wait_until
 

@@ -100,7 +100,7 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(tmp_path, ros_env
     assert episode.parent == tmp_path / "robot_0" / "demos" and "_lift_" in episode.name
     stopped = cli("robot_0", "record", "stop", "--label", "failure", code=0).stdout
     assert "saved as failed" in stopped and f"episode: {episode}" in stopped and "steps: 0" in stopped
-    from fed_ros.ros.arm.recorder import read_recording_metadata
+    from fed_ros.ros.arm.recorded_episodes import read_recording_metadata
     meta = read_recording_metadata(episode)["custom_data"]
     assert meta["robot_id"] == "robot_0" and meta["task"] == "lift" and meta["success"] == "false"
     again = cli("robot_0", "record", "stop", code=1)  # answered not ok: exit 1 with the robot's message

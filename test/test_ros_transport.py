@@ -399,7 +399,7 @@ def test_bench_transfer_runs_every_path_between_processes(ros_env, tmp_path: Pat
     """`fed-ros bench transfer` end to end, small payload: ROS 2 with the SHM profile and the
     zmq bulk channel deliver between processes (receivers verify sha256). The default-transport
     path is covered by test_interfaces_roundtrip.py."""
-    from fed_ros.bench.transfer import main
+    from fed_ros.ros.bench.transfer import main
 
     out = tmp_path / "transfer.json"
     assert main(["--mb", "4", "--repeats", "1", "--warmup", "0", "--chunk-bytes", str(1 << 20),

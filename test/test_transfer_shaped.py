@@ -29,7 +29,7 @@ def test_bench_transfer_shaped_prints_goodput_per_channel(ros_env, tmp_path: Pat
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"separate hosts need network namespaces: {reason}")
-    from fed_ros.bench.transfer import main
+    from fed_ros.ros.bench.transfer import main
 
     made: list[netns.Network] = []
 

@@ -3,8 +3,7 @@
 :class:`Recorder` subscribes to an arm's topics (raw CDR, see
 :mod:`fed_ros.ros.arm.recording_topics`) and writes one rosbag2/MCAP directory per episode
 (:mod:`fed_ros.ros.arm.rosbag2_mcap`); a successful one is converted to an :class:`Episode`
-right away (:mod:`fed_ros.ros.arm.recorded_episodes`, whose names this module re-exports for
-its callers). ``handle_record_request`` serves ``fed_ros/srv/Record`` with a recorder.
+right away (:mod:`fed_ros.ros.arm.recorded_episodes`, which also loads recordings from disk). ``handle_record_request`` serves ``fed_ros/srv/Record`` with a recorder.
 """
 from __future__ import annotations
 
@@ -18,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fed_ros.core.data.episode import Episode, IMAGE_KEYS
+from fed_ros.core.data.episode import Episode
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorded_episodes import (EPISODE_CACHE, RecordingError, applied_action, load_recorded_episodes,
-                                               read_recording_metadata, recording_to_episode)
+from fed_ros.ros.arm.recorded_episodes import (recording_to_episode)
 from fed_ros.ros.arm.recording_topics import (IMAGE_TOPICS, RECORDED_TOPICS, SPINE_TOPICS, STATE_TOPICS,
                                               peek_stamp)
-from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter, message_definition, type_description_hash
+from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter
 
 
 @dataclass
@@ -287,8 +285,4 @@ def handle_record_request(recorder: Recorder, request, response):
     return response
 
 
-__all__ = ["Recorder", "RecordResult", "RecordingError", "Rosbag2McapWriter", "applied_action",
-           "handle_record_request",
-           "load_recorded_episodes", "message_definition", "read_recording_metadata",
-           "recording_to_episode", "type_description_hash", "IMAGE_KEYS", "EPISODE_CACHE",
-           "RECORDED_TOPICS", "recording_source"]
+__all__ = ["Recorder", "RecordResult", "handle_record_request", "recording_source"]

@@ -231,7 +231,7 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
     common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
               "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port()),
               "--transfer-timeout", str(args.transfer_timeout)]
-    cmd = [sys.executable, "-m", "fed_ros.ros.wire.transfer_bench"]
+    cmd = [sys.executable, "-m", "fed_ros.ros.bench.transfer"]
     recv_cmd, send_cmd = [*cmd, "--role", "receiver", *common], [*cmd, "--role", "sender", *common]
     recv_env, send_env = env, env
     if network is not None:
