@@ -16,17 +16,19 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.ros.fleet.params import AdapterParams, BridgeParams, ExpertDriverParams, RobotParams, ServerParams
+from fed_ros.ros.fleet.params import (AdapterParams, BridgeParams, ExpertDriverParams, RobotParams, ServerParams,
+                                     TeleopParams)
 
 REPO = Path(__file__).resolve().parents[1]
-ALL_PARAMS = [ServerParams, RobotParams, AdapterParams, BridgeParams, ExpertDriverParams]
+ALL_PARAMS = [ServerParams, RobotParams, AdapterParams, BridgeParams, ExpertDriverParams, TeleopParams]
 
 
 @pytest.mark.parametrize("cls, path, key", [(ServerParams, "config/server.yaml", "/fleet/server"),
                                             (RobotParams, "config/robot.yaml", "/**/robot"),
                                             (AdapterParams, "config/arm_adapter.yaml", "/**/arm_adapter"),
                                             (BridgeParams, "config/sim_bridge.yaml", "/**/sim_bridge"),
-                                            (ExpertDriverParams, "config/expert_driver.yaml", "/**/expert_driver")])
+                                            (ExpertDriverParams, "config/expert_driver.yaml", "/**/expert_driver"),
+                                            (TeleopParams, "config/teleop.yaml", "/**/teleop")])
 def test_config_yaml_documents_every_parameter_with_its_default(cls, path, key):
     documented = yaml.safe_load((REPO / path).read_text())[key]["ros__parameters"]
     assert list(documented) == list(cls.defaults()), f"{path} keys differ from {cls.__name__}"
@@ -251,6 +253,10 @@ NODE_CASES = [
              read_only={"episodes": 5}, live={"episode_timeout_s": 30.0},
              applied="the next episode is given up after 30 s", invalid={"episode_timeout_s": 0.0},
              invalid_reason="expert_driver parameter 'episode_timeout_s' must be > 0.0 s, got 0.0"),
+    # No pad, no arm: the teleop node holds and answers its parameter services.
+    NodeCase("fed_ros.ros.nodes.teleop_node", "teleop", {}, read_only={"rate_hz": 50.0},
+             live={"record_timeout_s": 3.0}, applied="parameters applied: record_timeout_s=3",
+             invalid={"log_period_s": 0.0}, invalid_reason="teleop parameter 'log_period_s' must be > 0.0 s, got 0.0"),
 ]
 
 

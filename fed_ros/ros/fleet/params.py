@@ -282,3 +282,23 @@ class ExpertDriverParams(NodeParams):
         if self.record_service and self.record_dir:
             raise ValueError("expert_driver parameters 'record_service' and 'record_dir' are both set "
                              f"({self.record_service!r}, {self.record_dir!r}): set one of them")
+
+
+@dataclass(frozen=True)
+class TeleopParams(NodeParams):
+    """Parameters of the teleoperation node (fed_ros/ros/nodes/teleop_node.py, docs/teleop.md)."""
+
+    NODE: ClassVar[str] = "teleop"
+
+    profile: str = param("xbox", "teleop profile name (config/teleop) or YAML path", check=_not_empty)
+    joy_topic: str = param("joy", "sensor_msgs/Joy of the device (buttons, and axes with input: joy); "
+                                  "spacenav: spacenav/joy")
+    twist_topic: str = param("", "geometry_msgs/Twist of the device, read with input: twist ('' = none); "
+                                 "spacenav: spacenav/twist")
+    rate_hz: float = param(20.0, "commands per second while the deadman is held (the arm profile's control rate)",
+                           unit="Hz", gt=0.0)
+    task: str = param("lift", "task named in Record START", check=_not_empty)
+    record_service: str = param("record", "the robot node's fed_ros/srv/Record service", check=_not_empty)
+    record_timeout_s: float = param(10.0, "how long a Record call may take", unit="s", gt=0.0, live=True)
+    log_period_s: float = param(2.0, "an unchanged hold reason is logged again after this long", unit="s",
+                                gt=0.0, live=True)

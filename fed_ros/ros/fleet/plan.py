@@ -30,6 +30,7 @@ EXECUTABLE_ENTRY_POINTS: dict[str, str] = {
     "sim_bridge_node": "fed_ros.ros.nodes.sim_bridge_node:main",
     "expert_driver_node": "fed_ros.ros.nodes.expert_driver_node:main",
     "arm_adapter_node": "fed_ros.ros.nodes.arm_adapter_node:main",
+    "teleop_node": "fed_ros.ros.nodes.teleop_node:main",
 }
 
 SERVER_NODE_NAME = "server"
