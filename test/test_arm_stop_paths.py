@@ -107,9 +107,10 @@ class RecordingArm:
         with self.lock:
             return any(k == "twist" and _speed(m) > 0 for k, m in self.commands[since:])
 
-    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED) -> None:
+    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED, zero_since: int | None = None) -> None:
         """The last command of every kind is the zero, and nothing moved after the first zero twist
-        (``gripper_at``: where the gripper must be held; None: any position, but one was sent)."""
+        (``gripper_at``: where the gripper must be held; None: any position, but one was sent).
+        ``zero_since``: where the joint and gripper zero may be found (default ``since``)."""
         with self.lock:
             after = self.commands[since:]
         twists = [m for k, m in after if k == "twist"]
@@ -117,7 +118,8 @@ class RecordingArm:
         assert first_zero is not None, f"no zero twist after the stop ({len(twists)} twists, last " \
                                        f"{_speed(twists[-1]) if twists else None} m/s)"
         assert all(_speed(m) == 0.0 for m in twists[first_zero:]), "the arm moved again after its zero"
-        joint, gripper = self.last("joint", since), self.last("gripper", since)
+        zero_since = since if zero_since is None else zero_since
+        joint, gripper = self.last("joint", zero_since), self.last("gripper", zero_since)
         assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), joint
         assert gripper is not None, "no gripper hold after the stop"
         if gripper_at is not None:

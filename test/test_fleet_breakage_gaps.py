@@ -87,6 +87,9 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
     finally:
         node.destroy_node()
         ctx.try_shutdown()
+    # The server publishes the announcement, then logs it: the line can trail the message.
+    wait_until(lambda: "announced round 0 stage train" in log.read_text(errors="replace"), 30.0,
+               "the server's announcement line", diagnostics=lambda: log.read_text()[-3000:])
     events = server_events(log)
     waiting = first(events, "fleet server: ")  # logged right after the server's registration clock started
     registered = first(events, "register 'robot_1': accepted (2 robots)")
