@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import wait_until
+from test_arm_adapter import Spun
 from fed_ros.core.arm.profile import load_profile
 
 rclpy = pytest.importorskip("rclpy")
@@ -29,26 +30,6 @@ ADAPTER = "fed_ros.ros.nodes.arm_adapter_node"
 NS = "/robot_0"
 CLOSED = 0.79  # ur5e profile: gripper closed position, rad
 NO_WATCHDOG = "{watchdog_timeout_s: 30.0}"  # so the watchdog cannot mask the zero under test
-
-
-class Spun:
-    """An in-process node spun by a MultiThreadedExecutor thread (own context)."""
-
-    def __init__(self, name: str) -> None:
-        from rclpy.executors import MultiThreadedExecutor
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node(name, context=self.context)
-        self.executor = MultiThreadedExecutor(num_threads=3, context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self.executor.spin, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.executor.shutdown()
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
-        self.thread.join(timeout=5)
 
 
 class RecordingArm:

@@ -270,16 +270,21 @@ def profile_from_dict(data: Any, overrides: Mapping[str, Any] | None = None) -> 
     return _build(ArmProfile, data, f"arm profile {name!r}")
 
 
-def profile_dir() -> Path:
-    """config/arm_profiles: from the installed share directory, else the source tree."""
-    try:  # a colcon install: share/fed_ros/config/arm_profiles
+def config_dir(name: str) -> Path:
+    """config/<name> (arm_profiles, teleop): from the installed share directory, else the source tree."""
+    try:  # a colcon install: share/fed_ros/config/<name>
         from ament_index_python.packages import get_package_share_directory
-        installed = Path(get_package_share_directory("fed_ros")) / "config" / "arm_profiles"
+        installed = Path(get_package_share_directory("fed_ros")) / "config" / name
         if installed.is_dir():
             return installed
     except Exception:  # noqa: BLE001 - ament_index missing or package not installed
         pass
-    return Path(__file__).resolve().parents[3] / "config" / "arm_profiles"
+    return Path(__file__).resolve().parents[3] / "config" / name
+
+
+def profile_dir() -> Path:
+    """config/arm_profiles (installed share directory, else the source tree)."""
+    return config_dir("arm_profiles")
 
 
 def available_profiles() -> list[str]:

@@ -27,6 +27,8 @@ from typing import Any, Mapping
 import numpy as np
 import yaml
 
+from fed_ros.core.arm.profile import config_dir
+
 AXIS_NAMES = ("x", "y", "z")
 BUTTON_NAMES = ("deadman", "record_start", "record_stop", "label_success", "label_failure", "gripper_toggle")
 INPUTS = ("joy", "twist")  # where the motion axes come from; buttons always come from the Joy
@@ -118,15 +120,8 @@ def profile_from_dict(data: Mapping[str, Any]) -> TeleopProfile:
 
 
 def teleop_profile_dir() -> Path:
-    """config/teleop: from the installed share directory, else the source tree."""
-    try:  # a colcon install: share/fed_ros/config/teleop
-        from ament_index_python.packages import get_package_share_directory
-        installed = Path(get_package_share_directory("fed_ros")) / "config" / "teleop"
-        if installed.is_dir():
-            return installed
-    except Exception:  # noqa: BLE001 - ament_index missing or package not installed
-        pass
-    return Path(__file__).resolve().parents[3] / "config" / "teleop"
+    """config/teleop (installed share directory, else the source tree)."""
+    return config_dir("teleop")
 
 
 def load_teleop_profile(name_or_path: str) -> TeleopProfile:
