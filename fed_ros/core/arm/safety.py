@@ -67,6 +67,10 @@ class Watchdog:
         self._last = now_s
         self._tripped = False
 
+    def silent(self, now_s: float) -> bool:
+        """Whether the last command is older than the timeout, without counting a trip (for reports)."""
+        return self._last is None or now_s - self._last > self.timeout_s
+
     def expired(self, now_s: float) -> bool:
         """True when the last command is older than the timeout (or none came yet)."""
         if self._last is None or now_s - self._last > self.timeout_s:

@@ -77,6 +77,7 @@ class ArmAdapterNode(Node):
         self._last_stamp_ns = 0
         self._ticks = TickSchedule(prof.period_s)  # follows the arm's cycle (core.arm_ticks)
         self._stopped = ""  # why the arm was stopped for good (shutdown): nothing moves it again
+        self._zeroed_trips = 0  # watchdog trips answered with the full zero
         self._joint_msgs = 0
         self._applied_ns = 0  # observation stamp whose applied command is published
         self._obs_arm_ns = 0  # arm-state (pose) stamp behind the current observation
@@ -284,9 +285,11 @@ class ArmAdapterNode(Node):
     def _apply(self, now: float, answer: bool = False) -> None:
         """Send this tick's command through the safety filter and record it as applied."""
         pose = self.state.current("pose", now)
-        trips = self.safety.watchdog.trips
         out = self.safety.tick(now, None if pose is None else pose[0])
-        if self.safety.watchdog.trips != trips:  # the policy went silent (its node died): the full zero
+        trips = self.safety.watchdog.trips
+        if out.reason.startswith("watchdog") and trips != self._zeroed_trips:
+            # The policy went silent (its node died): the full zero, once per trip.
+            self._zeroed_trips = trips
             self._send_zero()
         # A step needs the arm state of this tick: with a stale state nothing is applied.
         fresh = pose is not None and self.state.current("joints", now) is not None

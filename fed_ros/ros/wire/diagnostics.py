@@ -112,7 +112,7 @@ class _AdapterGauge:
                           hold=n.safety.hold_requested, episode=n.episode, step=n.step, done=n.done)
             # An episode running without policy commands: the watchdog holds the arm now.
             values["watchdog_holding"] = bool(not n.done and n.episode > 0 and not n.safety.hold_requested
-                                              and n.safety.watchdog.expired(time.monotonic()))
+                                              and n.safety.watchdog.silent(time.monotonic()))
             trips = n.safety.watchdog.trips
         return D.adapter_status(_name(n, "arm_adapter"), n.profile.name, watchdog_trips=trips,
                                 recent_trips=self._window.grew("trips", trips), missing=n.missing(),
