@@ -88,17 +88,31 @@ class RecordingArm:
         with self.lock:
             return any(k == "twist" and _speed(m) > 0 for k, m in self.commands[since:])
 
-    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED, zero_since: int | None = None) -> None:
-        """The last command of every kind is the zero, and nothing moved after the first zero twist
+    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED, zero_since: int | None = None,
+                       stopped_by: int | None = None) -> None:
+        """The last command of every kind is the zero, and nothing moved after the stop
         (``gripper_at``: where the gripper must be held; None: any position, but one was sent).
-        ``zero_since``: where the joint and gripper zero may be found (default ``since``)."""
+        ``zero_since``: where the joint and gripper zero may be found (default ``since``).
+
+        Without ``stopped_by`` the driver never sends a zero twist of its own, so the first zero
+        twist after ``since`` is the stop and nothing may move after it. A scripted expert does
+        send zero twists mid-episode (it holds still while its gripper closes), so with
+        ``stopped_by`` (the command count once the stop was acknowledged) the rule is: the last
+        movement came before ``stopped_by`` and a zero twist followed it."""
         with self.lock:
             after = self.commands[since:]
-        twists = [m for k, m in after if k == "twist"]
-        first_zero = next((i for i, m in enumerate(twists) if _speed(m) == 0.0), None)
-        assert first_zero is not None, f"no zero twist after the stop ({len(twists)} twists, last " \
-                                       f"{_speed(twists[-1]) if twists else None} m/s)"
-        assert all(_speed(m) == 0.0 for m in twists[first_zero:]), "the arm moved again after its zero"
+        twists = [(i, m) for i, (k, m) in enumerate(after, start=since) if k == "twist"]
+        if stopped_by is None:
+            first_zero = next((j for j, (_, m) in enumerate(twists) if _speed(m) == 0.0), None)
+            assert first_zero is not None, f"no zero twist after the stop ({len(twists)} twists, last " \
+                                           f"{_speed(twists[-1][1]) if twists else None} m/s)"
+            assert all(_speed(m) == 0.0 for _, m in twists[first_zero:]), "the arm moved again after its zero"
+        else:
+            moves = [i for i, m in twists if _speed(m) > 0.0]
+            assert not moves or moves[-1] < stopped_by, \
+                f"the arm moved after the stop (command {moves[-1]}, stop acknowledged at {stopped_by})"
+            assert twists and _speed(twists[-1][1]) == 0.0 and (not moves or twists[-1][0] > moves[-1]), \
+                f"no zero twist after the last movement ({len(twists)} twists)"
         zero_since = since if zero_since is None else zero_since
         joint, gripper = self.last("joint", zero_since), self.last("gripper", zero_since)
         assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), joint

@@ -57,7 +57,7 @@ def test_fed_ros_up_ctrl_c_stops_the_robot_first_and_ends_with_a_zero_command(tm
         mark = arm.count()
         os.killpg(up.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole foreground group
         assert up.wait(timeout=60) == 0, (tmp_path / "up.log").read_text()[-3000:]
-        arm.assert_stopped(mark, gripper_at=None)
+        arm.assert_stopped(mark, gripper_at=None, stopped_by=arm.count())
         robot_last, adapter_stop = _stop_order(tmp_path / "run" / "logs")
         assert robot_last < adapter_stop, "the adapter began its stop before the robot node had stopped"
     finally:
@@ -79,7 +79,7 @@ def test_ros2_launch_sigint_ends_with_a_zero_command(tmp_path, ros_env, processe
         mark = arm.count()
         os.kill(launch.pid, signal.SIGINT)  # launch forwards SIGINT to every node at once
         assert launch.wait(timeout=60) == 0, (tmp_path / "launch.log").read_text()[-3000:]
-        arm.assert_stopped(mark, gripper_at=None)
+        arm.assert_stopped(mark, gripper_at=None, stopped_by=arm.count())
         text = (tmp_path / "launch.log").read_text()
         assert "arm stopped: shutdown: last command to the arm" in text
     finally:
