@@ -17,7 +17,7 @@ MSGS_STAMP := $(VENV)/.stamp-msgs
 PKG_STAMP := $(VENV)/.stamp-pkg
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
-.PHONY: setup lint test test-fast mutation demo clean colcon-check
+.PHONY: setup lint format test test-fast mutation demo clean colcon-check
 
 setup: $(MSGS_STAMP)
 
@@ -66,10 +66,17 @@ ORDER ?= -p no:randomly
 # worker leaves a core idle half the time. One torch/OpenMP thread per process, so two
 # workers' training does not spin four threads on two cores. TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
-# Lint (pyproject.toml [tool.ruff]): pyflakes and syntax errors over the package, tests,
-# tools and launch files; `make test` runs it first, so CI fails on an unused or undefined name.
+# Lint (pyproject.toml [tool.ruff]): the tree is `ruff format`ted (line length 100) and passes
+# the pyflakes, syntax and line-length checks over the package, tests, tools and launch files;
+# `make test` runs it first, so CI fails on an unformatted file, a line over 100 characters or an
+# unused or undefined name. `make format` fixes the formatting.
+RUFF_PATHS := fed_ros test tools launch
 lint: setup
-	$(VENV)/bin/ruff check --no-cache fed_ros test tools launch
+	$(VENV)/bin/ruff format --check --no-cache $(RUFF_PATHS)
+	$(VENV)/bin/ruff check --no-cache $(RUFF_PATHS)
+
+format: setup
+	$(VENV)/bin/ruff format --no-cache $(RUFF_PATHS)
 
 test: setup lint $(LAUNCH_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)

@@ -3,28 +3,56 @@
 Subcommand modules are imported lazily so `fed-ros keys` never pays for torch or MuJoCo.
 Each target is ``module:function`` taking ``argv: list[str]`` and returning an exit code.
 """
+
 from __future__ import annotations
 
 import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("fed_ros.ros.fleet.cli:demo_main", "run the simulated fleet demo (what `make demo` runs)"),
+    "demo": (
+        "fed_ros.ros.fleet.cli:demo_main",
+        "run the simulated fleet demo (what `make demo` runs)",
+    ),
     "up": ("fed_ros.ros.fleet.cli:up_main", "start a fleet from a fleet config as processes"),
-    "status": ("fed_ros.ros.fleet.cli:status_main", "show the live fleet: robots, clusters, round, metrics"),
-    "robot": ("fed_ros.ros.fleet.robot_cli:main", "operate one robot: record, learning on/off, evaluate, estop"),
+    "status": (
+        "fed_ros.ros.fleet.cli:status_main",
+        "show the live fleet: robots, clusters, round, metrics",
+    ),
+    "robot": (
+        "fed_ros.ros.fleet.robot_cli:main",
+        "operate one robot: record, learning on/off, evaluate, estop",
+    ),
     "plan": ("fed_ros.ros.fleet.cli:plan_main", "print the nodes a fleet config starts"),
-    "keys": ("fed_ros.core.security.auth:keys_main", "create robot / server Ed25519 key pairs and allow-lists"),
-    "partition": ("fed_ros.learning.partition_cli:main", "partition a recorded demonstration set across robots"),
+    "keys": (
+        "fed_ros.core.security.keys_cli:keys_main",
+        "create robot / server Ed25519 key pairs and allow-lists",
+    ),
+    "partition": (
+        "fed_ros.learning.partition_cli:main",
+        "partition a recorded demonstration set across robots",
+    ),
 }
 
 BENCHES: dict[str, tuple[str, str]] = {
-    "aggregate": ("fed_ros.bench.aggregate:main", "server aggregation vs memory-bandwidth and SVD bounds"),
+    "aggregate": (
+        "fed_ros.bench.aggregate:main",
+        "server aggregation vs memory-bandwidth and SVD bounds",
+    ),
     "train": ("fed_ros.bench.train:main", "local training steps/s, BC-only vs FedDRMan losses"),
     "sim": ("fed_ros.bench.sim:main", "raw env steps/s vs bridge steps/s, demos per hour"),
-    "transfer": ("fed_ros.ros.bench.transfer:main", "model transfer: ROS 2 default / tuned / zmq / memcpy"),
-    "federation": ("fed_ros.bench.federation:main", "the papers' claims on MuJoCo arms, tables and plots"),
-    "robustness": ("fed_ros.bench.robustness:main", "attack table with and without robust aggregation"),
+    "transfer": (
+        "fed_ros.ros.bench.transfer:main",
+        "model transfer: ROS 2 default / tuned / zmq / memcpy",
+    ),
+    "federation": (
+        "fed_ros.bench.federation:main",
+        "the papers' claims on MuJoCo arms, tables and plots",
+    ),
+    "robustness": (
+        "fed_ros.bench.robustness:main",
+        "attack table with and without robust aggregation",
+    ),
 }
 
 
@@ -52,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     if command == "bench":
         if not rest or rest[0] not in BENCHES:
             print(_usage(), file=sys.stderr)
-            print(f"\nfed-ros bench: unknown benchmark {rest[0]!r}" if rest else "", file=sys.stderr)
+            print(
+                f"\nfed-ros bench: unknown benchmark {rest[0]!r}" if rest else "", file=sys.stderr
+            )
             return 2
         return _call(BENCHES[rest[0]][0], rest[1:])
     if command not in COMMANDS:

@@ -3,12 +3,13 @@ its robot node); the server runs elsewhere (server.launch.py).
 
     ros2 launch fed_ros robot.launch.py fleet:=/path/to/fleet.yaml robot_id:=robot_0
 """
+
 from __future__ import annotations
 
 import os
 
-from fed_ros.ros.fleet.plan import (NodeSpec, default_fleet_file, launch_description,
-                                    load_fleet_config, plan_fleet)
+from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.plan import NodeSpec, launch_description, plan_fleet
 
 
 def plan_nodes(fleet: str = "", robot_id: str = "robot_0") -> list[NodeSpec]:
@@ -19,7 +20,10 @@ def plan_nodes(fleet: str = "", robot_id: str = "robot_0") -> list[NodeSpec]:
 
 def generate_launch_description():
     """ROS 2 launch entry point (launch / launch_ros are imported only when it runs)."""
-    return launch_description(plan_nodes, [
-        ("fleet", default_fleet_file(os.path.dirname(__file__)), "fleet config YAML"),
-        ("robot_id", "robot_0", "which robot of the fleet"),
-    ])
+    return launch_description(
+        plan_nodes,
+        [
+            ("fleet", default_fleet_file(os.path.dirname(__file__)), "fleet config YAML"),
+            ("robot_id", "robot_0", "which robot of the fleet"),
+        ],
+    )

@@ -1,13 +1,14 @@
 """Launch the fleet server alone (robots run on their own computers: robot.launch.py).
 
-    ros2 launch fed_ros server.launch.py fleet:=/path/to/fleet.yaml
+ros2 launch fed_ros server.launch.py fleet:=/path/to/fleet.yaml
 """
+
 from __future__ import annotations
 
 import os
 
-from fed_ros.ros.fleet.plan import (NodeSpec, default_fleet_file, launch_description,
-                                    load_fleet_config, plan_fleet)
+from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.plan import NodeSpec, launch_description, plan_fleet
 
 
 def plan_nodes(fleet: str = "") -> list[NodeSpec]:
@@ -18,6 +19,9 @@ def plan_nodes(fleet: str = "") -> list[NodeSpec]:
 
 def generate_launch_description():
     """ROS 2 launch entry point (launch / launch_ros are imported only when it runs)."""
-    return launch_description(plan_nodes, [
-        ("fleet", default_fleet_file(os.path.dirname(__file__)), "fleet config YAML"),
-    ])
+    return launch_description(
+        plan_nodes,
+        [
+            ("fleet", default_fleet_file(os.path.dirname(__file__)), "fleet config YAML"),
+        ],
+    )

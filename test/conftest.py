@@ -1,5 +1,6 @@
 """Shared fixtures. ROS tests: loopback discovery, an exclusive domain id per test, and every
 process started is reaped; `wait_until` for condition waits with a deadline."""
+
 from __future__ import annotations
 
 import os
@@ -28,19 +29,38 @@ from fed_ros.ros.fleet.domains import DOMAIN_IDS, DOMAIN_LOCK_DIR, exclusive_dom
 # workers finish together instead of one running the colcon build alone at the end. Order only:
 # a file missing here just runs in its place; with pytest-randomly active the order is random.
 SLOW_FILES_FIRST = (
-    "test_colcon_build.py", "test_bench_protocol_attacks.py", "test_bench_federation.py", "test_fleet_sil.py",
-    "test_fleet_faults.py", "test_fleet_breakage_gaps.py", "test_multihost.py", "test_fleet_resume_outcome.py",
-    "test_sim_experts.py", "test_launch_real.py", "test_arm_robot_sil.py", "test_learning_descriptors.py",
-    "test_fleet_bench_equivalence.py", "test_camera_fleet.py", "test_fuzz_handlers.py", "test_sim_envs.py",
-    "test_bridge_node.py", "test_hostile_peers.py", "test_arm_adapter.py",
+    "test_colcon_build.py",
+    "test_bench_protocol_attacks.py",
+    "test_bench_federation.py",
+    "test_fleet_sil.py",
+    "test_fleet_faults.py",
+    "test_fleet_breakage_gaps.py",
+    "test_multihost.py",
+    "test_fleet_resume_outcome.py",
+    "test_sim_experts.py",
+    "test_launch_real.py",
+    "test_arm_robot_sil.py",
+    "test_learning_descriptors.py",
+    "test_fleet_bench_equivalence.py",
+    "test_camera_fleet.py",
+    "test_fuzz_handlers.py",
+    "test_sim_envs.py",
+    "test_bridge_node.py",
+    "test_hostile_peers.py",
+    "test_arm_adapter.py",
 )
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    if config.pluginmanager.has_plugin("randomly") and config.getoption("randomly_seed", None) is not None:
+    if (
+        config.pluginmanager.has_plugin("randomly")
+        and config.getoption("randomly_seed", None) is not None
+    ):
         return
     rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept otherwise
+    items.sort(
+        key=lambda item: rank.get(item.path.name, len(rank))
+    )  # stable: file order kept otherwise
 
 
 @pytest.fixture(autouse=True)
@@ -66,11 +86,17 @@ def default_sigint() -> None:
     (../shared/tools/ros2-launch/README.md). Measured: both hung after SIGINT in such a run.
     """
     import signal as _signal
+
     _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
 
 
-def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.02,
-               diagnostics: Callable[[], str] | None = None) -> object:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float,
+    what: str,
+    interval: float = 0.02,
+    diagnostics: Callable[[], str] | None = None,
+) -> object:
     """Poll `predicate` until it returns something truthy (returned) or `timeout` s passed.
 
     The deadline only bounds a wait for a condition; it is never what a test asserts.
@@ -116,12 +142,14 @@ class ProcessGroup:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, args: list[str], env: dict[str, str], log_path: Path | None = None,
-              **kwargs) -> subprocess.Popen:
+    def start(
+        self, args: list[str], env: dict[str, str], log_path: Path | None = None, **kwargs
+    ) -> subprocess.Popen:
         out = open(log_path, "wb") if log_path else subprocess.DEVNULL
         kwargs.setdefault("preexec_fn", default_sigint)
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, **kwargs)
+        proc = subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kwargs
+        )
         self.procs.append(proc)
         return proc
 

@@ -7,6 +7,7 @@ episode statuses would skip step numbers and the recording would come up short) 
 lockstep arm's state stale: a lockstep arm waits for the answer, so its last state is its
 state however long the answer takes.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -29,13 +30,20 @@ def adapter(request, ros_env, monkeypatch):
     """A panda_sim adapter without cameras, driven by direct callback calls."""
     from rclpy.parameter import Parameter
     from fed_ros.ros.nodes import arm_adapter_node as mod
+
     clock = FakeClock()
     monkeypatch.setattr(mod, "time", clock)
     context = rclpy.Context()
     rclpy.init(context=context)
-    node = mod.ArmAdapterNode(context=context, parameter_overrides=[
-        Parameter("lockstep", value=request.param), Parameter("cameras", value=False),
-        Parameter("state_timeout_s", value=0.5), Parameter("max_episode_steps", value=50)])
+    node = mod.ArmAdapterNode(
+        context=context,
+        parameter_overrides=[
+            Parameter("lockstep", value=request.param),
+            Parameter("cameras", value=False),
+            Parameter("state_timeout_s", value=0.5),
+            Parameter("max_episode_steps", value=50),
+        ],
+    )
     try:
         yield node, clock
     finally:
@@ -50,6 +58,7 @@ def _arm_state(node, clock, stamp_ns: int, pose_delay_s: float = 0.0) -> None:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float32MultiArray, MultiArrayDimension
     from fed_ros.ros.arm import topics as at
+
     prof = node.profile
     stamp = Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000)
     js = JointState()
@@ -57,46 +66,52 @@ def _arm_state(node, clock, stamp_ns: int, pose_delay_s: float = 0.0) -> None:
     js.name = list(prof.joints.names) + list(prof.gripper.joint_names)
     js.position = [0.1] * len(js.name)
     js.velocity = [0.0] * len(js.name)
-    node._on_joint_states(js)
+    node.inputs.on_joint_states(js)
     obj = Float32MultiArray(data=[0.0] * OBJECT_STATE_DIM)
-    obj.layout.dim = [MultiArrayDimension(label=at.object_state_label(stamp_ns), size=OBJECT_STATE_DIM)]
-    node._on_object_state(obj)
+    obj.layout.dim = [
+        MultiArrayDimension(label=at.object_state_label(stamp_ns), size=OBJECT_STATE_DIM)
+    ]
+    node.inputs.on_object_state(obj)
     clock.t += pose_delay_s
     pose = PoseStamped()
     pose.header.stamp = stamp
     pose.header.frame_id = prof.frames.base
     pose.pose.position.x, pose.pose.orientation.w = 0.4, 1.0
-    node._on_pose(pose)
+    node.inputs.on_pose(pose)
 
 
 def _answer(node) -> None:
     """The policy's command answering the adapter's current observation."""
     from fed_ros.msg import ArmCommand
     from fed_ros.ros.arm import topics as at
+
     cmd = ArmCommand()
-    cmd.header.stamp = at.ns_to_stamp(node._obs_stamp_ns)
+    cmd.header.stamp = at.ns_to_stamp(node.observations.stamp_ns)
     cmd.action = [0.1, 0.0, 0.0]
     cmd.gripper = -1.0
-    node._on_command(cmd)
+    node.control.on_command(cmd)
 
 
 def _start_episode(node, clock) -> None:
-    # What the reset service leaves behind (adapter_home.home_and_start), without the home motion.
+    # What the reset service leaves behind (adapter_reset.EpisodeReset), without the home motion.
     _arm_state(node, clock, 1_000_000_000)
-    node.episode, node.step, node.done, node._success = 1, 0, False, False
+    episode = node.episode
+    episode.number, episode.step, episode.done, episode.success = 1, 0, False, False
     node.safety.hold(False)
-    assert node._publish_observation(clock.t)
+    assert node.control.publish_observation(clock.t)
 
 
 def _run(node, clock, delays: list[float]) -> list[tuple[int, int, int]]:
-    """Answer each observation, then the next arm state arrives; (step, obs stamp, applied stamp)."""
+    """Answer each observation, then the next arm state arrives; (step, obs stamp, applied
+    stamp)."""
     seen = []
     for i, delay in enumerate(delays):
         _answer(node)
-        assert node._applied_ns == node._obs_stamp_ns, "the answer was not applied"
+        obs = node.observations
+        assert obs.applied_ns == obs.stamp_ns, "the answer was not applied"
         clock.t += 0.05
         _arm_state(node, clock, 2_000_000_000 + i * 50_000_000, pose_delay_s=delay)
-        seen.append((node.step, node._obs_stamp_ns, node._applied_ns))
+        seen.append((node.episode.step, obs.stamp_ns, obs.applied_ns))
     return seen
 
 

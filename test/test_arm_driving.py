@@ -2,6 +2,7 @@
 scripted expert are labelled as the expert's (not the policy client's), and a mirrored-mount
 arm is driven from its `variation` alone (bridge negates x/y, expert commands in the arm's
 frame), giving exactly the benchmark's mirrored demonstrations."""
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,25 @@ def mirrored_arm(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     group = ProcessGroup()
-    group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
-                  "-p", "variation:=mirrored_mount", "-p", "cameras:=false", "-p", "lockstep:=true",
-                  "-p", f"seed:={BRIDGE_SEED}"], env, log_path=tmp_path / "bridge.log")
+    group.python(
+        [
+            "-m",
+            "fed_ros.ros.nodes.sim_bridge_node",
+            "--ros-args",
+            "-p",
+            "task:=lift",
+            "-p",
+            "variation:=mirrored_mount",
+            "-p",
+            "cameras:=false",
+            "-p",
+            "lockstep:=true",
+            "-p",
+            f"seed:={BRIDGE_SEED}",
+        ],
+        env,
+        log_path=tmp_path / "bridge.log",
+    )
     try:
         with spun_node("robot", threads=3) as node:
             arm = ArmClient(node, cameras=False, source="policy")
@@ -60,8 +77,17 @@ def test_builtin_expert_demo_is_labelled_expert_and_mirrored(mirrored_arm):
     from fed_ros.sim.collect import collect_demos
 
     arm, recorder, demo_dir = mirrored_arm
-    ok = record_expert_demos(arm, recorder, ["lift"], 1, 0, demo_seed=BRIDGE_SEED, noise_std=0.0,
-                             variation="mirrored_mount", max_steps=150)
+    ok = record_expert_demos(
+        arm,
+        recorder,
+        ["lift"],
+        1,
+        0,
+        demo_seed=BRIDGE_SEED,
+        noise_std=0.0,
+        variation="mirrored_mount",
+        max_steps=150,
+    )
     assert ok == 1  # the mirrored arm's expert solved it through the mirrored bridge
 
     [meta_file] = list(demo_dir.rglob("metadata.yaml"))
@@ -72,7 +98,9 @@ def test_builtin_expert_demo_is_labelled_expert_and_mirrored(mirrored_arm):
     assert episode.metadata["source"] == "expert:lift_scripted"
     with AnyReader([meta_file.parent]) as reader:
         conns = [c for c in reader.connections if c.topic.endswith("arm/applied_command")]
-        sources = {reader.deserialize(raw, c.msgtype).source for c, _, raw in reader.messages(conns)}
+        sources = {
+            reader.deserialize(raw, c.msgtype).source for c, _, raw in reader.messages(conns)
+        }
     assert sources == {"expert:lift_scripted"}
     assert yaml.safe_load(custom["command_sources"]) == {"expert:lift_scripted": len(episode)}
 
@@ -81,4 +109,6 @@ def test_builtin_expert_demo_is_labelled_expert_and_mirrored(mirrored_arm):
     expected = mirror_episode(normal)
     assert len(episode) == len(expected)
     np.testing.assert_allclose(episode.actions, expected.actions, atol=1e-6)
-    np.testing.assert_allclose(episode.observations["eef_pos"], expected.observations["eef_pos"], atol=1e-6)
+    np.testing.assert_allclose(
+        episode.observations["eef_pos"], expected.observations["eef_pos"], atol=1e-6
+    )

@@ -1,14 +1,29 @@
 """Arm profiles (validation, overrides) and the adapter's pure safety logic (no ROS)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fed_ros.core.arm.profile import (ProfileError, available_profiles, load_profile, parse_overrides,
-                                      profile_from_dict)
-from fed_ros.core.arm.safety import (JointSelector, MODE_HOLD, MODE_JOINT_VELOCITY, MODE_OSC_POSE,
-                                     MODE_OSC_POSITION, SafetyFilter, Watchdog, enforce_workspace,
-                                     gripper_action, gripper_position)
+from fed_ros.core.arm.profile import (
+    ProfileError,
+    available_profiles,
+    load_profile,
+    parse_overrides,
+    profile_from_dict,
+)
+from fed_ros.core.arm.safety import (
+    JointSelector,
+    MODE_HOLD,
+    MODE_JOINT_VELOCITY,
+    MODE_OSC_POSE,
+    MODE_OSC_POSITION,
+    SafetyFilter,
+    Watchdog,
+    enforce_workspace,
+    gripper_action,
+    gripper_position,
+)
 
 
 def test_shipped_profiles_load_with_vendor_names():
@@ -29,20 +44,31 @@ def test_overrides_replace_nested_fields_and_keep_the_rest():
     p = load_profile("ur5e", {"limits": {"max_linear_speed": 0.05}, "topics": {"eef_pose": "/tcp"}})
     assert p.limits.max_linear_speed == 0.05 and p.topics.eef_pose == "/tcp"
     assert p.limits.max_angular_speed == load_profile("ur5e").limits.max_angular_speed
-    assert parse_overrides("{limits: {max_angular_speed: 0.2}}") == {"limits": {"max_angular_speed": 0.2}}
+    assert parse_overrides("{limits: {max_angular_speed: 0.2}}") == {
+        "limits": {"max_angular_speed": 0.2}
+    }
 
 
-@pytest.mark.parametrize("override, words", [
-    ({"limits": {"max_linear_speed": -1}}, ["limits.max_linear_speed", "-1"]),
-    ({"limits": {"max_linear_speed": "fast"}}, ["limits.max_linear_speed", "fast"]),
-    ({"joints": {"home": [0.0]}}, ["joints.home", "1 values for 6 joints"]),
-    ({"joints": {"velocity_limits": [1, 1, 1, 1, 1, 0]}}, ["velocity_limits[5]", "wrist_3_joint"]),
-    ({"limits": {"workspace_min": [0, 0, 1.0], "workspace_max": [1, 1, 0.5]}}, ["workspace z", "1.0"]),
-    ({"topics": {"twist_comand": "/x"}}, ["twist_comand", "unknown field"]),
-    ({"topics": {"joint_command_interface": "effort"}}, ["joint_command_interface", "effort"]),
-    ({"cameras": {"top": {"topic": "/top"}}}, ["cameras.top"]),
-    ({"watchdog_timeout_s": 0.01}, ["watchdog_timeout_s", "0.01"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ({"limits": {"max_linear_speed": -1}}, ["limits.max_linear_speed", "-1"]),
+        ({"limits": {"max_linear_speed": "fast"}}, ["limits.max_linear_speed", "fast"]),
+        ({"joints": {"home": [0.0]}}, ["joints.home", "1 values for 6 joints"]),
+        (
+            {"joints": {"velocity_limits": [1, 1, 1, 1, 1, 0]}},
+            ["velocity_limits[5]", "wrist_3_joint"],
+        ),
+        (
+            {"limits": {"workspace_min": [0, 0, 1.0], "workspace_max": [1, 1, 0.5]}},
+            ["workspace z", "1.0"],
+        ),
+        ({"topics": {"twist_comand": "/x"}}, ["twist_comand", "unknown field"]),
+        ({"topics": {"joint_command_interface": "effort"}}, ["joint_command_interface", "effort"]),
+        ({"cameras": {"top": {"topic": "/top"}}}, ["cameras.top"]),
+        ({"watchdog_timeout_s": 0.01}, ["watchdog_timeout_s", "0.01"]),
+    ],
+)
 def test_bad_profile_fields_are_named(override, words):
     with pytest.raises(ProfileError) as info:
         load_profile("ur5e", override)
@@ -52,9 +78,14 @@ def test_bad_profile_fields_are_named(override, words):
 
 def test_missing_fields_and_unknown_profiles_are_named():
     with pytest.raises(ProfileError, match="missing required field.*limits"):
-        profile_from_dict({"name": "x", "joints": {"names": ["a"], "velocity_limits": [1], "home": [0]},
-                           "frames": {"base": "b", "eef": "e"},
-                           "topics": {"joint_states": "j", "eef_pose": "p", "twist_command": "t"}})
+        profile_from_dict(
+            {
+                "name": "x",
+                "joints": {"names": ["a"], "velocity_limits": [1], "home": [0]},
+                "frames": {"base": "b", "eef": "e"},
+                "topics": {"joint_states": "j", "eef_pose": "p", "twist_command": "t"},
+            }
+        )
     with pytest.raises(ProfileError, match="unknown arm profile 'ur6'"):
         load_profile("ur6")
 
@@ -179,32 +210,61 @@ def test_hold_latch_stops_at_once_and_needs_a_new_command_after_release():
 
 # --- fleet files pick a profile per robot ---------------------------------------------------
 
+
 def _fleet(**robot):
-    from fed_ros.ros.fleet.plan import fleet_config_from_dict
-    return fleet_config_from_dict({"name": "lab", "algorithm": "fedavg", "rounds": 1, "robots": [robot]})
+    from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+
+    return fleet_config_from_dict(
+        {"name": "lab", "algorithm": "fedavg", "rounds": 1, "robots": [robot]}
+    )
 
 
 def test_fleet_profile_plans_an_adapter_and_a_ros2_control_bridge():
     from fed_ros.ros.fleet.plan import plan_fleet
-    real = plan_fleet(_fleet(id="ur_1", task="wipe", sim=False, profile="ur5e",
-                             arm={"limits": {"max_linear_speed": 0.05}}), include_server=False)
-    assert [(n.executable, n.fqn) for n in real] == [("arm_adapter_node", "/ur_1/arm_adapter"),
-                                                     ("robot_node", "/ur_1/robot")]
+
+    real = plan_fleet(
+        _fleet(
+            id="ur_1",
+            task="wipe",
+            sim=False,
+            profile="ur5e",
+            arm={"limits": {"max_linear_speed": 0.05}},
+        ),
+        include_server=False,
+    )
+    assert [(n.executable, n.fqn) for n in real] == [
+        ("arm_adapter_node", "/ur_1/arm_adapter"),
+        ("robot_node", "/ur_1/robot"),
+    ]
     overrides = parse_overrides(real[0].parameters["profile_overrides"])
     assert load_profile(real[0].parameters["profile"], overrides).limits.max_linear_speed == 0.05
     sim = plan_fleet(_fleet(id="sim_0", task="lift", profile="panda_sim"), include_server=False)
     assert [n.executable for n in sim] == ["sim_bridge_node", "arm_adapter_node", "robot_node"]
     assert sim[0].parameters["interface"] == "ros2_control"
-    assert "interface" not in plan_fleet(_fleet(id="d", task="lift"), include_server=False)[0].parameters
+    assert (
+        "interface"
+        not in plan_fleet(_fleet(id="d", task="lift"), include_server=False)[0].parameters
+    )
 
 
-@pytest.mark.parametrize("robot, words", [
-    (dict(id="ur_1", task="wipe", sim=False, profile="ur5e", arm={"limits": {"max_linear_speed": 0}}),
-     ["robot 'ur_1'", "limits.max_linear_speed", "0"]),
-    (dict(id="ur_1", task="lift", profile="ur5e"), ["simulator is a Panda", "sim: false"]),
-    (dict(id="ur_1", task="lift", arm={"limits": {}}), ["'arm' overrides need a 'profile'"]),
-    (dict(id="ur_1", task="lift", sim=False, profile="ur9"), ["unknown arm profile 'ur9'"]),
-])
+@pytest.mark.parametrize(
+    "robot, words",
+    [
+        (
+            dict(
+                id="ur_1",
+                task="wipe",
+                sim=False,
+                profile="ur5e",
+                arm={"limits": {"max_linear_speed": 0}},
+            ),
+            ["robot 'ur_1'", "limits.max_linear_speed", "0"],
+        ),
+        (dict(id="ur_1", task="lift", profile="ur5e"), ["simulator is a Panda", "sim: false"]),
+        (dict(id="ur_1", task="lift", arm={"limits": {}}), ["'arm' overrides need a 'profile'"]),
+        (dict(id="ur_1", task="lift", sim=False, profile="ur9"), ["unknown arm profile 'ur9'"]),
+    ],
+)
 def test_fleet_profile_errors_name_robot_and_field(robot, words):
     with pytest.raises(ValueError) as info:
         _fleet(**robot)

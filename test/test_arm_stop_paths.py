@@ -9,6 +9,7 @@ keeps repeating the policy's last command and the arm's last twist stays non-zer
 A zero command is: twist all zero, joint velocities all zero, gripper held at its last
 commanded position (here closed, 0.79 rad).
 """
+
 from __future__ import annotations
 
 import signal
@@ -42,6 +43,7 @@ class RecordingArm:
         from std_msgs.msg import Float64MultiArray
         from trajectory_msgs.msg import JointTrajectory
         from fed_ros.ros.wire import qos
+
         self.node, self.profile = node, profile
         self.q = np.zeros(len(profile.joints.names))
         self.lock = threading.Lock()
@@ -50,11 +52,17 @@ class RecordingArm:
         self._pose = node.create_publisher(PoseStamped, "/tool0_pose", qos.sensor_qos())
         self._JointState, self._PoseStamped = JointState, PoseStamped
         t = profile.topics
-        for kind, msg_type, topic in (("twist", TwistStamped, t.twist_command),
-                                      ("joint", Float64MultiArray, t.joint_command),
-                                      ("gripper", Float64MultiArray, t.gripper_command)):
-            node.create_subscription(msg_type, topic, lambda m, k=kind: self._record(k, m), qos.command_qos(depth=100))
-        node.create_subscription(JointTrajectory, t.home_trajectory, self._home, qos.command_qos(depth=10))
+        for kind, msg_type, topic in (
+            ("twist", TwistStamped, t.twist_command),
+            ("joint", Float64MultiArray, t.joint_command),
+            ("gripper", Float64MultiArray, t.gripper_command),
+        ):
+            node.create_subscription(
+                msg_type, topic, lambda m, k=kind: self._record(k, m), qos.command_qos(depth=100)
+            )
+        node.create_subscription(
+            JointTrajectory, t.home_trajectory, self._home, qos.command_qos(depth=10)
+        )
         node.create_timer(0.05, self._publish)
 
     def _record(self, kind: str, msg) -> None:
@@ -65,8 +73,10 @@ class RecordingArm:
         self.q = np.array(msg.points[-1].positions)
 
     def _publish(self) -> None:
-        js = self._JointState(name=["robotiq_85_left_knuckle_joint", *self.profile.joints.names],
-                              position=[0.1, *self.q.tolist()])
+        js = self._JointState(
+            name=["robotiq_85_left_knuckle_joint", *self.profile.joints.names],
+            position=[0.1, *self.q.tolist()],
+        )
         js.header.stamp = self.node.get_clock().now().to_msg()
         self._js.publish(js)
         pose = self._PoseStamped()
@@ -88,8 +98,13 @@ class RecordingArm:
         with self.lock:
             return any(k == "twist" and _speed(m) > 0 for k, m in self.commands[since:])
 
-    def assert_stopped(self, since: int, gripper_at: float | None = CLOSED, zero_since: int | None = None,
-                       stopped_by: int | None = None) -> None:
+    def assert_stopped(
+        self,
+        since: int,
+        gripper_at: float | None = CLOSED,
+        zero_since: int | None = None,
+        stopped_by: int | None = None,
+    ) -> None:
         """The last command of every kind is the zero, and nothing moved after the stop
         (``gripper_at``: where the gripper must be held; None: any position, but one was sent).
         ``zero_since``: where the joint and gripper zero may be found (default ``since``).
@@ -104,18 +119,26 @@ class RecordingArm:
         twists = [(i, m) for i, (k, m) in enumerate(after, start=since) if k == "twist"]
         if stopped_by is None:
             first_zero = next((j for j, (_, m) in enumerate(twists) if _speed(m) == 0.0), None)
-            assert first_zero is not None, f"no zero twist after the stop ({len(twists)} twists, last " \
-                                           f"{_speed(twists[-1][1]) if twists else None} m/s)"
-            assert all(_speed(m) == 0.0 for _, m in twists[first_zero:]), "the arm moved again after its zero"
+            assert first_zero is not None, (
+                f"no zero twist after the stop ({len(twists)} twists, last "
+                f"{_speed(twists[-1][1]) if twists else None} m/s)"
+            )
+            assert all(_speed(m) == 0.0 for _, m in twists[first_zero:]), (
+                "the arm moved again after its zero"
+            )
         else:
             moves = [i for i, m in twists if _speed(m) > 0.0]
-            assert not moves or moves[-1] < stopped_by, \
+            assert not moves or moves[-1] < stopped_by, (
                 f"the arm moved after the stop (command {moves[-1]}, stop acknowledged at {stopped_by})"
-            assert twists and _speed(twists[-1][1]) == 0.0 and (not moves or twists[-1][0] > moves[-1]), \
-                f"no zero twist after the last movement ({len(twists)} twists)"
+            )
+            assert (
+                twists and _speed(twists[-1][1]) == 0.0 and (not moves or twists[-1][0] > moves[-1])
+            ), f"no zero twist after the last movement ({len(twists)} twists)"
         zero_since = since if zero_since is None else zero_since
         joint, gripper = self.last("joint", zero_since), self.last("gripper", zero_since)
-        assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), joint
+        assert joint is not None and list(joint.data) == [0.0] * len(self.profile.joints.names), (
+            joint
+        )
         assert gripper is not None, "no gripper hold after the stop"
         if gripper_at is not None:
             assert gripper.data[0] == pytest.approx(gripper_at), gripper
@@ -123,21 +146,38 @@ class RecordingArm:
 
 def _speed(twist) -> float:
     t = twist.twist
-    return float(np.abs([t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z]).max())
+    return float(
+        np.abs([t.linear.x, t.linear.y, t.linear.z, t.angular.x, t.angular.y, t.angular.z]).max()
+    )
 
 
 def _adapter_params(tmp_path: Path, watchdog: str = NO_WATCHDOG, **extra) -> Path:
     path = tmp_path / "adapter.yaml"
-    params = {"profile": "ur5e", "cameras": False, "profile_overrides": watchdog, "max_episode_steps": 100000,
-              **extra}
+    params = {
+        "profile": "ur5e",
+        "cameras": False,
+        "profile_overrides": watchdog,
+        "max_episode_steps": 100000,
+        **extra,
+    }
     path.write_text(yaml.safe_dump({"/**": {"ros__parameters": params}}))
     return path
 
 
 def start_adapter(processes, env, tmp_path: Path, watchdog: str = NO_WATCHDOG):
-    return processes.python(["-m", ADAPTER, "--ros-args", "-r", f"__ns:={NS}",
-                             "--params-file", str(_adapter_params(tmp_path, watchdog))],
-                            env, log_path=tmp_path / "adapter.log")
+    return processes.python(
+        [
+            "-m",
+            ADAPTER,
+            "--ros-args",
+            "-r",
+            f"__ns:={NS}",
+            "--params-file",
+            str(_adapter_params(tmp_path, watchdog)),
+        ],
+        env,
+        log_path=tmp_path / "adapter.log",
+    )
 
 
 class Driver:
@@ -145,6 +185,7 @@ class Driver:
 
     def __init__(self, node) -> None:
         from fed_ros.ros.arm.bridge_eval import ArmClient
+
         self.client = ArmClient(node, namespace=NS, cameras=False)
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
@@ -160,6 +201,7 @@ class Driver:
                 except TimeoutError:
                     continue  # the adapter stopped publishing (it is shutting down): keep trying
                 self.client.send(np.array([0.5, 0.0, 0.0, 1.0], np.float32), stamp)
+
         self.thread = threading.Thread(target=drive, daemon=True)
         self.thread.start()
 
@@ -177,8 +219,9 @@ def _try_reset(client):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_adapter_signal_ends_with_a_zero_command_while_the_policy_still_commands(sig, ros_env, processes,
-                                                                                 tmp_path):
+def test_adapter_signal_ends_with_a_zero_command_while_the_policy_still_commands(
+    sig, ros_env, processes, tmp_path
+):
     profile = load_profile("ur5e")
     adapter = start_adapter(processes, ros_env, tmp_path)
     spun = Spun("arm_and_policy")
@@ -192,7 +235,9 @@ def test_adapter_signal_ends_with_a_zero_command_while_the_policy_still_commands
         adapter.send_signal(sig)
         # The policy keeps commanding; the adapter must hold anyway, then exit cleanly.
         assert adapter.wait(timeout=30) == 0, (tmp_path / "adapter.log").read_text()[-3000:]
-        time.sleep(0.3)  # deliberate: anything still in flight from the adapter lands before the check
+        time.sleep(
+            0.3
+        )  # deliberate: anything still in flight from the adapter lands before the check
         arm.assert_stopped(mark)
         log = (tmp_path / "adapter.log").read_text()
         assert "arm stopped: shutdown; zero command sent" in log
@@ -208,12 +253,20 @@ def test_an_exception_in_the_adapters_tick_ends_with_a_zero_command(ros_env, tmp
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.parameter import Parameter
     from fed_ros.ros.nodes.arm_adapter_node import ArmAdapterNode
+
     profile = load_profile("ur5e")
     context = rclpy.Context()
     rclpy.init(context=context)
-    adapter = ArmAdapterNode(context=context, namespace=NS, parameter_overrides=[
-        Parameter("profile", value="ur5e"), Parameter("cameras", value=False),
-        Parameter("profile_overrides", value=NO_WATCHDOG), Parameter("max_episode_steps", value=100000)])
+    adapter = ArmAdapterNode(
+        context=context,
+        namespace=NS,
+        parameter_overrides=[
+            Parameter("profile", value="ur5e"),
+            Parameter("cameras", value=False),
+            Parameter("profile_overrides", value=NO_WATCHDOG),
+            Parameter("max_episode_steps", value=100000),
+        ],
+    )
     executor = MultiThreadedExecutor(num_threads=3, context=context)
     executor.add_node(adapter)
     spinner = threading.Thread(target=executor.spin, daemon=True)
@@ -229,9 +282,12 @@ def test_an_exception_in_the_adapters_tick_ends_with_a_zero_command(ros_env, tmp
 
         def broken_tick(*_args, **_kwargs):
             raise RuntimeError("injected fault in the safety filter")
+
         adapter.safety.tick = broken_tick
         wait_until(lambda: arm.count() > mark + 5, 10.0, "commands after the fault")
-        adapter.safety.tick = type(adapter.safety).tick.__get__(adapter.safety)  # the loop works again
+        adapter.safety.tick = type(adapter.safety).tick.__get__(
+            adapter.safety
+        )  # the loop works again
         n = arm.count()
         wait_until(lambda: arm.count() > n + 10, 10.0, "ticks after the repair")
         # Latched: a loop that failed once does not move the arm again until released or reset.
@@ -248,6 +304,7 @@ def test_an_exception_in_the_adapters_tick_ends_with_a_zero_command(ros_env, tmp
 
 def test_e_stop_ends_with_a_zero_command_and_holds_until_released(ros_env, processes, tmp_path):
     from std_msgs.msg import Bool
+
     profile = load_profile("ur5e")
     start_adapter(processes, ros_env, tmp_path)
     spun = Spun("arm_and_policy")

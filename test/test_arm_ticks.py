@@ -1,4 +1,5 @@
 """The adapter's tick schedule (fed_ros.core.arm.ticks) with exact arrival times, no ROS."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,7 +27,9 @@ def test_an_arm_at_exactly_the_control_rate_gets_at_least_095_of_it(jitter_s):
     timer = np.arange(n) * PERIOD + 1.0 + 0.031
     taken, sched = _ticks(arrivals, timer)
     rate = len(taken) / (n * PERIOD)
-    assert rate >= 0.95 * 20.0, f"{rate:.1f} ticks/s for a 20 Hz arm (jitter {jitter_s * 1e3:.0f} ms)"
+    assert rate >= 0.95 * 20.0, (
+        f"{rate:.1f} ticks/s for a 20 Hz arm (jitter {jitter_s * 1e3:.0f} ms)"
+    )
     assert rate <= 20.0 * (1 + 1.0 / n) + 1e-9
     # The rule this replaced (gap >= 0.9 periods) dropped every early message: 14-15/s here.
     assert np.diff(taken).min() >= 0.25 * PERIOD - 1e-12
@@ -64,7 +67,9 @@ def test_late_arm_ticks_count_overruns_and_do_not_push_the_schedule_back():
     assert sched.take(0.16, False) and sched.due == pytest.approx(0.14 + 0.05 + 0.2 * 0.02)
     assert not sched.take(0.164, False)  # before due - 1/2 period
     assert not sched.take(0.17, False)  # in time, but 0.01 s after the last tick (< 1/4 period)
-    assert sched.take(0.18, False) and sched.due == pytest.approx(0.194 + 0.05 + 0.2 * (0.18 - 0.194))
+    assert sched.take(0.18, False) and sched.due == pytest.approx(
+        0.194 + 0.05 + 0.2 * (0.18 - 0.194)
+    )
     assert sched.overruns == 1
     with pytest.raises(ValueError, match="period"):
         TickSchedule(0.0)

@@ -1,4 +1,5 @@
 """Attack harness, B1 bounded influence, B2 aggregator laws, B3 attack table with stated bounds."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,9 @@ def test_model_attacks_do_what_they_say():
     np.testing.assert_array_equal(attacks.attack_vector(upd, ref, "none"), upd)
     noisy = attacks.attack_vector(upd, ref, "gaussian", noise_std=2.0, seed=1)
     assert abs(float(np.std(noisy)) - 2.0) < 0.5
-    np.testing.assert_array_equal(noisy, attacks.attack_vector(upd, ref, "gaussian", noise_std=2.0, seed=1))
+    np.testing.assert_array_equal(
+        noisy, attacks.attack_vector(upd, ref, "gaussian", noise_std=2.0, seed=1)
+    )
     nan = attacks.attack_vector(upd, ref, "nan", nan_fraction=0.05)
     assert int(np.isnan(nan).sum()) == 5 and nan.dtype == np.float32
     assert np.isnan(attacks.attack_vector(upd[:3], ref[:3], "nan")).sum() == 1  # at least one
@@ -50,8 +53,15 @@ def test_attack_state_dict_keeps_schema():
 
 def _episodes(n: int = 3, steps: int = 10) -> list[Episode]:
     rng = np.random.default_rng(0)
-    return [Episode("lift", "lift", {OBJECT_STATE: rng.normal(size=(steps, 32)).astype(np.float32)},
-                    rng.uniform(-1, 1, (steps, 4)).astype(np.float32)) for _ in range(n)]
+    return [
+        Episode(
+            "lift",
+            "lift",
+            {OBJECT_STATE: rng.normal(size=(steps, 32)).astype(np.float32)},
+            rng.uniform(-1, 1, (steps, 4)).astype(np.float32),
+        )
+        for _ in range(n)
+    ]
 
 
 def test_label_flip_negate_and_shuffle():
@@ -59,7 +69,10 @@ def test_label_flip_negate_and_shuffle():
     neg = attacks.label_flip(eps, "negate")
     for a, b in zip(eps, neg):
         np.testing.assert_array_equal(b.actions, -a.actions)
-        assert b.observations is a.observations or b.observations[OBJECT_STATE] is a.observations[OBJECT_STATE]
+        assert (
+            b.observations is a.observations
+            or b.observations[OBJECT_STATE] is a.observations[OBJECT_STATE]
+        )
         assert b.metadata["attack"] == "label_flip_negate" and "attack" not in a.metadata
     shuf = attacks.label_flip(eps, "shuffle", seed=3)
     pooled = np.concatenate([e.actions for e in eps])
@@ -72,10 +85,13 @@ def test_label_flip_negate_and_shuffle():
 
 # ----------------------------------------------------------------------------- B1 bounded influence
 
+
 @settings(max_examples=200, deadline=None)
-@given(honest=hnp.arrays(np.float32, (4, 16), elements=st.floats(-10, 10, width=32)),
-       attacker=hnp.arrays(np.float32, 16, elements=st.floats(-1e6, 1e6, width=32)),
-       clip=st.floats(0.01, 10.0))
+@given(
+    honest=hnp.arrays(np.float32, (4, 16), elements=st.floats(-10, 10, width=32)),
+    attacker=hnp.arrays(np.float32, 16, elements=st.floats(-1e6, 1e6, width=32)),
+    clip=st.floats(0.01, 10.0),
+)
 def test_b1_clip_bounds_one_clients_influence(honest, attacker, clip):
     """B1: with norm clipping, one of n clients moves the aggregate by at most clip/n."""
     reference = np.zeros(16, np.float32)
@@ -96,7 +112,9 @@ def test_b1_measured_figures_per_attack():
     for r in rows:
         assert r.clip_shift <= r.clip_bound + 1e-6, (r.attack, r.clip_shift, r.clip_bound)
     # Without clipping the same attack moves it far past the bound (the test can fail).
-    assert next(r for r in rows if r.attack == "scale100").distance["mean"] > 10 * rows[0].clip_bound
+    assert (
+        next(r for r in rows if r.attack == "scale100").distance["mean"] > 10 * rows[0].clip_bound
+    )
 
 
 def _synthetic(n: int = 5, dim: int = 2000, seed: int = 0):
@@ -106,13 +124,20 @@ def _synthetic(n: int = 5, dim: int = 2000, seed: int = 0):
 
 # ----------------------------------------------------------------------------- B2 aggregator laws
 
+
 @settings(max_examples=50, deadline=None)
-@given(data=hnp.arrays(np.float32, (5, 8), elements=st.floats(-100, 100, width=32)),
-       perm=st.permutations(range(5)))
+@given(
+    data=hnp.arrays(np.float32, (5, 8), elements=st.floats(-100, 100, width=32)),
+    perm=st.permutations(range(5)),
+)
 def test_b2_order_invariance(data, perm):
     ref = np.zeros(8, np.float32)
-    for rule, kw in [("median", {}), ("trimmed_mean", {"trim": 0.2}), ("multi_krum", {"f": 1}),
-                     ("clip", {"clip_norm": 5.0, "reference": ref})]:
+    for rule, kw in [
+        ("median", {}),
+        ("trimmed_mean", {"trim": 0.2}),
+        ("multi_krum", {"f": 1}),
+        ("clip", {"clip_norm": 5.0, "reference": ref}),
+    ]:
         a = aggregate_robust(data, np.ones(5), rule, **kw)
         b = aggregate_robust(data[list(perm)], np.ones(5), rule, **kw)
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4, err_msg=rule)
@@ -121,9 +146,16 @@ def test_b2_order_invariance(data, perm):
 def test_b2_identical_honest_inputs_unchanged_and_krum_refuses():
     row = np.linspace(-1, 1, 32).astype(np.float32)
     stacked = np.tile(row, (5, 1))
-    for rule, kw in [("median", {}), ("trimmed_mean", {"trim": 0.2}), ("multi_krum", {"f": 1}),
-                     ("clip", {"clip_norm": 100.0}), ("mean", {})]:
-        np.testing.assert_allclose(aggregate_robust(stacked, np.ones(5), rule, **kw), row, rtol=1e-6)
+    for rule, kw in [
+        ("median", {}),
+        ("trimmed_mean", {"trim": 0.2}),
+        ("multi_krum", {"f": 1}),
+        ("clip", {"clip_norm": 100.0}),
+        ("mean", {}),
+    ]:
+        np.testing.assert_allclose(
+            aggregate_robust(stacked, np.ones(5), rule, **kw), row, rtol=1e-6
+        )
     with pytest.raises(ValueError, match="n >= 2f\\+3"):
         aggregate_robust(stacked[:4], np.ones(4), "multi_krum", f=1)
 
@@ -143,7 +175,12 @@ def test_b3_every_attack_bounded_under_robust_rules(table):
     assert {r.attack for r in table} == set(attacks.ATTACKS)
     for r in table:
         for rule in ("median", "trimmed_mean"):
-            assert r.distance[rule] <= B3_ROBUST_BOUND, (r.setting, r.attack, rule, r.distance[rule])
+            assert r.distance[rule] <= B3_ROBUST_BOUND, (
+                r.setting,
+                r.attack,
+                rule,
+                r.distance[rule],
+            )
         if r.distance["multi_krum"] is not None:
             assert r.distance["multi_krum"] <= B3_ROBUST_BOUND, (r.setting, r.attack)
         else:  # only after the NaN update was rejected: 4 left < 2f+3

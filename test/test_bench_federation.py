@@ -1,4 +1,5 @@
 """`fed-ros bench federation`: helpers, and one tiny end-to-end cell in real MuJoCo."""
+
 from __future__ import annotations
 
 import json
@@ -7,20 +8,34 @@ import numpy as np
 import pytest
 
 from fed_ros.bench import federation as F
+from fed_ros.bench import federation_cells as FC
 from fed_ros.bench import federation_demos as FD
 from fed_ros.bench import federation_eval as FE
 from fed_ros.bench import federation_run as FR
-from fed_ros.bench.federation_settings import (OVERLAP_CELL_OFFSET, PROFILES, Family, Setting, cross_family,
-                                               fedepth_method, method_by_name, overlap_methods, overlap_setting,
-                                               overlap_shift_setting, same_family, with_overrides)
+from fed_ros.bench.federation_methods import fedepth_method, method_by_name
+from fed_ros.bench.federation_settings import (
+    OVERLAP_CELL_OFFSET,
+    PROFILES,
+    Family,
+    Setting,
+    cross_family,
+    overlap_methods,
+    overlap_setting,
+    overlap_shift_setting,
+    same_family,
+    with_overrides,
+)
 from fed_ros.core.data.episode import ACTION_DIM, Episode
 
 
 def _episode(n: int = 6) -> Episode:
     rng = np.random.default_rng(0)
-    return Episode(task="lift", instruction="lift the red cube",
-                   observations={"eef_pos": rng.normal(size=(n, 3)).astype(np.float32)},
-                   actions=rng.uniform(-1, 1, size=(n, ACTION_DIM)))
+    return Episode(
+        task="lift",
+        instruction="lift the red cube",
+        observations={"eef_pos": rng.normal(size=(n, 3)).astype(np.float32)},
+        actions=rng.uniform(-1, 1, size=(n, ACTION_DIM)),
+    )
 
 
 def test_mirror_episode_negates_xy_only():
@@ -47,15 +62,23 @@ def test_mirrored_policy_negates_commands():
 
 def test_offset_cell_shifts_absolute_positions_only():
     rng = np.random.default_rng(0)
-    obs = {"eef_pos": rng.normal(size=(4, 3)).astype(np.float32),
-           "object_state": rng.normal(size=(4, 32)).astype(np.float32),
-           "joint_pos": rng.normal(size=(4, 7)).astype(np.float32)}
-    ep = Episode(task="lift", instruction="lift the red cube", observations=obs,
-                 actions=rng.uniform(-1, 1, size=(4, ACTION_DIM)))
+    obs = {
+        "eef_pos": rng.normal(size=(4, 3)).astype(np.float32),
+        "object_state": rng.normal(size=(4, 32)).astype(np.float32),
+        "joint_pos": rng.normal(size=(4, 7)).astype(np.float32),
+    }
+    ep = Episode(
+        task="lift",
+        instruction="lift the red cube",
+        observations=obs,
+        actions=rng.uniform(-1, 1, size=(4, ACTION_DIM)),
+    )
     off = (0.0, 0.06, -0.01)
     moved = FD.offset_episode(ep, off)
     assert np.allclose(moved.observations["eef_pos"], obs["eef_pos"] + np.float32(off))
-    assert np.allclose(moved.observations["object_state"][:, :3], obs["object_state"][:, :3] + np.float32(off))
+    assert np.allclose(
+        moved.observations["object_state"][:, :3], obs["object_state"][:, :3] + np.float32(off)
+    )
     # quaternion, eef->object vector, joints and actions (deltas) do not move with the cell
     assert np.array_equal(moved.observations["object_state"][:, 3:], obs["object_state"][:, 3:])
     assert moved.observations["joint_pos"] is obs["joint_pos"] and moved.actions is ep.actions
@@ -77,7 +100,9 @@ def test_offset_cell_shifts_absolute_positions_only():
             return np.asarray(o["eef_pos"], dtype=np.float32)
 
     frame = {k: v[0] for k, v in obs.items()}
-    assert np.allclose(FE.OffsetCellPolicy(Echo(), "lift", off).act(frame), frame["eef_pos"] + np.float32(off))
+    assert np.allclose(
+        FE.OffsetCellPolicy(Echo(), "lift", off).act(frame), frame["eef_pos"] + np.float32(off)
+    )
 
 
 def test_overlap_setting_has_input_skewed_domains_and_two_unequal_bridges():
@@ -109,39 +134,69 @@ def test_overlap_methods_per_variant_and_cell_wiring():
     quick, default = PROFILES["quick"], PROFILES["default"]
     names = lambda prof, st: [m.name for m in overlap_methods(prof, st)]  # noqa: E731
     # quick: the shift variant runs hard, the smallest reachable soft target and the baselines
-    assert names(quick, overlap_shift_setting(quick)) == ["fedepth_ov000", "fedepth_ov040", "fedavg", "local"]
+    assert names(quick, overlap_shift_setting(quick)) == [
+        "fedepth_ov000",
+        "fedepth_ov040",
+        "fedavg",
+        "local",
+    ]
     sweep = [fedepth_method(o).name for o in quick.overlaps] + ["fedavg", "local"]
     assert names(quick, overlap_setting(quick)) == sweep
     # default keeps the quick list (to fit its hour); gpu runs the full sweep on both variants
-    assert names(default, overlap_shift_setting(default)) == names(quick, overlap_shift_setting(quick))
+    assert names(default, overlap_shift_setting(default)) == names(
+        quick, overlap_shift_setting(quick)
+    )
     gpu = PROFILES["gpu"]
     assert names(gpu, overlap_shift_setting(gpu)) == names(gpu, overlap_setting(gpu))
-    assert method_by_name("fedepth_ov040") == fedepth_method(0.4) and method_by_name("local").name == "local"
+    assert (
+        method_by_name("fedepth_ov040") == fedepth_method(0.4)
+        and method_by_name("local").name == "local"
+    )
     for bad in ("fedepth_ov140", "fedepth_ov4", "nope"):
         with pytest.raises(ValueError, match=bad):
             method_by_name(bad)
-    keys = [s.key for s in F.cell_specs(with_overrides(quick, seeds=(0, 1)), ["overlap"])]
+    keys = [s.key for s in FC.cell_specs(with_overrides(quick, seeds=(0, 1)), ["overlap"])]
     assert len(keys) == 2 * (len(sweep) + 4) and len(set(keys)) == len(keys)
     assert "overlap__fedepth_ov060__s1" in keys and "overlap_shift__fedepth_ov040__s1" in keys
     assert "overlap_shift__fedepth_ov060__s0" not in keys
     with pytest.raises(ValueError, match="fedepth_ov7"):
-        F.cell_specs(with_overrides(quick, overlap_shift_methods=("fedepth_ov7",)), ["overlap"])
+        FC.cell_specs(with_overrides(quick, overlap_shift_methods=("fedepth_ov7",)), ["overlap"])
 
 
 def test_overlap_claims_per_variant_and_seed(tmp_path):
     def cell(setting, method, seed, mean, overlap):
-        return {"setting": setting, "method": method, "seed": seed, "groups": ["a", "b"], "cpu_s": 1.0,
-                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
-                "rounds": [{"round": 0, "diagnostics": {"overlap": overlap, "clusters": {"0": ["robot_0"]}}}]}
+        return {
+            "setting": setting,
+            "method": method,
+            "seed": seed,
+            "groups": ["a", "b"],
+            "cpu_s": 1.0,
+            "final": {"mean": mean, "per_family": {"a": mean, "b": mean}},
+            "evals": [],
+            "rounds": [
+                {"round": 0, "diagnostics": {"overlap": overlap, "clusters": {"0": ["robot_0"]}}}
+            ],
+        }
+
     prof = with_overrides(PROFILES["quick"], seeds=(0, 1))
-    cells = [cell(st, "fedepth_ov000", s, h, 0.0) for st, h in (("overlap", 0.5), ("overlap_shift", 0.2))
-             for s in (0, 1)]
-    cells += [cell(st, "fedepth_ov040", s, v, 0.4) for st, v in (("overlap", 0.25), ("overlap_shift", 0.3))
-              for s in (0, 1)]
+    cells = [
+        cell(st, "fedepth_ov000", s, h, 0.0)
+        for st, h in (("overlap", 0.5), ("overlap_shift", 0.2))
+        for s in (0, 1)
+    ]
+    cells += [
+        cell(st, "fedepth_ov040", s, v, 0.4)
+        for st, v in (("overlap", 0.25), ("overlap_shift", 0.3))
+        for s in (0, 1)
+    ]
     lines = F._claims(cells, None, None, prof)
     conf = [ln for ln in lines if ln.startswith("- overlap (B mirrored")]
     shift = [ln for ln in lines if ln.startswith("- overlap_shift (B not mirrored")]
-    assert len(conf) == 1 and "25.0% vs hard 50.0%: soft < hard" in conf[0] and "soft >= hard on 0 of 2" in conf[0]
+    assert (
+        len(conf) == 1
+        and "25.0% vs hard 50.0%: soft < hard" in conf[0]
+        and "soft >= hard on 0 of 2" in conf[0]
+    )
     assert len(shift) == 1 and "30.0% vs hard 20.0%: soft > hard" in shift[0]
     assert "s0: 30.0 vs 20.0, s1: 30.0 vs 20.0" in shift[0] and "soft >= hard on 2 of 2" in shift[0]
     md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
@@ -163,7 +218,12 @@ def test_settings_shapes_and_validation():
     prof = PROFILES["quick"]
     cross = cross_family(prof)
     assert len(cross.robots) == prof.robots and cross.num_clusters == 2
-    assert [cross.dominant_family(n) for n in range(4)] == ["lift", "lift", "lift_mirrored", "lift_mirrored"]
+    assert [cross.dominant_family(n) for n in range(4)] == [
+        "lift",
+        "lift",
+        "lift_mirrored",
+        "lift_mirrored",
+    ]
     same = same_family(prof, seed=3)
     assert all(sum(c for _, c in mix) == prof.demos_per_robot for mix in same.robots)
     assert same_family(prof, seed=3) == same  # reproducible by seed
@@ -181,17 +241,31 @@ def test_cli_rejects_bad_arguments(capsys):
 
 
 def test_overlap_claim_uses_a_really_overlapping_target(tmp_path):
-    """20% unreachable (calibrated 0%) -> 'NOT tested'; the 40% cell that overlaps is compared instead."""
+    """20% unreachable (calibrated 0%) -> 'NOT tested'; the 40% cell that overlaps is compared
+    instead."""
+
     def cell(method, mean, overlap, clusters):
         diag = {"overlap": overlap, "clusters": clusters}
-        return {"setting": "overlap", "method": method, "seed": 0, "groups": ["a", "b"], "cpu_s": 1.0,
-                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
-                "rounds": [{"round": 0, "diagnostics": diag}]}
+        return {
+            "setting": "overlap",
+            "method": method,
+            "seed": 0,
+            "groups": ["a", "b"],
+            "cpu_s": 1.0,
+            "final": {"mean": mean, "per_family": {"a": mean, "b": mean}},
+            "evals": [],
+            "rounds": [{"round": 0, "diagnostics": diag}],
+        }
+
     prof = with_overrides(PROFILES["quick"], overlaps=(0.0, 0.2, 0.4, 1.0))
-    cells = [cell("fedepth_ov000", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
-             cell("fedepth_ov020", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
-             cell("fedepth_ov040", 0.25, 0.4, {"0": ["robot_0", "robot_1"], "1": ["robot_1", "robot_0"]}),
-             cell("fedepth_ov100", 0.05, 1.0, {"0": ["robot_0", "robot_1"]})]
+    cells = [
+        cell("fedepth_ov000", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
+        cell("fedepth_ov020", 0.10, 0.0, {"0": ["robot_0"], "1": ["robot_1"]}),
+        cell(
+            "fedepth_ov040", 0.25, 0.4, {"0": ["robot_0", "robot_1"], "1": ["robot_1", "robot_0"]}
+        ),
+        cell("fedepth_ov100", 0.05, 1.0, {"0": ["robot_0", "robot_1"]}),
+    ]
     lines = "\n".join(F._claims(cells, None, None, prof))
     assert "NOT tested" in lines
     assert "target 40% (calibrated overlap 40%): 25.0% vs hard 10.0%: soft > hard" in lines
@@ -201,12 +275,23 @@ def test_overlap_claim_uses_a_really_overlapping_target(tmp_path):
 
 def test_report_claims_from_records():
     def cell(method, mean, coassign):
-        return {"setting": "cross_family", "method": method, "seed": 0, "groups": ["a", "a", "b"],
-                "final": {"mean": mean, "per_family": {"a": mean, "b": mean}}, "evals": [],
-                "rounds": [{"round": 0, "coassign": coassign}]}
+        return {
+            "setting": "cross_family",
+            "method": method,
+            "seed": 0,
+            "groups": ["a", "a", "b"],
+            "final": {"mean": mean, "per_family": {"a": mean, "b": mean}},
+            "evals": [],
+            "rounds": [{"round": 0, "coassign": coassign}],
+        }
+
     full = [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     ones = [[1, 1, 1]] * 3
-    cells = [cell("fedavg", 0.3, ones), cell("feddrman", 0.8, full), cell("feddrman_no_cua", 0.35, ones)]
+    cells = [
+        cell("fedavg", 0.3, ones),
+        cell("feddrman", 0.8, full),
+        cell("feddrman_no_cua", 0.35, ones),
+    ]
     lines = "\n".join(F._claims(cells, None, None))
     assert "+50.0 pp" in lines and "REPRODUCED" in lines
     assert "collapses towards FedAvg" in lines
@@ -216,8 +301,25 @@ def test_report_claims_from_records():
 @pytest.mark.sim
 def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
     out = tmp_path / "bench"
-    argv = ["--quick", "--only", "cross", "--methods", "fedavg", "--robots", "2", "--demos", "2",
-            "--rounds", "1", "--local-steps", "3", "--eval-episodes", "1", "--out", str(out)]
+    argv = [
+        "--quick",
+        "--only",
+        "cross",
+        "--methods",
+        "fedavg",
+        "--robots",
+        "2",
+        "--demos",
+        "2",
+        "--rounds",
+        "1",
+        "--local-steps",
+        "3",
+        "--eval-episodes",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert F.main(argv) == 0
     cell = json.loads((out / "cells" / "cross_family__fedavg__s0.json").read_text())
     assert cell["method"] == "fedavg" and len(cell["rounds"]) == 1
@@ -237,7 +339,8 @@ def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
     # Rerun: the finished cell is loaded, not recomputed.
     def boom(*a, **k):
         raise AssertionError("finished cell was recomputed")
-    monkeypatch.setattr(F, "run_cell", boom)
+
+    monkeypatch.setattr(FC, "run_cell", boom)
     assert F.main(argv) == 0
 
 
@@ -255,9 +358,10 @@ def test_eval_horizons_scale_the_longest_demo_per_family():
 
 def test_image_cells_are_named_only_and_use_the_camera_fleet():
     from fed_ros.bench.federation_image import IMAGE_SETTING, image_profile
+
     assert "image" not in F.DEFAULT_EXPERIMENTS  # ~30 min: never part of the default run
     prof = image_profile()
-    specs = F.cell_specs(PROFILES["quick"], ["cross", "image"])
+    specs = FC.cell_specs(PROFILES["quick"], ["cross", "image"])
     image = [s for s in specs if s.setting.name == IMAGE_SETTING]
     assert [s.method.name for s in image] == ["feddrman", "fedavg", "local"]
     assert all(s.setting.cameras and s.profile.policy_config().kind == "image" for s in image)
@@ -265,15 +369,35 @@ def test_image_cells_are_named_only_and_use_the_camera_fleet():
     low = cross_family(prof)
     assert image[0].setting.robots == low.robots and image[0].setting.families == low.families
     assert not any(s.setting.cameras for s in specs if s not in image)
-    assert image_profile(F._parser().parse_args(["--robots", "2", "--methods", "fedavg"])).robots == 2
-    assert all(s.setting.name != IMAGE_SETTING for s in F.cell_specs(PROFILES["quick"], ["cross"], prof))
+    assert (
+        image_profile(F._parser().parse_args(["--robots", "2", "--methods", "fedavg"])).robots == 2
+    )
+    assert all(
+        s.setting.name != IMAGE_SETTING for s in FC.cell_specs(PROFILES["quick"], ["cross"], prof)
+    )
 
 
 @pytest.mark.sim
 def test_tiny_image_cells_learn_from_camera_demos_and_report_beside_lowdim(tmp_path):
     out = tmp_path / "bench"
-    argv = ["--only", "image", "--robots", "2", "--demos", "2", "--rounds", "1", "--local-steps", "2",
-            "--eval-episodes", "1", "--jobs", "1", "--out", str(out)]
+    argv = [
+        "--only",
+        "image",
+        "--robots",
+        "2",
+        "--demos",
+        "2",
+        "--rounds",
+        "1",
+        "--local-steps",
+        "2",
+        "--eval-episodes",
+        "1",
+        "--jobs",
+        "1",
+        "--out",
+        str(out),
+    ]
     assert F.main(argv) == 0
     for method in ("feddrman", "fedavg", "local"):
         cell = json.loads((out / "cells" / f"cross_family_image__{method}__s0.json").read_text())
@@ -282,6 +406,7 @@ def test_tiny_image_cells_learn_from_camera_demos_and_report_beside_lowdim(tmp_p
         assert cell["rollouts"] and 0.0 <= cell["final"]["mean"] <= 1.0
     # Camera demonstrations were collected once and cached apart from the low-dim pool.
     from fed_ros.core.data.episode import Episode
+
     files = sorted((out / "demos").glob("*__cam84/*.npz"))
     assert len(files) >= 4 and not list((out / "demos").glob("*noise0.05__seed1000/*.npz"))
     demo = Episode.load(files[0])

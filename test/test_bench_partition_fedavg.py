@@ -1,6 +1,7 @@
 """The partition study trains as the fleet does (RobotClient + FedAvgStrategy through
 `federation_round`) and keeps its own seeds: one round equals the study's former hand-written
 FedAvg of `train_local` updates up to float32 rounding (the strategy averages in float32)."""
+
 from __future__ import annotations
 
 import types
@@ -13,8 +14,17 @@ from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
 from fed_ros.learning.trainer import TrainerConfig, initial_state_dict, train_local
 
-CFG = PolicyConfig(kind="lowdim", embed_dim=32, window=2, transformer_layers=1, transformer_heads=2,
-                   transformer_ff=64, dropout=0.0, text_dim=64, num_modes=5)
+CFG = PolicyConfig(
+    kind="lowdim",
+    embed_dim=32,
+    window=2,
+    transformer_layers=1,
+    transformer_heads=2,
+    transformer_ff=64,
+    dropout=0.0,
+    text_dim=64,
+    num_modes=5,
+)
 
 
 def test_one_partition_round_is_the_seeded_fedavg_of_the_robots_with_data(torch_one_thread):
@@ -27,8 +37,17 @@ def test_one_partition_round_is_the_seeded_fedavg_of_the_robots_with_data(torch_
     ups, counts = [], []
     for n, robot_segs in enumerate(split):
         if robot_segs:
-            tc = TrainerConfig(lr=prof.lr, max_steps=prof.local_steps, epochs=10_000, device="cpu", progress=False,
-                               val_fraction=0.0, use_sub=False, use_act=False, seed=partition_seed(seed, 0, n))
+            tc = TrainerConfig(
+                lr=prof.lr,
+                max_steps=prof.local_steps,
+                epochs=10_000,
+                device="cpu",
+                progress=False,
+                val_fraction=0.0,
+                use_sub=False,
+                use_act=False,
+                seed=partition_seed(seed, 0, n),
+            )
             res = train_local(theta0, robot_segs, CFG, tc, val_episodes=[])
             ups.append(flatten(res.params))
             counts.append(res.num_samples)

@@ -2,6 +2,7 @@
 signed fleet (server node process, 2 scripted signed robots, separate attacker processes).
 Every attack is refused with its reason, every honest round commits the attack-free reference
 models bit for bit, and the server's memory and logs stay bounded."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,12 +23,17 @@ EXPECTED = {  # attack -> (audit code or log refusal, text in the first reason)
 
 
 def test_resend_refusals_are_counted_from_the_round_line_not_the_throttled_one():
-    log = ("[WARN] model resend request refused (20 so far): not signed\n"
-           "[WARN] model resend over the rate limit (242 refused)\n"  # throttled: the last one of 5 s
-           "[INFO] round 3: committed (2/2 updates; model resend 300 refused)\n")
+    log = (
+        "[WARN] model resend request refused (20 so far): not signed\n"
+        "[WARN] model resend over the rate limit (242 refused)\n"  # throttled: the last one of 5 s
+        "[INFO] round 3: committed (2/2 updates; model resend 300 refused)\n"
+    )
     assert P._resend_refused_count(log) == 300
     assert P._resend_refused_count(log.rsplit("\n", 2)[0]) == 242
-    assert P._resend_refused_count("[INFO] round 0: committed (2/2 updates; model resend 0 refused)") == 0
+    assert (
+        P._resend_refused_count("[INFO] round 0: committed (2/2 updates; model resend 0 refused)")
+        == 0
+    )
 
 
 @pytest.mark.ros

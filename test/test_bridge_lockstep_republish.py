@@ -1,6 +1,7 @@
 """A lockstep bridge re-sends an unanswered observation with the same stamp (a lost
 best-effort sample must not stall an episode until its timeout), and still steps on the
 command answering that stamp."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,18 +42,42 @@ def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
             received.append((at.stamp_to_ns(msg.header.stamp), int(msg.episode), int(msg.step)))
             cond.notify_all()
 
-    node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status, at.qos_for(at.EPISODE_STATUS_TOPIC))
+    node.create_subscription(
+        EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status, at.qos_for(at.EPISODE_STATUS_TOPIC)
+    )
     joints: list[int] = []
-    node.create_subscription(JointState, at.JOINT_STATES_TOPIC, lambda m: joints.append(at.stamp_to_ns(m.header.stamp)),
-                             at.qos_for(at.JOINT_STATES_TOPIC))
-    command_pub = node.create_publisher(ArmCommand, at.COMMAND_TOPIC, at.qos_for(at.COMMAND_TOPIC, subscriber=False))
+    node.create_subscription(
+        JointState,
+        at.JOINT_STATES_TOPIC,
+        lambda m: joints.append(at.stamp_to_ns(m.header.stamp)),
+        at.qos_for(at.JOINT_STATES_TOPIC),
+    )
+    command_pub = node.create_publisher(
+        ArmCommand, at.COMMAND_TOPIC, at.qos_for(at.COMMAND_TOPIC, subscriber=False)
+    )
     try:
-        group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
-                      "-p", "cameras:=false", "-p", "lockstep:=true", "-p", "lockstep_republish_s:=0.3"],
-                     env, log_path=tmp_path / "bridge.log")
+        group.python(
+            [
+                "-m",
+                "fed_ros.ros.nodes.sim_bridge_node",
+                "--ros-args",
+                "-p",
+                "task:=lift",
+                "-p",
+                "cameras:=false",
+                "-p",
+                "lockstep:=true",
+                "-p",
+                "lockstep_republish_s:=0.3",
+            ],
+            env,
+            log_path=tmp_path / "bridge.log",
+        )
         # Nobody answers: the reset observation (step 0) arrives again and again, same stamp.
         with cond:
-            assert cond.wait_for(lambda: sum(1 for r in received if r[2] == 0) >= 3, timeout=120), received
+            assert cond.wait_for(lambda: sum(1 for r in received if r[2] == 0) >= 3, timeout=120), (
+                received
+            )
             stamp = received[-1][0]
         assert {r[0] for r in received if r[2] == 0} == {stamp}
         assert joints.count(stamp) >= 2  # the observation topics too, not only the status

@@ -1,6 +1,7 @@
 """MuJoCo bridge over real DDS: observations equal the simulator's, the expert evaluated
 and recorded through the bridge, and an episode recorded through ROS (expert driver
 process) reopens with independent readers and converts with the commanded actions."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, GRIPPER_QPOS, JOINT_POS, OBJECT_STATE,
-                                       WRIST_IMAGE)
+from fed_ros.core.data.episode import (
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    GRIPPER_QPOS,
+    JOINT_POS,
+    OBJECT_STATE,
+    WRIST_IMAGE,
+)
 from fed_ros.ros.arm import topics as at
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -40,9 +47,23 @@ def _lockstep_bridge(tmp_path_factory, domain: int):
     env["PYTHONUNBUFFERED"] = "1"
     log = tmp_path_factory.mktemp("bridge") / "bridge.log"
     group = ProcessGroup()
-    group.python(["-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args", "-p", "task:=lift",
-                  "-p", f"image_size:={IMAGE_SIZE}", "-p", "lockstep:=true", "-p", f"seed:={BRIDGE_SEED}"],
-                 env, log_path=log)
+    group.python(
+        [
+            "-m",
+            "fed_ros.ros.nodes.sim_bridge_node",
+            "--ros-args",
+            "-p",
+            "task:=lift",
+            "-p",
+            f"image_size:={IMAGE_SIZE}",
+            "-p",
+            "lockstep:=true",
+            "-p",
+            f"seed:={BRIDGE_SEED}",
+        ],
+        env,
+        log_path=log,
+    )
     try:
         yield {"env": env, "log": log, "group": group}
     finally:
@@ -54,6 +75,7 @@ def _lockstep_bridge(tmp_path_factory, domain: int):
 def arm_client(lockstep_bridge):
     from fed_ros.ros.arm.bridge_eval import ArmClient
     from fed_ros.ros.spun_node import spun_node
+
     with spun_node("test_client") as node:
         client = ArmClient(node, cameras=True)
         try:
@@ -65,7 +87,9 @@ def arm_client(lockstep_bridge):
 
 def _assert_same_observation(received: dict, expected: dict) -> None:
     for key in (AGENTVIEW_IMAGE, WRIST_IMAGE):
-        assert received[key].shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and received[key].dtype == np.uint8
+        assert (
+            received[key].shape == (IMAGE_SIZE, IMAGE_SIZE, 3) and received[key].dtype == np.uint8
+        )
         # Software GL rasterises a few edge pixels differently between two processes; a
         # flipped, shifted or channel-swapped image differs almost everywhere.
         differ = np.any(received[key] != expected[key], axis=-1).mean()
@@ -77,6 +101,7 @@ def _assert_same_observation(received: dict, expected: dict) -> None:
 
 def test_bridge_publishes_what_the_simulator_renders(arm_client):
     from fed_ros.sim.envs import make_env
+
     instruction, episode = arm_client.reset("lift", "default", seed=11)
     assert instruction == "lift the red cube"
     with make_env("lift", cameras=True, image_size=IMAGE_SIZE, seed=BRIDGE_SEED) as env:
@@ -96,10 +121,13 @@ def test_expert_evaluation_through_bridge_reports_success_rate(lockstep_bridge):
     from fed_ros.ros.arm.bridge_eval import evaluate_through_bridge
     from fed_ros.sim.evaluate import evaluate
     from fed_ros.sim.experts import make_expert
-    through_ros = evaluate_through_bridge(lambda: make_expert("lift"), "lift", episodes=2,
-                                         seed=BRIDGE_SEED)
-    in_process = evaluate(lambda: make_expert("lift"), "lift", episodes=2, seed=BRIDGE_SEED,
-                          cameras=False)
+
+    through_ros = evaluate_through_bridge(
+        lambda: make_expert("lift"), "lift", episodes=2, seed=BRIDGE_SEED
+    )
+    in_process = evaluate(
+        lambda: make_expert("lift"), "lift", episodes=2, seed=BRIDGE_SEED, cameras=False
+    )
     assert through_ros.seeds == in_process.seeds
     # Lockstep: the same episodes, step for step, as the in-process fast path.
     assert through_ros.successes == in_process.successes
@@ -116,12 +144,30 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
 
     from fed_ros.ros.arm.recorded_episodes import recording_to_episode
     from fed_ros.sim.collect import collect_demos
+
     record_dir = tmp_path / "demos"
     driver = subprocess.run(
-        [sys.executable, "-m", "fed_ros.ros.nodes.expert_driver_node", "--ros-args", "-p", "task:=lift",
-         "-p", "episodes:=1", "-p", f"seed:={BRIDGE_SEED}", "-p", f"record_dir:={record_dir}",
-         "-p", "robot_id:=robot_3"],
-        env=lockstep_bridge["env"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "fed_ros.ros.nodes.expert_driver_node",
+            "--ros-args",
+            "-p",
+            "task:=lift",
+            "-p",
+            "episodes:=1",
+            "-p",
+            f"seed:={BRIDGE_SEED}",
+            "-p",
+            f"record_dir:={record_dir}",
+            "-p",
+            "robot_id:=robot_3",
+        ],
+        env=lockstep_bridge["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert driver.returncode == 0, driver.stdout[-3000:] + driver.stderr[-3000:]
     [bag] = [p.parent for p in record_dir.rglob("metadata.yaml")]
 
@@ -135,7 +181,9 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
     applied = by_topic["/arm/applied_command"]
     commanded = by_topic["/arm/command"]
     # Each command names the code that produced it (the scripted Lift expert).
-    assert applied and all(a.mode == 0 and a.source == "expert:lift_scripted" for a in applied.values())
+    assert applied and all(
+        a.mode == 0 and a.source == "expert:lift_scripted" for a in applied.values()
+    )
     # Every applied action is exactly the command that answered that observation.
     for stamp, msg in applied.items():
         np.testing.assert_array_equal(msg.action, commanded[stamp].action)
@@ -143,18 +191,25 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
 
     # Independent reader 2: mcap + mcap_ros2 (decodes fed_ros/ArmCommand from the schema).
     with open(next(bag.glob("*.mcap")), "rb") as f:
-        decoded = [(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.action), m.gripper)
-                   for _, _, _, m in make_reader(f, decoder_factories=[DecoderFactory()])
-                   .iter_decoded_messages(topics=["/arm/applied_command"])]
+        decoded = [
+            (m.header.stamp.sec * 10**9 + m.header.stamp.nanosec, list(m.action), m.gripper)
+            for _, _, _, m in make_reader(
+                f, decoder_factories=[DecoderFactory()]
+            ).iter_decoded_messages(topics=["/arm/applied_command"])
+        ]
     stamps = sorted(applied)
     assert [d[0] for d in sorted(decoded)] == stamps
 
     episode = recording_to_episode(bag)
     assert episode.success and episode.robot_id == "robot_3" and episode.task == "lift"
     assert episode.observations[AGENTVIEW_IMAGE].shape == (len(stamps), IMAGE_SIZE, IMAGE_SIZE, 3)
-    expected_actions = np.array([[*applied[s].action, applied[s].gripper] for s in stamps], np.float32)
+    expected_actions = np.array(
+        [[*applied[s].action, applied[s].gripper] for s in stamps], np.float32
+    )
     np.testing.assert_array_equal(episode.actions, expected_actions)
     # And the same demonstration the in-process collector produces with this seed.
     [reference] = collect_demos("lift", n=1, seed=BRIDGE_SEED, cameras=False)
     np.testing.assert_allclose(episode.actions, reference.actions, atol=1e-6)
-    np.testing.assert_allclose(episode.observations[EEF_POS], reference.observations[EEF_POS], atol=1e-6)
+    np.testing.assert_allclose(
+        episode.observations[EEF_POS], reference.observations[EEF_POS], atol=1e-6
+    )

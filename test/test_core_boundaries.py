@@ -4,6 +4,7 @@ Each limit is probed on both sides and at both signs: exactly at the cap (accept
 past it (rejected), the same for the negative extreme, and fractions at k/n and just above or
 below it. Where a law exists it is a hypothesis property. Pure, no ROS, runs in the fast tier.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,19 @@ from hypothesis.extra import numpy as hnp
 from fed_ros.core.security import auth
 from fed_ros.core.security import signed_messages
 from fed_ros.core.strategies import robust
-from fed_ros.core.checks.decisions import (FUTURE, LATE, Limits, MALFORMED, NUM_SAMPLES, OK, OUT_OF_RANGE,
-                                           OVERSIZE, ROLLBACK, SIZE_MISMATCH, STALE_BASE)
+from fed_ros.core.checks.decisions import (
+    FUTURE,
+    LATE,
+    Limits,
+    MALFORMED,
+    NUM_SAMPLES,
+    OK,
+    OUT_OF_RANGE,
+    OVERSIZE,
+    ROLLBACK,
+    SIZE_MISMATCH,
+    STALE_BASE,
+)
 from fed_ros.core.checks.descriptor_checks import validate_descriptor
 from fed_ros.core.checks.payload_checks import check_tensors, validate_cluster_model
 from fed_ros.core.checks.sender_checks import ValidationContext
@@ -27,7 +39,8 @@ from fed_ros.core.security.replay import ReplayGuard
 from fed_ros.core.params import TensorSpec
 from fed_ros.core.rounds.roster import Roster, ready_to_start
 from fed_ros.core.rounds.collect import DONE, RoundPlan, StageCollector, TRAIN, quorum_for
-from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.coordinator import RoundCoordinator
+from fed_ros.core.rounds.settings import RoundSettings
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
 from fed_ros.core.strategies.types import ClientUpdate
@@ -43,8 +56,15 @@ def _params(values) -> dict[str, np.ndarray]:
 
 def _envelope(params, **over) -> UpdateEnvelope:
     payload = params["w"].astype("<f4").tobytes()
-    fields = dict(robot_id="robot_0", round_idx=3, base_round=3, num_samples=10, manifest=MANIFEST,
-                  total_bytes=len(payload), payload_sha256=signed_messages.sha256_hex(payload))
+    fields = dict(
+        robot_id="robot_0",
+        round_idx=3,
+        base_round=3,
+        num_samples=10,
+        manifest=MANIFEST,
+        total_bytes=len(payload),
+        payload_sha256=signed_messages.sha256_hex(payload),
+    )
     fields.update(over)
     return UpdateEnvelope(**fields)
 
@@ -56,6 +76,7 @@ def _ctx(**over) -> ValidationContext:
 
 
 # ----------------------------------------------------------------------------- value magnitude
+
 
 @pytest.mark.parametrize("value", [-1e9, -3.4e38, -CAP * 1.0000001])
 def test_huge_negative_value_rejected(value):
@@ -101,9 +122,19 @@ def test_cluster_model_without_manifest_with_huge_negative_value_rejected():
 
 # ----------------------------------------------------------------------------- Limits
 
-@pytest.mark.parametrize("name", ["max_update_bytes", "max_cluster_model_bytes", "max_num_samples",
-                                  "max_descriptor_dims", "max_descriptor_payload_bytes", "max_scores"])
-@pytest.mark.parametrize("bad", [0, -1, -2**63, True, 1.0])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "max_update_bytes",
+        "max_cluster_model_bytes",
+        "max_num_samples",
+        "max_descriptor_dims",
+        "max_descriptor_payload_bytes",
+        "max_scores",
+    ],
+)
+@pytest.mark.parametrize("bad", [0, -1, -(2**63), True, 1.0])
 def test_limits_int_fields_reject_non_positive_and_non_int(name, bad):
     with pytest.raises(ValueError, match=name):
         Limits(**{name: bad})
@@ -126,11 +157,24 @@ def test_limits_max_abs_value_accepts_tiny_positive():
 
 # ----------------------------------------------------------------------------- update envelope fields
 
-@pytest.mark.parametrize("n, accepted", [(-2**63, False), (-1, False), (0, False), (1, True),
-                                         (100, True), (101, False), (2**63, False)])
+
+@pytest.mark.parametrize(
+    "n, accepted",
+    [
+        (-(2**63), False),
+        (-1, False),
+        (0, False),
+        (1, True),
+        (100, True),
+        (101, False),
+        (2**63, False),
+    ],
+)
 def test_num_samples_bounds(n, accepted):
     params = _params([0.0] * 4)
-    d = validate_update(_envelope(params, num_samples=n), params, _ctx(limits=Limits(max_num_samples=100)))
+    d = validate_update(
+        _envelope(params, num_samples=n), params, _ctx(limits=Limits(max_num_samples=100))
+    )
     assert d.accepted == accepted and (accepted or d.code == NUM_SAMPLES)
 
 
@@ -141,33 +185,42 @@ def test_update_size_cap_is_inclusive(cap, accepted):
     assert d.accepted == accepted and (accepted or d.code == OVERSIZE)
 
 
-@pytest.mark.parametrize("total, code", [(-1, MALFORMED), (-2**62, MALFORMED), (15, SIZE_MISMATCH),
-                                         (17, SIZE_MISMATCH)])
+@pytest.mark.parametrize(
+    "total, code",
+    [(-1, MALFORMED), (-(2**62), MALFORMED), (15, SIZE_MISMATCH), (17, SIZE_MISMATCH)],
+)
 def test_total_bytes_negative_or_off_by_one_rejected(total, code):
     params = _params([0.0] * 4)
     assert check_update_envelope(_envelope(params, total_bytes=total), _ctx()).code == code
 
 
-@pytest.mark.parametrize("cluster_id, accepted", [(-2**31, False), (-2, False), (-1, True), (0, True),
-                                                  (2**31 - 1, True), (2**31, False)])
+@pytest.mark.parametrize(
+    "cluster_id, accepted",
+    [(-(2**31), False), (-2, False), (-1, True), (0, True), (2**31 - 1, True), (2**31, False)],
+)
 def test_cluster_id_bounds(cluster_id, accepted):
     params = _params([0.0] * 4)
     d = check_update_envelope(_envelope(params, cluster_id=cluster_id), _ctx())
     assert d.accepted == accepted and (accepted or d.code == MALFORMED)
 
 
-@pytest.mark.parametrize("base, code", [(-1, MALFORMED), (-2**40, MALFORMED), (0, OK), (3, OK),
-                                        (4, STALE_BASE)])
+@pytest.mark.parametrize(
+    "base, code", [(-1, MALFORMED), (-(2**40), MALFORMED), (0, OK), (3, OK), (4, STALE_BASE)]
+)
 def test_base_round_bounds(base, code):
     params = _params([0.0] * 4)
     assert check_update_envelope(_envelope(params, base_round=base), _ctx()).code == code
 
 
-@pytest.mark.parametrize("round_idx, code", [(-1, MALFORMED), (-2**40, MALFORMED), (2, LATE),
-                                             (3, OK), (4, FUTURE)])
+@pytest.mark.parametrize(
+    "round_idx, code", [(-1, MALFORMED), (-(2**40), MALFORMED), (2, LATE), (3, OK), (4, FUTURE)]
+)
 def test_round_bounds(round_idx, code):
     params = _params([0.0] * 4)
-    assert check_update_envelope(_envelope(params, round_idx=round_idx, base_round=0), _ctx()).code == code
+    assert (
+        check_update_envelope(_envelope(params, round_idx=round_idx, base_round=0), _ctx()).code
+        == code
+    )
 
 
 @pytest.mark.parametrize("robot_id, accepted", [("", False), ("r" * 255, True), ("r" * 256, False)])
@@ -179,6 +232,7 @@ def test_robot_id_length_bounds(robot_id, accepted):
 
 # ----------------------------------------------------------------------------- descriptors
 
+
 class _Desc:
     """A descriptor as a hostile message can carry it (no constructor checks)."""
 
@@ -189,22 +243,30 @@ class _Desc:
         self.__dict__.update(fields)
 
 
-@pytest.mark.parametrize("variance, accepted", [(0.0, False), (-1e-300, False), (-1e300, False),
-                                                (1e-300, True), (1e300, True)])
+@pytest.mark.parametrize(
+    "variance, accepted",
+    [(0.0, False), (-1e-300, False), (-1e300, False), (1e-300, True), (1e300, True)],
+)
 def test_descriptor_variance_must_be_strictly_positive(variance, accepted):
     d = validate_descriptor(_Desc(variance=np.array([1.0, variance, 1.0])), _ctx(), round_idx=3)
     assert d.accepted == accepted
 
 
-@pytest.mark.parametrize("score, accepted", [(-1e-300, False), (-1e300, False), (0.0, True), (1e300, True)])
+@pytest.mark.parametrize(
+    "score, accepted", [(-1e-300, False), (-1e300, False), (0.0, True), (1e300, True)]
+)
 def test_descriptor_scores_must_be_non_negative(score, accepted):
     desc = _Desc(kind="rnd", mean=None, variance=None, scores={"robot_1": score}, residual_std=0.1)
     assert validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
 
 
-@pytest.mark.parametrize("residual, accepted", [(-1e-300, False), (-math.inf, False), (0.0, True), (5.0, True)])
+@pytest.mark.parametrize(
+    "residual, accepted", [(-1e-300, False), (-math.inf, False), (0.0, True), (5.0, True)]
+)
 def test_descriptor_residual_std_must_be_non_negative(residual, accepted):
-    desc = _Desc(kind="rnd", mean=None, variance=None, scores={"robot_1": 1.0}, residual_std=residual)
+    desc = _Desc(
+        kind="rnd", mean=None, variance=None, scores={"robot_1": 1.0}, residual_std=residual
+    )
     assert validate_descriptor(desc, _ctx(), round_idx=3).accepted == accepted
 
 
@@ -230,24 +292,32 @@ def test_descriptor_payload_cap_is_inclusive(size, accepted):
     assert d.accepted == accepted
 
 
-@pytest.mark.parametrize("dims", [-1, -2**40])
+@pytest.mark.parametrize("dims", [-1, -(2**40)])
 def test_descriptor_negative_announced_dims_rejected(dims):
     assert validate_descriptor(_Desc(), _ctx(), round_idx=3, dims=dims).code == MALFORMED
 
 
 # ----------------------------------------------------------------------------- cluster model (robot)
 
+
 @pytest.mark.parametrize("total, code", [(-1, MALFORMED), (8, OK), (9, OVERSIZE)])
 def test_cluster_model_size_cap_is_inclusive_and_negative_is_malformed(total, code):
-    d = validate_cluster_model(cluster_id=0, round_idx=1, params=None, expected_manifest=None,
-                                 total_bytes=total, limits=Limits(max_cluster_model_bytes=8))
+    d = validate_cluster_model(
+        cluster_id=0,
+        round_idx=1,
+        params=None,
+        expected_manifest=None,
+        total_bytes=total,
+        limits=Limits(max_cluster_model_bytes=8),
+    )
     assert d.code == code
 
 
 @pytest.mark.parametrize("round_idx, code", [(-1, MALFORMED), (4, ROLLBACK), (5, OK), (6, OK)])
 def test_cluster_model_round_bounds(round_idx, code):
-    d = validate_cluster_model(cluster_id=0, round_idx=round_idx, params=None, expected_manifest=None,
-                                 last_round=5)
+    d = validate_cluster_model(
+        cluster_id=0, round_idx=round_idx, params=None, expected_manifest=None, last_round=5
+    )
     assert d.code == code
 
 
@@ -257,7 +327,9 @@ NONCE = b"n" * signed_messages.NONCE_BYTES
 DIGEST = "ab" * 32
 
 
-@pytest.mark.parametrize("round_idx, ok", [(-1, False), (0, True), (2**32 - 1, True), (2**32, False)])
+@pytest.mark.parametrize(
+    "round_idx, ok", [(-1, False), (0, True), (2**32 - 1, True), (2**32, False)]
+)
 def test_signed_round_is_uint32(round_idx, ok):
     if ok:
         assert signed_messages.cluster_model_message(round_idx, 0, DIGEST)
@@ -266,8 +338,9 @@ def test_signed_round_is_uint32(round_idx, ok):
             signed_messages.cluster_model_message(round_idx, 0, DIGEST)
 
 
-@pytest.mark.parametrize("cluster_id, ok", [(-2**31 - 1, False), (-2**31, True), (2**31 - 1, True),
-                                            (2**31, False)])
+@pytest.mark.parametrize(
+    "cluster_id, ok", [(-(2**31) - 1, False), (-(2**31), True), (2**31 - 1, True), (2**31, False)]
+)
 def test_signed_cluster_id_is_int32(cluster_id, ok):
     if ok:
         assert signed_messages.cluster_model_message(0, cluster_id, DIGEST)
@@ -278,8 +351,15 @@ def test_signed_cluster_id_is_int32(cluster_id, ok):
 
 @pytest.mark.parametrize("n, ok", [(-1, False), (0, True), (2**64 - 1, True), (2**64, False)])
 def test_signed_num_samples_is_uint64(n, ok):
-    call = lambda: signed_messages.update_message(0, "robot_0", NONCE, DIGEST, base_round=0, num_samples=n,  # noqa: E731
-                                       cluster_id=-1)
+    call = lambda: signed_messages.update_message(
+        0,
+        "robot_0",
+        NONCE,
+        DIGEST,
+        base_round=0,
+        num_samples=n,  # noqa: E731
+        cluster_id=-1,
+    )
     if ok:
         assert call()
     else:
@@ -287,8 +367,16 @@ def test_signed_num_samples_is_uint64(n, ok):
             call()
 
 
-@pytest.mark.parametrize("robot_id, ok", [("r" * 255, True), ("r" * 256, False), ("\u00e9" * 127, True),
-                                          ("\u00e9" * 128, False), ("", False)])
+@pytest.mark.parametrize(
+    "robot_id, ok",
+    [
+        ("r" * 255, True),
+        ("r" * 256, False),
+        ("\u00e9" * 127, True),
+        ("\u00e9" * 128, False),
+        ("", False),
+    ],
+)
 def test_signed_robot_id_is_at_most_255_utf8_bytes(robot_id, ok):
     if ok:
         assert signed_messages.descriptor_message(0, robot_id, NONCE, DIGEST)
@@ -297,7 +385,9 @@ def test_signed_robot_id_is_at_most_255_utf8_bytes(robot_id, ok):
             signed_messages.descriptor_message(0, robot_id, NONCE, DIGEST)
 
 
-@pytest.mark.parametrize("size", [signed_messages.NONCE_BYTES - 1, signed_messages.NONCE_BYTES + 1, 0])
+@pytest.mark.parametrize(
+    "size", [signed_messages.NONCE_BYTES - 1, signed_messages.NONCE_BYTES + 1, 0]
+)
 def test_signed_nonce_length_exact(size):
     with pytest.raises(ValueError, match="nonce"):
         signed_messages.descriptor_message(0, "robot_0", b"n" * size, DIGEST)
@@ -311,19 +401,23 @@ def test_signed_digest_is_exactly_32_bytes(digest):
 
 def test_signature_verifies_at_the_uint32_round_edge():
     signer = Signer.generate()
-    sig = signer.sign_cluster_model(2**32 - 1, -2**31, DIGEST)
-    assert auth.verify_signature(signer.public_key, signed_messages.cluster_model_message(2**32 - 1, -2**31, DIGEST), sig)
+    sig = signer.sign_cluster_model(2**32 - 1, -(2**31), DIGEST)
+    assert auth.verify_signature(
+        signer.public_key, signed_messages.cluster_model_message(2**32 - 1, -(2**31), DIGEST), sig
+    )
 
 
-@pytest.mark.parametrize("kw", [dict(max_nonces=0), dict(max_nonces=-1), dict(window_rounds=0),
-                                dict(window_rounds=-5)])
+@pytest.mark.parametrize(
+    "kw", [dict(max_nonces=0), dict(max_nonces=-1), dict(window_rounds=0), dict(window_rounds=-5)]
+)
 def test_replay_guard_settings_reject_non_positive(kw):
     with pytest.raises(ValueError):
         ReplayGuard(**kw)
 
 
-@pytest.mark.parametrize("window, round_idx, accepted", [(1, 9, False), (1, 10, True), (3, 7, False),
-                                                         (3, 8, True)])
+@pytest.mark.parametrize(
+    "window, round_idx, accepted", [(1, 9, False), (1, 10, True), (3, 7, False), (3, 8, True)]
+)
 def test_replay_guard_window_edge(window, round_idx, accepted):
     guard = ReplayGuard(window_rounds=window)
     guard.advance(10)
@@ -345,6 +439,7 @@ def test_replay_guard_holds_exactly_max_nonces_without_evicting():
 
 
 # ----------------------------------------------------------------------------- quorum
+
 
 @PROPS
 @given(st.integers(1, 400), st.data())
@@ -374,8 +469,10 @@ def test_quorum_is_ceil_law(n, fraction, minimum):
     assert q == min(n, max(minimum, math.ceil(fraction * n - 1e-9)))
 
 
-@pytest.mark.parametrize("n, fraction, expected", [(5, 0.5, 3), (7, 0.75, 6), (3, 0.5, 2), (9, 0.5, 5),
-                                                   (4, 0.5, 2), (6, 0.5, 3), (8, 0.75, 6)])
+@pytest.mark.parametrize(
+    "n, fraction, expected",
+    [(5, 0.5, 3), (7, 0.75, 6), (3, 0.5, 2), (9, 0.5, 5), (4, 0.5, 2), (6, 0.5, 3), (8, 0.75, 6)],
+)
 def test_quorum_odd_and_even_fleets_round_up(n, fraction, expected):
     assert quorum_for(n, fraction, 1) == expected
 
@@ -391,13 +488,13 @@ def test_quorum_fraction_one_needs_everyone(n, expected):
     assert quorum_for(n, 1.0, 1) == expected
 
 
-@pytest.mark.parametrize("minimum", [0, -1, -2**31])
+@pytest.mark.parametrize("minimum", [0, -1, -(2**31)])
 def test_quorum_minimum_below_one_rejected(minimum):
     with pytest.raises(ValueError, match="minimum quorum"):
         quorum_for(4, 0.5, minimum)
 
 
-@pytest.mark.parametrize("n", [-1, -2**31])
+@pytest.mark.parametrize("n", [-1, -(2**31)])
 def test_quorum_negative_participants_rejected(n):
     with pytest.raises(ValueError, match="participants"):
         quorum_for(n, 0.5, 1)
@@ -417,23 +514,40 @@ def test_quorum_minimum_raises_a_small_fraction():
 
 # ----------------------------------------------------------------------------- round settings
 
-@pytest.mark.parametrize("kw, needle", [
-    (dict(rounds=0), "rounds"), (dict(rounds=-1), "rounds"),
-    (dict(round_timeout_s=0.0), "round_timeout_s"), (dict(round_timeout_s=-1e300), "round_timeout_s"),
-    (dict(max_attempts=0), "max_attempts"), (dict(max_attempts=-1), "max_attempts"),
-    (dict(evaluate_every=-1), "evaluate_every"),
-    (dict(eval_timeout_s=0.0), "eval_timeout_s"), (dict(eval_timeout_s=-5.0), "eval_timeout_s"),
-    (dict(quorum_fraction=0.0), "quorum fraction"), (dict(quorum_fraction=1.0000001), "quorum fraction"),
-    (dict(min_quorum=0), "minimum quorum"),
-])
+
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        (dict(rounds=0), "rounds"),
+        (dict(rounds=-1), "rounds"),
+        (dict(round_timeout_s=0.0), "round_timeout_s"),
+        (dict(round_timeout_s=-1e300), "round_timeout_s"),
+        (dict(max_attempts=0), "max_attempts"),
+        (dict(max_attempts=-1), "max_attempts"),
+        (dict(evaluate_every=-1), "evaluate_every"),
+        (dict(eval_timeout_s=0.0), "eval_timeout_s"),
+        (dict(eval_timeout_s=-5.0), "eval_timeout_s"),
+        (dict(quorum_fraction=0.0), "quorum fraction"),
+        (dict(quorum_fraction=1.0000001), "quorum fraction"),
+        (dict(min_quorum=0), "minimum quorum"),
+    ],
+)
 def test_round_settings_reject_out_of_range(kw, needle):
     with pytest.raises(ValueError, match=needle):
         RoundSettings(algorithm="fedavg", **{"rounds": 2, **kw})
 
 
 def test_round_settings_accept_the_smallest_valid_values():
-    s = RoundSettings(algorithm="fedavg", rounds=1, quorum_fraction=1e-9, min_quorum=1, round_timeout_s=1e-9,
-                      max_attempts=1, evaluate_every=0, eval_timeout_s=1e-9)
+    s = RoundSettings(
+        algorithm="fedavg",
+        rounds=1,
+        quorum_fraction=1e-9,
+        min_quorum=1,
+        round_timeout_s=1e-9,
+        max_attempts=1,
+        evaluate_every=0,
+        eval_timeout_s=1e-9,
+    )
     assert s.rounds == 1 and s.max_attempts == 1
 
 
@@ -443,10 +557,19 @@ def test_round_settings_accept_fraction_one():
 
 # ----------------------------------------------------------------------------- collector edges
 
+
 def _plan(n=3, quorum=2, deadline=10.0) -> RoundPlan:
     ids = tuple(f"robot_{i}" for i in range(n))
-    return RoundPlan(round_idx=1, stage=TRAIN, attempt=1, deadline_s=deadline, algorithm="fedavg",
-                     participants=ids, memberships={r: [(0, 1.0)] for r in ids}, quorum=quorum)
+    return RoundPlan(
+        round_idx=1,
+        stage=TRAIN,
+        attempt=1,
+        deadline_s=deadline,
+        algorithm="fedavg",
+        participants=ids,
+        memberships={r: [(0, 1.0)] for r in ids},
+        quorum=quorum,
+    )
 
 
 def test_answer_exactly_at_the_deadline_accepted():
@@ -479,29 +602,47 @@ def test_one_below_quorum_abandons_after_the_deadline():
 
 # ----------------------------------------------------------------------------- coordinator edges
 
+
 def _initial() -> dict[str, np.ndarray]:
     return {"w": np.zeros(3, np.float32)}
 
 
 def _update(rid: str, round_idx: int, n: int = 10, value: float = 1.0) -> ClientUpdate:
-    upd = ClientUpdate(robot_id=rid, params={"w": np.full(3, value, np.float32)}, num_samples=n,
-                       base_round=round_idx)
+    upd = ClientUpdate(
+        robot_id=rid,
+        params={"w": np.full(3, value, np.float32)},
+        num_samples=n,
+        base_round=round_idx,
+    )
     upd.round_idx = round_idx
     return upd
 
 
 def _coordinator(tmp_path, n=5, rounds=2, fraction=0.5, max_samples=1000, clock=None):
     clock = clock if clock is not None else [0.0]
-    settings = RoundSettings(algorithm="fedavg", rounds=rounds, quorum_fraction=fraction, round_timeout_s=10.0,
-                             max_attempts=2, max_samples=max_samples)
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             clock=lambda: clock[0])
+    settings = RoundSettings(
+        algorithm="fedavg",
+        rounds=rounds,
+        quorum_fraction=fraction,
+        round_timeout_s=10.0,
+        max_attempts=2,
+        max_samples=max_samples,
+    )
+    coord = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        clock=lambda: clock[0],
+    )
     for i in range(n):
         assert coord.roster.register(f"robot_{i}").accepted
     return coord, clock
 
 
-@pytest.mark.parametrize("n, fraction, quorum", [(5, 0.5, 3), (4, 0.5, 2), (7, 0.75, 6), (3, 1.0, 3)])
+@pytest.mark.parametrize(
+    "n, fraction, quorum", [(5, 0.5, 3), (4, 0.5, 2), (7, 0.75, 6), (3, 1.0, 3)]
+)
 def test_announced_quorum_rounds_up_for_odd_and_even_fleets(tmp_path, n, fraction, quorum):
     coord, _ = _coordinator(tmp_path, n=n, fraction=fraction)
     assert coord.start_round().quorum == quorum
@@ -517,7 +658,7 @@ def test_odd_fleet_with_half_its_robots_rounded_down_is_abandoned(tmp_path):
     assert not outcome.completed and "below quorum" in outcome.status
 
 
-@pytest.mark.parametrize("n", [0, -1, -2**40])
+@pytest.mark.parametrize("n", [0, -1, -(2**40)])
 def test_update_with_no_samples_rejected(tmp_path, n):
     coord, _ = _coordinator(tmp_path)
     coord.start_round()
@@ -534,12 +675,23 @@ def test_update_sample_count_capped_at_max_samples(tmp_path, n, kept):
     assert coord.offer_update(upd).accepted and upd.num_samples == kept
 
 
-@pytest.mark.parametrize("value, accepted", [(0.0, True), (1.0, True), (-1e-9, False), (1.0 + 1e-9, False),
-                                             (-1e300, False), (math.nan, False), (math.inf, False)])
+@pytest.mark.parametrize(
+    "value, accepted",
+    [
+        (0.0, True),
+        (1.0, True),
+        (-1e-9, False),
+        (1.0 + 1e-9, False),
+        (-1e300, False),
+        (math.nan, False),
+        (math.inf, False),
+    ],
+)
 def test_success_rate_bounds(tmp_path, value, accepted):
     settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=0.5, evaluate_every=1)
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(),
-                             clock=lambda: 0.0)
+    coord = RoundCoordinator(
+        make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(), clock=lambda: 0.0
+    )
     coord.roster.register("robot_0")
     coord.start_round()
     coord.offer_update(_update("robot_0", 0))
@@ -547,7 +699,7 @@ def test_success_rate_bounds(tmp_path, value, accepted):
     assert coord.offer_metrics("robot_0", value).accepted == accepted
 
 
-@pytest.mark.parametrize("n, accepted", [(-1, False), (-2**40, False), (0, True)])
+@pytest.mark.parametrize("n, accepted", [(-1, False), (-(2**40), False), (0, True)])
 def test_roster_sample_count_must_be_non_negative(n, accepted):
     assert Roster().register("robot_0", num_samples=n).accepted == accepted
 
@@ -573,10 +725,24 @@ def test_roster_full_still_accepts_a_known_robot_re_registering():
 
 # ----------------------------------------------------------------------------- registration timeout
 
-def _ready(registered, waited_s, *, expected=("robot_0", "robot_1", "robot_2"), min_robots=2,
-           timeout=30.0, resumed=False) -> bool:
-    return ready_to_start(registered=list(registered), expected=list(expected), min_robots=min_robots,
-                          waited_s=waited_s, registration_timeout_s=timeout, resumed=resumed)
+
+def _ready(
+    registered,
+    waited_s,
+    *,
+    expected=("robot_0", "robot_1", "robot_2"),
+    min_robots=2,
+    timeout=30.0,
+    resumed=False,
+) -> bool:
+    return ready_to_start(
+        registered=list(registered),
+        expected=list(expected),
+        min_robots=min_robots,
+        waited_s=waited_s,
+        registration_timeout_s=timeout,
+        resumed=resumed,
+    )
 
 
 def test_waits_for_the_timeout_when_min_robots_but_not_all_expected_registered():
@@ -621,12 +787,15 @@ def test_resumed_server_with_an_empty_roster_waits():
 
 # ----------------------------------------------------------------------------- restart after the final round
 
+
 def _run_all_rounds(tmp_path, rounds: int) -> RoundCoordinator:
     coord, _ = _coordinator(tmp_path, n=2, rounds=rounds)
     plan = coord.start_round()
     while plan.stage != DONE:
         for rid in plan.participants:
-            assert coord.offer_update(_update(rid, plan.round_idx, value=plan.round_idx + 1.0)).accepted
+            assert coord.offer_update(
+                _update(rid, plan.round_idx, value=plan.round_idx + 1.0)
+            ).accepted
         plan, _ = coord.poll()
     return coord
 
@@ -634,9 +803,16 @@ def _run_all_rounds(tmp_path, rounds: int) -> RoundCoordinator:
 @pytest.mark.parametrize("rounds", [1, 2])
 def test_server_restarted_after_its_final_round_announces_done(tmp_path, rounds):
     _run_all_rounds(tmp_path, rounds)
-    settings = RoundSettings(algorithm="fedavg", rounds=rounds, quorum_fraction=0.5, round_timeout_s=10.0)
-    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             clock=lambda: 0.0)
+    settings = RoundSettings(
+        algorithm="fedavg", rounds=rounds, quorum_fraction=0.5, round_timeout_s=10.0
+    )
+    again = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        clock=lambda: 0.0,
+    )
     assert again.resume()
     plan = again.start_round()
     assert plan.stage == DONE and again.finished and again.collector is None
@@ -644,10 +820,17 @@ def test_server_restarted_after_its_final_round_announces_done(tmp_path, rounds)
 
 def test_server_restarted_after_its_final_round_commits_nothing_more(tmp_path):
     _run_all_rounds(tmp_path, rounds=2)
-    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=0.5, round_timeout_s=10.0)
+    settings = RoundSettings(
+        algorithm="fedavg", rounds=2, quorum_fraction=0.5, round_timeout_s=10.0
+    )
     clock = [0.0]
-    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             clock=lambda: clock[0])
+    again = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        clock=lambda: clock[0],
+    )
     again.resume()
     again.start_round()
     clock[0] = 1e6  # far past any deadline: an open round would close (and commit or abandon) now
@@ -657,15 +840,23 @@ def test_server_restarted_after_its_final_round_commits_nothing_more(tmp_path):
 
 def test_server_restarted_before_its_final_round_trains_the_last_one(tmp_path):
     _run_all_rounds(tmp_path, rounds=1)
-    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=0.5, round_timeout_s=10.0)
-    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             clock=lambda: 0.0)
+    settings = RoundSettings(
+        algorithm="fedavg", rounds=2, quorum_fraction=0.5, round_timeout_s=10.0
+    )
+    again = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        clock=lambda: 0.0,
+    )
     again.resume()
     plan = again.start_round()
     assert plan.stage == TRAIN and plan.round_idx == 1
 
 
 # ----------------------------------------------------------------------------- robust rules
+
 
 def _stack(rows) -> np.ndarray:
     return np.asarray(rows, np.float32)
@@ -677,16 +868,20 @@ def test_trim_outside_zero_half_rejected(trim):
         robust.trimmed_mean(_stack([[0.0], [1.0], [2.0]]), trim)
 
 
-@pytest.mark.parametrize("trim, expected", [(0.0, 25.75), (0.0999, 25.75), (0.1, 19.6875), (0.1999, 19.6875),
-                                             (0.3, 2.5), (0.4999, 2.5)])
+@pytest.mark.parametrize(
+    "trim, expected",
+    [(0.0, 25.75), (0.0999, 25.75), (0.1, 19.6875), (0.1999, 19.6875), (0.3, 2.5), (0.4999, 2.5)],
+)
 def test_trimmed_mean_cut_is_floor_of_trim_times_k(trim, expected):
     # K=10, sorted: -100 1 1 2 2 3 3 4 141.5 200; floor(trim * 10) values cut at each end.
     rows = [[-100.0], [1.0], [2.0], [3.0], [200.0], [1.0], [2.0], [3.0], [4.0], [141.5]]
     assert float(robust.trimmed_mean(_stack(rows), trim)[0]) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("n, f, ok", [(5, 1, True), (4, 1, False), (3, 0, True), (2, 0, False), (7, 2, True),
-                                      (6, 2, False)])
+@pytest.mark.parametrize(
+    "n, f, ok",
+    [(5, 1, True), (4, 1, False), (3, 0, True), (2, 0, False), (7, 2, True), (6, 2, False)],
+)
 def test_multi_krum_needs_2f_plus_3(n, f, ok):
     stacked = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
     if ok:
@@ -696,7 +891,7 @@ def test_multi_krum_needs_2f_plus_3(n, f, ok):
             robust.multi_krum(stacked, np.ones(n), f)
 
 
-@pytest.mark.parametrize("f", [-1, -2**31])
+@pytest.mark.parametrize("f", [-1, -(2**31)])
 def test_multi_krum_negative_f_rejected(f):
     with pytest.raises(ValueError, match="f must be >= 0"):
         robust.multi_krum(np.zeros((5, 2), np.float32), np.ones(5), f)
@@ -720,20 +915,25 @@ def test_clip_norm_negative_or_non_finite_rejected(clip):
 
 def test_clip_norm_zero_returns_the_reference():
     ref = np.array([3.0, -4.0], np.float32)
-    out, _ = robust.norm_clip_mean(_stack([[100.0, 100.0], [-1e6, 5.0]]), np.array([0.5, 0.5]), 0.0, ref)
+    out, _ = robust.norm_clip_mean(
+        _stack([[100.0, 100.0], [-1e6, 5.0]]), np.array([0.5, 0.5]), 0.0, ref
+    )
     np.testing.assert_array_equal(out, ref)
 
 
 @PROPS
-@given(hnp.arrays(np.float32, (4, 3), elements=st.floats(-1e6, 1e6, width=32)), st.floats(0.0, 100.0))
+@given(
+    hnp.arrays(np.float32, (4, 3), elements=st.floats(-1e6, 1e6, width=32)), st.floats(0.0, 100.0)
+)
 def test_clip_bounds_every_clients_offset_law(stacked, clip):
     out, scales = robust.norm_clip_mean(stacked, np.full(4, 0.25), clip)
     assert float(np.linalg.norm(out.astype(np.float64))) <= clip * (1 + 1e-4) + 1e-3
     assert (scales <= 1).all()
 
 
-@pytest.mark.parametrize("weights", [[-1e-300, 1.0], [-1e300, 1.0], [math.nan, 1.0], [math.inf, 1.0],
-                                     [0.0, 0.0]])
+@pytest.mark.parametrize(
+    "weights", [[-1e-300, 1.0], [-1e300, 1.0], [math.nan, 1.0], [math.inf, 1.0], [0.0, 0.0]]
+)
 def test_robust_weights_negative_non_finite_or_all_zero_rejected(weights):
     with pytest.raises(ValueError, match="weights"):
         robust.aggregate_robust(_stack([[1.0], [2.0]]), np.asarray(weights), "mean")
@@ -752,28 +952,51 @@ def test_robust_rule_accepts_huge_negative_finite_update():
 
 # ----------------------------------------------------------------------------- strategy settings
 
-@pytest.mark.parametrize("name, kw", [
-    ("fedprox", dict(mu=-1e-300)), ("fedprox", dict(mu=-math.inf)), ("fedprox", dict(mu=math.inf)),
-    ("fedprox", dict(mu=math.nan)),
-    ("feddrman", dict(num_clusters=0)), ("feddrman", dict(num_clusters=-1)), ("feddrman", dict(beta=-1e-9)),
-    ("feddrman", dict(beta=1.0 + 1e-9)), ("feddrman", dict(beta=math.nan)),
-    ("feddrman", dict(singleton_intra=-math.inf)),
-    ("fedepth", dict(tau=-1e-300)), ("fedepth", dict(tau=math.inf)), ("fedepth", dict(target_overlap=-1e-9)),
-    ("fedepth", dict(target_overlap=1.0 + 1e-9)), ("fedepth", dict(recluster_every=-1)),
-    ("ifca", dict(num_clusters=0)), ("ifca", dict(init_noise=-1e-300)), ("ifca", dict(init_noise=math.nan)),
-    ("rnd", dict(eps=-1e-300)), ("rnd", dict(eps=-math.inf)), ("rnd", dict(recluster_every=-1)),
-    ("fedavg", dict(robust="mode")),
-])
+
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("fedprox", dict(mu=-1e-300)),
+        ("fedprox", dict(mu=-math.inf)),
+        ("fedprox", dict(mu=math.inf)),
+        ("fedprox", dict(mu=math.nan)),
+        ("feddrman", dict(num_clusters=0)),
+        ("feddrman", dict(num_clusters=-1)),
+        ("feddrman", dict(beta=-1e-9)),
+        ("feddrman", dict(beta=1.0 + 1e-9)),
+        ("feddrman", dict(beta=math.nan)),
+        ("feddrman", dict(singleton_intra=-math.inf)),
+        ("fedepth", dict(tau=-1e-300)),
+        ("fedepth", dict(tau=math.inf)),
+        ("fedepth", dict(target_overlap=-1e-9)),
+        ("fedepth", dict(target_overlap=1.0 + 1e-9)),
+        ("fedepth", dict(recluster_every=-1)),
+        ("ifca", dict(num_clusters=0)),
+        ("ifca", dict(init_noise=-1e-300)),
+        ("ifca", dict(init_noise=math.nan)),
+        ("rnd", dict(eps=-1e-300)),
+        ("rnd", dict(eps=-math.inf)),
+        ("rnd", dict(recluster_every=-1)),
+        ("fedavg", dict(robust="mode")),
+    ],
+)
 def test_strategy_settings_out_of_range_rejected(name, kw):
     with pytest.raises(ValueError):
         make_strategy(name, **kw)
 
 
-@pytest.mark.parametrize("name, kw", [
-    ("fedprox", dict(mu=0.0)), ("feddrman", dict(num_clusters=1, beta=0.0)), ("feddrman", dict(beta=1.0)),
-    ("fedepth", dict(tau=0.0, target_overlap=0.0, recluster_every=0)), ("fedepth", dict(target_overlap=1.0)),
-    ("ifca", dict(num_clusters=1, init_noise=0.0)), ("rnd", dict(eps=0.0, recluster_every=0)),
-])
+@pytest.mark.parametrize(
+    "name, kw",
+    [
+        ("fedprox", dict(mu=0.0)),
+        ("feddrman", dict(num_clusters=1, beta=0.0)),
+        ("feddrman", dict(beta=1.0)),
+        ("fedepth", dict(tau=0.0, target_overlap=0.0, recluster_every=0)),
+        ("fedepth", dict(target_overlap=1.0)),
+        ("ifca", dict(num_clusters=1, init_noise=0.0)),
+        ("rnd", dict(eps=0.0, recluster_every=0)),
+    ],
+)
 def test_strategy_settings_at_the_edge_accepted(name, kw):
     assert make_strategy(name, **kw) is not None
 
@@ -781,10 +1004,18 @@ def test_strategy_settings_at_the_edge_accepted(name, kw):
 # ----------------------------------------------------------------------------- robust rules: exact values
 # (written against the mutants that survived `make mutation` on robust.py)
 
-@pytest.mark.parametrize("column, expected", [([1.0, 2.0, 9.0], 2.0), ([1.0, 2.0, 3.0, 10.0], 2.5),
-                                              ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),
-                                              ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 3.5), ([7.0, 8.0], 7.5),
-                                              ([4.0], 4.0)])
+
+@pytest.mark.parametrize(
+    "column, expected",
+    [
+        ([1.0, 2.0, 9.0], 2.0),
+        ([1.0, 2.0, 3.0, 10.0], 2.5),
+        ([5.0, 1.0, 4.0, 2.0, 3.0], 3.0),
+        ([6.0, 1.0, 5.0, 2.0, 4.0, 3.0], 3.5),
+        ([7.0, 8.0], 7.5),
+        ([4.0], 4.0),
+    ],
+)
 def test_median_of_odd_and_even_counts(column, expected):
     out = robust.aggregate_robust(_stack([[v] for v in column]), np.ones(len(column)), "median")
     assert out.dtype == np.float32 and float(out[0]) == expected
@@ -808,7 +1039,9 @@ def test_rule_rejects_no_updates():
 
 
 def test_rule_accepts_a_single_update():
-    np.testing.assert_array_equal(robust.aggregate_robust(_stack([[1.0, 2.0]]), np.ones(1), "mean"), [1.0, 2.0])
+    np.testing.assert_array_equal(
+        robust.aggregate_robust(_stack([[1.0, 2.0]]), np.ones(1), "mean"), [1.0, 2.0]
+    )
 
 
 def test_weight_count_mismatch_named():
@@ -845,7 +1078,10 @@ def test_trimmed_mean_default_trim_is_a_tenth():
 
 def test_trimmed_mean_setting_is_passed_through():
     rows = [[-100.0], [1.0], [2.0], [3.0], [200.0], [1.0], [2.0], [3.0], [4.0], [141.5]]
-    assert float(robust.aggregate_robust(_stack(rows), np.ones(10), "trimmed_mean", trim=0.3)[0]) == 2.5
+    assert (
+        float(robust.aggregate_robust(_stack(rows), np.ones(10), "trimmed_mean", trim=0.3)[0])
+        == 2.5
+    )
 
 
 @pytest.mark.parametrize("trim", [0.0, 0.1])
@@ -895,8 +1131,9 @@ def test_adaptive_clip_uses_the_median_update_norm():
 
 def test_clip_measures_offsets_from_the_reference():
     ref = np.array([10.0, 10.0], np.float64)  # a float64 reference is accepted
-    out = robust.aggregate_robust(_stack([[13.0, 14.0], [10.0, 10.0]]), np.ones(2), "clip", clip_norm=1.0,
-                                  reference=ref)
+    out = robust.aggregate_robust(
+        _stack([[13.0, 14.0], [10.0, 10.0]]), np.ones(2), "clip", clip_norm=1.0, reference=ref
+    )
     np.testing.assert_allclose(out, [10.3, 10.4], rtol=1e-6)
 
 
@@ -922,7 +1159,9 @@ def test_multi_krum_weights_summing_below_one_are_kept_not_replaced_by_uniform()
 
 
 def test_trimmed_mean_with_a_cut_returns_float32():
-    assert robust.trimmed_mean(np.arange(10, dtype=np.float32).reshape(10, 1), 0.2).dtype == np.float32
+    assert (
+        robust.trimmed_mean(np.arange(10, dtype=np.float32).reshape(10, 1), 0.2).dtype == np.float32
+    )
 
 
 def test_robust_defaults_are_the_weighted_mean_and_a_ten_percent_trim():
@@ -933,4 +1172,6 @@ def test_robust_defaults_are_the_weighted_mean_and_a_ten_percent_trim():
     weights = np.arange(1, 11, dtype=np.float64)
     expected_mean = (weights[:, None] * stacked).sum(0) / weights.sum()
     np.testing.assert_allclose(robust.aggregate_robust(stacked, weights), expected_mean, rtol=1e-6)
-    np.testing.assert_allclose(robust.trimmed_mean(stacked), np.full(3, np.mean(np.arange(1, 9))), rtol=1e-6)
+    np.testing.assert_allclose(
+        robust.trimmed_mean(stacked), np.full(3, np.mean(np.arange(1, 9))), rtol=1e-6
+    )

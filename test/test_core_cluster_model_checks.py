@@ -4,14 +4,27 @@ code, one input at a time (round 0 and cluster -1 accepted, total_bytes exactly 
 the rollback edge, the digest check with and without received bytes, unsigned vs forged vs
 malformed signatures, the float32/shape check without a manifest, a crash turned into MALFORMED).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from fed_ros.core.security import auth
-from fed_ros.core.checks.decisions import (BAD_SIGNATURE, DIGEST, Decision, Limits, MALFORMED, NON_FINITE, OK,
-                                           OUT_OF_RANGE, OVERSIZE, ROLLBACK, SCHEMA, UNSIGNED)
+from fed_ros.core.checks.decisions import (
+    BAD_SIGNATURE,
+    DIGEST,
+    Decision,
+    Limits,
+    MALFORMED,
+    NON_FINITE,
+    OK,
+    OUT_OF_RANGE,
+    OVERSIZE,
+    ROLLBACK,
+    SCHEMA,
+    UNSIGNED,
+)
 from fed_ros.core.checks.payload_checks import validate_cluster_model
 from fed_ros.core.params import manifest_of
 
@@ -30,7 +43,12 @@ def code(**kw) -> str:
 
 
 def test_round_and_cluster_ids_at_their_edges():
-    assert check(round_idx=0) and check(cluster_id=0) and check(cluster_id=-1) and check(cluster_id=7, round_idx=3)
+    assert (
+        check(round_idx=0)
+        and check(cluster_id=0)
+        and check(cluster_id=-1)
+        and check(cluster_id=7, round_idx=3)
+    )
     assert code(round_idx=-1) == MALFORMED
     assert code(round_idx=1.0) == MALFORMED and code(cluster_id=1.0) == MALFORMED
     assert code(round_idx=True) == MALFORMED and code(cluster_id=False) == MALFORMED
@@ -47,14 +65,24 @@ def test_total_bytes_boundaries():
     assert code(total_bytes=True) == MALFORMED
     small = Limits(max_cluster_model_bytes=100)
     assert check(total_bytes=100, limits=small) and code(total_bytes=101, limits=small) == OVERSIZE
-    assert check(total_bytes=101, limits=small).reason == "cluster 0 round 0: 101 bytes exceed the cap 100"
+    assert (
+        check(total_bytes=101, limits=small).reason
+        == "cluster 0 round 0: 101 bytes exceed the cap 100"
+    )
     assert check(total_bytes=-1).reason == "cluster 0 round 0: total_bytes -1 is not a size"
 
 
 def test_rollback_edge():
-    assert check(round_idx=5, last_round=5) and check(round_idx=6, last_round=5) and check(round_idx=0, last_round=0)
+    assert (
+        check(round_idx=5, last_round=5)
+        and check(round_idx=6, last_round=5)
+        and check(round_idx=0, last_round=0)
+    )
     d = check(round_idx=4, last_round=5)
-    assert d.code == ROLLBACK and d.reason == "cluster 0 round 4: older than the loaded model version 5"
+    assert (
+        d.code == ROLLBACK
+        and d.reason == "cluster 0 round 4: older than the loaded model version 5"
+    )
 
 
 def test_digest_of_the_received_bytes():
@@ -62,7 +90,10 @@ def test_digest_of_the_received_bytes():
     assert check(payload_sha256=SHA)  # header only: nothing received yet
     d = check(payload_sha256=SHA, received_sha256="cd" * 32)
     assert d.accepted is False and d.code == DIGEST
-    assert d.reason == "cluster 0 round 0: received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced 'abababababababababa..."
+    assert (
+        d.reason
+        == "cluster 0 round 0: received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced 'abababababababababa..."
+    )
     assert code(payload_sha256="", received_sha256="") == OK
     assert check(received_sha256="")  # the announced sha256 defaults to "" (nothing announced)
 
@@ -72,7 +103,9 @@ def test_server_signature_unsigned_forged_and_valid():
     good = server.sign_cluster_model(3, 1, SHA, members=["robot_0"])
     kw = dict(cluster_id=1, round_idx=3, payload_sha256=SHA, members=["robot_0"])
     assert check(**kw, signature=good, server_public_key=server.public_key)
-    assert check(**kw, signature=b"", server_public_key=None)  # no server key configured: not checked
+    assert check(
+        **kw, signature=b"", server_public_key=None
+    )  # no server key configured: not checked
     assert check(**kw, signature=b"junk", server_public_key=None)
     d = check(**kw, signature=b"", server_public_key=server.public_key)
     assert d.code == UNSIGNED and d.reason == "cluster 1 round 3: not signed by the server"
@@ -81,18 +114,33 @@ def test_server_signature_unsigned_forged_and_valid():
     d = check(**kw, signature=forged, server_public_key=server.public_key)
     assert d.code == BAD_SIGNATURE and d.reason == "cluster 1 round 3: bad server signature"
     # Signed fields: another member list, round or cluster is not the signed model.
-    assert code(**{**kw, "members": ["robot_1"]}, signature=good, server_public_key=server.public_key) \
+    assert (
+        code(**{**kw, "members": ["robot_1"]}, signature=good, server_public_key=server.public_key)
         == BAD_SIGNATURE
-    assert code(**{**kw, "round_idx": 4}, signature=good, server_public_key=server.public_key) == BAD_SIGNATURE
+    )
+    assert (
+        code(**{**kw, "round_idx": 4}, signature=good, server_public_key=server.public_key)
+        == BAD_SIGNATURE
+    )
     # The payload header (transfer digest: chunk list, bulk address) is signed too.
     with_header = server.sign_cluster_model(3, 1, SHA, transfer=b"header-v1", members=["robot_0"])
-    assert check(**kw, transfer=b"header-v1", signature=with_header, server_public_key=server.public_key)
-    assert code(**kw, transfer=b"header-v2", signature=with_header, server_public_key=server.public_key) \
+    assert check(
+        **kw, transfer=b"header-v1", signature=with_header, server_public_key=server.public_key
+    )
+    assert (
+        code(
+            **kw, transfer=b"header-v2", signature=with_header, server_public_key=server.public_key
+        )
         == BAD_SIGNATURE
+    )
     assert code(**kw, signature=with_header, server_public_key=server.public_key) == BAD_SIGNATURE
     # A sha256 the signing message refuses is malformed, not a crash.
-    d = check(**{**kw, "payload_sha256": "nothex"}, signature=good, server_public_key=server.public_key)
-    assert d.code == MALFORMED and d.reason == "cluster 1 round 3: payload sha256 is not hex: 'nothex'"
+    d = check(
+        **{**kw, "payload_sha256": "nothex"}, signature=good, server_public_key=server.public_key
+    )
+    assert (
+        d.code == MALFORMED and d.reason == "cluster 1 round 3: payload sha256 is not hex: 'nothex'"
+    )
 
 
 def test_tensors_with_and_without_the_expected_manifest():
@@ -103,15 +151,23 @@ def test_tensors_with_and_without_the_expected_manifest():
     assert check(params=wrong_shape)  # no manifest known: any float32 shapes
     f64 = {"w": MODEL["w"].astype(np.float64), "b": MODEL["b"]}
     d = check(params=f64)
-    assert d.code == SCHEMA and d.reason == "cluster 0 round 0: parameters must be float32 numpy arrays"
+    assert (
+        d.code == SCHEMA
+        and d.reason == "cluster 0 round 0: parameters must be float32 numpy arrays"
+    )
     assert code(params={"w": [1.0]}) == SCHEMA and code(params=[MODEL["w"]]) == SCHEMA
     nan = {"w": MODEL["w"].copy(), "b": MODEL["b"]}
     nan["w"][0, 0] = np.nan
     d = check(params=nan)
-    assert d.accepted is False and d.code == NON_FINITE and d.reason.startswith("cluster 0 round 0: ")
+    assert (
+        d.accepted is False and d.code == NON_FINITE and d.reason.startswith("cluster 0 round 0: ")
+    )
     assert code(params=nan, expected_manifest=manifest) == NON_FINITE
     big = {"w": MODEL["w"] * 2e6, "b": MODEL["b"]}
-    assert code(params=big) == OUT_OF_RANGE and code(params=big, expected_manifest=manifest) == OUT_OF_RANGE
+    assert (
+        code(params=big) == OUT_OF_RANGE
+        and code(params=big, expected_manifest=manifest) == OUT_OF_RANGE
+    )
     assert check(params=big, limits=Limits(max_abs_value=3e6))
 
 
@@ -124,6 +180,10 @@ def test_a_malformed_model_never_raises(bad):
 
 def test_an_exception_inside_the_checks_is_a_malformed_decision_with_its_cause():
     server = auth.Signer.generate()
-    d = check(payload_sha256=SHA, members=5, signature=b"x" * 64, server_public_key=server.public_key)
+    d = check(
+        payload_sha256=SHA, members=5, signature=b"x" * 64, server_public_key=server.public_key
+    )
     assert d.code == MALFORMED
-    assert d.reason == "cluster model could not be validated: TypeError: 'int' object is not iterable"
+    assert (
+        d.reason == "cluster model could not be validated: TypeError: 'int' object is not iterable"
+    )

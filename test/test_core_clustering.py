@@ -1,4 +1,5 @@
 """Hand-computed checks of CUA, SRB, FeDepth soft clustering and RND federations."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,26 +10,35 @@ from hypothesis import strategies as st
 from fed_ros.core.clustering import fedepth as fd
 from fed_ros.core.clustering import rnd
 from fed_ros.core.strategies.aggregate import cosine_similarity_matrix
-from fed_ros.core.clustering.cua import (cua_exact, cua_objective, cua_partition, cua_scalable,
-                                         enumerate_partitions, stirling2)
+from fed_ros.core.clustering.cua import (
+    cua_exact,
+    cua_objective,
+    cua_partition,
+    cua_scalable,
+    enumerate_partitions,
+    stirling2,
+)
 from fed_ros.core.clustering.srb import rebalanced_singular_values, srb_block, threshold_index
 
 # --------------------------------------------------------------------------------- CUA
 
 
 def test_cua_objective_of_given_partition_by_hand():
-    S = np.array([[1.0, 0.9, 0.1, 0.2],
-                  [0.9, 1.0, 0.3, 0.0],
-                  [0.1, 0.3, 1.0, 0.8],
-                  [0.2, 0.0, 0.8, 1.0]])
+    S = np.array(
+        [[1.0, 0.9, 0.1, 0.2], [0.9, 1.0, 0.3, 0.0], [0.1, 0.3, 1.0, 0.8], [0.2, 0.0, 0.8, 1.0]]
+    )
     # Groups {0,1} {2,3}: intra means 0.9 and 0.8; inter mean (0.1+0.2+0.3+0.0)/4 = 0.15.
     assert cua_objective(S, [0, 0, 1, 1]) == pytest.approx(0.5 * (0.9 + 0.8) - 0.15)
     # Groups {0} {1,2,3}: singleton intra 0 (documented default), intra (0.3+0.0+0.8)/3, inter (0.9+0.1+0.2)/3.
     assert cua_objective(S, [0, 1, 1, 1]) == pytest.approx(0.5 * (1.1 / 3) - 1.2 / 3)
-    assert cua_objective(S, [0, 1, 1, 1], singleton_intra=1.0) == pytest.approx(0.5 * (1.0 + 1.1 / 3) - 1.2 / 3)
+    assert cua_objective(S, [0, 1, 1, 1], singleton_intra=1.0) == pytest.approx(
+        0.5 * (1.0 + 1.1 / 3) - 1.2 / 3
+    )
     # Three groups: binom(3,2) = 3 inter means.
     val = cua_objective(S, [0, 0, 1, 2], singleton_intra=1.0)
-    assert val == pytest.approx((0.9 + 1.0 + 1.0) / 3 - ((0.1 + 0.3) / 2 + (0.2 + 0.0) / 2 + 0.8) / 3)
+    assert val == pytest.approx(
+        (0.9 + 1.0 + 1.0) / 3 - ((0.1 + 0.3) / 2 + (0.2 + 0.0) / 2 + 0.8) / 3
+    )
     assert cua_exact(S, 2).labels.tolist() == [0, 0, 1, 1]
 
 
@@ -91,7 +101,9 @@ def test_scalable_cua_recovers_large_separated_fleet():
 # --------------------------------------------------------------------------------- SRB
 
 
-def _matrix_with_singular_values(s: list[float], m: int = 6, n: int = 5, seed: int = 0) -> np.ndarray:
+def _matrix_with_singular_values(
+    s: list[float], m: int = 6, n: int = 5, seed: int = 0
+) -> np.ndarray:
     rng = np.random.default_rng(seed)
     U, _ = np.linalg.qr(rng.normal(size=(m, len(s))))
     V, _ = np.linalg.qr(rng.normal(size=(n, len(s))))
@@ -100,7 +112,7 @@ def _matrix_with_singular_values(s: list[float], m: int = 6, n: int = 5, seed: i
 
 def test_srb_on_matrix_with_known_singular_values():
     sigma = [8.0, 4.0, 2.0, 1.0, 0.5]  # total 15.5; cumulative shares .516 .774 .903 .968 1.0
-    assert threshold_index(np.array(sigma), 0.9) == 2           # c* = 3 (1-based), sigma_c* = 2
+    assert threshold_index(np.array(sigma), 0.9) == 2  # c* = 3 (1-based), sigma_c* = 2
     assert threshold_index(np.array(sigma), 0.85) == 2
     assert threshold_index(np.array(sigma), 0.95) == 3
     np.testing.assert_allclose(rebalanced_singular_values(np.array(sigma), 0.9), [8, 4, 2, 2, 2])
@@ -119,7 +131,9 @@ def test_srb_raises_the_noise_tail_of_a_rank_one_update_to_sigma_1():
     # by sqrt(min(m, n)) (x5.66 for the bench's 32x64 text_encoder.0). This pins that
     # property of Eq. 13-14; it is not clipped.
     rng = np.random.default_rng(1)
-    D = (rng.normal(size=(32, 1)) @ rng.normal(size=(1, 8)) + 1e-4 * rng.normal(size=(32, 8))).astype(np.float32)
+    D = (
+        rng.normal(size=(32, 1)) @ rng.normal(size=(1, 8)) + 1e-4 * rng.normal(size=(32, 8))
+    ).astype(np.float32)
     out, info = srb_block(D, 0.9)
     assert info.c_star == 1 and info.raised == 7
     assert info.norm_after / info.norm_before == pytest.approx(np.sqrt(8.0), rel=1e-3)
@@ -140,13 +154,17 @@ def test_srb_beta_one_keeps_block_and_zero_block_untouched():
 
 
 def test_subset_merging_on_crafted_membership_matrix():
-    M = np.array([[1, 1, 0, 0, 0],    # {0,1}       subset of {0,1,2}
-                  [1, 1, 1, 0, 0],    # {0,1,2}
-                  [0, 1, 1, 1, 0],    # {1,2,3}
-                  [0, 0, 1, 1, 0],    # {2,3}       subset of {1,2,3}
-                  [0, 0, 0, 0, 1],    # {4}
-                  [1, 1, 1, 0, 0]],   # duplicate of {0,1,2}
-                 dtype=bool)
+    M = np.array(
+        [
+            [1, 1, 0, 0, 0],  # {0,1}       subset of {0,1,2}
+            [1, 1, 1, 0, 0],  # {0,1,2}
+            [0, 1, 1, 1, 0],  # {1,2,3}
+            [0, 0, 1, 1, 0],  # {2,3}       subset of {1,2,3}
+            [0, 0, 0, 0, 1],  # {4}
+            [1, 1, 1, 0, 0],
+        ],  # duplicate of {0,1,2}
+        dtype=bool,
+    )
     merged = fd.merge_subsets(M)
     assert [tuple(np.flatnonzero(r)) for r in merged] == [(0, 1, 2), (1, 2, 3), (4,)]
     assert fd.overlap_ratio([(0, 1, 2), (1, 2, 3), (4,)], 5) == pytest.approx(2 / 5)
@@ -155,20 +173,21 @@ def test_subset_merging_on_crafted_membership_matrix():
 
 
 def test_soft_clusters_threshold_and_routing():
-    A = np.array([[0.0, 1.0, 5.0, 9.0],
-                  [1.0, 0.0, 1.0, 9.0],
-                  [5.0, 1.0, 0.0, 1.0],
-                  [9.0, 9.0, 1.0, 0.0]])
+    A = np.array(
+        [[0.0, 1.0, 5.0, 9.0], [1.0, 0.0, 1.0, 9.0], [5.0, 1.0, 0.0, 1.0], [9.0, 9.0, 1.0, 0.0]]
+    )
     # Rows at tau=1: {0,1} {0,1,2} {1,2,3} {2,3}; the two-member rows are absorbed.
     clusters = fd.soft_clusters(A, 1.0)
-    assert clusters == [(0, 1, 2), (1, 2, 3)]         # clients 1 and 2 bridge both clusters
+    assert clusters == [(0, 1, 2), (1, 2, 3)]  # clients 1 and 2 bridge both clusters
     assert fd.hard_clusters(A, 1.0) == [(0, 1), (2, 3)]
     # Routing: S_k = mean divergence to the members of cluster k.
     a_test = np.array([0.5, 1.5, 4.0, 8.0])
     np.testing.assert_allclose(fd.route_scores(a_test, clusters), [2.0, 4.5])
     assert fd.route_clusters(a_test, clusters, tau=2.0) == [0]
     assert fd.route_clusters(a_test, clusters, tau=5.0) == [0, 1]
-    assert fd.route_clusters(np.full(4, 50.0), clusters, tau=2.0) == [0]   # none within tau -> argmin
+    assert fd.route_clusters(np.full(4, 50.0), clusters, tau=2.0) == [
+        0
+    ]  # none within tau -> argmin
 
 
 def _blocks(sizes, within=1.0, between=50.0):
@@ -189,8 +208,8 @@ def test_tau_calibration_two_groups_and_a_bridge_of_five():
     tau, ov = fd.calibrate_tau(A, 0.2)
     assert (tau, ov) == (1.0, 0.0)
     assert fd.soft_clusters(A, tau) == [(0, 1), (2,), (3, 4)]
-    assert fd.calibrate_tau(A, 0.0) == (1.0, 0.0)                 # 0%: hard, not singletons
-    tau1, ov1 = fd.calibrate_tau(A, 1.0)                           # 100%: one cluster ~ FedAvg
+    assert fd.calibrate_tau(A, 0.0) == (1.0, 0.0)  # 0%: hard, not singletons
+    tau1, ov1 = fd.calibrate_tau(A, 1.0)  # 100%: one cluster ~ FedAvg
     assert ov1 == 1.0 and fd.soft_clusters(A, tau1) == [(0, 1, 2, 3, 4)]
     taus, ovs, ns = fd.overlap_sweep(A)
     np.testing.assert_array_equal(taus, [0.0, 1.0, 5.0, 50.0])
@@ -221,7 +240,7 @@ def test_tau_calibration_twenty_robots_two_groups_gives_two_clusters():
     for target in (0.1, 0.2, 0.3):
         tau, ov = fd.calibrate_tau(A, target)
         clusters = fd.soft_clusters(A, tau)
-        assert len(clusters) == 2 and ov <= target          # was 15 clusters at 20%
+        assert len(clusters) == 2 and ov <= target  # was 15 clusters at 20%
         # Each cluster holds one whole group plus its bridge robots from the other group.
         assert set(range(10)) <= set(clusters[0]) and set(range(10, 20)) <= set(clusters[1])
         assert len(set(clusters[0]) & set(clusters[1])) == round(20 * ov)
@@ -252,10 +271,9 @@ def test_calibrated_tau_is_largest_admissible_in_sweep(seed):
 def test_rnd_compatibility_on_crafted_novelty_matrix():
     ids = ["a", "b", "c", "d"]
     # Rows: evaluating robot i; columns: predictor j.
-    N = np.array([[1.0, 1.1, 3.0, 3.0],
-                  [1.2, 1.0, 3.0, 3.0],
-                  [3.0, 1.4, 1.0, 1.05],
-                  [3.0, 3.0, 1.1, 1.0]])
+    N = np.array(
+        [[1.0, 1.1, 3.0, 3.0], [1.2, 1.0, 3.0, 3.0], [3.0, 1.4, 1.0, 1.05], [3.0, 3.0, 1.1, 1.0]]
+    )
     sigma = np.array([0.2, 0.3, 0.5, 0.2])
     C = rnd.compatibility(N, sigma, eps=1.0)
     # thresholds s_ii + eps sigma_i = 1.2, 1.3, 1.5, 1.2
@@ -267,7 +285,12 @@ def test_rnd_compatibility_on_crafted_novelty_matrix():
     groups, N2 = rnd.rnd_federations(ids, scores, dict(zip(ids, sigma)), eps=1.0)
     assert groups == [["a", "b"], ["c", "d"]]
     np.testing.assert_array_equal(N2, N)
-    assert rnd.federations(rnd.symmetrise(rnd.compatibility(N, sigma, eps=0.0))) == [[0], [1], [2], [3]]
+    assert rnd.federations(rnd.symmetrise(rnd.compatibility(N, sigma, eps=0.0))) == [
+        [0],
+        [1],
+        [2],
+        [3],
+    ]
 
 
 def test_rnd_rejects_missing_self_score_and_bad_sigma():

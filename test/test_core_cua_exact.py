@@ -10,6 +10,7 @@ sizes, the move budget, the seed): a changed knob is a changed result, to be re-
 
 ROS-free, no torch; deterministic (seeded).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,17 +46,29 @@ def _same_partition(a, b) -> bool:
 # both sides of each boundary.
 PINNED = [
     (10, 3, 6, 0.7206877679593906),
-    (12, 3, 0, 0.6677013341728273), (12, 4, 1, 0.8410182945227161),
-    (30, 3, 0, 0.9377198952845283), (30, 4, 1, 0.9222605607528386), (40, 3, 0, 0.8880829183678669),
-    (64, 3, 0, 0.9788850086606858), (64, 3, 1, 0.9474414991622692),
-    (64, 4, 0, 0.9655958080714766), (64, 4, 1, 0.9217052530860861),
-    (65, 3, 0, 0.8416297608461324), (65, 3, 1, 0.9517021672300761),
-    (65, 4, 0, 0.8429520403941272), (65, 4, 1, 0.9561177539268764),
-    (100, 3, 0, 0.9672403053207692), (100, 4, 1, 0.9431237775240673),
-    (256, 3, 0, 0.9677306674977133), (256, 3, 1, 0.9888509765205338),
-    (256, 4, 0, 0.9866283614990676), (256, 4, 1, 0.9762169496176556),
-    (257, 3, 0, 0.9691282338754112), (257, 3, 1, 0.9752156962863159),
-    (257, 4, 0, 0.9618354126486702), (257, 4, 1, 0.9292033183773867),
+    (12, 3, 0, 0.6677013341728273),
+    (12, 4, 1, 0.8410182945227161),
+    (30, 3, 0, 0.9377198952845283),
+    (30, 4, 1, 0.9222605607528386),
+    (40, 3, 0, 0.8880829183678669),
+    (64, 3, 0, 0.9788850086606858),
+    (64, 3, 1, 0.9474414991622692),
+    (64, 4, 0, 0.9655958080714766),
+    (64, 4, 1, 0.9217052530860861),
+    (65, 3, 0, 0.8416297608461324),
+    (65, 3, 1, 0.9517021672300761),
+    (65, 4, 0, 0.8429520403941272),
+    (65, 4, 1, 0.9561177539268764),
+    (100, 3, 0, 0.9672403053207692),
+    (100, 4, 1, 0.9431237775240673),
+    (256, 3, 0, 0.9677306674977133),
+    (256, 3, 1, 0.9888509765205338),
+    (256, 4, 0, 0.9866283614990676),
+    (256, 4, 1, 0.9762169496176556),
+    (257, 3, 0, 0.9691282338754112),
+    (257, 3, 1, 0.9752156962863159),
+    (257, 4, 0, 0.9618354126486702),
+    (257, 4, 1, 0.9292033183773867),
 ]
 
 
@@ -80,8 +93,12 @@ def test_scalable_cua_defaults_are_seed_0_and_3_restarts():
     assert default.objective == explicit.objective
     # the instance has teeth: another seed or restart count lands elsewhere
     assert cua.cua_scalable(S, 3, seed=1).objective != pytest.approx(default.objective, abs=1e-9)
-    assert cua.cua_scalable(S, 3, restarts=2).objective != pytest.approx(default.objective, abs=1e-9)
-    assert cua.cua_scalable(S, 3, restarts=4).objective != pytest.approx(default.objective, abs=1e-9)
+    assert cua.cua_scalable(S, 3, restarts=2).objective != pytest.approx(
+        default.objective, abs=1e-9
+    )
+    assert cua.cua_scalable(S, 3, restarts=4).objective != pytest.approx(
+        default.objective, abs=1e-9
+    )
 
 
 def test_scalable_cua_results_depend_on_the_seed_only_through_the_seed():
@@ -94,7 +111,7 @@ def test_scalable_cua_results_depend_on_the_seed_only_through_the_seed():
 
 
 def test_cua_partition_defaults_are_singleton_intra_0_and_seed_0():
-    S = _noise(30_005, 30)                      # K = 30 > exact_max_k: the scalable solver
+    S = _noise(30_005, 30)  # K = 30 > exact_max_k: the scalable solver
     auto = cua.cua_partition(S, 4)
     assert auto.method == "scalable"
     ref = cua.cua_scalable(S, 4, singleton_intra=0.0, seed=0)
@@ -103,11 +120,15 @@ def test_cua_partition_defaults_are_singleton_intra_0_and_seed_0():
     assert other.labels.tolist() == cua.cua_scalable(S, 4, seed=1).labels.tolist()
     assert other.objective != pytest.approx(auto.objective, abs=1e-9)
     # exact path: singleton_intra defaults to 0.0 (a singleton earns no intra credit)
-    S5 = np.array([[1.0, 0.9, 0.3, -0.5, -0.5],
-                   [0.9, 1.0, 0.3, -0.5, -0.5],
-                   [0.3, 0.3, 1.0, -0.1, -0.1],
-                   [-0.5, -0.5, -0.1, 1.0, 0.9],
-                   [-0.5, -0.5, -0.1, 0.9, 1.0]])
+    S5 = np.array(
+        [
+            [1.0, 0.9, 0.3, -0.5, -0.5],
+            [0.9, 1.0, 0.3, -0.5, -0.5],
+            [0.3, 0.3, 1.0, -0.1, -0.1],
+            [-0.5, -0.5, -0.1, 1.0, 0.9],
+            [-0.5, -0.5, -0.1, 0.9, 1.0],
+        ]
+    )
     zero, one = cua.cua_partition(S5, 3), cua.cua_partition(S5, 3, singleton_intra=1.0)
     assert zero.objective == pytest.approx(cua.cua_exact(S5, 3, singleton_intra=0.0).objective)
     assert zero.groups() == cua.cua_exact(S5, 3, singleton_intra=0.0).groups()
@@ -122,7 +143,9 @@ def test_scalable_default_move_budget_lets_small_fleets_reach_the_exact_optimum(
         S = _noise(12_000 + inst, 12)
         exact = cua.cua_exact(S, C)
         assert cua.cua_scalable(S, C).objective == pytest.approx(exact.objective, abs=1e-12)
-        assert cua.cua_scalable(S, C, max_moves=None).objective == pytest.approx(exact.objective, abs=1e-12)
+        assert cua.cua_scalable(S, C, max_moves=None).objective == pytest.approx(
+            exact.objective, abs=1e-12
+        )
         assert cua.cua_scalable(S, C, max_moves=0).objective < exact.objective - 1e-3
 
 
@@ -142,7 +165,9 @@ def test_float32_similarities_are_evaluated_in_float64():
     S32 = (_noise(9, 9) + 1e-3 * np.random.default_rng(9).normal(size=(9, 9))).astype(np.float32)
     S64 = S32.astype(np.float64)
     labels = [0, 1, 2, 0, 1, 2, 0, 1, 2]
-    assert cua.cua_objective(S32, labels, 3) == pytest.approx(cua.cua_objective(S64, labels, 3), rel=1e-14, abs=0)
+    assert cua.cua_objective(S32, labels, 3) == pytest.approx(
+        cua.cua_objective(S64, labels, 3), rel=1e-14, abs=0
+    )
     e32, e64 = cua.cua_exact(S32, 3), cua.cua_exact(S64, 3)
     assert e32.labels.tolist() == e64.labels.tolist()
     assert e32.objective == pytest.approx(e64.objective, rel=1e-14, abs=0)
@@ -159,7 +184,9 @@ def test_scalable_cua_never_empties_a_group_even_when_that_would_score_higher():
         res = cua.cua_scalable(S, C)
         assert np.bincount(res.labels, minlength=C).min() >= 2
         assert res.objective == pytest.approx(0.0, abs=1e-12)
-    labels, val = cua._local_search(_S0(np.ones((4, 4))), np.array([0, 0, 0, 1]), 2, 0.0, max_moves=10)
+    labels, val = cua._local_search(
+        _S0(np.ones((4, 4))), np.array([0, 0, 0, 1]), 2, 0.0, max_moves=10
+    )
     assert sorted(np.bincount(labels).tolist()) == [2, 2] and val == pytest.approx(0.0, abs=1e-12)
 
 
@@ -189,7 +216,7 @@ def _average_linkage_reference(S: np.ndarray, C: int) -> list[int]:
 def test_agglomerative_start_is_average_linkage_on_cosine_distance(seed):
     rng = np.random.default_rng(seed)
     K, C, D = int(rng.integers(5, 11)), int(rng.integers(2, 5)), int(rng.integers(2, 5))
-    S = agg.cosine_similarity_matrix(rng.normal(size=(K, D)))   # positive and negative cosines
+    S = agg.cosine_similarity_matrix(rng.normal(size=(K, D)))  # positive and negative cosines
     lab = cua._agglomerative_start(S, C)
     assert sorted(set(lab.tolist())) == list(range(C))
     assert _same_partition(lab, _average_linkage_reference(S, C))
@@ -234,11 +261,18 @@ def test_spectral_start_of_three_mutually_opposed_robots():
         assert cua._spectral_start(S, 2, seed).tolist() == _spectral_reference(S, 2, seed).tolist()
     S3 = S[:3, :3]
     for seed in range(4):
-        assert cua._spectral_start(S3, 2, seed).tolist() == _spectral_reference(S3, 2, seed).tolist()
+        assert (
+            cua._spectral_start(S3, 2, seed).tolist() == _spectral_reference(S3, 2, seed).tolist()
+        )
 
 
-@pytest.mark.parametrize("V", [[[0.631, 1.039], [1.031, 1.818], [-0.385, 0.544], [-0.366, -1.425]],
-                               [[-0.18, -1.437], [0.633, 1.349], [1.238, -1.0], [-0.004, -0.3]]])
+@pytest.mark.parametrize(
+    "V",
+    [
+        [[0.631, 1.039], [1.031, 1.818], [-0.385, 0.544], [-0.366, -1.425]],
+        [[-0.18, -1.437], [0.633, 1.349], [1.238, -1.0], [-0.004, -0.3]],
+    ],
+)
 def test_spectral_start_normalises_by_degrees_below_one_too(V):
     # one robot nearly opposed to the other three: its affinity degree is < 1
     S = agg.cosine_similarity_matrix(np.array(V))
@@ -275,7 +309,9 @@ def test_peel_start_splits_off_the_best_client_each_time(seed):
     singleton_intra = float(rng.choice([0.0, 1.0, 0.5]))
     S = agg.cosine_similarity_matrix(rng.normal(size=(K, 3)))
     # (when the last split is of a pair, both picks are the same partition: rounding decides)
-    assert _same_partition(cua._peel_start(_S0(S), C, singleton_intra), _peel_reference(S, C, singleton_intra))
+    assert _same_partition(
+        cua._peel_start(_S0(S), C, singleton_intra), _peel_reference(S, C, singleton_intra)
+    )
 
 
 def _refine_reference(S0: np.ndarray, labels: np.ndarray, C: int, iters: int = 20) -> list[int]:
@@ -287,8 +323,12 @@ def _refine_reference(S0: np.ndarray, labels: np.ndarray, C: int, iters: int = 2
     for _ in range(iters):
         new = np.empty(K, dtype=np.int64)
         for i in range(K):
-            means = [S0[i, [j for j in range(K) if labels[j] == c and j != i]].mean()
-                     if any(labels[j] == c and j != i for j in range(K)) else -np.inf for c in range(C)]
+            means = [
+                S0[i, [j for j in range(K) if labels[j] == c and j != i]].mean()
+                if any(labels[j] == c and j != i for j in range(K))
+                else -np.inf
+                for c in range(C)
+            ]
             new[i] = int(np.argmax(means))
         new = cua._repair(new, S0, C)
         if new.tolist() == labels.tolist():
@@ -305,17 +345,25 @@ def test_batch_refine_matches_its_reference_from_random_starts(seed):
     start = cua._repair(rng.integers(0, C, size=K), S0, C)
     assert cua._batch_refine(S0, start, C).tolist() == _refine_reference(S0, start, C)
     for iters in (1, 2, 3):
-        assert cua._batch_refine(S0, start, C, iters=iters).tolist() == _refine_reference(S0, start, C, iters)
+        assert cua._batch_refine(S0, start, C, iters=iters).tolist() == _refine_reference(
+            S0, start, C, iters
+        )
 
 
 def test_batch_refine_sends_a_lone_robot_to_its_best_group_even_if_all_are_dissimilar():
     # robot 3 is alone in group 1 and dislikes everyone; a lone robot has no "own group" mean,
     # so it joins the group it dislikes least (group 0) and _repair refills group 1 with the
     # least attached robot of group 0 (robot 2, mean -0.6 < robot 3's -0.2).
-    S = np.array([[1.0, 0.9, -0.8, -0.1],
-                  [0.9, 1.0, -0.8, -0.1],
-                  [-0.8, -0.8, 1.0, -0.4],
-                  [-0.1, -0.1, -0.4, 1.0]])
+    S = np.array(
+        [
+            [1.0, 0.9, -0.8, -0.1],
+            [0.9, 1.0, -0.8, -0.1],
+            [-0.8, -0.8, 1.0, -0.4],
+            [-0.1, -0.1, -0.4, 1.0],
+        ]
+    )
     S0 = _S0(S)
     assert cua._batch_refine(S0, np.array([0, 0, 0, 1]), 2, iters=1).tolist() == [0, 0, 1, 0]
-    assert cua._batch_refine(S0, np.array([0, 0, 0, 1]), 2).tolist() == _refine_reference(S0, [0, 0, 0, 1], 2)
+    assert cua._batch_refine(S0, np.array([0, 0, 0, 1]), 2).tolist() == _refine_reference(
+        S0, [0, 0, 0, 1], 2
+    )

@@ -1,4 +1,5 @@
 """Params, FedAvg arithmetic, Jeffreys, cosine similarity and robust rules."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,18 +7,35 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fed_ros.core.strategies.aggregate import (cosine_similarity_matrix, fedavg, jeffreys_diag,
-                                               jeffreys_matrix, sample_weights, weighted_average)
-from fed_ros.core.params import (UpdateBuffer, check_finite, check_manifest, flatten, manifest_of, prefix_columns,
-                                 select_prefix, stack_state_dicts, unflatten)
+from fed_ros.core.strategies.aggregate import (
+    cosine_similarity_matrix,
+    fedavg,
+    jeffreys_diag,
+    jeffreys_matrix,
+    sample_weights,
+    weighted_average,
+)
+from fed_ros.core.params import (
+    UpdateBuffer,
+    check_finite,
+    check_manifest,
+    flatten,
+    manifest_of,
+    prefix_columns,
+    select_prefix,
+    stack_state_dicts,
+    unflatten,
+)
 from fed_ros.core.strategies.robust import aggregate_robust, krum_scores, multi_krum, norm_clip_mean
 
 
 def _sd(seed: int = 0, scale: float = 1.0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"temporal.w": (scale * rng.normal(size=(3, 4))).astype(np.float32),
-            "temporal.b": (scale * rng.normal(size=4)).astype(np.float32),
-            "head.w": (scale * rng.normal(size=(2, 3))).astype(np.float32)}
+    return {
+        "temporal.w": (scale * rng.normal(size=(3, 4))).astype(np.float32),
+        "temporal.b": (scale * rng.normal(size=4)).astype(np.float32),
+        "head.w": (scale * rng.normal(size=(2, 3))).astype(np.float32),
+    }
 
 
 def test_flatten_unflatten_roundtrip_and_views():
@@ -123,9 +141,13 @@ def test_fedavg_permutation_invariant(seed, k):
 def test_jeffreys_of_two_known_gaussians():
     # N(0,1) vs N(1,2) in 1-D: KL(p||q) = 0.5(ln2 + (1+1)/2 - 1) = 0.5 ln 2,
     # KL(q||p) = 0.5(ln(1/2) + (2+1)/1 - 1) = 0.5(2 - ln 2); sum = 1.0 exactly.
-    assert jeffreys_diag(np.array([0.0]), np.array([1.0]), np.array([1.0]), np.array([2.0])) == pytest.approx(1.0)
+    assert jeffreys_diag(
+        np.array([0.0]), np.array([1.0]), np.array([1.0]), np.array([2.0])
+    ) == pytest.approx(1.0)
     # Two dimensions add up; equal Gaussians have divergence 0.
-    J = jeffreys_matrix(np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]), np.array([[1.0, 1.0], [2.0, 1.0], [1, 1]]))
+    J = jeffreys_matrix(
+        np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]]), np.array([[1.0, 1.0], [2.0, 1.0], [1, 1]])
+    )
     assert J[0, 1] == pytest.approx(1.0) and J[1, 0] == pytest.approx(1.0)
     assert J[0, 2] == pytest.approx(0.0) and np.allclose(np.diag(J), 0)
 
@@ -148,13 +170,20 @@ def test_cosine_similarity_zero_vector_rule():
 
 
 @settings(max_examples=20, deadline=None)
-@given(seed=st.integers(0, 10_000), k=st.integers(5, 9),
-       rule=st.sampled_from(["mean", "median", "trimmed_mean", "clip", "multi_krum"]))
+@given(
+    seed=st.integers(0, 10_000),
+    k=st.integers(5, 9),
+    rule=st.sampled_from(["mean", "median", "trimmed_mean", "clip", "multi_krum"]),
+)
 def test_robust_rules_equal_fedavg_on_identical_honest_inputs(seed, k, rule):
     row = np.random.default_rng(seed).normal(size=50).astype(np.float32)
     stacked = np.repeat(row[None], k, axis=0)
     w = np.random.default_rng(seed + 1).uniform(1, 5, size=k)
-    kw = {"f": 1} if rule == "multi_krum" else ({"reference": np.zeros(50, np.float32)} if rule == "clip" else {})
+    kw = (
+        {"f": 1}
+        if rule == "multi_krum"
+        else ({"reference": np.zeros(50, np.float32)} if rule == "clip" else {})
+    )
     out = aggregate_robust(stacked, w, rule, **kw)
     np.testing.assert_allclose(out, weighted_average(stacked, w / w.sum()), rtol=1e-5, atol=1e-6)
 
@@ -209,16 +238,22 @@ def test_robust_rejects_nan_and_unknown_rule():
 
 def test_update_similarity_matches_direct_cosine_on_scattered_columns():
     from fed_ros.core.strategies.aggregate import all_finite, update_similarity
+
     rng = np.random.default_rng(5)
     stacked = rng.normal(size=(6, 5000)).astype(np.float32)
     origin = rng.normal(size=5000).astype(np.float32)
     cols = np.concatenate([np.arange(10, 1200), np.arange(3000, 4100)])
     direct = cosine_similarity_matrix(stacked[:, cols].astype(np.float64) - origin[cols])
-    np.testing.assert_allclose(update_similarity(stacked, cols, origin, chunk=1024), direct, atol=1e-5)
-    np.testing.assert_allclose(update_similarity(stacked, slice(0, 5000), origin),
-                               cosine_similarity_matrix(stacked.astype(np.float64) - origin), atol=1e-5)
+    np.testing.assert_allclose(
+        update_similarity(stacked, cols, origin, chunk=1024), direct, atol=1e-5
+    )
+    np.testing.assert_allclose(
+        update_similarity(stacked, slice(0, 5000), origin),
+        cosine_similarity_matrix(stacked.astype(np.float64) - origin),
+        atol=1e-5,
+    )
     assert all_finite(stacked)
-    big = np.full(10, 3e38, np.float32)           # the float32 sum overflows, values are finite
+    big = np.full(10, 3e38, np.float32)  # the float32 sum overflows, values are finite
     assert all_finite(big)
     big[3] = np.nan
     assert not all_finite(big)

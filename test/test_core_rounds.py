@@ -1,6 +1,7 @@
 """The server's round state machine (pure, no ROS): roster, deadlines, quorum, rejections,
 abandoned rounds, commit-before-publish and resume, driven by a fake clock with the real
 core strategies and model store."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,9 +11,18 @@ from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
 from fed_ros.core.strategies.types import ClientUpdate
 from fed_ros.core.rounds.roster import Roster
-from fed_ros.core.rounds.collect import (DESCRIBE, DONE, EVALUATE, RoundPlan, SCORE, StageCollector, TRAIN,
-                                         quorum_for)
-from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.collect import (
+    DESCRIBE,
+    DONE,
+    EVALUATE,
+    RoundPlan,
+    SCORE,
+    StageCollector,
+    TRAIN,
+    quorum_for,
+)
+from fed_ros.core.rounds.coordinator import RoundCoordinator
+from fed_ros.core.rounds.settings import RoundSettings
 
 ROBOTS = ("robot_0", "robot_1", "robot_2")
 
@@ -21,30 +31,52 @@ def _initial() -> dict[str, np.ndarray]:
     return {"w": np.zeros((2, 3), np.float32), "b": np.zeros(3, np.float32)}
 
 
-def _update(rid: str, value: float, round_idx: int, base: int | None = None, n: int = 10) -> ClientUpdate:
-    upd = ClientUpdate(robot_id=rid, params={"w": np.full((2, 3), value, np.float32),
-                                             "b": np.full(3, value, np.float32)},
-                       num_samples=n, base_round=round_idx if base is None else base,
-                       metrics={"train_loss": 1.0 + value})
+def _update(
+    rid: str, value: float, round_idx: int, base: int | None = None, n: int = 10
+) -> ClientUpdate:
+    upd = ClientUpdate(
+        robot_id=rid,
+        params={"w": np.full((2, 3), value, np.float32), "b": np.full(3, value, np.float32)},
+        num_samples=n,
+        base_round=round_idx if base is None else base,
+        metrics={"train_loss": 1.0 + value},
+    )
     upd.round_idx = round_idx
     return upd
 
 
 def _coordinator(tmp_path, algorithm="fedavg", rounds=3, timeout=10.0, max_attempts=2, **strategy):
     clock = [0.0]
-    settings = RoundSettings(algorithm=algorithm, rounds=rounds, quorum_fraction=0.6,
-                             round_timeout_s=timeout, max_attempts=max_attempts)
-    coord = RoundCoordinator(make_strategy(algorithm, **strategy), ModelStore(tmp_path / "store"), settings,
-                             _initial(), clock=lambda: clock[0])
+    settings = RoundSettings(
+        algorithm=algorithm,
+        rounds=rounds,
+        quorum_fraction=0.6,
+        round_timeout_s=timeout,
+        max_attempts=max_attempts,
+    )
+    coord = RoundCoordinator(
+        make_strategy(algorithm, **strategy),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        clock=lambda: clock[0],
+    )
     for rid in ROBOTS:
         assert coord.roster.register(rid, tasks=["lift"], num_samples=10).accepted
     return coord, clock
 
 
 def _plan(participants=ROBOTS, deadline=10.0, quorum=2, round_idx=1) -> RoundPlan:
-    return RoundPlan(round_idx=round_idx, stage=TRAIN, attempt=1, deadline_s=deadline, algorithm="fedavg",
-                     participants=tuple(participants), memberships={r: [(0, 1.0)] for r in participants},
-                     quorum=quorum)
+    return RoundPlan(
+        round_idx=round_idx,
+        stage=TRAIN,
+        attempt=1,
+        deadline_s=deadline,
+        algorithm="fedavg",
+        participants=tuple(participants),
+        memberships={r: [(0, 1.0)] for r in participants},
+        quorum=quorum,
+    )
 
 
 def test_quorum_is_ceil_fraction_bounded_by_participants():
@@ -73,13 +105,16 @@ def test_roster_allow_list():
     assert roster.register("robot_0", public_key=b"a" * 32).accepted
 
 
-@pytest.mark.parametrize("robot,round_idx,base,now,expected", [
-    ("robot_9", 1, 1, 1.0, "not a participant"),
-    ("robot_0", 0, 0, 1.0, "stale: answer for round 0"),
-    ("robot_0", 2, 2, 1.0, "future round 2"),
-    ("robot_0", 1, 0, 1.0, "stale base"),
-    ("robot_0", 1, 1, 11.0, "late"),
-])
+@pytest.mark.parametrize(
+    "robot,round_idx,base,now,expected",
+    [
+        ("robot_9", 1, 1, 1.0, "not a participant"),
+        ("robot_0", 0, 0, 1.0, "stale: answer for round 0"),
+        ("robot_0", 2, 2, 1.0, "future round 2"),
+        ("robot_0", 1, 0, 1.0, "stale base"),
+        ("robot_0", 1, 1, 11.0, "late"),
+    ],
+)
 def test_collector_rejects_with_reason(robot, round_idx, base, now, expected):
     verdict = StageCollector(_plan()).check(robot, round_idx, now, base_round=base)
     assert not verdict.accepted
@@ -103,7 +138,12 @@ def test_collector_rejects_duplicates_and_decides():
 def test_round_commits_before_next_announcement(tmp_path):
     coord, clock = _coordinator(tmp_path)
     plan = coord.start_round()
-    assert plan.stage == TRAIN and plan.round_idx == 0 and plan.participants == ROBOTS and plan.quorum == 2
+    assert (
+        plan.stage == TRAIN
+        and plan.round_idx == 0
+        and plan.participants == ROBOTS
+        and plan.quorum == 2
+    )
     for i, rid in enumerate(ROBOTS):
         assert coord.offer_update(_update(rid, float(i), 0)).accepted
     nxt, outcome = coord.poll()
@@ -160,7 +200,11 @@ def test_bad_updates_rejected_with_reason_and_code(tmp_path):
     zero = _update("robot_0", 1.0, 0)
     zero.num_samples = 0
     verdict = coord.offer_update(zero)
-    assert not verdict.accepted and verdict.code == "num_samples" and "claims 0 samples" in verdict.reason
+    assert (
+        not verdict.accepted
+        and verdict.code == "num_samples"
+        and "claims 0 samples" in verdict.reason
+    )
     stale = _update("robot_1", 1.0, 0)
     stale.base_round = 3
     assert coord.offer_update(stale).code == "stale_base"
@@ -179,7 +223,9 @@ def test_restart_resumes_from_last_commit_with_identical_models(tmp_path):
     coord.offer_update(_update("robot_0", 7.0, 1))  # in flight when the server dies: lost
     # A fresh process: new strategy, new coordinator, same store, empty roster.
     settings = coord.settings
-    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial())
+    again = RoundCoordinator(
+        make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial()
+    )
     assert again.resume()
     assert again.round_idx == 1 and again.roster.ids == list(ROBOTS)
     plan = again.start_round(now=0.0)
@@ -210,21 +256,37 @@ def test_descriptor_stages_precede_training_for_fedepth(tmp_path):
 
 def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
     clock = [0.0]
-    settings = RoundSettings(algorithm="fedprox", rounds=2, quorum_fraction=0.6, round_timeout_s=10.0,
-                             evaluate_every=1, eval_timeout_s=5.0, eval_episodes=3)
-    coord = RoundCoordinator(make_strategy("fedprox", mu=0.02), ModelStore(tmp_path / "s"), settings, _initial(),
-                             clock=lambda: clock[0])
+    settings = RoundSettings(
+        algorithm="fedprox",
+        rounds=2,
+        quorum_fraction=0.6,
+        round_timeout_s=10.0,
+        evaluate_every=1,
+        eval_timeout_s=5.0,
+        eval_episodes=3,
+    )
+    coord = RoundCoordinator(
+        make_strategy("fedprox", mu=0.02),
+        ModelStore(tmp_path / "s"),
+        settings,
+        _initial(),
+        clock=lambda: clock[0],
+    )
     for rid in ROBOTS:
         coord.roster.register(rid)
     plan = coord.start_round()
     # Every participant is told the strategy's round config (FedProx: its mu); no evaluation yet.
-    assert {r: (c.prox_mu, c.eval_episodes) for r, c in plan.configs.items()} == {r: (0.02, None) for r in ROBOTS}
+    assert {r: (c.prox_mu, c.eval_episodes) for r, c in plan.configs.items()} == {
+        r: (0.02, None) for r in ROBOTS
+    }
     for rid in ROBOTS:
         coord.offer_update(_update(rid, 1.0, 0))
     plan, outcome = coord.poll()
     assert outcome is None  # held until the new models are evaluated
     assert plan.stage == EVALUATE and plan.round_idx == 1 and plan.quorum == 0
-    assert all(plan.configs[r].eval_episodes == 3 for r in ROBOTS)  # the server's evaluation request
+    assert all(
+        plan.configs[r].eval_episodes == 3 for r in ROBOTS
+    )  # the server's evaluation request
     assert ModelStore(tmp_path / "s").load_latest().round_idx == 0  # committed before evaluation
     assert coord.offer_metrics("robot_0", 0.5).accepted
     assert "not in [0, 1]" in coord.offer_metrics("robot_1", 1.5).reason
@@ -239,20 +301,27 @@ def test_evaluation_stage_fills_success_rates_into_the_held_report(tmp_path):
 
 def test_intra_cluster_similarity_of_accumulated_updates():
     from fed_ros.core.rounds.report import intra_cluster_similarity
+
     init = {"w": np.zeros(2, np.float32)}
-    params = {"a": {"w": np.array([1.0, 0.0], np.float32)}, "b": {"w": np.array([2.0, 0.0], np.float32)},
-              "c": {"w": np.array([0.0, 1.0], np.float32)}}
+    params = {
+        "a": {"w": np.array([1.0, 0.0], np.float32)},
+        "b": {"w": np.array([2.0, 0.0], np.float32)},
+        "c": {"w": np.array([0.0, 1.0], np.float32)},
+    }
     sims = intra_cluster_similarity(params, init, {0: ["a", "b"], 1: ["a", "c"], 2: ["c"]})
     assert sims[0] == pytest.approx(1.0) and sims[1] == pytest.approx(0.0) and np.isnan(sims[2])
 
 
 # ------------------------------------------------------------------ fleet boundary (issue 13)
 
+
 def test_empty_allow_list_roster_is_kept_by_the_coordinator(tmp_path):
     """An allow-list roster with no robot registered yet is falsy (len 0); it must not be replaced."""
     settings = RoundSettings(algorithm="fedavg", rounds=1)
     roster = Roster(allowed_keys={"robot_0": b"a" * 32})
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(), roster)
+    coord = RoundCoordinator(
+        make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(), roster
+    )
     assert coord.roster is roster
     verdict = coord.roster.register("intruder_0", public_key=b"z" * 32)
     assert not verdict.accepted and "not on the allow-list" in verdict.reason
@@ -271,7 +340,11 @@ def test_check_update_does_not_count_so_the_node_counts_each_rejection_once(tmp_
     clock[0] = 10.5
     _, outcome = coord.poll()
     assert outcome.completed
-    assert (outcome.updates_received, outcome.updates_accepted, outcome.updates_rejected) == (3, 2, 1)
+    assert (outcome.updates_received, outcome.updates_accepted, outcome.updates_rejected) == (
+        3,
+        2,
+        1,
+    )
 
 
 def test_abandoned_round_completes_when_re_announced(tmp_path):
@@ -290,7 +363,9 @@ def test_abandoned_round_completes_when_re_announced(tmp_path):
     nxt, outcome = coord.poll()
     assert outcome.completed, outcome.status
     assert outcome.updates_accepted == 2 and outcome.updates_rejected == 0
-    np.testing.assert_allclose(coord.cluster_models[0]["w"], 2.0)  # FedAvg of robot_0 (1) and robot_1 (3)
+    np.testing.assert_allclose(
+        coord.cluster_models[0]["w"], 2.0
+    )  # FedAvg of robot_0 (1) and robot_1 (3)
     assert nxt.round_idx == 1 and nxt.attempt == 1
 
 
@@ -302,7 +377,9 @@ def test_re_announced_round_takes_a_fresh_answer_over_the_carried_one(tmp_path):
     clock[0] = 10.5
     coord.poll()
     assert coord.offer_update(_update("robot_0", 5.0, 0)).accepted
-    assert "duplicate" in coord.offer_update(_update("robot_0", 6.0, 0)).reason  # this attempt: once
+    assert (
+        "duplicate" in coord.offer_update(_update("robot_0", 6.0, 0)).reason
+    )  # this attempt: once
     coord.offer_update(_update("robot_1", 1.0, 0))
     coord.offer_update(_update("robot_2", 3.0, 0))
     _, outcome = coord.poll()
@@ -318,7 +395,9 @@ def test_rejections_from_unknown_senders_are_counted_but_not_kept(tmp_path):
         coord.record_rejection(f"junk_{i}", "not a participant")
         coord.record_rejection("robot_0", f"bad update {i}")
     assert coord.collector.rejected == 2000
-    assert coord.collector.rejections == [("robot_0", "bad update 0")]  # first reason per participant
+    assert coord.collector.rejections == [
+        ("robot_0", "bad update 0")
+    ]  # first reason per participant
     clock[0] = 10.5
     _, outcome = coord.poll()
     assert outcome.updates_rejected == 2000 and outcome.updates_received == 2000
@@ -327,15 +406,27 @@ def test_rejections_from_unknown_senders_are_counted_but_not_kept(tmp_path):
 def test_roster_survives_a_restart_before_the_first_commit(tmp_path):
     # Robots register once, at start-up: a server killed before committing round 0 must
     # still know them when it restarts, or it waits for registrations forever.
-    settings = RoundSettings(algorithm="fedavg", rounds=2, quorum_fraction=1.0, round_timeout_s=10.0)
-    first = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             roster_file=tmp_path / "store" / "roster.json")
+    settings = RoundSettings(
+        algorithm="fedavg", rounds=2, quorum_fraction=1.0, round_timeout_s=10.0
+    )
+    first = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        roster_file=tmp_path / "store" / "roster.json",
+    )
     for rid in ROBOTS[:2]:
         assert first.register(rid, tasks=["lift"], num_samples=10).accepted
     assert not first.register("robot 9", tasks=["lift"]).accepted  # refused ids are not persisted
 
-    again = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "store"), settings, _initial(),
-                             roster_file=tmp_path / "store" / "roster.json")
+    again = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "store"),
+        settings,
+        _initial(),
+        roster_file=tmp_path / "store" / "roster.json",
+    )
     assert again.resume() is False  # nothing committed yet
     assert again.roster.ids == list(ROBOTS[:2])
     plan = again.start_round(now=0.0)
@@ -352,7 +443,11 @@ def test_pause_finishes_the_round_in_progress_and_holds_the_next_with_a_fresh_de
     nxt, outcome = coord.poll()
     assert outcome.completed and nxt is None and coord.held  # aggregated, no round 1 announced
     assert ModelStore(tmp_path / "store").load_latest().round_idx == 0  # committed
-    for t in (11.0, 500.0, 10_000.0):  # long past round 0's deadline: nothing expires, nothing starts
+    for t in (
+        11.0,
+        500.0,
+        10_000.0,
+    ):  # long past round 0's deadline: nothing expires, nothing starts
         clock[0] = t
         assert coord.poll() == (None, None) and coord.collector is None and coord.held
     assert "no training round" in coord.offer_update(_update("robot_0", 1.0, 1)).reason
@@ -385,11 +480,22 @@ def test_pause_holds_the_re_attempt_of_an_abandoned_round_and_round_0(tmp_path):
 
 
 def test_pause_lets_the_round_s_evaluation_run_then_holds(tmp_path):
-    settings = RoundSettings(algorithm="fedavg", rounds=3, quorum_fraction=0.6, round_timeout_s=10.0,
-                             evaluate_every=1, eval_timeout_s=5.0)
+    settings = RoundSettings(
+        algorithm="fedavg",
+        rounds=3,
+        quorum_fraction=0.6,
+        round_timeout_s=10.0,
+        evaluate_every=1,
+        eval_timeout_s=5.0,
+    )
     clock = [0.0]
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(tmp_path / "s"), settings, _initial(),
-                             clock=lambda: clock[0])
+    coord = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(tmp_path / "s"),
+        settings,
+        _initial(),
+        clock=lambda: clock[0],
+    )
     for rid in ROBOTS:
         coord.roster.register(rid)
     coord.start_round()
@@ -431,6 +537,8 @@ def test_end_request_while_paused_between_rounds_announces_done(tmp_path):
 
 def test_end_request_before_round_0_announces_done_at_once(tmp_path):
     coord, clock = _coordinator(tmp_path, rounds=5)
-    coord.paused = coord.end_requested = coord.held = True  # what the node does on end_fleet before round 0
+    coord.paused = coord.end_requested = coord.held = (
+        True  # what the node does on end_fleet before round 0
+    )
     nxt, outcome = coord.poll()
     assert nxt.stage == DONE and nxt.round_idx == 0 and outcome is None and coord.finished

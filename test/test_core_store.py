@@ -1,4 +1,5 @@
 """ModelStore: atomic commits, crash at every step, corruption detection, no writes on bad input."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _models(value: float) -> dict[int, dict[str, np.ndarray]]:
-    return {c: {"temporal.w": np.full((4, 3), value + c, np.float32), "head.b": np.full(2, -value, np.float32)}
-            for c in (0, 1)}
+    return {
+        c: {
+            "temporal.w": np.full((4, 3), value + c, np.float32),
+            "head.b": np.full(2, -value, np.float32),
+        }
+        for c in (0, 1)
+    }
 
 
 def _assign() -> dict[str, list[tuple[int, float]]]:
@@ -39,7 +45,9 @@ def test_commit_and_load_roundtrip(tmp_path):
     _commit(store, 1)
     snap = store.load_latest()
     assert snap.round_idx == 1 and snap.meta == {"note": "round 1"}
-    np.testing.assert_array_equal(snap.cluster_models[1]["temporal.w"], np.full((4, 3), 2.0, np.float32))
+    np.testing.assert_array_equal(
+        snap.cluster_models[1]["temporal.w"], np.full((4, 3), 2.0, np.float32)
+    )
     assert snap.assignments == _assign()
     restored = make_strategy("fedavg")
     restored.load_state(*snap.strategy_state)
@@ -60,7 +68,9 @@ class _Crash(BaseException):
 
 def _crash_steps(tmp_path) -> list[str]:
     steps: list[str] = []
-    ModelStore(tmp_path / "probe", _crash_point=steps.append).commit(0, _models(0.0), _assign(), None, {})
+    ModelStore(tmp_path / "probe", _crash_point=steps.append).commit(
+        0, _models(0.0), _assign(), None, {}
+    )
     return steps
 
 
@@ -76,7 +86,9 @@ def test_crash_at_every_step_leaves_previous_round_loadable(tmp_path):
                 raise _Crash(at)
 
         with pytest.raises(_Crash):
-            ModelStore(d, _crash_point=crash).commit(1, _models(1.0), _assign(), None, {"note": "round 1"})
+            ModelStore(d, _crash_point=crash).commit(
+                1, _models(1.0), _assign(), None, {"note": "round 1"}
+            )
         snap = ModelStore(d).load_latest()
         committed = steps.index(step) >= steps.index("renamed:manifest")
         assert snap.round_idx == (1 if committed else 0), step

@@ -1,4 +1,5 @@
 """Strategies end to end on synthetic fleets: FedDRMan, FeDepth, RND, IFCA, FedAvg/FedProx, Local."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,10 +16,12 @@ from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate
 
 def _initial(seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"encoder.w": rng.normal(size=(6, 5)).astype(np.float32),
-            "temporal.w": rng.normal(size=(8, 8)).astype(np.float32),
-            "temporal.b": rng.normal(size=8).astype(np.float32),
-            "head.w": rng.normal(size=(4, 8)).astype(np.float32)}
+    return {
+        "encoder.w": rng.normal(size=(6, 5)).astype(np.float32),
+        "temporal.w": rng.normal(size=(8, 8)).astype(np.float32),
+        "temporal.b": rng.normal(size=8).astype(np.float32),
+        "head.w": rng.normal(size=(4, 8)).astype(np.float32),
+    }
 
 
 def _fleet_updates(init, ids, round_idx, groups=2, seed=0, noise=0.05):
@@ -30,7 +33,9 @@ def _fleet_updates(init, ids, round_idx, groups=2, seed=0, noise=0.05):
     out = []
     for i, rid in enumerate(ids):
         vec = th + dirs[i % groups] + noise * rng.normal(size=th.size).astype(np.float32)
-        out.append(ClientUpdate(rid, unflatten(vec.astype(np.float32), man, copy=True), 10 + i, round_idx))
+        out.append(
+            ClientUpdate(rid, unflatten(vec.astype(np.float32), man, copy=True), 10 + i, round_idx)
+        )
     return out
 
 
@@ -49,17 +54,40 @@ def test_make_strategy_rejects_unknown_names_and_settings():
         make_strategy("fedavg", local_steps=0)
 
 
-@pytest.mark.parametrize("name,kw,expected", [
-    ("fedavg", {}, dict(prox_mu=0.0, use_sub=False, use_act=False, descriptor_kind="gaussian", pick_cluster=False)),
-    ("fedprox", {"mu": 0.05}, dict(prox_mu=0.05, use_sub=False, use_act=False)),
-    ("feddrman", {}, dict(prox_mu=0.0, use_sub=True, use_act=True, lambda_sub=0.03, lambda_act=0.005)),
-    ("feddrman", {"use_sub": False, "lambda_act": 0.01}, dict(use_sub=False, use_act=True, lambda_act=0.01)),
-    ("ifca", {"num_clusters": 2}, dict(pick_cluster=True, use_sub=False)),
-    ("fedepth", {}, dict(descriptor_kind="gaussian")),
-    ("rnd", {}, dict(descriptor_kind="rnd")),
-    ("local", {"lr": 3e-3, "local_steps": 20}, dict(lr=3e-3, local_steps=20, local_epochs=1)),
-])
-def test_configure_round_gives_every_robot_membership_and_the_strategys_round_config(name, kw, expected):
+@pytest.mark.parametrize(
+    "name,kw,expected",
+    [
+        (
+            "fedavg",
+            {},
+            dict(
+                prox_mu=0.0,
+                use_sub=False,
+                use_act=False,
+                descriptor_kind="gaussian",
+                pick_cluster=False,
+            ),
+        ),
+        ("fedprox", {"mu": 0.05}, dict(prox_mu=0.05, use_sub=False, use_act=False)),
+        (
+            "feddrman",
+            {},
+            dict(prox_mu=0.0, use_sub=True, use_act=True, lambda_sub=0.03, lambda_act=0.005),
+        ),
+        (
+            "feddrman",
+            {"use_sub": False, "lambda_act": 0.01},
+            dict(use_sub=False, use_act=True, lambda_act=0.01),
+        ),
+        ("ifca", {"num_clusters": 2}, dict(pick_cluster=True, use_sub=False)),
+        ("fedepth", {}, dict(descriptor_kind="gaussian")),
+        ("rnd", {}, dict(descriptor_kind="rnd")),
+        ("local", {"lr": 3e-3, "local_steps": 20}, dict(lr=3e-3, local_steps=20, local_epochs=1)),
+    ],
+)
+def test_configure_round_gives_every_robot_membership_and_the_strategys_round_config(
+    name, kw, expected
+):
     s = make_strategy(name, **kw)
     s.initialize(_initial(), IDS)
     instructions = s.configure_round(0, IDS)
@@ -79,8 +107,9 @@ def test_feddrman_clusters_and_keeps_ids_stable_across_rounds():
     # Same fleet, updates arriving in another order: same cluster ids for the same robots.
     ups = _fleet_updates(init, IDS, 1, seed=2)[::-1]
     res1 = s.aggregate_round(1, ups, {})
-    assert {c: sorted(g) for c, g in res1.diagnostics["groups"].items()} == \
-        {c: sorted(g) for c, g in groups0.items()}
+    assert {c: sorted(g) for c, g in res1.diagnostics["groups"].items()} == {
+        c: sorted(g) for c, g in groups0.items()
+    }
     for rid in IDS:
         assert res1.assignments[rid] == res0.assignments[rid]
     assert set(res1.cluster_models) == {0, 1}
@@ -101,11 +130,15 @@ def test_feddrman_persistent_update_with_and_without_srb():
     srb.initialize(init, ids)
     res = srb.aggregate_round(0, ups, {})
     delta = unflatten((avg - flatten(init)).astype(np.float32), man, copy=True)
-    for name in ("encoder.w", "temporal.w", "head.w"):           # eligible 2-D blocks
+    for name in ("encoder.w", "temporal.w", "head.w"):  # eligible 2-D blocks
         expected = init[name] + srb_block(delta[name], 0.9)[0]
         np.testing.assert_allclose(res.cluster_models[0][name], expected, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(res.cluster_models[0]["temporal.b"], init["temporal.b"] + delta["temporal.b"],
-                               rtol=1e-5, atol=1e-5)              # 1-D: keeps the averaged update
+    np.testing.assert_allclose(
+        res.cluster_models[0]["temporal.b"],
+        init["temporal.b"] + delta["temporal.b"],
+        rtol=1e-5,
+        atol=1e-5,
+    )  # 1-D: keeps the averaged update
     assert set(res.diagnostics["srb"]["0"]) == {"encoder.w", "temporal.w", "head.w"}
 
 
@@ -145,7 +178,9 @@ def test_aggregation_is_bit_identical_for_any_arrival_order(seed, name):
     init = _initial()
     ups = _fleet_updates(init, IDS, 0, seed=seed)
     perm = np.random.default_rng(seed).permutation(len(ups))
-    desc = {r: ClientDescriptor(r, "rnd", scores={p: 1.0 for p in IDS}, residual_std=0.1) for r in IDS}
+    desc = {
+        r: ClientDescriptor(r, "rnd", scores={p: 1.0 for p in IDS}, residual_std=0.1) for r in IDS
+    }
     outs = []
     for order in (range(len(ups)), perm):
         s = make_strategy(name, **({"num_clusters": 2} if name == "feddrman" else {}))
@@ -157,7 +192,9 @@ def test_aggregation_is_bit_identical_for_any_arrival_order(seed, name):
             assert np.array_equal(outs[0][c][k], outs[1][c][k])
 
 
-@pytest.mark.parametrize("name,kw", [("fedavg", {}), ("fedepth", {"tau": 100.0}), ("feddrman", {"num_clusters": 2})])
+@pytest.mark.parametrize(
+    "name,kw", [("fedavg", {}), ("fedepth", {"tau": 100.0}), ("feddrman", {"num_clusters": 2})]
+)
 def test_recycled_average_buffers_never_touch_models_still_held(name, kw):
     init = _initial()
     desc = _gaussians(IDS)
@@ -168,7 +205,7 @@ def test_recycled_average_buffers_never_touch_models_still_held(name, kw):
 
     def counting_take(shape):
         buf = take(shape)
-        reused.append(buf is not None)     # a bool: holding the buffer would block its reuse
+        reused.append(buf is not None)  # a bool: holding the buffer would block its reuse
         return buf
 
     recycler._spare_buffer = counting_take
@@ -181,26 +218,34 @@ def test_recycled_average_buffers_never_touch_models_still_held(name, kw):
     held, snapshots = [], []
     for r in range(8):
         ups = _fleet_updates(init, IDS, r, seed=r)
-        kept = keeper.aggregate_round(r, ups, desc).cluster_models       # every result held
-        res = recycler.aggregate_round(r, ups, desc).cluster_models      # odd rounds dropped
-        assert_same(res, kept)                                          # same bits either way
+        kept = keeper.aggregate_round(r, ups, desc).cluster_models  # every result held
+        res = recycler.aggregate_round(r, ups, desc).cluster_models  # odd rounds dropped
+        assert_same(res, kept)  # same bits either way
         if r % 2 == 0:
             held.append(res)
             snapshots.append({c: {k: v.copy() for k, v in sd.items()} for c, sd in res.items()})
         del res
-    for res, snap in zip(held, snapshots):                              # held results never change
+    for res, snap in zip(held, snapshots):  # held results never change
         assert_same(snap, res)
-    assert sum(reused) >= 3                 # the dropped (odd) rounds' buffers were reused
+    assert sum(reused) >= 3  # the dropped (odd) rounds' buffers were reused
 
 
 def test_fedavg_of_identical_updates_is_that_model_for_every_strategy():
     init = _initial()
     same = {k: v + 1.0 for k, v in init.items()}
-    for name, kw in [("fedavg", {}), ("fedprox", {}), ("feddrman", {"num_clusters": 1, "use_srb": False}),
-                     ("fedavg", {"robust": "median"}), ("fedavg", {"robust": "trimmed_mean"})]:
+    for name, kw in [
+        ("fedavg", {}),
+        ("fedprox", {}),
+        ("feddrman", {"num_clusters": 1, "use_srb": False}),
+        ("fedavg", {"robust": "median"}),
+        ("fedavg", {"robust": "trimmed_mean"}),
+    ]:
         s = make_strategy(name, **kw)
         s.initialize(init, IDS)
-        ups = [ClientUpdate(r, {k: v.copy() for k, v in same.items()}, 5 + i, 0) for i, r in enumerate(IDS)]
+        ups = [
+            ClientUpdate(r, {k: v.copy() for k, v in same.items()}, 5 + i, 0)
+            for i, r in enumerate(IDS)
+        ]
         out = s.aggregate_round(0, ups, {}).cluster_models[0]
         for k in init:
             np.testing.assert_allclose(out[k], same[k], rtol=1e-6, atol=1e-6)
@@ -215,16 +260,23 @@ def test_ifca_select_and_per_cluster_aggregation():
     s.initialize(init, IDS)
     assert s.client_selects_cluster
     cfg = s.configure_round(0, IDS)
-    assert cfg["robot_0"].membership == [(0, 1.0), (1, 0.0), (2, 0.0)] and cfg["robot_0"].config.pick_cluster
+    assert (
+        cfg["robot_0"].membership == [(0, 1.0), (1, 0.0), (2, 0.0)]
+        and cfg["robot_0"].config.pick_cluster
+    )
     models_before = s.cluster_models()
     assert not np.array_equal(models_before[0]["head.w"], models_before[1]["head.w"])
     ups = _fleet_updates(init, IDS, 0)
     for i, u in enumerate(ups):
         u.cluster_id = i % 2
     res = s.aggregate_round(0, ups, {})
-    np.testing.assert_array_equal(res.cluster_models[2]["head.w"], models_before[2]["head.w"])  # nobody chose 2
+    np.testing.assert_array_equal(
+        res.cluster_models[2]["head.w"], models_before[2]["head.w"]
+    )  # nobody chose 2
     n = np.array([u.num_samples for u in ups[0::2]], dtype=np.float64)
-    expected = sum(w / n.sum() * u.params["head.w"].astype(np.float64) for w, u in zip(n, ups[0::2]))
+    expected = sum(
+        w / n.sum() * u.params["head.w"].astype(np.float64) for w, u in zip(n, ups[0::2])
+    )
     np.testing.assert_allclose(res.cluster_models[0]["head.w"], expected, rtol=1e-5, atol=1e-5)
     assert res.assignments["robot_1"] == [(0, 0.0), (1, 1.0), (2, 0.0)]
     np.testing.assert_array_equal(s.model_for("robot_1")["head.w"], res.cluster_models[1]["head.w"])
@@ -235,8 +287,16 @@ def test_ifca_select_and_per_cluster_aggregation():
 
 def _gaussians(ids, seed=0):
     rng = np.random.default_rng(seed)
-    return {r: ClientDescriptor(r, "gaussian", mean=np.full(4, 3.0 * (i % 2)) + 0.2 * rng.normal(size=4),
-                                variance=np.ones(4), num_samples=10) for i, r in enumerate(ids)}
+    return {
+        r: ClientDescriptor(
+            r,
+            "gaussian",
+            mean=np.full(4, 3.0 * (i % 2)) + 0.2 * rng.normal(size=4),
+            variance=np.ones(4),
+            num_samples=10,
+        )
+        for i, r in enumerate(ids)
+    }
 
 
 def test_fedepth_multi_membership_and_routing():
@@ -271,10 +331,10 @@ def test_fedepth_calibration_on_twenty_robots_finds_the_two_groups():
         s.initialize(init, ids)
         res = s.aggregate_round(0, _fleet_updates(init, ids, 0), _gaussians(ids))
         clusters = sorted(sorted(g) for g in res.diagnostics["clusters"].values())
-        assert len(clusters) == 2 and res.diagnostics["overlap"] <= 0.2   # was 15 clusters
-        if hard:    # same tau, disjoint: exactly the two groups
+        assert len(clusters) == 2 and res.diagnostics["overlap"] <= 0.2  # was 15 clusters
+        if hard:  # same tau, disjoint: exactly the two groups
             assert clusters == groups
-        else:       # soft: each cluster is a whole group plus its bridge robots
+        else:  # soft: each cluster is a whole group plus its bridge robots
             assert all(set(g) <= set(c) for g, c in zip(groups, clusters))
 
 
@@ -282,11 +342,20 @@ def test_rnd_strategy_reclusters_every_tau_rounds():
     init = _initial()
     s = make_strategy("rnd", eps=1.0, recluster_every=2)
     s.initialize(init, IDS)
-    desc = {r: ClientDescriptor(r, "rnd", scores={p: (1.0 if (i % 2) == (j % 2) else 5.0)
-                                                  for j, p in enumerate(IDS)}, residual_std=0.1)
-            for i, r in enumerate(IDS)}
+    desc = {
+        r: ClientDescriptor(
+            r,
+            "rnd",
+            scores={p: (1.0 if (i % 2) == (j % 2) else 5.0) for j, p in enumerate(IDS)},
+            residual_std=0.1,
+        )
+        for i, r in enumerate(IDS)
+    }
     res = s.aggregate_round(0, _fleet_updates(init, IDS, 0), desc)
-    assert sorted(sorted(g) for g in res.diagnostics["federations"].values()) == [IDS[0::2], IDS[1::2]]
+    assert sorted(sorted(g) for g in res.diagnostics["federations"].values()) == [
+        IDS[0::2],
+        IDS[1::2],
+    ]
     assert [bool(s.needs_descriptors(r)) for r in (1, 2)] == [False, True]
     res1 = s.aggregate_round(1, _fleet_updates(init, IDS, 1), {})
     assert res1.assignments == res.assignments
@@ -307,19 +376,31 @@ def test_local_keeps_one_model_per_robot():
         cid = res.assignments[u.robot_id][0][0]
         np.testing.assert_array_equal(res.cluster_models[cid]["head.w"], u.params["head.w"])
     u0 = ups[0].params["head.w"].copy()
-    ups[0].params["head.w"][:] = 0.0      # the caller reuses its buffer: models must not change
+    ups[0].params["head.w"][:] = 0.0  # the caller reuses its buffer: models must not change
     np.testing.assert_array_equal(s.model_for("robot_0")["head.w"], u0)
 
 
-@pytest.mark.parametrize("name,kw", [("feddrman", {"num_clusters": 2}), ("fedepth", {}), ("rnd", {}),
-                                     ("ifca", {"num_clusters": 2}), ("local", {}), ("fedprox", {})])
+@pytest.mark.parametrize(
+    "name,kw",
+    [
+        ("feddrman", {"num_clusters": 2}),
+        ("fedepth", {}),
+        ("rnd", {}),
+        ("ifca", {"num_clusters": 2}),
+        ("local", {}),
+        ("fedprox", {}),
+    ],
+)
 def test_state_roundtrip_restores_models_and_assignments(name, kw):
     init = _initial()
     s = make_strategy(name, **kw)
     s.initialize(init, IDS)
     desc = dict(_gaussians(IDS))
     if name == "rnd":
-        desc = {r: ClientDescriptor(r, "rnd", scores={p: 1.0 for p in IDS}, residual_std=0.1) for r in IDS}
+        desc = {
+            r: ClientDescriptor(r, "rnd", scores={p: 1.0 for p in IDS}, residual_std=0.1)
+            for r in IDS
+        }
     ups = _fleet_updates(init, IDS, 0)
     for i, u in enumerate(ups):
         u.cluster_id = i % 2

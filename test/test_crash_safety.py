@@ -7,6 +7,7 @@ step (the store's crash-point hook) or by SIGKILL at a random time - no cleanup,
 atexit. After every kill a fresh process resumes from the store and finishes the federation;
 its cluster models must be bit-identical to an uninterrupted run.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 
 from fed_ros.core.security import auth
+from fed_ros.core.security import keys_cli
 from fed_ros.core.security import replay
 from fed_ros.core.security import signed_messages
 from fed_ros.core.checks.audit_log import read_audit_log
@@ -28,12 +30,15 @@ from fed_ros.core.params import manifest_of
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
 from fed_ros.core.strategies.types import ClientUpdate
-from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+from fed_ros.core.rounds.coordinator import RoundCoordinator
+from fed_ros.core.rounds.settings import RoundSettings
 
 ROBOTS = [f"robot_{k}" for k in range(4)]
 ROUNDS = 4
-INITIAL = {"enc.weight": np.linspace(-1, 1, 64 * 32, dtype=np.float32).reshape(64, 32),
-           "enc.bias": np.zeros(32, np.float32)}
+INITIAL = {
+    "enc.weight": np.linspace(-1, 1, 64 * 32, dtype=np.float32).reshape(64, 32),
+    "enc.bias": np.zeros(32, np.float32),
+}
 KILLED = 137
 
 
@@ -43,11 +48,17 @@ def local_update(model: dict[str, np.ndarray], round_idx: int, k: int) -> dict[s
     return {n: (a + rng.normal(0, 0.1, a.shape)).astype(np.float32) for n, a in model.items()}
 
 
-def make_coordinator(store_dir: Path, crash_point=None, algorithm: str = "fedavg") -> RoundCoordinator:
+def make_coordinator(
+    store_dir: Path, crash_point=None, algorithm: str = "fedavg"
+) -> RoundCoordinator:
     store = ModelStore(store_dir, keep=ROUNDS + 1, _crash_point=crash_point)
-    coord = RoundCoordinator(make_strategy(algorithm), store,
-                             RoundSettings(algorithm=algorithm, rounds=ROUNDS, round_timeout_s=1e6),
-                             INITIAL, clock=lambda: 0.0)
+    coord = RoundCoordinator(
+        make_strategy(algorithm),
+        store,
+        RoundSettings(algorithm=algorithm, rounds=ROUNDS, round_timeout_s=1e6),
+        INITIAL,
+        clock=lambda: 0.0,
+    )
     if not coord.resume():
         for k, rid in enumerate(ROBOTS):
             assert coord.roster.register(rid, num_samples=10 + k).accepted
@@ -56,6 +67,7 @@ def make_coordinator(store_dir: Path, crash_point=None, algorithm: str = "fedavg
 
 def run_federation(store_dir: Path, crash_point=None, step_delay: float = 0.0) -> RoundCoordinator:
     """Resume from the store (if anything is committed) and run the remaining rounds."""
+
     def hook(step: str) -> None:
         if crash_point is not None:
             crash_point(step)
@@ -66,8 +78,12 @@ def run_federation(store_dir: Path, crash_point=None, step_delay: float = 0.0) -
     while not coord.finished:
         plan = coord.start_round(now=0.0)
         for k, rid in enumerate(plan.participants):
-            upd = ClientUpdate(robot_id=rid, params=local_update(coord.strategy.model_for(rid), plan.round_idx, k),
-                               num_samples=10 + k, base_round=plan.round_idx)
+            upd = ClientUpdate(
+                robot_id=rid,
+                params=local_update(coord.strategy.model_for(rid), plan.round_idx, k),
+                num_samples=10 + k,
+                base_round=plan.round_idx,
+            )
             upd.round_idx = plan.round_idx
             assert coord.offer_update(upd, now=0.0).accepted
         coord.poll(now=0.0)
@@ -78,9 +94,13 @@ def models_bytes(store_dir: Path, round_idx: int | None = None) -> dict:
     store = ModelStore(store_dir, keep=ROUNDS + 1)
     snap = store.load_latest() if round_idx is None else store.load_round(round_idx)
     assert snap is not None
-    return {"round": int(snap.round_idx),
-            "models": {c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()},
-            "assignments": {r: [tuple(x) for x in m] for r, m in snap.assignments.items()}}
+    return {
+        "round": int(snap.round_idx),
+        "models": {
+            c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()
+        },
+        "assignments": {r: [tuple(x) for x in m] for r, m in snap.assignments.items()},
+    }
 
 
 def in_child(fn) -> int:
@@ -187,6 +207,7 @@ def test_p1_flipped_byte_detected_never_used(reference, tmp_path):
 
 # ----------------------------------------------------------------------------- L4 robot killed mid-upload
 
+
 def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     from fed_ros.ros.wire.tensors import encode_state_dict
     from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
@@ -194,12 +215,18 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
 
     clock = [0.0]
     store = ModelStore(tmp_path / "store")
-    coord = RoundCoordinator(make_strategy("fedavg"), store,
-                             RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=10.0,
-                                           quorum_fraction=0.75), INITIAL, clock=lambda: clock[0])
+    coord = RoundCoordinator(
+        make_strategy("fedavg"),
+        store,
+        RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=10.0, quorum_fraction=0.75),
+        INITIAL,
+        clock=lambda: clock[0],
+    )
     signers = {rid: auth.Signer.generate() for rid in ROBOTS}
     for k, rid in enumerate(ROBOTS):
-        assert coord.roster.register(rid, num_samples=10 + k, public_key=signers[rid].public_key).accepted
+        assert coord.roster.register(
+            rid, num_samples=10 + k, public_key=signers[rid].public_key
+        ).accepted
     allow = auth.AllowList({rid: s.public_key for rid, s in signers.items()})
     guard = replay.ReplayGuard()
     assembler = PayloadAssembler(TransferLimits(), max_pending=8)
@@ -210,13 +237,25 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     def send(rid: str, k: int, round_idx: int, chunks_to_send: int | None = None):
         params = local_update(coord.strategy.model_for(rid), round_idx, k)
         encoded = encode_state_dict(params)
-        env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx, num_samples=10 + k,
-                               manifest=manifest, total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
-                               nonce=signed_messages.new_nonce()).signed(signers[rid])
+        env = UpdateEnvelope(
+            robot_id=rid,
+            round_idx=round_idx,
+            base_round=round_idx,
+            num_samples=10 + k,
+            manifest=manifest,
+            total_bytes=encoded.total_bytes,
+            payload_sha256=encoded.sha256,
+            nonce=signed_messages.new_nonce(),
+        ).signed(signers[rid])
         sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/update", chunk_bytes=1024)
-        ctx = ValidationContext(current_round=round_idx, expected_manifest=manifest, base_rounds={round_idx},
-                                  participants=set(coord.current_plan.participants), allow_list=allow,
-                                  replay_guard=guard)
+        ctx = ValidationContext(
+            current_round=round_idx,
+            expected_manifest=manifest,
+            base_rounds={round_idx},
+            participants=set(coord.current_plan.participants),
+            allow_list=allow,
+            replay_guard=guard,
+        )
         assert check_update_envelope(env, ctx)
         chunks = list(sender.chunks())
         assert len(chunks) > 4
@@ -227,7 +266,9 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
             return None  # the robot died before its last chunk
         sd = complete.state_dict(copy=True)
         assert validate_update(env, sd, ctx, received_sha256=complete.sha256)
-        upd = ClientUpdate(robot_id=rid, params=sd, num_samples=env.num_samples, base_round=env.base_round)
+        upd = ClientUpdate(
+            robot_id=rid, params=sd, num_samples=env.num_samples, base_round=env.base_round
+        )
         upd.round_idx = round_idx
         assert coord.offer_update(upd, now=clock[0]).accepted
         return sd
@@ -237,7 +278,9 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     assert assembler.pending_ids == ["robot_3/r0/update"]
     assert coord.poll(now=5.0) == (None, None)  # still waiting for robot_3 before the deadline
     clock[0] = 11.0
-    next_plan, outcome = coord.poll(now=11.0)  # deadline: quorum 3 of 4 -> aggregate without robot_3
+    next_plan, outcome = coord.poll(
+        now=11.0
+    )  # deadline: quorum 3 of 4 -> aggregate without robot_3
     assert outcome is not None and outcome.completed and outcome.updates_accepted == 3
     assert "robot_3" not in store.load_latest().meta["accepted"]
     # The committed model is exactly the weighted FedAvg of the three complete updates.
@@ -248,7 +291,9 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     assembler.discard("robot_3/r0/update")  # the round ended: its partial payload is dropped
     assert assembler.pending_bytes == 0
     # robot_3 restarts: registers again with the same key, downloads round 1's model and takes part.
-    assert coord.roster.register("robot_3", num_samples=13, public_key=signers["robot_3"].public_key).accepted
+    assert coord.roster.register(
+        "robot_3", num_samples=13, public_key=signers["robot_3"].public_key
+    ).accepted
     guard.advance(next_plan.round_idx)
     assert "robot_3" in next_plan.participants
     start = coord.strategy.model_for("robot_3")
@@ -287,6 +332,7 @@ class ScriptedRobots:
         from fed_ros.msg import RoundAnnouncement, RoundReport, ModelUpdate, UpdateAck
         from fed_ros.ros.wire import qos
         from fed_ros.srv import Register
+
         self.ctx = Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node("crash_test_robots", context=self.ctx)
@@ -303,11 +349,21 @@ class ScriptedRobots:
         self.dead_server_endpoints: set[tuple] = set()
         self.Register = Register
         self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
-        self.node.create_subscription(RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos())
-        self.node.create_subscription(RoundReport, "/fleet/round_report",
-                                      lambda m: self.reports.__setitem__(int(m.round), m), qos.latched_qos())
-        self.node.create_subscription(UpdateAck, "/fleet/update_acks",
-                                      lambda m: self.outbox.pop(str(m.payload_id), None), qos.control_qos())
+        self.node.create_subscription(
+            RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos()
+        )
+        self.node.create_subscription(
+            RoundReport,
+            "/fleet/round_report",
+            lambda m: self.reports.__setitem__(int(m.round), m),
+            qos.latched_qos(),
+        )
+        self.node.create_subscription(
+            UpdateAck,
+            "/fleet/update_acks",
+            lambda m: self.outbox.pop(str(m.payload_id), None),
+            qos.control_qos(),
+        )
         self.client = self.node.create_client(Register, "/fleet/register")
 
     def spin(self, seconds: float) -> None:
@@ -332,31 +388,49 @@ class ScriptedRobots:
                 self.pub.publish(msg)
 
     def register_all(self, timeout: float = 60.0) -> None:
-        assert self.client.wait_for_service(timeout_sec=timeout), "server did not offer /fleet/register"
+        assert self.client.wait_for_service(timeout_sec=timeout), (
+            "server did not offer /fleet/register"
+        )
         for k, rid in enumerate(E2E_ROBOTS):
             from fed_ros.ros.wire.register import register_request
             from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+
             # Signed registration: the server runs with require_signatures (proof of key possession).
             # Asked again while unanswered (fed_ros.ros.wire.service_calls), signed afresh per try.
             answer = call_client_until_answered(
-                self.client, lambda: register_request(rid, action_dim=4, num_samples=100 + 10 * k, tasks=["lift"],
-                                                      signer=self.signers[rid]),
-                spinning(lambda s: self.executor.spin_once(timeout_sec=s)), attempt_s=10.0, timeout_s=timeout)
+                self.client,
+                lambda: register_request(
+                    rid,
+                    action_dim=4,
+                    num_samples=100 + 10 * k,
+                    tasks=["lift"],
+                    signer=self.signers[rid],
+                ),
+                spinning(lambda s: self.executor.spin_once(timeout_sec=s)),
+                attempt_s=10.0,
+                timeout_s=timeout,
+            )
             assert answer.accepted, (rid, answer.reason)
 
     def _live_update_subscribers(self) -> list:
-        return [info for info in self.node.get_subscriptions_info_by_topic("/fleet/updates")
-                if tuple(info.endpoint_gid) not in self.dead_server_endpoints]
+        return [
+            info
+            for info in self.node.get_subscriptions_info_by_topic("/fleet/updates")
+            if tuple(info.endpoint_gid) not in self.dead_server_endpoints
+        ]
 
     def server_killed(self) -> None:
         """Forget the killed server's /fleet/updates subscription: DDS keeps listing a SIGKILLed
         participant's endpoints until its lease expires, and a robot that publishes to it alone
         loses the update (the real robot node waits for a subscriber too)."""
-        self.dead_server_endpoints |= {tuple(i.endpoint_gid)
-                                       for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")}
+        self.dead_server_endpoints |= {
+            tuple(i.endpoint_gid)
+            for i in self.node.get_subscriptions_info_by_topic("/fleet/updates")
+        }
 
     def _wait_for_live_server(self, timeout: float = 30.0) -> None:
         from fed_ros.ros.wire.publish import wait_for_subscribers
+
         end = time.monotonic() + timeout
         while not self._live_update_subscribers():
             assert time.monotonic() < end, "no live server subscribes to /fleet/updates"
@@ -366,8 +440,13 @@ class ScriptedRobots:
 
     def _on_round(self, msg) -> None:
         from fed_ros.ros.wire.round_msgs import STAGE_NAMES
-        self.announcement = (int(msg.round), STAGE_NAMES.get(int(msg.stage)), list(msg.participants),
-                             (msg.header.stamp.sec, msg.header.stamp.nanosec))
+
+        self.announcement = (
+            int(msg.round),
+            STAGE_NAMES.get(int(msg.stage)),
+            list(msg.participants),
+            (msg.header.stamp.sec, msg.header.stamp.nanosec),
+        )
         if self.announcement[1] == "train":
             self.pending = (time.monotonic() + TRAIN_SECONDS, self.announcement)
 
@@ -375,6 +454,7 @@ class ScriptedRobots:
         from fed_ros.ros.wire.round_msgs import model_update_msg
         from fed_ros.ros.wire.tensors import encode_state_dict
         from fed_ros.ros.wire.chunk_sender import ChunkedSender
+
         self._wait_for_live_server()
         for k, rid in enumerate(E2E_ROBOTS):
             if rid not in participants or (rid, round_idx, stamp) in self.answered:
@@ -382,14 +462,32 @@ class ScriptedRobots:
             self.answered.add((rid, round_idx, stamp))
             encoded = encode_state_dict(_e2e_update(self.initial, round_idx, k))
             nonce = signed_messages.new_nonce()
-            sender = ChunkedSender(encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=256 << 10)
-            env = UpdateEnvelope(robot_id=rid, round_idx=round_idx, base_round=round_idx,
-                                   num_samples=100 + 10 * k, manifest=encoded.manifest,
-                                   total_bytes=encoded.total_bytes, payload_sha256=encoded.sha256,
-                                   nonce=nonce, transfer=sender.transfer_digest()).signed(self.signers[rid])
-            msgs = [model_update_msg(chunk, robot_id=rid, round_idx=round_idx, base_round=round_idx,
-                                     num_samples=env.num_samples, nonce=env.nonce, signature=env.signature)
-                    for chunk in sender.chunks()]
+            sender = ChunkedSender(
+                encoded, f"{rid}/r{round_idx}/{nonce.hex()[:8]}", chunk_bytes=256 << 10
+            )
+            env = UpdateEnvelope(
+                robot_id=rid,
+                round_idx=round_idx,
+                base_round=round_idx,
+                num_samples=100 + 10 * k,
+                manifest=encoded.manifest,
+                total_bytes=encoded.total_bytes,
+                payload_sha256=encoded.sha256,
+                nonce=nonce,
+                transfer=sender.transfer_digest(),
+            ).signed(self.signers[rid])
+            msgs = [
+                model_update_msg(
+                    chunk,
+                    robot_id=rid,
+                    round_idx=round_idx,
+                    base_round=round_idx,
+                    num_samples=env.num_samples,
+                    nonce=env.nonce,
+                    signature=env.signature,
+                )
+                for chunk in sender.chunks()
+            ]
             self.outbox[msgs[0].payload.payload_id] = [time.monotonic() + self.RESEND_AFTER_S, msgs]
             # The loss CI saw, on purpose: robot_0's first round-1 send loses its signed first chunk.
             lost = 1 if (rid, round_idx) == ("robot_0", 1) and not self.lost_once else 0
@@ -412,15 +510,36 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
 
-    assert auth.keys_main(["generate", *E2E_ROBOTS, "--out", str(tmp_path / "keys")]) == 0
+    assert keys_cli.keys_main(["generate", *E2E_ROBOTS, "--out", str(tmp_path / "keys")]) == 0
     signers = {rid: auth.Signer.from_file(tmp_path / "keys" / f"{rid}.key") for rid in E2E_ROBOTS}
     initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
     state_dir = tmp_path / "server_state"
-    argv = [sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args", "-r", "__ns:=/fleet",
-            "-p", "algorithm:=fedavg", "-p", f"rounds:={E2E_ROUNDS}", "-p", f"state_dir:={state_dir}",
-            "-p", f"expected_robots:=[{','.join(E2E_ROBOTS)}]", "-p", "transfer_channel:=ros",
-            "-p", "round_timeout_s:=120.0", "-p", "require_signatures:=true",
-            "-p", f"allowed_keys_file:={tmp_path / 'keys' / 'allow_list.yaml'}", "-p", "seed:=0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "fed_ros.ros.nodes.server_node",
+        "--ros-args",
+        "-r",
+        "__ns:=/fleet",
+        "-p",
+        "algorithm:=fedavg",
+        "-p",
+        f"rounds:={E2E_ROUNDS}",
+        "-p",
+        f"state_dir:={state_dir}",
+        "-p",
+        f"expected_robots:=[{','.join(E2E_ROBOTS)}]",
+        "-p",
+        "transfer_channel:=ros",
+        "-p",
+        "round_timeout_s:=120.0",
+        "-p",
+        "require_signatures:=true",
+        "-p",
+        f"allowed_keys_file:={tmp_path / 'keys' / 'allow_list.yaml'}",
+        "-p",
+        "seed:=0",
+    ]
     server = processes.start(argv, ros_env, log_path=tmp_path / "server_1.log")
     robots = ScriptedRobots(signers, initial)
     rng = random.Random(99)
@@ -430,7 +549,9 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
         while 0 not in robots.reports and time.monotonic() < end:
             robots.spin(0.2)
             assert server.poll() is None, (tmp_path / "server_1.log").read_text()[-3000:]
-        assert 0 in robots.reports, f"round 0 never completed: {(tmp_path / 'server_1.log').read_text()[-3000:]}"
+        assert 0 in robots.reports, (
+            f"round 0 never completed: {(tmp_path / 'server_1.log').read_text()[-3000:]}"
+        )
         robots.spin(rng.uniform(0.1, 2.0))  # random kill time somewhere in rounds 1-3
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
@@ -440,18 +561,24 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
         assert committed and committed[-1] < E2E_ROUNDS - 1, f"killed too late: {committed}"
         server = processes.start(argv, ros_env, log_path=tmp_path / "server_2.log")
         end = time.monotonic() + 200
-        while not (robots.announcement and robots.announcement[1] == "done") and time.monotonic() < end:
+        while (
+            not (robots.announcement and robots.announcement[1] == "done")
+            and time.monotonic() < end
+        ):
             robots.spin(0.2)
             assert server.poll() is None, (tmp_path / "server_2.log").read_text()[-3000:]
-        assert robots.announcement and robots.announcement[1] == "done", \
+        assert robots.announcement and robots.announcement[1] == "done", (
             f"no DONE after restart: {(tmp_path / 'server_2.log').read_text()[-3000:]}"
+        )
     finally:
         robots.close()
     assert robots.lost_once and robots.resent >= 1, "the lost first chunk was never re-sent"
     log2 = (tmp_path / "server_2.log").read_text()
     assert "resumed after committed round" in log2
     # Rounds committed before the kill are untouched; the federation completed all rounds.
-    still_kept = set(ModelStore(state_dir, keep=E2E_ROUNDS).committed_rounds())  # the server keeps 3
+    still_kept = set(
+        ModelStore(state_dir, keep=E2E_ROUNDS).committed_rounds()
+    )  # the server keeps 3
     assert still_kept
     for r, snap in before.items():
         if r in still_kept:
@@ -463,13 +590,21 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     strategy.initialize(initial, E2E_ROBOTS)
     for r in range(E2E_ROUNDS):
         strategy.configure_round(r, E2E_ROBOTS)
-        ups = [ClientUpdate(robot_id=rid, params=_e2e_update(initial, r, k), num_samples=100 + 10 * k, base_round=r)
-               for k, rid in enumerate(E2E_ROBOTS)]
+        ups = [
+            ClientUpdate(
+                robot_id=rid,
+                params=_e2e_update(initial, r, k),
+                num_samples=100 + 10 * k,
+                base_round=r,
+            )
+            for k, rid in enumerate(E2E_ROBOTS)
+        ]
         result = strategy.aggregate_round(r, ups, {})
     expected = {c: {n: a.tobytes() for n, a in m.items()} for c, m in result.cluster_models.items()}
     assert final["models"] == expected
     # Every accepted update is in the audit log with its reason; none was rejected.
     entries = read_audit_log(state_dir / "audit.jsonl")
     accepted = [e for e in entries if e["kind"] == "update" and e["accepted"]]
-    assert {(e["robot_id"], e["round"]) for e in accepted} >= {(rid, r) for rid in E2E_ROBOTS
-                                                              for r in range(E2E_ROUNDS)}
+    assert {(e["robot_id"], e["round"]) for e in accepted} >= {
+        (rid, r) for rid in E2E_ROBOTS for r in range(E2E_ROUNDS)
+    }

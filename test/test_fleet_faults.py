@@ -4,6 +4,7 @@ and restarted, `fed-ros up` noticing a dead node and shutting down cleanly on Ct
 Robots here train on small synthetic demonstration files (no simulator) so the tests
 spend their time on the protocol, not on MuJoCo.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,18 +20,41 @@ import yaml
 
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
-from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
+from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+from fed_ros.ros.fleet.plan import plan_fleet
 
 
-def _fleet(tmp_path: Path, robots: int, rounds: int, algorithm: str = "fedavg", channel: str = "auto",
-           **server) -> list:
+def _fleet(
+    tmp_path: Path,
+    robots: int,
+    rounds: int,
+    algorithm: str = "fedavg",
+    channel: str = "auto",
+    **server,
+) -> list:
     from fed_ros.learning.dataset import synthetic_episodes
-    config = fleet_config_from_dict({"fleet": {
-        "name": "faults", "algorithm": algorithm, "rounds": rounds, "run_dir": str(tmp_path),
-        "server": dict({"round_timeout_s": 60.0, "transfer_channel": channel}, **server),
-        "robot_defaults": {"train_max_steps": 2, "register_timeout_s": 120.0, "trainer.val_fraction": 0.0,
-                           "torch_threads": 1, "transfer_channel": channel},
-        "robots": [{"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(robots)]}})
+
+    config = fleet_config_from_dict(
+        {
+            "fleet": {
+                "name": "faults",
+                "algorithm": algorithm,
+                "rounds": rounds,
+                "run_dir": str(tmp_path),
+                "server": dict({"round_timeout_s": 60.0, "transfer_channel": channel}, **server),
+                "robot_defaults": {
+                    "train_max_steps": 2,
+                    "register_timeout_s": 120.0,
+                    "trainer.val_fraction": 0.0,
+                    "torch_threads": 1,
+                    "transfer_channel": channel,
+                },
+                "robots": [
+                    {"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(robots)
+                ],
+            }
+        }
+    )
     for i in range(robots):
         demos = tmp_path / f"robot_{i}" / "demos"
         demos.mkdir(parents=True)
@@ -43,7 +67,11 @@ def _wait(monitor, predicate, timeout: float, procs: dict, what: str, allow_dead
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         monitor.spin_once(0.2)
-        dead = {f: p.returncode for f, p in procs.items() if p.poll() is not None and f not in allow_dead}
+        dead = {
+            f: p.returncode
+            for f, p in procs.items()
+            if p.poll() is not None and f not in allow_dead
+        }
         assert not dead, f"nodes died while waiting for {what}: {dead}"
         if predicate():
             return
@@ -56,13 +84,27 @@ def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, pro
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     from fed_ros.ros.fleet.monitor import FleetMonitor
+
     with FleetMonitor(track_models=False) as monitor:
-        _wait(monitor, lambda: monitor.announcement is not None and monitor.announcement["stage"] == "train",
-              120, procs, "round 0")
-        assert monitor.announcement["quorum"] == 2 and len(monitor.announcement["participants"]) == 3
+        _wait(
+            monitor,
+            lambda: monitor.announcement is not None and monitor.announcement["stage"] == "train",
+            120,
+            procs,
+            "round 0",
+        )
+        assert (
+            monitor.announcement["quorum"] == 2 and len(monitor.announcement["participants"]) == 3
+        )
         os.killpg(procs["/robot_2/robot"].pid, signal.SIGKILL)  # dies while the round is open
-        _wait(monitor, lambda: bool(monitor.reports), 120, procs, "round 0 report",
-              allow_dead=("/robot_2/robot",))
+        _wait(
+            monitor,
+            lambda: bool(monitor.reports),
+            120,
+            procs,
+            "round 0 report",
+            allow_dead=("/robot_2/robot",),
+        )
     report = monitor.reports[0]
     assert report["completed"] and report["updates_accepted"] == 2, report
     robots = {r["robot_id"]: r for r in report["robots"]}
@@ -79,9 +121,18 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     server = next(c for c in commands if c.spec.fqn == "/fleet/server")
     from fed_ros.ros.fleet.monitor import FleetMonitor
+
     with FleetMonitor() as monitor:
-        _wait(monitor, lambda: any(r["round"] == 0 and r["completed"] for r in monitor.reports) and
-              (0, 1) in monitor.models, 150, procs, "round 0 committed")
+        _wait(
+            monitor,
+            lambda: (
+                any(r["round"] == 0 and r["completed"] for r in monitor.reports)
+                and (0, 1) in monitor.models
+            ),
+            150,
+            procs,
+            "round 0 committed",
+        )
         before = monitor.models[(0, 1)]["sha256"]
         committed = ModelStore(tmp_path / "server").load_latest()
         assert committed.round_idx == 0
@@ -89,16 +140,31 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
         os.killpg(procs["/fleet/server"].pid, signal.SIGKILL)
         procs["/fleet/server"].wait(timeout=10)
         seen = len(monitor.model_log)
-        procs["/fleet/server"] = processes.start(server.argv, env, log_path=tmp_path / "logs" / "server_restart.log")
-        _wait(monitor, lambda: any(m[:2] == (0, 1) for m in monitor.model_log[seen:]), 90, procs,
-              "models republished after the restart")
+        procs["/fleet/server"] = processes.start(
+            server.argv, env, log_path=tmp_path / "logs" / "server_restart.log"
+        )
+        _wait(
+            monitor,
+            lambda: any(m[:2] == (0, 1) for m in monitor.model_log[seen:]),
+            90,
+            procs,
+            "models republished after the restart",
+        )
         republished = [m[2] for m in monitor.model_log[seen:] if m[:2] == (0, 1)]
         assert republished[0] == before  # resumed from the committed round: identical model
-        _wait(monitor, lambda: any(r["round"] == 2 and r["completed"] for r in monitor.reports), 150, procs,
-              "the remaining rounds after the restart")
+        _wait(
+            monitor,
+            lambda: any(r["round"] == 2 and r["completed"] for r in monitor.reports),
+            150,
+            procs,
+            "the remaining rounds after the restart",
+        )
     log = (tmp_path / "logs" / "server_restart.log").read_text()
     assert "resumed after committed round 0" in log
-    sent = [json.loads(line) for line in (tmp_path / "robot_0" / "transfers.jsonl").read_text().splitlines()]
+    sent = [
+        json.loads(line)
+        for line in (tmp_path / "robot_0" / "transfers.jsonl").read_text().splitlines()
+    ]
     assert {t["channel"] for t in sent if t["kind"] == "update_sent"} == {"zmq"}
     final = ModelStore(tmp_path / "server").load_latest()
     assert final.round_idx == 2
@@ -109,15 +175,30 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
 @pytest.mark.timeout(120)
 def test_fed_ros_up_exits_nonzero_when_a_node_dies_and_cleanly_on_ctrl_c(tmp_path, ros_env):
     fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump({"fleet": {
-        "name": "up", "algorithm": "fedavg", "rounds": 1, "run_dir": str(tmp_path / "run"),
-        "robots": [{"id": "robot_0", "task": "lift", "sim": False}]}}))
+    fleet_file.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "name": "up",
+                    "algorithm": "fedavg",
+                    "rounds": 1,
+                    "run_dir": str(tmp_path / "run"),
+                    "robots": [{"id": "robot_0", "task": "lift", "sim": False}],
+                }
+            }
+        )
+    )
     env = dict(ros_env)
 
     def up() -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "fed_ros.cli", "up", str(fleet_file), "--robots", ""],
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "fed_ros.cli", "up", str(fleet_file), "--robots", ""],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     def node_pids(timeout: float = 30.0) -> dict[str, int]:
         state = tmp_path / "run" / "fleet.json"
@@ -139,7 +220,9 @@ def test_fed_ros_up_exits_nonzero_when_a_node_dies_and_cleanly_on_ctrl_c(tmp_pat
             if log.is_file() and "fleet server:" in log.read_text():
                 return
             time.sleep(0.2)
-        raise AssertionError(f"server did not start: {log.read_text() if log.is_file() else 'no log'}")
+        raise AssertionError(
+            f"server did not start: {log.read_text() if log.is_file() else 'no log'}"
+        )
 
     # A node dies -> `fed-ros up` stops the rest and exits 1.
     proc = up()

@@ -1,5 +1,6 @@
 """The fleet plan: config validation, the node set, and that the launch files and
 `fed-ros up` start exactly the same nodes."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,16 +10,21 @@ import pytest
 import yaml
 
 from fed_ros.ros.fleet import launcher
-from fed_ros.ros.fleet.params import RobotParams, ServerParams
-from fed_ros.ros.fleet.plan import ALGORITHMS, SIM_TASKS, fleet_config_from_dict, load_fleet_config, plan_fleet
+from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict, load_fleet_config
+from fed_ros.ros.fleet.params import ALGORITHMS, SIM_TASKS, RobotParams, ServerParams
+from fed_ros.ros.fleet.plan import plan_fleet
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "config" / "fleet_demo.yaml"
 
 
 def _fleet(**overrides):
-    data = {"name": "t", "algorithm": "feddrman", "rounds": 2,
-            "robots": [{"task": "lift"}, {"task": "lift"}, {"task": "stack", "count": 2}]}
+    data = {
+        "name": "t",
+        "algorithm": "feddrman",
+        "rounds": 2,
+        "robots": [{"task": "lift"}, {"task": "lift"}, {"task": "stack", "count": 2}],
+    }
     data.update(overrides)
     return fleet_config_from_dict({"fleet": data})
 
@@ -34,12 +40,24 @@ def test_plan_has_server_bridges_and_robots_in_their_namespaces():
     nodes = plan_fleet(_fleet())
     assert [n.fqn for n in nodes] == [
         "/fleet/server",
-        "/robot_0/arm", "/robot_0/robot", "/robot_1/arm", "/robot_1/robot",
-        "/robot_2/arm", "/robot_2/robot", "/robot_3/arm", "/robot_3/robot"]
+        "/robot_0/arm",
+        "/robot_0/robot",
+        "/robot_1/arm",
+        "/robot_1/robot",
+        "/robot_2/arm",
+        "/robot_2/robot",
+        "/robot_3/arm",
+        "/robot_3/robot",
+    ]
     server = nodes[0]
     assert server.parameters["expected_robots"] == ["robot_0", "robot_1", "robot_2", "robot_3"]
-    assert server.parameters["algorithm"] == "feddrman" and server.parameters["state_dir"] == "runs/t/server"
-    assert server.parameters["min_robots"] == 3  # a quorum (0.75 of 4) may start without a lost robot
+    assert (
+        server.parameters["algorithm"] == "feddrman"
+        and server.parameters["state_dir"] == "runs/t/server"
+    )
+    assert (
+        server.parameters["min_robots"] == 3
+    )  # a quorum (0.75 of 4) may start without a lost robot
     robot3 = next(n for n in nodes if n.fqn == "/robot_3/robot")
     assert robot3.parameters["tasks"] == ["stack"] and robot3.parameters["robot_id"] == "robot_3"
     bridge3 = next(n for n in nodes if n.fqn == "/robot_3/arm")
@@ -47,8 +65,16 @@ def test_plan_has_server_bridges_and_robots_in_their_namespaces():
 
 
 def test_real_robot_gets_no_bridge_and_keeps_remappings():
-    config = _fleet(robots=[{"id": "ur5", "tasks": ["wipe"], "sim": False,
-                             "remappings": {"arm/command": "/ur5_driver/command"}}])
+    config = _fleet(
+        robots=[
+            {
+                "id": "ur5",
+                "tasks": ["wipe"],
+                "sim": False,
+                "remappings": {"arm/command": "/ur5_driver/command"},
+            }
+        ]
+    )
     nodes = plan_fleet(config)
     assert [n.fqn for n in nodes] == ["/fleet/server", "/ur5/robot"]
     assert nodes[1].remappings == (("arm/command", "/ur5_driver/command"),)
@@ -58,28 +84,53 @@ def test_plan_subsets_for_one_machine():
     config = _fleet()
     assert [n.fqn for n in plan_fleet(config, robot_ids=[])] == ["/fleet/server"]
     assert [n.fqn for n in plan_fleet(config, include_server=False, robot_ids=["robot_1"])] == [
-        "/robot_1/arm", "/robot_1/robot"]
+        "/robot_1/arm",
+        "/robot_1/robot",
+    ]
     with pytest.raises(ValueError, match="robot_9"):
         plan_fleet(config, robot_ids=["robot_9"])
 
 
-@pytest.mark.parametrize("overrides,match", [
-    ({"algorithm": "fedsgd"}, "algorithm"),
-    ({"rounds": 0}, "rounds"),
-    ({"robots": [{"task": "juggle"}]}, "juggle"),
-    ({"robots": [{"id": "a", "task": "lift"}, {"id": "a", "task": "lift"}]}, "duplicate robot ids"),
-    ({"robots": [{"task": "lift", "colour": "red"}]}, "colour"),
-    ({"server": {"quorum_fraction": 1.5}}, "quorum_fraction"),
-    ({"server": {"round_timeout": 3}}, "round_timeout"),
-    ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
-    ({"policy": "pixels"}, "policy"),
-    ({"speed": 3}, "speed"),
-    # The sim bridge's and the arm adapter's parameters are typed at plan time too (BridgeParams, AdapterParams).
-    ({"bridge": {"control_rate_hz": 0}}, r"sim_bridge parameter 'control_rate_hz' must be > 0.0 Hz, got 0"),
-    ({"bridge": {"lockstep_republish": 1.0}}, "unknown sim_bridge parameter 'lockstep_republish'"),
-    ({"robots": [{"task": "lift", "profile": "ur5e", "sim": False, "parameters": {"max_episode_steps": "long"}}]},
-     "arm_adapter parameter 'max_episode_steps' must be an integer, got 'long'"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"algorithm": "fedsgd"}, "algorithm"),
+        ({"rounds": 0}, "rounds"),
+        ({"robots": [{"task": "juggle"}]}, "juggle"),
+        (
+            {"robots": [{"id": "a", "task": "lift"}, {"id": "a", "task": "lift"}]},
+            "duplicate robot ids",
+        ),
+        ({"robots": [{"task": "lift", "colour": "red"}]}, "colour"),
+        ({"server": {"quorum_fraction": 1.5}}, "quorum_fraction"),
+        ({"server": {"round_timeout": 3}}, "round_timeout"),
+        ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
+        ({"policy": "pixels"}, "policy"),
+        ({"speed": 3}, "speed"),
+        # The sim bridge's and the arm adapter's parameters are typed at plan time too (BridgeParams, AdapterParams).
+        (
+            {"bridge": {"control_rate_hz": 0}},
+            r"sim_bridge parameter 'control_rate_hz' must be > 0.0 Hz, got 0",
+        ),
+        (
+            {"bridge": {"lockstep_republish": 1.0}},
+            "unknown sim_bridge parameter 'lockstep_republish'",
+        ),
+        (
+            {
+                "robots": [
+                    {
+                        "task": "lift",
+                        "profile": "ur5e",
+                        "sim": False,
+                        "parameters": {"max_episode_steps": "long"},
+                    }
+                ]
+            },
+            "arm_adapter parameter 'max_episode_steps' must be an integer, got 'long'",
+        ),
+    ],
+)
 def test_bad_configs_name_the_offending_value(overrides, match):
     with pytest.raises(ValueError, match=match):
         _fleet(**overrides)
@@ -104,14 +155,17 @@ def test_demo_fleet_file_loads():
     # A demo fleet has no stragglers: round 0 and every round wait for all robots, so the
     # table does not depend on which robot a loaded machine made slowest.
     from fed_ros.ros.fleet.plan import server_spec
+
     server = server_spec(demo).parameters
     assert server["quorum_fraction"] == 1.0 and server["min_robots"] == len(demo.robots)
 
 
 def test_literal_lists_match_core_and_sim():
     from fed_ros.core.strategies.base import STRATEGIES
+
     assert set(ALGORITHMS) == set(STRATEGIES)
     from fed_ros.sim.envs import TASKS
+
     assert set(SIM_TASKS) == set(TASKS)
 
 
@@ -136,8 +190,11 @@ def test_launch_files_and_up_start_the_same_nodes(tmp_path):
 
 
 def test_launch_description_matches_plan():
-    pytest.importorskip("launch_ros", reason="launch_ros is not installed (make test installs it from "
-                                             "../shared/tools/ros2-launch when that folder exists)")
+    pytest.importorskip(
+        "launch_ros",
+        reason="launch_ros is not installed (make test installs it from "
+        "../shared/tools/ros2-launch when that folder exists)",
+    )
     from launch import LaunchContext
     from launch_ros.actions import Node
 
@@ -149,4 +206,5 @@ def test_launch_description_matches_plan():
         # DeclareLaunchArgument sets its default; OpaqueFunction returns the planned Nodes.
         nodes += [n for n in (entity.visit(context) or []) if isinstance(n, Node)]
     assert sorted((n.node_package, n.node_executable) for n in nodes) == sorted(
-        (s.package, s.executable) for s in module.plan_nodes(str(DEMO)))
+        (s.package, s.executable) for s in module.plan_nodes(str(DEMO))
+    )

@@ -18,6 +18,7 @@ ROUNDS is ever announced (no extra round after the last), and each robot trains 
 once: a re-announced round is answered with the cached update (the robot node's Outbox), never
 retrained.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,7 +30,8 @@ import pytest
 
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.launcher import build_commands, fleet_env
-from fed_ros.ros.fleet.plan import fleet_config_from_dict, plan_fleet
+from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+from fed_ros.ros.fleet.plan import plan_fleet
 
 ROBOTS = ("robot_0", "robot_1")
 ROUNDS = 3
@@ -42,18 +44,34 @@ KILLS = (  # (FED_ROS_CRASH_AT, last committed round after the kill)
 
 def _fleet(run_dir: Path):
     from fed_ros.learning.dataset import synthetic_episodes
+
     for i, rid in enumerate(ROBOTS):
         demos = run_dir / rid / "demos"
         demos.mkdir(parents=True)
         for k, episode in enumerate(synthetic_episodes(2, length=20, seed=i, shift=2.0 * i)):
             episode.save(demos / f"demo_{k}.npz")
-    config = fleet_config_from_dict({"fleet": {
-        "name": "resume", "algorithm": "fedavg", "rounds": ROUNDS, "seed": 0, "run_dir": str(run_dir),
-        "strategy": {"local_steps": 10, "lr": 1e-3},
-        "server": {"round_timeout_s": 300.0, "exit_when_done": True},
-        "robot_defaults": {"device": "cpu", "torch_threads": 1, "trainer.val_fraction": 0.0,
-                           "register_timeout_s": 120.0, "collect_demos_on_start": 0, "update_retry_s": 1.0},
-        "robots": [{"id": rid, "task": "lift", "sim": False} for rid in ROBOTS]}})
+    config = fleet_config_from_dict(
+        {
+            "fleet": {
+                "name": "resume",
+                "algorithm": "fedavg",
+                "rounds": ROUNDS,
+                "seed": 0,
+                "run_dir": str(run_dir),
+                "strategy": {"local_steps": 10, "lr": 1e-3},
+                "server": {"round_timeout_s": 300.0, "exit_when_done": True},
+                "robot_defaults": {
+                    "device": "cpu",
+                    "torch_threads": 1,
+                    "trainer.val_fraction": 0.0,
+                    "register_timeout_s": 120.0,
+                    "collect_demos_on_start": 0,
+                    "update_retry_s": 1.0,
+                },
+                "robots": [{"id": rid, "task": "lift", "sim": False} for rid in ROBOTS],
+            }
+        }
+    )
     return build_commands(plan_fleet(config), run_dir)
 
 
@@ -63,17 +81,24 @@ def _run_fleet(run_dir: Path, ros_env: dict, processes, crash_at=()) -> list[Pat
     commands = _fleet(run_dir)
     env = fleet_env(base=ros_env)
     server_cmd = next(c for c in commands if c.spec.fqn == "/fleet/server")
-    robots = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands if c is not server_cmd}
+    robots = {
+        c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path)
+        for c in commands
+        if c is not server_cmd
+    }
     logs = []
 
     def tail() -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in logs + [c.log_path for c in commands
-                                                                                  if c is not server_cmd])
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text()[-2500:]}"
+            for p in logs + [c.log_path for c in commands if c is not server_cmd]
+        )
 
     for i, (spec, committed) in enumerate([*crash_at, (None, ROUNDS - 1)]):
         logs.append(run_dir / "logs" / f"server_{i}.log")
-        server = processes.start(server_cmd.argv, dict(env, FED_ROS_CRASH_AT=spec) if spec else env,
-                                 log_path=logs[-1])
+        server = processes.start(
+            server_cmd.argv, dict(env, FED_ROS_CRASH_AT=spec) if spec else env, log_path=logs[-1]
+        )
         deadline = time.monotonic() + 300  # liveness only
         while server.poll() is None:
             dead = {fqn: p.returncode for fqn, p in robots.items() if p.poll() is not None}
@@ -81,7 +106,9 @@ def _run_fleet(run_dir: Path, ros_env: dict, processes, crash_at=()) -> list[Pat
             assert time.monotonic() < deadline, f"server {i} ({spec}) did not end\n{tail()}"
             time.sleep(0.2)
         expected = -signal.SIGKILL if spec else 0
-        assert server.returncode == expected, f"server {i} ({spec}) exited {server.returncode}\n{tail()}"
+        assert server.returncode == expected, (
+            f"server {i} ({spec}) exited {server.returncode}\n{tail()}"
+        )
         snap = ModelStore(run_dir / "server").load_latest()
         assert snap is not None and snap.round_idx == committed, (spec, snap and snap.round_idx)
     return logs
@@ -91,8 +118,12 @@ def _final(run_dir: Path) -> dict:
     store = ModelStore(run_dir / "server")
     snap = store.load_latest()
     assert store.committed_rounds()[-1] == ROUNDS - 1
-    return {"models": {c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()},
-            "assignments": snap.assignments}
+    return {
+        "models": {
+            c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()
+        },
+        "assignments": snap.assignments,
+    }
 
 
 def _robot_log(run_dir: Path, rid: str) -> str:
@@ -115,13 +146,16 @@ def assert_same_final_models(reference: dict, crashed: dict) -> None:
     assert sorted(crashed["models"]) == sorted(reference["models"])
     for cid, model in reference["models"].items():
         for name, data in model.items():
-            assert crashed["models"][cid][name] == data, f"cluster {cid} tensor {name} differs after the restart"
+            assert crashed["models"][cid][name] == data, (
+                f"cluster {cid} tensor {name} differs after the restart"
+            )
 
 
 @pytest.mark.ros
 @pytest.mark.timeout(900)
 def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_like_uninterrupted(
-        tmp_path, ros_env, processes, torch_one_thread):
+    tmp_path, ros_env, processes, torch_one_thread
+):
     reference_dir, crashed_dir = tmp_path / "uninterrupted", tmp_path / "crashed"
     _run_fleet(reference_dir, ros_env, processes)
     reference = _final(reference_dir)
@@ -144,15 +178,23 @@ def test_server_killed_before_aggregation_mid_commit_and_after_last_round_ends_l
         for r in (1, ROUNDS - 1):  # re-announced after kills 1 and 2
             assert f"round {r}: re-sent the update already trained" in text, (rid, r)
         sent = _updates_sent(crashed_dir, rid)
-        assert all(len(shas) == 1 for shas in sent.values()), (rid, sent)  # re-sent bytes = trained bytes
-        assert sent == _updates_sent(reference_dir, rid), rid  # and the same updates as the uninterrupted run
+        assert all(len(shas) == 1 for shas in sent.values()), (
+            rid,
+            sent,
+        )  # re-sent bytes = trained bytes
+        assert sent == _updates_sent(reference_dir, rid), (
+            rid
+        )  # and the same updates as the uninterrupted run
 
 
 def test_crash_hook_kills_at_the_nth_time_a_step_of_a_round_is_reached():
     import os
     from fed_ros.core.rounds import faults
-    assert faults.parse("update_accepted@1#2, written:manifest@2") == [("update_accepted", 1, 2),
-                                                                        ("written:manifest", 2, 1)]
+
+    assert faults.parse("update_accepted@1#2, written:manifest@2") == [
+        ("update_accepted", 1, 2),
+        ("written:manifest", 2, 1),
+    ]
     with pytest.raises(ValueError):
         faults.parse("no_round")
     faults.reach("committed", 0, environ={})  # off without FED_ROS_CRASH_AT

@@ -1,12 +1,13 @@
 """Issue 13: a chunk that does not belong to the signed upload it names is dropped, and the honest
 upload still completes (the assembler and the receiver; over DDS in test_hostile_peers.py)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from fed_ros.ros.wire.tensors import encode_state_dict
-from fed_ros.ros.wire.transfer import TransferReceiver
+from fed_ros.ros.wire.transfer_receiver import TransferReceiver
 from fed_ros.ros.wire.chunk_assembler import ChunkDropped, PayloadAssembler, PayloadRejected
 from fed_ros.ros.wire.chunk_sender import ChunkedSender, transfer_digest_of
 
@@ -34,7 +35,9 @@ def test_foreign_chunk_is_dropped_and_the_upload_completes(variant):
     assert asm.add(chunks[0]) is None
     if variant == "data":
         bad = forged(sender, 1)
-    elif variant == "chunk_list":  # its own chunk list: disagrees with the header the upload started with
+    elif (
+        variant == "chunk_list"
+    ):  # its own chunk list: disagrees with the header the upload started with
         bad = forged(sender, 1, chunk_sha256=bytes(32 * len(chunks)))
     else:  # covers chunk 0's bytes again under index 1
         bad = forged(sender, 1, chunk_offset=0)
@@ -74,7 +77,9 @@ def test_chunk_list_must_cover_every_chunk():
 def test_transfer_digest_of_a_chunk_is_the_senders_and_moves_with_the_bulk_uri():
     sender = honest()
     assert all(transfer_digest_of(c) == sender.transfer_digest() for c in sender.chunks())
-    bulk = ChunkedSender(encode_state_dict(PARAMS), "robot_0/r0/update/ab12", bulk_uri="tcp://127.0.0.1:5555/s")
+    bulk = ChunkedSender(
+        encode_state_dict(PARAMS), "robot_0/r0/update/ab12", bulk_uri="tcp://127.0.0.1:5555/s"
+    )
     moved = bulk.chunk(0)
     moved.bulk_uri = "tcp://10.9.9.9:5555/s"
     assert transfer_digest_of(moved) != bulk.transfer_digest()

@@ -8,6 +8,7 @@ carries at least one defect, so each must be rejected; the replay guard, the col
 the cluster models and the checkpoint directory must be byte-identical afterwards.
 ``FED_ROS_FUZZ_EXAMPLES`` lowers the count for a quick local run (default 10,000).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,7 +23,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fed_ros.core.security import signed_messages
 from fed_ros.core.checks.decisions import Decision, Limits, OK
-from fed_ros.core.checks.descriptor_checks import DESCRIPTOR_KINDS, digest_of_descriptor, validate_descriptor
+from fed_ros.core.checks.descriptor_checks import (
+    DESCRIPTOR_KINDS,
+    digest_of_descriptor,
+    validate_descriptor,
+)
 from fed_ros.core.checks.payload_checks import validate_cluster_model
 from fed_ros.core.checks.sender_checks import ValidationContext
 from fed_ros.core.checks.update_checks import UpdateEnvelope, validate_update
@@ -34,25 +39,44 @@ MESSAGES = int(os.environ.get("FED_ROS_FUZZ_EXAMPLES", "10000"))
 # Each hypothesis example carries BATCH messages: per-example engine overhead (~1 ms) would
 # otherwise dominate the handlers' own cost (~0.1 ms) and blow the test-time budget.
 BATCH = 10
-FUZZ = settings(max_examples=max(1, MESSAGES // BATCH), deadline=None, database=None, derandomize=True,
-                suppress_health_check=list(HealthCheck))
+FUZZ = settings(
+    max_examples=max(1, MESSAGES // BATCH),
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def batch(*strategies):
     """BATCH independent draws of a tuple of strategies (one message each)."""
     return st.lists(st.tuples(*strategies), min_size=BATCH, max_size=BATCH)
 
-MANIFEST = (TensorSpec("a.weight", (4, 3)), TensorSpec("a.bias", (4,)), TensorSpec("b.weight", (2, 4)))
+
+MANIFEST = (
+    TensorSpec("a.weight", (4, 3)),
+    TensorSpec("a.bias", (4,)),
+    TensorSpec("b.weight", (2, 4)),
+)
 SIZES = [12, 4, 8]
 SIGNERS = {f"robot_{i}": Signer.generate() for i in range(3)}
 ALLOW = AllowList({rid: s.public_key for rid, s in SIGNERS.items()})
 
 # float32 values that matter to validation (cheaper to draw than st.floats()).
-F32 = st.sampled_from([0.0, -0.0, 1.0, -1.0, 0.25, 1e-45, 3.4e38, -3.4e38, math.inf, -math.inf, math.nan])
+F32 = st.sampled_from(
+    [0.0, -0.0, 1.0, -1.0, 0.25, 1e-45, 3.4e38, -3.4e38, math.inf, -math.inf, math.nan]
+)
 
 # Arbitrary Python values for "type chaos" (what a buggy converter could hand over).
-ANY = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                st.text(max_size=8), st.binary(max_size=8), st.lists(st.integers(-3, 3), max_size=3))
+ANY = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.lists(st.integers(-3, 3), max_size=3),
+)
 
 
 def good_params() -> dict[str, np.ndarray]:
@@ -66,28 +90,69 @@ def payload(params) -> bytes:
 
 def good_envelope(params, nonce: bytes | None = None) -> UpdateEnvelope:
     data = payload(params)
-    env = UpdateEnvelope(robot_id="robot_0", round_idx=5, base_round=4, num_samples=100, manifest=MANIFEST,
-                           total_bytes=len(data), payload_sha256=signed_messages.sha256_hex(data),
-                           nonce=nonce or signed_messages.new_nonce())
+    env = UpdateEnvelope(
+        robot_id="robot_0",
+        round_idx=5,
+        base_round=4,
+        num_samples=100,
+        manifest=MANIFEST,
+        total_bytes=len(data),
+        payload_sha256=signed_messages.sha256_hex(data),
+        nonce=nonce or signed_messages.new_nonce(),
+    )
     return env.signed(SIGNERS["robot_0"])
 
 
 def make_ctx() -> ValidationContext:
     guard = ReplayGuard()
     guard.advance(5)
-    return ValidationContext(current_round=5, expected_manifest=MANIFEST, base_rounds={4},
-                               participants=set(SIGNERS), limits=Limits(max_update_bytes=1 << 16,
-                                                                           max_num_samples=10_000),
-                               allow_list=ALLOW, replay_guard=guard)
+    return ValidationContext(
+        current_round=5,
+        expected_manifest=MANIFEST,
+        base_rounds={4},
+        participants=set(SIGNERS),
+        limits=Limits(max_update_bytes=1 << 16, max_num_samples=10_000),
+        allow_list=ALLOW,
+        replay_guard=guard,
+    )
 
 
 # ----------------------------------------------------------------------------- server: updates
 
-UPDATE_DEFECTS = ("late", "future", "deadline", "not_participant", "unknown_robot", "oversize", "size_mismatch",
-                  "manifest_name", "manifest_shape", "manifest_dtype", "manifest_len", "samples_low",
-                  "samples_high", "base_round", "cluster_id", "forged", "unsigned", "sig_bits", "replay",
-                  "digest", "nan", "inf", "huge", "t_missing", "t_extra", "t_shape", "t_dtype", "t_order",
-                  "t_type", "chaos", "encoding", "reweighted")
+UPDATE_DEFECTS = (
+    "late",
+    "future",
+    "deadline",
+    "not_participant",
+    "unknown_robot",
+    "oversize",
+    "size_mismatch",
+    "manifest_name",
+    "manifest_shape",
+    "manifest_dtype",
+    "manifest_len",
+    "samples_low",
+    "samples_high",
+    "base_round",
+    "cluster_id",
+    "forged",
+    "unsigned",
+    "sig_bits",
+    "replay",
+    "digest",
+    "nan",
+    "inf",
+    "huge",
+    "t_missing",
+    "t_extra",
+    "t_shape",
+    "t_dtype",
+    "t_order",
+    "t_type",
+    "chaos",
+    "encoding",
+    "reweighted",
+)
 ENVELOPE_FIELDS = [f.name for f in dataclasses.fields(UpdateEnvelope)]
 
 
@@ -100,7 +165,9 @@ def update_world():
     return ctx, params, used
 
 
-def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x: float, chaos, field: str):
+def _defective_update(
+    defect: str, params, used: UpdateEnvelope, ctx, i: int, x: float, chaos, field: str
+):
     """A (envelope, params, received_sha256, ctx) tuple with `defect` applied to a valid update."""
     env = good_envelope(params)
     p = {k: v.copy() for k, v in params.items()}
@@ -124,10 +191,13 @@ def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x:
     elif defect == "manifest_name":
         env = dataclasses.replace(env, manifest=(TensorSpec("x" + str(i), (4, 3)),) + MANIFEST[1:])
     elif defect == "manifest_shape":
-        env = dataclasses.replace(env, manifest=(("a.weight", (3, 4 + i), "float32"),) + MANIFEST[1:])
+        env = dataclasses.replace(
+            env, manifest=(("a.weight", (3, 4 + i), "float32"),) + MANIFEST[1:]
+        )
     elif defect == "manifest_dtype":
-        env = dataclasses.replace(env, manifest=(("a.weight", (4, 3), ["float16", "int8", ""][i % 3]),)
-                                  + MANIFEST[1:])
+        env = dataclasses.replace(
+            env, manifest=(("a.weight", (4, 3), ["float16", "int8", ""][i % 3]),) + MANIFEST[1:]
+        )
     elif defect == "manifest_len":
         env = dataclasses.replace(env, manifest=MANIFEST[: i % 3])
     elif defect == "samples_low":
@@ -153,7 +223,9 @@ def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x:
         received = hashlib.sha256(str(i).encode()).hexdigest()
     elif defect in ("nan", "inf", "huge"):
         name = MANIFEST[i % 3].name
-        p[name].reshape(-1)[i % p[name].size] = {"nan": np.nan, "inf": -np.inf, "huge": 1e30}[defect]
+        p[name].reshape(-1)[i % p[name].size] = {"nan": np.nan, "inf": -np.inf, "huge": 1e30}[
+            defect
+        ]
     elif defect == "t_missing":
         del p[MANIFEST[i % 3].name]
     elif defect == "t_extra":
@@ -169,7 +241,9 @@ def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x:
     elif defect == "chaos":
         original = getattr(env, field)
         if field == "cluster_id" and isinstance(chaos, int) and -1 <= chaos < 2**31:
-            chaos = -5  # another valid cluster id is no defect (and would fail the signature anyway)
+            chaos = (
+                -5
+            )  # another valid cluster id is no defect (and would fail the signature anyway)
         if type(chaos) is type(original) and chaos == original:
             chaos = None  # the unchanged value is no defect
         env = dataclasses.replace(env, **{field: chaos})
@@ -177,18 +251,35 @@ def _defective_update(defect: str, params, used: UpdateEnvelope, ctx, i: int, x:
     elif defect == "encoding":
         env = dataclasses.replace(env, encoding=[1, 2, 3, -1, 255][i % 5])
     elif defect == "reweighted":  # genuine signature, sample count changed in transit
-        env, resign = dataclasses.replace(env, num_samples=1 + i % 9_999 if i % 9_999 + 1 != 100 else 7), False
-    if resign and isinstance(env.robot_id, str) and env.robot_id in SIGNERS and defect not in ("digest",):
+        env, resign = (
+            dataclasses.replace(env, num_samples=1 + i % 9_999 if i % 9_999 + 1 != 100 else 7),
+            False,
+        )
+    if (
+        resign
+        and isinstance(env.robot_id, str)
+        and env.robot_id in SIGNERS
+        and defect not in ("digest",)
+    ):
         try:
-            env = env.signed(SIGNERS[env.robot_id])  # the defect is in the content, not the signature
+            env = env.signed(
+                SIGNERS[env.robot_id]
+            )  # the defect is in the content, not the signature
         except ValueError:
             pass
     return env, p, received, c
 
 
 @FUZZ
-@given(cases=batch(st.sampled_from(UPDATE_DEFECTS), st.integers(0, 10_000), st.floats(), ANY,
-                   st.sampled_from(ENVELOPE_FIELDS)))
+@given(
+    cases=batch(
+        st.sampled_from(UPDATE_DEFECTS),
+        st.integers(0, 10_000),
+        st.floats(),
+        ANY,
+        st.sampled_from(ENVELOPE_FIELDS),
+    )
+)
 def test_f1_update_handler(update_world, cases):
     for case in cases:
         _one_update(update_world, *case)
@@ -207,6 +298,7 @@ def _one_update(update_world, defect, i, x, chaos, field):
 
 # ----------------------------------------------------------------------------- server: descriptors
 
+
 @dataclasses.dataclass
 class RawDescriptor:
     robot_id: object
@@ -219,15 +311,41 @@ class RawDescriptor:
     payload: object = b""
 
 
-DESCRIPTOR_DEFECTS = ("var_zero", "var_neg", "mean_nan", "var_inf", "dims", "len_mismatch", "samples_high",
-                      "samples_zero", "kind", "payload_big", "score_neg", "score_nan", "score_key", "residual",
-                      "forged", "unsigned", "replay", "late", "unknown", "chaos", "ndim", "dtype")
+DESCRIPTOR_DEFECTS = (
+    "var_zero",
+    "var_neg",
+    "mean_nan",
+    "var_inf",
+    "dims",
+    "len_mismatch",
+    "samples_high",
+    "samples_zero",
+    "kind",
+    "payload_big",
+    "score_neg",
+    "score_nan",
+    "score_key",
+    "residual",
+    "forged",
+    "unsigned",
+    "replay",
+    "late",
+    "unknown",
+    "chaos",
+    "ndim",
+    "dtype",
+)
 DESCRIPTOR_FIELDS = [f.name for f in dataclasses.fields(RawDescriptor)]
 
 
 def good_descriptor() -> RawDescriptor:
-    return RawDescriptor(robot_id="robot_1", kind="gaussian", mean=np.linspace(-1, 1, 6).astype(np.float32),
-                         variance=np.full(6, 0.25, np.float32), num_samples=500)
+    return RawDescriptor(
+        robot_id="robot_1",
+        kind="gaussian",
+        mean=np.linspace(-1, 1, 6).astype(np.float32),
+        variance=np.full(6, 0.25, np.float32),
+        num_samples=500,
+    )
 
 
 def sign_desc(desc, round_idx=5, nonce=None, signer=None):
@@ -248,8 +366,14 @@ def descriptor_world():
 
 
 @FUZZ
-@given(cases=batch(st.sampled_from(DESCRIPTOR_DEFECTS), st.integers(0, 10_000), ANY,
-                   st.sampled_from(DESCRIPTOR_FIELDS)))
+@given(
+    cases=batch(
+        st.sampled_from(DESCRIPTOR_DEFECTS),
+        st.integers(0, 10_000),
+        ANY,
+        st.sampled_from(DESCRIPTOR_FIELDS),
+    )
+)
 def test_f1_descriptor_handler(descriptor_world, cases):
     for case in cases:
         _one_descriptor(descriptor_world, *case)
@@ -274,7 +398,7 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
     elif defect == "dims":
         dims = 7 + i
     elif defect == "len_mismatch":
-        desc.variance = desc.variance[: k]
+        desc.variance = desc.variance[:k]
     elif defect == "samples_high":
         desc.num_samples = 10_001 + i
     elif defect == "samples_zero":
@@ -304,13 +428,21 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
     elif defect == "chaos":
         if field == "payload" and isinstance(chaos, bytes):
             chaos = 3  # bytes payloads are valid, no defect
-        if field == "residual_std" and isinstance(chaos, (int, float)) and not isinstance(chaos, bool) \
-                and (math.isnan(chaos) or chaos >= 0):
+        if (
+            field == "residual_std"
+            and isinstance(chaos, (int, float))
+            and not isinstance(chaos, bool)
+            and (math.isnan(chaos) or chaos >= 0)
+        ):
             chaos = -1.0  # a gaussian descriptor may carry any residual >= 0 or NaN
         if field == "kind" and chaos in DESCRIPTOR_KINDS:
             chaos = "bogus"
-        if field == "num_samples" and isinstance(chaos, int) and not isinstance(chaos, bool) \
-                and 1 <= chaos <= 10_000:
+        if (
+            field == "num_samples"
+            and isinstance(chaos, int)
+            and not isinstance(chaos, bool)
+            and 1 <= chaos <= 10_000
+        ):
             chaos = 0
         if field == "scores" and chaos in (None, [], b"", "", 0, False):
             chaos = {"x": -1}
@@ -337,9 +469,28 @@ SERVER = Signer.generate()
 
 
 @FUZZ
-@given(cases=batch(st.sampled_from(("rollback", "oversize", "forged", "unsigned", "digest", "nan", "schema",
-                                    "dtype", "cluster_chaos", "round_chaos", "wrong_cluster", "huge")),
-                   st.integers(0, 10_000), ANY))
+@given(
+    cases=batch(
+        st.sampled_from(
+            (
+                "rollback",
+                "oversize",
+                "forged",
+                "unsigned",
+                "digest",
+                "nan",
+                "schema",
+                "dtype",
+                "cluster_chaos",
+                "round_chaos",
+                "wrong_cluster",
+                "huge",
+            )
+        ),
+        st.integers(0, 10_000),
+        ANY,
+    )
+)
 def test_f1_cluster_model_handler(cases):
     for case in cases:
         _one_cluster_model(*case)
@@ -349,9 +500,19 @@ def _one_cluster_model(defect, i, chaos):
     params = good_params()
     before = {k: v.copy() for k, v in params.items()}
     digest = signed_messages.sha256_hex(payload(params))
-    kw = dict(cluster_id=1, round_idx=9, params=params, expected_manifest=MANIFEST, total_bytes=96,
-              payload_sha256=digest, received_sha256=digest, signature=SERVER.sign_cluster_model(9, 1, digest),
-              server_public_key=SERVER.public_key, last_round=9, limits=Limits(max_cluster_model_bytes=1000))
+    kw = dict(
+        cluster_id=1,
+        round_idx=9,
+        params=params,
+        expected_manifest=MANIFEST,
+        total_bytes=96,
+        payload_sha256=digest,
+        received_sha256=digest,
+        signature=SERVER.sign_cluster_model(9, 1, digest),
+        server_public_key=SERVER.public_key,
+        last_round=9,
+        limits=Limits(max_cluster_model_bytes=1000),
+    )
     if defect == "rollback":
         kw["round_idx"] = i % 9
     elif defect == "oversize":
@@ -382,12 +543,16 @@ def _one_cluster_model(defect, i, chaos):
 
 # ----------------------------------------------------------------------------- transport: PayloadAssembler
 
+
 def _payload_msg(draw_fields: dict):
     from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
     from fed_ros.ros.wire.tensors import set_bytes_field
+
     msg = TensorPayload()
     msg.payload_id = draw_fields["pid"]
-    msg.manifest = [TensorSpecMsg(name=n, shape=list(s), dtype=dt) for n, s, dt in draw_fields["manifest"]]
+    msg.manifest = [
+        TensorSpecMsg(name=n, shape=list(s), dtype=dt) for n, s, dt in draw_fields["manifest"]
+    ]
     msg.encoding = draw_fields["encoding"]
     msg.total_bytes = draw_fields["total"]
     msg.chunk_index = draw_fields["index"]
@@ -399,29 +564,42 @@ def _payload_msg(draw_fields: dict):
     return msg
 
 
-SPEC = st.tuples(st.sampled_from(["a", "b", "a.weight", ""]), st.lists(st.integers(0, 6), max_size=3),
-                 st.sampled_from(["float32", "float64", ""]))
-CHUNK = st.fixed_dictionaries({
-    "pid": st.sampled_from(["p0", "p1", "p2", "", "x" * 300]),
-    "manifest": st.lists(SPEC, max_size=3),
-    "encoding": st.integers(0, 255),
-    "total": st.one_of(st.integers(0, 200), st.integers(0, 2**64 - 1)),
-    "index": st.integers(0, 5), "count": st.integers(0, 5),
-    "offset": st.one_of(st.integers(0, 200), st.integers(0, 2**64 - 1)),
-    "data": st.binary(max_size=64),
-    "sha": st.one_of(st.sampled_from(["", "0" * 64, hashlib.sha256(b"").hexdigest()]), st.text(max_size=70)),
-    "bulk": st.sampled_from(["", "tcp://127.0.0.1:1/x"]),
-})
+SPEC = st.tuples(
+    st.sampled_from(["a", "b", "a.weight", ""]),
+    st.lists(st.integers(0, 6), max_size=3),
+    st.sampled_from(["float32", "float64", ""]),
+)
+CHUNK = st.fixed_dictionaries(
+    {
+        "pid": st.sampled_from(["p0", "p1", "p2", "", "x" * 300]),
+        "manifest": st.lists(SPEC, max_size=3),
+        "encoding": st.integers(0, 255),
+        "total": st.one_of(st.integers(0, 200), st.integers(0, 2**64 - 1)),
+        "index": st.integers(0, 5),
+        "count": st.integers(0, 5),
+        "offset": st.one_of(st.integers(0, 200), st.integers(0, 2**64 - 1)),
+        "data": st.binary(max_size=64),
+        "sha": st.one_of(
+            st.sampled_from(["", "0" * 64, hashlib.sha256(b"").hexdigest()]), st.text(max_size=70)
+        ),
+        "bulk": st.sampled_from(["", "tcp://127.0.0.1:1/x"]),
+    }
+)
 
 
 @pytest.fixture(scope="module")
 def transport():
     from fed_ros.ros.wire import chunk_assembler  # the assembling half of the chunked transfer
+
     return chunk_assembler
 
 
 @FUZZ
-@given(streams=st.lists(st.lists(CHUNK, min_size=1, max_size=4), min_size=BATCH // 3, max_size=BATCH // 3))
+@given(
+    streams=st.lists(
+        st.lists(CHUNK, min_size=1, max_size=4), min_size=BATCH // 3, max_size=BATCH // 3
+    )
+)
 def test_f1_payload_assembler(transport, streams):
     """~10 hostile chunks per example (3 streams of 1-4 chunks) into fresh assemblers."""
     for chunks in streams:
@@ -447,52 +625,88 @@ def _one_stream(transport, chunks):
 
 # ----------------------------------------------------------------------------- conversion: descriptor messages
 
+
 @FUZZ
-@given(cases=batch(st.integers(0, 255), st.one_of(st.integers(0, 8), st.integers(0, 2**32 - 1)),
-                   st.lists(F32, max_size=6), st.lists(F32, max_size=6),
-                   st.lists(st.sampled_from(["", "robot_0", "a"]), max_size=3), st.lists(F32, max_size=3),
-                   F32, st.sampled_from([0, 1, 500, 10_001, 2**64 - 1]), st.binary(max_size=16),
-                   st.sampled_from(["robot_1", "", "zz"])))
+@given(
+    cases=batch(
+        st.integers(0, 255),
+        st.one_of(st.integers(0, 8), st.integers(0, 2**32 - 1)),
+        st.lists(F32, max_size=6),
+        st.lists(F32, max_size=6),
+        st.lists(st.sampled_from(["", "robot_0", "a"]), max_size=3),
+        st.lists(F32, max_size=3),
+        F32,
+        st.sampled_from([0, 1, 500, 10_001, 2**64 - 1]),
+        st.binary(max_size=16),
+        st.sampled_from(["robot_1", "", "zz"]),
+    )
+)
 def test_f1_descriptor_message_conversion(descriptor_world, cases):
     """Whatever a ClientDescriptor message holds, conversion + validation never crash or change state."""
     for case in cases:
         _one_descriptor_msg(descriptor_world, *case)
 
 
-def _one_descriptor_msg(descriptor_world, kind, dims, mean, var, ids, scores, resid, n, payload_, rid):
+def _one_descriptor_msg(
+    descriptor_world, kind, dims, mean, var, ids, scores, resid, n, payload_, rid
+):
     from fed_ros.msg import ClientDescriptor as Msg
     from fed_ros.ros.wire.round_msgs import descriptor_from_msg
     from fed_ros.ros.wire.tensors import set_bytes_field, set_float32_field
+
     ctx, used = descriptor_world
     guard_before = ctx.replay_guard.state()
-    msg = Msg(robot_id=rid, round=5, kind=kind, dims=dims, score_robot_ids=ids, residual_std=resid, num_samples=n)
+    msg = Msg(
+        robot_id=rid,
+        round=5,
+        kind=kind,
+        dims=dims,
+        score_robot_ids=ids,
+        residual_std=resid,
+        num_samples=n,
+    )
     set_float32_field(msg, "mean", np.asarray(mean, np.float32))
     set_float32_field(msg, "variance", np.asarray(var, np.float32))
     set_float32_field(msg, "scores", np.asarray(scores, np.float32))
     set_bytes_field(msg, "payload", payload_)
-    set_bytes_field(msg, "nonce", used["nonce"])  # a spent nonce: even a well-formed one is a replay
+    set_bytes_field(
+        msg, "nonce", used["nonce"]
+    )  # a spent nonce: even a well-formed one is a replay
     set_bytes_field(msg, "signature", b"\0" * 64)
     try:
         desc = descriptor_from_msg(msg)
     except ValueError:
         return  # rejected at conversion, with a reason
-    d = validate_descriptor(desc, ctx, round_idx=int(msg.round), nonce=bytes(msg.nonce),
-                              signature=bytes(msg.signature), dims=int(msg.dims))
+    d = validate_descriptor(
+        desc,
+        ctx,
+        round_idx=int(msg.round),
+        nonce=bytes(msg.nonce),
+        signature=bytes(msg.signature),
+        dims=int(msg.dims),
+    )
     assert not d.accepted
     assert ctx.replay_guard.state() == guard_before
 
 
 # ----------------------------------------------------------------------------- server round logic
 
+
 @pytest.fixture(scope="module")
 def coordinator(tmp_path_factory):
     from fed_ros.core.rounds.store import ModelStore
     from fed_ros.core.strategies.base import make_strategy
-    from fed_ros.core.rounds.coordinator import RoundCoordinator, RoundSettings
+    from fed_ros.core.rounds.coordinator import RoundCoordinator
+    from fed_ros.core.rounds.settings import RoundSettings
+
     store_dir = tmp_path_factory.mktemp("store")
-    coord = RoundCoordinator(make_strategy("fedavg"), ModelStore(store_dir),
-                             RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=1e9),
-                             good_params(), clock=lambda: 100.0)
+    coord = RoundCoordinator(
+        make_strategy("fedavg"),
+        ModelStore(store_dir),
+        RoundSettings(algorithm="fedavg", rounds=3, round_timeout_s=1e9),
+        good_params(),
+        clock=lambda: 100.0,
+    )
     for rid in SIGNERS:
         coord.roster.register(rid, num_samples=10)
     coord.start_round(now=100.0)
@@ -506,8 +720,14 @@ def _snapshot(coord, store_dir: Path):
 
 
 @FUZZ
-@given(cases=batch(st.sampled_from(("round", "base", "robot", "nan", "shape", "dtype", "missing", "extra",
-                                    "samples")), st.integers(0, 1000)))
+@given(
+    cases=batch(
+        st.sampled_from(
+            ("round", "base", "robot", "nan", "shape", "dtype", "missing", "extra", "samples")
+        ),
+        st.integers(0, 1000),
+    )
+)
 def test_f1_server_offer_update(coordinator, cases):
     coord, store_dir = coordinator
     before = _snapshot(coord, store_dir)
@@ -518,6 +738,7 @@ def test_f1_server_offer_update(coordinator, cases):
 
 def _one_offer(coordinator, defect, i):
     from fed_ros.core.strategies.types import ClientUpdate
+
     coord, store_dir = coordinator
     answers = dict(coord.collector.answers)
     params = good_params()
@@ -544,6 +765,7 @@ def _one_offer(coordinator, defect, i):
         # Tensor content is checked once, by the transfer receiver, before the coordinator sees it.
         from fed_ros.core.params import manifest_of
         from fed_ros.core.checks.payload_checks import check_tensors
+
         decision = check_tensors(params, manifest_of(good_params()), 1e6)
         assert not decision.accepted and decision.reason, defect
         return

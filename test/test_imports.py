@@ -3,6 +3,7 @@
 The layering test reads imports without running them; this runs them, so an import of a name
 from the wrong module fails here in seconds instead of as a node that never starts.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "fed_ros"
+
+
 def _module_name(path: Path) -> str:
     parts = ("fed_ros", *path.relative_to(PACKAGE).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -6,6 +6,7 @@ at module level and inside functions (a lazy import is still a dependency).
 Layers: core (numpy/scipy) <- learning (torch) <- sim (MuJoCo) <- ros (rclpy, fed_ros.msg/srv);
 bench and cli sit on top.
 """
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fed_ros"
-MAX_LINES = 450
-MAX_ROBOT_NODE_LINES = 350
+# Counted on the file as committed, which `make lint` keeps `ruff format`ted (line length 100),
+# so the caps count formatted lines (issue 25): a module 400, a node executable 300. Caps are met
+# by moving whole concepts into their own module, never by packing lines.
+MAX_LINES = 400
+MAX_NODE_LINES = 300
 
 # Modules allowed over MAX_LINES, each with why: empty since issue 12 (every module is split by
 # responsibility). Never grow it silently.
@@ -24,9 +28,26 @@ OVERSIZE_ALLOWED: dict[str, str] = {}
 
 # layer -> module prefixes it must not import (directly, at any level of the file)
 FORBIDDEN = {
-    "fed_ros.core": ("torch", "rclpy", "fed_ros.learning", "fed_ros.sim", "fed_ros.ros", "fed_ros.bench",
-                     "fed_ros.msg", "fed_ros.srv", "mujoco", "robosuite"),
-    "fed_ros.learning": ("rclpy", "fed_ros.sim", "fed_ros.ros", "fed_ros.bench", "fed_ros.msg", "fed_ros.srv"),
+    "fed_ros.core": (
+        "torch",
+        "rclpy",
+        "fed_ros.learning",
+        "fed_ros.sim",
+        "fed_ros.ros",
+        "fed_ros.bench",
+        "fed_ros.msg",
+        "fed_ros.srv",
+        "mujoco",
+        "robosuite",
+    ),
+    "fed_ros.learning": (
+        "rclpy",
+        "fed_ros.sim",
+        "fed_ros.ros",
+        "fed_ros.bench",
+        "fed_ros.msg",
+        "fed_ros.srv",
+    ),
     "fed_ros.sim": ("rclpy", "fed_ros.ros", "fed_ros.bench", "fed_ros.msg", "fed_ros.srv"),
 }
 ROS_ONLY = ("rclpy", "fed_ros.msg", "fed_ros.srv", "rcl_interfaces", "launch", "launch_ros")
@@ -77,7 +98,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(m)
         for n in sorted(graph[m]):
             if color[n] == GREY:
-                return stack[stack.index(n):] + [n]
+                return stack[stack.index(n) :] + [n]
             if color[n] == WHITE:
                 cycle = visit(n)
                 if cycle:
@@ -115,7 +136,11 @@ def test_layer_imports_only_downwards(layer):
     for path in sorted(PACKAGE.rglob("*.py")):
         name = module_name(path)
         if name == layer or name.startswith(layer + "."):
-            bad += [f"{name} imports {m}" for m in sorted(imports_of(path)) if _matches(m, FORBIDDEN[layer])]
+            bad += [
+                f"{name} imports {m}"
+                for m in sorted(imports_of(path))
+                if _matches(m, FORBIDDEN[layer])
+            ]
     assert not bad, "\n".join(bad)
 
 
@@ -130,12 +155,21 @@ def test_only_the_ros_layer_imports_rclpy_and_the_messages():
 
 
 def test_modules_stay_small():
-    sizes = {module_name(p): len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.rglob("*.py")}
+    sizes = {
+        module_name(p): len(p.read_text(encoding="utf-8").splitlines())
+        for p in PACKAGE.rglob("*.py")
+    }
     over = {m: n for m, n in sizes.items() if n > MAX_LINES and m not in OVERSIZE_ALLOWED}
     assert not over, "modules over %d lines (split by responsibility): %s" % (
-        MAX_LINES, ", ".join(f"{m} ({n})" for m, n in sorted(over.items(), key=lambda kv: -kv[1])))
-    robot = sizes["fed_ros.ros.nodes.robot_node"]
-    assert robot <= MAX_ROBOT_NODE_LINES, f"robot node has {robot} lines (<= {MAX_ROBOT_NODE_LINES})"
+        MAX_LINES,
+        ", ".join(f"{m} ({n})" for m, n in sorted(over.items(), key=lambda kv: -kv[1])),
+    )
+    nodes = {
+        m: n for m, n in sizes.items() if m.startswith("fed_ros.ros.nodes.") and m.endswith("_node")
+    }
+    assert "fed_ros.ros.nodes.robot_node" in nodes, sorted(nodes)
+    big = {m: n for m, n in nodes.items() if n > MAX_NODE_LINES}
+    assert not big, f"node executables over {MAX_NODE_LINES} lines: {big}"
     stale = sorted(m for m in OVERSIZE_ALLOWED if sizes.get(m, 0) <= MAX_LINES)
     assert not stale, f"allow-listed but small now (remove from OVERSIZE_ALLOWED): {stale}"
 
@@ -148,5 +182,8 @@ def test_the_checks_see_a_cycle_and_a_function_level_import(tmp_path):
     (pkg / "a.py").write_text("from pkg import b\n")
     (pkg / "b.py").write_text("def f():\n    from . import a\n    import torch\n")
     graph = package_graph(pkg, tmp_path)
-    assert find_cycle(_ancestors_are_packages(graph)) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
+    assert find_cycle(_ancestors_are_packages(graph)) in (
+        ["pkg.a", "pkg.b", "pkg.a"],
+        ["pkg.b", "pkg.a", "pkg.b"],
+    )
     assert "torch" in imports_of(pkg / "b.py", tmp_path)

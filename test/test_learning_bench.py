@@ -1,4 +1,5 @@
 """`fed-ros bench train --quick` runs end to end and reports both modes side by side."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,19 @@ from fed_ros.bench.train import main
 def test_bench_train_quick_reports_bc_and_feddrman(tmp_path, capsys):
     old = torch.get_num_threads()
     try:
-        rc = main(["--quick", "--kinds", "lowdim", "--threads", "1", "--steps", "2",
-                   "--json", str(tmp_path / "rows.json")])
+        rc = main(
+            [
+                "--quick",
+                "--kinds",
+                "lowdim",
+                "--threads",
+                "1",
+                "--steps",
+                "2",
+                "--json",
+                str(tmp_path / "rows.json"),
+            ]
+        )
     finally:
         torch.set_num_threads(old)
     assert rc == 0
@@ -26,8 +38,21 @@ def test_bench_train_quick_reports_bc_and_feddrman(tmp_path, capsys):
 def test_bench_train_quick_image_reports_profile_and_distinct_frames(tmp_path, capsys):
     old = torch.get_num_threads()
     try:
-        rc = main(["--quick", "--kinds", "image", "--threads", "1", "--steps", "1",
-                   "--image-profile", "resnet_t", "--json", str(tmp_path / "rows.json")])
+        rc = main(
+            [
+                "--quick",
+                "--kinds",
+                "image",
+                "--threads",
+                "1",
+                "--steps",
+                "1",
+                "--image-profile",
+                "resnet_t",
+                "--json",
+                str(tmp_path / "rows.json"),
+            ]
+        )
     finally:
         torch.set_num_threads(old)
     assert rc == 0

@@ -1,4 +1,5 @@
 """CUDA path (selected by device detection, same code as CPU); skipped where no GPU exists."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,11 @@ def test_auto_device_trains_on_cuda_with_amp_and_runner_acts(kind):
     cfg = PolicyConfig(kind=kind, image_size=32, window=3)
     eps = synthetic_episodes(4, 20, kind, image_size=32)
     start = initial_state_dict(cfg, seed=0, episodes=eps)
-    result = train_local(start, eps, cfg, TrainerConfig(device="auto", max_steps=5,
-                                                        batch_size=16, progress=False))
+    # 4 episodes of 20 steps, one held out for validation: ~60 windows, 4 batches of 16 an
+    # epoch. Two epochs allow 8 steps, so max_steps=5 is what stops training (one epoch stops
+    # at 4, which is what this test asserted wrongly before it ever ran on a GPU).
+    tc = TrainerConfig(device="auto", max_steps=5, epochs=2, batch_size=16, progress=False)
+    result = train_local(start, eps, cfg, tc)
     assert result.metrics["steps"] == 5
     assert all(np.isfinite(v).all() and v.dtype == np.float32 for v in result.params.values())
     assert np.isfinite(result.metrics["loss_sub_text"]) and np.isfinite(result.metrics["loss_act"])

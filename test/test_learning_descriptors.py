@@ -1,4 +1,5 @@
 """Descriptors: FeDepth Gaussian, RND novelty, penultimate embeddings."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,11 +12,24 @@ import torch
 
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
-from fed_ros.learning.descriptors import (VARIANCE_FLOOR_FRACTION, gaussian_descriptor, gem_pool,
-                                          image_feature_power, penultimate_embeddings, variance_floor)
-from fed_ros.learning.rnd_descriptor import (RND_FORMAT, episode_folds, fit_rnd, load_rnd_predictor,
-                                             lowdim_input_scale, rnd_novelty, rnd_residual_std,
-                                             train_rnd_predictor)
+from fed_ros.learning.descriptors import (
+    VARIANCE_FLOOR_FRACTION,
+    gaussian_descriptor,
+    gem_pool,
+    image_feature_power,
+    penultimate_embeddings,
+    variance_floor,
+)
+from fed_ros.learning.rnd_descriptor import (
+    RND_FORMAT,
+    episode_folds,
+    fit_rnd,
+    load_rnd_predictor,
+    lowdim_input_scale,
+    rnd_novelty,
+    rnd_residual_std,
+    train_rnd_predictor,
+)
 from fed_ros.learning.modeling_policy import build_policy
 from fed_ros.learning.weights import policy_to_state_dict
 
@@ -39,11 +53,13 @@ def test_gaussian_descriptor_of_identical_data_is_identical(kind):
 
 
 def test_gaussian_descriptor_identical_in_a_separate_process():
-    code = ("import numpy as np, sys;"
-            "from fed_ros.learning.dataset import synthetic_episodes as s;"
-            "from fed_ros.learning.descriptors import gaussian_descriptor as g;"
-            "m, v = g(s(2, 8, 'image', seed=4, image_size=32), n_frames=8);"
-            "sys.stdout.write(np.concatenate([m, v]).tobytes().hex())")
+    code = (
+        "import numpy as np, sys;"
+        "from fed_ros.learning.dataset import synthetic_episodes as s;"
+        "from fed_ros.learning.descriptors import gaussian_descriptor as g;"
+        "m, v = g(s(2, 8, 'image', seed=4, image_size=32), n_frames=8);"
+        "sys.stdout.write(np.concatenate([m, v]).tobytes().hex())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     m, v = gaussian_descriptor(synthetic_episodes(2, 8, "image", seed=4, image_size=32), n_frames=8)
     assert bytes.fromhex(out.stdout) == np.concatenate([m, v]).tobytes()
@@ -51,6 +67,7 @@ def test_gaussian_descriptor_identical_in_a_separate_process():
 
 def _jeffreys(a, b):
     from fed_ros.core.clustering.fedepth import jeffreys_matrix
+
     (ma, va), (mb, vb) = a, b
     return jeffreys_matrix(np.stack([ma, mb]), np.stack([va, vb]))[0, 1]
 
@@ -64,24 +81,51 @@ def test_near_constant_channels_do_not_dominate_the_jeffreys_divergence():
     """
     base = synthetic_episodes(3, 12, "lowdim", seed=0)
     first = {k: v[:1] for k, v in base[0].observations.items()}
-    frozen = [dataclasses.replace(e, observations={k: np.repeat(first[k], len(v), 0)
-                                                   for k, v in e.observations.items()}) for e in base]
+    frozen = [
+        dataclasses.replace(
+            e, observations={k: np.repeat(first[k], len(v), 0) for k, v in e.observations.items()}
+        )
+        for e in base
+    ]
     rng = np.random.default_rng(1)
-    jitter = [dataclasses.replace(e, observations={k: (v + rng.normal(0, 1e-4, v.shape)).astype(np.float32)
-                                                   for k, v in e.observations.items()}) for e in frozen]
-    d_const, d_jitter = gaussian_descriptor(frozen, n_frames=None), gaussian_descriptor(jitter, n_frames=None)
+    jitter = [
+        dataclasses.replace(
+            e,
+            observations={
+                k: (v + rng.normal(0, 1e-4, v.shape)).astype(np.float32)
+                for k, v in e.observations.items()
+            },
+        )
+        for e in frozen
+    ]
+    d_const, d_jitter = (
+        gaussian_descriptor(frozen, n_frames=None),
+        gaussian_descriptor(jitter, n_frames=None),
+    )
     assert np.all(d_const[1] == variance_floor("lowdim"))  # constant channels sit at the floor
     assert _jeffreys(d_const, d_jitter) < 0.1
-    moved = [dataclasses.replace(e, observations={k: v + np.float32(0.05) for k, v in e.observations.items()})
-             for e in frozen]
-    assert _jeffreys(d_const, gaussian_descriptor(moved, n_frames=None)) > 100 * _jeffreys(d_const, d_jitter)
+    moved = [
+        dataclasses.replace(
+            e, observations={k: v + np.float32(0.05) for k, v in e.observations.items()}
+        )
+        for e in frozen
+    ]
+    assert _jeffreys(d_const, gaussian_descriptor(moved, n_frames=None)) > 100 * _jeffreys(
+        d_const, d_jitter
+    )
 
 
 def _work_cell(n: int, seed: int, shift: float = 0.0) -> list:
     """Synthetic low-dim demos at work-cell scale (objects spread over ~6 cm, like Lift), shifted."""
-    return [dataclasses.replace(e, observations={k: (0.1 * v + shift).astype(np.float32)
-                                                 for k, v in e.observations.items()})
-            for e in synthetic_episodes(n, 20, "lowdim", seed=seed)]
+    return [
+        dataclasses.replace(
+            e,
+            observations={
+                k: (0.1 * v + shift).astype(np.float32) for k, v in e.observations.items()
+            },
+        )
+        for e in synthetic_episodes(n, 20, "lowdim", seed=seed)
+    ]
 
 
 def test_gaussian_descriptor_separates_two_input_distributions():
@@ -125,7 +169,9 @@ def test_rnd_novelty_lower_on_own_distribution_than_on_shifted(kind):
     assert s_own < 0.5 * s_shift
     assert rnd_residual_std(blob, own) > 0.0
     again = load_rnd_predictor(train_rnd_predictor(own, seed=0, steps=150))[0].state_dict()
-    assert all(torch.equal(v, again[k]) for k, v in load_rnd_predictor(blob)[0].state_dict().items())
+    assert all(
+        torch.equal(v, again[k]) for k, v in load_rnd_predictor(blob)[0].state_dict().items()
+    )
 
 
 def test_rnd_payload_is_validated():
@@ -197,7 +243,9 @@ def test_rnd_lowdim_units_follow_the_object_state_layout():
     assert R.OBJECT_STRIDE == OBJECT_STRIDE
     assert R.OBJECT_QUAT_SLOTS == range(OBJECT_FIELDS["quat"].start, OBJECT_FIELDS["quat"].stop)
     scale = lowdim_input_scale().numpy()
-    assert scale[:3].tolist() == [R.RND_LENGTH_M] * 3 and scale[3:7].tolist() == [1.0] * 4  # object pos, quat
+    assert (
+        scale[:3].tolist() == [R.RND_LENGTH_M] * 3 and scale[3:7].tolist() == [1.0] * 4
+    )  # object pos, quat
     assert scale[13:17].tolist() == [1.0] * 4 and scale[20:23].tolist() == [R.RND_LENGTH_M] * 3
 
 
@@ -206,16 +254,26 @@ def test_rnd_rejects_predictors_of_another_format():
 
     blob = train_rnd_predictor(synthetic_episodes(1, 8), seed=0, steps=2)
     predictor, _ = load_rnd_predictor(blob)
-    old = st_save({k: v.contiguous() for k, v in predictor.state_dict().items()},
-                  metadata={"mode": "lowdim", "target_seed": "7002", "format": "fed_ros.rnd.v1"})
+    old = st_save(
+        {k: v.contiguous() for k, v in predictor.state_dict().items()},
+        metadata={"mode": "lowdim", "target_seed": "7002", "format": "fed_ros.rnd.v1"},
+    )
     assert RND_FORMAT != "fed_ros.rnd.v1"
     with pytest.raises(ValueError, match="format"):
         load_rnd_predictor(old)
 
 
 def test_penultimate_embeddings_shape_and_argument_orders():
-    cfg = PolicyConfig(kind="lowdim", embed_dim=32, window=3, transformer_layers=1,
-                       transformer_heads=2, transformer_ff=64, dropout=0.0, text_dim=64)
+    cfg = PolicyConfig(
+        kind="lowdim",
+        embed_dim=32,
+        window=3,
+        transformer_layers=1,
+        transformer_heads=2,
+        transformer_ff=64,
+        dropout=0.0,
+        text_dim=64,
+    )
     sd = policy_to_state_dict(build_policy(cfg, seed=0))
     eps = synthetic_episodes(2, 10)
     emb = penultimate_embeddings(sd, cfg, eps)
@@ -225,8 +283,16 @@ def test_penultimate_embeddings_shape_and_argument_orders():
 
 
 def test_penultimate_embeddings_include_failed_episodes():
-    cfg = PolicyConfig(kind="lowdim", embed_dim=32, window=3, transformer_layers=1,
-                       transformer_heads=2, transformer_ff=64, dropout=0.0, text_dim=64)
+    cfg = PolicyConfig(
+        kind="lowdim",
+        embed_dim=32,
+        window=3,
+        transformer_layers=1,
+        transformer_heads=2,
+        transformer_ff=64,
+        dropout=0.0,
+        text_dim=64,
+    )
     sd = policy_to_state_dict(build_policy(cfg, seed=0))
     (episode,) = synthetic_episodes(1, 6)
     episode.success = False

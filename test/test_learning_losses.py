@@ -1,13 +1,21 @@
 """FedDRMan loss terms: subspace distillation, projector gradient, GMM, action distillation."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from fed_ros.learning.losses import (GMMParams, _TopProjector, action_distillation_loss,
-                                     gmm_log_prob, proximal_term, subspace_loss, subspace_losses,
-                                     subspace_projector)
+from fed_ros.learning.losses import (
+    GMMParams,
+    _TopProjector,
+    action_distillation_loss,
+    gmm_log_prob,
+    proximal_term,
+    subspace_loss,
+    subspace_losses,
+    subspace_projector,
+)
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
@@ -20,7 +28,9 @@ def test_subspace_loss_matches_hand_computed_value():
     fk = torch.tensor([[0.0, 3, 0], [0, -3, 0], [1, 0, 0], [-1, 0, 0]])
     loss = subspace_loss(fg, fk, rank=1, noise_std=0.0)
     assert loss.item() == pytest.approx(30.0, abs=1e-5)
-    assert subspace_loss(fg, fk, rank=1, noise_std=0.0, reduction="mean").item() == pytest.approx(7.5, abs=1e-5)
+    assert subspace_loss(fg, fk, rank=1, noise_std=0.0, reduction="mean").item() == pytest.approx(
+        7.5, abs=1e-5
+    )
 
 
 def test_subspace_loss_matches_numpy_svd_reference():
@@ -32,7 +42,7 @@ def test_subspace_loss_matches_numpy_svd_reference():
         return u @ u.T
 
     pg, pk = proj(fg, 3), proj(fk, 3)
-    ref = (np.sum((pg @ fg.T - pk @ fk.T) ** 2) + np.sum((pg @ fk.T - pk @ fg.T) ** 2))
+    ref = np.sum((pg @ fg.T - pk @ fk.T) ** 2) + np.sum((pg @ fk.T - pk @ fg.T) ** 2)
     got = subspace_loss(torch.tensor(fg), torch.tensor(fk), rank=3, noise_std=0.0)
     assert got.item() == pytest.approx(ref, rel=1e-4)
 
@@ -50,15 +60,17 @@ def test_rank_is_capped_and_full_rank_projector_is_identity():
     # With P = I the loss reduces to 2 ||F_g - F_k||^2.
     y = torch.randn(100, 8)
     assert subspace_loss(x, y, rank=48, noise_std=0.0).item() == pytest.approx(
-        2 * (x - y).pow(2).sum().item(), rel=1e-5)
+        2 * (x - y).pow(2).sum().item(), rel=1e-5
+    )
 
 
 def test_projector_gradient_matches_finite_differences():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(9, 5, generator=g, dtype=torch.float64, requires_grad=True)
     w = torch.randn(5, 5, generator=g, dtype=torch.float64)
-    assert torch.autograd.gradcheck(lambda a: (_TopProjector.apply(a.T @ a, 2) * w).sum(), (x,),
-                                    eps=1e-6, atol=1e-5)
+    assert torch.autograd.gradcheck(
+        lambda a: (_TopProjector.apply(a.T @ a, 2) * w).sum(), (x,), eps=1e-6, atol=1e-5
+    )
 
 
 def test_subspace_loss_gradient_is_finite_and_zero_when_identical():
@@ -81,9 +93,11 @@ def test_subspace_loss_gradient_is_finite_and_zero_when_identical():
 
 def _random_gmm(seed: int, b: int = 3, t: int = 2, k: int = 5, a: int = 4) -> GMMParams:
     g = torch.Generator().manual_seed(seed)
-    return GMMParams(torch.tanh(torch.randn(b, t, k, a, generator=g)),
-                     torch.rand(b, t, k, a, generator=g) * 0.5 + 0.05,
-                     torch.randn(b, t, k, generator=g))
+    return GMMParams(
+        torch.tanh(torch.randn(b, t, k, a, generator=g)),
+        torch.rand(b, t, k, a, generator=g) * 0.5 + 0.05,
+        torch.randn(b, t, k, generator=g),
+    )
 
 
 def test_gmm_log_prob_matches_torch_distributions():
@@ -91,7 +105,8 @@ def test_gmm_log_prob_matches_torch_distributions():
     actions = torch.rand(3, 2, 4) * 2 - 1
     mix = torch.distributions.MixtureSameFamily(
         torch.distributions.Categorical(logits=p.logits),
-        torch.distributions.Independent(torch.distributions.Normal(p.means, p.scales), 1))
+        torch.distributions.Independent(torch.distributions.Normal(p.means, p.scales), 1),
+    )
     assert torch.allclose(gmm_log_prob(p, actions), mix.log_prob(actions), atol=1e-5)
 
 

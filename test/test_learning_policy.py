@@ -1,4 +1,5 @@
 """Policy construction, fixed manifests, features, weights round trip, runner, text encoder."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,25 +12,50 @@ from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.modeling_policy import build_policy
 from fed_ros.learning.runner import PolicyRunner
 from fed_ros.learning.text import encode_instruction
-from fed_ros.learning.weights import (load_checkpoint, load_state_dict_into, policy_to_state_dict,
-                                      read_checkpoint_config, save_checkpoint,
-                                      state_dict_from_bytes, state_dict_to_bytes)
+from fed_ros.learning.weights import (
+    load_checkpoint,
+    load_state_dict_into,
+    policy_to_state_dict,
+    read_checkpoint_config,
+    save_checkpoint,
+    state_dict_from_bytes,
+    state_dict_to_bytes,
+)
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-TINY = dict(embed_dim=32, window=3, transformer_layers=1, transformer_heads=2,
-            transformer_ff=64, dropout=0.0, text_dim=64, conv_channels=(8, 16),
-            num_keypoints=8, image_size=32)
+TINY = dict(
+    embed_dim=32,
+    window=3,
+    transformer_layers=1,
+    transformer_heads=2,
+    transformer_ff=64,
+    dropout=0.0,
+    text_dim=64,
+    conv_channels=(8, 16),
+    num_keypoints=8,
+    image_size=32,
+)
 
 
 def tiny(kind: str, **kw) -> PolicyConfig:
     return PolicyConfig(kind=kind, **{**TINY, **kw})
 
 
-@pytest.mark.parametrize("field,value", [("kind", "rgb"), ("window", 0), ("num_modes", -1),
-                                         ("dropout", 1.0), ("min_std", 0.0), ("action_dim", 7),
-                                         ("object_state_dim", 10), ("transformer_heads", 3)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("kind", "rgb"),
+        ("window", 0),
+        ("num_modes", -1),
+        ("dropout", 1.0),
+        ("min_std", 0.0),
+        ("action_dim", 7),
+        ("object_state_dim", 10),
+        ("transformer_heads", 3),
+    ],
+)
 def test_config_rejects_bad_field_naming_it(field, value):
     with pytest.raises(ValueError, match=field):
         PolicyConfig(**{field: value})
@@ -52,8 +78,9 @@ def test_manifest_is_fixed_and_independent_of_task(kind):
     assert any(k.startswith("temporal.") for k in a) and any(k.startswith("head.") for k in a)
     # Training on different tasks needs no change of the model: same cfg, same manifest.
     for task in ("lift", "stack"):
-        data = DemoDataset(synthetic_episodes(2, 6, kind, task=task, image_size=32,
-                                              instruction=f"do {task}"), cfg)
+        data = DemoDataset(
+            synthetic_episodes(2, 6, kind, task=task, image_size=32, instruction=f"do {task}"), cfg
+        )
         loss, _ = build_policy(cfg, seed=0)(data.torch_batch(np.arange(4)))
         assert torch.isfinite(loss)
 
@@ -65,8 +92,13 @@ def test_lowdim_and_image_share_transformer_and_head_names():
     assert shared == [k for k in img if k.startswith(("temporal.", "head."))]
 
 
-@pytest.mark.parametrize("kind,mods", [("lowdim", ("text", "object", "eef", "joint", "gripper")),
-                                       ("image", ("text", "agentview", "wrist", "joint", "gripper"))])
+@pytest.mark.parametrize(
+    "kind,mods",
+    [
+        ("lowdim", ("text", "object", "eef", "joint", "gripper")),
+        ("image", ("text", "agentview", "wrist", "joint", "gripper")),
+    ],
+)
 def test_features_expose_every_modality(kind, mods):
     cfg = tiny(kind)
     data = DemoDataset(synthetic_episodes(2, 5, kind, image_size=32), cfg)
@@ -163,7 +195,10 @@ def test_film_conditions_image_features_on_the_instruction():
     data = DemoDataset(synthetic_episodes(1, 4, "image", image_size=32), cfg)
     model = build_policy(cfg, seed=0)
     batch = data.torch_batch(np.arange(2))
-    other = {**batch, "text": torch.from_numpy(np.stack([encode_instruction("stack blocks", 64)] * 2))}
+    other = {
+        **batch,
+        "text": torch.from_numpy(np.stack([encode_instruction("stack blocks", 64)] * 2)),
+    }
     with torch.no_grad():
         a, b = model.features(batch), model.features(other)
     assert not torch.allclose(a["agentview"], b["agentview"])
@@ -175,8 +210,11 @@ def test_image_trainer_shares_augmented_inputs_between_teacher_and_student():
 
     cfg = tiny("image", random_shift=4)
     eps = synthetic_episodes(2, 6, "image", image_size=32)
-    trainer = LocalTrainer(policy_to_state_dict(build_policy(cfg, seed=0)), cfg,
-                           TrainerConfig(device="cpu", progress=False, rank=8))
+    trainer = LocalTrainer(
+        policy_to_state_dict(build_policy(cfg, seed=0)),
+        cfg,
+        TrainerConfig(device="cpu", progress=False, rank=8),
+    )
     batch = trainer.process_batch(DemoDataset(eps, cfg), np.arange(4))
     raw = DemoDataset(eps, cfg).batch(np.arange(4))[ep.AGENTVIEW_IMAGE]
     assert batch[ep.AGENTVIEW_IMAGE].dtype == torch.uint8
@@ -216,8 +254,9 @@ def test_image_profile_is_validated_and_sets_default_widths():
         PolicyConfig(kind="image", conv_channels=())
 
 
-@pytest.mark.parametrize("profile,stem,blocks", [("lite", (16, 3, 4, 4), 1),
-                                                 ("resnet_t", (32, 3, 5, 5), 2)])
+@pytest.mark.parametrize(
+    "profile,stem,blocks", [("lite", (16, 3, 4, 4), 1), ("resnet_t", (32, 3, 5, 5), 2)]
+)
 def test_image_profiles_fix_the_trunk_and_the_manifest(profile, stem, blocks):
     cfg = PolicyConfig(kind="image", image_profile=profile)
     a = policy_to_state_dict(build_policy(cfg, seed=0))
@@ -252,8 +291,9 @@ def test_dataset_pools_each_distinct_frame_once():
 @pytest.mark.parametrize("profile", ["lite", "resnet_t"])
 def test_pooled_encoding_equals_per_window_encoding(profile):
     cfg = tiny("image", image_profile=profile, conv_channels=None)
-    eps = (synthetic_episodes(1, 10, "image", image_size=32)
-           + synthetic_episodes(1, 10, "image", seed=1, image_size=32, instruction="stack it"))
+    eps = synthetic_episodes(1, 10, "image", image_size=32) + synthetic_episodes(
+        1, 10, "image", seed=1, image_size=32, instruction="stack it"
+    )
     data = DemoDataset(eps, cfg)
     idx = np.array([0, 1, 2, 4, 5, 11, 12, 13])  # both episodes, so FiLM sees both texts
     pooled, naive = data.torch_batch(idx), _naive_batch(data, idx)
@@ -271,8 +311,9 @@ def test_pooled_encoding_equals_per_window_encoding(profile):
         torch.testing.assert_close(feats[m], ref_feats[m], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
     for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5,
-                                   msg=lambda s: f"{name}: {s}")
+        torch.testing.assert_close(
+            grads[0][name], grads[1][name], rtol=1e-4, atol=1e-5, msg=lambda s: f"{name}: {s}"
+        )
 
 
 def test_pooled_batch_is_checked():
@@ -297,7 +338,9 @@ def _reference_shift(images: torch.Tensor, pad: int, gen: torch.Generator) -> to
     x = images.permute(0, 1, 4, 2, 3).reshape(b, t * c, h, w).float()
     x = torch.nn.functional.pad(x, (pad, pad, pad, pad), mode="replicate")
     offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=gen)
-    out = torch.stack([x[i, :, oy:oy + h, ox:ox + w] for i, (oy, ox) in enumerate(offs.tolist())])
+    out = torch.stack(
+        [x[i, :, oy : oy + h, ox : ox + w] for i, (oy, ox) in enumerate(offs.tolist())]
+    )
     return out.reshape(b, t, c, h, w).permute(0, 1, 3, 4, 2).to(images.dtype)
 
 
@@ -310,8 +353,9 @@ def test_random_shift_equals_pad_and_crop_and_groups_share_a_shift():
     assert torch.equal(shifted, _reference_shift(images, 3, g2))
     assert not torch.equal(shifted, images)
     same = images[:1].expand(6, -1, -1, -1, -1).contiguous()  # one sequence six times
-    out = random_shift(same, 3, torch.Generator().manual_seed(0),
-                       groups=torch.tensor([7, 7, 7, 2, 2, 9]))
+    out = random_shift(
+        same, 3, torch.Generator().manual_seed(0), groups=torch.tensor([7, 7, 7, 2, 2, 9])
+    )
     assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
     assert torch.equal(out[3], out[4])
     assert len({out[i].numpy().tobytes() for i in (0, 3, 5)}) > 1  # groups draw their own

@@ -1,4 +1,5 @@
 """Local trainer: frozen teacher, BC equivalence, learning progress, determinism, dataset."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,24 +7,43 @@ import pytest
 import torch
 
 from fed_ros.learning.configuration_policy import PolicyConfig
-from fed_ros.learning.dataset import (DemoDataset, compute_stats, merge_stats, split_episodes,
-                                      synthetic_episodes)
+from fed_ros.learning.dataset import (
+    DemoDataset,
+    compute_stats,
+    merge_stats,
+    split_episodes,
+    synthetic_episodes,
+)
 from fed_ros.learning.device import seed_everything
 from fed_ros.learning.modeling_policy import build_policy
-from fed_ros.learning.trainer import (LocalTrainer, TrainerConfig, evaluate_nll,
-                                      initial_state_dict, train_local)
+from fed_ros.learning.trainer import (
+    LocalTrainer,
+    TrainerConfig,
+    evaluate_nll,
+    initial_state_dict,
+    train_local,
+)
 from fed_ros.learning.weights import load_state_dict_into, policy_to_state_dict
 
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
-CFG = PolicyConfig(kind="lowdim", embed_dim=32, window=3, transformer_layers=1,
-                   transformer_heads=2, transformer_ff=64, dropout=0.1, text_dim=64)
+CFG = PolicyConfig(
+    kind="lowdim",
+    embed_dim=32,
+    window=3,
+    transformer_layers=1,
+    transformer_heads=2,
+    transformer_ff=64,
+    dropout=0.1,
+    text_dim=64,
+)
 
 
 def tc(**kw) -> TrainerConfig:
-    base = dict(device="cpu", progress=False, val_fraction=0.0, max_steps=4, batch_size=8,
-                rank=8, seed=0)
+    base = dict(
+        device="cpu", progress=False, val_fraction=0.0, max_steps=4, batch_size=8, rank=8, seed=0
+    )
     return TrainerConfig(**{**base, **kw})
 
 
@@ -64,10 +84,14 @@ def test_distillation_terms_vanish_when_student_equals_teacher(demos, start):
 
 def test_all_distillation_off_is_plain_behaviour_cloning(demos, start):
     steps = 6
-    result = train_local(start, demos, CFG, tc(use_sub=False, use_act=False, max_steps=steps,
-                                               lr=1e-3))
+    result = train_local(
+        start, demos, CFG, tc(use_sub=False, use_act=False, max_steps=steps, lr=1e-3)
+    )
     assert set(k for k in result.metrics if k.startswith("loss_")) == {
-        "loss_bc", "loss_total", "loss_grad_norm"}
+        "loss_bc",
+        "loss_total",
+        "loss_grad_norm",
+    }
     # Reference: the textbook BC loop with the same seed, order and optimiser.
     seed_everything(0)
     model = load_state_dict_into(build_policy(CFG, seed=0), start).train()
@@ -76,7 +100,7 @@ def test_all_distillation_off_is_plain_behaviour_cloning(demos, start):
     order = np.random.default_rng(0).permutation(len(data))
     bc = []
     for i in range(steps):
-        loss, _ = model(data.torch_batch(order[i * 8:(i + 1) * 8]))
+        loss, _ = model(data.torch_batch(order[i * 8 : (i + 1) * 8]))
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 100.0)
@@ -117,8 +141,15 @@ def test_strong_prox_term_keeps_weights_near_the_global_model(demos, start):
 
 
 def test_trainer_config_rejects_bad_values():
-    for field, value in [("lr", 0.0), ("rank", 0), ("lambda_sub", -1.0), ("sub_reduction", "max"),
-                         ("device", "tpu"), ("max_steps", 0), ("val_fraction", 1.0)]:
+    for field, value in [
+        ("lr", 0.0),
+        ("rank", 0),
+        ("lambda_sub", -1.0),
+        ("sub_reduction", "max"),
+        ("device", "tpu"),
+        ("max_steps", 0),
+        ("val_fraction", 1.0),
+    ]:
         with pytest.raises(ValueError, match=field if field != "device" else "device"):
             TrainerConfig(**{field: value})
 
@@ -129,8 +160,12 @@ def test_dataset_windows_pad_at_episode_start_and_exclude_failures():
     data = DemoDataset(eps, CFG)
     assert len(data) == 10 and data.num_episodes == 2
     batch = data.batch([0, 1, 5, 7])
-    assert batch["valid"].tolist() == [[False, False, True], [False, True, True],
-                                       [False, False, True], [True, True, True]]
+    assert batch["valid"].tolist() == [
+        [False, False, True],
+        [False, True, True],
+        [False, False, True],
+        [True, True, True],
+    ]
     # Padding repeats the episode's first frame (frame 5 is episode 2's first).
     assert np.array_equal(batch["actions"][2], np.repeat(eps[2].actions[:1], 3, 0))
     assert np.array_equal(batch["actions"][3], eps[2].actions[0:3])
@@ -158,6 +193,7 @@ def test_normalisation_from_episodes_is_floored_and_shipped_in_the_state_dict(de
     assert np.allclose(sd["normalizer.object_state_std"][10:], 0.1)  # zero-padded slots
     plain = initial_state_dict(CFG, seed=0)
     from fed_ros.learning.trainer import with_normalization
+
     again = with_normalization(plain, demos)
     assert all(np.array_equal(again[k], sd[k]) for k in sd)
 
@@ -170,8 +206,11 @@ def test_mixed_precision_path_runs_with_bf16_autocast(demos, start, monkeypatch)
     from fed_ros.learning import trainer as trainer_mod
 
     def cpu_bf16(device, enabled=True):
-        return (torch.autocast(device_type="cpu", dtype=torch.bfloat16) if enabled
-                else contextlib.nullcontext())
+        return (
+            torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+            if enabled
+            else contextlib.nullcontext()
+        )
 
     monkeypatch.setattr(trainer_mod, "autocast", cpu_bf16)
     t = LocalTrainer(start, CFG, tc())

@@ -17,6 +17,7 @@ to its own address. Robots train on fixed demos (Episode .npz, no simulator, no 
 
 Skipped (with the reason) only where namespaces cannot be made: not root, no iproute2.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,19 +53,38 @@ def network():
 def _write_fleet(tmp: Path, channel: str) -> Path:
     """One fleet file every host uses (robots' data dirs are per robot under run_dir)."""
     from fed_ros.learning.dataset import synthetic_episodes
+
     run_dir = tmp / "fleet"
     for i, rid in enumerate(ROBOTS):
         demos = run_dir / rid / "demos"
         demos.mkdir(parents=True)
         for k, episode in enumerate(synthetic_episodes(2, length=20, seed=i, shift=2.0 * i)):
             episode.save(demos / f"demo_{k}.npz")
-    fleet = {"fleet": {
-        "name": "multihost", "algorithm": "fedavg", "rounds": ROUNDS, "policy": "lowdim", "seed": 0,
-        "run_dir": str(run_dir), "strategy": {"local_steps": 10, "lr": 1e-3},
-        "server": {"round_timeout_s": ROUND_TIMEOUT_S, "exit_when_done": True, "transfer_channel": channel},
-        "robot_defaults": {"device": "cpu", "torch_threads": 1, "trainer.val_fraction": 0.0,
-                           "register_timeout_s": 180.0, "collect_demos_on_start": 0, "transfer_channel": channel},
-        "robots": [{"id": rid, "task": "lift", "sim": False} for rid in ROBOTS]}}
+    fleet = {
+        "fleet": {
+            "name": "multihost",
+            "algorithm": "fedavg",
+            "rounds": ROUNDS,
+            "policy": "lowdim",
+            "seed": 0,
+            "run_dir": str(run_dir),
+            "strategy": {"local_steps": 10, "lr": 1e-3},
+            "server": {
+                "round_timeout_s": ROUND_TIMEOUT_S,
+                "exit_when_done": True,
+                "transfer_channel": channel,
+            },
+            "robot_defaults": {
+                "device": "cpu",
+                "torch_threads": 1,
+                "trainer.val_fraction": 0.0,
+                "register_timeout_s": 180.0,
+                "collect_demos_on_start": 0,
+                "transfer_channel": channel,
+            },
+            "robots": [{"id": rid, "task": "lift", "sim": False} for rid in ROBOTS],
+        }
+    }
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(fleet, sort_keys=False))
     return path
@@ -72,8 +92,13 @@ def _write_fleet(tmp: Path, channel: str) -> Path:
 
 def _host_env(address: str) -> dict[str, str]:
     env = dict(os.environ)
-    for key in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "ROS_LOCALHOST_ONLY", "FASTDDS_DEFAULT_PROFILES_FILE",
-                "FED_ROS_BULK_BIND", "ROS_DOMAIN_ID"):
+    for key in (
+        "ROS_AUTOMATIC_DISCOVERY_RANGE",
+        "ROS_LOCALHOST_ONLY",
+        "FASTDDS_DEFAULT_PROFILES_FILE",
+        "FED_ROS_BULK_BIND",
+        "ROS_DOMAIN_ID",
+    ):
         env.pop(key, None)  # only what the docs tell a machine to set
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
@@ -84,8 +109,18 @@ def _host_env(address: str) -> dict[str, str]:
 def _up_argv(fleet: Path, host: str, domain: int, run_dir: Path) -> list[str]:
     """docs/fleet.md, "Across machines": the server's and each robot's `fed-ros up`."""
     where = ["--robots", ""] if host == "server" else ["--no-server", "--robots", host]
-    return [FED_ROS, "up", str(fleet), *where, "--discovery-range", "SUBNET", "--domain-id", str(domain),
-            "--run-dir", str(run_dir)]
+    return [
+        FED_ROS,
+        "up",
+        str(fleet),
+        *where,
+        "--discovery-range",
+        "SUBNET",
+        "--domain-id",
+        str(domain),
+        "--run-dir",
+        str(run_dir),
+    ]
 
 
 def _log(tmp: Path, host: str) -> Path:
@@ -100,7 +135,9 @@ def _tail(path: Path, n: int = 40) -> str:
         return f"--- {path}: none"
 
 
-def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: str | None = None) -> dict:
+def _run_fleet(
+    tmp: Path, network: Network, domain: int, channel: str, outage: str | None = None
+) -> dict:
     """Start the three hosts; with ``outage``, cut that robot's link when it starts round 0."""
     fleet = _write_fleet(tmp, channel)
     ups: dict[str, subprocess.Popen] = {}
@@ -112,12 +149,19 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
             run_dir.mkdir(parents=True)
             argv = network.command(host, _up_argv(fleet, host, domain, run_dir))
             with open(run_dir / "up.log", "wb") as out:
-                ups[host] = subprocess.Popen(argv, env=_host_env(network.hosts[host].address), stdout=out,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+                ups[host] = subprocess.Popen(
+                    argv,
+                    env=_host_env(network.hosts[host].address),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         t_start = time.monotonic()
 
         def running() -> None:
-            dead = {h: p.returncode for h, p in ups.items() if h != "server" and p.poll() is not None}
+            dead = {
+                h: p.returncode for h, p in ups.items() if h != "server" and p.poll() is not None
+            }
             assert not dead, f"fed-ros up exited on {dead}\n{diag()}"
 
         if outage:
@@ -132,11 +176,18 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
 
             # Cut the link the moment the robot's round-0 update is ready to go: it is published
             # (0.59 MB take ~0.25 s at 20 Mbit/s) into a link that dies under it.
-            ready = wait_until(lambda: running() or entry("update_ready"), 240,
-                               f"{outage}'s round-0 update", interval=0.02, diagnostics=diag)
+            ready = wait_until(
+                lambda: running() or entry("update_ready"),
+                240,
+                f"{outage}'s round-0 update",
+                interval=0.02,
+                diagnostics=diag,
+            )
             network.link_down(outage)
             t_down, timing["down"] = time.monotonic(), time.time()
-            while time.monotonic() < t_down + OUTAGE_S:  # the outage itself is the duration under test
+            while (
+                time.monotonic() < t_down + OUTAGE_S
+            ):  # the outage itself is the duration under test
                 running()
                 time.sleep(0.2)
             network.link_up(outage)
@@ -144,15 +195,26 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
             timing["outage_s"] = time.monotonic() - t_down
             timing["ready"] = ready["time"]
 
-            ack = wait_until(lambda: running() or entry("update_ack"), ROUND_TIMEOUT_S,
-                             f"{outage}'s round-0 update to be acknowledged",
-                             interval=0.1, diagnostics=diag)
+            ack = wait_until(
+                lambda: running() or entry("update_ack"),
+                ROUND_TIMEOUT_S,
+                f"{outage}'s round-0 update to be acknowledged",
+                interval=0.1,
+                diagnostics=diag,
+            )
             timing["recovery_s"] = ack["time"] - t_up
             timing["up"] = t_up
-        wait_until(lambda: running() or ups["server"].poll() is not None, 2 * ROUND_TIMEOUT_S,
-                   f"the server to finish {ROUNDS} rounds", interval=0.2, diagnostics=diag)
+        wait_until(
+            lambda: running() or ups["server"].poll() is not None,
+            2 * ROUND_TIMEOUT_S,
+            f"the server to finish {ROUNDS} rounds",
+            interval=0.2,
+            diagnostics=diag,
+        )
         timing["fleet_s"] = time.monotonic() - t_start
-        assert ups["server"].returncode == 0, f"server host's fed-ros up exited {ups['server'].returncode}\n{diag()}"
+        assert ups["server"].returncode == 0, (
+            f"server host's fed-ros up exited {ups['server'].returncode}\n{diag()}"
+        )
     finally:
         for proc in ups.values():
             if proc.poll() is None:
@@ -169,6 +231,7 @@ def _run_fleet(tmp: Path, network: Network, domain: int, channel: str, outage: s
 def _check_applied_once(tmp: Path) -> list[dict]:
     """Every robot's update applied exactly once per round (audit log), both rounds committed."""
     from fed_ros.core.rounds.store import ModelStore
+
     state = tmp / "fleet" / "server"
     snap = ModelStore(state).load_latest()
     assert snap is not None and snap.round_idx == ROUNDS - 1
@@ -185,7 +248,10 @@ def _check_applied_once(tmp: Path) -> list[dict]:
 def _robots_on_network(tmp: Path, channel: str) -> None:
     """Each robot's updates went over the expected channel and every round's models arrived."""
     for rid in ROBOTS:
-        log = [json.loads(line) for line in (tmp / "fleet" / rid / "transfers.jsonl").read_text().splitlines()]
+        log = [
+            json.loads(line)
+            for line in (tmp / "fleet" / rid / "transfers.jsonl").read_text().splitlines()
+        ]
         sent = [e for e in log if e["kind"] == "update_sent"]
         assert sent and {e["channel"] for e in sent} == {channel}, sent
         got = {e["round"] for e in log if e["kind"] == "cluster_model_received"}
@@ -193,7 +259,9 @@ def _robots_on_network(tmp: Path, channel: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_ros_chunks_across_hosts_survive_a_30s_link_outage(tmp_path, network, ros_domain_id, capsys):
+def test_ros_chunks_across_hosts_survive_a_30s_link_outage(
+    tmp_path, network, ros_domain_id, capsys
+):
     timing = _run_fleet(tmp_path, network, ros_domain_id, "auto", outage="robot_1")
     updates = _check_applied_once(tmp_path)
     _robots_on_network(tmp_path, "ros")
@@ -201,17 +269,23 @@ def test_ros_chunks_across_hosts_survive_a_30s_link_outage(tmp_path, network, ro
     assert timing["down"] - timing["ready"] < 1.0, timing  # cut while (or right before) it was sent
     resends = _tail(_log(tmp_path, "robot_1"), 10_000).count("update not acknowledged; re-sending")
     with capsys.disabled():
-        print(f"\n[multihost ros] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s; "
-              f"robot_1 link down: update acknowledged {timing['recovery_s']:.1f} s after link up; "
-              f"(outage {timing['outage_s']:.1f} s from {timing['down'] - timing['ready']:.2f} s after the update was ready, "
-              f"{resends} re-sends); "
-              f"replays answered: {sum(1 for u in updates if not u['accepted'])}")
+        print(
+            f"\n[multihost ros] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s; "
+            f"robot_1 link down: update acknowledged {timing['recovery_s']:.1f} s after link up; "
+            f"(outage {timing['outage_s']:.1f} s from {timing['down'] - timing['ready']:.2f} s after the update was ready, "
+            f"{resends} re-sends); "
+            f"replays answered: {sum(1 for u in updates if not u['accepted'])}"
+        )
 
 
 @pytest.mark.timeout(480)
-def test_zmq_bulk_channel_across_hosts_from_the_documented_settings(tmp_path, network, ros_domain_id, capsys):
+def test_zmq_bulk_channel_across_hosts_from_the_documented_settings(
+    tmp_path, network, ros_domain_id, capsys
+):
     timing = _run_fleet(tmp_path, network, ros_domain_id, "zmq")
     _check_applied_once(tmp_path)
     _robots_on_network(tmp_path, "zmq")
     with capsys.disabled():
-        print(f"\n[multihost zmq] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s")
+        print(
+            f"\n[multihost zmq] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s"
+        )

@@ -1,4 +1,5 @@
 """Partitioning toolkit: Dirichlet splits, quantity/feature skew, k-means and diagnostics."""
+
 from __future__ import annotations
 
 import math
@@ -123,7 +124,9 @@ def test_ari_hand_computed_and_label_invariance():
 def test_silhouette_matches_sklearn(k):
     x, _ = _blobs(n_per=40, centers=3, spread=1.5, seed=k)
     labels = KM.kmeans(x, k, seed=0).labels
-    assert KM.silhouette_score(x, labels, chunk=17) == pytest.approx(sk_silhouette(x, labels), abs=1e-9)
+    assert KM.silhouette_score(x, labels, chunk=17) == pytest.approx(
+        sk_silhouette(x, labels), abs=1e-9
+    )
 
 
 def test_silhouette_singleton_cluster_scores_zero():
@@ -157,12 +160,14 @@ def test_composition_table_and_manifest():
     assert table.splitlines()[0] == "| robot | a | b | total |"
     assert table.splitlines()[2].startswith("| r0 |") and table.splitlines()[2].endswith("| 4 |")
     import json
+
     man = json.loads(P.partition_manifest(part, 1, [f"ep{i}.npz" for i in range(8)]))
     assert len(man["items"]) == 4 and sum(man["groups"].values()) == 4
 
 
 def _write_demos(root, per_task=6):
     from fed_ros.core.data.episode import ACTION_DIM, Episode
+
     rng = np.random.default_rng(0)
     root.mkdir(parents=True, exist_ok=True)
     files = []
@@ -171,10 +176,17 @@ def _write_demos(root, per_task=6):
         for i in range(per_task):
             # The two tasks' states sit far apart, so embedding clusters follow the task.
             offset = 0.0 if task == "lift" else 3.0
-            obs = {k: (offset + rng.normal(size=(5, d))).astype(np.float32) for k, d in dims.items()}
-            ep = Episode(task=task, instruction=f"do {task}", variation="default" if i % 2 else "dim_light",
-                         observations=obs,
-                         actions=rng.uniform(-1, 1, size=(5, ACTION_DIM)), success=i != 0)
+            obs = {
+                k: (offset + rng.normal(size=(5, d))).astype(np.float32) for k, d in dims.items()
+            }
+            ep = Episode(
+                task=task,
+                instruction=f"do {task}",
+                variation="default" if i % 2 else "dim_light",
+                observations=obs,
+                actions=rng.uniform(-1, 1, size=(5, ACTION_DIM)),
+                success=i != 0,
+            )
             files.append(ep.save(root / f"{task}_{i:02d}.npz"))
     return files
 
@@ -182,22 +194,39 @@ def _write_demos(root, per_task=6):
 def test_partition_cli_writes_manifests(tmp_path, capsys):
     import json
     from fed_ros.learning.partition_cli import main
+
     _write_demos(tmp_path / "demos")
-    rc = main([str(tmp_path / "demos"), "--robots", "2", "--alpha", "0.5", "--by", "task",
-               "--out", str(tmp_path / "parts"), "--seed", "4"])
+    rc = main(
+        [
+            str(tmp_path / "demos"),
+            "--robots",
+            "2",
+            "--alpha",
+            "0.5",
+            "--by",
+            "task",
+            "--out",
+            str(tmp_path / "parts"),
+            "--seed",
+            "4",
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "| robot | lift | stack | total |" in out
     mans = [json.loads((tmp_path / "parts" / f"robot_{n}.json").read_text()) for n in range(2)]
     items = mans[0]["items"] + mans[1]["items"]
     # Failed demos (index 0 of each task) are excluded; the rest are split disjointly.
-    assert sorted(items) == sorted(f"{t}_{i:02d}.npz" for t in ("lift", "stack") for i in range(1, 6))
+    assert sorted(items) == sorted(
+        f"{t}_{i:02d}.npz" for t in ("lift", "stack") for i in range(1, 6)
+    )
     summary = json.loads((tmp_path / "parts" / "partition.json").read_text())
     assert summary["group_names"] == ["lift", "stack"] and summary["alpha"] == 0.5
 
 
 def test_partition_cli_variation_and_quantity_and_errors(tmp_path, capsys):
     from fed_ros.learning.partition_cli import main
+
     _write_demos(tmp_path)
     assert main([str(tmp_path), "--robots", "3", "--by", "task+variation", "--include-failed"]) == 0
     assert "lift/dim_light" in capsys.readouterr().out
@@ -214,12 +243,36 @@ def test_partition_cli_embedding_split(tmp_path, capsys):
     from fed_ros.learning.partition_cli import main
     from fed_ros.learning.trainer import initial_state_dict
     from fed_ros.learning.weights import save_checkpoint
+
     _write_demos(tmp_path / "demos")
-    cfg = PolicyConfig(kind="lowdim", embed_dim=16, window=2, transformer_layers=1, transformer_heads=2,
-                       transformer_ff=32, text_dim=32, dropout=0.0)
+    cfg = PolicyConfig(
+        kind="lowdim",
+        embed_dim=16,
+        window=2,
+        transformer_layers=1,
+        transformer_heads=2,
+        transformer_ff=32,
+        text_dim=32,
+        dropout=0.0,
+    )
     save_checkpoint(tmp_path / "p.safetensors", initial_state_dict(cfg, seed=0), cfg)
-    rc = main([str(tmp_path / "demos"), "--robots", "2", "--by", "embedding", "--k", "2", "--alpha", "0.1",
-               "--checkpoint", str(tmp_path / "p.safetensors"), "--out", str(tmp_path / "parts")])
+    rc = main(
+        [
+            str(tmp_path / "demos"),
+            "--robots",
+            "2",
+            "--by",
+            "embedding",
+            "--k",
+            "2",
+            "--alpha",
+            "0.1",
+            "--checkpoint",
+            str(tmp_path / "p.safetensors"),
+            "--out",
+            str(tmp_path / "parts"),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "| robot | 0 | 1 | total |" in out

@@ -4,6 +4,7 @@ ROS-free: an image policy with use_object_state=False has no object-state token 
 action does not depend on object_state; with True it has one and does; the low-dim policy
 rejects False; the defaults keep the existing manifests.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,20 +16,30 @@ from fed_ros.learning.configuration_policy import IMAGE_MODALITIES, LOWDIM_MODAL
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.modeling_policy import build_policy
 
-SMALL = dict(kind="image", image_size=32, window=2, embed_dim=32, text_dim=32, transformer_ff=64,
-             num_keypoints=8, dropout=0.0)
+SMALL = dict(
+    kind="image",
+    image_size=32,
+    window=2,
+    embed_dim=32,
+    text_dim=32,
+    transformer_ff=64,
+    num_keypoints=8,
+    dropout=0.0,
+)
 
 
 def _obs(object_state: np.ndarray) -> dict:
     rng = np.random.default_rng(3)
-    return {"instruction": "lift the cube",
-            ep.AGENTVIEW_IMAGE: rng.integers(0, 255, (32, 32, 3), dtype=np.uint8),
-            ep.WRIST_IMAGE: rng.integers(0, 255, (32, 32, 3), dtype=np.uint8),
-            ep.JOINT_POS: rng.normal(size=7).astype(np.float32),
-            ep.GRIPPER_QPOS: np.array([0.02, -0.02], np.float32),
-            ep.EEF_POS: np.array([0.5, 0.0, 0.9], np.float32),
-            ep.EEF_QUAT: np.array([0.0, 0.0, 0.0, 1.0], np.float32),
-            ep.OBJECT_STATE: object_state.astype(np.float32)}
+    return {
+        "instruction": "lift the cube",
+        ep.AGENTVIEW_IMAGE: rng.integers(0, 255, (32, 32, 3), dtype=np.uint8),
+        ep.WRIST_IMAGE: rng.integers(0, 255, (32, 32, 3), dtype=np.uint8),
+        ep.JOINT_POS: rng.normal(size=7).astype(np.float32),
+        ep.GRIPPER_QPOS: np.array([0.02, -0.02], np.float32),
+        ep.EEF_POS: np.array([0.5, 0.0, 0.9], np.float32),
+        ep.EEF_QUAT: np.array([0.0, 0.0, 0.0, 1.0], np.float32),
+        ep.OBJECT_STATE: object_state.astype(np.float32),
+    }
 
 
 def _action(cfg: PolicyConfig, object_state: np.ndarray) -> np.ndarray:

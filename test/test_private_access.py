@@ -7,6 +7,7 @@ either. This scans every module of the package for ``<expr>._name`` where ``<exp
 
 The few exceptions are third-party objects with no public way to do the same, each with why.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,15 +18,32 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fed_ros"
 # (module path relative to fed_ros/, expression as ast.unparse writes it) -> why it is allowed.
 ALLOWED: dict[tuple[str, str], str] = {
     ("ros/shutdown.py", "os._exit"): "the standard library's exit without interpreter finalization",
-    ("ros/nodes/typed_params.py", "node._parameter_overrides"):
-        "rclpy keeps the --ros-args overrides only there; unknown overrides must be refused by name",
-    ("ros/fleet/attacker.py", "msg._robot_id"): "the attacker writes past the message's bound checks on purpose",
-    ("ros/fleet/attacker.py", "msg.payload._payload_id"): "the attacker writes past the bound checks on purpose",
-    ("sim/envs.py", "self._sim.model._model"): "robosuite's MjSim wraps the raw mujoco.MjModel there",
+    (
+        "ros/nodes/typed_params.py",
+        "node._parameter_overrides",
+    ): "rclpy keeps the --ros-args overrides only there; unknown overrides must be refused by name",
+    (
+        "ros/fleet/attacker.py",
+        "msg._robot_id",
+    ): "the attacker writes past the message's bound checks on purpose",
+    (
+        "ros/fleet/attacker.py",
+        "msg.payload._payload_id",
+    ): "the attacker writes past the bound checks on purpose",
+    (
+        "sim/envs.py",
+        "self._sim.model._model",
+    ): "robosuite's MjSim wraps the raw mujoco.MjModel there",
     ("sim/envs.py", "self._sim.data._data"): "robosuite's MjSim wraps the raw mujoco.MjData there",
     ("sim/envs.py", "self._env._check_success"): "robosuite's task success test has no public name",
-    ("sim/scene_edit.py", "env.sim.model._model"): "robosuite's MjSim wraps the raw mujoco.MjModel there",
-    ("sim/scene_edit.py", "env.sim.data._data"): "robosuite's MjSim wraps the raw mujoco.MjData there",
+    (
+        "sim/scene_edit.py",
+        "env.sim.model._model",
+    ): "robosuite's MjSim wraps the raw mujoco.MjModel there",
+    (
+        "sim/scene_edit.py",
+        "env.sim.data._data",
+    ): "robosuite's MjSim wraps the raw mujoco.MjData there",
 }
 
 
@@ -33,15 +51,23 @@ def _own(value: ast.expr) -> bool:
     """``self`` / ``cls`` / ``super()``: the object's own (or its class hierarchy's) attributes."""
     if isinstance(value, ast.Name):
         return value.id in ("self", "cls")
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id == "super"
+    )
 
 
 def private_reads(source: str) -> list[tuple[int, str]]:
     """(line, expression) of every read of another object's underscore attribute."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and not _own(node.value)):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and not _own(node.value)
+        ):
             found.append((node.lineno, ast.unparse(node)))
     return found
 
@@ -59,12 +85,17 @@ def test_no_module_reads_another_objects_private_attributes():
         for line, expr in private_reads(path.read_text()):
             if (rel, expr) not in ALLOWED:
                 offenders.append(f"fed_ros/{rel}:{line}: {expr}")
-    assert not offenders, "reads of another object's private attributes (take a collaborator instead):\n" \
+    assert not offenders, (
+        "reads of another object's private attributes (take a collaborator instead):\n"
         + "\n".join(offenders)
+    )
 
 
 def test_every_exception_still_exists():
     """An allowance whose code is gone must be removed, so the list stays the truth."""
-    present = {(p.relative_to(PACKAGE).as_posix(), expr) for p in PACKAGE.rglob("*.py")
-               for _, expr in private_reads(p.read_text())}
+    present = {
+        (p.relative_to(PACKAGE).as_posix(), expr)
+        for p in PACKAGE.rglob("*.py")
+        for _, expr in private_reads(p.read_text())
+    }
     assert not set(ALLOWED) - present, sorted(set(ALLOWED) - present)

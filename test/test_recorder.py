@@ -1,5 +1,6 @@
 """Recorder: rosbag2/MCAP layout read back by independent readers, conversion to Episode,
 refusal of failed / incomplete recordings, and recording over real DDS from a tiny arm."""
+
 from __future__ import annotations
 
 import threading
@@ -9,11 +10,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, Episode, GRIPPER_QPOS, JOINT_POS,
-                                       OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
+from fed_ros.core.data.episode import (
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    EEF_QUAT,
+    Episode,
+    GRIPPER_QPOS,
+    JOINT_POS,
+    OBJECT_STATE,
+    OBJECT_STATE_DIM,
+    WRIST_IMAGE,
+)
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorded_episodes import (EPISODE_CACHE, RecordingError, load_recorded_episodes,
-                                               recording_to_episode)
+from fed_ros.ros.arm.recorded_episodes import (
+    EPISODE_CACHE,
+    RecordingError,
+    load_recorded_episodes,
+    recording_to_episode,
+)
 from fed_ros.ros.arm.recorder import Recorder
 from fed_ros.ros.arm.recording_topics import RECORDED_TOPICS
 from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter
@@ -47,6 +61,7 @@ def synthetic_ticks(n: int, seed: int = 0, size: int = 16):
 def tick_messages(stamp_ns, obs, action, episode=1, step=0, done=False, omit=()):
     """Messages of one tick keyed by relative topic, in the bridge's publishing order."""
     from fed_ros.msg import ArmCommand, EpisodeStatus
+
     applied = ArmCommand()
     applied.header.stamp = at.ns_to_stamp(stamp_ns)
     applied.action = action[:3].tolist()
@@ -64,6 +79,7 @@ def tick_messages(stamp_ns, obs, action, episode=1, step=0, done=False, omit=())
 def write_bag(directory: Path, ticks, *, success=True, omit=(), cameras=True) -> Path:
     """A bag as the Recorder writes it, built directly with the writer."""
     from rclpy.serialization import serialize_message
+
     writer = Rosbag2McapWriter(directory)
     for rel, msgtype in RECORDED_TOPICS.items():
         if rel not in omit and (cameras or rel not in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)):
@@ -72,9 +88,17 @@ def write_bag(directory: Path, ticks, *, success=True, omit=(), cameras=True) ->
         for rel, msg in tick_messages(stamp, obs, action, step=k, omit=omit).items():
             if cameras or rel not in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC):
                 writer.write("/robot_1/" + rel, serialize_message(msg), stamp + 1000)
-    writer.close({"robot_id": "robot_1", "task": "lift", "instruction": "lift the red cube",
-                  "variation": "default", "success": "true" if success else "false",
-                  "cameras": "true" if cameras else "false", "arm_namespace": "/robot_1"})
+    writer.close(
+        {
+            "robot_id": "robot_1",
+            "task": "lift",
+            "instruction": "lift the red cube",
+            "variation": "default",
+            "success": "true" if success else "false",
+            "cameras": "true" if cameras else "false",
+            "arm_namespace": "/robot_1",
+        }
+    )
     return directory
 
 
@@ -84,9 +108,12 @@ def test_bag_reopens_with_rosbags_and_mcap_readers(tmp_path):
     assert (path / "metadata.yaml").is_file() and (path / "ep_0.mcap").is_file()
 
     from rosbags.highlevel import AnyReader
+
     with AnyReader([path]) as reader:  # registers types from the bag, checks RIHS01 hashes
         conns = [c for c in reader.connections if c.topic == "/robot_1/arm/applied_command"]
-        actions = [reader.deserialize(raw, c.msgtype).action for c, _, raw in reader.messages(conns)]
+        actions = [
+            reader.deserialize(raw, c.msgtype).action for c, _, raw in reader.messages(conns)
+        ]
         images = [c for c in reader.connections if c.topic.endswith("agentview/image_raw")]
         first = next(reader.deserialize(raw, c.msgtype) for c, _, raw in reader.messages(images))
     np.testing.assert_allclose(np.stack(actions), np.stack([a[:3] for _, _, a in ticks]), rtol=1e-6)
@@ -95,15 +122,19 @@ def test_bag_reopens_with_rosbags_and_mcap_readers(tmp_path):
 
     from mcap.reader import make_reader
     from mcap_ros2.decoder import DecoderFactory
+
     with open(path / "ep_0.mcap", "rb") as f:
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
-        grippers = [m.gripper for _, ch, _, m in reader.iter_decoded_messages(
-            topics=["/robot_1/arm/applied_command"])]
+        grippers = [
+            m.gripper
+            for _, ch, _, m in reader.iter_decoded_messages(topics=["/robot_1/arm/applied_command"])
+        ]
     np.testing.assert_allclose(grippers, [a[3] for _, _, a in ticks], rtol=1e-6)
 
 
 def test_rosbags_reader_sees_episode_metadata(tmp_path):
     from rosbags.rosbag2 import Reader
+
     path = write_bag(tmp_path / "ep", synthetic_ticks(2), success=False)
     with Reader(path) as reader:
         custom = reader.storage.metadata.custom
@@ -121,8 +152,9 @@ def test_conversion_pairs_observations_with_applied_actions(tmp_path):
     assert episode.instruction == "lift the red cube"
     np.testing.assert_array_equal(episode.actions, np.stack([a for _, _, a in ticks]))
     for key in (AGENTVIEW_IMAGE, WRIST_IMAGE, JOINT_POS, OBJECT_STATE, EEF_QUAT):
-        np.testing.assert_allclose(episode.observations[key], np.stack([o[key] for _, o, _ in ticks]),
-                                   rtol=1e-6)
+        np.testing.assert_allclose(
+            episode.observations[key], np.stack([o[key] for _, o, _ in ticks]), rtol=1e-6
+        )
     cached = Episode.load(path / EPISODE_CACHE)
     np.testing.assert_array_equal(cached.actions, episode.actions)
 
@@ -150,6 +182,7 @@ def test_failed_and_unfinished_recordings_are_never_trained_on(tmp_path):
 
 def test_too_many_lost_observations_fail(tmp_path):
     from rclpy.serialization import serialize_message
+
     ticks = synthetic_ticks(4)
     writer = Rosbag2McapWriter(tmp_path / "ep")
     for rel, msgtype in RECORDED_TOPICS.items():
@@ -168,6 +201,7 @@ def test_too_many_lost_observations_fail(tmp_path):
 
 # --- over real DDS ------------------------------------------------------------------------
 
+
 class TinyArm:
     """A minimal arm driver publishing synthetic ticks on the arm topics (no simulator)."""
 
@@ -176,13 +210,24 @@ class TinyArm:
         from geometry_msgs.msg import PoseStamped
         from sensor_msgs.msg import Image, JointState
         from std_msgs.msg import Float32MultiArray, String
-        types = {at.AGENTVIEW_TOPIC: Image, at.WRIST_TOPIC: Image, at.JOINT_STATES_TOPIC: JointState,
-                 at.GRIPPER_STATE_TOPIC: JointState, at.EEF_POSE_TOPIC: PoseStamped,
-                 at.OBJECT_STATE_TOPIC: Float32MultiArray, at.APPLIED_COMMAND_TOPIC: ArmCommand,
-                 at.EPISODE_STATUS_TOPIC: EpisodeStatus, at.TASK_TOPIC: String}
+
+        types = {
+            at.AGENTVIEW_TOPIC: Image,
+            at.WRIST_TOPIC: Image,
+            at.JOINT_STATES_TOPIC: JointState,
+            at.GRIPPER_STATE_TOPIC: JointState,
+            at.EEF_POSE_TOPIC: PoseStamped,
+            at.OBJECT_STATE_TOPIC: Float32MultiArray,
+            at.APPLIED_COMMAND_TOPIC: ArmCommand,
+            at.EPISODE_STATUS_TOPIC: EpisodeStatus,
+            at.TASK_TOPIC: String,
+        }
         self.omit = omit
-        self.pubs = {rel: node.create_publisher(t, rel, at.qos_for(rel, subscriber=False))
-                     for rel, t in types.items() if rel not in omit}
+        self.pubs = {
+            rel: node.create_publisher(t, rel, at.qos_for(rel, subscriber=False))
+            for rel, t in types.items()
+            if rel not in omit
+        }
         self.pubs[at.TASK_TOPIC].publish(String(data="lift the red cube"))
 
     def wait_for_subscribers(self, timeout=10.0):
@@ -202,6 +247,7 @@ class TinyArm:
 def ros_context(ros_env):
     import rclpy
     from rclpy.executors import MultiThreadedExecutor
+
     context = rclpy.Context()
     rclpy.init(context=context)
     executor = MultiThreadedExecutor(num_threads=2, context=context)
@@ -212,6 +258,7 @@ def ros_context(ros_env):
         executor.add_node(node)
         nodes.append(node)
         return node
+
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
@@ -229,19 +276,26 @@ def test_recorder_over_dds_records_what_was_applied(ros_context, tmp_path):
     recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")
     arm = TinyArm(ros_context("tiny_arm"))
     arm.wait_for_subscribers()
-    wait_until(lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder")
+    wait_until(
+        lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder"
+    )
     path = recorder.start("lift", "lift the red cube", "default")
     arm.publish(ticks)
     result = recorder.stop(success=True, timeout=5.0)
     assert result.path == path and result.success and result.num_steps == 12
     np.testing.assert_array_equal(result.episode.actions, np.stack([a for _, _, a in ticks]))
-    np.testing.assert_array_equal(result.episode.observations[WRIST_IMAGE],
-                                  np.stack([o[WRIST_IMAGE] for _, o, _ in ticks]))
+    np.testing.assert_array_equal(
+        result.episode.observations[WRIST_IMAGE], np.stack([o[WRIST_IMAGE] for _, o, _ in ticks])
+    )
     assert (path / EPISODE_CACHE).is_file()
     from rosbags.highlevel import AnyReader
+
     with AnyReader([path]) as reader:
-        task = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()
-                if c.topic == "/arm/task"]
+        task = [
+            reader.deserialize(raw, c.msgtype).data
+            for c, _, raw in reader.messages()
+            if c.topic == "/arm/task"
+        ]
     assert task == ["lift the red cube"]
     # A discarded episode leaves nothing behind.
     discarded = recorder.start("lift")
@@ -257,10 +311,19 @@ def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
     arm.publish(synthetic_ticks(3))
     # Every topic the arm did publish is in before STOP, so the one missing is the omitted one
     # (on a loaded machine another topic's steps were still in flight after a fixed window).
-    published = [rel for rel in recorder.required_topics()
-                 if rel in recorder._seen and rel not in (at.WRIST_TOPIC, at.APPLIED_COMMAND_TOPIC)]
-    wait_until(lambda: len(recorder._applied) == 3 and all(recorder._applied <= recorder._seen[rel] for rel in published),
-               10, "the 3 steps of every published topic at the recorder")
+    published = [
+        rel
+        for rel in recorder.required_topics()
+        if rel in recorder._seen and rel not in (at.WRIST_TOPIC, at.APPLIED_COMMAND_TOPIC)
+    ]
+    wait_until(
+        lambda: (
+            len(recorder._applied) == 3
+            and all(recorder._applied <= recorder._seen[rel] for rel in published)
+        ),
+        10,
+        "the 3 steps of every published topic at the recorder",
+    )
     with pytest.raises(RecordingError, match="/arm/wrist/image_raw"):
         recorder.stop(success=True, timeout=0.5)
 
@@ -268,6 +331,7 @@ def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
 def test_record_service_body_start_stop_discard(ros_context, tmp_path):
     from fed_ros.ros.arm.recorder import handle_record_request
     from fed_ros.srv import Record
+
     recorder = Recorder(ros_context("robot"), tmp_path)
     arm = TinyArm(ros_context("tiny_arm"))
     arm.wait_for_subscribers()
@@ -275,6 +339,7 @@ def test_record_service_body_start_stop_discard(ros_context, tmp_path):
 
     def call(**fields):
         return handle_record_request(recorder, Record.Request(**fields), Record.Response())
+
     assert not call(command=Record.Request.STOP, success=True).ok  # STOP without START
     started = call(command=Record.Request.START, task="lift", instruction="lift the red cube")
     assert started.ok and Path(started.episode_path).is_dir()
@@ -298,6 +363,7 @@ def test_message_definitions_skip_a_prefix_without_msg(tmp_path, monkeypatch):
     import sys
 
     from fed_ros.ros.arm import rosbag2_mcap
+
     other = tmp_path / "overlay"
     (other / "share" / "fed_ros" / "launch").mkdir(parents=True)
     monkeypatch.setenv("AMENT_PREFIX_PATH", f"{other}:{sys.prefix}")
@@ -311,6 +377,7 @@ def test_recorder_loses_no_step_while_its_executor_stalls(ros_env, ros_context, 
     clean-clone run under load: "8 of 50 steps lack observations" with queues of 10)."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
+
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("robot", context=context)
@@ -324,6 +391,7 @@ def test_recorder_loses_no_step_while_its_executor_stalls(ros_env, ros_context, 
                 time.sleep(0.01)
             else:
                 executor.spin_once(timeout_sec=0.05)
+
     spinner = threading.Thread(target=spin, daemon=True)
     spinner.start()
     try:
@@ -331,7 +399,9 @@ def test_recorder_loses_no_step_while_its_executor_stalls(ros_env, ros_context, 
         recorder = Recorder(node, tmp_path, robot_id="robot_7")
         arm = TinyArm(ros_context("tiny_arm"))
         arm.wait_for_subscribers()
-        wait_until(lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder")
+        wait_until(
+            lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder"
+        )
         recorder.start("lift", "lift the red cube", "default")
         stalled.set()
         arm.publish(ticks)  # 40 steps while the recorder takes nothing from its queues

@@ -1,6 +1,7 @@
 """Authenticated registration (issue 13): proof of possession of the allow-listed key over
 (claim, timestamp, nonce); unknown ids, wrong keys, forged, stale and replayed requests refused
 with a reason; capabilities change only with the key. Pure, no ROS, fake clock."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +9,11 @@ import dataclasses
 import pytest
 
 from fed_ros.core.security.auth import AllowList, Signer
-from fed_ros.core.security.registration import RegistrationClaim, RegistrationGuard, sign_registration
+from fed_ros.core.security.registration import (
+    RegistrationClaim,
+    RegistrationGuard,
+    sign_registration,
+)
 from fed_ros.core.rounds.roster import Roster
 
 S = 1_000_000_000  # ns per s
@@ -21,13 +26,21 @@ def keys():
 
 
 def _guard(keys, clock, **kw) -> RegistrationGuard:
-    allow = AllowList({"robot_0": keys["robot_0"].public_key, "robot_1": keys["robot_1"].public_key})
+    allow = AllowList(
+        {"robot_0": keys["robot_0"].public_key, "robot_1": keys["robot_1"].public_key}
+    )
     return RegistrationGuard(allow, window_s=30.0, clock_ns=lambda: clock[0], **kw)
 
 
 def _claim(keys, rid="robot_0", **kw) -> RegistrationClaim:
-    return RegistrationClaim(robot_id=rid, public_key=keys[rid].public_key, tasks=("lift",), action_dim=4,
-                             num_samples=100, **kw)
+    return RegistrationClaim(
+        robot_id=rid,
+        public_key=keys[rid].public_key,
+        tasks=("lift",),
+        action_dim=4,
+        num_samples=100,
+        **kw,
+    )
 
 
 def _check(guard, claim, proof):
@@ -48,10 +61,14 @@ def test_unknown_id_wrong_key_unsigned_and_forged_refused_with_reason(keys):
     clock = [T0]
     guard = _guard(keys, clock)
     intruder = RegistrationClaim(robot_id="intruder_7", public_key=keys["thief"].public_key)
-    assert "not on the allow-list" in _check(guard, intruder, sign_registration(keys["thief"], intruder, T0))
+    assert "not on the allow-list" in _check(
+        guard, intruder, sign_registration(keys["thief"], intruder, T0)
+    )
     # The thief presents its own key under a real id: wrong key.
     wrong = dataclasses.replace(_claim(keys), public_key=keys["thief"].public_key)
-    assert "does not match the allow-list" in _check(guard, wrong, sign_registration(keys["thief"], wrong, T0))
+    assert "does not match the allow-list" in _check(
+        guard, wrong, sign_registration(keys["thief"], wrong, T0)
+    )
     # The thief knows robot_0's PUBLIC key but signs with its own: bad signature.
     claim = _claim(keys)
     forged = sign_registration(keys["thief"], claim, T0)
@@ -67,8 +84,13 @@ def test_capabilities_change_only_with_the_key(keys):
     guard = _guard(keys, clock)
     claim = _claim(keys)
     proof = sign_registration(keys["robot_0"], claim, T0)
-    for change in (dict(tasks=("stack",)), dict(num_samples=10**6), dict(has_gpu=True), dict(action_dim=7),
-                   dict(cameras=("wrist",))):
+    for change in (
+        dict(tasks=("stack",)),
+        dict(num_samples=10**6),
+        dict(has_gpu=True),
+        dict(action_dim=7),
+        dict(cameras=("wrist",)),
+    ):
         assert "bad signature" in _check(guard, dataclasses.replace(claim, **change), proof), change
     assert _check(guard, claim, proof) is None
 
@@ -105,6 +127,10 @@ def test_guard_then_roster_is_the_server_path(keys):
     roster = Roster(allowed_keys={"robot_0": keys["robot_0"].public_key})
     claim = _claim(keys)
     assert _check(guard, claim, sign_registration(keys["robot_0"], claim, T0)) is None
-    assert roster.register(claim.robot_id, tasks=claim.tasks, num_samples=claim.num_samples,
-                           public_key=claim.public_key).accepted
+    assert roster.register(
+        claim.robot_id,
+        tasks=claim.tasks,
+        num_samples=claim.num_samples,
+        public_key=claim.public_key,
+    ).accepted
     assert roster.get("robot_0").tasks == ("lift",)

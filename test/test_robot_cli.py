@@ -4,6 +4,7 @@ learning off/on reaches the robot's gate (its log says so, EvaluatePolicy is ref
 Record START/STOP write a recording under data_dir/demos, estop reaches an arm adapter's
 ``arm/hold``, and a robot that is not there exits 2 naming the missing service.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,14 +25,24 @@ def _fed_ros() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "fed_ros.cli"]
 
 
-def fed_ros_robot(env: dict[str, str], domain: int, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def fed_ros_robot(
+    env: dict[str, str], domain: int, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """`fed-ros robot ARGS --domain-id DOMAIN` as the user runs it; generous discovery on a loaded machine."""
-    return subprocess.run([*_fed_ros(), "robot", *args, "--domain-id", str(domain), "--find-timeout", "60"],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*_fed_ros(), "robot", *args, "--domain-id", str(domain), "--find-timeout", "60"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_fleet_file_is_told_from_a_robot_id_and_bad_usage_exits_2():
-    assert robot_cli._split_fleet(["config/fleet.yaml", "ur_1", "estop"]) == ("config/fleet.yaml", ["ur_1", "estop"])
+    assert robot_cli._split_fleet(["config/fleet.yaml", "ur_1", "estop"]) == (
+        "config/fleet.yaml",
+        ["ur_1", "estop"],
+    )
     assert robot_cli._split_fleet(["ur_1", "estop"]) == (None, ["ur_1", "estop"])
     assert robot_cli.main(["1bad", "learning", "on"]) == 2
     assert robot_cli.main(["config/fleet_demo.yaml", "nobody", "learning", "on"]) == 2
@@ -45,48 +56,113 @@ def test_the_domain_comes_from_the_option_else_what_fed_ros_up_recorded(tmp_path
     import json
 
     import yaml
+
     fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump({"fleet": {"name": "lab", "algorithm": "fedavg", "rounds": 1,
-                                               "run_dir": str(tmp_path), "robots": [{"id": "ur_1", "task": "lift"}]}}))
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": {
+                    "name": "lab",
+                    "algorithm": "fedavg",
+                    "rounds": 1,
+                    "run_dir": str(tmp_path),
+                    "robots": [{"id": "ur_1", "task": "lift"}],
+                }
+            }
+        )
+    )
     (tmp_path / "fleet.json").write_text(json.dumps({"domain_id": 42, "discovery_range": "SUBNET"}))
     monkeypatch.setenv("ROS_DOMAIN_ID", "0")  # both restored after the test
     monkeypatch.setenv("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     options = argparse.Namespace(domain_id=None, discovery_range=None)
     robot_cli._use_fleet_domain(str(fleet), "ur_1", options)
     assert (os.environ["ROS_DOMAIN_ID"], os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"]) == (
-        "42", "SUBNET")
-    robot_cli._use_fleet_domain(str(fleet), "ur_1", argparse.Namespace(domain_id=7, discovery_range="LOCALHOST"))
+        "42",
+        "SUBNET",
+    )
+    robot_cli._use_fleet_domain(
+        str(fleet), "ur_1", argparse.Namespace(domain_id=7, discovery_range="LOCALHOST")
+    )
     assert os.environ["ROS_DOMAIN_ID"] == "7"
     with pytest.raises(ValueError, match="not in fleet 'lab'"):
         robot_cli._use_fleet_domain(str(fleet), "fr3_1", options)
 
 
 @pytest.mark.timeout(240)
-def test_robot_cli_switches_learning_records_and_stops_the_arm(tmp_path, ros_env, ros_domain_id, processes):
+def test_robot_cli_switches_learning_records_and_stops_the_arm(
+    tmp_path, ros_env, ros_domain_id, processes
+):
     ns = ["--ros-args", "-r", "__ns:=/robot_0"]
-    processes.start([sys.executable, "-m", "fed_ros.ros.nodes.sim_bridge_node", *ns, "-r", "__node:=arm",
-                     "-p", "task:=lift", "-p", "cameras:=false", "-p", "lockstep:=true"], ros_env,
-                    log_path=tmp_path / "arm.log")
-    robot = processes.start([sys.executable, "-m", "fed_ros.ros.nodes.robot_node", *ns, "-r", "__node:=robot",
-                             "-p", f"data_dir:={tmp_path / 'robot_0'}", "-p", "register_timeout_s:=600.0"],
-                            ros_env, log_path=tmp_path / "robot.log")
+    processes.start(
+        [
+            sys.executable,
+            "-m",
+            "fed_ros.ros.nodes.sim_bridge_node",
+            *ns,
+            "-r",
+            "__node:=arm",
+            "-p",
+            "task:=lift",
+            "-p",
+            "cameras:=false",
+            "-p",
+            "lockstep:=true",
+        ],
+        ros_env,
+        log_path=tmp_path / "arm.log",
+    )
+    robot = processes.start(
+        [
+            sys.executable,
+            "-m",
+            "fed_ros.ros.nodes.robot_node",
+            *ns,
+            "-r",
+            "__node:=robot",
+            "-p",
+            f"data_dir:={tmp_path / 'robot_0'}",
+            "-p",
+            "register_timeout_s:=600.0",
+        ],
+        ros_env,
+        log_path=tmp_path / "robot.log",
+    )
     # An arm adapter without its arm (it waits for it) still serves arm/hold: its own namespace,
     # so its policy-side topics do not mix with the sim bridge's.
-    processes.start([sys.executable, "-m", "fed_ros.ros.nodes.arm_adapter_node", "--ros-args",
-                     "-r", "__ns:=/arm_1", "-p", "profile:=ur5e", "-p", "cameras:=false"], ros_env,
-                    log_path=tmp_path / "adapter.log")
+    processes.start(
+        [
+            sys.executable,
+            "-m",
+            "fed_ros.ros.nodes.arm_adapter_node",
+            "--ros-args",
+            "-r",
+            "__ns:=/arm_1",
+            "-p",
+            "profile:=ur5e",
+            "-p",
+            "cameras:=false",
+        ],
+        ros_env,
+        log_path=tmp_path / "adapter.log",
+    )
     robot_log = tmp_path / "robot.log"
 
     def cli(*args: str, code: int) -> subprocess.CompletedProcess:
         res = fed_ros_robot(ros_env, ros_domain_id, *args)
-        assert res.returncode == code, (f"fed-ros robot {' '.join(args)}: rc {res.returncode}\n{res.stdout}"
-                                        f"{res.stderr}\nrobot log:\n{robot_log.read_text()[-2000:]}")
+        assert res.returncode == code, (
+            f"fed-ros robot {' '.join(args)}: rc {res.returncode}\n{res.stdout}"
+            f"{res.stderr}\nrobot log:\n{robot_log.read_text()[-2000:]}"
+        )
         return res
 
     # Learning gate: off, then on; the robot's own log shows each switch, in order.
     assert "learning disabled" in cli("robot_0", "learning", "off", code=0).stdout
-    wait_until(lambda: "learning DISABLED" in robot_log.read_text(), 30, "the robot's gate to close")
-    refused = cli("robot_0", "evaluate", "--episodes", "1", code=1)  # the gate refuses evaluation: exit 1
+    wait_until(
+        lambda: "learning DISABLED" in robot_log.read_text(), 30, "the robot's gate to close"
+    )
+    refused = cli(
+        "robot_0", "evaluate", "--episodes", "1", code=1
+    )  # the gate refuses evaluation: exit 1
     assert "learning disabled" in refused.stderr
     assert "learning enabled" in cli("robot_0", "learning", "on", code=0).stdout
     wait_until(lambda: "learning ENABLED" in robot_log.read_text(), 30, "the robot's gate to open")
@@ -99,17 +175,24 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(tmp_path, ros_env
     episode = Path(started.split("episode: ")[1].split()[0])
     assert episode.parent == tmp_path / "robot_0" / "demos" and "_lift_" in episode.name
     stopped = cli("robot_0", "record", "stop", "--label", "failure", code=0).stdout
-    assert "saved as failed" in stopped and f"episode: {episode}" in stopped and "steps: 0" in stopped
+    assert (
+        "saved as failed" in stopped and f"episode: {episode}" in stopped and "steps: 0" in stopped
+    )
     from fed_ros.ros.arm.recorded_episodes import read_recording_metadata
+
     meta = read_recording_metadata(episode)["custom_data"]
     assert meta["robot_id"] == "robot_0" and meta["task"] == "lift" and meta["success"] == "false"
-    again = cli("robot_0", "record", "stop", code=1)  # answered not ok: exit 1 with the robot's message
+    again = cli(
+        "robot_0", "record", "stop", code=1
+    )  # answered not ok: exit 1 with the robot's message
     assert "STOP without START" in again.stderr
 
     # E-stop and release reach the arm adapter's arm/hold.
     assert "acknowledged by 1" in cli("arm_1", "estop", code=0).stdout
     adapter_log = tmp_path / "adapter.log"
-    wait_until(lambda: "e-stop (arm/hold true)" in adapter_log.read_text(), 30, "the adapter's e-stop")
+    wait_until(
+        lambda: "e-stop (arm/hold true)" in adapter_log.read_text(), 30, "the adapter's e-stop"
+    )
     cli("arm_1", "estop", "--release", code=0)
     wait_until(lambda: "hold released" in adapter_log.read_text(), 30, "the adapter's hold release")
     assert robot.poll() is None
@@ -117,9 +200,17 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(tmp_path, ros_env
 
 def test_a_missing_robot_or_adapter_exits_2_naming_what_is_missing(ros_env, ros_domain_id):
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*_fed_ros(), "robot", *args, "--domain-id", str(ros_domain_id),
-                               "--find-timeout", "2"], env=ros_env, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [*_fed_ros(), "robot", *args, "--domain-id", str(ros_domain_id), "--find-timeout", "2"],
+            env=ros_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     learning = run("robot_9", "learning", "off")
-    assert learning.returncode == 2 and "/robot_9/robot/set_learning" in learning.stderr, learning.stderr
+    assert learning.returncode == 2 and "/robot_9/robot/set_learning" in learning.stderr, (
+        learning.stderr
+    )
     hold = run("robot_9", "estop")
     assert hold.returncode == 2 and "/robot_9/arm/hold" in hold.stderr, hold.stderr

@@ -8,6 +8,7 @@ signed update_resend requests at a bounded rate (10/s, burst 20; the rest refuse
 A model and a DONE signed with the real server key are taken, so the refusals are the signature
 check's doing (break it: the robot without its allow-list receives the forged model and the test
 fails; with announcements signed over raw CDR the robot refused the real server's DONE)."""
+
 from __future__ import annotations
 
 import json
@@ -19,16 +20,32 @@ import pytest
 
 from fed_ros.core.security import auth
 
-from fleet_fixtures import initial_model, make_keys, wait_for
+from fed_ros.ros.fleet.scripted import initial_model, make_keys, wait_for
 
 pytestmark = pytest.mark.ros
 
 
 def robot_argv(tmp_path: Path, signed: bool = True) -> list[str]:
-    argv = [sys.executable, "-m", "fed_ros.ros.nodes.robot_node", "--ros-args", "-r", "__ns:=/robot_0",
-            "-r", "__node:=robot", "-p", "robot_id:=robot_0", "-p", f"data_dir:={tmp_path / 'r0'}",
-            "-p", "register_timeout_s:=600.0", "-p", "torch_threads:=1",
-            "-p", f"private_key_file:={tmp_path / 'keys' / 'robot_0.key'}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "fed_ros.ros.nodes.robot_node",
+        "--ros-args",
+        "-r",
+        "__ns:=/robot_0",
+        "-r",
+        "__node:=robot",
+        "-p",
+        "robot_id:=robot_0",
+        "-p",
+        f"data_dir:={tmp_path / 'r0'}",
+        "-p",
+        "register_timeout_s:=600.0",
+        "-p",
+        "torch_threads:=1",
+        "-p",
+        f"private_key_file:={tmp_path / 'keys' / 'robot_0.key'}",
+    ]
     if signed:
         argv += ["-p", f"allowed_keys_file:={tmp_path / 'keys' / 'allow_list.yaml'}"]
     return argv
@@ -47,15 +64,20 @@ class FakeServer:
 
         from fed_ros.msg import ClusterModel, RoundAnnouncement
         from fed_ros.ros.wire import qos
+
         self.String, self.RoundAnnouncement = String, RoundAnnouncement
         self.ctx = Context()
         rclpy.init(context=self.ctx)
         self.node = rclpy.create_node("fake_server", context=self.ctx)
         self.executor = SingleThreadedExecutor(context=self.ctx)
         self.executor.add_node(self.node)
-        self.models = self.node.create_publisher(ClusterModel, "/fleet/cluster_models", qos.model_state_qos(64))
+        self.models = self.node.create_publisher(
+            ClusterModel, "/fleet/cluster_models", qos.model_state_qos(64)
+        )
         self.resend = self.node.create_publisher(String, "/fleet/update_resend", qos.control_qos())
-        self.rounds = self.node.create_publisher(RoundAnnouncement, "/fleet/round", qos.latched_qos())
+        self.rounds = self.node.create_publisher(
+            RoundAnnouncement, "/fleet/round", qos.latched_qos()
+        )
         self.refused = -1  # the robot's refused_control_messages, as last published
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
 
@@ -73,28 +95,50 @@ class FakeServer:
         from fed_ros.ros.wire.tensors import encode_state_dict
         from fed_ros.ros.wire.round_msgs import cluster_model_msg
         from fed_ros.ros.wire.chunk_sender import ChunkedSender
+
         encoded = encode_state_dict(initial_model())
         sender = ChunkedSender(encoded, f"cluster_0/r{round_idx}/{tag}", chunk_bytes=64 << 10)
         members = ["robot_0"]
-        sig = b"" if signer is None else signer.sign_cluster_model(
-            round_idx, 0, encoded.sha256, transfer=sender.transfer_digest(), members=members)
+        sig = (
+            b""
+            if signer is None
+            else signer.sign_cluster_model(
+                round_idx, 0, encoded.sha256, transfer=sender.transfer_digest(), members=members
+            )
+        )
         chunks = list(sender.chunks())
         for chunk in chunks:
-            self.models.publish(cluster_model_msg(chunk, cluster_id=0, round_idx=round_idx,
-                                                  member_robot_ids=members, signature=sig))
+            self.models.publish(
+                cluster_model_msg(
+                    chunk,
+                    cluster_id=0,
+                    round_idx=round_idx,
+                    member_robot_ids=members,
+                    signature=sig,
+                )
+            )
         return len(chunks)
 
     def send_done(self, round_idx: int, signer: auth.Signer | None) -> None:
         """A DONE announcement (a robot obeying it stops taking part) signed by ``signer``."""
         from fed_ros.ros.wire.signed import sign_msg
-        msg = self.RoundAnnouncement(round=round_idx, stage=self.RoundAnnouncement.STAGE_DONE, algorithm="fedavg",
-                                     participants=["robot_0"], quorum=0)
+
+        msg = self.RoundAnnouncement(
+            round=round_idx,
+            stage=self.RoundAnnouncement.STAGE_DONE,
+            algorithm="fedavg",
+            participants=["robot_0"],
+            quorum=0,
+        )
         self.rounds.publish(sign_msg(msg, "round", signer))
 
     def send_resend(self, signer: auth.Signer | None, i: int = 0) -> None:
         from fed_ros.ros.wire.signed import sign_json
+
         request = json.dumps({"payload_id": f"robot_0/r0/{i:08x}", "chunks": [0]})
-        self.resend.publish(self.String(data=sign_json(request, "update_resend", signer)))  # None: unsigned
+        self.resend.publish(
+            self.String(data=sign_json(request, "update_resend", signer))
+        )  # None: unsigned
 
     def close(self) -> None:
         self.node.destroy_node()
@@ -116,43 +160,103 @@ def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_e
     fake = FakeServer()
     alive = lambda: robot.poll() is None  # noqa: E731
     try:
-        wait_for(lambda: fake.models.get_subscription_count() > 0 and fake.resend.get_subscription_count() > 0
-                 and fake.rounds.get_subscription_count() > 0 and fake.refused >= 0, 120, "the robot node's subscriptions and diagnostics",
-                 poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: (
+                fake.models.get_subscription_count() > 0
+                and fake.resend.get_subscription_count() > 0
+                and fake.rounds.get_subscription_count() > 0
+                and fake.refused >= 0
+            ),
+            120,
+            "the robot node's subscriptions and diagnostics",
+            poll=fake.spin,
+            alive=alive,
+        )
         assert fake.refused == 0
         # Cluster models: one signed with a stranger's key, one unsigned. Every chunk is refused on
         # arrival (none is kept: each one is checked as a first chunk), counted once.
         n = fake.send_model(1, thief, "forged")
-        wait_for(lambda: fake.refused == n, 60, f"{n} forged chunks refused", poll=fake.spin, alive=alive)
-        assert any("bad server signature" in w for _, w in refusals(log, "cluster_models")), log.read_text()[-2000:]
+        wait_for(
+            lambda: fake.refused == n, 60, f"{n} forged chunks refused", poll=fake.spin, alive=alive
+        )
+        assert any("bad server signature" in w for _, w in refusals(log, "cluster_models")), (
+            log.read_text()[-2000:]
+        )
         fake.send_model(2, None, "unsigned")
-        wait_for(lambda: fake.refused == 2 * n, 60, f"{n} unsigned chunks refused", poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: fake.refused == 2 * n,
+            60,
+            f"{n} unsigned chunks refused",
+            poll=fake.spin,
+            alive=alive,
+        )
         # An unsigned update_resend request is refused: the robot never re-sends for a fake server.
         fake.send_resend(None)
-        wait_for(lambda: fake.refused == 2 * n + 1, 60, "the unsigned resend request refused",
-                 poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: fake.refused == 2 * n + 1,
+            60,
+            "the unsigned resend request refused",
+            poll=fake.spin,
+            alive=alive,
+        )
         # Announcements: a DONE signed by a stranger and an unsigned one are refused; the real
         # server's DONE is obeyed (the robot logs that the federation finished).
         fake.send_done(5, thief)
-        wait_for(lambda: fake.refused == 2 * n + 2, 60, "the forged announcement refused", poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: fake.refused == 2 * n + 2,
+            60,
+            "the forged announcement refused",
+            poll=fake.spin,
+            alive=alive,
+        )
         fake.send_done(6, None)
-        wait_for(lambda: fake.refused == 2 * n + 3, 60, "the unsigned announcement refused", poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: fake.refused == 2 * n + 3,
+            60,
+            "the unsigned announcement refused",
+            poll=fake.spin,
+            alive=alive,
+        )
         fake.send_done(7, signers["server"])
-        wait_for(lambda: "federation finished at round 7" in log.read_text(), 60, "the real DONE obeyed",
-                 poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: "federation finished at round 7" in log.read_text(),
+            60,
+            "the real DONE obeyed",
+            poll=fake.spin,
+            alive=alive,
+        )
         assert fake.refused == 2 * n + 3
         # Signed requests (the real server key) in a burst: they pass the signature check, and the
         # rate limit (10/s, burst 20) refuses most of the burst.
         for i in range(100):
             fake.send_resend(signers["server"], i)
-        wait_for(lambda: any("rate limit" in w for _, w in refusals(log, "update_resend")) or fake.refused >= 2 * n + 63,
-                 60, "the resend flood to hit the rate limit", poll=fake.spin, alive=alive)
-        wait_for(lambda: fake.refused >= 2 * n + 63, 60, "most of the burst refused", poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: (
+                any("rate limit" in w for _, w in refusals(log, "update_resend"))
+                or fake.refused >= 2 * n + 63
+            ),
+            60,
+            "the resend flood to hit the rate limit",
+            poll=fake.spin,
+            alive=alive,
+        )
+        wait_for(
+            lambda: fake.refused >= 2 * n + 63,
+            60,
+            "most of the burst refused",
+            poll=fake.spin,
+            alive=alive,
+        )
         # Positive control: the real server's signature is accepted (so the refusals were the check's);
         # models are handled in order, so round 1 and 2 had their turn before it.
         fake.send_model(3, signers["server"], "real")
-        wait_for(lambda: "received cluster 0 model for round 3" in log.read_text(), 60,
-                 "the validly signed model to be received", poll=fake.spin, alive=alive)
+        wait_for(
+            lambda: "received cluster 0 model for round 3" in log.read_text(),
+            60,
+            "the validly signed model to be received",
+            poll=fake.spin,
+            alive=alive,
+        )
         wait_for(lambda: fake.refused >= 2 * n + 63, 10, "the count", poll=fake.spin, alive=alive)
         refused_total = fake.refused
     finally:
@@ -160,7 +264,7 @@ def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_e
     text = log.read_text()
     assert "model for round 1" not in text and "model for round 2" not in text, text[-2000:]
     assert "finished at round 5" not in text and "finished at round 6" not in text
-    assert "failed (" not in text, "a handler raised: " + text[text.find("failed ("):][:500]
+    assert "failed (" not in text, "a handler raised: " + text[text.find("failed (") :][:500]
     # At most burst 20 + 10/s of the 100 signed requests were answered, the rest refused.
     assert 2 * n + 3 + 60 <= refused_total <= 2 * n + 3 + 100, refused_total
 
@@ -168,10 +272,19 @@ def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_e
 def _announcement():
     from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.ros.wire.round_msgs import Announcement, announcement_to_msg
-    msg = announcement_to_msg(Announcement(
-        round_idx=3, stage="train", deadline_s=1234.5, algorithm="feddrman", participants=("robot_0", "robot_1"),
-        memberships={"robot_0": [(0, 0.25), (1, 0.75)], "robot_1": [(1, 1.0)]}, quorum=2,
-        configs={"robot_0": RoundConfig(lr=1e-3)}))
+
+    msg = announcement_to_msg(
+        Announcement(
+            round_idx=3,
+            stage="train",
+            deadline_s=1234.5,
+            algorithm="feddrman",
+            participants=("robot_0", "robot_1"),
+            memberships={"robot_0": [(0, 0.25), (1, 0.75)], "robot_1": [(1, 1.0)]},
+            quorum=2,
+            configs={"robot_0": RoundConfig(lr=1e-3)},
+        )
+    )
     msg.header.stamp.sec, msg.header.stamp.nanosec = 1796290000, 123
     return msg
 
@@ -198,13 +311,25 @@ def test_every_signed_announcement_verifies_as_sent_and_as_received():
 
     from fed_ros.msg import RoundAnnouncement
     from fed_ros.ros.wire.signed import sign_msg, verify_msg
+
     server = auth.Signer.generate()
     failed = []
     for k in range(50):
-        msg = sign_msg(RoundAnnouncement(round=k, stage=RoundAnnouncement.STAGE_DONE, algorithm="fedavg",
-                                         participants=["robot_0"], quorum=0), "round", server)
+        msg = sign_msg(
+            RoundAnnouncement(
+                round=k,
+                stage=RoundAnnouncement.STAGE_DONE,
+                algorithm="fedavg",
+                participants=["robot_0"],
+                quorum=0,
+            ),
+            "round",
+            server,
+        )
         received = deserialize_message(serialize_message(msg), RoundAnnouncement)
-        failed += [k for m in (msg, received) if verify_msg(m, "round", server.public_key) is not None]
+        failed += [
+            k for m in (msg, received) if verify_msg(m, "round", server.public_key) is not None
+        ]
     assert failed == []
 
 
@@ -215,6 +340,7 @@ def test_signed_announcement_verifies_after_the_wire_and_covers_every_field(muta
     from rclpy.serialization import deserialize_message, serialize_message
 
     from fed_ros.ros.wire.signed import sign_msg, verify_msg
+
     server = auth.Signer.generate()
     msg = sign_msg(_announcement(), "round", server)
     received = [deserialize_message(serialize_message(msg), type(msg)) for _ in range(5)]

@@ -4,6 +4,7 @@ Real rclpy endpoints on loopback: a subscription with incompatible QoS is listed
 but never matched (the situation of a monitoring tool), which is the case the grace exists for;
 with no compatible subscriber at all the wait fails naming what it waited for.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.ros
 @pytest.fixture
 def node(ros_env):
     import rclpy
+
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("delivery_test", context=context)
@@ -28,14 +30,19 @@ def node(ros_env):
 
 def _incompatible_qos():
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
     # A TRANSIENT_LOCAL reader cannot match the VOLATILE update writer.
-    return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    return QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL
+    )
 
 
 def _wait_listed(node, topic, count, timeout=10.0):
     deadline = time.monotonic() + timeout
     while node.count_subscribers(topic) < count:
-        assert time.monotonic() < deadline, f"{topic}: {node.count_subscribers(topic)} of {count} listed"
+        assert time.monotonic() < deadline, (
+            f"{topic}: {node.count_subscribers(topic)} of {count} listed"
+        )
         time.sleep(0.05)
 
 
@@ -43,6 +50,7 @@ def test_waits_for_a_matched_subscriber_and_names_the_topic_on_timeout(node):
     from std_msgs.msg import String
     from fed_ros.ros.wire import qos
     from fed_ros.ros.wire.publish import wait_for_subscribers
+
     pub = node.create_publisher(String, "/fleet/updates", qos.control_qos())
     node.create_subscription(String, "/fleet/updates", lambda m: None, _incompatible_qos())
     _wait_listed(node, "/fleet/updates", 1)
@@ -54,6 +62,7 @@ def test_all_listed_subscribers_matched_returns_at_once_else_after_the_grace(nod
     from std_msgs.msg import String
     from fed_ros.ros.wire import qos
     from fed_ros.ros.wire.publish import wait_for_subscribers
+
     pub = node.create_publisher(String, "/fleet/updates", qos.control_qos())
     node.create_subscription(String, "/fleet/updates", lambda m: None, qos.control_qos())
     _wait_listed(node, "/fleet/updates", 1)

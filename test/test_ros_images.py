@@ -1,4 +1,5 @@
 """sensor_msgs/Image <-> numpy (pure, no ROS processes)."""
+
 from __future__ import annotations
 
 import sys
@@ -44,7 +45,9 @@ def test_reading_is_zero_copy_unless_asked() -> None:
     msg = deserialize_message(serialize_message(image_to_msg(_image("16UC1"), "16UC1")), Image)
     view = msg_to_image(msg, backend="own")
     assert np.shares_memory(view, np.frombuffer(msg.data, np.uint8))
-    assert not np.shares_memory(msg_to_image(msg, copy=True, backend="own"), np.frombuffer(msg.data, np.uint8))
+    assert not np.shares_memory(
+        msg_to_image(msg, copy=True, backend="own"), np.frombuffer(msg.data, np.uint8)
+    )
 
 
 @pytest.mark.parametrize("encoding", ["rgb8", "16UC1", "32FC1"])
@@ -55,7 +58,9 @@ def test_padded_rows_are_skipped(encoding: str) -> None:
     step = row + 5  # odd padding, as some drivers produce
     raw = np.zeros((4, step), np.uint8)
     raw[:, :row] = img.reshape(4, -1).view(np.uint8).reshape(4, row)
-    msg = Image(height=4, width=3, encoding=encoding, step=step, is_bigendian=int(sys.byteorder == "big"))
+    msg = Image(
+        height=4, width=3, encoding=encoding, step=step, is_bigendian=int(sys.byteorder == "big")
+    )
     msg.data = raw.tobytes()
     np.testing.assert_array_equal(msg_to_image(msg, backend="own"), img)
 
@@ -86,7 +91,9 @@ def test_colour_conversions() -> None:
     bgr_msg = image_to_msg(np.ascontiguousarray(rgb[:, :, ::-1]), "bgr8")
     np.testing.assert_array_equal(msg_to_image(bgr_msg, "rgb8"), rgb)
     mono = _image("mono8")
-    np.testing.assert_array_equal(msg_to_image(image_to_msg(mono, "mono8"), "rgb8"), np.stack([mono] * 3, axis=2))
+    np.testing.assert_array_equal(
+        msg_to_image(image_to_msg(mono, "mono8"), "rgb8"), np.stack([mono] * 3, axis=2)
+    )
     with pytest.raises(ValueError, match="'32FC1' to 'rgb8'"):
         msg_to_image(image_to_msg(_image("32FC1"), "32FC1"), "rgb8")
 

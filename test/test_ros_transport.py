@@ -4,6 +4,7 @@ The assembler tests are pure (messages built in-process, a fake clock); the bulk
 run a real BulkServer thread and fetch over loopback TCP. The cross-process paths over
 Fast DDS are in test_interfaces_roundtrip.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,25 @@ import pytest
 import zmq
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.tensors import (EncodedPayload, decode_state_dict, encode_state_dict,
-                                      manifest_from_msgs, set_bytes_field, sha256_hex)
+from fed_ros.ros.wire.tensors import (
+    EncodedPayload,
+    decode_state_dict,
+    encode_state_dict,
+    manifest_from_msgs,
+    set_bytes_field,
+    sha256_hex,
+)
 from fed_ros.ros.wire import bulk
-from fed_ros.ros.wire.chunk_assembler import (ChunkDropped, CompletePayload, PayloadAssembler,
-                                              PayloadRejected, TransferLimits, decode_resend_request,
-                                              encode_resend_request)
+from fed_ros.ros.wire.bulk_fetch import BulkUnreachable, fetch_bulk
+from fed_ros.ros.wire.chunk_assembler import (
+    ChunkDropped,
+    CompletePayload,
+    PayloadAssembler,
+    PayloadRejected,
+    TransferLimits,
+    decode_resend_request,
+    encode_resend_request,
+)
 from fed_ros.ros.wire.chunk_sender import ChunkedSender
 from fed_ros.ros.wire.fastdds_profile import apply_fastdds_profile, fastdds_profile_path
 
@@ -35,8 +49,12 @@ class FakeClock:
 
 def _encoded(n_floats: int = 10_000, seed: int = 0) -> EncodedPayload:
     rng = np.random.default_rng(seed)
-    return encode_state_dict({"a": rng.standard_normal(n_floats // 2, dtype=np.float32),
-                                   "b": rng.standard_normal((n_floats - n_floats // 2, 1), dtype=np.float32)})
+    return encode_state_dict(
+        {
+            "a": rng.standard_normal(n_floats // 2, dtype=np.float32),
+            "b": rng.standard_normal((n_floats - n_floats // 2, 1), dtype=np.float32),
+        }
+    )
 
 
 def _assert_same(done: CompletePayload, enc: EncodedPayload) -> None:
@@ -47,6 +65,7 @@ def _assert_same(done: CompletePayload, enc: EncodedPayload) -> None:
 
 
 # ---------------------------------------------------------------------- assembler
+
 
 def test_out_of_order_chunks_complete_once() -> None:
     enc = _encoded()
@@ -211,8 +230,12 @@ def test_resend_rejects_bad_indices_and_requests_validate() -> None:
     sender = ChunkedSender(_encoded(), "p", chunk_bytes=4096)
     with pytest.raises(ValueError, match=r"\[10\]"):
         sender.resend([1, 10])
-    for bad in ("not json", json.dumps({"payload_id": "p"}), json.dumps({"payload_id": "", "chunks": []}),
-                json.dumps({"payload_id": "p", "chunks": [-1]})):
+    for bad in (
+        "not json",
+        json.dumps({"payload_id": "p"}),
+        json.dumps({"payload_id": "", "chunks": []}),
+        json.dumps({"payload_id": "p", "chunks": [-1]}),
+    ):
         with pytest.raises(ValueError, match="malformed resend request"):
             decode_resend_request(bad)
 
@@ -225,6 +248,7 @@ def test_bulk_control_message_is_not_assembled() -> None:
 
 
 # --------------------------------------------------------------------- bulk channel
+
 
 @pytest.fixture
 def bulk_server():
@@ -243,10 +267,12 @@ def test_bulk_fetch_round_trip(bulk_server) -> None:
     uri = server.offer(enc.data)
     control = ChunkedSender(enc, "robot_1/r2/update", bulk_uri=uri).chunk(0)
     assert len(control.data) == 0 and control.bulk_uri == uri
-    data = bulk.fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
+    data = fetch_bulk(control, chunk_bytes=256 << 10, window=2, context=ctx)
     assert data.tobytes() == enc.data.tobytes()
     sd = decode_state_dict(manifest_from_msgs(control.manifest), control.encoding, data)
-    np.testing.assert_array_equal(sd["a"], decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"])
+    np.testing.assert_array_equal(
+        sd["a"], decode_state_dict(enc.manifest, enc.encoding, enc.data)["a"]
+    )
 
 
 def test_bulk_size_cap_checked_before_connecting() -> None:
@@ -254,7 +280,7 @@ def test_bulk_size_cap_checked_before_connecting() -> None:
     # nothing listens on this endpoint: a fetch that connected would time out instead
     control = ChunkedSender(enc, "p", bulk_uri="tcp://127.0.0.1:9/deadbeef").chunk(0)
     with pytest.raises(PayloadRejected, match="exceeds cap 1000"):
-        bulk.fetch_bulk(control, limits=TransferLimits(max_total_bytes=1000))
+        fetch_bulk(control, limits=TransferLimits(max_total_bytes=1000))
 
 
 def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
@@ -262,12 +288,12 @@ def test_bulk_unknown_token_and_wrong_digest(bulk_server) -> None:
     enc = _encoded()
     uri = server.offer(enc.data)
     with pytest.raises(PayloadRejected, match="unknown token"):
-        bulk.fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
+        fetch_bulk(uri.rsplit("/", 1)[0] + "/" + "0" * 32, enc.total_bytes, enc.sha256, context=ctx)
     with pytest.raises(PayloadRejected, match="sha256 mismatch"):
-        bulk.fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
+        fetch_bulk(uri, enc.total_bytes, "0" * 64, context=ctx)
     server.withdraw(uri)
     with pytest.raises(PayloadRejected, match="unknown token"):
-        bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
+        fetch_bulk(uri, enc.total_bytes, enc.sha256, context=ctx)
 
 
 class _LossyBulkServer(bulk.BulkServer):
@@ -292,8 +318,15 @@ def test_bulk_fetch_resumes_only_missing_chunks() -> None:
     try:
         enc = _encoded(20_000)  # 80 kB in 16 kB chunks = 5 chunks
         uri = server.offer(enc.data)
-        data = bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=8,
-                             idle_timeout_s=0.3, context=ctx)
+        data = fetch_bulk(
+            uri,
+            enc.total_bytes,
+            enc.sha256,
+            chunk_bytes=16_000,
+            window=8,
+            idle_timeout_s=0.3,
+            context=ctx,
+        )
         assert data.tobytes() == enc.data.tobytes()
         assert server.sent == [0, 1, 2, 3, 4, 1, 3]  # second request: only the lost ones
     finally:
@@ -311,15 +344,29 @@ class _HostileBulkServer(bulk.BulkServer):
     def _send_chunk(self, ident, token, data, index, ranges) -> None:
         off, n = ranges[index]
         if self.mode == "too_long" and index == 1:
-            self._sock.send_multipart([ident, token, bulk._DATA, bulk._CHUNK_HDR.pack(index, len(ranges), off),
-                                       data[off: off + n + 1]])
+            self._sock.send_multipart(
+                [
+                    ident,
+                    token,
+                    bulk.DATA_FRAME,
+                    bulk.CHUNK_HEADER.pack(index, len(ranges), off),
+                    data[off : off + n + 1],
+                ]
+            )
             return
         super()._send_chunk(ident, token, data, index, ranges)
         if self.mode == "duplicate" and index == 0:
-            forged = data[off: off + n].copy()
+            forged = data[off : off + n].copy()
             forged[:] = 7
-            self._sock.send_multipart([ident, token, bulk._DATA, bulk._CHUNK_HDR.pack(index, len(ranges), off),
-                                       forged])
+            self._sock.send_multipart(
+                [
+                    ident,
+                    token,
+                    bulk.DATA_FRAME,
+                    bulk.CHUNK_HEADER.pack(index, len(ranges), off),
+                    forged,
+                ]
+            )
 
 
 def test_bulk_fetch_never_lets_a_duplicate_chunk_change_received_bytes() -> None:
@@ -331,7 +378,9 @@ def test_bulk_fetch_never_lets_a_duplicate_chunk_change_received_bytes() -> None
     try:
         enc = _encoded(40_000)  # 160 kB in 16 kB chunks
         uri = server.offer(enc.data)
-        data = bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
+        data = fetch_bulk(
+            uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx
+        )
         assert data.tobytes() == enc.data.tobytes()
     finally:
         server.close()
@@ -345,7 +394,7 @@ def test_bulk_fetch_rejects_a_chunk_longer_than_its_slot() -> None:
         enc = _encoded(40_000)
         uri = server.offer(enc.data)
         with pytest.raises(PayloadRejected, match="does not match the expected layout"):
-            bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
+            fetch_bulk(uri, enc.total_bytes, enc.sha256, chunk_bytes=16_000, window=4, context=ctx)
     finally:
         server.close()
         ctx.term()
@@ -356,8 +405,8 @@ def test_bulk_fetch_times_out_when_server_gone(bulk_server) -> None:
     enc = _encoded()
     uri = server.offer(enc.data)
     server.close()
-    with pytest.raises(bulk.BulkUnreachable, match="bulk server tcp://127.0.0.1:[0-9]+ unreachable"):
-        bulk.fetch_bulk(uri, enc.total_bytes, enc.sha256, idle_timeout_s=0.1, max_retries=2, context=ctx)
+    with pytest.raises(BulkUnreachable, match="bulk server tcp://127.0.0.1:[0-9]+ unreachable"):
+        fetch_bulk(uri, enc.total_bytes, enc.sha256, idle_timeout_s=0.1, max_retries=2, context=ctx)
 
 
 def test_parse_bulk_uri() -> None:
@@ -369,11 +418,14 @@ def test_parse_bulk_uri() -> None:
 
 # ------------------------------------------------------------------ Fast DDS profile
 
+
 def test_fastdds_profile_exists_and_is_applied_only_if_present(tmp_path: Path) -> None:
     path = fastdds_profile_path()
     assert path is not None and path.name == "fastdds_shm.xml"
     text = path.read_text()
-    assert "<type>SHM</type>" in text and "<useBuiltinTransports>false</useBuiltinTransports>" in text
+    assert (
+        "<type>SHM</type>" in text and "<useBuiltinTransports>false</useBuiltinTransports>" in text
+    )
     env: dict[str, str] = {}
     assert apply_fastdds_profile(env) == path and env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(path)
     env = {}
@@ -394,6 +446,7 @@ def test_transfer_limits_validate() -> None:
 
 # ------------------------------------------------- every transfer path, two processes
 
+
 @pytest.mark.ros
 def test_bench_transfer_runs_every_path_between_processes(ros_env, tmp_path: Path, capsys) -> None:
     """`fed-ros bench transfer` end to end, small payload: ROS 2 with the SHM profile and the
@@ -402,8 +455,25 @@ def test_bench_transfer_runs_every_path_between_processes(ros_env, tmp_path: Pat
     from fed_ros.ros.bench.transfer import main
 
     out = tmp_path / "transfer.json"
-    assert main(["--mb", "4", "--repeats", "1", "--warmup", "0", "--chunk-bytes", str(1 << 20),
-                 "--methods", "ros_tuned,zmq_bulk,memcpy", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--mb",
+                "4",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--chunk-bytes",
+                str(1 << 20),
+                "--methods",
+                "ros_tuned,zmq_bulk,memcpy",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(out.read_text())["rows"]
     assert [r["method"] for r in rows] == ["ros_tuned", "zmq_bulk", "memcpy"]
     assert all(len(r["times_s"]) == 1 and r["median_s"] > 0 for r in rows)
@@ -422,16 +492,28 @@ _U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
 
 @st.composite
 def _chunks(draw) -> TensorPayload:
-    specs = draw(st.lists(st.builds(
-        lambda n, s, d: TensorSpecMsg(name=n, shape=s, dtype=d),
-        st.sampled_from(["a", "b", "", "w"]), st.lists(st.integers(0, _U32), max_size=3),
-        st.sampled_from(["float32", "float64", "int8", ""])), max_size=3))
-    msg = TensorPayload(payload_id=draw(st.sampled_from(["p", "q", "", "x" * 300])), manifest=specs,
-                        encoding=draw(st.integers(0, 255)), total_bytes=draw(st.integers(0, _U64)),
-                        chunk_index=draw(st.integers(0, _U32)), chunk_count=draw(st.integers(0, _U32)),
-                        chunk_offset=draw(st.integers(0, _U64)),
-                        sha256=draw(st.sampled_from(["0" * 64, "g" * 64, "", "ab"])),
-                        bulk_uri=draw(st.sampled_from(["", "tcp://127.0.0.1:9/t"])))
+    specs = draw(
+        st.lists(
+            st.builds(
+                lambda n, s, d: TensorSpecMsg(name=n, shape=s, dtype=d),
+                st.sampled_from(["a", "b", "", "w"]),
+                st.lists(st.integers(0, _U32), max_size=3),
+                st.sampled_from(["float32", "float64", "int8", ""]),
+            ),
+            max_size=3,
+        )
+    )
+    msg = TensorPayload(
+        payload_id=draw(st.sampled_from(["p", "q", "", "x" * 300])),
+        manifest=specs,
+        encoding=draw(st.integers(0, 255)),
+        total_bytes=draw(st.integers(0, _U64)),
+        chunk_index=draw(st.integers(0, _U32)),
+        chunk_count=draw(st.integers(0, _U32)),
+        chunk_offset=draw(st.integers(0, _U64)),
+        sha256=draw(st.sampled_from(["0" * 64, "g" * 64, "", "ab"])),
+        bulk_uri=draw(st.sampled_from(["", "tcp://127.0.0.1:9/t"])),
+    )
     msg.scales = draw(st.lists(st.floats(width=32), max_size=3))
     set_bytes_field(msg, "data", draw(st.binary(max_size=64)))
     if draw(st.booleans()):  # sometimes a consistent small header, so deeper checks are reached
@@ -447,7 +529,9 @@ def _chunks(draw) -> TensorPayload:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_chunks(), min_size=1, max_size=6))
 def test_assembler_never_crashes_on_malformed_chunks(chunks: list[TensorPayload]) -> None:
-    asm = PayloadAssembler(TransferLimits(max_total_bytes=1 << 16, max_chunk_bytes=1 << 12), max_pending=2)
+    asm = PayloadAssembler(
+        TransferLimits(max_total_bytes=1 << 16, max_chunk_bytes=1 << 12), max_pending=2
+    )
     for chunk in chunks:
         try:
             done = asm.add(chunk)
@@ -468,7 +552,7 @@ def test_bulk_server_bind_and_advertised_host_from_environment(monkeypatch) -> N
         assert uri.startswith("tcp://robot-7.fleet.lan:") and len(uri.rsplit("/", 1)[1]) == 32
         # the advertised name is for other machines; locally fetch through the bound endpoint
         local = "tcp://127.0.0.1:" + uri.split(":")[2]
-        assert bulk.fetch_bulk(local, 10, sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
+        assert fetch_bulk(local, 10, sha256_hex(b"x" * 10), context=ctx).tobytes() == b"x" * 10
     finally:
         server.close()
         ctx.term()
@@ -478,7 +562,9 @@ def test_50mb_update_arrives_intact_with_bounded_memory() -> None:
     """L7: 50 MB in 4 MiB chunks; assembly allocates the payload once, nothing per chunk."""
     import tracemalloc
 
-    enc = encode_state_dict({"w": np.random.default_rng(0).standard_normal(12_500_000, dtype=np.float32)})
+    enc = encode_state_dict(
+        {"w": np.random.default_rng(0).standard_normal(12_500_000, dtype=np.float32)}
+    )
     sender = ChunkedSender(enc, "robot_9/r1/update")  # default 4 MiB chunks
     asm = PayloadAssembler(TransferLimits(max_total_bytes=64 << 20))
     tracemalloc.start()
@@ -491,4 +577,6 @@ def test_50mb_update_arrives_intact_with_bounded_memory() -> None:
         tracemalloc.stop()
     assert done is not None and done.sha256 == enc.sha256
     assert np.array_equal(done.data, enc.data)
-    assert enc.total_bytes <= peak < enc.total_bytes + (1 << 20), f"assembly peaked at {peak} bytes for a {enc.total_bytes}-byte payload"
+    assert enc.total_bytes <= peak < enc.total_bytes + (1 << 20), (
+        f"assembly peaked at {peak} bytes for a {enc.total_bytes}-byte payload"
+    )

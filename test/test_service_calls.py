@@ -4,6 +4,7 @@ The server here answers its first request late (after the client gave up on it),
 response Fast DDS dropped looks to a client; the client must ask again and return the answer
 to its own last request, not to an abandoned one.
 """
+
 from __future__ import annotations
 
 import threading
@@ -19,6 +20,7 @@ def late_first_answer(ros_env):
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from std_srvs.srv import Trigger
+
     server_ctx, client_ctx = rclpy.Context(), rclpy.Context()
     rclpy.init(context=server_ctx)
     rclpy.init(context=client_ctx)
@@ -58,6 +60,7 @@ def late_first_answer(ros_env):
 def test_an_unanswered_try_is_asked_again_and_the_latest_answer_returned(late_first_answer):
     from std_srvs.srv import Trigger
     from fed_ros.ros.wire.service_calls import call_until_answered, spinning
+
     client, executor, received, release = late_first_answer
     sent: list[int] = []
 
@@ -68,25 +71,45 @@ def test_an_unanswered_try_is_asked_again_and_the_latest_answer_returned(late_fi
         return client.call_async(Trigger.Request())
 
     wait = spinning(lambda s: executor.spin_once(timeout_sec=s))
-    answer = call_until_answered(send, wait, attempt_s=1.0, timeout_s=60.0, what="late",
-                                 abandon=client.remove_pending_request)
+    answer = call_until_answered(
+        send,
+        wait,
+        attempt_s=1.0,
+        timeout_s=60.0,
+        what="late",
+        abandon=client.remove_pending_request,
+    )
     assert len(sent) >= 2
-    assert answer.message == f"call {len(sent)}"  # the answer to the last try, not the late one to try 1
+    assert (
+        answer.message == f"call {len(sent)}"
+    )  # the answer to the last try, not the late one to try 1
     assert received[: len(sent)] == list(range(1, len(sent) + 1))
 
 
 def test_no_answer_within_the_timeout_names_the_call_and_the_tries(late_first_answer):
     from std_srvs.srv import Trigger
     from fed_ros.ros.wire.service_calls import call_until_answered, spinning
-    client, executor, _received, _release = late_first_answer  # never released: try 1 blocks the server
+
+    client, executor, _received, _release = (
+        late_first_answer  # never released: try 1 blocks the server
+    )
     wait = spinning(lambda s: executor.spin_once(timeout_sec=s))
-    with pytest.raises(TimeoutError, match=r"no answer to the late service in 1\.5 s \(2 tries of 1 s\)"):
-        call_until_answered(lambda: client.call_async(Trigger.Request()), wait, attempt_s=1.0, timeout_s=1.5,
-                            what="the late service", abandon=client.remove_pending_request)
+    with pytest.raises(
+        TimeoutError, match=r"no answer to the late service in 1\.5 s \(2 tries of 1 s\)"
+    ):
+        call_until_answered(
+            lambda: client.call_async(Trigger.Request()),
+            wait,
+            attempt_s=1.0,
+            timeout_s=1.5,
+            what="the late service",
+            abandon=client.remove_pending_request,
+        )
 
 
 def test_attempt_longer_than_the_timeout_is_refused_naming_it():
     from fed_ros.ros.wire.service_calls import call_until_answered
+
     with pytest.raises(ValueError, match=r"attempt_s must be in \(0, timeout_s=5\], got 10"):
         call_until_answered(lambda: None, lambda f, s: True, attempt_s=10, timeout_s=5, what="x")
 
@@ -94,11 +117,14 @@ def test_attempt_longer_than_the_timeout_is_refused_naming_it():
 def test_call_service_one_try_none_when_unanswered_then_the_answer(late_first_answer):
     from std_srvs.srv import Trigger
     from fed_ros.ros.wire.service_calls import call_service
+
     client, executor, _received, release = late_first_answer
     spinner = threading.Thread(target=executor.spin, daemon=True)  # a node spun in another thread
     spinner.start()
     try:
-        assert call_service(client, Trigger.Request(), 1.0) is None  # the server holds try 1: no retry here
+        assert (
+            call_service(client, Trigger.Request(), 1.0) is None
+        )  # the server holds try 1: no retry here
         release.set()
         assert call_service(client, Trigger.Request(), 30.0).message == "call 2"
     finally:

@@ -1,4 +1,5 @@
 """shutdown.node_main / exit_process: the exit code survives, nothing written is lost by os._exit (no ROS)."""
+
 from __future__ import annotations
 
 import subprocess
@@ -7,7 +8,7 @@ import textwrap
 
 import pytest
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import sys
     from fed_ros.ros import shutdown
 
@@ -23,13 +24,14 @@ SCRIPT = textwrap.dedent('''
 
     main(sys.argv[1])
     print("after main")  # never runs: node_main ends the process
-''')
+""")
 
 
 @pytest.mark.parametrize("how, code", [("0", 0), ("3", 3), ("none", 0), ("raise", 1)])
 def test_node_main_exits_with_mains_code_and_flushes_stdio(how, code):
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, how],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, how], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == code, proc.stderr
     assert proc.stdout == "buffered stdout"
     assert "stderr line" in proc.stderr
@@ -37,7 +39,11 @@ def test_node_main_exits_with_mains_code_and_flushes_stdio(how, code):
 
 
 def test_unless_stopping_drops_calls_once_shutdown_is_requested():
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent('''
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         from fed_ros.ros import shutdown
         seen = []
         log = shutdown.unless_stopping(seen.append)
@@ -45,5 +51,10 @@ def test_unless_stopping_drops_calls_once_shutdown_is_requested():
         shutdown.request()
         log("after")
         print(seen)
-    ''')], capture_output=True, text=True, timeout=60)
+    """),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.strip() == "['before']", proc.stderr

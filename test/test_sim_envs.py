@@ -1,12 +1,23 @@
 """ArmEnv: observation contract, upright images, seeding, action validation, variations."""
+
 from __future__ import annotations
 
 import mujoco
 import numpy as np
 import pytest
 
-from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS,
-                                       IMAGE_KEYS, JOINT_POS, LOWDIM_KEYS, OBJECT_STATE, OBJECT_STATE_DIM)
+from fed_ros.core.data.episode import (
+    ACTION_DIM,
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    EEF_QUAT,
+    GRIPPER_QPOS,
+    IMAGE_KEYS,
+    JOINT_POS,
+    LOWDIM_KEYS,
+    OBJECT_STATE,
+    OBJECT_STATE_DIM,
+)
 from fed_ros.sim.envs import AGENTVIEW_CAMERA, TASKS, WRIST_CAMERA, ArmEnv, make_env
 from fed_ros.sim.variations import VARIATIONS, Variation, random_variation, resolve_variation
 
@@ -31,7 +42,13 @@ def test_observation_keys_shapes_and_dtypes(cam_env: ArmEnv) -> None:
     assert set(obs) == set(IMAGE_KEYS) | set(LOWDIM_KEYS)
     for key in IMAGE_KEYS:
         assert obs[key].shape == (SIZE, SIZE, 3) and obs[key].dtype == np.uint8
-    shapes = {JOINT_POS: (7,), GRIPPER_QPOS: (2,), EEF_POS: (3,), EEF_QUAT: (4,), OBJECT_STATE: (OBJECT_STATE_DIM,)}
+    shapes = {
+        JOINT_POS: (7,),
+        GRIPPER_QPOS: (2,),
+        EEF_POS: (3,),
+        EEF_QUAT: (4,),
+        OBJECT_STATE: (OBJECT_STATE_DIM,),
+    }
     for key, shape in shapes.items():
         assert obs[key].shape == shape and obs[key].dtype == np.float32, key
     assert np.isclose(np.linalg.norm(obs[EEF_QUAT]), 1.0, atol=1e-5)
@@ -46,7 +63,9 @@ def test_eef_and_object_positions_are_in_the_base_frame(blind_env: ArmEnv) -> No
     cube_world = blind_env.object_positions()["cube"]
     # The Panda base is not rotated in robosuite, so the base frame is a pure translation.
     np.testing.assert_allclose(obs[OBJECT_STATE][:3], cube_world - base, atol=1e-5)
-    np.testing.assert_allclose(obs[OBJECT_STATE][7:10], obs[OBJECT_STATE][:3] - obs[EEF_POS], atol=1e-5)
+    np.testing.assert_allclose(
+        obs[OBJECT_STATE][7:10], obs[OBJECT_STATE][:3] - obs[EEF_POS], atol=1e-5
+    )
     assert np.all(obs[OBJECT_STATE][10:] == 0)  # zero padding
 
 
@@ -82,7 +101,7 @@ def test_images_are_upright_and_not_mirrored(camera: str, depth: float) -> None:
 def test_agentview_shows_table_below_robot(cam_env: ArmEnv) -> None:
     # Coarse scene check: the bright table top fills the bottom rows, the robot/wall the top.
     img = cam_env.reset(seed=0)[AGENTVIEW_IMAGE].astype(float).mean(axis=2)
-    assert img[-SIZE // 4:].mean() > img[: SIZE // 8].mean() + 30
+    assert img[-SIZE // 4 :].mean() > img[: SIZE // 8].mean() + 30
 
 
 def test_same_seed_gives_identical_observations(cam_env: ArmEnv) -> None:
@@ -97,8 +116,18 @@ def test_same_seed_gives_identical_observations(cam_env: ArmEnv) -> None:
     assert not np.array_equal(other[OBJECT_STATE], first[OBJECT_STATE])
 
 
-@pytest.mark.parametrize("bad", [np.zeros(3), np.zeros(5), np.zeros((1, 4)), [0, 0, np.nan, 0],
-                                 [0, np.inf, 0, 0], "left", None])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.zeros(3),
+        np.zeros(5),
+        np.zeros((1, 4)),
+        [0, 0, np.nan, 0],
+        [0, np.inf, 0, 0],
+        "left",
+        None,
+    ],
+)
 def test_bad_actions_raise_value_error(blind_env: ArmEnv, bad) -> None:
     blind_env.reset(seed=0)
     with pytest.raises(ValueError):
@@ -136,16 +165,26 @@ def test_variation_edits_what_it_claims(blind_env: ArmEnv) -> None:
     m = _model(blind_env)
     cam = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_CAMERA, AGENTVIEW_CAMERA)
     table = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, "table_visual")
-    cube_geoms = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, n) for n in ("cube_g0", "cube_g0_vis")]
+    cube_geoms = [
+        mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, n) for n in ("cube_g0", "cube_g0_vis")
+    ]
     blind_env.set_variation("default")
     cam_pos, cam_quat = m.cam_pos[cam].copy(), m.cam_quat[cam].copy()
     diffuse = m.light_diffuse.copy()
     sizes = m.geom_size[cube_geoms].copy()
     mass = m.body_mass[m.geom_bodyid[cube_geoms[0]]]
 
-    blind_env.set_variation(Variation(name="t", camera_pos_offset=(0.1, 0.0, -0.05), camera_rot_offset=(0, 5, 0),
-                                      light_scale=0.5, table_rgba=(0.2, 0.3, 0.4, 1.0),
-                                      object_colors=("green",), object_scale=1.1))
+    blind_env.set_variation(
+        Variation(
+            name="t",
+            camera_pos_offset=(0.1, 0.0, -0.05),
+            camera_rot_offset=(0, 5, 0),
+            light_scale=0.5,
+            table_rgba=(0.2, 0.3, 0.4, 1.0),
+            object_colors=("green",),
+            object_scale=1.1,
+        )
+    )
     np.testing.assert_allclose(m.cam_pos[cam], cam_pos + [0.1, 0.0, -0.05])
     assert not np.allclose(m.cam_quat[cam], cam_quat)
     np.testing.assert_allclose(m.light_diffuse, diffuse * 0.5, rtol=1e-6)
@@ -153,7 +192,7 @@ def test_variation_edits_what_it_claims(blind_env: ArmEnv) -> None:
     np.testing.assert_allclose(m.geom_rgba[table], [0.2, 0.3, 0.4, 1.0])
     np.testing.assert_allclose(m.geom_rgba[cube_geoms[1]], [0.10, 0.70, 0.15, 1.0], atol=1e-6)
     np.testing.assert_allclose(m.geom_size[cube_geoms], sizes * 1.1, rtol=1e-6)
-    assert np.isclose(m.body_mass[m.geom_bodyid[cube_geoms[0]]], mass * 1.1 ** 3)
+    assert np.isclose(m.body_mass[m.geom_bodyid[cube_geoms[0]]], mass * 1.1**3)
     assert blind_env.instruction == "lift the green cube"
 
     # Switching back restores every original value (edits start from saved originals).
@@ -187,7 +226,7 @@ def test_variations_change_the_rendered_image(cam_env: ArmEnv) -> None:
     for name, img in images.items():
         assert np.abs(img - base).mean() > 0.5, name
     assert images["dim_light"].mean() < base.mean() - 20
-    red = images["red_table"][-SIZE // 4:]
+    red = images["red_table"][-SIZE // 4 :]
     assert red[..., 0].mean() > red[..., 1].mean() + 60
 
 
@@ -195,17 +234,36 @@ def test_random_variation_is_reproducible_by_seed() -> None:
     assert random_variation(5) == random_variation(5)
     assert random_variation(5) != random_variation(6)
     assert resolve_variation("random:5") == random_variation(5)
-    with make_env("stack", "random:5", cameras=False) as a, make_env("stack", "random:5", cameras=False) as b:
+    with (
+        make_env("stack", "random:5", cameras=False) as a,
+        make_env("stack", "random:5", cameras=False) as b,
+    ):
         ma, mb = _model(a), _model(b)
-        for field in ("cam_pos", "cam_quat", "light_diffuse", "geom_rgba", "geom_size", "geom_matid", "body_mass"):
+        for field in (
+            "cam_pos",
+            "cam_quat",
+            "light_diffuse",
+            "geom_rgba",
+            "geom_size",
+            "geom_matid",
+            "body_mass",
+        ):
             np.testing.assert_array_equal(getattr(ma, field), getattr(mb, field), err_msg=field)
         np.testing.assert_array_equal(a.reset(seed=9)[OBJECT_STATE], b.reset(seed=9)[OBJECT_STATE])
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"object_scale": 3.0}, {"light_scale": float("nan")}, {"camera_pos_offset": (0, 0)},
-    {"table_rgba": (1, 0, 0, 2)}, {"object_colors": ("mauve",)}, {"table_material": "gold"}, {"name": ""},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"object_scale": 3.0},
+        {"light_scale": float("nan")},
+        {"camera_pos_offset": (0, 0)},
+        {"table_rgba": (1, 0, 0, 2)},
+        {"object_colors": ("mauve",)},
+        {"table_material": "gold"},
+        {"name": ""},
+    ],
+)
 def test_invalid_variation_raises(kwargs) -> None:
     with pytest.raises(ValueError):
         Variation(**kwargs)
@@ -231,12 +289,27 @@ def test_variation_from_untrusted_dicts_only_raises_value_error() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True),
-                       st.text(max_size=8))
+    scalar = st.one_of(
+        st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=True), st.text(max_size=8)
+    )
     value = st.one_of(scalar, st.lists(scalar, max_size=5), st.tuples(scalar, scalar, scalar))
-    keys = st.sampled_from(["name", "camera_pos_offset", "camera_rot_offset", "light_scale", "light_tint",
-                            "light_ambient", "light_pos_offset", "table_material", "table_rgba",
-                            "object_colors", "object_scale", "background_rgba", "bogus"])
+    keys = st.sampled_from(
+        [
+            "name",
+            "camera_pos_offset",
+            "camera_rot_offset",
+            "light_scale",
+            "light_tint",
+            "light_ambient",
+            "light_pos_offset",
+            "table_material",
+            "table_rgba",
+            "object_colors",
+            "object_scale",
+            "background_rgba",
+            "bogus",
+        ]
+    )
 
     @settings(max_examples=300, deadline=None)
     @given(st.dictionaries(keys, value, max_size=4))
@@ -256,14 +329,22 @@ def test_renders_headless_even_if_mujoco_was_imported_first(tmp_path) -> None:
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
-    code = ("import mujoco\n"
-            "from fed_ros.sim.envs import make_env\n"
-            "with make_env('lift', cameras=True, image_size=24) as e:\n"
-            "    img = e.reset(seed=0)['agentview_image']\n"
-            "    assert img.shape == (24, 24, 3) and img.std() > 5\n"
-            "print('ok')\n")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")
+    }
+    code = (
+        "import mujoco\n"
+        "from fed_ros.sim.envs import make_env\n"
+        "with make_env('lift', cameras=True, image_size=24) as e:\n"
+        "    img = e.reset(seed=0)['agentview_image']\n"
+        "    assert img.shape == (24, 24, 3) and img.std() > 5\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 

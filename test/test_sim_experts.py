@@ -1,4 +1,5 @@
 """Scripted experts, demonstration collection and in-process evaluation."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,9 @@ def test_expert_success_rate_at_least_90_percent(task: str) -> None:
     assert len(result.successes) == EPISODES and len(set(result.seeds)) == EPISODES
 
 
-@pytest.mark.parametrize("task,variation", [("stack", "big_objects"), ("pick_place_can", "random:4")])
+@pytest.mark.parametrize(
+    "task,variation", [("stack", "big_objects"), ("pick_place_can", "random:4")]
+)
 def test_expert_handles_varied_scenes(task: str, variation: str) -> None:
     result = evaluate(make_expert(task), task, variation, episodes=3, seed=1, cameras=False)
     assert result.success_rate >= 2 / 3, result.as_dict()
@@ -37,10 +40,17 @@ def test_noisy_expert_is_diverse_and_mostly_successful() -> None:
 
 
 def test_collect_demos_with_cameras_aligns_observations_and_actions(tmp_path) -> None:
-    episodes = collect_demos("lift", "dim_light", n=2, seed=0, cameras=True, image_size=48, robot_id="robot_3")
+    episodes = collect_demos(
+        "lift", "dim_light", n=2, seed=0, cameras=True, image_size=48, robot_id="robot_3"
+    )
     assert len(episodes) == 2
     for ep in episodes:
-        assert ep.success and ep.task == "lift" and ep.variation == "dim_light" and ep.robot_id == "robot_3"
+        assert (
+            ep.success
+            and ep.task == "lift"
+            and ep.variation == "dim_light"
+            and ep.robot_id == "robot_3"
+        )
         assert ep.instruction == "lift the red cube"
         assert set(ep.observations) == set(IMAGE_KEYS) | set(LOWDIM_KEYS)
         assert ep.observations["agentview_image"].shape == (len(ep), 48, 48, 3)
@@ -53,7 +63,9 @@ def test_collect_demos_with_cameras_aligns_observations_and_actions(tmp_path) ->
         obs = env.reset(seed=int(ep.metadata["reset_seed"]))
         for t in range(len(ep)):
             for key in ep.observations:
-                np.testing.assert_array_equal(obs[key], ep.observations[key][t], err_msg=f"{key} at t={t}")
+                np.testing.assert_array_equal(
+                    obs[key], ep.observations[key][t], err_msg=f"{key} at t={t}"
+                )
             obs, done, success = env.step(ep.actions[t])
         assert done and success
     loaded = Episode.load(ep.save(tmp_path / "ep.npz"))
@@ -97,7 +109,9 @@ def test_evaluate_counts_failures_and_passes_the_instruction() -> None:
 
 
 def test_evaluate_accepts_a_factory_and_rejects_bad_policies() -> None:
-    assert evaluate(lambda: make_expert("lift"), "lift", episodes=1, cameras=False).success_rate == 1.0
+    assert (
+        evaluate(lambda: make_expert("lift"), "lift", episodes=1, cameras=False).success_rate == 1.0
+    )
 
     class _Nan(_Still):
         def act(self, obs):

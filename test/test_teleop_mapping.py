@@ -1,4 +1,5 @@
 """Teleop mapping rules (fed_ros.core.arm.teleop), ROS-free: deadman, deadzone, scaling, bad and stale input."""
+
 from __future__ import annotations
 
 import math
@@ -7,15 +8,36 @@ import numpy as np
 import pytest
 import yaml
 
-from fed_ros.core.arm.teleop import (TeleopMapper, apply_deadzone, load_teleop_profile, profile_from_dict,
-                                     teleop_profile_dir)
+from fed_ros.core.arm.teleop import (
+    TeleopMapper,
+    apply_deadzone,
+    load_teleop_profile,
+    profile_from_dict,
+    teleop_profile_dir,
+)
 
 
 def _profile(**changes):
-    data = {"name": "pad", "axes_count": 4, "buttons_count": 6, "deadzone": 0.2, "watchdog_timeout_s": 0.5,
-            "axes": {"x": {"axis": 1, "scale": 1.0}, "y": {"axis": 0, "scale": 2.0, "sign": -1}, "z": 3},
-            "buttons": {"deadman": 0, "record_start": 1, "record_stop": 2, "label_success": 3,
-                        "label_failure": 4, "gripper_toggle": 5}}
+    data = {
+        "name": "pad",
+        "axes_count": 4,
+        "buttons_count": 6,
+        "deadzone": 0.2,
+        "watchdog_timeout_s": 0.5,
+        "axes": {
+            "x": {"axis": 1, "scale": 1.0},
+            "y": {"axis": 0, "scale": 2.0, "sign": -1},
+            "z": 3,
+        },
+        "buttons": {
+            "deadman": 0,
+            "record_start": 1,
+            "record_stop": 2,
+            "label_success": 3,
+            "label_failure": 4,
+            "gripper_toggle": 5,
+        },
+    }
     data.update(changes)
     return profile_from_dict(data)
 
@@ -123,7 +145,11 @@ def test_button_events_are_rising_edges_and_toggle_the_gripper(mapper):
     mapper.joy(axes, [1, 0, 0, 0, 0, 0], 0.4)
     mapper.joy(axes, [1, 0, 0, 0, 0, 1], 0.5)
     assert mapper.gripper == -1.0
-    assert mapper.joy(axes, [0, 0, 1, 1, 1, 0], 0.6) == ["record_stop", "label_success", "label_failure"]
+    assert mapper.joy(axes, [0, 0, 1, 1, 1, 0], 0.6) == [
+        "record_stop",
+        "label_success",
+        "label_failure",
+    ]
 
 
 def test_a_bad_joy_gives_no_button_events(mapper):
@@ -131,20 +157,23 @@ def test_a_bad_joy_gives_no_button_events(mapper):
     assert mapper.joy([0.0] * 3, [0, 1, 0, 0, 0, 0], 0.0) == []
 
 
-@pytest.mark.parametrize("changes, named", [
-    ({"buttons": {"deadman": 0, "estop": 1}}, "unknown button 'estop'"),
-    ({"axes": {"x": 0, "roll": 1}}, "unknown axis 'roll'"),
-    ({"buttons": {"deadman": 0, "gripper_toggle": 6}}, "button 'gripper_toggle' index 6"),
-    ({"buttons": {"record_start": 1}}, "no 'deadman' button"),
-    ({"axes": {"z": 4}}, "axis 'z' index 4"),
-    ({"axes": {"x": {"axis": 0, "sign": 2}}}, "sign must be 1 or -1"),
-    ({"axes": {"x": {"axis": 0, "scale": 0}}}, "scale must be > 0"),
-    ({"deadzone": 1.0}, "deadzone"),
-    ({"watchdog_timeout_s": 0}, "watchdog_timeout_s"),
-    ({"input": "wiimote"}, "input must be one of"),
-    ({"axes_count": 0}, "axes_count"),
-    ({"rate": 5}, "unknown key 'rate'"),
-])
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        ({"buttons": {"deadman": 0, "estop": 1}}, "unknown button 'estop'"),
+        ({"axes": {"x": 0, "roll": 1}}, "unknown axis 'roll'"),
+        ({"buttons": {"deadman": 0, "gripper_toggle": 6}}, "button 'gripper_toggle' index 6"),
+        ({"buttons": {"record_start": 1}}, "no 'deadman' button"),
+        ({"axes": {"z": 4}}, "axis 'z' index 4"),
+        ({"axes": {"x": {"axis": 0, "sign": 2}}}, "sign must be 1 or -1"),
+        ({"axes": {"x": {"axis": 0, "scale": 0}}}, "scale must be > 0"),
+        ({"deadzone": 1.0}, "deadzone"),
+        ({"watchdog_timeout_s": 0}, "watchdog_timeout_s"),
+        ({"input": "wiimote"}, "input must be one of"),
+        ({"axes_count": 0}, "axes_count"),
+        ({"rate": 5}, "unknown key 'rate'"),
+    ],
+)
 def test_a_bad_profile_is_refused_at_load_naming_the_entry(changes, named):
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
         _profile(**changes)
@@ -152,8 +181,17 @@ def test_a_bad_profile_is_refused_at_load_naming_the_entry(changes, named):
 
 def test_load_from_yaml_refuses_an_unknown_button(tmp_path):
     path = tmp_path / "pad.yaml"
-    path.write_text(yaml.safe_dump({"name": "pad", "axes_count": 2, "buttons_count": 2, "axes": {"x": 0},
-                                    "buttons": {"deadman": 0, "turbo": 1}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "pad",
+                "axes_count": 2,
+                "buttons_count": 2,
+                "axes": {"x": 0},
+                "buttons": {"deadman": 0, "turbo": 1},
+            }
+        )
+    )
     with pytest.raises(ValueError, match="unknown button 'turbo'"):
         load_teleop_profile(str(path))
 

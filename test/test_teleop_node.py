@@ -3,6 +3,7 @@
 The arm adapter runs with its watchdog at 30 s (test_arm_stop_paths.NO_WATCHDOG), so every zero
 twist under test comes from the teleop node's HOLD, never from the adapter's watchdog.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,6 +31,7 @@ class Pad:
 
     def __init__(self, node) -> None:
         from sensor_msgs.msg import Joy
+
         self._Joy = Joy
         self.lock = threading.Lock()
         self.axes, self.buttons = [0.0] * 6, [0] * 21
@@ -56,6 +58,7 @@ class Pad:
 
 def _reset(node) -> None:
     from fed_ros.ros.arm.bridge_eval import ArmClient
+
     client = ArmClient(node, namespace=NS, cameras=False)
     client.wait_for_arm(60.0)
 
@@ -64,6 +67,7 @@ def _reset(node) -> None:
             return client.reset("lift", timeout=30.0)
         except RuntimeError:  # not ready yet (topics still being discovered)
             return None
+
     wait_until(attempt, 60.0, "the adapter's first reset")
 
 
@@ -72,35 +76,61 @@ def _moving_forward(arm, since: int) -> bool:
     return twist is not None and twist.twist.linear.x > 0.0
 
 
-def test_teleop_moves_the_arm_only_under_the_deadman_and_ends_with_a_zero(ros_env, processes, tmp_path):
+def test_teleop_moves_the_arm_only_under_the_deadman_and_ends_with_a_zero(
+    ros_env, processes, tmp_path
+):
     profile = load_profile("ur5e")
     pad_profile = yaml.safe_load((teleop_profile_dir() / "xbox.yaml").read_text())
-    pad_profile["watchdog_timeout_s"] = 2.0  # a loaded CI machine may pause a publisher; staleness is unit-tested
+    pad_profile["watchdog_timeout_s"] = (
+        2.0  # a loaded CI machine may pause a publisher; staleness is unit-tested
+    )
     (tmp_path / "pad.yaml").write_text(yaml.safe_dump(pad_profile))
     start_adapter(processes, ros_env, tmp_path)
     log = tmp_path / "teleop.log"
-    teleop = processes.python(["-m", TELEOP, "--ros-args", "-r", f"__ns:={NS}",
-                               "-p", f"profile:={tmp_path / 'pad.yaml'}"], ros_env, log_path=log)
+    teleop = processes.python(
+        [
+            "-m",
+            TELEOP,
+            "--ros-args",
+            "-r",
+            f"__ns:={NS}",
+            "-p",
+            f"profile:={tmp_path / 'pad.yaml'}",
+        ],
+        ros_env,
+        log_path=log,
+    )
     spun = Spun("arm_and_pad")
     try:
         arm = RecordingArm(spun.node, profile)
         pad = Pad(spun.node)
         pad.set(deadman=False)  # stick pushed, deadman not held
         _reset(spun.node)
-        wait_until(lambda: "teleop up" in log.read_text(), 30.0, "the teleop node", diagnostics=log.read_text)
+        wait_until(
+            lambda: "teleop up" in log.read_text(),
+            30.0,
+            "the teleop node",
+            diagnostics=log.read_text,
+        )
         mark = arm.count()
         wait_until(lambda: arm.count() > mark + 30, 20.0, "adapter ticks")  # >= 1.5 s of ticks
         assert not arm.moving(mark), "the arm moved without the deadman"
 
         pad.set(deadman=True)
-        wait_until(lambda: _moving_forward(arm, mark), 20.0, "the arm moving under the deadman",
-                   diagnostics=lambda: log.read_text()[-2000:])
+        wait_until(
+            lambda: _moving_forward(arm, mark),
+            20.0,
+            "the arm moving under the deadman",
+            diagnostics=lambda: log.read_text()[-2000:],
+        )
 
         mark = arm.count()
         pad.set(deadman=False)  # release: the HOLD zeroes the arm (the adapter's watchdog is 30 s)
         wait_until(lambda: arm.count() > mark + 20, 20.0, "ticks after the release")
         arm.assert_stopped(mark, gripper_at=None)
-        wait_until(lambda: "holding: deadman released" in log.read_text(), 10.0, "the release logged")
+        wait_until(
+            lambda: "holding: deadman released" in log.read_text(), 10.0, "the release logged"
+        )
 
         pad.set(deadman=True)
         mark = arm.count()
@@ -109,29 +139,45 @@ def test_teleop_moves_the_arm_only_under_the_deadman_and_ends_with_a_zero(ros_en
         pad.set(deadman=True, stick=math.nan)  # a broken device: NaN axes with the deadman held
         wait_until(lambda: arm.count() > mark + 20, 20.0, "ticks after the NaN")
         arm.assert_stopped(mark, gripper_at=None)
-        wait_until(lambda: "holding: bad input: Joy has non-finite axes" in log.read_text(), 10.0,
-                   "the NaN logged", diagnostics=lambda: log.read_text()[-2000:])
+        wait_until(
+            lambda: "holding: bad input: Joy has non-finite axes" in log.read_text(),
+            10.0,
+            "the NaN logged",
+            diagnostics=lambda: log.read_text()[-2000:],
+        )
 
         # Buttons: START, B (label failure), BACK -> Record START, then STOP with success false.
         from fed_ros.srv import Record
+
         calls = []
 
         def on_record(request, response):
             calls.append((request.command, request.task, request.success))
             response.ok = True
             return response
+
         spun.node.create_service(Record, f"{NS}/record", on_record)
         pad.set(deadman=False, stick=0.0)  # a valid Joy again (a bad one gives no button events)
         for button in (6, 1, 4):
             pad.press(button)
-        wait_until(lambda: len(calls) == 2, 20.0, "two Record calls", diagnostics=lambda: log.read_text()[-2000:])
-        assert calls == [(Record.Request.START, "lift", False), (Record.Request.STOP, "lift", False)]
+        wait_until(
+            lambda: len(calls) == 2,
+            20.0,
+            "two Record calls",
+            diagnostics=lambda: log.read_text()[-2000:],
+        )
+        assert calls == [
+            (Record.Request.START, "lift", False),
+            (Record.Request.STOP, "lift", False),
+        ]
 
         pad.set(deadman=True)
         mark = arm.count()
         wait_until(lambda: _moving_forward(arm, mark), 20.0, "the arm moving before SIGINT")
         mark = arm.count()
-        teleop.send_signal(signal.SIGINT)  # the deadman stays held: only the node's last HOLD stops the arm
+        teleop.send_signal(
+            signal.SIGINT
+        )  # the deadman stays held: only the node's last HOLD stops the arm
         assert teleop.wait(timeout=20) == 0, log.read_text()[-3000:]
         time.sleep(0.3)  # deliberate: anything still in flight lands before the check
         arm.assert_stopped(mark, gripper_at=None)

@@ -1,4 +1,5 @@
 """The suite's own helpers (test/conftest.py): exclusive ROS domain ids and condition waits."""
+
 from __future__ import annotations
 
 import subprocess
@@ -41,18 +42,26 @@ def test_released_domain_id_can_be_taken_again(private_domains):
 
 
 def test_another_process_cannot_take_a_held_domain_id(private_domains):
-    code = ("import fcntl, sys; f = open(sys.argv[1], 'a')\n"
-            "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('taken')\n"
-            "except BlockingIOError:\n    print('held')\n")
+    code = (
+        "import fcntl, sys; f = open(sys.argv[1], 'a')\n"
+        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); print('taken')\n"
+        "except BlockingIOError:\n    print('held')\n"
+    )
     with exclusive_domain_id() as domain:
-        out = subprocess.run([sys.executable, "-c", code, str(private_domains / f"{domain}.lock")],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(private_domains / f"{domain}.lock")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     assert out == "held"
 
 
 def test_domain_ids_stay_below_the_ephemeral_port_range():
     # Fast DDS: 7400 + 250 d + 10 + 2 p; Linux's ephemeral ports start at 32768.
-    assert min(domains.DOMAIN_IDS) >= 0 and 7400 + 250 * max(domains.DOMAIN_IDS) + 10 + 2 * 50 < 32768
+    assert (
+        min(domains.DOMAIN_IDS) >= 0 and 7400 + 250 * max(domains.DOMAIN_IDS) + 10 + 2 * 50 < 32768
+    )
 
 
 def test_wait_until_returns_the_truthy_value():

@@ -2,6 +2,7 @@
 outbox (re-send until acknowledged), the ledger (idempotent receipt), the channel choice, and
 the receiver's one payload check. Messages are built in-process; bulk fetches use a real
 BulkServer thread over loopback TCP."""
+
 from __future__ import annotations
 
 import hashlib
@@ -14,8 +15,10 @@ from fed_ros.core.checks.decisions import Decision, NON_FINITE, OUT_OF_RANGE, SC
 from fed_ros.core.rounds.delivery import Ledger, Outbox, RetrySchedule
 from fed_ros.core.params import manifest_of
 from fed_ros.ros.wire import bulk
+from fed_ros.ros.wire.bulk_fetch import BulkFetch
 from fed_ros.ros.wire.channels import choose_channel
-from fed_ros.ros.wire.transfer import TransferReceiver, TransferSender
+from fed_ros.ros.wire.transfer import TransferSender
+from fed_ros.ros.wire.transfer_receiver import TransferReceiver
 
 MODEL = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, np.float32)}
 
@@ -29,6 +32,7 @@ class FakeClock:
 
 
 # ------------------------------------------------------------------ delivery (pure)
+
 
 def test_retry_schedule_doubles_up_to_its_cap_and_validates() -> None:
     s = RetrySchedule(first_s=1.0, factor=2.0, max_s=5.0)
@@ -104,7 +108,9 @@ def test_ledger_answers_resends_and_reopens_an_abandoned_round() -> None:
 
 
 def test_channel_choice_follows_setting_and_threshold() -> None:
-    assert choose_channel("auto", 999, 1000) == "ros" and choose_channel("auto", 1000, 1000) == "zmq"
+    assert (
+        choose_channel("auto", 999, 1000) == "ros" and choose_channel("auto", 1000, 1000) == "zmq"
+    )
     assert choose_channel("ros", 10 << 20) == "ros" and choose_channel("zmq", 1) == "zmq"
     with pytest.raises(ValueError, match="'udp'"):
         choose_channel("udp", 1)
@@ -112,11 +118,17 @@ def test_channel_choice_follows_setting_and_threshold() -> None:
 
 # ------------------------------------------------------------------ sender / receiver
 
+
 def test_sender_and_receiver_over_ros_chunks_with_resend() -> None:
     sender = TransferSender("ros", chunk_bytes=16)
     out = sender.prepare(MODEL, "robot_0/r1/u", cluster_id=2)
     chunks = out.chunks()
-    assert out.channel == "ros" and out.bulk_uri == "" and len(chunks) == 3 and out.meta == {"cluster_id": 2}
+    assert (
+        out.channel == "ros"
+        and out.bulk_uri == ""
+        and len(chunks) == 3
+        and out.meta == {"cluster_id": 2}
+    )
     clock = FakeClock()
     receiver = TransferReceiver(manifest_of(MODEL), stall_timeout_s=1.0, clock=clock)
     try:
@@ -129,18 +141,23 @@ def test_sender_and_receiver_over_ros_chunks_with_resend() -> None:
         result = receiver.offer(resent[1])
         assert result.decision and result.tag == "env" and result.nbytes == 36
         assert all(np.array_equal(result.params[k], MODEL[k]) for k in MODEL)
-        assert not receiver.busy("robot_0/r1/u") and receiver.offer(chunks[0]) is None  # late chunk ignored
+        assert (
+            not receiver.busy("robot_0/r1/u") and receiver.offer(chunks[0]) is None
+        )  # late chunk ignored
     finally:
         receiver.close()
         sender.close()
 
 
-@pytest.mark.parametrize("change, code", [
-    (lambda m: {"w": m["w"], "b": m["b"], "evil": np.zeros(1, np.float32)}, SCHEMA),
-    (lambda m: {"w": m["w"].reshape(3, 2), "b": m["b"]}, SCHEMA),
-    (lambda m: {"w": np.full((2, 3), np.nan, np.float32), "b": m["b"]}, NON_FINITE),
-    (lambda m: {"w": np.full((2, 3), -1e30, np.float32), "b": m["b"]}, OUT_OF_RANGE),
-])
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        (lambda m: {"w": m["w"], "b": m["b"], "evil": np.zeros(1, np.float32)}, SCHEMA),
+        (lambda m: {"w": m["w"].reshape(3, 2), "b": m["b"]}, SCHEMA),
+        (lambda m: {"w": np.full((2, 3), np.nan, np.float32), "b": m["b"]}, NON_FINITE),
+        (lambda m: {"w": np.full((2, 3), -1e30, np.float32), "b": m["b"]}, OUT_OF_RANGE),
+    ],
+)
 def test_receiver_is_the_one_payload_check_with_a_code(change, code) -> None:
     """Manifest before any byte (schema), values after decoding (finite, range): one Decision each."""
     out = TransferSender("ros").prepare(change(MODEL), "p")
@@ -157,15 +174,20 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
     """auto -> bulk above the threshold; the uri carries a per-transfer secret the server checks;
     an unreachable sender is retried with backoff and the error names its endpoint."""
     sender = TransferSender("auto", bulk_threshold_bytes=10)
-    receiver = TransferReceiver(manifest_of(MODEL), fetch_retry=RetrySchedule(first_s=0.1, factor=1.0, max_s=0.1),
-                                fetch_idle_timeout_s=0.2)
+    receiver = TransferReceiver(
+        manifest_of(MODEL),
+        fetch_retry=RetrySchedule(first_s=0.1, factor=1.0, max_s=0.1),
+        fetch_idle_timeout_s=0.2,
+    )
     try:
         out = sender.prepare(MODEL, "r/1")
         control = out.chunks()[0]
         assert out.channel == "zmq" and len(control.data) == 0
         secret = control.bulk_uri.rsplit("/", 1)[1]
         assert len(secret) == 32 and int(secret, 16) >= 0  # 128 random bits
-        forged = sender.prepare(MODEL, "r/2").chunks()[0]  # a bulk control message, wrong secret below
+        forged = sender.prepare(MODEL, "r/2").chunks()[
+            0
+        ]  # a bulk control message, wrong secret below
         forged.bulk_uri = control.bulk_uri.rsplit("/", 1)[0] + "/" + "0" * 32
         assert receiver.offer(forged) is None and receiver.offer(control, tag="ok") is None
         results = _wait_completed(receiver, 2)
@@ -179,7 +201,10 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
         assert receiver.offer(gone, retry_for_s=0.5) is None
         (result,) = _wait_completed(receiver, 1)
         endpoint = gone.bulk_uri.rsplit("/", 1)[0]
-        assert result.decision.code == UNREACHABLE and f"bulk server {endpoint} unreachable" in result.decision.reason
+        assert (
+            result.decision.code == UNREACHABLE
+            and f"bulk server {endpoint} unreachable" in result.decision.reason
+        )
     finally:
         receiver.close()
         sender.close()
@@ -187,6 +212,7 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
 
 def _wait_completed(receiver: TransferReceiver, n: int, timeout: float = 30.0) -> list:
     import time
+
     out: list = []
     deadline = time.monotonic() + timeout
     while len(out) < n:
@@ -203,8 +229,11 @@ def test_bulk_fetch_follows_a_restarted_sender_offering_the_same_bytes_elsewhere
     server's port for 60 s, rejected the model as unreachable, and the round was abandoned)."""
     first = TransferSender("zmq")
     second = TransferSender("zmq")
-    receiver = TransferReceiver(manifest_of(MODEL), fetch_retry=RetrySchedule(first_s=8.0, factor=1.0, max_s=8.0),
-                                fetch_idle_timeout_s=0.2)
+    receiver = TransferReceiver(
+        manifest_of(MODEL),
+        fetch_retry=RetrySchedule(first_s=8.0, factor=1.0, max_s=8.0),
+        fetch_idle_timeout_s=0.2,
+    )
     try:
         dead = first.prepare(MODEL, "cluster_0/r1/abc").chunks()[0]
         first.close()  # killed before the robot fetched
@@ -219,7 +248,9 @@ def test_bulk_fetch_follows_a_restarted_sender_offering_the_same_bytes_elsewhere
         # Another payload under the same id (other bytes) does not redirect a fetch.
         third = TransferSender("zmq")
         try:
-            other = third.prepare({k: v + 1 for k, v in MODEL.items()}, "cluster_0/r2/abc").chunks()[0]
+            other = third.prepare(
+                {k: v + 1 for k, v in MODEL.items()}, "cluster_0/r2/abc"
+            ).chunks()[0]
             gone = second.prepare(MODEL, "cluster_0/r2/abc").chunks()[0]
             second.close()
             assert receiver.offer(gone, retry_for_s=1.0) is None and receiver.offer(other) is None
@@ -239,14 +270,17 @@ def test_bulk_fetch_resumes_after_an_outage_with_the_chunks_it_had() -> None:
     try:
         data = np.random.default_rng(0).integers(0, 255, 100_000, dtype=np.uint8)
         uri = server.offer(data)
-        fetch = bulk.BulkFetch(uri, data.nbytes, hashlib.sha256(data).hexdigest(), chunk_bytes=10_000)
+        fetch = BulkFetch(uri, data.nbytes, hashlib.sha256(data).hexdigest(), chunk_bytes=10_000)
         fetch.received.update({0, 1, 2})  # as if three chunks arrived before the link went down
         fetch.buf[:30_000] = data[:30_000]
         fetch._hasher.update(data[:30_000])  # noqa: SLF001
         fetch._hashed_upto = 3  # noqa: SLF001
         requested = []
         orig = server._send_chunk  # noqa: SLF001
-        server._send_chunk = lambda ident, token, d, i, r: (requested.append(i), orig(ident, token, d, i, r))
+        server._send_chunk = lambda ident, token, d, i, r: (
+            requested.append(i),
+            orig(ident, token, d, i, r),
+        )
         assert fetch.run(context=ctx).tobytes() == data.tobytes()
         assert sorted(requested) == list(range(3, 10))  # only what was missing
     finally:
@@ -259,12 +293,20 @@ def test_bulk_bind_follows_the_advertised_host() -> None:
     assert bulk.bulk_bind_endpoint(env={"FED_ROS_BULK_HOST": "127.0.0.1"}) == "tcp://127.0.0.1:*"
     # An advertised name that is not an address of this machine (NAT, DNS): every interface.
     assert bulk.bulk_bind_endpoint(env={"FED_ROS_BULK_HOST": "192.0.2.77"}) == "tcp://0.0.0.0:*"
-    assert bulk.bulk_bind_endpoint(env={"FED_ROS_BULK_HOST": "x", "FED_ROS_BULK_BIND": "tcp://0.0.0.0:5555"}) \
+    assert (
+        bulk.bulk_bind_endpoint(
+            env={"FED_ROS_BULK_HOST": "x", "FED_ROS_BULK_BIND": "tcp://0.0.0.0:5555"}
+        )
         == "tcp://0.0.0.0:5555"
-    assert bulk.bulk_bind_endpoint("tcp://127.0.0.1:7000", env={"FED_ROS_BULK_HOST": "x"}) == "tcp://127.0.0.1:7000"
+    )
+    assert (
+        bulk.bulk_bind_endpoint("tcp://127.0.0.1:7000", env={"FED_ROS_BULK_HOST": "x"})
+        == "tcp://127.0.0.1:7000"
+    )
 
 
 # ------------------------------------------------------------------ the channel seam
+
 
 class _MemoryChannel:
     """An in-process bulk channel: what a third channel (HTTP, Zenoh, ...) has to provide."""
@@ -293,12 +335,15 @@ class _MemoryChannel:
 
         def run(self, *, idle_timeout_s: float, max_retries: int):
             data = _MemoryChannel.store[self.payload.bulk_uri]
-            assert hashlib.sha256(data).hexdigest() == self.payload.sha256  # verified, as the contract says
+            assert (
+                hashlib.sha256(data).hexdigest() == self.payload.sha256
+            )  # verified, as the contract says
             return np.frombuffer(data, np.uint8)
 
 
 def test_a_third_channel_is_one_registry_entry(monkeypatch) -> None:
     from fed_ros.ros.wire import channels
+
     mem = channels.BulkChannel("mem", "mem://", _MemoryChannel.Server, _MemoryChannel.Fetch)
     monkeypatch.setitem(channels.BULK_CHANNELS, "mem", mem)
     assert choose_channel("mem", 1) == "mem" and channels.bulk_channel_for("mem://7") is mem
@@ -306,7 +351,11 @@ def test_a_third_channel_is_one_registry_entry(monkeypatch) -> None:
         channels.bulk_channel_for("udp://x")
     sender = TransferSender("mem")
     out = sender.prepare(MODEL, "robot_0/r1/u")
-    assert out.channel == "mem" and out.bulk_uri == "mem://1" and sender.bulk_server("mem").offered == 1
+    assert (
+        out.channel == "mem"
+        and out.bulk_uri == "mem://1"
+        and sender.bulk_server("mem").offered == 1
+    )
     receiver = TransferReceiver(manifest_of(MODEL))
     try:
         (control,) = out.chunks()

@@ -7,6 +7,7 @@ threshold.
 Skipped (with the reason) only where namespaces cannot be made: not root, no iproute2 (the
 same check as test/test_multihost.py). Every namespace the bench creates is checked to be gone.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,9 @@ METHODS = ("raw_zmq", "ros_default", "ros_paced", "zmq_bulk")
 
 
 @pytest.mark.ros
-def test_bench_transfer_shaped_prints_goodput_per_channel(ros_env, tmp_path: Path, capsys, monkeypatch) -> None:
+def test_bench_transfer_shaped_prints_goodput_per_channel(
+    ros_env, tmp_path: Path, capsys, monkeypatch
+) -> None:
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"separate hosts need network namespaces: {reason}")
@@ -41,12 +44,36 @@ def test_bench_transfer_shaped_prints_goodput_per_channel(ros_env, tmp_path: Pat
     monkeypatch.setattr(netns, "Network", RecordedNetwork)
     out = tmp_path / "transfer.json"
     try:
-        assert main(["--methods", "memcpy", "--repeats", "1", "--warmup", "0", "--shaped", str(RATE_MBIT),
-                     "--shaped-mb", str(SHAPED_MB), "--shaped-methods", ",".join(METHODS),
-                     "--transfer-timeout", "30", "--json", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "--methods",
+                    "memcpy",
+                    "--repeats",
+                    "1",
+                    "--warmup",
+                    "0",
+                    "--shaped",
+                    str(RATE_MBIT),
+                    "--shaped-mb",
+                    str(SHAPED_MB),
+                    "--shaped-methods",
+                    ",".join(METHODS),
+                    "--transfer-timeout",
+                    "30",
+                    "--json",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         assert len(made) == 1, "one Network per shaped rate"
-        left = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
-        assert made[0]._created and not left & set(made[0]._created), "the bench left namespaces behind"  # noqa: SLF001
+        left = set(
+            subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        )
+        assert made[0]._created and not left & set(made[0]._created), (
+            "the bench left namespaces behind"
+        )  # noqa: SLF001
     finally:
         for net in made:
             net.close()  # reap even when the bench failed half-way (a no-op when it cleaned up)
@@ -57,10 +84,14 @@ def test_bench_transfer_shaped_prints_goodput_per_channel(ros_env, tmp_path: Pat
     assert [(r["rate_mbit"], r["method"]) for r in shaped] == [(RATE_MBIT, m) for m in METHODS]
     nbytes = int(SHAPED_MB * 1e6) // 4 * 4
     for row in shaped:
-        assert row["median_s"] is not None, f"{row['method']} did not complete through the shaped link"
+        assert row["median_s"] is not None, (
+            f"{row['method']} did not complete through the shaped link"
+        )
         assert row["median_s"] > 0
         # goodput = payload bits / median time / link rate, computed for every completed method
-        assert math.isclose(row["goodput_of_link"], nbytes * 8 / row["median_s"] / (RATE_MBIT * 1e6), rel_tol=1e-9)
+        assert math.isclose(
+            row["goodput_of_link"], nbytes * 8 / row["median_s"] / (RATE_MBIT * 1e6), rel_tol=1e-9
+        )
     assert "through a tbf-shaped link" in printed and "of link" in printed
     table = printed.split("through a tbf-shaped link", 1)[1].splitlines()
     for row in shaped:
@@ -78,14 +109,22 @@ def test_paced_profile_names_one_controller_every_writer_uses(tmp_path: Path) ->
 
     env: dict[str, str] = {}
     path = pacing.apply_paced_profile(env, 1.0, tmp_path)
-    assert env == {"FASTDDS_DEFAULT_PROFILES_FILE": str(path), "RMW_FASTRTPS_PUBLICATION_MODE": "AUTO"}
+    assert env == {
+        "FASTDDS_DEFAULT_PROFILES_FILE": str(path),
+        "RMW_FASTRTPS_PUBLICATION_MODE": "AUTO",
+    }
     ns = {"d": "http://www.eprosima.com"}
     root = ET.fromstring(path.read_text())
-    (ctrl,) = root.findall(".//d:participant/d:rtps/d:flow_controller_descriptor_list/d:flow_controller_descriptor", ns)
+    (ctrl,) = root.findall(
+        ".//d:participant/d:rtps/d:flow_controller_descriptor_list/d:flow_controller_descriptor", ns
+    )
     assert int(ctrl.find("d:max_bytes_per_period", ns).text) == int(1e6 / 8 * 0.95 * 0.1)
     assert ctrl.find("d:period_ms", ns).text == "100"
     # a fast link gets a shorter period, so one period's burst stays under a 64 KB datagram
-    assert (pacing.paced_period_ms(20), pacing.paced_bytes_per_period(20)) == (20, int(20e6 / 8 * 0.95 * 0.02))
+    assert (pacing.paced_period_ms(20), pacing.paced_bytes_per_period(20)) == (
+        20,
+        int(20e6 / 8 * 0.95 * 0.02),
+    )
     mode = root.find(".//d:data_writer/d:qos/d:publishMode", ns)
     assert mode.find("d:kind", ns).text == "ASYNCHRONOUS"
     assert mode.find("d:flow_controller_name", ns).text == ctrl.find("d:name", ns).text

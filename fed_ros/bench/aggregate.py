@@ -17,6 +17,7 @@ it prints, side by side:
 Then CUA partition time for K up to 1000 (target <= 2 s) and the scalable solver's
 objective gap to exact enumeration for K <= 12 (target <= 1%).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,15 +85,24 @@ def _best_of(fn: Callable[[], object], reps: int) -> float:
 
 
 def _updates(buf: UpdateBuffer, K: int) -> list[ClientUpdate]:
-    return [ClientUpdate(f"robot_{k:04d}", unflatten(buf.data[k], buf.manifest), 100 + k, 0) for k in range(K)]
+    return [
+        ClientUpdate(f"robot_{k:04d}", unflatten(buf.data[k], buf.manifest), 100 + k, 0)
+        for k in range(K)
+    ]
 
 
 def _descriptors(K: int, seed: int) -> dict[str, ClientDescriptor]:
     rng = np.random.default_rng(seed)
-    return {f"robot_{k:04d}": ClientDescriptor(f"robot_{k:04d}", "gaussian",
-                                               mean=3.0 * (k % NUM_CLUSTERS) + 0.3 * rng.standard_normal(64),
-                                               variance=rng.uniform(0.95, 1.05, 64), num_samples=100)
-            for k in range(K)}
+    return {
+        f"robot_{k:04d}": ClientDescriptor(
+            f"robot_{k:04d}",
+            "gaussian",
+            mean=3.0 * (k % NUM_CLUSTERS) + 0.3 * rng.standard_normal(64),
+            variance=rng.uniform(0.95, 1.05, 64),
+            num_samples=100,
+        )
+        for k in range(K)
+    }
 
 
 def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, float]:
@@ -122,6 +132,7 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
         for _ in range(NUM_CLUSTERS):
             for m in mats.values():
                 scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+
     t_svd = _best_of(svds, 1)
     mats.clear()  # the timed matrices are not needed any more
 
@@ -133,9 +144,11 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
     desc = _descriptors(K, seed)
     fdp.initialize(initial, ids)
     t = time.perf_counter()
-    fdp.aggregate_round(0, _updates(buf, K), desc)      # round 0: Jeffreys + tau calibration + merge
+    fdp.aggregate_round(0, _updates(buf, K), desc)  # round 0: Jeffreys + tau calibration + merge
     t_fedepth_cluster = time.perf_counter() - t
-    t_fedepth = _best_of(lambda: fdp.aggregate_round(1, _updates(buf, K), {}), fast_reps)   # steady-state round
+    t_fedepth = _best_of(
+        lambda: fdp.aggregate_round(1, _updates(buf, K), {}), fast_reps
+    )  # steady-state round
 
     # Peak memory of the FedDRMan step (traced numpy allocations), updates + state included.
     drm2 = make_strategy("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
@@ -149,12 +162,24 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     model_bytes = 4 * P
-    peak_models = K + (peak - before) / model_bytes   # K = the updates themselves (in the buffer)
-    return {"K": K, "P": P, "read": read_pass, "fedavg": t_fedavg, "svd": t_svd, "feddrman": t_drm,
-            "fedepth": t_fedepth, "fedepth_cluster": t_fedepth_cluster, "peak": peak_models, "blocks": len(blocks)}
+    peak_models = K + (peak - before) / model_bytes  # K = the updates themselves (in the buffer)
+    return {
+        "K": K,
+        "P": P,
+        "read": read_pass,
+        "fedavg": t_fedavg,
+        "svd": t_svd,
+        "feddrman": t_drm,
+        "fedepth": t_fedepth,
+        "fedepth_cluster": t_fedepth_cluster,
+        "peak": peak_models,
+        "blocks": len(blocks),
+    }
 
 
-def bench_cua(sizes: list[int], gap_trials: int, seed: int = 0) -> tuple[list[tuple[int, float, float]], list[float]]:
+def bench_cua(
+    sizes: list[int], gap_trials: int, seed: int = 0
+) -> tuple[list[tuple[int, float, float]], list[float]]:
     """Scalable CUA time (and agreement with the planted partition) per K; gaps vs exact for K <= 12."""
     rng = np.random.default_rng(seed)
     times = []
@@ -174,7 +199,9 @@ def bench_cua(sizes: list[int], gap_trials: int, seed: int = 0) -> tuple[list[tu
         C = int(rng.integers(2, 5))
         centers = rng.normal(size=(C, 32))
         labels = rng.integers(0, C, K)
-        S = cosine_similarity_matrix(centers[labels] + float(rng.uniform(0.3, 3.0)) * rng.normal(size=(K, 32)))
+        S = cosine_similarity_matrix(
+            centers[labels] + float(rng.uniform(0.3, 3.0)) * rng.normal(size=(K, 32))
+        )
         ex = cua_exact(S, C)
         sc = cua_scalable(S, C, seed=trial)
         gaps.append((ex.objective - sc.objective) / max(abs(ex.objective), 1e-12))
@@ -183,19 +210,28 @@ def bench_cua(sizes: list[int], gap_trials: int, seed: int = 0) -> tuple[list[tu
 
 def main(argv: list[str] | None = None) -> int:
     """Run the aggregation benchmark and print the comparison table."""
-    ap = argparse.ArgumentParser(prog="fed-ros bench aggregate", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="fed-ros bench aggregate", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--quick", action="store_true", help="K in {5, 20}, P = 1M, fewer repeats")
     ap.add_argument("--ks", type=int, nargs="*", help="robot counts (default 5 20 100)")
-    ap.add_argument("--ps", type=float, nargs="*", help="parameter counts in millions (default 1 5.4)")
+    ap.add_argument(
+        "--ps", type=float, nargs="*", help="parameter counts in millions (default 1 5.4)"
+    )
     ap.add_argument("--reps", type=int, default=None, help="repeats per timing (best of)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None,
-                    help="cap BLAS/LAPACK threads (threadpoolctl); on a busy machine 1 gives steadier numbers")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="cap BLAS/LAPACK threads (threadpoolctl); on a busy machine 1 gives steadier numbers",
+    )
     args = ap.parse_args(argv)
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")
         from threadpoolctl import threadpool_limits  # ships with scikit-learn
+
         with threadpool_limits(args.threads):
             return _run(args)
     return _run(args)
@@ -209,10 +245,14 @@ def _run(args: argparse.Namespace) -> int:
         if k < NUM_CLUSTERS:
             raise ValueError(f"--ks value {k} is below the {NUM_CLUSTERS} FedDRMan clusters")
 
-    print(f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of {reps}, "
-          f"read/FedAvg/FeDepth best of {max(10, 3 * reps)})")
-    hdr = (f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} {'FedDRMan':>8} "
-           f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | {'peak':>6} {'K+3':>5} {'ok':>3}")
+    print(
+        f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of {reps}, "
+        f"read/FedAvg/FeDepth best of {max(10, 3 * reps)})"
+    )
+    hdr = (
+        f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} {'FedDRMan':>8} "
+        f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | {'peak':>6} {'K+3':>5} {'ok':>3}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for p in ps:
@@ -221,11 +261,14 @@ def _run(args: argparse.Namespace) -> int:
             fa_ratio = r["fedavg"] / r["read"]
             drm_ratio = r["feddrman"] / (r["fedavg"] + r["svd"])
             ok = lambda c: "yes" if c else "NO"
-            print(f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms {fa_ratio:>6.2f} "
-                  f"{ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms {r['feddrman'] * 1e3:>6.0f}ms "
-                  f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | {r['fedepth'] * 1e3:>5.1f}ms "
-                  f"{r['fedepth_cluster'] * 1e3:>5.0f}ms | "
-                  f"{r['peak']:>6.2f} {k + 3:>5} {ok(r['peak'] <= k + 3):>3}", flush=True)
+            print(
+                f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms {fa_ratio:>6.2f} "
+                f"{ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms {r['feddrman'] * 1e3:>6.0f}ms "
+                f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | {r['fedepth'] * 1e3:>5.1f}ms "
+                f"{r['fedepth_cluster'] * 1e3:>5.0f}ms | "
+                f"{r['peak']:>6.2f} {k + 3:>5} {ok(r['peak'] <= k + 3):>3}",
+                flush=True,
+            )
             gc.collect()
     sizes = [12, 100, 300] if args.quick else [12, 100, 300, 1000]
     times, gaps = bench_cua(sizes, 10 if args.quick else 30, args.seed)
@@ -233,9 +276,11 @@ def _run(args: argparse.Namespace) -> int:
     for K, dt, agree in times:
         print(f"  K={K:>5}: {dt:7.3f} s   recovers planted partition: {'yes' if agree else 'no'}")
     g = np.array(gaps)
-    print(f"CUA objective gap scalable vs exact, {len(g)} random instances K in 5..12, C in 2..4 "
-          f"(target <= 1%): max {100 * g.max():.3f}%  mean {100 * g.mean():.4f}%  "
-          f"instances > 1%: {int((g > 0.01).sum())}")
+    print(
+        f"CUA objective gap scalable vs exact, {len(g)} random instances K in 5..12, C in 2..4 "
+        f"(target <= 1%): max {100 * g.max():.3f}%  mean {100 * g.mean():.4f}%  "
+        f"instances > 1%: {int((g > 0.01).sum())}"
+    )
     return 0
 
 

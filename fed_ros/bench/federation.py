@@ -18,63 +18,90 @@ cells, ``--force`` recomputes):
 Demonstrations come from the scripted experts without cameras and are cached as Episode
 ``.npz`` under ``<out>/demos``. Output: ``<out>/report.md``, ``<out>/*.png``.
 
-This module is the command: profile, the method-grid cells (run in worker processes),
-the report. Each experiment's own code and report lines live beside it:
-`federation_overlap`, `federation_rnd`, `federation_partition`, `federation_image`; one
-cell's rounds in `federation_run`, its demos in `federation_demos` and rollouts in
-`federation_eval`, fleets and methods in `federation_settings`, tables and plots in
-`federation_report`.
+This module is the command: profile, the experiments in order, the report. Each experiment's
+own code and report lines live beside it: `federation_overlap`, `federation_rnd`,
+`federation_partition`, `federation_image`; the method-grid cells (which exist, cached or run in
+worker processes) in `federation_cells`, one cell's rounds in `federation_run`, its demos in
+`federation_demos` and rollouts in `federation_eval`, fleets in `federation_settings`, methods in
+`federation_methods`, tables and plots in `federation_report`.
 """
+
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import logging
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from tqdm.auto import tqdm
-
 from fed_ros.bench import federation_report as R
+from fed_ros.bench.federation_cells import run_settings
 from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_overlap import (OVERLAP_VARIANTS, overlap_claims, overlap_sweep_section,
-                                              variant_methods, variant_overlaps)
+from fed_ros.bench.federation_methods import METHODS
+from fed_ros.bench.federation_overlap import (
+    OVERLAP_VARIANTS,
+    overlap_claims,
+    overlap_sweep_section,
+    variant_methods,
+    variant_overlaps,
+)
 from fed_ros.bench.federation_partition import partition_claims, partition_section, run_partition
 from fed_ros.bench.federation_rnd import rnd_claims, rnd_section, run_rnd
-from fed_ros.bench.federation_run import CellSpec, cell_path, run_cell, save_json
-from fed_ros.bench.federation_settings import (METHODS, PROFILES, Profile, cross_family, overlap_methods,
-                                               overlap_setting, overlap_shift_setting, same_family, with_overrides)
+from fed_ros.bench.federation_settings import (
+    PROFILES,
+    Profile,
+    overlap_methods,
+    overlap_shift_setting,
+    with_overrides,
+)
 
 EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "image")
-DEFAULT_EXPERIMENTS = EXPERIMENTS[:-1]  # image cells (~30 min on 2 cores) only when asked: --only ... image
+# image cells (~30 min on 2 cores) only when asked: --only ... image
+DEFAULT_EXPERIMENTS = EXPERIMENTS[:-1]
 log = logging.getLogger("fed_ros.bench.federation")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fed-ros bench federation", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="the <= 10 min profile (same as --profile quick)")
+    ap = argparse.ArgumentParser(
+        prog="fed-ros bench federation", description=__doc__.splitlines()[0]
+    )
+    ap.add_argument(
+        "--quick", action="store_true", help="the <= 10 min profile (same as --profile quick)"
+    )
     ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
     ap.add_argument("--out", default="runs/bench_federation", help="output directory")
-    ap.add_argument("--only", nargs="+", choices=EXPERIMENTS,
-                    help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
-                         "image: cross-family from cameras, never part of the default run)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=EXPERIMENTS,
+        help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
+        "image: cross-family from cameras, never part of the default run)",
+    )
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")
     ap.add_argument("--rounds", type=int, help="override rounds")
     ap.add_argument("--local-steps", type=int, help="override optimiser steps per robot per round")
     ap.add_argument("--demos", type=int, help="override demos per robot")
-    ap.add_argument("--eval-episodes", type=int, help="override closed-loop episodes per (model, family)")
+    ap.add_argument(
+        "--eval-episodes", type=int, help="override closed-loop episodes per (model, family)"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
-    ap.add_argument("--overlaps", type=float, nargs="+",
-                    help="override the FeDepth target overlap ratios of the overlap sweep (each in [0, 1]); "
-                         "overlap_shift follows them only where the profile sets no overlap_shift_methods")
+    ap.add_argument(
+        "--overlaps",
+        type=float,
+        nargs="+",
+        help="override the FeDepth target overlap ratios of the overlap sweep (each in [0, 1]); "
+        "overlap_shift follows them only where the profile sets no overlap_shift_methods",
+    )
     ap.add_argument("--force", action="store_true", help="recompute finished cells")
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                    help="cells run side by side in this many worker processes (default: min(2, cores))")
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="cells run side by side in this many worker processes (default: min(2, cores))",
+    )
     ap.add_argument("--cells", help=argparse.SUPPRESS)  # worker: comma-separated cell keys
     ap.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     return ap
@@ -82,10 +109,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _profile(args: argparse.Namespace) -> Profile:
     base = PROFILES["quick" if args.quick else args.profile]
-    prof = with_overrides(base, robots=args.robots, rounds=args.rounds, local_steps=args.local_steps,
-                          demos_per_robot=args.demos, eval_episodes=args.eval_episodes,
-                          seeds=tuple(args.seeds) if args.seeds else None,
-                          overlaps=tuple(args.overlaps) if args.overlaps else None)
+    prof = with_overrides(
+        base,
+        robots=args.robots,
+        rounds=args.rounds,
+        local_steps=args.local_steps,
+        demos_per_robot=args.demos,
+        eval_episodes=args.eval_episodes,
+        seeds=tuple(args.seeds) if args.seeds else None,
+        overlaps=tuple(args.overlaps) if args.overlaps else None,
+    )
     bad = [o for o in prof.overlaps if not 0.0 <= o <= 1.0]
     if bad:
         raise ValueError(f"--overlaps must be in [0, 1], got {bad}")
@@ -93,153 +126,111 @@ def _profile(args: argparse.Namespace) -> Profile:
         unknown = [m for m in args.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
-        prof = with_overrides(prof, methods_cross=tuple(args.methods), methods_same=tuple(args.methods))
+        prof = with_overrides(
+            prof, methods_cross=tuple(args.methods), methods_same=tuple(args.methods)
+        )
     overlap_methods(prof, overlap_shift_setting(prof))  # validates overlap_shift_methods
     if prof.robots < 2:
         raise ValueError(f"--robots must be >= 2, got {prof.robots}")
-    if prof.rounds < 1 or prof.local_steps < 1 or prof.eval_episodes < 1 or prof.demos_per_robot < 2:
-        raise ValueError(f"rounds/local-steps/eval-episodes must be >= 1 and demos >= 2, got {prof}")
+    if (
+        prof.rounds < 1
+        or prof.local_steps < 1
+        or prof.eval_episodes < 1
+        or prof.demos_per_robot < 2
+    ):
+        raise ValueError(
+            f"rounds/local-steps/eval-episodes must be >= 1 and demos >= 2, got {prof}"
+        )
     return prof
 
 
-def _run_or_load(spec: CellSpec, out: Path, cache: DemoCache, force: bool, bar: Any) -> dict[str, Any]:
-    path = cell_path(out, spec)
-    if path.is_file() and not force:
-        bar.set_postfix_str(f"cached {spec.key}")
-        return json.loads(path.read_text())
-    bar.set_postfix_str(spec.key)
-    try:
-        rec = run_cell(spec, cache, progress=lambda s: bar.set_postfix_str(s))
-    except (ValueError, ImportError, NotImplementedError, AttributeError, TypeError, KeyError) as exc:
-        # A method whose component is unavailable or misconfigured is reported, not fatal,
-        # so the rest of the table is still produced; the cell is not saved (retried later).
-        log.warning("cell %s failed: %s", spec.key, exc)
-        return {"setting": spec.setting.name, "method": spec.method.name, "seed": spec.seed,
-                "error": f"{type(exc).__name__}: {exc}", "rounds": [], "evals": [], "final": {}}
-    save_json(path, rec)
-    return rec
-
-
-def cell_specs(prof: Profile, experiments: Sequence[str], image_prof: Profile | None = None) -> list[CellSpec]:
-    """Every cell of the cross/same/overlap (and image) experiments, seed by seed."""
-    from fed_ros.bench.federation_image import image_cell_specs, image_profile
-    specs: list[CellSpec] = image_cell_specs(image_prof or image_profile()) if "image" in experiments else []
-    for seed in prof.seeds:
-        if "cross" in experiments:
-            specs += [CellSpec(cross_family(prof), METHODS[m], seed, prof) for m in prof.methods_cross]
-        if "same" in experiments:
-            specs += [CellSpec(same_family(prof, seed=seed), METHODS[m], seed, prof) for m in prof.methods_same]
-        if "overlap" in experiments:
-            # Both variants: conflicting (mirrored B) and pure covariate shift (unmirrored B).
-            for ov in (overlap_setting(prof), overlap_shift_setting(prof)):
-                specs += [CellSpec(ov, m, seed, prof) for m in overlap_methods(prof, ov)]
-    return specs
-
-
-def run_settings(prof: Profile, out: Path, cache: DemoCache, experiments: Sequence[str],
-                 force: bool, jobs: int = 1, worker_argv: Sequence[str] | None = None,
-                 only_cells: set[str] | None = None, image_prof: Profile | None = None) -> list[dict[str, Any]]:
-    """Cross/same-family method grids, the FeDepth overlap sweep and the image cells."""
-    specs = cell_specs(prof, experiments, image_prof)
-    if only_cells is not None:
-        specs = [s for s in specs if s.key in only_cells]
-    done: dict[str, dict[str, Any]] = {}
-    todo: list[CellSpec] = []
-    for spec in specs:
-        path = cell_path(out, spec)
-        if path.is_file() and not force:
-            done[spec.key] = json.loads(path.read_text())
-        else:
-            todo.append(spec)
-    with tqdm(total=len(specs), initial=len(done), desc="federation cells", unit="cell") as bar:
-        if jobs <= 1 or len(todo) <= 1:
-            for spec in todo:
-                done[spec.key] = _run_or_load(spec, out, cache, True, bar)
-                bar.update(1)
-        else:
-            # Demos are generated once here, so workers only read the cache.
-            for setting in {s.setting.name: s.setting for s in todo}.values():
-                cache.robot_data(setting)
-            # Workers are plain subprocesses of this same command restricted to their cells:
-            # results travel as the cells' JSON files, nothing is pickled between processes.
-            shards = [todo[i::jobs] for i in range(jobs)]
-            procs = []
-            for shard in shards:
-                if not shard:
-                    continue
-                cmd = [sys.executable, "-c", "import sys; from fed_ros.bench.federation import main; "
-                       "sys.exit(main(sys.argv[1:]))", *(worker_argv or []), "--jobs", "1", "--no-report",
-                       "--cells", ",".join(spec.key for spec in shard)]
-                procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            pending = {spec.key: spec for spec in todo}
-            while pending:
-                for key in list(pending):
-                    path = cell_path(out, pending[key])
-                    if path.is_file():
-                        done[key] = json.loads(path.read_text())
-                        bar.set_postfix_str(f"done {key}")
-                        bar.update(1)
-                        del pending[key]
-                if all(p.poll() is not None for p in procs):
-                    for key, spec in pending.items():
-                        # A worker reported it as failed (not saved): run it here to get the error.
-                        done[key] = _run_or_load(spec, out, cache, True, bar)
-                        bar.update(1)
-                    pending = {}
-                time.sleep(1.0)
-    return [done[spec.key] for spec in specs]
-
-
-def _claims(cells: list[dict[str, Any]], rnd: dict | None, part: dict | None,
-            prof: Profile | None = None) -> list[str]:
+def _claims(
+    cells: list[dict[str, Any]], rnd: dict | None, part: dict | None, prof: Profile | None = None
+) -> list[str]:
     g = R.group_cells(cells)
     lines = []
 
     def mean(setting: str, m: str) -> float | None:
         return R.success_stats(g.get((setting, m), []))["mean"]
 
-    fa, fd, nc = mean("cross_family", "fedavg"), mean("cross_family", "feddrman"), mean("cross_family", "feddrman_no_cua")
+    fa, fd, nc = (
+        mean("cross_family", "fedavg"),
+        mean("cross_family", "feddrman"),
+        mean("cross_family", "feddrman_no_cua"),
+    )
     if fa is not None and fd is not None:
         ok = fd >= fa + 0.20
-        lines.append(f"- Cross-family FedDRMan {100 * fd:.1f}% vs FedAvg {100 * fa:.1f}% "
-                     f"(+{100 * (fd - fa):.1f} pp; claim >= +20 pp): {'REPRODUCED' if ok else 'NOT reproduced'}")
+        lines.append(
+            f"- Cross-family FedDRMan {100 * fd:.1f}% vs FedAvg {100 * fa:.1f}% "
+            f"(+{100 * (fd - fa):.1f} pp; claim >= +20 pp): "
+            f"{'REPRODUCED' if ok else 'NOT reproduced'}"
+        )
     if nc is not None and fd is not None and fa is not None:
         ok = abs(nc - fa) < abs(nc - fd)
-        lines.append(f"- FedDRMan without CUA {100 * nc:.1f}% (FedAvg {100 * fa:.1f}%, FedDRMan "
-                     f"{100 * fd:.1f}%): {'collapses towards FedAvg' if ok else 'does NOT collapse towards FedAvg'}")
-    same, cross = R.coassign_stats([c for c in g.get(("cross_family", "feddrman"), []) if not c.get("error")])
+        lines.append(
+            f"- FedDRMan without CUA {100 * nc:.1f}% (FedAvg {100 * fa:.1f}%, FedDRMan "
+            f"{100 * fd:.1f}%): "
+            f"{'collapses towards FedAvg' if ok else 'does NOT collapse towards FedAvg'}"
+        )
+    same, cross = R.coassign_stats(
+        [c for c in g.get(("cross_family", "feddrman"), []) if not c.get("error")]
+    )
     if same is not None:
         ok = same >= 0.95 and cross <= 0.05
-        lines.append(f"- FedDRMan co-clustering: same-family pairs {100 * same:.0f}% of rounds (claim >= 95%), "
-                     f"cross-family {100 * cross:.0f}% (claim <= 5%): {'REPRODUCED' if ok else 'NOT reproduced'}")
+        lines.append(
+            f"- FedDRMan co-clustering: same-family pairs {100 * same:.0f}% of rounds "
+            f"(claim >= 95%), cross-family {100 * cross:.0f}% (claim <= 5%): "
+            f"{'REPRODUCED' if ok else 'NOT reproduced'}"
+        )
     lines += rnd_claims(rnd, prof)
     lines += overlap_claims(g, prof)
     lines += partition_claims(part)
     return lines
 
 
-def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dict | None,
-                 part: dict | None, wall_s: float, cpu_s: float | None = None,
-                 image_prof: Profile | None = None) -> Path:
+def write_report(
+    prof: Profile,
+    out: Path,
+    cells: list[dict[str, Any]],
+    rnd: dict | None,
+    part: dict | None,
+    wall_s: float,
+    cpu_s: float | None = None,
+    image_prof: Profile | None = None,
+) -> Path:
     """report.md with the tables, claims and plot links; PNGs next to it."""
     g = R.group_cells(cells)
-    md = [f"# fed-ros bench federation — profile `{prof.name}`", "",
-          f"K={prof.robots} robots, {prof.rounds} rounds x {prof.local_steps} local steps, "
-          f"{prof.demos_per_robot} demos/robot, {prof.eval_episodes} seeded rollouts per (model, family), "
-          f"seeds {list(prof.seeds)}; low-dim GMM policy {prof.policy_config().to_dict()['embed_dim']}-d; "
-          f"this invocation: wall {wall_s:.0f} s"
-          + (f", CPU {cpu_s:.0f} s" if cpu_s is not None else "")
-          + f"; CPU time summed over the cells in the tables: "
-          f"{sum(c.get('cpu_s', 0.0) for c in cells):.0f} s (cached cells cost nothing on a rerun).",
-          "", "## Claims", ""]
+    md = [
+        f"# fed-ros bench federation — profile `{prof.name}`",
+        "",
+        f"K={prof.robots} robots, {prof.rounds} rounds x {prof.local_steps} local steps, "
+        f"{prof.demos_per_robot} demos/robot, {prof.eval_episodes} seeded rollouts per "
+        f"(model, family), seeds {list(prof.seeds)}; low-dim GMM policy "
+        f"{prof.policy_config().to_dict()['embed_dim']}-d; "
+        f"this invocation: wall {wall_s:.0f} s"
+        + (f", CPU {cpu_s:.0f} s" if cpu_s is not None else "")
+        + f"; CPU time summed over the cells in the tables: "
+        f"{sum(c.get('cpu_s', 0.0) for c in cells):.0f} s (cached cells cost nothing on a rerun).",
+        "",
+        "## Claims",
+        "",
+    ]
     from fed_ros.bench.federation_image import image_claims, image_section
+
     md += (_claims(cells, rnd, part, prof) + image_claims(g)) or ["- (no claim cells ran)"]
-    for setting, methods in (("cross_family", prof.methods_cross), ("same_family", prof.methods_same),
-                             *((v, variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS)):
+    for setting, methods in (
+        ("cross_family", prof.methods_cross),
+        ("same_family", prof.methods_same),
+        *((v, variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS),
+    ):
         if not any(s == setting for s, _ in g):
             continue
-        md += ["", f"## {setting}: success rate (%) per family, mean ± std over seeds", "",
-               R.method_table(setting, g, methods)]
+        md += [
+            "",
+            f"## {setting}: success rate (%) per family, mean ± std over seeds",
+            "",
+            R.method_table(setting, g, methods),
+        ]
         png = R.plot_success_vs_round(out / f"{setting}_success_vs_round.png", setting, g, methods)
         md += ["", f"![success vs round]({png.name})"]
         for m in ("feddrman", "ifca", "rnd", "fedepth_soft", "fedepth_ov020", "feddrman_no_cua"):
@@ -247,8 +238,12 @@ def write_report(prof: Profile, out: Path, cells: list[dict[str, Any]], rnd: dic
             if cells_m and cells_m[0]["rounds"][0].get("coassign"):
                 png = R.plot_coassignment(out / f"{setting}_{m}_coassignment.png", cells_m[0])
                 md += [f"![{m} co-assignment]({png.name})"]
-        sim_cells = [c for m in ("fedavg", "feddrman") for c in g.get((setting, m), [])[:1]
-                     if not c.get("error") and c.get("rounds")]
+        sim_cells = [
+            c
+            for m in ("fedavg", "feddrman")
+            for c in g.get((setting, m), [])[:1]
+            if not c.get("error") and c.get("rounds")
+        ]
         if sim_cells:
             png = R.plot_update_similarity(out / f"{setting}_update_similarity.png", sim_cells)
             md += [f"![update similarity]({png.name})"]
@@ -277,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     experiments = tuple(args.only or DEFAULT_EXPERIMENTS)
     from fed_ros.bench.federation_image import image_profile
+
     iprof = image_profile(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -284,16 +280,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     cpu0 = time.process_time()
     if args.jobs < 1:
-        print(f"fed-ros bench federation: error: --jobs must be >= 1, got {args.jobs}", file=sys.stderr)
+        print(
+            f"fed-ros bench federation: error: --jobs must be >= 1, got {args.jobs}",
+            file=sys.stderr,
+        )
         return 2
     raw_argv = list(argv) if argv is not None else sys.argv[1:]
     if args.cells is not None:
         # Worker mode: run exactly these cells, no other experiment, no report.
-        run_settings(prof, out, cache, experiments, args.force, 1, only_cells=set(args.cells.split(",")),
-                     image_prof=iprof)
+        run_settings(
+            prof,
+            out,
+            cache,
+            experiments,
+            args.force,
+            1,
+            only_cells=set(args.cells.split(",")),
+            image_prof=iprof,
+        )
         return 0
-    cells = run_settings(prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv,
-                         image_prof=iprof)
+    cells = run_settings(
+        prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv, image_prof=iprof
+    )
     rnd = part = None
     if "rnd" in experiments:
         try:
@@ -302,8 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("RND experiment unavailable: %s", exc)
     if "partition" in experiments:
         part = run_partition(prof, out, cache, args.force)
-    report = write_report(prof, out, cells, rnd, part, time.perf_counter() - t0, time.process_time() - cpu0,
-                          image_prof=iprof)
+    report = write_report(
+        prof,
+        out,
+        cells,
+        rnd,
+        part,
+        time.perf_counter() - t0,
+        time.process_time() - cpu0,
+        image_prof=iprof,
+    )
     print(report.read_text())
     print(f"report: {report}")
     return 0

@@ -5,6 +5,7 @@ Episode ``.npz`` and hands each robot of a setting its disjoint slices; a family
 them through :func:`family_episode`: shifted to its work cell (:func:`offset_episode`,
 absolute positions only) and with x/y commands negated on a mirrored mount (:func:`mirror_episode`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,9 +26,16 @@ def mirror_episode(ep: Episode) -> Episode:
     """The same demo as commanded by a mirrored-mount arm (x/y end-effector deltas negated)."""
     actions = ep.actions.copy()
     actions[:, :2] *= -1.0
-    return Episode(task=ep.task, instruction=ep.instruction, observations=ep.observations,
-                   actions=actions, variation=ep.variation, robot_id=ep.robot_id,
-                   success=ep.success, metadata=dict(ep.metadata, mirrored="1"))
+    return Episode(
+        task=ep.task,
+        instruction=ep.instruction,
+        observations=ep.observations,
+        actions=actions,
+        variation=ep.variation,
+        robot_id=ep.robot_id,
+        success=ep.success,
+        metadata=dict(ep.metadata, mirrored="1"),
+    )
 
 
 # Object-state entries holding absolute base-frame positions (fed_ros.sim.envs._object_state:
@@ -36,27 +44,36 @@ def mirror_episode(ep: Episode) -> Episode:
 _OBJECT_POSITION_SLOTS = {"lift": (0,), "stack": (0, 10), "pick_place_can": (0, 10)}
 
 
-def offset_observations(obs: dict[str, np.ndarray], task: str, offset: Sequence[float]
-                        ) -> dict[str, np.ndarray]:
+def offset_observations(
+    obs: dict[str, np.ndarray], task: str, offset: Sequence[float]
+) -> dict[str, np.ndarray]:
     """Observations (one frame or a (T, ...) stack) seen from a work cell offset by ``offset`` m."""
     if task not in _OBJECT_POSITION_SLOTS:
-        raise ValueError(f"no work-cell offset defined for task {task!r}; known: {sorted(_OBJECT_POSITION_SLOTS)}")
+        raise ValueError(
+            f"no work-cell offset defined for task {task!r}; known: {sorted(_OBJECT_POSITION_SLOTS)}"
+        )
     off = np.asarray(offset, dtype=np.float32)
     out = dict(obs)
     out[EEF_POS] = np.asarray(obs[EEF_POS]) + off
     state = np.array(obs[OBJECT_STATE], dtype=np.float32, copy=True)
     for s in _OBJECT_POSITION_SLOTS[task]:
-        state[..., s:s + 3] += off
+        state[..., s : s + 3] += off
     out[OBJECT_STATE] = state
     return out
 
 
 def offset_episode(ep: Episode, offset: Sequence[float]) -> Episode:
     """The same demo recorded in a work cell offset by ``offset`` (absolute positions shifted)."""
-    return Episode(task=ep.task, instruction=ep.instruction,
-                   observations=offset_observations(ep.observations, ep.task, offset),
-                   actions=ep.actions, variation=ep.variation, robot_id=ep.robot_id,
-                   success=ep.success, metadata=dict(ep.metadata, cell_offset=",".join(f"{v:g}" for v in offset)))
+    return Episode(
+        task=ep.task,
+        instruction=ep.instruction,
+        observations=offset_observations(ep.observations, ep.task, offset),
+        actions=ep.actions,
+        variation=ep.variation,
+        robot_id=ep.robot_id,
+        success=ep.success,
+        metadata=dict(ep.metadata, cell_offset=",".join(f"{v:g}" for v in offset)),
+    )
 
 
 def family_episode(ep: Episode, family: Family) -> Episode:
@@ -78,7 +95,9 @@ class DemoCache:
 
     def _dir(self, task: str, variation: str, cameras: bool = False) -> Path:
         cams = "__cam84" if cameras else ""  # camera demos: two 84x84 images per step
-        return self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}{cams}"
+        return (
+            self.root / f"{task}__{variation}__noise{self.noise_std:g}__seed{self.data_seed}{cams}"
+        )
 
     def pool(self, task: str, variation: str, n: int, cameras: bool = False) -> list[Episode]:
         """At least ``n`` successful demos of (task, variation), generating missing ones once."""
@@ -98,18 +117,31 @@ class DemoCache:
             want = n - len(ok)
             extra = max(2, int(math.ceil(want * 0.25)))
             t0 = time.perf_counter()
-            new = collect_demos(task, variation, n=want + extra, seed=self.data_seed + len(eps),
-                                cameras=cameras, noise_std=self.noise_std)
+            new = collect_demos(
+                task,
+                variation,
+                n=want + extra,
+                seed=self.data_seed + len(eps),
+                cameras=cameras,
+                noise_std=self.noise_std,
+            )
             d.mkdir(parents=True, exist_ok=True)
             for i, e in enumerate(new):
                 e.save(d / f"demo_{len(eps) + i:05d}.npz")
-            log.info("collected %d %s/%s demos in %.1fs", len(new), task, variation,
-                     time.perf_counter() - t0)
+            log.info(
+                "collected %d %s/%s demos in %.1fs",
+                len(new),
+                task,
+                variation,
+                time.perf_counter() - t0,
+            )
             eps += new
             ok = [e for e in eps if e.success]
             if len(ok) < n:
-                raise RuntimeError(f"scripted expert produced only {len(ok)} successful "
-                                   f"{task}/{variation} demos, {n} needed")
+                raise RuntimeError(
+                    f"scripted expert produced only {len(ok)} successful "
+                    f"{task}/{variation} demos, {n} needed"
+                )
         self._mem[key] = ok
         return ok[:n]
 
@@ -128,7 +160,7 @@ class DemoCache:
             for fam_name, count in mix:
                 f = setting.family(fam_name)
                 k = (f.task, f.variation)
-                chunk = pools[k][used[k]:used[k] + count]
+                chunk = pools[k][used[k] : used[k] + count]
                 used[k] += count
                 eps += [family_episode(e, f) for e in chunk]
             out[rid] = eps

@@ -5,6 +5,7 @@ digest) in cached environments, through the family's arm: :class:`OffsetCellPoli
 work cell offset, :class:`MirroredPolicy` for a mirrored mount; it counts wall and CPU
 seconds and every rollout's length.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,13 +61,16 @@ def _digest(sd: dict[str, np.ndarray]) -> str:
 class Evaluator:
     """Seeded closed-loop evaluation; identical (model, family) pairs are rolled out once."""
 
-    def __init__(self, policy_cfg: Any, episodes: int, seed: int,
-                 max_steps: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, policy_cfg: Any, episodes: int, seed: int, max_steps: dict[str, int] | None = None
+    ) -> None:
         self.policy_cfg = policy_cfg
         self.episodes = int(episodes)
         self.seed = int(seed)
         self.max_steps = dict(max_steps or {})  # per family name; absent -> the task's horizon
-        self.cameras = policy_cfg.kind == "image"  # an image policy is rolled out on rendered frames
+        self.cameras = (
+            policy_cfg.kind == "image"
+        )  # an image policy is rolled out on rendered frames
         self._envs: dict[tuple[str, str], Any] = {}
         self.seconds = 0.0
         self.cpu_seconds = 0.0
@@ -79,8 +83,13 @@ class Evaluator:
         if key not in self._envs:
             from fed_ros.sim.envs import make_env
 
-            self._envs[key] = make_env(task, variation, cameras=self.cameras, seed=self.seed,
-                                       image_size=self.policy_cfg.image_size)
+            self._envs[key] = make_env(
+                task,
+                variation,
+                cameras=self.cameras,
+                seed=self.seed,
+                image_size=self.policy_cfg.image_size,
+            )
         return self._envs[key]
 
     def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
@@ -93,19 +102,29 @@ class Evaluator:
                 runner = OffsetCellPolicy(runner, family.task, family.cell_offset)
             if family.mirrored:
                 runner = MirroredPolicy(runner)
-            return evaluate(runner, family.task, family.variation, episodes=self.episodes,
-                            seed=self.seed, cameras=self.cameras, env=self._env(family.task, family.variation),
-                            max_steps=self.max_steps.get(family.name))
+            return evaluate(
+                runner,
+                family.task,
+                family.variation,
+                episodes=self.episodes,
+                seed=self.seed,
+                cameras=self.cameras,
+                env=self._env(family.task, family.variation),
+                max_steps=self.max_steps.get(family.name),
+            )
 
         t0, c0 = time.perf_counter(), time.process_time()
         res = evaluate_policy(sd, self.policy_cfg, rollout, "cpu", sample=True, seed=self.seed)
         self.seconds += time.perf_counter() - t0
         self.cpu_seconds += time.process_time() - c0
-        self.rollouts += [(family.name, bool(ok), int(n)) for ok, n in zip(res.successes, res.episode_lengths)]
+        self.rollouts += [
+            (family.name, bool(ok), int(n)) for ok, n in zip(res.successes, res.episode_lengths)
+        ]
         return float(res.success_rate)
 
-    def evaluate_fleet(self, setting: Setting, models: dict[str, dict[str, np.ndarray]]
-                       ) -> dict[str, Any]:
+    def evaluate_fleet(
+        self, setting: Setting, models: dict[str, dict[str, np.ndarray]]
+    ) -> dict[str, Any]:
         """Per robot: success on each family it has data of; per family: mean over robots."""
         cache: dict[tuple[str, str], float] = {}
         per_robot: dict[str, dict[str, float]] = {}
@@ -123,8 +142,12 @@ class Evaluator:
             if vals:
                 per_family[f.name] = float(np.mean(vals))
         robot_means = [float(np.mean(list(v.values()))) for v in per_robot.values()]
-        return {"per_robot": per_robot, "per_family": per_family,
-                "mean": float(np.mean(robot_means)), "rollouts": len(cache) * self.episodes}
+        return {
+            "per_robot": per_robot,
+            "per_family": per_family,
+            "mean": float(np.mean(robot_means)),
+            "rollouts": len(cache) * self.episodes,
+        }
 
     def close(self) -> None:
         """Close cached environments."""

@@ -9,6 +9,7 @@ rendered, cached under ``<out>/demos/*__cam84``). Setting ``cross_family_image``
 sits beside the low-dim one in the report. Sizes (`IMAGE_PROFILE`) fit about half an hour
 on 2 cores; the CLI's size overrides (``--robots``, ``--rounds``, ...) apply to them too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.bench.federation_run import CellSpec
-from fed_ros.bench.federation_settings import METHODS, Profile, Setting, cross_family, with_overrides
+from fed_ros.bench.federation_methods import METHODS
+from fed_ros.bench.federation_settings import (
+    Profile,
+    Setting,
+    cross_family,
+    with_overrides,
+)
 
 IMAGE_SETTING = "cross_family_image"
 IMAGE_METHODS = ("feddrman", "fedavg", "local")
@@ -27,33 +34,56 @@ IMAGE_METHODS = ("feddrman", "fedavg", "local")
 # (~900 CPU s; docs/benchmark.md). The image policy is the bench's small transformer and
 # head with the `lite` camera trunk (the CPU profile, fed_ros/learning) at the cameras' 84 px.
 IMAGE_PROFILE = Profile(
-    name="image", robots=4, demos_per_robot=10, rounds=4, local_steps=100, lr=3e-3, eval_episodes=4,
-    eval_every=3, eval_horizon_factor=2.0, seeds=(0,), methods_cross=IMAGE_METHODS, methods_same=(),
-    policy={"kind": "image", "image_size": 84, "image_profile": "lite"})
+    name="image",
+    robots=4,
+    demos_per_robot=10,
+    rounds=4,
+    local_steps=100,
+    lr=3e-3,
+    eval_episodes=4,
+    eval_every=3,
+    eval_horizon_factor=2.0,
+    seeds=(0,),
+    methods_cross=IMAGE_METHODS,
+    methods_same=(),
+    policy={"kind": "image", "image_size": 84, "image_profile": "lite"},
+)
 
 
 def image_profile(args: argparse.Namespace | None = None) -> Profile:
     """`IMAGE_PROFILE` with the command line's size overrides (``--robots``, ``--demos``, ...)."""
     prof = IMAGE_PROFILE
     if args is not None:
-        prof = with_overrides(prof, robots=args.robots, rounds=args.rounds, local_steps=args.local_steps,
-                              demos_per_robot=args.demos, eval_episodes=args.eval_episodes,
-                              seeds=tuple(args.seeds) if args.seeds else None,
-                              methods_cross=tuple(args.methods) if args.methods else None)
+        prof = with_overrides(
+            prof,
+            robots=args.robots,
+            rounds=args.rounds,
+            local_steps=args.local_steps,
+            demos_per_robot=args.demos,
+            eval_episodes=args.eval_episodes,
+            seeds=tuple(args.seeds) if args.seeds else None,
+            methods_cross=tuple(args.methods) if args.methods else None,
+        )
     return prof
 
 
 def image_setting(prof: Profile) -> Setting:
     """The cross-family fleet (normal + mirrored-mount Lift arms) seen through the cameras."""
     base = cross_family(prof)
-    return replace(base, name=IMAGE_SETTING, cameras=True,
-                   description=base.description + "; learned from the two 84x84 cameras")
+    return replace(
+        base,
+        name=IMAGE_SETTING,
+        cameras=True,
+        description=base.description + "; learned from the two 84x84 cameras",
+    )
 
 
 def image_cell_specs(prof: Profile) -> list[CellSpec]:
     """Every image cell, seed by seed (methods: ``prof.methods_cross``)."""
     setting = image_setting(prof)
-    return [CellSpec(setting, METHODS[m], seed, prof) for seed in prof.seeds for m in prof.methods_cross]
+    return [
+        CellSpec(setting, METHODS[m], seed, prof) for seed in prof.seeds for m in prof.methods_cross
+    ]
 
 
 def image_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
@@ -67,20 +97,34 @@ def image_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     return [f"- Cross-family from cameras (image policy): {parts}"]
 
 
-def image_section(out: Path, g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profile | None) -> list[str]:
+def image_section(
+    out: Path, g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profile | None
+) -> list[str]:
     """Report section: the image cells' table and success-vs-round plot (empty if none ran)."""
     from fed_ros.bench import federation_report as R
 
     if prof is None or not any(s == IMAGE_SETTING for s, _ in g):
         return []
-    cells = [c for cs in g.values() for c in cs if c.get("setting") == IMAGE_SETTING and not c.get("error")]
+    cells = [
+        c
+        for cs in g.values()
+        for c in cs
+        if c.get("setting") == IMAGE_SETTING and not c.get("error")
+    ]
     wall = sum(c.get("wall_s", 0.0) for c in cells)
-    md = ["", f"## {IMAGE_SETTING}: success rate (%) per family from cameras, mean ± std over seeds", "",
-          f"Image policy ({prof.policy.get('image_profile', 'lite')} trunk, two "
-          f"{prof.policy.get('image_size', 84)} px cameras), K={prof.robots} robots, {prof.rounds} rounds x "
-          f"{prof.local_steps} local steps, {prof.demos_per_robot} camera demos/robot, {prof.eval_episodes} "
-          f"rollouts per (model, family), seeds {list(prof.seeds)}; cells' wall time {wall:.0f} s.", "",
-          R.method_table(IMAGE_SETTING, g, prof.methods_cross)]
-    png = R.plot_success_vs_round(out / f"{IMAGE_SETTING}_success_vs_round.png", IMAGE_SETTING, g,
-                                  prof.methods_cross)
+    md = [
+        "",
+        f"## {IMAGE_SETTING}: success rate (%) per family from cameras, mean ± std over seeds",
+        "",
+        f"Image policy ({prof.policy.get('image_profile', 'lite')} trunk, two "
+        f"{prof.policy.get('image_size', 84)} px cameras), K={prof.robots} robots, "
+        f"{prof.rounds} rounds x {prof.local_steps} local steps, {prof.demos_per_robot} camera "
+        f"demos/robot, {prof.eval_episodes} rollouts per (model, family), seeds "
+        f"{list(prof.seeds)}; cells' wall time {wall:.0f} s.",
+        "",
+        R.method_table(IMAGE_SETTING, g, prof.methods_cross),
+    ]
+    png = R.plot_success_vs_round(
+        out / f"{IMAGE_SETTING}_success_vs_round.png", IMAGE_SETTING, g, prof.methods_cross
+    )
     return md + ["", f"![success vs round]({png.name})"]

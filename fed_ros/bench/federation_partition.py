@@ -7,6 +7,7 @@ held-out NLL across alpha; :func:`partition_claims` and :func:`partition_section
 Training is the fleet's: each robot is a `RobotClient` and the rounds are
 `federation_round` under `FedAvgStrategy`, the benchmark's own round.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,10 +32,17 @@ def _segments(eps: Sequence[Any], length: int) -> list[Any]:
     out = []
     for e in eps:
         for s in range(0, len(e) - length + 1, length):
-            out.append(Episode(task=e.task, instruction=e.instruction,
-                               observations={k: v[s:s + length] for k, v in e.observations.items()},
-                               actions=e.actions[s:s + length], variation=e.variation, success=True,
-                               metadata={"segment": str(s)}))
+            out.append(
+                Episode(
+                    task=e.task,
+                    instruction=e.instruction,
+                    observations={k: v[s : s + length] for k, v in e.observations.items()},
+                    actions=e.actions[s : s + length],
+                    variation=e.variation,
+                    success=True,
+                    metadata={"segment": str(s)},
+                )
+            )
     return out
 
 
@@ -42,8 +50,12 @@ def segment_embeddings(sd: dict[str, np.ndarray], segs: Sequence[Any], cfg: Any)
     """(N, E) penultimate-layer (action-token) embeddings averaged over each segment's windows."""
     from fed_ros.learning.descriptors import penultimate_embeddings
 
-    return np.stack([np.asarray(penultimate_embeddings(sd, cfg, [seg]), dtype=np.float64).mean(0)
-                     for seg in segs])
+    return np.stack(
+        [
+            np.asarray(penultimate_embeddings(sd, cfg, [seg]), dtype=np.float64).mean(0)
+            for seg in segs
+        ]
+    )
 
 
 def partition_seed(seed: int, round_idx: int, robot: int) -> int:
@@ -52,8 +64,13 @@ def partition_seed(seed: int, round_idx: int, robot: int) -> int:
     return seed + 97 * round_idx + robot
 
 
-def fedavg_on_split(theta0: dict[str, np.ndarray], robot_data: Sequence[Sequence[Any]], cfg: Any, prof: Profile,
-                    seed: int) -> dict[str, np.ndarray]:
+def fedavg_on_split(
+    theta0: dict[str, np.ndarray],
+    robot_data: Sequence[Sequence[Any]],
+    cfg: Any,
+    prof: Profile,
+    seed: int,
+) -> dict[str, np.ndarray]:
     """FedAvg over the robots of one split (robots without data sit out): the model after the study's rounds."""
     from fed_ros.bench.federation_run import BENCH_LOCAL, federation_round
     from fed_ros.core.strategies.fedavg import FedAvgStrategy
@@ -64,8 +81,13 @@ def fedavg_on_split(theta0: dict[str, np.ndarray], robot_data: Sequence[Sequence
         if len(eps):
             rid = f"robot_{n:04d}"  # zero-padded: robot-id order (the aggregation's) is the index order
             data[rid] = list(eps)
-            clients[rid] = RobotClient(rid, cfg, device="cpu", local=BENCH_LOCAL,
-                                       seed_schedule=functools.partial(partition_seed, seed, robot=n))
+            clients[rid] = RobotClient(
+                rid,
+                cfg,
+                device="cpu",
+                local=BENCH_LOCAL,
+                seed_schedule=functools.partial(partition_seed, seed, robot=n),
+            )
     strategy = FedAvgStrategy(lr=prof.lr, local_steps=prof.local_steps)
     strategy.initialize(theta0, sorted(data))
     for r in range(prof.partition_rounds):
@@ -96,38 +118,60 @@ def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> di
     for v in variations:
         pool = cache.pool("lift", v, per_var + 2)
         eps += pool[:per_var]
-        held += pool[per_var:per_var + 2]
+        held += pool[per_var : per_var + 2]
     segs = _segments(eps, seg_len)
     labels = [s.variation for s in segs]
     seed = prof.seeds[0]
     theta0 = initial_state_dict(cfg, seed=seed, episodes=eps)
     t0 = time.perf_counter()
     # The "task-trained" model: one robot trains on every segment (plain BC, 4x a round's steps).
-    central_robot = RobotClient("central", cfg, device="cpu", local=BENCH_LOCAL, seed_schedule=lambda r: seed)
-    central = central_robot.fit(theta0, RoundConfig(local_steps=prof.local_steps * 4, lr=prof.lr), segs, 0).params
+    central_robot = RobotClient(
+        "central", cfg, device="cpu", local=BENCH_LOCAL, seed_schedule=lambda r: seed
+    )
+    central = central_robot.fit(
+        theta0, RoundConfig(local_steps=prof.local_steps * 4, lr=prof.lr), segs, 0
+    ).params
     emb = segment_embeddings(central, segs, cfg)
     k = min(16, len(segs) // 4)
     km = KM.kmeans(emb, k, seed=seed)
-    diag = {"k": k, "segments": len(segs), "segment_len": seg_len,
-            "ari_clusters_vs_variation": KM.adjusted_rand_index(km.labels, labels),
-            "silhouette_vs_k": KM.silhouette_vs_k(emb, [k2 for k2 in (2, 4, 8, 16) if k2 < len(segs) // 2], seed=seed),
-            "stability_ari": KM.kmeans_stability(emb, k, seeds=(0, 1, 2)),
-            "embedding_s": time.perf_counter() - t0}
+    diag = {
+        "k": k,
+        "segments": len(segs),
+        "segment_len": seg_len,
+        "ari_clusters_vs_variation": KM.adjusted_rand_index(km.labels, labels),
+        "silhouette_vs_k": KM.silhouette_vs_k(
+            emb, [k2 for k2 in (2, 4, 8, 16) if k2 < len(segs) // 2], seed=seed
+        ),
+        "stability_ari": KM.kmeans_stability(emb, k, seeds=(0, 1, 2)),
+        "embedding_s": time.perf_counter() - t0,
+    }
     held_data = DemoDataset(held, cfg)
     K = prof.robots
     results: dict[str, dict[str, float]] = {"task": {}, "embedding": {}}
     comps: dict[str, str] = {}
     for kind in ("task", "embedding"):
         for alpha in prof.alphas:
-            part = (P.task_split(labels, K, alpha, seed=seed) if kind == "task"
-                    else P.dirichlet_split(km.labels, K, alpha, seed=seed, kind="embedding"))
+            part = (
+                P.task_split(labels, K, alpha, seed=seed)
+                if kind == "task"
+                else P.dirichlet_split(km.labels, K, alpha, seed=seed, kind="embedding")
+            )
             comps[f"{kind}_alpha{alpha:g}"] = P.composition_table(part)
-            theta = fedavg_on_split(theta0, [[segs[i] for i in part.indices[n]] for n in range(K)], cfg, prof, seed)
+            theta = fedavg_on_split(
+                theta0, [[segs[i] for i in part.indices[n]] for n in range(K)], cfg, prof, seed
+            )
             model = load_state_dict_into(build_policy(cfg, seed=0), theta)
             results[kind][f"{alpha:g}"] = evaluate_nll(model, held_data)
-    rec = {"alphas": list(prof.alphas), "loss": results, "diagnostics": diag, "compositions": comps,
-           "gap": {kind: results[kind][f"{min(prof.alphas):g}"] - results[kind][f"{max(prof.alphas):g}"]
-                   for kind in results}}
+    rec = {
+        "alphas": list(prof.alphas),
+        "loss": results,
+        "diagnostics": diag,
+        "compositions": comps,
+        "gap": {
+            kind: results[kind][f"{min(prof.alphas):g}"] - results[kind][f"{max(prof.alphas):g}"]
+            for kind in results
+        },
+    }
     save_json(path, rec)
     return rec
 
@@ -136,10 +180,12 @@ def partition_claims(part: dict[str, Any] | None) -> list[str]:
     """Claim line of the partition study: embedding-based splits hurt more than task-based ones."""
     lines: list[str] = []
     if part:
-        lines.append(f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} (held-out NLL, FedAvg): "
-                     f"embedding-based {part['gap']['embedding']:+.3f}, task-based {part['gap']['task']:+.3f} "
-                     f"(claim: embedding gap > task gap: "
-                     f"{'REPRODUCED' if part['gap']['embedding'] > part['gap']['task'] else 'NOT reproduced'})")
+        lines.append(
+            f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} (held-out NLL, FedAvg): "
+            f"embedding-based {part['gap']['embedding']:+.3f}, task-based {part['gap']['task']:+.3f} "
+            f"(claim: embedding gap > task gap: "
+            f"{'REPRODUCED' if part['gap']['embedding'] > part['gap']['task'] else 'NOT reproduced'})"
+        )
     return lines
 
 
@@ -147,20 +193,38 @@ def partition_section(out: Path, part: dict[str, Any] | None) -> list[str]:
     """Report section of the partition study (loss vs alpha table, k-means diagnostics, plot)."""
     md: list[str] = []
     if part:
-        md += ["", "## Partitioning: held-out loss vs alpha (FedAvg)", "",
-               "| split | " + " | ".join(f"alpha={a:g}" for a in part["alphas"]) + " | gap |",
-               "|" + "---|" * (len(part["alphas"]) + 2)]
+        md += [
+            "",
+            "## Partitioning: held-out loss vs alpha (FedAvg)",
+            "",
+            "| split | " + " | ".join(f"alpha={a:g}" for a in part["alphas"]) + " | gap |",
+            "|" + "---|" * (len(part["alphas"]) + 2),
+        ]
         for kind in ("task", "embedding"):
-            md.append(f"| {kind}-based | " + " | ".join(f"{part['loss'][kind][f'{a:g}']:.3f}" for a in part["alphas"])
-                      + f" | {part['gap'][kind]:+.3f} |")
+            md.append(
+                f"| {kind}-based | "
+                + " | ".join(f"{part['loss'][kind][f'{a:g}']:.3f}" for a in part["alphas"])
+                + f" | {part['gap'][kind]:+.3f} |"
+            )
         d = part["diagnostics"]
-        md += ["", f"k-means k={d['k']} over {d['segments']} segments of {d['segment_len']} steps; "
-               f"ARI(clusters, variation labels) = {d['ari_clusters_vs_variation']:.3f}; "
-               f"stability ARI over seeds = {d['stability_ari'][0]:.3f} ± {d['stability_ari'][1]:.3f}; "
-               "silhouette vs k: " + ", ".join(f"k={k}: {v:.3f}" for k, v in d["silhouette_vs_k"].items())]
-        png = R.plot_xy(out / "partition_loss_vs_alpha.png",
-                        {kind: (part["alphas"], [part["loss"][kind][f"{a:g}"] for a in part["alphas"]])
-                         for kind in ("task", "embedding")},
-                        "alpha", "held-out NLL", "FedAvg loss vs Dirichlet alpha", logx=True)
+        md += [
+            "",
+            f"k-means k={d['k']} over {d['segments']} segments of {d['segment_len']} steps; "
+            f"ARI(clusters, variation labels) = {d['ari_clusters_vs_variation']:.3f}; "
+            f"stability ARI over seeds = {d['stability_ari'][0]:.3f} ± {d['stability_ari'][1]:.3f}; "
+            "silhouette vs k: "
+            + ", ".join(f"k={k}: {v:.3f}" for k, v in d["silhouette_vs_k"].items()),
+        ]
+        png = R.plot_xy(
+            out / "partition_loss_vs_alpha.png",
+            {
+                kind: (part["alphas"], [part["loss"][kind][f"{a:g}"] for a in part["alphas"]])
+                for kind in ("task", "embedding")
+            },
+            "alpha",
+            "held-out NLL",
+            "FedAvg loss vs Dirichlet alpha",
+            logx=True,
+        )
         md += ["", f"![loss vs alpha]({png.name})"]
     return md

@@ -1,4 +1,5 @@
 """Tables (markdown) and plots (PNG, matplotlib Agg) of `fed-ros bench federation`."""
+
 from __future__ import annotations
 
 import math
@@ -35,10 +36,15 @@ def success_stats(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for c in ok:
         for f, v in c["final"]["per_family"].items():
             fams.setdefault(f, []).append(v)
-    return {"mean": float(np.mean(means)), "std": float(np.std(means)) if len(means) > 1 else None,
-            "per_family": {f: (float(np.mean(v)), float(np.std(v)) if len(v) > 1 else None)
-                           for f, v in fams.items()},
-            "seeds": len(ok)}
+    return {
+        "mean": float(np.mean(means)),
+        "std": float(np.std(means)) if len(means) > 1 else None,
+        "per_family": {
+            f: (float(np.mean(v)), float(np.std(v)) if len(v) > 1 else None)
+            for f, v in fams.items()
+        },
+        "seeds": len(ok),
+    }
 
 
 def coassign_stats(cells: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
@@ -56,8 +62,9 @@ def coassign_stats(cells: Sequence[dict[str, Any]]) -> tuple[float | None, float
     return (float(np.mean(same)) if same else None, float(np.mean(cross)) if cross else None)
 
 
-def method_table(setting: str, grouped: dict[tuple[str, str], list[dict[str, Any]]],
-                 methods: Sequence[str]) -> str:
+def method_table(
+    setting: str, grouped: dict[tuple[str, str], list[dict[str, Any]]], methods: Sequence[str]
+) -> str:
     """The papers' style table: success per family and mean (%, mean ± std over seeds)."""
     fams: list[str] = []
     for (s, _), cells in grouped.items():
@@ -67,7 +74,11 @@ def method_table(setting: str, grouped: dict[tuple[str, str], list[dict[str, Any
             for f in c.get("final", {}).get("per_family", {}):
                 if f not in fams:
                     fams.append(f)
-    head = "| method | " + " | ".join(fams) + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round | seeds | CPU s |"
+    head = (
+        "| method | "
+        + " | ".join(fams)
+        + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round | seeds | CPU s |"
+    )
     lines = [head, "|" + "---|" * (len(fams) + 7)]
     for m in methods:
         cells = grouped.get((setting, m))
@@ -78,12 +89,20 @@ def method_table(setting: str, grouped: dict[tuple[str, str], list[dict[str, Any
         same, cross = coassign_stats([c for c in cells if not c.get("error")])
         fam_cells = [_fmt(*st["per_family"].get(f, (None, None))) for f in fams]
         cpu = np.mean([c.get("cpu_s", c.get("wall_s", 0.0)) for c in cells])
-        ccost = [row["cluster_cpu_s"] for c in cells for row in c.get("rounds", []) if "cluster_cpu_s" in row]
+        ccost = [
+            row["cluster_cpu_s"]
+            for c in cells
+            for row in c.get("rounds", [])
+            if "cluster_cpu_s" in row
+        ]
         ccost_s = f"{np.mean(ccost):.2f}" if ccost else "-"
         co = [f"{100 * v:.0f}%" if v is not None else "-" for v in (same, cross)]
         name = m + (f" (error: {errs[0][:60]})" if errs else "")
-        lines.append(f"| {name} | " + " | ".join(fam_cells)
-                     + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s} | {st['seeds']} | {cpu:.0f} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(fam_cells)
+            + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s} | {st['seeds']} | {cpu:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -108,7 +127,10 @@ def plot_success_vs_round(path: Path, setting: str, grouped: dict, methods: Sequ
         if not cells:
             continue
         rounds = sorted({e["round"] for c in cells for e in c["evals"]})
-        ys = [np.mean([e["mean"] for c in cells for e in c["evals"] if e["round"] == r]) for r in rounds]
+        ys = [
+            np.mean([e["mean"] for c in cells for e in c["evals"] if e["round"] == r])
+            for r in rounds
+        ]
         ax.plot([r + 1 for r in rounds], [100 * y for y in ys], marker="o", label=m)
     ax.set_xlabel("round")
     ax.set_ylabel("success rate (%)")
@@ -150,12 +172,24 @@ def plot_update_similarity(path: Path, cells: Sequence[dict[str, Any]]) -> Path:
     """FedDRMan Fig. 5: intra/inter-group cosine similarity of accumulated and per-round updates."""
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for ax, kind, title in ((axes[0], "acc", "accumulated updates (theta_k - theta_0)"),
-                            (axes[1], "step", "per-round updates (theta_k^r - start)")):
+    for ax, kind, title in (
+        (axes[0], "acc", "accumulated updates (theta_k - theta_0)"),
+        (axes[1], "step", "per-round updates (theta_k^r - start)"),
+    ):
         for c in cells:
             r = [row["round"] + 1 for row in c["rounds"]]
-            ax.plot(r, [row.get(f"{kind}_intra") for row in c["rounds"]], "-o", label=f"{c['method']} intra")
-            ax.plot(r, [row.get(f"{kind}_inter") for row in c["rounds"]], "--x", label=f"{c['method']} inter")
+            ax.plot(
+                r,
+                [row.get(f"{kind}_intra") for row in c["rounds"]],
+                "-o",
+                label=f"{c['method']} intra",
+            )
+            ax.plot(
+                r,
+                [row.get(f"{kind}_inter") for row in c["rounds"]],
+                "--x",
+                label=f"{c['method']} inter",
+            )
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("round")
     axes[0].set_ylabel("mean cosine similarity")
@@ -166,8 +200,9 @@ def plot_update_similarity(path: Path, cells: Sequence[dict[str, Any]]) -> Path:
     return path
 
 
-def plot_matrix(path: Path, matrix: np.ndarray, labels: Sequence[str], title: str,
-                cbar: str = "") -> Path:
+def plot_matrix(
+    path: Path, matrix: np.ndarray, labels: Sequence[str], title: str, cbar: str = ""
+) -> Path:
     """Generic annotated heat map (RND novelty matrix s_ij)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
@@ -187,8 +222,14 @@ def plot_matrix(path: Path, matrix: np.ndarray, labels: Sequence[str], title: st
     return path
 
 
-def plot_xy(path: Path, series: dict[str, tuple[Sequence[float], Sequence[float]]], xlabel: str,
-            ylabel: str, title: str, logx: bool = False) -> Path:
+def plot_xy(
+    path: Path,
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+) -> Path:
     """Line plot of named (x, y) series (overlap sweep, loss vs alpha)."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))

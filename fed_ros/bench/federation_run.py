@@ -8,6 +8,7 @@ aggregates; every ``eval_every`` rounds the robots' models are rolled out in MuJ
 seeded episodes. Cells are saved as JSON (resumable). The demos come from
 `federation_demos.DemoCache`, the rollouts from `federation_eval.Evaluator`.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,8 @@ import numpy as np
 
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.federation_eval import Evaluator
-from fed_ros.bench.federation_settings import Method, Profile, Setting
+from fed_ros.bench.federation_methods import Method
+from fed_ros.bench.federation_settings import Profile, Setting
 from fed_ros.core.data.episode import Episode
 
 
@@ -42,18 +44,25 @@ def intra_inter(sim: np.ndarray, groups: Sequence[str]) -> tuple[float, float]:
     off = ~np.eye(len(g), dtype=bool)
     intra = sim[same & off]
     inter = sim[~same]
-    return (float(intra.mean()) if intra.size else math.nan,
-            float(inter.mean()) if inter.size else math.nan)
+    return (
+        float(intra.mean()) if intra.size else math.nan,
+        float(inter.mean()) if inter.size else math.nan,
+    )
 
 
-def hard_clusters(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> list[int]:
-    """Cluster of largest weight per robot (`primary_cluster`: what its update is for; -1 without any)."""
+def hard_clusters(
+    assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]
+) -> list[int]:
+    """Cluster of largest weight per robot (`primary_cluster`: what its update is for; -1
+    without any)."""
     from fed_ros.learning.client import primary_cluster
 
     return [primary_cluster(mem) if (mem := assignments.get(rid)) else -1 for rid in robot_ids]
 
 
-def coassignment(assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]) -> np.ndarray:
+def coassignment(
+    assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]
+) -> np.ndarray:
     """(K, K) 1 where two robots share a cluster with positive weight (soft memberships count)."""
     sets = [{int(c) for c, w in (assignments.get(r) or []) if w > 0} for r in robot_ids]
     return np.array([[1.0 if a & b else 0.0 for b in sets] for a in sets])
@@ -86,23 +95,38 @@ def _jsonable(x: Any, depth: int = 0) -> Any:
 BENCH_LOCAL: dict[str, Any] = {"val_fraction": 0.0}
 
 
-def make_clients(robot_ids: Sequence[str], policy_cfg: Any, fleet_seed: int, device: str = "cpu",
-                 local: dict[str, Any] | None = None) -> dict[str, Any]:
+def make_clients(
+    robot_ids: Sequence[str],
+    policy_cfg: Any,
+    fleet_seed: int,
+    device: str = "cpu",
+    local: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One RobotClient per robot, seeded as the fleet plan seeds robot i (fleet seed + i)."""
     from fed_ros.learning.client import RobotClient
 
-    return {rid: RobotClient(rid, policy_cfg, robot_seed=fleet_seed + i, device=device,
-                             local=BENCH_LOCAL if local is None else local)
-            for i, rid in enumerate(robot_ids)}
+    return {
+        rid: RobotClient(
+            rid,
+            policy_cfg,
+            robot_seed=fleet_seed + i,
+            device=device,
+            local=BENCH_LOCAL if local is None else local,
+        )
+        for i, rid in enumerate(robot_ids)
+    }
 
 
-def describe_round(clients: dict[str, Any], data: dict[str, list[Episode]], configs: dict[str, Any]
-                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+def describe_round(
+    clients: dict[str, Any], data: dict[str, list[Episode]], configs: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """DESCRIBE (and for RND, SCORE) stages as the fleet runs them, each robot obeying its round
     config (`RobotClient.stage_descriptor`, the robot node's call); plus the RND extras."""
-    from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE
+    from fed_ros.core.rounds.collect import DESCRIBE, SCORE
 
-    descs = {rid: c.stage_descriptor(DESCRIBE, configs[rid], data[rid]) for rid, c in clients.items()}
+    descs = {
+        rid: c.stage_descriptor(DESCRIBE, configs[rid], data[rid]) for rid, c in clients.items()
+    }
     extra: dict[str, Any] = {}
     if any(d.kind == "rnd" for d in descs.values()):
         # Every robot gets every peer's predictor (a robot never scores its own: it is held out).
@@ -129,8 +153,9 @@ class RoundRun:
     extra: dict[str, Any]
 
 
-def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, list[Episode]],
-                     round_idx: int) -> RoundRun:
+def federation_round(
+    strategy: Any, clients: dict[str, Any], data: dict[str, list[Episode]], round_idx: int
+) -> RoundRun:
     """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
     asked -> each RobotClient chooses its start (IFCA: picks) and fits obeying its round config
     -> aggregate."""
@@ -152,13 +177,25 @@ def federation_round(strategy: Any, clients: dict[str, Any], data: dict[str, lis
     for rid in ids:
         membership, config = instructions[rid].membership, instructions[rid].config
         t0 = time.process_time()  # CPU time: comparable across runs on a shared machine
-        start = clients[rid].choose_start(membership, lambda m: weighted_model(models, m), config, data[rid])
-        if start.picked:  # the client-side cost of clustering (IFCA's evaluation of every listed model)
+        start = clients[rid].choose_start(
+            membership, lambda m: weighted_model(models, m), config, data[rid]
+        )
+        if (
+            start.picked
+        ):  # the client-side cost of clustering (IFCA's evaluation of every listed model)
             cost += time.process_time() - t0
         starts[rid] = start.model
         res = clients[rid].fit(start.model, config, data[rid], round_idx)
-        updates.append(ClientUpdate(robot_id=rid, params=res.params, num_samples=res.num_samples,
-                                    base_round=round_idx, cluster_id=start.cluster_id, metrics=dict(res.metrics)))
+        updates.append(
+            ClientUpdate(
+                robot_id=rid,
+                params=res.params,
+                num_samples=res.num_samples,
+                base_round=round_idx,
+                cluster_id=start.cluster_id,
+                metrics=dict(res.metrics),
+            )
+        )
     t0 = time.process_time()
     result = strategy.aggregate_round(round_idx, updates, descs)
     extra["aggregate_cpu_s"] = time.process_time() - t0
@@ -183,7 +220,9 @@ class CellSpec:
         return f"{self.setting.name}__{self.method.name}__s{self.seed}"
 
 
-def eval_horizons(setting: Setting, data: dict[str, list[Episode]], factor: float | None) -> dict[str, int]:
+def eval_horizons(
+    setting: Setting, data: dict[str, list[Episode]], factor: float | None
+) -> dict[str, int]:
     """Per family: rollouts end (as failures) after ``factor`` x its longest demonstration.
 
     Failed rollouts run to the horizon and dominate evaluation time, while successful ones
@@ -196,14 +235,20 @@ def eval_horizons(setting: Setting, data: dict[str, list[Episode]], factor: floa
         raise ValueError(f"eval_horizon_factor must be >= 1 (or None), got {factor!r}")
     out: dict[str, int] = {}
     for fam in setting.families:
-        lengths = [len(e) for eps in data.values() for e in eps
-                   if e.task == fam.task and e.variation == fam.variation]
+        lengths = [
+            len(e)
+            for eps in data.values()
+            for e in eps
+            if e.task == fam.task and e.variation == fam.variation
+        ]
         if lengths:
             out[fam.name] = int(math.ceil(factor * max(lengths)))
     return out
 
 
-def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_cell(
+    spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
     """Run one (setting, method, seed) federation and return its JSON record."""
     import torch
 
@@ -223,15 +268,27 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
     # fills from its own demos in round 0.
     theta0_sd = initial_state_dict(policy_cfg, seed=seed)
     theta0 = flatten(theta0_sd)
-    evaluator = Evaluator(policy_cfg, profile.eval_episodes, seed=seed,
-                          max_steps=eval_horizons(setting, data, profile.eval_horizon_factor))
-    eval_rounds = sorted({r for r in range(profile.rounds) if (r + 1) % profile.eval_every == 0}
-                         | {profile.rounds - 1})
+    evaluator = Evaluator(
+        policy_cfg,
+        profile.eval_episodes,
+        seed=seed,
+        max_steps=eval_horizons(setting, data, profile.eval_horizon_factor),
+    )
+    eval_rounds = sorted(
+        {r for r in range(profile.rounds) if (r + 1) % profile.eval_every == 0}
+        | {profile.rounds - 1}
+    )
     record: dict[str, Any] = {
-        "setting": setting.name, "method": method.name, "seed": seed, "profile": profile.to_json(),
-        "robots": ids, "groups": groups, "strategy": method.strategy,
+        "setting": setting.name,
+        "method": method.name,
+        "seed": seed,
+        "profile": profile.to_json(),
+        "robots": ids,
+        "groups": groups,
+        "strategy": method.strategy,
         "robot_mix": {rid: dict(mix) for rid, mix in zip(ids, setting.robots)},
-        "rounds": [], "evals": [],
+        "rounds": [],
+        "evals": [],
     }
     t_start = time.perf_counter()
     cpu_start = time.process_time()
@@ -252,8 +309,12 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
                     progress(f"{spec.key} r{r}")
         else:
             # The profile's training schedule is a strategy setting, as in a fleet file.
-            strategy = make_strategy(method.strategy, **method.strategy_settings(setting.num_clusters),
-                                     lr=profile.lr, local_steps=profile.local_steps)
+            strategy = make_strategy(
+                method.strategy,
+                **method.strategy_settings(setting.num_clusters),
+                lr=profile.lr,
+                local_steps=profile.local_steps,
+            )
             strategy.initialize(theta0_sd, ids)
             clients = make_clients(ids, policy_cfg, seed)
             for r in range(profile.rounds):
@@ -272,13 +333,18 @@ def run_cell(spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] |
                 acc, step = _cos(np.stack(vecs)), _cos(np.stack(deltas))
                 row["acc_intra"], row["acc_inter"] = intra_inter(acc, groups)
                 row["step_intra"], row["step_inter"] = intra_inter(step, groups)
-                row["loss_bc"] = float(np.nanmean([u.metrics.get("loss_bc", math.nan) for u in run.updates]))
-                row["assignments"] = {k: [[int(c), float(w)] for c, w in v] for k, v in result.assignments.items()}
+                row["loss_bc"] = float(
+                    np.nanmean([u.metrics.get("loss_bc", math.nan) for u in run.updates])
+                )
+                row["assignments"] = {
+                    k: [[int(c), float(w)] for c, w in v] for k, v in result.assignments.items()
+                }
                 row["clusters"] = hard_clusters(row["assignments"], ids)
                 row["coassign"] = coassignment(row["assignments"], ids).tolist()
                 row["num_clusters"] = len(result.cluster_models)
-                row["diagnostics"] = _jsonable({k: v for k, v in result.diagnostics.items()
-                                                if k not in ("similarity",)})
+                row["diagnostics"] = _jsonable(
+                    {k: v for k, v in result.diagnostics.items() if k not in ("similarity",)}
+                )
                 record["rounds"].append(row)
                 if r in eval_rounds:
                     models = {rid: strategy.model_for(rid) for rid in ids}

@@ -1,18 +1,25 @@
-"""Profiles, fleet settings and method table of `fed-ros bench federation`.
+"""Profiles and fleet settings of `fed-ros bench federation`.
 
 A *setting* is a fleet: K robots, each a member of a *family* (task, simulator variation,
-action frame) with its share of demonstrations. A *method* is a strategy name from
-``fed_ros.core.strategies.base.make_strategy`` plus strategy settings and local-training switches
-(or "centralized": one model trained on the pooled data). A *cell* is (setting, method,
-seed); each finished cell is one JSON file, so reruns skip it.
+action frame) with its share of demonstrations. A *method* (`federation_methods`) is a strategy
+with its settings, or "centralized". A *cell* is (setting, method, seed); each finished cell is
+one JSON file, so reruns skip it.
 """
+
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from fed_ros.bench.federation_methods import (
+    ALL_METHODS,
+    CORE_METHODS,
+    METHODS,
+    Method,
+    fedepth_method,
+    method_by_name,
+)
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 
@@ -42,8 +49,10 @@ class Family:
     def __post_init__(self) -> None:
         off = tuple(float(v) for v in self.cell_offset)
         if len(off) != 3 or not all(math.isfinite(v) and abs(v) <= 1.0 for v in off):
-            raise ValueError(f"family {self.name!r}: cell_offset must be 3 finite metres within "
-                             f"[-1, 1], got {self.cell_offset!r}")
+            raise ValueError(
+                f"family {self.name!r}: cell_offset must be 3 finite metres within "
+                f"[-1, 1], got {self.cell_offset!r}"
+            )
         object.__setattr__(self, "cell_offset", off)
 
 
@@ -65,9 +74,13 @@ class Setting:
         for n, mix in enumerate(self.robots):
             for fam, count in mix:
                 if fam not in names:
-                    raise ValueError(f"setting {self.name!r}: robot {n} uses unknown family {fam!r}")
+                    raise ValueError(
+                        f"setting {self.name!r}: robot {n} uses unknown family {fam!r}"
+                    )
                 if count < 1:
-                    raise ValueError(f"setting {self.name!r}: robot {n} has {count} demos of {fam!r}")
+                    raise ValueError(
+                        f"setting {self.name!r}: robot {n} has {count} demos of {fam!r}"
+                    )
         if self.num_clusters < 1:
             raise ValueError(f"setting {self.name!r}: num_clusters must be >= 1")
 
@@ -86,58 +99,6 @@ class Setting:
     def dominant_family(self, n: int) -> str:
         """Family robot n has most demos of (its latent group)."""
         return max(self.robots[n], key=lambda fc: fc[1])[0]
-
-
-@dataclass(frozen=True)
-class Method:
-    """A federated method: strategy + its settings (ablations included: they reach the robots
-    through the round config, exactly as a fleet file's `strategy:` settings would)."""
-
-    name: str
-    strategy: str  # make_strategy name, or "centralized"
-    settings: tuple[tuple[str, Any], ...] = ()
-    description: str = ""
-
-    def strategy_settings(self, num_clusters: int) -> dict[str, Any]:
-        """Strategy kwargs; the placeholder value "C" becomes the setting's cluster count."""
-        return {k: (num_clusters if v == "C" else v) for k, v in self.settings}
-
-
-# Only FedDRMan's round config turns on the distillation terms; the others train plain BC.
-METHODS: dict[str, Method] = {m.name: m for m in (
-    Method("local", "local", (), "each robot trains alone"),
-    Method("centralized", "centralized", (), "one model on the pooled data"),
-    Method("fedavg", "fedavg", (), "sample-weighted mean of all robots"),
-    Method("fedprox", "fedprox", (("mu", 1e-3),), "FedAvg + proximal term mu=1e-3"),
-    Method("ifca", "ifca", (("num_clusters", "C"),), "robots pick the lowest-loss cluster model"),
-    Method("feddrman", "feddrman", (("num_clusters", "C"),), "CUA + SRB + L_sub + L_act"),
-    Method("feddrman_no_lsub", "feddrman", (("num_clusters", "C"), ("use_sub", False)), "ablation"),
-    Method("feddrman_no_lact", "feddrman", (("num_clusters", "C"), ("use_act", False)), "ablation"),
-    Method("feddrman_no_srb", "feddrman", (("num_clusters", "C"), ("use_srb", False)), "ablation"),
-    Method("feddrman_no_cua", "feddrman", (("num_clusters", "C"), ("use_cua", False)), "ablation"),
-    Method("fedepth_soft", "fedepth", (("target_overlap", 0.2),), "soft clusters, 20% overlap"),
-    Method("fedepth_hard", "fedepth", (("target_overlap", 0.0), ("hard", True)), "hard clusters"),
-    Method("rnd", "rnd", (), "RND federations, FedAvg inside each"),
-)}
-
-
-def method_by_name(name: str) -> Method:
-    """A METHODS entry, or a FeDepth sweep cell named fedepth_ovNNN (NNN = overlap in %)."""
-    if name in METHODS:
-        return METHODS[name]
-    m = re.fullmatch(r"fedepth_ov(\d{3})", name)
-    if m is None or int(m.group(1)) > 100:
-        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)} or fedepth_ovNNN "
-                         "with NNN in 000..100")
-    return fedepth_method(int(m.group(1)) / 100)
-
-
-def fedepth_method(overlap: float) -> Method:
-    """FeDepth at a given overlap ratio (the sensitivity sweep)."""
-    settings: tuple[tuple[str, Any], ...] = (("target_overlap", float(overlap)),)
-    if overlap == 0:
-        settings += (("hard", True),)
-    return Method(f"fedepth_ov{int(round(overlap * 100)):03d}", "fedepth", settings, f"overlap {overlap:.0%}")
 
 
 @dataclass(frozen=True)
@@ -177,8 +138,17 @@ class Profile:
 
     def policy_config(self) -> PolicyConfig:
         """The benchmark's low-dim policy (small enough for CPU rounds)."""
-        base = dict(kind="lowdim", embed_dim=32, window=2, transformer_layers=1,
-                    transformer_heads=2, transformer_ff=64, dropout=0.0, text_dim=64, num_modes=5)
+        base = dict(
+            kind="lowdim",
+            embed_dim=32,
+            window=2,
+            transformer_layers=1,
+            transformer_heads=2,
+            transformer_ff=64,
+            dropout=0.0,
+            text_dim=64,
+            num_modes=5,
+        )
         base.update(self.policy)
         return PolicyConfig(**base)
 
@@ -187,45 +157,91 @@ class Profile:
         return asdict(self)
 
 
-CORE_METHODS = ("local", "centralized", "fedavg", "fedprox", "ifca", "feddrman",
-                "feddrman_no_cua", "fedepth_soft", "fedepth_hard", "rnd")
-ALL_METHODS = tuple(METHODS)
-
 PROFILES: dict[str, Profile] = {
-    "quick": Profile(name="quick", robots=4, demos_per_robot=8, rounds=6, local_steps=50,
-                     eval_episodes=4, eval_every=3, eval_horizon_factor=2.5, seeds=(0,),
-                     methods_cross=CORE_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                     overlaps=(0.0, 0.4, 0.6, 1.0),
-                     overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
-                     alphas=(0.1, 1000.0), partition_segments=96, partition_rounds=3),
+    "quick": Profile(
+        name="quick",
+        robots=4,
+        demos_per_robot=8,
+        rounds=6,
+        local_steps=50,
+        eval_episodes=4,
+        eval_every=3,
+        eval_horizon_factor=2.5,
+        seeds=(0,),
+        methods_cross=CORE_METHODS,
+        methods_same=("local", "fedavg", "feddrman", "ifca"),
+        overlaps=(0.0, 0.4, 0.6, 1.0),
+        overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
+        alphas=(0.1, 1000.0),
+        partition_segments=96,
+        partition_rounds=3,
+    ),
     # Sized from measured idle-core costs (training ~10 ms per step, a control step with
     # policy inference ~12.5 ms). Measured: 34 min 20 s wall for three seeds with --jobs 2
     # on 2 idle cores (the quick profile: 8 min 32 s), fresh output directory.
-    "default": Profile(name="default", robots=4, demos_per_robot=10, rounds=6, local_steps=80,
-                       eval_episodes=6, eval_every=3, eval_horizon_factor=2.5, seeds=(0, 1, 2),
-                       methods_cross=ALL_METHODS, methods_same=("local", "fedavg", "feddrman", "ifca"),
-                       overlaps=(0.0, 0.4, 0.6, 1.0),
-                       overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
-                       alphas=(0.1, 10.0, 1000.0), partition_segments=192, partition_rounds=6),
-    "gpu": Profile(name="gpu", robots=6, demos_per_robot=30, rounds=30, local_steps=300,
-                   eval_episodes=20, eval_every=5, seeds=(0, 1, 2),
-                   methods_cross=ALL_METHODS, methods_same=ALL_METHODS,
-                   overlaps=(0.0, 0.4, 0.6, 1.0), alphas=(0.1, 1.0, 10.0, 1000.0),
-                   partition_segments=512, partition_rounds=20,
-                   policy={"embed_dim": 64, "window": 5, "transformer_layers": 2,
-                           "transformer_heads": 4, "transformer_ff": 256, "text_dim": 256}),
+    "default": Profile(
+        name="default",
+        robots=4,
+        demos_per_robot=10,
+        rounds=6,
+        local_steps=80,
+        eval_episodes=6,
+        eval_every=3,
+        eval_horizon_factor=2.5,
+        seeds=(0, 1, 2),
+        methods_cross=ALL_METHODS,
+        methods_same=("local", "fedavg", "feddrman", "ifca"),
+        overlaps=(0.0, 0.4, 0.6, 1.0),
+        overlap_shift_methods=("fedepth_ov000", "fedepth_ov040", "fedavg", "local"),
+        alphas=(0.1, 10.0, 1000.0),
+        partition_segments=192,
+        partition_rounds=6,
+    ),
+    "gpu": Profile(
+        name="gpu",
+        robots=6,
+        demos_per_robot=30,
+        rounds=30,
+        local_steps=300,
+        eval_episodes=20,
+        eval_every=5,
+        seeds=(0, 1, 2),
+        methods_cross=ALL_METHODS,
+        methods_same=ALL_METHODS,
+        overlaps=(0.0, 0.4, 0.6, 1.0),
+        alphas=(0.1, 1.0, 10.0, 1000.0),
+        partition_segments=512,
+        partition_rounds=20,
+        policy={
+            "embed_dim": 64,
+            "window": 5,
+            "transformer_layers": 2,
+            "transformer_heads": 4,
+            "transformer_ff": 256,
+            "text_dim": 256,
+        },
+    ),
 }
 
 
 def cross_family(profile: Profile) -> Setting:
     """Robots specialised in conflicting families: half normal, half mirrored arms (C=2)."""
     k = max(2, profile.robots)
-    fams = (Family("lift", "lift", "default", False), Family("lift_mirrored", "lift", "default", True))
-    robots = tuple(((fams[0 if n < (k + 1) // 2 else 1].name, profile.demos_per_robot),)
-                   for n in range(k))
-    return Setting("cross_family", fams, robots, num_clusters=2,
-                   description="half the robots are mirrored-mount arms: same observations, "
-                               "opposite x/y commands; families genuinely conflict")
+    fams = (
+        Family("lift", "lift", "default", False),
+        Family("lift_mirrored", "lift", "default", True),
+    )
+    robots = tuple(
+        ((fams[0 if n < (k + 1) // 2 else 1].name, profile.demos_per_robot),) for n in range(k)
+    )
+    return Setting(
+        "cross_family",
+        fams,
+        robots,
+        num_clusters=2,
+        description="half the robots are mirrored-mount arms: same observations, "
+        "opposite x/y commands; families genuinely conflict",
+    )
 
 
 def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
@@ -242,8 +258,13 @@ def same_family(profile: Profile, seed: int = 0, alpha: float = 0.5) -> Setting:
         counts = _round_preserving_sum(q[n] * profile.demos_per_robot)
         mix = tuple((f.name, int(c)) for f, c in zip(fams, counts) if c > 0)
         robots.append(mix)
-    return Setting("same_family", fams, tuple(robots), num_clusters=1,
-                   description=f"Lift with object-size variations, Dir(alpha={alpha}) per robot")
+    return Setting(
+        "same_family",
+        fams,
+        tuple(robots),
+        num_clusters=1,
+        description=f"Lift with object-size variations, Dir(alpha={alpha}) per robot",
+    )
 
 
 # Work cell of the mirrored domain in the overlap setting, relative to the shared frame (m):
@@ -269,17 +290,30 @@ def overlap_setting(profile: Profile, mirrored: bool = True) -> Setting:
     share one client).
     """
     b_name = "lift_mirrored_cell" if mirrored else "lift_cell"
-    fams = (Family("lift", "lift", "default", False),
-            Family(b_name, "lift", "default", mirrored, OVERLAP_CELL_OFFSET))
+    fams = (
+        Family("lift", "lift", "default", False),
+        Family(b_name, "lift", "default", mirrored, OVERLAP_CELL_OFFSET),
+    )
     d = profile.demos_per_robot
     minor = max(1, d // 4)
     a, b = fams[0].name, fams[1].name
-    robots = (((a, d),), ((a, d),), ((a, d - minor), (b, minor)), ((a, minor), (b, d - minor)), ((b, d),))
+    robots = (
+        ((a, d),),
+        ((a, d),),
+        ((a, d - minor), (b, minor)),
+        ((a, minor), (b, d - minor)),
+        ((b, d),),
+    )
     arms = "mirrored arms" if mirrored else "normal arms (same task mapping)"
-    return Setting("overlap" if mirrored else "overlap_shift", fams, robots, num_clusters=2,
-                   description=f"domain A (normal arms) and domain B ({arms} in a work cell "
-                               f"offset by {OVERLAP_CELL_OFFSET} m); robots 2 and 3 hold unequal "
-                               "mixtures of both")
+    return Setting(
+        "overlap" if mirrored else "overlap_shift",
+        fams,
+        robots,
+        num_clusters=2,
+        description=f"domain A (normal arms) and domain B ({arms} in a work cell "
+        f"offset by {OVERLAP_CELL_OFFSET} m); robots 2 and 3 hold unequal "
+        "mixtures of both",
+    )
 
 
 def overlap_shift_setting(profile: Profile) -> Setting:
@@ -297,11 +331,20 @@ def overlap_methods(profile: Profile, setting: Setting) -> list[Method]:
 
 def rnd_setting(profile: Profile) -> Setting:
     """Clustered feature skew for RND: robot groups in different work cells (task scenes)."""
-    fams = (Family("lift", "lift"), Family("stack", "stack"), Family("pick_place_can", "pick_place_can"))
+    fams = (
+        Family("lift", "lift"),
+        Family("stack", "stack"),
+        Family("pick_place_can", "pick_place_can"),
+    )
     per = profile.rnd_robots_per_group
     robots = tuple(((f.name, profile.rnd_demos_per_robot),) for f in fams for _ in range(per))
-    return Setting("rnd_feature_skew", fams, robots, num_clusters=len(fams),
-                   description="robots in three work cells (lift / stack / can scenes)")
+    return Setting(
+        "rnd_feature_skew",
+        fams,
+        robots,
+        num_clusters=len(fams),
+        description="robots in three work cells (lift / stack / can scenes)",
+    )
 
 
 def with_overrides(profile: Profile, **changes: Any) -> Profile:

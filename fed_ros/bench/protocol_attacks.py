@@ -15,8 +15,10 @@ their answers, then lets the honest robots answer. One row per round:
 * RSS / log growth: server RSS and server log + audit log sizes from the round's announcement
   (before the attack) to its commit.
 
-Nothing here is a stated number: every cell is measured on the run that prints it.
+Nothing here is a stated number: every cell is measured on the run that prints it. The fleet
+under attack and the attacker process are `protocol_fleet`'s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +26,6 @@ import contextlib
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,15 +33,32 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fed_ros.core.checks.audit_log import read_audit_log
+from fed_ros.bench.protocol_fleet import AttackedFleet, foreign_chunk_attack
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.ros.fleet.domains import exclusive_domain_id
 
-QUICK_ATTACKS = ("register_replay", "register_flood:50", "register_wrong_key", "register_no_proof",
-                 "forged_update:1", "unsigned_update:1", "resend_flood:300", "junk_burst:100", "foreign_chunk:1")
-FULL_ATTACKS = ("register_replay", "register_flood:200", "register_wrong_key", "register_no_proof",
-                "forged_update:1", "unsigned_update:1", "resend_flood:1000", "junk_burst:2000", "foreign_chunk:1")
-ATTACKER = [sys.executable, "-m", "fed_ros.ros.fleet.attacker"]
+QUICK_ATTACKS = (
+    "register_replay",
+    "register_flood:50",
+    "register_wrong_key",
+    "register_no_proof",
+    "forged_update:1",
+    "unsigned_update:1",
+    "resend_flood:300",
+    "junk_burst:100",
+    "foreign_chunk:1",
+)
+FULL_ATTACKS = (
+    "register_replay",
+    "register_flood:200",
+    "register_wrong_key",
+    "register_no_proof",
+    "forged_update:1",
+    "unsigned_update:1",
+    "resend_flood:1000",
+    "junk_burst:2000",
+    "foreign_chunk:1",
+)
 
 
 @dataclass
@@ -64,8 +81,10 @@ class ProtocolRow:
 
 # The running count of refused model_resend requests: per refusal while under the rate limit,
 # throttled (every 5 s) past it, and exact on each round's outcome line ("model resend N refused").
-_RESEND_COUNT = re.compile(r"model resend (?:request refused \((\d+) so far\)|over the rate limit \((\d+) refused\)"
-                           r"|(\d+) refused\))")
+_RESEND_COUNT = re.compile(
+    r"model resend (?:request refused \((\d+) so far\)|over the rate limit \((\d+) refused\)"
+    r"|(\d+) refused\))"
+)
 
 
 def _resend_refused_count(log_text: str) -> int:
@@ -84,106 +103,20 @@ def ros_domain(env: dict[str, str]) -> Iterator[dict[str, str]]:
         yield {**env, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
 
 
-class _Fleet:
-    """The server process, the scripted honest robots and what they leave on disk."""
-
-    def __init__(self, out: Path, env: dict[str, str], rounds: int, signed: bool) -> None:
-        from fed_ros.ros.fleet.scripted import ScriptedRobots, make_keys, server_argv
-        self.out, self.env = out, env
-        self.log_path = out / "server.log"
-        self.audit = [out / "state" / "audit.jsonl.1", out / "state" / "audit.jsonl"]
-        self.signers = make_keys(out)
-        self.server = subprocess.Popen(server_argv(out, rounds=rounds, signed=signed), env=env,
-                                       stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        self.robots = ScriptedRobots(self.signers, hold=False)
-        self.robots.answer_through = -1  # every round waits until its attack is done
-
-    def alive(self) -> bool:
-        return self.server.poll() is None
-
-    def wait(self, predicate, timeout: float, what: str, probe: bool = False) -> None:
-        from fed_ros.ros.fleet.scripted import wait_for
-        poll = (lambda: (self.robots.publish_probe(), self.robots.spin(0.3))) if probe else self.robots.spin
-        wait_for(predicate, timeout, what, poll=poll, alive=self.alive)
-
-    def sizes(self) -> int:
-        return sum(p.stat().st_size for p in (self.log_path, *self.audit) if p.exists())
-
-    def entries_since(self, t0: float) -> list[dict]:
-        return [e for p in self.audit if p.exists() for e in read_audit_log(p) if e.get("time", 0) >= t0]
-
-    def settle(self, quiet_s: float = 2.0, timeout: float = 180.0) -> None:
-        """Wait until the server's logs stopped growing for `quiet_s` (it drained its inbox)."""
-        end, last, since = time.monotonic() + timeout, -1, time.monotonic()
-        while time.monotonic() - since < quiet_s and time.monotonic() < end:
-            assert self.alive(), "the server died"
-            now = self.sizes()
-            if now != last:
-                last, since = now, time.monotonic()
-            self.robots.spin(0.2)
-
-    def attacker(self, *specs: str, round_idx: int = 0, timeout: float = 600.0) -> dict[str, dict]:
-        out = subprocess.run([*ATTACKER, str(self.out / "keys"), "--round", str(round_idx), *specs], env=self.env,
-                             capture_output=True, text=True, timeout=timeout)
-        if out.returncode != 0:
-            raise RuntimeError(f"attacker {specs} failed: {out.stderr[-2000:]}")
-        return {r["attack"]: r for r in map(json.loads, out.stdout.splitlines())}
-
-    def close(self) -> None:
-        self.robots.close()
-        if self.server.poll() is None:
-            os.killpg(self.server.pid, signal.SIGINT)
-            try:
-                self.server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.server.pid, signal.SIGKILL)
-                self.server.wait()
-
-
-def _foreign_chunk(fleet: _Fleet, round_idx: int) -> dict:
-    """A keyless listener injects a forged chunk 1 right after an honest upload's chunk 0."""
-    keys = fleet.out / "keys"
-    for name in ("foreign_chunk.ready", "foreign_chunk.heard"):
-        (keys / name).unlink(missing_ok=True)
-    injector = subprocess.Popen([*ATTACKER, str(keys), "foreign_chunk:1"], env=fleet.env, stdout=subprocess.PIPE,
-                                stderr=open(fleet.out / "injector.log", "w"), text=True)
-    try:
-        fleet.wait(lambda: (keys / "foreign_chunk.ready").exists() or injector.poll() is not None, 90,
-                   "the chunk injector")
-        # Handshake: probes until the injector heard our writer (graph counts prove nothing).
-        fleet.wait(lambda: (keys / "foreign_chunk.heard").exists() or injector.poll() is not None, 90,
-                   "the injector to hear the robots", probe=True)
-
-        def dropped(pid: str) -> bool:
-            return any(e["code"] == "foreign_chunk" and e.get("payload_id") == pid
-                       for p in fleet.audit if p.exists() for e in read_audit_log(p))
-
-        from fed_ros.ros.fleet.scripted import wait_for
-        fleet.robots.between_chunks = lambda pid, chunks: (  # inside the robots' spin: wait without spinning
-            setattr(fleet.robots, "between_chunks", None),  # the first upload only
-            wait_for(lambda: dropped(pid), 60, f"the forged chunk of {pid} to be dropped", alive=fleet.alive))
-        fleet.robots.answer_through = round_idx  # the honest robots answer while the injector listens
-        fleet.wait(lambda: injector.poll() is not None, 180, "the chunk injector to finish")
-        out, _ = injector.communicate(timeout=60)
-        return json.loads(out.splitlines()[-1])
-    finally:
-        fleet.robots.between_chunks = None
-        if injector.poll() is None:
-            injector.kill()
-            injector.wait()
-
-
-def _row(fleet: _Fleet, spec: str, round_idx: int, reference, rss_mb) -> ProtocolRow:
+def _row(fleet: AttackedFleet, spec: str, round_idx: int, reference, rss_mb) -> ProtocolRow:
     from fed_ros.ros.fleet.scripted import committed_models
+
     name, _, count = spec.partition(":")
-    fleet.wait(lambda: fleet.robots.round == round_idx and fleet.robots.stage == "train", 240,
-               f"round {round_idx} announced")
+    fleet.wait(
+        lambda: fleet.robots.round == round_idx and fleet.robots.stage == "train",
+        240,
+        f"round {round_idx} announced",
+    )
     t0, wall0, rss0, size0 = time.monotonic(), time.time(), rss_mb(fleet.server.pid), fleet.sizes()
     log0 = fleet.log_path.stat().st_size
     result: dict = {"attack": name, "sent": 0}
     if name == "foreign_chunk":
-        result = _foreign_chunk(fleet, round_idx)
+        result = foreign_chunk_attack(fleet, round_idx)
     elif name != "none":
         result = fleet.attacker(spec, round_idx=round_idx)[name]
     fleet.settle()
@@ -191,8 +124,11 @@ def _row(fleet: _Fleet, spec: str, round_idx: int, reference, rss_mb) -> Protoco
     store = fleet.out / "state"
     completed = True
     try:
-        fleet.wait(lambda: store.is_dir() and round_idx in ModelStore(store).committed_rounds(), 240,
-                   f"round {round_idx} committed")
+        fleet.wait(
+            lambda: store.is_dir() and round_idx in ModelStore(store).committed_rounds(),
+            240,
+            f"round {round_idx} committed",
+        )
     except AssertionError:
         completed = False
     fleet.settle(quiet_s=1.0)
@@ -200,43 +136,80 @@ def _row(fleet: _Fleet, spec: str, round_idx: int, reference, rss_mb) -> Protoco
     rss1, size1 = rss_mb(fleet.server.pid), fleet.sizes()
     honest = set(fleet.robots.sent)
     window = [e for e in fleet.entries_since(wall0) if e.get("payload_id") != "probe"]
-    foreign_ok = [e for e in window if e["accepted"] and e["kind"] == "update" and e.get("payload_id") not in honest]
-    refused = [e for e in window if not e["accepted"]
-               and (e.get("payload_id") not in honest or e["code"] == "foreign_chunk")]
+    foreign_ok = [
+        e
+        for e in window
+        if e["accepted"] and e["kind"] == "update" and e.get("payload_id") not in honest
+    ]
+    refused = [
+        e
+        for e in window
+        if not e["accepted"] and (e.get("payload_id") not in honest or e["code"] == "foreign_chunk")
+    ]
     codes = sorted({e["code"] for e in refused})
     whole_log = fleet.log_path.read_bytes()
     log_text = whole_log[log0:].decode("utf-8", "replace")
     resend_lines = [ln for ln in log_text.splitlines() if "model resend request refused" in ln]
     # The server's running count of refused model_resend requests (signature and rate limit;
     # the rate-limit line is throttled, so the count comes from the numbers, not the lines).
-    resend_refusals = max(len(resend_lines), _resend_refused_count(log_text)
-                          - _resend_refused_count(whole_log[:log0].decode("utf-8", "replace")))
+    resend_refusals = max(
+        len(resend_lines),
+        _resend_refused_count(log_text)
+        - _resend_refused_count(whole_log[:log0].decode("utf-8", "replace")),
+    )
     if resend_refusals:
         codes.append("model_resend refused")
-    reasons = [*result.get("reasons", []), *(e.get("reason", "") for e in refused),
-               *(ln.partition("so far): ")[2] for ln in resend_lines)]
+    reasons = [
+        *result.get("reasons", []),
+        *(e.get("reason", "") for e in refused),
+        *(ln.partition("so far): ")[2] for ln in resend_lines),
+    ]
     accepted = int(result.get("accepted", 0)) + len(foreign_ok)
     rejected = None if name == "none" else (accepted == 0 and bool(codes or result.get("reasons")))
-    detail = {k: v for k, v in result.items() if k in ("answered", "accepted", "reasons", "payload_ids", "acked")}
-    n_refused = (int(result["answered"]) - int(result["accepted"])) if "answered" in result else (
-        len(refused) + resend_refusals)  # Register refusals are answered and audited: count them once
-    return ProtocolRow(name, int(result.get("sent", 0)), rejected, codes, (reasons or [""])[0][:90], n_refused,
-                       completed, identical,
-                       round(rss1 - rss0, 1), round((size1 - size0) / 1e6, 3), round(time.monotonic() - t0, 1),
-                       detail)
+    detail = {
+        k: v
+        for k, v in result.items()
+        if k in ("answered", "accepted", "reasons", "payload_ids", "acked")
+    }
+    n_refused = (
+        (int(result["answered"]) - int(result["accepted"]))
+        if "answered" in result
+        else (len(refused) + resend_refusals)
+    )  # Register refusals are answered and audited: count them once
+    return ProtocolRow(
+        name,
+        int(result.get("sent", 0)),
+        rejected,
+        codes,
+        (reasons or [""])[0][:90],
+        n_refused,
+        completed,
+        identical,
+        round(rss1 - rss0, 1),
+        round((size1 - size0) / 1e6, 3),
+        round(time.monotonic() - t0, 1),
+        detail,
+    )
 
 
-def run_protocol(out: Path, attacks: Sequence[str] = QUICK_ATTACKS, env: dict[str, str] | None = None,
-                 signed: bool = True) -> tuple[list[ProtocolRow], dict]:
+def run_protocol(
+    out: Path,
+    attacks: Sequence[str] = QUICK_ATTACKS,
+    env: dict[str, str] | None = None,
+    signed: bool = True,
+) -> tuple[list[ProtocolRow], dict]:
     """Run the fleet, one attack per round after a clean round 0; (rows, run facts)."""
     from fed_ros.ros.fleet.scripted import ROBOTS, initial_model, reference_models, rss_mb
     from fed_ros.ros.wire.register import register_request
+
     out.mkdir(parents=True, exist_ok=True)
     specs = ["none", *attacks]
     with ros_domain(dict(os.environ if env is None else env)) as ros_env:
         saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
-        os.environ.update({k: ros_env[k] for k in saved if k in ros_env})  # the in-process robots join it
-        fleet = _Fleet(out, ros_env, rounds=len(specs), signed=signed)
+        os.environ.update(
+            {k: ros_env[k] for k in saved if k in ros_env}
+        )  # the in-process robots join it
+        fleet = AttackedFleet(out, ros_env, rounds=len(specs), signed=signed)
         initial = initial_model()
         refs: dict[int, dict] = {}
 
@@ -247,14 +220,32 @@ def run_protocol(out: Path, attacks: Sequence[str] = QUICK_ATTACKS, env: dict[st
 
         try:
             robots = fleet.robots
-            assert robots.client.wait_for_service(timeout_sec=120.0), "the server never offered /fleet/register"
-            assert robots.call(lambda: register_request("robot_0", tasks=["lift"], num_samples=100,
-                                                        signer=fleet.signers["robot_0"])).accepted
-            honest = robots.last_request  # signed afresh per try: the one answered is what an eavesdropper records
-            (out / "keys" / "captured_register.json").write_text(json.dumps({  # what an eavesdropper records
-                "robot_id": honest.robot_id, "tasks": list(honest.tasks), "action_dim": honest.action_dim,
-                "num_samples": honest.num_samples, "timestamp_ns": honest.timestamp_ns,
-                **{k: bytes(getattr(honest, k)).hex() for k in ("public_key", "nonce", "signature")}}))
+            assert robots.client.wait_for_service(timeout_sec=120.0), (
+                "the server never offered /fleet/register"
+            )
+            assert robots.call(
+                lambda: register_request(
+                    "robot_0", tasks=["lift"], num_samples=100, signer=fleet.signers["robot_0"]
+                )
+            ).accepted
+            honest = (
+                robots.last_request
+            )  # signed afresh per try: the one answered is what an eavesdropper records
+            (out / "keys" / "captured_register.json").write_text(
+                json.dumps(
+                    {  # what an eavesdropper records
+                        "robot_id": honest.robot_id,
+                        "tasks": list(honest.tasks),
+                        "action_dim": honest.action_dim,
+                        "num_samples": honest.num_samples,
+                        "timestamp_ns": honest.timestamp_ns,
+                        **{
+                            k: bytes(getattr(honest, k)).hex()
+                            for k in ("public_key", "nonce", "signature")
+                        },
+                    }
+                )
+            )
             robots.register_all()
             rows = [_row(fleet, spec, i, reference, rss_mb) for i, spec in enumerate(specs)]
         finally:
@@ -265,44 +256,96 @@ def run_protocol(out: Path, attacks: Sequence[str] = QUICK_ATTACKS, env: dict[st
                 else:
                     os.environ[k] = v
     log = fleet.log_path.read_text(errors="replace")
-    facts = {"server_exit": fleet.server.returncode, "handler_failures": log.count("failed ("),
-             "logger_severity_errors": log.count("Logger severity"), "out": str(out)}
+    facts = {
+        "server_exit": fleet.server.returncode,
+        "handler_failures": log.count("failed ("),
+        "logger_severity_errors": log.count("Logger severity"),
+        "out": str(out),
+    }
     return rows, facts
 
 
 def format_protocol_table(rows: Sequence[ProtocolRow]) -> str:
-    head = ["attack", "sent", "refused", "rejected?", "reason code(s)", "first reason", "honest round completed",
-            "models identical",
-            "server RSS growth (MiB)", "log growth (MB)", "s"]
+    head = [
+        "attack",
+        "sent",
+        "refused",
+        "rejected?",
+        "reason code(s)",
+        "first reason",
+        "honest round completed",
+        "models identical",
+        "server RSS growth (MiB)",
+        "log growth (MB)",
+        "s",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     yn = {True: "yes", False: "NO", None: "-"}
     for r in rows:
-        lines.append("| " + " | ".join([r.attack, str(r.sent), str(r.refused), yn[r.rejected],
-                                        ", ".join(r.codes) or "-", r.reason.replace("|", "/") or "-",
-                                        yn[r.round_completed], yn[r.models_identical], f"{r.rss_growth_mb:+.1f}",
-                                        f"{r.log_growth_mb:+.3f}", f"{r.seconds:.0f}"]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r.attack,
+                    str(r.sent),
+                    str(r.refused),
+                    yn[r.rejected],
+                    ", ".join(r.codes) or "-",
+                    r.reason.replace("|", "/") or "-",
+                    yn[r.round_completed],
+                    yn[r.models_identical],
+                    f"{r.rss_growth_mb:+.1f}",
+                    f"{r.log_growth_mb:+.3f}",
+                    f"{r.seconds:.0f}",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fed-ros bench robustness --protocol", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller floods (a few minutes on 2 cores)")
-    parser.add_argument("--out", default=None, help="run directory (keys, state, logs); default: a temp dir")
+    parser = argparse.ArgumentParser(
+        prog="fed-ros bench robustness --protocol", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smaller floods (a few minutes on 2 cores)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="run directory (keys, state, logs); default: a temp dir"
+    )
     parser.add_argument("--json", default=None, help="also write the rows as JSON here")
-    parser.add_argument("--unsigned", action="store_true",
-                        help="server without allow-list or signatures: what the same attacks do then")
+    parser.add_argument(
+        "--unsigned",
+        action="store_true",
+        help="server without allow-list or signatures: what the same attacks do then",
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     out = Path(args.out or tempfile.mkdtemp(prefix="fed_ros_protocol_"))
     t0 = time.perf_counter()
-    rows, facts = run_protocol(out, QUICK_ATTACKS if args.quick else FULL_ATTACKS, signed=not args.unsigned)
-    print(f"{'Unsigned' if args.unsigned else 'Signed'} fleet (server node + 2 scripted signed robots, fedavg); "
-          f"round 0 clean, then one attack per round from a separate attacker process.\n")
+    rows, facts = run_protocol(
+        out, QUICK_ATTACKS if args.quick else FULL_ATTACKS, signed=not args.unsigned
+    )
+    print(
+        f"{'Unsigned' if args.unsigned else 'Signed'} fleet "
+        "(server node + 2 scripted signed robots, fedavg); "
+        f"round 0 clean, then one attack per round from a separate attacker process.\n"
+    )
     print(format_protocol_table(rows))
-    print(f"\n({time.perf_counter() - t0:.0f} s; server handler failures {facts['handler_failures']}, "
-          f"'Logger severity' errors {facts['logger_severity_errors']}; run directory {out})")
+    print(
+        f"\n({time.perf_counter() - t0:.0f} s; server handler failures "
+        f"{facts['handler_failures']}, "
+        f"'Logger severity' errors {facts['logger_severity_errors']}; run directory {out})"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": [asdict(r) for r in rows], "facts": facts}, indent=1))
-    bad = [r.attack for r in rows if r.rejected is False or not r.round_completed or not r.models_identical]
+        Path(args.json).write_text(
+            json.dumps({"rows": [asdict(r) for r in rows], "facts": facts}, indent=1)
+        )
+    bad = [
+        r.attack
+        for r in rows
+        if r.rejected is False or not r.round_completed or not r.models_identical
+    ]
     return 1 if bad else 0
 
 

@@ -16,6 +16,7 @@ there; the table shows what each rule would do with and without that check. Dist
 relative: ||aggregate(attacked) - aggregate_mean(no attack)|| / ||aggregate_mean(no attack) - reference||.
 The clip rule's bound (one client moves the aggregate by at most clip/n) is printed beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,10 @@ from fed_ros.core.params import TensorSpec
 from fed_ros.core.strategies.robust import aggregate_robust
 
 RULES = ("mean", "clip", "median", "trimmed_mean", "multi_krum")
-RULE_SETTINGS = {"trimmed_mean": {"trim": 0.2}, "multi_krum": {"f": 1}}  # trim 0.2 of 5 cuts one each end
+RULE_SETTINGS = {
+    "trimmed_mean": {"trim": 0.2},
+    "multi_krum": {"f": 1},
+}  # trim 0.2 of 5 cuts one each end
 
 
 @dataclass
@@ -47,11 +51,15 @@ class AttackRow:
     validated: bool  # whether the attacker's update passed validation
     distance: dict[str, float | None]
     action_mse: dict[str, float | None]
-    clip_bound: float  # 2 clip/n relative to the no-attack step norm: the most one robot can move it
+    clip_bound: (
+        float  # 2 clip/n relative to the no-attack step norm: the most one robot can move it
+    )
     clip_shift: float | None  # measured ||clip(attacked) - clip(no attack)||, same units
 
 
-def aggregate_all(stacked: np.ndarray, reference: np.ndarray, clip_norm: float) -> dict[str, np.ndarray | None]:
+def aggregate_all(
+    stacked: np.ndarray, reference: np.ndarray, clip_norm: float
+) -> dict[str, np.ndarray | None]:
     """Aggregate (K, P) updates with every rule; None where a rule refuses the input."""
     weights = np.ones(stacked.shape[0])
     out = {}
@@ -69,22 +77,39 @@ def aggregate_all(stacked: np.ndarray, reference: np.ndarray, clip_norm: float) 
 def _validated(update: np.ndarray, robot_id: str, manifest: tuple[TensorSpec, ...]) -> bool:
     """Run the server's validation on one flat update (auth off: this measures content checks)."""
     ctx = ValidationContext(current_round=1, expected_manifest=manifest)
-    env = UpdateEnvelope(robot_id=robot_id, round_idx=1, base_round=0, num_samples=100, manifest=manifest,
-                           total_bytes=update.nbytes, payload_sha256="0" * 64)
+    env = UpdateEnvelope(
+        robot_id=robot_id,
+        round_idx=1,
+        base_round=0,
+        num_samples=100,
+        manifest=manifest,
+        total_bytes=update.nbytes,
+        payload_sha256="0" * 64,
+    )
     return validate_update(env, {manifest[0].name: update}, ctx).accepted
 
 
-def attack_table(honest: np.ndarray, reference: np.ndarray, attacked: Callable[[str], np.ndarray],
-                 attacks: Sequence[str], setting: str, quality: Callable[[np.ndarray], float] | None = None,
-                 clip_factor: float = 1.0) -> list[AttackRow]:
+def attack_table(
+    honest: np.ndarray,
+    reference: np.ndarray,
+    attacked: Callable[[str], np.ndarray],
+    attacks: Sequence[str],
+    setting: str,
+    quality: Callable[[np.ndarray], float] | None = None,
+    clip_factor: float = 1.0,
+) -> list[AttackRow]:
     """Rows for one setting: `honest` (n, P) with the attacker at row 0; `attacked(attack)` its poisoned row."""
     n = honest.shape[0]
     manifest = (TensorSpec("params", (honest.shape[1],)),)
     baseline = aggregate_robust(honest, np.ones(n), "mean")
     step = float(np.linalg.norm(baseline.astype(np.float64) - reference)) or 1.0
     # Clip at the median honest step norm: honest robots are (mostly) untouched, outliers are cut.
-    clip_norm = clip_factor * float(np.median(np.linalg.norm(honest.astype(np.float64) - reference, axis=1)))
-    clip_clean = aggregate_robust(honest, np.ones(n), "clip", clip_norm=clip_norm, reference=reference)
+    clip_norm = clip_factor * float(
+        np.median(np.linalg.norm(honest.astype(np.float64) - reference, axis=1))
+    )
+    clip_clean = aggregate_robust(
+        honest, np.ones(n), "clip", clip_norm=clip_norm, reference=reference
+    )
     rows = []
     for attack in attacks:
         poisoned = attacked(attack)
@@ -96,7 +121,11 @@ def attack_table(honest: np.ndarray, reference: np.ndarray, attacked: Callable[[
         # What a server without validation computes with plain FedAvg (NaN poisons every weight).
         stacked_raw = np.concatenate([poisoned[None], honest[1:]]).astype(np.float64)
         dist["mean_unvalidated"] = float(np.linalg.norm(stacked_raw.mean(axis=0) - baseline)) / step
-        mse = {r: (None if a is None else quality(a)) for r, a in aggs.items()} if quality is not None else {}
+        mse = (
+            {r: (None if a is None else quality(a)) for r, a in aggs.items()}
+            if quality is not None
+            else {}
+        )
         # B1 is about the attacker's own row: compare against the clip rule with its honest row.
         clip_shift = _distance(aggs["clip"], clip_clean, step) if ok else None
         rows.append(AttackRow(setting, attack, ok, dist, mse, 2 * clip_norm / n / step, clip_shift))
@@ -109,7 +138,10 @@ def _distance(agg: np.ndarray | None, baseline: np.ndarray, step: float) -> floa
 
 # ----------------------------------------------------------------------------- setting 1: synthetic updates
 
-def synthetic_updates(n: int, dim: int, seed: int, noise: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+
+def synthetic_updates(
+    n: int, dim: int, seed: int, noise: float = 0.5
+) -> tuple[np.ndarray, np.ndarray]:
     """(honest (n, P), reference (P,)): reference + shared unit-RMS direction + per-robot noise."""
     rng = np.random.default_rng(seed)
     reference = rng.normal(0, 1, dim).astype(np.float32)
@@ -120,21 +152,32 @@ def synthetic_updates(n: int, dim: int, seed: int, noise: float = 0.5) -> tuple[
 
 # ----------------------------------------------------------------------------- setting 2: linear BC on demos
 
-def linear_expert_demos(weights: np.ndarray, num_episodes: int, steps: int, seed: int,
-                        robot_id: str = "") -> list[Episode]:
+
+def linear_expert_demos(
+    weights: np.ndarray, num_episodes: int, steps: int, seed: int, robot_id: str = ""
+) -> list[Episode]:
     """Demonstrations of the expert a = tanh(W s) + noise on random 32-D object states."""
     rng = np.random.default_rng(seed)
     out = []
     for e in range(num_episodes):
         states = rng.normal(0, 1, (steps, OBJECT_STATE_DIM)).astype(np.float32)
         actions = np.tanh(states @ weights.T) + rng.normal(0, 0.05, (steps, ACTION_DIM))
-        out.append(Episode(task="lift", instruction="lift the cube", observations={OBJECT_STATE: states},
-                           actions=np.clip(actions, -1, 1).astype(np.float32), robot_id=robot_id,
-                           metadata={"episode": str(e)}))
+        out.append(
+            Episode(
+                task="lift",
+                instruction="lift the cube",
+                observations={OBJECT_STATE: states},
+                actions=np.clip(actions, -1, 1).astype(np.float32),
+                robot_id=robot_id,
+                metadata={"episode": str(e)},
+            )
+        )
     return out
 
 
-def train_linear_bc(start: np.ndarray, episodes: Sequence[Episode], epochs: int = 20, lr: float = 0.05) -> np.ndarray:
+def train_linear_bc(
+    start: np.ndarray, episodes: Sequence[Episode], epochs: int = 20, lr: float = 0.05
+) -> np.ndarray:
     """Local training of a linear policy a = W s (flat W, ACTION_DIM x 32) by full-batch gradient descent."""
     states = np.concatenate([ep.observations[OBJECT_STATE] for ep in episodes]).astype(np.float64)
     actions = np.concatenate([ep.actions for ep in episodes]).astype(np.float64)
@@ -153,14 +196,18 @@ def action_mse(flat_w: np.ndarray, episodes: Sequence[Episode]) -> float:
     return float(np.mean((states @ w.T - actions) ** 2))
 
 
-def linear_bc_setting(n: int, seed: int, episodes: int, steps: int) -> tuple[np.ndarray, np.ndarray,
-                                                                              Callable[[str], np.ndarray],
-                                                                              Callable[[np.ndarray], float]]:
+def linear_bc_setting(
+    n: int, seed: int, episodes: int, steps: int
+) -> tuple[np.ndarray, np.ndarray, Callable[[str], np.ndarray], Callable[[np.ndarray], float]]:
     """Honest trained updates, reference, attacker factory and quality metric for the linear-BC setting."""
     rng = np.random.default_rng(seed)
     expert = rng.normal(0, 0.3, (ACTION_DIM, OBJECT_STATE_DIM))
-    reference = np.zeros(ACTION_DIM * OBJECT_STATE_DIM, np.float32)  # the cluster model of this round
-    demos = [linear_expert_demos(expert, episodes, steps, seed + 1 + i, f"robot_{i}") for i in range(n)]
+    reference = np.zeros(
+        ACTION_DIM * OBJECT_STATE_DIM, np.float32
+    )  # the cluster model of this round
+    demos = [
+        linear_expert_demos(expert, episodes, steps, seed + 1 + i, f"robot_{i}") for i in range(n)
+    ]
     held_out = linear_expert_demos(expert, 4, steps, seed + 1000)
     honest = np.stack([train_linear_bc(reference, d) for d in demos])
 
@@ -175,6 +222,7 @@ def linear_bc_setting(n: int, seed: int, episodes: int, steps: int) -> tuple[np.
 
 # ----------------------------------------------------------------------------- output
 
+
 def _fmt(x: float | None) -> str:
     if x is None:
         return "refused"
@@ -185,32 +233,63 @@ def _fmt(x: float | None) -> str:
 
 def format_table(rows: Sequence[AttackRow]) -> str:
     """Markdown table: relative distance to the no-attack FedAvg aggregate per rule."""
-    head = ["setting", "attack", "passes validation", "FedAvg no validation", *RULES, "clip shift", "bound 2c/n"]
+    head = [
+        "setting",
+        "attack",
+        "passes validation",
+        "FedAvg no validation",
+        *RULES,
+        "clip shift",
+        "bound 2c/n",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r.setting, r.attack, "yes" if r.validated else "rejected", _fmt(r.distance["mean_unvalidated"]),
-                 *(_fmt(r.distance[rule]) for rule in RULES),
-                 _fmt(r.clip_shift) if r.clip_shift is not None else "-", _fmt(r.clip_bound)]
+        cells = [
+            r.setting,
+            r.attack,
+            "yes" if r.validated else "rejected",
+            _fmt(r.distance["mean_unvalidated"]),
+            *(_fmt(r.distance[rule]) for rule in RULES),
+            _fmt(r.clip_shift) if r.clip_shift is not None else "-",
+            _fmt(r.clip_bound),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     if any(r.action_mse for r in rows):
-        lines += ["", "Held-out action MSE of the aggregate policy (linear-bc):", "",
-                  "| attack | " + " | ".join(RULES) + " |", "|" + "---|" * (len(RULES) + 1)]
+        lines += [
+            "",
+            "Held-out action MSE of the aggregate policy (linear-bc):",
+            "",
+            "| attack | " + " | ".join(RULES) + " |",
+            "|" + "---|" * (len(RULES) + 1),
+        ]
         for r in rows:
             if r.action_mse:
-                lines.append(f"| {r.attack} | " + " | ".join(_fmt(r.action_mse[k]) for k in RULES) + " |")
+                lines.append(
+                    f"| {r.attack} | " + " | ".join(_fmt(r.action_mse[k]) for k in RULES) + " |"
+                )
     return "\n".join(lines)
 
 
-def run(quick: bool = False, seed: int = 0, clients: int = 5, dim: int | None = None) -> list[AttackRow]:
+def run(
+    quick: bool = False, seed: int = 0, clients: int = 5, dim: int | None = None
+) -> list[AttackRow]:
     """Both settings; returns the rows (the CLI prints them)."""
     if clients < 5:
-        raise ValueError(f"--clients must be >= 5 (Multi-Krum with f=1 needs n >= 5), got {clients}")
+        raise ValueError(
+            f"--clients must be >= 5 (Multi-Krum with f=1 needs n >= 5), got {clients}"
+        )
     dim = dim or (20_000 if quick else 1_000_000)
     honest, reference = synthetic_updates(clients, dim, seed)
-    rows = attack_table(honest, reference,
-                        lambda a: attack_vector(honest[0], reference, a, seed=seed),
-                        MODEL_ATTACKS, f"updates P={dim}")
-    h, ref, attacked, quality = linear_bc_setting(clients, seed, episodes=4 if quick else 10, steps=50)
+    rows = attack_table(
+        honest,
+        reference,
+        lambda a: attack_vector(honest[0], reference, a, seed=seed),
+        MODEL_ATTACKS,
+        f"updates P={dim}",
+    )
+    h, ref, attacked, quality = linear_bc_setting(
+        clients, seed, episodes=4 if quick else 10, steps=50
+    )
     rows += attack_table(h, ref, attacked, MODEL_ATTACKS + DATA_ATTACKS, "linear-bc", quality)
     return rows
 
@@ -218,15 +297,23 @@ def run(quick: bool = False, seed: int = 0, clients: int = 5, dim: int | None = 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `fed-ros bench robustness` (`--protocol`: the protocol-attack table instead)."""
     argv = list(argv) if argv is not None else sys.argv[1:]
-    if "--protocol" in argv:  # real signed fleet + attacker process (fed_ros/bench/protocol_attacks.py)
+    if (
+        "--protocol" in argv
+    ):  # real signed fleet + attacker process (fed_ros/bench/protocol_attacks.py)
         from fed_ros.bench import protocol_attacks
+
         return protocol_attacks.main([a for a in argv if a != "--protocol"])
-    parser = argparse.ArgumentParser(prog="fed-ros bench robustness", description=__doc__.split("\n")[0],
-                                     epilog="--protocol [--quick] [--out DIR] [--json F]: protocol attacks "
-                                            "against a real signed fleet instead (fed_ros/bench/protocol_attacks.py)")
+    parser = argparse.ArgumentParser(
+        prog="fed-ros bench robustness",
+        description=__doc__.split("\n")[0],
+        epilog="--protocol [--quick] [--out DIR] [--json F]: protocol attacks "
+        "against a real signed fleet instead (fed_ros/bench/protocol_attacks.py)",
+    )
     parser.add_argument("--quick", action="store_true", help="small models (seconds)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--clients", type=int, default=5, help="robots in the cluster, one malicious")
+    parser.add_argument(
+        "--clients", type=int, default=5, help="robots in the cluster, one malicious"
+    )
     parser.add_argument("--dim", type=int, default=None, help="parameters of the synthetic updates")
     parser.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -236,13 +323,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as err:
         print(f"fed-ros bench robustness: {err}", file=sys.stderr)
         return 2
-    print(f"One malicious robot of {args.clients}; entries = ||aggregate - FedAvg(no attack)|| / "
-          f"||FedAvg(no attack) - cluster model|| (1.0 = as large as the whole honest step).\n")
+    print(
+        f"One malicious robot of {args.clients}; entries = ||aggregate - FedAvg(no attack)|| / "
+        f"||FedAvg(no attack) - cluster model|| (1.0 = as large as the whole honest step).\n"
+    )
     print(format_table(rows))
-    print(f"\n({time.perf_counter() - t0:.1f} s; rejected updates are dropped before aggregation; "
-          f"trimmed_mean trims 20%, multi_krum f=1, clip at the median honest step norm c; clip shift = "
-          f"||clip(attacked) - clip(no attack)||, at most 2c/n; "
-          f"refused = the rule rejects the input, e.g. Multi-Krum with n < 2f+3 after a rejection)")
+    print(
+        f"\n({time.perf_counter() - t0:.1f} s; rejected updates are dropped before aggregation; "
+        f"trimmed_mean trims 20%, multi_krum f=1, clip at the median honest step norm c; clip shift = "
+        f"||clip(attacked) - clip(no attack)||, at most 2c/n; "
+        f"refused = the rule rejects the input, e.g. Multi-Krum with n < 2f+3 after a rejection)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ for r in rows], f, indent=1)

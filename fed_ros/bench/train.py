@@ -8,19 +8,20 @@ splits the extra cost into the teacher forward and the subspace projectors.
 
 ``--lift`` instead measures that the camera policy still learns: it collects scripted Lift
 demonstrations with both cameras (MuJoCo, in process), trains BC from the images and
-reports closed-loop success over seeded evaluation episodes.
+reports closed-loop success over seeded evaluation episodes (`train_lift`).
 """
+
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from typing import Any
 
 import numpy as np
 import torch
 
+from fed_ros.bench.train_lift import lift_from_images
 from fed_ros.learning.configuration_policy import IMAGE_PROFILES, PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.device import peak_memory_bytes, resolve_device
@@ -35,8 +36,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _time_interleaved(trainers: dict[str, LocalTrainer], data: DemoDataset,
-                      batches: list[np.ndarray]) -> dict[str, tuple[list[float], list[float]]]:
+def _time_interleaved(
+    trainers: dict[str, LocalTrainer], data: DemoDataset, batches: list[np.ndarray]
+) -> dict[str, tuple[list[float], list[float]]]:
     """Per mode, (wall, process CPU) seconds of each timed optimiser step.
 
     The modes take turns on every batch (and which goes first alternates), so a change of
@@ -46,7 +48,7 @@ def _time_interleaved(trainers: dict[str, LocalTrainer], data: DemoDataset,
     times: dict[str, tuple[list[float], list[float]]] = {m: ([], []) for m in trainers}
     modes = list(trainers)
     for i, idx in enumerate(batches):
-        for mode in (modes if i % 2 == 0 else modes[::-1]):
+        for mode in modes if i % 2 == 0 else modes[::-1]:
             trainer = trainers[mode]
             _sync(trainer.device)
             t0, c0 = time.perf_counter(), time.process_time()
@@ -57,8 +59,9 @@ def _time_interleaved(trainers: dict[str, LocalTrainer], data: DemoDataset,
     return times
 
 
-def _time_parts(trainer: LocalTrainer, data: DemoDataset, idx: np.ndarray, repeats: int
-                ) -> dict[str, float]:
+def _time_parts(
+    trainer: LocalTrainer, data: DemoDataset, idx: np.ndarray, repeats: int
+) -> dict[str, float]:
     """Milliseconds of the teacher forward and of all modality subspace losses (fwd+bwd)."""
     batch = trainer.process_batch(data, idx)
     out_s, out_t = trainer.forward(batch)
@@ -75,8 +78,13 @@ def _time_parts(trainer: LocalTrainer, data: DemoDataset, idx: np.ndarray, repea
         fk = torch.stack([f.detach().reshape(-1, e) for f in out_s.features.values()])
         fg = torch.stack([f.detach().reshape(-1, e) for f in out_t.features.values()])
         fk.requires_grad_(True)
-        subspace_losses(fg, fk, rank=trainer.tc.rank, noise_std=trainer.tc.sub_noise_std,
-                        generator=trainer.noise_gen).sum().backward()
+        subspace_losses(
+            fg,
+            fk,
+            rank=trainer.tc.rank,
+            noise_std=trainer.tc.sub_noise_std,
+            generator=trainer.noise_gen,
+        ).sum().backward()
     _sync(trainer.device)
     sub = (time.perf_counter() - t0) / repeats
     return {"fwd_student_plus_teacher_ms": 1e3 * fwd_both, "sub_losses_ms": 1e3 * sub}
@@ -87,29 +95,51 @@ def _distinct_frames(data: DemoDataset, batches: list[np.ndarray]) -> float:
     return float(np.mean([len(np.unique(data.window_index[idx])) for idx in batches]))
 
 
-def bench_kind(kind: str, device: torch.device, batch_size: int, steps: int, warmup: int,
-               seed: int = 0, image_profile: str = "lite", amp: bool = True,
-               episodes: int = 4) -> dict[str, Any]:
+def bench_kind(
+    kind: str,
+    device: torch.device,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    seed: int = 0,
+    image_profile: str = "lite",
+    amp: bool = True,
+    episodes: int = 4,
+) -> dict[str, Any]:
     """Measure one policy variant; returns the numbers printed in the table."""
     cfg = PolicyConfig(kind=kind, image_profile=image_profile)
-    demos = synthetic_episodes(episodes, max(40, batch_size), kind, seed=seed,
-                               image_size=cfg.image_size)
+    demos = synthetic_episodes(
+        episodes, max(40, batch_size), kind, seed=seed, image_size=cfg.image_size
+    )
     data = DemoDataset(demos, cfg)
     start = initial_state_dict(cfg, seed=seed, episodes=demos)
     rng = np.random.default_rng(seed)
     batches = [rng.choice(len(data), batch_size, replace=False) for _ in range(warmup + steps)]
-    row: dict[str, Any] = {"policy": kind, "params": int(sum(v.size for v in start.values())),
-                           "batch": batch_size, "window": cfg.window, "device": str(device),
-                           "frames": len(data),
-                           "amp": bool(amp and device.type == "cuda")}
+    row: dict[str, Any] = {
+        "policy": kind,
+        "params": int(sum(v.size for v in start.values())),
+        "batch": batch_size,
+        "window": cfg.window,
+        "device": str(device),
+        "frames": len(data),
+        "amp": bool(amp and device.type == "cuda"),
+    }
     if kind == "image":
         row["image_profile"] = cfg.image_profile
         row["distinct_frames"] = _distinct_frames(data, batches)
     trainers: dict[str, LocalTrainer] = {}
-    for mode, switches in (("bc", dict(use_sub=False, use_act=False)),
-                           ("feddrman", dict(use_sub=True, use_act=True))):
-        tc = TrainerConfig(device=str(device), progress=False, batch_size=batch_size, seed=seed,
-                           amp=amp, **switches)
+    for mode, switches in (
+        ("bc", dict(use_sub=False, use_act=False)),
+        ("feddrman", dict(use_sub=True, use_act=True)),
+    ):
+        tc = TrainerConfig(
+            device=str(device),
+            progress=False,
+            batch_size=batch_size,
+            seed=seed,
+            amp=amp,
+            **switches,
+        )
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         trainer = LocalTrainer(start, cfg, tc)
@@ -122,6 +152,7 @@ def bench_kind(kind: str, device: torch.device, batch_size: int, steps: int, war
         row[f"{mode}_steps_per_s"] = 1.0 / float(np.median(wall))
         row[f"{mode}_cpu_s_per_step"] = float(np.median(cpu))
     row.update(_time_parts(trainers["feddrman"], data, batches[0], repeats=max(1, steps // 2)))
+
     # Ratios of each batch's pair of steps (same batch, same moment), then their median.
     def pair(m: int) -> float:
         return float(np.median(np.asarray(times["feddrman"][m]) / np.asarray(times["bc"][m])))
@@ -135,84 +166,29 @@ def bench_kind(kind: str, device: torch.device, batch_size: int, steps: int, war
 def _print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         if r["policy"] == "image":
-            print(f"image: profile {r['image_profile']}, {r['frames']} dataset frames, "
-                  f"{r['distinct_frames']:.0f} distinct of {r['batch'] * r['window']} "
-                  f"frames per camera per batch (each encoded once)")
-    head = (f"{'policy':<7} {'params':>9} {'B':>3} {'T':>2}  {'BC steps/s':>10} "
-            f"{'FedDRMan steps/s':>16} {'wall x':>6}  {'BC cpu-s':>8} {'FDM cpu-s':>9} "
-            f"{'ratio':>5} (<= {TARGET_RATIO})  {'fwd S+T ms':>10} {'L_sub ms':>8}  "
-            f"{'peak MB BC/FDM':>15}")
+            print(
+                f"image: profile {r['image_profile']}, {r['frames']} dataset frames, "
+                f"{r['distinct_frames']:.0f} distinct of {r['batch'] * r['window']} "
+                f"frames per camera per batch (each encoded once)"
+            )
+    head = (
+        f"{'policy':<7} {'params':>9} {'B':>3} {'T':>2}  {'BC steps/s':>10} "
+        f"{'FedDRMan steps/s':>16} {'wall x':>6}  {'BC cpu-s':>8} {'FDM cpu-s':>9} "
+        f"{'ratio':>5} (<= {TARGET_RATIO})  {'fwd S+T ms':>10} {'L_sub ms':>8}  "
+        f"{'peak MB BC/FDM':>15}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         ok = "ok" if r["ratio"] <= TARGET_RATIO else "OVER"
-        print(f"{r['policy']:<7} {r['params']:>9,} {r['batch']:>3} {r['window']:>2}  "
-              f"{r['bc_steps_per_s']:>10.2f} {r['feddrman_steps_per_s']:>16.2f} "
-              f"{r['wall_ratio']:>6.2f}  {r['bc_cpu_s_per_step']:>8.3f} "
-              f"{r['feddrman_cpu_s_per_step']:>9.3f} {r['ratio']:>5.2f} {ok:<9}  "
-              f"{r['fwd_student_plus_teacher_ms']:>10.1f} {r['sub_losses_ms']:>8.1f}  "
-              f"{r['bc_peak_mem_mb']:>7.0f}/{r['feddrman_peak_mem_mb']:<7.0f}")
-
-
-def lift_from_images(demos: int, steps: int, eval_episodes: int, seed: int = 0,
-                     lr: float = 1e-3, batch_size: int = 32, image_profile: str = "lite",
-                     device: torch.device | None = None) -> dict[str, Any]:
-    """Collect camera demos of Lift, train BC from the images, evaluate in closed loop.
-
-    Plain BC (no teacher: from a fresh model the distillation terms only pull towards the
-    random initialisation). Prints and returns demos, frames, steps, minutes per phase and
-    the success rate over ``eval_episodes`` seeded episodes.
-    """
-    os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
-    from fed_ros.learning.runner import PolicyRunner
-    from fed_ros.learning.trainer import train_local
-    from fed_ros.sim.collect import collect_demos
-    from fed_ros.sim.evaluate import evaluate
-
-    device = device or torch.device("cpu")
-    cfg = PolicyConfig(kind="image", image_profile=image_profile)
-    t0, c0 = time.perf_counter(), time.process_time()
-    episodes = collect_demos("lift", "default", n=demos, seed=seed, cameras=True,
-                             image_size=cfg.image_size, noise_std=0.05)
-    t1, c1 = time.perf_counter(), time.process_time()
-    ok = sum(e.success for e in episodes)
-    frames = sum(len(e) for e in episodes if e.success)
-    print(f"lift: {ok}/{demos} successful demos, {frames} frames, "
-          f"{(t1 - t0) / 60:.1f} min", flush=True)
-    start = initial_state_dict(cfg, seed=seed, episodes=episodes)
-    tc = TrainerConfig(device=str(device), lr=lr, batch_size=batch_size, epochs=1_000_000,
-                       max_steps=steps, use_sub=False, use_act=False, val_fraction=0.0,
-                       seed=seed, progress=False)
-
-    def report(step: int, values: dict[str, float]) -> None:
-        if step % 250 == 0 or step == steps:
-            print(f"  step {step}: bc {values['bc']:.3f} "
-                  f"({time.perf_counter() - t1:.0f} s)", flush=True)
-
-    result = train_local(start, episodes, cfg, tc, on_step=report)
-    t2, c2 = time.perf_counter(), time.process_time()
-    instruction = episodes[0].instruction
-    ev = evaluate(lambda: PolicyRunner(result.params, cfg, device=str(device),
-                                       instruction=instruction),
-                  "lift", "default", episodes=eval_episodes, seed=seed, cameras=True,
-                  image_size=cfg.image_size)
-    t3, c3 = time.perf_counter(), time.process_time()
-    row = {"task": "lift", "image_profile": image_profile, "demos": demos,
-           "successful_demos": ok, "frames": frames, "steps": steps, "lr": lr,
-           "batch": batch_size, "train_steps_per_s": result.metrics["steps_per_s"],
-           "loss_bc": result.metrics["loss_bc"], "eval_episodes": eval_episodes,
-           "success_rate": ev.success_rate, "successes": [bool(x) for x in ev.successes],
-           "minutes": {"collect": (t1 - t0) / 60, "train": (t2 - t1) / 60,
-                       "evaluate": (t3 - t2) / 60, "total": (t3 - t0) / 60},
-           "cpu_minutes": {"collect": (c1 - c0) / 60, "train": (c2 - c1) / 60,
-                           "evaluate": (c3 - c2) / 60, "total": (c3 - c0) / 60},
-           "threads": torch.get_num_threads(), "seed": seed}
-    print(f"lift from images ({image_profile}): {demos} demos ({frames} frames), {steps} BC "
-          f"steps at {row['train_steps_per_s']:.2f} steps/s, success "
-          f"{sum(ev.successes)}/{eval_episodes} = {ev.success_rate:.2f}; minutes "
-          + ", ".join(f"{k} {v:.1f}" for k, v in row["minutes"].items())
-          + "; CPU minutes " + ", ".join(f"{k} {v:.1f}" for k, v in row["cpu_minutes"].items()))
-    return row
+        print(
+            f"{r['policy']:<7} {r['params']:>9,} {r['batch']:>3} {r['window']:>2}  "
+            f"{r['bc_steps_per_s']:>10.2f} {r['feddrman_steps_per_s']:>16.2f} "
+            f"{r['wall_ratio']:>6.2f}  {r['bc_cpu_s_per_step']:>8.3f} "
+            f"{r['feddrman_cpu_s_per_step']:>9.3f} {r['ratio']:>5.2f} {ok:<9}  "
+            f"{r['fwd_student_plus_teacher_ms']:>10.1f} {r['sub_losses_ms']:>8.1f}  "
+            f"{r['bc_peak_mem_mb']:>7.0f}/{r['feddrman_peak_mem_mb']:<7.0f}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,17 +201,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    ap.add_argument("--image-profile", default="lite", choices=tuple(IMAGE_PROFILES),
-                    help="image trunk (lite: CPU default; resnet_t: LIBERO ResNet-T size, GPUs)")
-    ap.add_argument("--episodes", type=int, default=4,
-                    help="synthetic episodes (of max(40, batch) frames); more episodes mean "
-                         "fewer frames shared between a batch's windows")
-    ap.add_argument("--amp", action=argparse.BooleanOptionalAction, default=True,
-                    help="bf16 autocast on CUDA (no effect on CPU)")
+    ap.add_argument(
+        "--image-profile",
+        default="lite",
+        choices=tuple(IMAGE_PROFILES),
+        help="image trunk (lite: CPU default; resnet_t: LIBERO ResNet-T size, GPUs)",
+    )
+    ap.add_argument(
+        "--episodes",
+        type=int,
+        default=4,
+        help="synthetic episodes (of max(40, batch) frames); more episodes mean "
+        "fewer frames shared between a batch's windows",
+    )
+    ap.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="bf16 autocast on CUDA (no effect on CPU)",
+    )
     ap.add_argument("--json", help="also write the rows to this JSON file")
-    ap.add_argument("--lift", action="store_true",
-                    help="instead: Lift success of the camera policy trained from scripted "
-                         "demos (MuJoCo, in process; see --demos/--train-steps/--eval-episodes)")
+    ap.add_argument(
+        "--lift",
+        action="store_true",
+        help="instead: Lift success of the camera policy trained from scripted "
+        "demos (MuJoCo, in process; see --demos/--train-steps/--eval-episodes)",
+    )
     ap.add_argument("--demos", type=int, default=20, help="--lift: expert demonstrations")
     ap.add_argument("--train-steps", type=int, default=1500, help="--lift: BC optimiser steps")
     ap.add_argument("--lr", type=float, default=1e-3, help="--lift: AdamW learning rate")
@@ -252,24 +243,48 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if args.lift:
-        row = lift_from_images(args.demos, args.train_steps, args.eval_episodes, args.seed,
-                               args.lr, args.batch, args.image_profile, device)
+        row = lift_from_images(
+            args.demos,
+            args.train_steps,
+            args.eval_episodes,
+            args.seed,
+            args.lr,
+            args.batch,
+            args.image_profile,
+            device,
+        )
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(row, f, indent=2)
         return 0
-    print(f"fed-ros bench train: device={device} threads={torch.get_num_threads()} "
-          f"batch={args.batch} steps={args.steps} per mode, interleaved (median step time) "
-          f"amp={'bf16' if args.amp and device.type == 'cuda' else 'off'}")
-    rows = [bench_kind(k, device, args.batch, args.steps, args.warmup,
-                       image_profile=args.image_profile, amp=args.amp, episodes=args.episodes)
-            for k in kinds]
+    print(
+        f"fed-ros bench train: device={device} threads={torch.get_num_threads()} "
+        f"batch={args.batch} steps={args.steps} per mode, interleaved (median step time) "
+        f"amp={'bf16' if args.amp and device.type == 'cuda' else 'off'}"
+    )
+    rows = [
+        bench_kind(
+            k,
+            device,
+            args.batch,
+            args.steps,
+            args.warmup,
+            image_profile=args.image_profile,
+            amp=args.amp,
+            episodes=args.episodes,
+        )
+        for k in kinds
+    ]
     _print_table(rows)
-    print("ratio = FedDRMan/BC step cost, median over batches of the pair of steps on the same "
-          "batch (the modes take turns): wall clock on CUDA, process CPU time on CPU (robust to "
-          "other load; 'wall x' is the wall-clock ratio). cpu-s: CPU seconds per step.")
-    print("peak memory: CUDA allocator peak per mode on GPU; process max RSS on CPU "
-          "(cumulative, so the FedDRMan column includes the BC run)")
+    print(
+        "ratio = FedDRMan/BC step cost, median over batches of the pair of steps on the same "
+        "batch (the modes take turns): wall clock on CUDA, process CPU time on CPU (robust to "
+        "other load; 'wall x' is the wall-clock ratio). cpu-s: CPU seconds per step."
+    )
+    print(
+        "peak memory: CUDA allocator peak per mode on GPU; process max RSS on CPU "
+        "(cumulative, so the FedDRMan column includes the BC run)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

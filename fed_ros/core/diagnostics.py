@@ -6,6 +6,7 @@ health. Levels follow diagnostic_msgs/DiagnosticStatus: OK 0, WARN 1, ERROR 2, S
 Each builder returns one :class:`Status`: a level, a one-line message that says why
 (the first reason that is not OK), and key/value pairs (strings, as the message carries).
 """
+
 from __future__ import annotations
 
 import math
@@ -18,7 +19,7 @@ OK, WARN, ERROR, STALE = 0, 1, 2, 3
 class Status:
     """One DiagnosticStatus, ROS-free."""
 
-    name: str                      # e.g. "fed_ros/robot_0/arm_adapter"
+    name: str  # e.g. "fed_ros/robot_0/arm_adapter"
     level: int
     message: str
     hardware_id: str = ""
@@ -31,8 +32,13 @@ def _fmt(value: object) -> str:
     return str(value)
 
 
-def _status(name: str, hardware_id: str, problems: list[tuple[int, str]], ok_message: str,
-            values: dict[str, object]) -> Status:
+def _status(
+    name: str,
+    hardware_id: str,
+    problems: list[tuple[int, str]],
+    ok_message: str,
+    values: dict[str, object],
+) -> Status:
     level = max((lvl for lvl, _ in problems), default=OK)
     message = "; ".join(text for lvl, text in problems if lvl == level) if problems else ok_message
     return Status(name, level, message, hardware_id, {k: _fmt(v) for k, v in values.items()})
@@ -51,31 +57,78 @@ class TripWindow:
         return max(0, total - before)
 
 
-def adapter_status(name: str, profile: str, *, watchdog_trips: int, recent_trips: int, clipped_values: int,
-                   clipped_commands: int, workspace_limited: int, rejected: int, held_ticks: int,
-                   hold: bool, missing: list[str], episode: int, step: int, done: bool,
-                   lockstep: bool = False, watchdog_holding: bool = False) -> Status:
+def adapter_status(
+    name: str,
+    profile: str,
+    *,
+    watchdog_trips: int,
+    recent_trips: int,
+    clipped_values: int,
+    clipped_commands: int,
+    workspace_limited: int,
+    rejected: int,
+    held_ticks: int,
+    hold: bool,
+    missing: list[str],
+    episode: int,
+    step: int,
+    done: bool,
+    lockstep: bool = False,
+    watchdog_holding: bool = False,
+) -> Status:
     """Arm adapter: WARN while held, while the watchdog holds an active episode or after a
     trip in the last period, or while arm topics are missing; the safety counters as values."""
     problems: list[tuple[int, str]] = []
     if hold:
         problems.append((WARN, "hold set: arm stopped"))
     if recent_trips or watchdog_holding:
-        problems.append((WARN, f"watchdog tripped ({watchdog_trips} so far): no policy command in time"))
+        problems.append(
+            (WARN, f"watchdog tripped ({watchdog_trips} so far): no policy command in time")
+        )
     if missing:
         problems.append((WARN, f"missing {len(missing)} arm topic(s): " + "; ".join(missing)))
-    return _status(name, profile, problems, "ok", {
-        "profile": profile, "hold": hold, "watchdog_trips": watchdog_trips, "clipped_values": clipped_values,
-        "clipped_commands": clipped_commands, "workspace_limited": workspace_limited,
-        "rejected_commands": rejected, "held_ticks": held_ticks, "missing_topics": len(missing),
-        "episode": episode, "step": step, "episode_done": done, "lockstep": lockstep,
-        "watchdog_holding": watchdog_holding})
+    return _status(
+        name,
+        profile,
+        problems,
+        "ok",
+        {
+            "profile": profile,
+            "hold": hold,
+            "watchdog_trips": watchdog_trips,
+            "clipped_values": clipped_values,
+            "clipped_commands": clipped_commands,
+            "workspace_limited": workspace_limited,
+            "rejected_commands": rejected,
+            "held_ticks": held_ticks,
+            "missing_topics": len(missing),
+            "episode": episode,
+            "step": step,
+            "episode_done": done,
+            "lockstep": lockstep,
+            "watchdog_holding": watchdog_holding,
+        },
+    )
 
 
-def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered: bool, failed: str,
-                 round_idx: int | None, stage: str, model_age_s: float | None, last_rejection: str,
-                 transfer_errors: int, refused_control: int, train_steps: int, train_seconds: float,
-                 busy: str, waiting_for_demos: str = "") -> Status:
+def robot_status(
+    name: str,
+    robot_id: str,
+    *,
+    learning_enabled: bool,
+    registered: bool,
+    failed: str,
+    round_idx: int | None,
+    stage: str,
+    model_age_s: float | None,
+    last_rejection: str,
+    transfer_errors: int,
+    refused_control: int,
+    train_steps: int,
+    train_seconds: float,
+    busy: str,
+    waiting_for_demos: str = "",
+) -> Status:
     """Robot node: ERROR after a failed start-up, WARN while learning is gated off, while it waits
     for demonstrations or the server rejected our last update; round state, model age and
     training throughput."""
@@ -85,23 +138,51 @@ def robot_status(name: str, robot_id: str, *, learning_enabled: bool, registered
     if waiting_for_demos:
         problems.append((WARN, waiting_for_demos))
     if not learning_enabled:
-        problems.append((WARN, "learning disabled (gate off): not training, collecting or evaluating"))
+        problems.append(
+            (WARN, "learning disabled (gate off): not training, collecting or evaluating")
+        )
     if last_rejection:
         problems.append((WARN, f"last update rejected: {last_rejection}"))
     throughput = train_steps / train_seconds if train_seconds > 0 else math.nan
     where = f"round {round_idx} {stage}" if round_idx is not None else "no round announced yet"
-    return _status(name, robot_id, problems, f"{where}, {busy or 'idle'}", {
-        "learning_enabled": learning_enabled, "registered": registered,
-        "round": "" if round_idx is None else round_idx, "stage": stage, "busy": busy or "idle",
-        "last_model_age_s": math.nan if model_age_s is None else model_age_s,
-        "last_rejection": last_rejection, "transfer_errors": transfer_errors,
-        "refused_control_messages": refused_control, "last_train_steps": train_steps,
-        "train_steps_per_s": throughput, "waiting_for_demonstrations": waiting_for_demos})
+    return _status(
+        name,
+        robot_id,
+        problems,
+        f"{where}, {busy or 'idle'}",
+        {
+            "learning_enabled": learning_enabled,
+            "registered": registered,
+            "round": "" if round_idx is None else round_idx,
+            "stage": stage,
+            "busy": busy or "idle",
+            "last_model_age_s": math.nan if model_age_s is None else model_age_s,
+            "last_rejection": last_rejection,
+            "transfer_errors": transfer_errors,
+            "refused_control_messages": refused_control,
+            "last_train_steps": train_steps,
+            "train_steps_per_s": throughput,
+            "waiting_for_demonstrations": waiting_for_demos,
+        },
+    )
 
 
-def server_status(name: str, *, round_idx: int, stage: str, robots_registered: int, robots_expected: int,
-                  accepted: int, rejected: int, last_rejection: str, done: bool, rounds_enabled: bool = True,
-                  held: bool = False, ending: bool = False, resend_refused: int = 0) -> Status:
+def server_status(
+    name: str,
+    *,
+    round_idx: int,
+    stage: str,
+    robots_registered: int,
+    robots_expected: int,
+    accepted: int,
+    rejected: int,
+    last_rejection: str,
+    done: bool,
+    rounds_enabled: bool = True,
+    held: bool = False,
+    ending: bool = False,
+    resend_refused: int = 0,
+) -> Status:
     """Server: WARN while fewer robots than expected are registered, while rounds are paused
     (``rounds_enabled`` false; ``held``: a round waits for the resume) or the federation is
     ending (``~/end_fleet``); round, stage and update counts."""
@@ -111,10 +192,30 @@ def server_status(name: str, *, round_idx: int, stage: str, robots_registered: i
     if ending and not done:
         problems.append((WARN, "ending: the federation ends after the current round (end_fleet)"))
     elif not rounds_enabled and not done:
-        problems.append((WARN, f"rounds paused (rounds_enabled false): round {round_idx} waits for a resume" if held
-                         else "rounds paused (rounds_enabled false): the current round finishes, no new one"))
-    return _status(name, "fed_ros_server", problems, "federation finished" if done else f"round {round_idx} {stage}", {
-        "round": round_idx, "stage": stage, "robots_registered": robots_registered,
-        "robots_expected": robots_expected, "updates_accepted": accepted, "updates_rejected": rejected,
-        "last_rejection": last_rejection, "done": done, "rounds_enabled": rounds_enabled, "ending": ending,
-        "model_resend_refused": resend_refused})
+        problems.append(
+            (
+                WARN,
+                f"rounds paused (rounds_enabled false): round {round_idx} waits for a resume"
+                if held
+                else "rounds paused (rounds_enabled false): the current round finishes, no new one",
+            )
+        )
+    return _status(
+        name,
+        "fed_ros_server",
+        problems,
+        "federation finished" if done else f"round {round_idx} {stage}",
+        {
+            "round": round_idx,
+            "stage": stage,
+            "robots_registered": robots_registered,
+            "robots_expected": robots_expected,
+            "updates_accepted": accepted,
+            "updates_rejected": rejected,
+            "last_rejection": last_rejection,
+            "done": done,
+            "rounds_enabled": rounds_enabled,
+            "ending": ending,
+            "model_resend_refused": resend_refused,
+        },
+    )

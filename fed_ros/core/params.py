@@ -4,6 +4,7 @@ A state dict is the unit that crosses every seam (learning <-> core <-> ros). Th
 works on flat float32 vectors laid out in manifest order, so aggregation is one BLAS call
 over a contiguous (K, P) array instead of a Python loop over tensors.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,7 +49,9 @@ class TensorSpec:
     def from_json(obj: Mapping) -> "TensorSpec":
         """Inverse of `to_json`; raises ValueError on malformed input."""
         try:
-            return TensorSpec(str(obj["name"]), tuple(int(d) for d in obj["shape"]), str(obj["dtype"]))
+            return TensorSpec(
+                str(obj["name"]), tuple(int(d) for d in obj["shape"]), str(obj["dtype"])
+            )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"malformed tensor spec {obj!r}") from exc
 
@@ -91,8 +94,12 @@ def _matches_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> bool:
     if not isinstance(sd, Mapping) or len(sd) != len(expected):
         return False
     for (name, arr), spec in zip(sd.items(), expected):
-        if (name != spec.name or not isinstance(arr, np.ndarray) or arr.shape != spec.shape
-                or arr.dtype != _NP_DTYPES[spec.dtype]):
+        if (
+            name != spec.name
+            or not isinstance(arr, np.ndarray)
+            or arr.shape != spec.shape
+            or arr.dtype != _NP_DTYPES[spec.dtype]
+        ):
             return False
     return True
 
@@ -114,7 +121,9 @@ def check_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> None:
         raise ValueError(f"state dict has unexpected tensor {extra[0]!r} ({len(extra)} extra)")
     for pos, (g, e) in enumerate(zip(got, expected)):
         if g.name != e.name:
-            raise ValueError(f"tensor {g.name!r} at position {pos}, expected {e.name!r} (order differs)")
+            raise ValueError(
+                f"tensor {g.name!r} at position {pos}, expected {e.name!r} (order differs)"
+            )
         if g.shape != e.shape:
             raise ValueError(f"tensor {g.name!r} has shape {g.shape}, expected {e.shape}")
         if g.dtype != e.dtype:
@@ -145,13 +154,15 @@ def flatten(sd: Mapping[str, np.ndarray], out: np.ndarray | None = None) -> np.n
     if out is None:
         out = np.empty(total, dtype=np.float32)
     elif out.shape != (total,) or out.dtype != np.float32:
-        raise ValueError(f"flatten: out has shape {out.shape} dtype {out.dtype}, expected ({total},) float32")
+        raise ValueError(
+            f"flatten: out has shape {out.shape} dtype {out.dtype}, expected ({total},) float32"
+        )
     pos = 0
     for name, arr in sd.items():
         n = int(np.size(arr))
         if arr.dtype != np.float32:
             raise ValueError(f"tensor {name!r} has dtype {arr.dtype}, expected float32")
-        out[pos:pos + n] = arr.reshape(-1)
+        out[pos : pos + n] = arr.reshape(-1)
         pos += n
     return out
 
@@ -161,7 +172,9 @@ def unflatten(vec: np.ndarray, manifest: Manifest, copy: bool = False) -> StateD
     vec = np.asarray(vec)
     total = num_params(manifest)
     if vec.ndim != 1 or vec.shape[0] != total:
-        raise ValueError(f"unflatten: vector of shape {vec.shape} does not match manifest size {total}")
+        raise ValueError(
+            f"unflatten: vector of shape {vec.shape} does not match manifest size {total}"
+        )
     if vec.dtype != np.float32:
         raise ValueError(f"unflatten: vector dtype {vec.dtype}, expected float32")
     if copy:
@@ -169,7 +182,7 @@ def unflatten(vec: np.ndarray, manifest: Manifest, copy: bool = False) -> StateD
     out: StateDict = {}
     pos = 0
     for s in manifest:
-        out[s.name] = vec[pos:pos + s.numel].reshape(s.shape)
+        out[s.name] = vec[pos : pos + s.numel].reshape(s.shape)
         pos += s.numel
     return out
 
@@ -206,15 +219,23 @@ def _address(arr: np.ndarray) -> int:
     return arr.__array_interface__["data"][0]
 
 
-def shared_buffer_rows(sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest) -> tuple[np.ndarray, list[int]] | None:
+def shared_buffer_rows(
+    sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest
+) -> tuple[np.ndarray, list[int]] | None:
     """If every state dict is a row view of one (R, P) buffer (see UpdateBuffer), return it and the rows."""
     if not sds or not manifest:
         return None
     first = next(iter(sds[0].values()))
     base = first.base
     P = num_params(manifest)
-    if (base is None or not isinstance(base, np.ndarray) or base.ndim != 2 or base.shape[1] != P
-            or base.dtype != np.float32 or not base.flags.c_contiguous):
+    if (
+        base is None
+        or not isinstance(base, np.ndarray)
+        or base.ndim != 2
+        or base.shape[1] != P
+        or base.dtype != np.float32
+        or not base.flags.c_contiguous
+    ):
         return None
     # Byte offset of every tensor inside a row; the base address is read once (reading an
     # address costs a few microseconds and this runs for K x tensors per round).
@@ -226,7 +247,12 @@ def shared_buffer_rows(sds: Sequence[Mapping[str, np.ndarray]], manifest: Manife
         row = -1
         for spec, start in zip(manifest, starts):
             arr = sd.get(spec.name)
-            if arr is None or arr.base is not base or not arr.flags.c_contiguous or arr.shape != spec.shape:
+            if (
+                arr is None
+                or arr.base is not base
+                or not arr.flags.c_contiguous
+                or arr.shape != spec.shape
+            ):
                 return None
             rel = _address(arr) - base_addr - start
             if rel < 0 or rel % row_bytes or (row >= 0 and rel // row_bytes != row):
@@ -248,7 +274,7 @@ def stack_state_dicts(sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifes
     if shared is not None:
         base, rows = shared
         if rows == list(range(rows[0], rows[0] + len(rows))):
-            return base[rows[0]:rows[0] + len(rows)]
+            return base[rows[0] : rows[0] + len(rows)]
     P = num_params(manifest)
     out = np.empty((len(sds), P), dtype=np.float32)
     for k, sd in enumerate(sds):

@@ -14,6 +14,7 @@ One function or method per robot-side step, each written only here:
 The robot node (`fed_ros.ros.nodes.robot_rounds`) and the benchmark (`fed_ros.bench.federation_run`,
 `federation_partition`, `federation_eval`) both call these, so benchmark numbers are fleet numbers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,7 +26,7 @@ import numpy as np
 
 from fed_ros.core.data.episode import Episode
 from fed_ros.core.rounds.config import Membership, RoundConfig
-from fed_ros.core.rounds.coordinator import DESCRIBE, SCORE
+from fed_ros.core.rounds.collect import DESCRIBE, SCORE
 from fed_ros.core.strategies.types import ClientDescriptor
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.trainer import LocalResult, TrainerConfig
@@ -36,8 +37,19 @@ StateDict = dict[str, np.ndarray]
 FitResult = LocalResult  # (params, num_samples, metrics)
 
 # TrainerConfig fields the round config or the client decides; a robot cannot override them.
-_DECIDED_FIELDS = frozenset({"prox_mu", "use_sub", "use_act", "lambda_sub", "lambda_act", "epochs", "seed",
-                             "device", "progress"})
+_DECIDED_FIELDS = frozenset(
+    {
+        "prox_mu",
+        "use_sub",
+        "use_act",
+        "lambda_sub",
+        "lambda_act",
+        "epochs",
+        "seed",
+        "device",
+        "progress",
+    }
+)
 
 
 def trainer_seed(robot_seed: int, round_idx: int) -> int:
@@ -69,8 +81,12 @@ def primary_cluster(membership: Membership) -> int:
     return int(max(membership, key=lambda m: m[1])[0])
 
 
-def choose_start(membership: Membership, model_of: Callable[[Membership], StateDict], config: RoundConfig,
-                 pick: Callable[[Mapping[int, StateDict]], int]) -> StartChoice:
+def choose_start(
+    membership: Membership,
+    model_of: Callable[[Membership], StateDict],
+    config: RoundConfig,
+    pick: Callable[[Mapping[int, StateDict]], int],
+) -> StartChoice:
     """The cluster a robot trains for and its start model, from its membership and the cluster models.
 
     ``model_of(membership)`` is the weighted mean of the listed cluster models (the robot node
@@ -98,8 +114,13 @@ def choose_start(membership: Membership, model_of: Callable[[Membership], StateD
 # --------------------------------------------------------------------------- EVALUATE
 
 
-def evaluate_policy(model: StateDict, policy_cfg: PolicyConfig, rollout: Callable[[Any], Any], device: str,
-                    **runner_kw: Any) -> Any:
+def evaluate_policy(
+    model: StateDict,
+    policy_cfg: PolicyConfig,
+    rollout: Callable[[Any], Any],
+    device: str,
+    **runner_kw: Any,
+) -> Any:
     """``rollout(runner)`` of ``model`` acting as a `PolicyRunner` (success rates, or a sim result)."""
     from fed_ros.learning.runner import PolicyRunner
 
@@ -116,8 +137,15 @@ class RobotClient:
     `trainer_seed` (only the partition study uses it, to keep its published seeds).
     """
 
-    def __init__(self, robot_id: str, policy_cfg: PolicyConfig, robot_seed: int = 0, device: str = "auto",
-                 local: Mapping[str, Any] | None = None, seed_schedule: Callable[[int], int] | None = None) -> None:
+    def __init__(
+        self,
+        robot_id: str,
+        policy_cfg: PolicyConfig,
+        robot_seed: int = 0,
+        device: str = "auto",
+        local: Mapping[str, Any] | None = None,
+        seed_schedule: Callable[[int], int] | None = None,
+    ) -> None:
         from fed_ros.learning.trainer import initial_state_dict
 
         self.robot_id = robot_id
@@ -128,27 +156,49 @@ class RobotClient:
         self.local = dict(local or {})
         decided = sorted(set(self.local) & _DECIDED_FIELDS)
         if decided:
-            raise ValueError(f"robot {robot_id!r}: local trainer setting(s) {decided} are decided by the strategy's "
-                             "round config (set them as strategy settings in the fleet file)")
+            raise ValueError(
+                f"robot {robot_id!r}: local trainer setting(s) {decided} are decided by the strategy's "
+                "round config (set them as strategy settings in the fleet file)"
+            )
         TrainerConfig(**self.local, device=device)  # fail at start on a bad local setting
         # Placeholder normalisation of the fleet's initial model (what round 0 replaces).
-        self._placeholder = {k: v for k, v in initial_state_dict(policy_cfg).items() if k.startswith("normalizer.")}
+        self._placeholder = {
+            k: v for k, v in initial_state_dict(policy_cfg).items() if k.startswith("normalizer.")
+        }
         self.rnd_fit: Any = None  # RNDFit of the last DESCRIBE (rnd), used by `score`
 
     # ------------------------------------------------------------------ training
-    def choose_start(self, membership: Membership, model_of: Callable[[Membership], StateDict],
-                     config: RoundConfig, episodes: Sequence[Episode]) -> StartChoice:
+    def choose_start(
+        self,
+        membership: Membership,
+        model_of: Callable[[Membership], StateDict],
+        config: RoundConfig,
+        episodes: Sequence[Episode],
+    ) -> StartChoice:
         """`choose_start` with this robot's IFCA pick (`pick_cluster` on its episodes)."""
-        return choose_start(membership, model_of, config, lambda candidates: self.pick_cluster(candidates, episodes))
+        return choose_start(
+            membership, model_of, config, lambda candidates: self.pick_cluster(candidates, episodes)
+        )
 
     def trainer_config(self, config: RoundConfig, round_idx: int) -> TrainerConfig:
         """Local settings overlaid with everything the round config decides."""
-        seed = (self.seed_schedule(round_idx) if self.seed_schedule is not None
-                else trainer_seed(self.robot_seed, round_idx))
+        seed = (
+            self.seed_schedule(round_idx)
+            if self.seed_schedule is not None
+            else trainer_seed(self.robot_seed, round_idx)
+        )
         kw: dict[str, Any] = dict(self.local)
-        kw.update(prox_mu=config.prox_mu, use_sub=config.use_sub, use_act=config.use_act,
-                  lambda_sub=config.lambda_sub, lambda_act=config.lambda_act, epochs=config.local_epochs,
-                  device=self.device, progress=False, seed=seed)
+        kw.update(
+            prox_mu=config.prox_mu,
+            use_sub=config.use_sub,
+            use_act=config.use_act,
+            lambda_sub=config.lambda_sub,
+            lambda_act=config.lambda_act,
+            epochs=config.local_epochs,
+            device=self.device,
+            progress=False,
+            seed=seed,
+        )
         if config.local_steps is not None:
             # Exactly local_steps steps: every epoch has >= 1 step, so this many epochs suffice.
             kw.update(epochs=config.local_steps, max_steps=config.local_steps)
@@ -167,15 +217,23 @@ class RobotClient:
         `with_normalization`, the same rule as a fleet-made initial model): a flat 1e-3
         floor turned tiny deviations of constant or zero-padded inputs into 1000x inputs.
         """
-        if not self._placeholder or any(k not in model or not np.array_equal(model[k], v)
-                                        for k, v in self._placeholder.items()):
+        if not self._placeholder or any(
+            k not in model or not np.array_equal(model[k], v) for k, v in self._placeholder.items()
+        ):
             return model
         from fed_ros.learning.trainer import with_normalization
+
         log.info("%s: input normalisation set from local demonstrations", self.robot_id)
         return with_normalization(model, [e for e in episodes if e.success])
 
-    def fit(self, start_model: StateDict, config: RoundConfig, episodes: Sequence[Episode],
-            round_idx: int, on_step: Callable[[int, dict[str, float]], None] | None = None) -> FitResult:
+    def fit(
+        self,
+        start_model: StateDict,
+        config: RoundConfig,
+        episodes: Sequence[Episode],
+        round_idx: int,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> FitResult:
         """Train ``start_model`` on the local episodes as ``config`` says: (params, samples, metrics).
 
         ``on_step(step, losses)`` runs between optimiser steps (progress; an exception it raises,
@@ -186,10 +244,17 @@ class RobotClient:
         if not any(e.success for e in episodes):
             raise RuntimeError(f"{self.robot_id}: no successful demonstrations to train on")
         start = self.with_local_normalization(start_model, episodes)
-        return train_local(start, episodes, self.policy_cfg, self.trainer_config(config, round_idx),
-                           on_step=on_step)
+        return train_local(
+            start,
+            episodes,
+            self.policy_cfg,
+            self.trainer_config(config, round_idx),
+            on_step=on_step,
+        )
 
-    def pick_cluster(self, candidate_models: Mapping[int, StateDict], episodes: Sequence[Episode]) -> int:
+    def pick_cluster(
+        self, candidate_models: Mapping[int, StateDict], episodes: Sequence[Episode]
+    ) -> int:
         """IFCA: id of the cluster whose model has the lowest NLL on local data (as it would be trained)."""
         from fed_ros.core.strategies.ifca import ifca_select
         from fed_ros.learning.dataset import DemoDataset
@@ -199,15 +264,26 @@ class RobotClient:
 
         data = DemoDataset([e for e in episodes if e.success], self.policy_cfg)
         cids = sorted(candidate_models)
-        losses = [evaluate_nll(load_state_dict_into(build_policy(self.policy_cfg, seed=0),
-                                                    self.with_local_normalization(candidate_models[c], episodes)),
-                               data)
-                  for c in cids]
+        losses = [
+            evaluate_nll(
+                load_state_dict_into(
+                    build_policy(self.policy_cfg, seed=0),
+                    self.with_local_normalization(candidate_models[c], episodes),
+                ),
+                data,
+            )
+            for c in cids
+        ]
         return int(cids[ifca_select(losses)])
 
     # ------------------------------------------------------------------ descriptors
-    def stage_descriptor(self, stage: str, config: RoundConfig, episodes: Sequence[Episode],
-                         peer_predictors: Mapping[str, bytes] | None = None) -> ClientDescriptor:
+    def stage_descriptor(
+        self,
+        stage: str,
+        config: RoundConfig,
+        episodes: Sequence[Episode],
+        peer_predictors: Mapping[str, bytes] | None = None,
+    ) -> ClientDescriptor:
         """This robot's answer to a DESCRIBE stage (the round config's kind) or a SCORE stage (RND phase
         two: the peers' predictors scored on local data; its own, if listed, is never scored)."""
         if stage == DESCRIBE:
@@ -221,31 +297,59 @@ class RobotClient:
         n = sum(len(e) for e in episodes)
         if kind == "rnd":
             from fed_ros.learning.rnd_descriptor import fit_rnd
+
             # Predictor on all local episodes; s_ii and sigma_i on held-out ones (cross-validated).
             self.rnd_fit = fit_rnd(episodes, seed=self.robot_seed)
-            return ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=n, payload=self.rnd_fit.predictor,
-                                    residual_std=self.rnd_fit.residual_std)
+            return ClientDescriptor(
+                robot_id=self.robot_id,
+                kind="rnd",
+                num_samples=n,
+                payload=self.rnd_fit.predictor,
+                residual_std=self.rnd_fit.residual_std,
+            )
         if kind == "gaussian":
             from fed_ros.learning.descriptors import gaussian_descriptor
+
             mean, var = gaussian_descriptor(episodes, policy_cfg=self.policy_cfg)
-            return ClientDescriptor(robot_id=self.robot_id, kind="gaussian", mean=np.asarray(mean),
-                                    variance=np.asarray(var), num_samples=n)
+            return ClientDescriptor(
+                robot_id=self.robot_id,
+                kind="gaussian",
+                mean=np.asarray(mean),
+                variance=np.asarray(var),
+                num_samples=n,
+            )
         raise ValueError(f"{self.robot_id}: cannot compute descriptor kind {kind!r}")
 
-    def score(self, peer_predictors: Mapping[str, bytes], episodes: Sequence[Episode]) -> ClientDescriptor:
+    def score(
+        self, peer_predictors: Mapping[str, bytes], episodes: Sequence[Episode]
+    ) -> ClientDescriptor:
         """RND phase two: novelty of every peer's predictor on local data, plus the held-out own one."""
         from fed_ros.learning.rnd_descriptor import rnd_novelty
 
         if self.rnd_fit is None:
-            raise RuntimeError(f"{self.robot_id}: SCORE without a predictor of this robot (DESCRIBE missed)")
-        scores = {r: rnd_novelty(blob, episodes) for r, blob in peer_predictors.items() if r != self.robot_id}
-        scores[self.robot_id] = self.rnd_fit.self_novelty  # held out, comparable with the peers' s_ij
-        return ClientDescriptor(robot_id=self.robot_id, kind="rnd", num_samples=sum(len(e) for e in episodes),
-                                scores=scores, residual_std=self.rnd_fit.residual_std)
+            raise RuntimeError(
+                f"{self.robot_id}: SCORE without a predictor of this robot (DESCRIBE missed)"
+            )
+        scores = {
+            r: rnd_novelty(blob, episodes)
+            for r, blob in peer_predictors.items()
+            if r != self.robot_id
+        }
+        scores[self.robot_id] = (
+            self.rnd_fit.self_novelty
+        )  # held out, comparable with the peers' s_ij
+        return ClientDescriptor(
+            robot_id=self.robot_id,
+            kind="rnd",
+            num_samples=sum(len(e) for e in episodes),
+            scores=scores,
+            residual_std=self.rnd_fit.residual_std,
+        )
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, model: StateDict, rollout: Callable[[Any], dict[str, float]],
-                 **runner_kw: Any) -> dict[str, float]:
+    def evaluate(
+        self, model: StateDict, rollout: Callable[[Any], dict[str, float]], **runner_kw: Any
+    ) -> dict[str, float]:
         """Success rate per task of ``model``: ``rollout(policy_runner)`` drives the arm."""
         device = runner_kw.pop("device", self.device)
         return evaluate_policy(model, self.policy_cfg, rollout, device, **runner_kw)

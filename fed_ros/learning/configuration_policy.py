@@ -4,6 +4,7 @@ The configuration fixes the policy's parameter manifest. Nothing in it depends o
 robot trains on (object state, action and text dimensions are global constants), so every
 robot of a fleet that shares a ``PolicyConfig`` can federate the same tensors.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -91,16 +92,25 @@ class PolicyConfig:
         if self.kind not in POLICY_KINDS:
             raise ValueError(f"kind must be one of {POLICY_KINDS}, got {self.kind!r}")
         if self.image_profile not in IMAGE_PROFILES:
-            raise ValueError(f"image_profile must be one of {tuple(IMAGE_PROFILES)}, "
-                             f"got {self.image_profile!r}")
+            raise ValueError(
+                f"image_profile must be one of {tuple(IMAGE_PROFILES)}, got {self.image_profile!r}"
+            )
         if self.conv_channels is None:
             # Resolved here, so equal architectures compare equal and the checkpoint
             # metadata (to_dict) names the widths explicitly.
             self.conv_channels = IMAGE_PROFILES[self.image_profile]
         self.conv_channels = tuple(int(c) for c in self.conv_channels)
-        for name in ("image_size", "window", "num_modes", "embed_dim", "text_dim",
-                     "num_keypoints", "transformer_layers", "transformer_heads",
-                     "transformer_ff"):
+        for name in (
+            "image_size",
+            "window",
+            "num_modes",
+            "embed_dim",
+            "text_dim",
+            "num_keypoints",
+            "transformer_layers",
+            "transformer_heads",
+            "transformer_ff",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -109,8 +119,10 @@ class PolicyConfig:
         if not self.conv_channels or any(c < 1 for c in self.conv_channels):
             raise ValueError(f"conv_channels must be positive ints, got {self.conv_channels!r}")
         if self.embed_dim % self.transformer_heads:
-            raise ValueError(f"embed_dim {self.embed_dim} is not divisible by "
-                             f"transformer_heads {self.transformer_heads}")
+            raise ValueError(
+                f"embed_dim {self.embed_dim} is not divisible by "
+                f"transformer_heads {self.transformer_heads}"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not self.min_std > 0.0:
@@ -122,14 +134,18 @@ class PolicyConfig:
         if not isinstance(self.use_object_state, bool):
             raise ValueError(f"use_object_state must be a bool, got {self.use_object_state!r}")
         if self.kind == "lowdim" and not self.use_object_state:
-            raise ValueError("use_object_state=False needs kind='image': the low-dim policy's only "
-                             "view of the scene is object_state (a real arm without perception "
-                             "trains an image policy)")
+            raise ValueError(
+                "use_object_state=False needs kind='image': the low-dim policy's only "
+                "view of the scene is object_state (a real arm without perception "
+                "trains an image policy)"
+            )
         if self.action_dim != ACTION_DIM:
             raise ValueError(f"action_dim must be {ACTION_DIM} (fleet-wide), got {self.action_dim}")
         if self.object_state_dim != OBJECT_STATE_DIM:
-            raise ValueError(f"object_state_dim must be {OBJECT_STATE_DIM} (fleet-wide), "
-                             f"got {self.object_state_dim}")
+            raise ValueError(
+                f"object_state_dim must be {OBJECT_STATE_DIM} (fleet-wide), "
+                f"got {self.object_state_dim}"
+            )
 
     @property
     def modalities(self) -> tuple[str, ...]:

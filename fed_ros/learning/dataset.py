@@ -6,6 +6,7 @@ so an epoch is pure fancy indexing: nothing is re-decoded. A sample is the windo
 repeating the first frame (``valid`` marks padded steps False). Failed episodes
 (``success=False``) are excluded.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -30,8 +31,9 @@ def required_keys(cfg: PolicyConfig) -> tuple[str, ...]:
     return (ep.JOINT_POS, ep.GRIPPER_QPOS, ep.EEF_POS, ep.EEF_QUAT, ep.OBJECT_STATE)
 
 
-def split_episodes(episodes: Sequence[Episode], val_fraction: float = 0.1,
-                   seed: int = 0) -> tuple[list[Episode], list[Episode]]:
+def split_episodes(
+    episodes: Sequence[Episode], val_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[Episode], list[Episode]]:
     """Split by episode (never inside one): (train, val); val gets >= 1 episode if possible."""
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
@@ -63,24 +65,30 @@ def merge_stats(parts: Sequence[tuple[Stats, int]], min_std: float = 1e-3) -> St
     merged: Stats = {}
     keys = set().union(*(p[0].keys() for p in parts)) if parts else set()
     for key in sorted(keys):
-        rows = [(s[key][0].astype(np.float64), s[key][1].astype(np.float64), n)
-                for s, n in parts if key in s and n > 0]
+        rows = [
+            (s[key][0].astype(np.float64), s[key][1].astype(np.float64), n)
+            for s, n in parts
+            if key in s and n > 0
+        ]
         total = sum(n for _, _, n in rows)
         if total == 0:
             continue
         mean = sum(n * m for m, _, n in rows) / total
         # Law of total variance: within-dataset variance + spread of the dataset means.
-        var = sum(n * (sd ** 2 + (m - mean) ** 2) for m, sd, n in rows) / total
-        merged[key] = (mean.astype(np.float32),
-                       np.maximum(np.sqrt(var), min_std).astype(np.float32))
+        var = sum(n * (sd**2 + (m - mean) ** 2) for m, sd, n in rows) / total
+        merged[key] = (
+            mean.astype(np.float32),
+            np.maximum(np.sqrt(var), min_std).astype(np.float32),
+        )
     return merged
 
 
 class DemoDataset:
     """Windows of ``cfg.window`` steps over successful episodes, indexable in batches."""
 
-    def __init__(self, episodes: Sequence[Episode], cfg: PolicyConfig,
-                 stats: Stats | None = None) -> None:
+    def __init__(
+        self, episodes: Sequence[Episode], cfg: PolicyConfig, stats: Stats | None = None
+    ) -> None:
         self.cfg = cfg
         kept = [e for e in episodes if e.success]
         if not kept:
@@ -89,14 +97,18 @@ class DemoDataset:
         for i, e in enumerate(kept):
             for key in keys:
                 if key not in e.observations:
-                    raise ValueError(f"episode {i} ({e.task!r}) lacks observation {key!r} "
-                                     f"needed by a {cfg.kind!r} policy")
+                    raise ValueError(
+                        f"episode {i} ({e.task!r}) lacks observation {key!r} "
+                        f"needed by a {cfg.kind!r} policy"
+                    )
             if cfg.kind == "image":
                 for key in ep.IMAGE_KEYS:
                     shape = np.shape(e.observations[key])[1:]
                     if shape != (cfg.image_size, cfg.image_size, 3):
-                        raise ValueError(f"episode {i} {key!r} frames are {shape}, expected "
-                                         f"({cfg.image_size}, {cfg.image_size}, 3) (image_size={cfg.image_size})")
+                        raise ValueError(
+                            f"episode {i} {key!r} frames are {shape}, expected "
+                            f"({cfg.image_size}, {cfg.image_size}, 3) (image_size={cfg.image_size})"
+                        )
         # No reference to the episodes is kept: once built, the caller may free them and
         # only the concatenated arrays stay in memory.
         self.instructions = [e.instruction for e in kept]
@@ -132,8 +144,9 @@ class DemoDataset:
         if idx.ndim != 1 or (len(idx) and (idx.min() < 0 or idx.max() >= len(self))):
             raise ValueError(f"indices must be 1-D in [0, {len(self)})")
         win = self.window_index[idx]  # B,T
-        out: dict[str, np.ndarray] = {k: v[win] for k, v in self.obs.items()
-                                      if k not in ep.IMAGE_KEYS}
+        out: dict[str, np.ndarray] = {
+            k: v[win] for k, v in self.obs.items() if k not in ep.IMAGE_KEYS
+        }
         out["actions"] = self.actions[win]
         out["valid"] = self.window_valid[idx]
         out["text"] = self.text[self.frame_episode[idx]]
@@ -149,17 +162,27 @@ class DemoDataset:
             out["image_episode"] = self.frame_episode[frames]
         return out
 
-    def torch_batch(self, indices: np.ndarray | Sequence[int],
-                    device: torch.device | str = "cpu") -> dict[str, Any]:
+    def torch_batch(
+        self, indices: np.ndarray | Sequence[int], device: torch.device | str = "cpu"
+    ) -> dict[str, Any]:
         """The same batch as tensors on ``device`` (images stay uint8 until the model)."""
         dev = torch.device(device)
         nb = dev.type == "cuda"
-        return {k: torch.from_numpy(v).to(dev, non_blocking=nb) for k, v in self.batch(indices).items()}
+        return {
+            k: torch.from_numpy(v).to(dev, non_blocking=nb) for k, v in self.batch(indices).items()
+        }
 
 
-def synthetic_episodes(n: int, length: int = 40, kind: str = "lowdim", seed: int = 0,
-                       image_size: int = 84, shift: float = 0.0, task: str = "lift",
-                       instruction: str = "lift the red cube") -> list[Episode]:
+def synthetic_episodes(
+    n: int,
+    length: int = 40,
+    kind: str = "lowdim",
+    seed: int = 0,
+    image_size: int = 84,
+    shift: float = 0.0,
+    task: str = "lift",
+    instruction: str = "lift the red cube",
+) -> list[Episode]:
     """Synthetic demonstrations with a learnable observation -> action map (tests, benches).
 
     The object drifts smoothly; the expert action moves the end effector towards it and
@@ -188,8 +211,10 @@ def synthetic_episodes(n: int, length: int = 40, kind: str = "lowdim", seed: int
         object_state[:, 3:6] = obj - eef
         grip = np.where(actions[:, 3:4] > 0, 0.0, 0.04) * np.ones((1, 2))
         obs = {
-            ep.JOINT_POS: (np.tile(rng.normal(0, 0.5, 7), (length, 1))
-                           + 0.5 * np.concatenate([eef, eef, eef[:, :1]], 1)),
+            ep.JOINT_POS: (
+                np.tile(rng.normal(0, 0.5, 7), (length, 1))
+                + 0.5 * np.concatenate([eef, eef, eef[:, :1]], 1)
+            ),
             ep.GRIPPER_QPOS: grip,
             ep.EEF_POS: eef,
             ep.EEF_QUAT: np.tile([0.0, 1.0, 0.0, 0.0], (length, 1)),
@@ -203,10 +228,12 @@ def synthetic_episodes(n: int, length: int = 40, kind: str = "lowdim", seed: int
                 imgs += rng.integers(0, 20, imgs.shape, dtype=np.uint8)  # sensor noise
                 side = max(2, image_size // 8)
                 for t in range(length):
-                    cy, cx = ((np.clip(source[t, :2], -0.5, 0.5) + 0.5)
-                              * (image_size - side)).astype(int)
-                    imgs[t, cy:cy + side, cx:cx + side] = (230, 40, 40)
+                    cy, cx = (
+                        (np.clip(source[t, :2], -0.5, 0.5) + 0.5) * (image_size - side)
+                    ).astype(int)
+                    imgs[t, cy : cy + side, cx : cx + side] = (230, 40, 40)
                 obs[key] = imgs
-        episodes.append(Episode(task=task, instruction=instruction, observations=obs,
-                                actions=actions))
+        episodes.append(
+            Episode(task=task, instruction=instruction, observations=obs, actions=actions)
+        )
     return episodes

@@ -4,6 +4,7 @@ Everything that must be comparable across robots is derived from fleet-wide seed
 encoders, RND target) and from the data only, computed in float64 on the CPU, so identical
 data give bit-identical descriptors on every robot.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,10 @@ def _kaiming_(module: nn.Module, gen: torch.Generator) -> nn.Module:
         if isinstance(m, (nn.Conv2d, nn.Linear)):
             fan_in = m.weight[0].numel()
             with torch.no_grad():
-                m.weight.copy_(torch.randn(m.weight.shape, generator=gen, dtype=m.weight.dtype)
-                               * (2.0 / fan_in) ** 0.5)
+                m.weight.copy_(
+                    torch.randn(m.weight.shape, generator=gen, dtype=m.weight.dtype)
+                    * (2.0 / fan_in) ** 0.5
+                )
                 if m.bias is not None:
                     m.bias.copy_(0.1 * torch.randn(m.bias.shape, generator=gen, dtype=m.bias.dtype))
     return module
@@ -59,13 +62,19 @@ def _sample_frames(episodes: Sequence[Episode], n: int | None, seed: int) -> lis
     return [pairs[i] for i in pick]
 
 
-def _gather(episodes: Sequence[Episode], frames: list[tuple[int, int]], mode: str,
-            image_key: str = ep.AGENTVIEW_IMAGE) -> torch.Tensor:
+def _gather(
+    episodes: Sequence[Episode],
+    frames: list[tuple[int, int]],
+    mode: str,
+    image_key: str = ep.AGENTVIEW_IMAGE,
+) -> torch.Tensor:
     """Inputs as float64: images (n,3,H,W) in [0,1] or low-dim states (n, LOWDIM_STATE_DIM)."""
     if mode == "image":
         for i, e in enumerate(episodes):
             if image_key not in e.observations:
-                raise ValueError(f"episode {i} ({e.task!r}) lacks {image_key!r} for an image descriptor")
+                raise ValueError(
+                    f"episode {i} ({e.task!r}) lacks {image_key!r} for an image descriptor"
+                )
         imgs = np.stack([episodes[i].observations[image_key][t] for i, t in frames])
         if imgs.ndim != 4 or imgs.shape[-1] != 3:
             raise ValueError(f"{image_key} frames must be HxWx3, got {imgs.shape[1:]}")
@@ -78,8 +87,11 @@ def _gather(episodes: Sequence[Episode], frames: list[tuple[int, int]], mode: st
         missing = [k for k in LOWDIM_STATE_KEYS if k not in obs]
         if missing:
             raise ValueError(f"episode {i} lacks {missing[0]!r} for a low-dim descriptor")
-        rows.append(np.concatenate([np.asarray(obs[k][t], np.float64).reshape(-1)
-                                    for k in LOWDIM_STATE_KEYS]))
+        rows.append(
+            np.concatenate(
+                [np.asarray(obs[k][t], np.float64).reshape(-1) for k in LOWDIM_STATE_KEYS]
+            )
+        )
     x = np.stack(rows)
     if x.shape[1] != LOWDIM_STATE_DIM:
         raise ValueError(f"low-dim state has {x.shape[1]} values, expected {LOWDIM_STATE_DIM}")
@@ -124,8 +136,12 @@ VARIANCE_FLOOR_FRACTION = {"lowdim": 1e-2, "image": 1e-4}
 MIN_VARIANCE = 1e-8  # absolute lower bound on top of the relative floor (variances > 0, V5)
 
 
-def lowdim_state_scale(length_m: float = POSITION_SCALE_M, quat: float = QUAT_SCALE,
-                       joint_rad: float = JOINT_SCALE_RAD, gripper_m: float = GRIPPER_SCALE_M) -> np.ndarray:
+def lowdim_state_scale(
+    length_m: float = POSITION_SCALE_M,
+    quat: float = QUAT_SCALE,
+    joint_rad: float = JOINT_SCALE_RAD,
+    gripper_m: float = GRIPPER_SCALE_M,
+) -> np.ndarray:
     """(LOWDIM_STATE_DIM,) fixed fleet-wide scales dividing the raw low-dim state.
 
     Lengths (object positions and vectors, end-effector position), quaternion components,
@@ -134,8 +150,15 @@ def lowdim_state_scale(length_m: float = POSITION_SCALE_M, quat: float = QUAT_SC
     """
     obj = np.full(ep.OBJECT_STATE_DIM, float(length_m))
     obj[list(ep.OBJECT_QUAT_SLOTS)] = quat
-    scale = np.concatenate([obj, np.full(3, float(length_m)), np.full(4, float(quat)),
-                            np.full(7, float(joint_rad)), np.full(2, float(gripper_m))])
+    scale = np.concatenate(
+        [
+            obj,
+            np.full(3, float(length_m)),
+            np.full(4, float(quat)),
+            np.full(7, float(joint_rad)),
+            np.full(2, float(gripper_m)),
+        ]
+    )
     assert scale.shape == (LOWDIM_STATE_DIM,)
     return scale
 
@@ -143,14 +166,22 @@ def lowdim_state_scale(length_m: float = POSITION_SCALE_M, quat: float = QUAT_SC
 class RandomFourierFeatures(nn.Module):
     """cos(W (x / scale) + b), W ~ N(0, 1/L^2), b ~ U[0, 2 pi): (n, 53) -> (n, width), in [-1, 1]."""
 
-    def __init__(self, scale: np.ndarray, width: int, lengthscale: float, gen: torch.Generator) -> None:
+    def __init__(
+        self, scale: np.ndarray, width: int, lengthscale: float, gen: torch.Generator
+    ) -> None:
         super().__init__()
         if width < 1 or not lengthscale > 0:
-            raise ValueError(f"width must be >= 1 and lengthscale > 0, got {width!r}, {lengthscale!r}")
+            raise ValueError(
+                f"width must be >= 1 and lengthscale > 0, got {width!r}, {lengthscale!r}"
+            )
         d = scale.shape[0]
         self.register_buffer("inv_scale", torch.from_numpy(1.0 / np.asarray(scale, np.float64)))
-        self.register_buffer("W", torch.randn((d, width), generator=gen, dtype=torch.float64) / lengthscale)
-        self.register_buffer("b", torch.rand((width,), generator=gen, dtype=torch.float64) * 2 * np.pi)
+        self.register_buffer(
+            "W", torch.randn((d, width), generator=gen, dtype=torch.float64) / lengthscale
+        )
+        self.register_buffer(
+            "b", torch.rand((width,), generator=gen, dtype=torch.float64) * 2 * np.pi
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Features of (n, d) float64 states."""
@@ -159,8 +190,14 @@ class RandomFourierFeatures(nn.Module):
 
 def frozen_image_encoder(seed: int = DESCRIPTOR_SEED) -> nn.Module:
     """Fixed random conv encoder (float64, eval, no grad): (n,3,H,W) -> (n,64,h,w) maps."""
-    enc = nn.Sequential(nn.Conv2d(3, 16, 5, 2, 2), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1),
-                        nn.ReLU(), nn.Conv2d(32, 64, 3, 2, 1), nn.ReLU())
+    enc = nn.Sequential(
+        nn.Conv2d(3, 16, 5, 2, 2),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, 2, 1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, 2, 1),
+        nn.ReLU(),
+    )
     return _kaiming_(enc.double(), _gen(seed)).eval().requires_grad_(False)
 
 
@@ -177,7 +214,9 @@ def gem_pool(maps: torch.Tensor, p: float = 3.0, eps: float = 1e-6) -> torch.Ten
 
 
 @torch.no_grad()
-def image_feature_power(height: int, width: int, p: float = 3.0, seed: int = DESCRIPTOR_SEED) -> float:
+def image_feature_power(
+    height: int, width: int, p: float = 3.0, seed: int = DESCRIPTOR_SEED
+) -> float:
     """Nominal per-channel power (mean square) of the image descriptor's GeM features.
 
     Measured on one fixed reference image (uniform noise from ``seed``) of the given size,
@@ -189,9 +228,14 @@ def image_feature_power(height: int, width: int, p: float = 3.0, seed: int = DES
 
 
 @torch.no_grad()
-def descriptor_features(episodes: Sequence[Episode], n_frames: int | None = 64, seed: int = 0,
-                        p: float = 3.0, mode: str = "auto",
-                        policy_cfg: PolicyConfig | None = None) -> np.ndarray:
+def descriptor_features(
+    episodes: Sequence[Episode],
+    n_frames: int | None = 64,
+    seed: int = 0,
+    p: float = 3.0,
+    mode: str = "auto",
+    policy_cfg: PolicyConfig | None = None,
+) -> np.ndarray:
     """Per-frame descriptor vectors (n, C): GeM-pooled conv features or low-dim Fourier features."""
     episodes = list(episodes)
     mode = _detect_mode(episodes, policy_cfg) if mode == "auto" else mode
@@ -217,11 +261,15 @@ def variance_floor(mode: str, image_hw: tuple[int, int] | None = None, p: float 
     return max(VARIANCE_FLOOR_FRACTION[mode] * power, MIN_VARIANCE)
 
 
-def gaussian_descriptor(episodes: Sequence[Episode], n_frames: int | None = 64, seed: int = 0,
-                        p: float = 3.0, mode: str = "auto",
-                        policy_cfg: PolicyConfig | None = None,
-                        state_dict: dict[str, np.ndarray] | None = None
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def gaussian_descriptor(
+    episodes: Sequence[Episode],
+    n_frames: int | None = 64,
+    seed: int = 0,
+    p: float = 3.0,
+    mode: str = "auto",
+    policy_cfg: PolicyConfig | None = None,
+    state_dict: dict[str, np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """FeDepth descriptor: per-channel (mean, variance) of the frozen features over sampled frames.
 
     The encoder is a frozen fixed-seed network shared by the whole fleet, so descriptors of
@@ -247,9 +295,14 @@ def gaussian_descriptor(episodes: Sequence[Episode], n_frames: int | None = 64, 
 
 
 @torch.no_grad()
-def penultimate_embeddings(state_dict: dict[str, np.ndarray], policy_cfg: Any, episodes: Any,
-                           max_windows: int | None = 1024, seed: int = 0,
-                           batch_size: int = 128) -> np.ndarray:
+def penultimate_embeddings(
+    state_dict: dict[str, np.ndarray],
+    policy_cfg: Any,
+    episodes: Any,
+    max_windows: int | None = 1024,
+    seed: int = 0,
+    batch_size: int = 128,
+) -> np.ndarray:
     """(n, embed_dim) action-token embeddings (input of the GMM head) of windows of episodes.
 
     Windows are all frames of the episodes, failed ones included (or ``max_windows``
@@ -272,6 +325,6 @@ def penultimate_embeddings(state_dict: dict[str, np.ndarray], policy_cfg: Any, e
         idx = np.sort(np.random.default_rng(seed).choice(len(idx), max_windows, replace=False))
     out = []
     for start in range(0, len(idx), batch_size):
-        batch = data.torch_batch(idx[start:start + batch_size])
+        batch = data.torch_batch(idx[start : start + batch_size])
         out.append(model.compute(batch).embedding[:, -1].float())
     return torch.cat(out).numpy().astype(np.float32)

@@ -1,4 +1,5 @@
 """Device selection and seeding: CUDA (with AMP) when present, CPU otherwise, one code path."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +10,7 @@ import torch
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """"auto" -> cuda if available else cpu; explicit names are validated."""
+    """ "auto" -> cuda if available else cpu; explicit names are validated."""
     if isinstance(device, torch.device):
         return device
     if device == "auto":

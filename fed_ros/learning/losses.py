@@ -2,6 +2,7 @@
 
 Shapes: B batch, T window, K mixture modes, A action dim, N = B*T, d feature width.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,7 +56,9 @@ def gmm_mode(params: GMMParams) -> torch.Tensor:
     return params.means.gather(-2, gather).squeeze(-2)
 
 
-def bc_nll(params: GMMParams, actions: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+def bc_nll(
+    params: GMMParams, actions: torch.Tensor, valid: torch.Tensor | None = None
+) -> torch.Tensor:
     """L_BC (Eq. 4): mean negative log-likelihood over valid (B,T) steps."""
     nll = -gmm_log_prob(params, actions)
     if valid is None:
@@ -93,19 +96,20 @@ class _TopProjector(torch.autograd.Function):
         d = evals.shape[-1]
         g = grad_p.double()
         a = evecs.mT @ (g + g.mT) @ evecs
-        lam_top = evals[..., d - rank:]
+        lam_top = evals[..., d - rank :]
         lam_rest = evals[..., : d - rank]
         eps = 1e-9 * evals.abs().amax(-1, keepdim=True).clamp_min(1e-30)[..., None]
         gap = (lam_top[..., :, None] - lam_rest[..., None, :]).clamp_min(eps)
         k = torch.zeros_like(a)
-        k[..., d - rank:, : d - rank] = a[..., d - rank:, : d - rank] / gap
+        k[..., d - rank :, : d - rank] = a[..., d - rank :, : d - rank] / gap
         grad_g = evecs @ k @ evecs.mT
         grad_g = 0.5 * (grad_g + grad_g.mT)
         return grad_g.to(grad_p.dtype), None
 
 
-def subspace_projector(feats: torch.Tensor, rank: int, noise: torch.Tensor | None = None,
-                       differentiable: bool = True) -> torch.Tensor:
+def subspace_projector(
+    feats: torch.Tensor, rank: int, noise: torch.Tensor | None = None, differentiable: bool = True
+) -> torch.Tensor:
     """Rank-r orthogonal projector(s) onto the dominant column space of F = feats^T (Eq. 5).
 
     ``feats`` is (N, d) or batched (M, N, d) (rows are the N = B*T feature vectors); the
@@ -145,9 +149,15 @@ def subspace_projector(feats: torch.Tensor, rank: int, noise: torch.Tensor | Non
         return (top @ top.mT).float()
 
 
-def subspace_losses(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
-                    noise_std: float = 0.01, generator: torch.Generator | None = None,
-                    reduction: str = "sum", grad_through_projector: bool = True) -> torch.Tensor:
+def subspace_losses(
+    teacher: torch.Tensor,
+    student: torch.Tensor,
+    rank: int = 48,
+    noise_std: float = 0.01,
+    generator: torch.Generator | None = None,
+    reduction: str = "sum",
+    grad_through_projector: bool = True,
+) -> torch.Tensor:
     """L_sub (Eq. 6) for M modalities at once: features (M, N, d) -> losses (M,).
 
     L = ||P^g F^g - P^k F^k||_F^2 + ||P^g F^k - P^k F^g||_F^2. ``reduction="sum"`` is the
@@ -161,17 +171,24 @@ def subspace_losses(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48
     if reduction not in ("sum", "mean"):
         raise ValueError(f"reduction must be 'sum' or 'mean', got {reduction!r}")
     if teacher.shape != student.shape or teacher.ndim != 3:
-        raise ValueError(f"teacher/student features must both be (M, N, d); shapes differ: "
-                         f"{tuple(teacher.shape)} vs {tuple(student.shape)}")
+        raise ValueError(
+            f"teacher/student features must both be (M, N, d); shapes differ: "
+            f"{tuple(teacher.shape)} vs {tuple(student.shape)}"
+        )
     fg = teacher.detach().float()
     fk = student.float()
     noise = None
     if noise_std > 0:
-        noise = noise_std * torch.randn(fg.shape, generator=generator, device=fg.device,
-                                        dtype=fg.dtype)
+        noise = noise_std * torch.randn(
+            fg.shape, generator=generator, device=fg.device, dtype=fg.dtype
+        )
     pg = subspace_projector(fg, rank, noise, differentiable=False)
-    pk = subspace_projector(fk if grad_through_projector else fk.detach(), rank, noise,
-                            differentiable=grad_through_projector)
+    pk = subspace_projector(
+        fk if grad_through_projector else fk.detach(),
+        rank,
+        noise,
+        differentiable=grad_through_projector,
+    )
     # Row form: (P F)^T = F^T P because P is symmetric.
     term1 = fg @ pg - fk @ pk
     term2 = fk @ pg - fg @ pk
@@ -181,26 +198,44 @@ def subspace_losses(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48
     return loss
 
 
-def subspace_loss(teacher: torch.Tensor, student: torch.Tensor, rank: int = 48,
-                  noise_std: float = 0.01, generator: torch.Generator | None = None,
-                  reduction: str = "sum", grad_through_projector: bool = True) -> torch.Tensor:
+def subspace_loss(
+    teacher: torch.Tensor,
+    student: torch.Tensor,
+    rank: int = 48,
+    noise_std: float = 0.01,
+    generator: torch.Generator | None = None,
+    reduction: str = "sum",
+    grad_through_projector: bool = True,
+) -> torch.Tensor:
     """L_sub^m (Eq. 6) for one modality; features (..., d) are flattened to (N, d)."""
     if teacher.shape != student.shape:
-        raise ValueError(f"teacher/student feature shapes differ: {tuple(teacher.shape)} "
-                         f"vs {tuple(student.shape)}")
+        raise ValueError(
+            f"teacher/student feature shapes differ: {tuple(teacher.shape)} "
+            f"vs {tuple(student.shape)}"
+        )
     d = teacher.shape[-1]
-    return subspace_losses(teacher.reshape(1, -1, d), student.reshape(1, -1, d), rank, noise_std,
-                           generator, reduction, grad_through_projector)[0]
+    return subspace_losses(
+        teacher.reshape(1, -1, d),
+        student.reshape(1, -1, d),
+        rank,
+        noise_std,
+        generator,
+        reduction,
+        grad_through_projector,
+    )[0]
 
 
 # ---------------------------------------------------------------------------------------
 # Action distillation (Eq. 7) and FedProx
 
 
-def action_distillation_loss(teacher: GMMParams, student: GMMParams,
-                             generator: torch.Generator | None = None,
-                             clamp: float = 50.0,
-                             valid: torch.Tensor | None = None) -> torch.Tensor:
+def action_distillation_loss(
+    teacher: GMMParams,
+    student: GMMParams,
+    generator: torch.Generator | None = None,
+    clamp: float = 50.0,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
     """L_act = E_{a~pi_T}[log pi_T(a) - log pi_S(a)] with both log-probs clamped to +-clamp."""
     teacher = GMMParams(teacher.means.detach(), teacher.scales.detach(), teacher.logits.detach())
     a_hat = gmm_sample(teacher, generator)

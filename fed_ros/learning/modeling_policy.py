@@ -22,6 +22,7 @@ pool (windows of consecutive frames overlap, so each distinct frame is encoded o
 The encoders, transformer and head are in :mod:`fed_ros.learning.policy_modules`; the
 trainer's image augmentation in :mod:`fed_ros.learning.augmentation`.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -33,8 +34,7 @@ import torch
 import torch.nn as nn
 
 from fed_ros.core.data import episode as ep
-from fed_ros.learning.configuration_policy import (EEF_DIM, GRIPPER_DIM, JOINT_DIM,
-                                                   PolicyConfig)
+from fed_ros.learning.configuration_policy import EEF_DIM, GRIPPER_DIM, JOINT_DIM, PolicyConfig
 from fed_ros.learning.losses import GMMParams, bc_nll, gmm_mode, gmm_sample
 from fed_ros.learning.policy_modules import GMMHead, ImageEncoder, TemporalTransformer, mlp
 from fed_ros.learning.text import encode_instruction
@@ -108,13 +108,15 @@ class GMMPolicy(nn.Module):
             raise ValueError(f"{key} must be {layout}, got shape {tuple(img.shape)}")
         s = self.cfg.image_size
         if img.shape[-3] != s or img.shape[-2] != s:
-            raise ValueError(f"{key} is {img.shape[-3]}x{img.shape[-2]} but the policy expects "
-                             f"image_size={s}")
+            raise ValueError(
+                f"{key} is {img.shape[-3]}x{img.shape[-2]} but the policy expects image_size={s}"
+            )
         dev = self.text_encoder[0].weight.device
         return img.to(dev).reshape(-1, s, s, 3)
 
-    def _image_pool(self, batch: dict[str, Any], text: torch.Tensor, t: int
-                    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _image_pool(
+        self, batch: dict[str, Any], text: torch.Tensor, t: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(index, first) for a pooled batch, None for (B,T,H,W,3) images.
 
         ``index`` (B*T,): each step's frame in the pool; ``first`` (U,): the B*T position of
@@ -125,15 +127,18 @@ class GMMPolicy(nn.Module):
         b = text.shape[0]
         index = torch.as_tensor(batch["image_index"], device=text.device)
         if index.shape != (b, t) or index.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"image_index must be an integer (B={b}, T={t}) array, got "
-                             f"{index.dtype} {tuple(index.shape)}")
+            raise ValueError(
+                f"image_index must be an integer (B={b}, T={t}) array, got "
+                f"{index.dtype} {tuple(index.shape)}"
+            )
         index = index.reshape(-1).long()
         n = len(torch.as_tensor(batch[ep.AGENTVIEW_IMAGE]))
         if index.min() < 0 or index.max() >= n or len(torch.unique(index)) != n:
             raise ValueError(f"image_index must use every one of the {n} pooled frames")
         pos = torch.arange(b * t, device=text.device)
         first = torch.full((n,), b * t, device=text.device, dtype=pos.dtype).scatter_reduce_(
-            0, index, pos, reduce="amin")
+            0, index, pos, reduce="amin"
+        )
         # FiLM conditions a frame on its window's instruction, so a pooled frame shared by
         # several windows must have one instruction (raw embedding rows compared).
         steps = text.repeat_interleave(t, dim=0)  # BT,text_dim
@@ -141,15 +146,21 @@ class GMMPolicy(nn.Module):
             raise ValueError("image_index shares a frame between different instructions")
         return index, first
 
-    def _encode_camera(self, name: str, frames: torch.Tensor, cond: torch.Tensor,
-                       pool: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def _encode_camera(
+        self,
+        name: str,
+        frames: torch.Tensor,
+        cond: torch.Tensor,
+        pool: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> torch.Tensor:
         """Features (B*T, E) of one camera: frames (N, H, W, 3) uint8 with N = B*T, or the
         U pooled frames; cond (B*T, E) per step."""
         enc = getattr(self, f"{name}_encoder")
         if pool is not None:
             if frames.shape[0] != len(pool[1]):
-                raise ValueError(f"{name} pools {frames.shape[0]} frames but image_index "
-                                 f"uses {len(pool[1])}")
+                raise ValueError(
+                    f"{name} pools {frames.shape[0]} frames but image_index uses {len(pool[1])}"
+                )
             cond = cond.index_select(0, pool[1])  # U,E
         # Plain NCHW, not channels-last: GroupNorm's CPU kernel is 2.5x slower (fwd+bwd) on
         # channels-last maps, which outweighs the few percent the convolutions gain.
@@ -208,8 +219,9 @@ class GMMPolicy(nn.Module):
     def forward(self, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
         """BC loss (GMM NLL, Eq. 4) and an info dict holding the ``PolicyOutput``."""
         out = self.compute(batch)
-        actions = torch.as_tensor(batch["actions"], dtype=torch.float32,
-                                  device=out.embedding.device)
+        actions = torch.as_tensor(
+            batch["actions"], dtype=torch.float32, device=out.embedding.device
+        )
         valid = batch.get("valid")
         if valid is not None:
             valid = torch.as_tensor(valid, device=out.embedding.device)
@@ -223,8 +235,9 @@ class GMMPolicy(nn.Module):
         self._history.clear()
 
     @torch.no_grad()
-    def select_action(self, obs: dict[str, Any], sample: bool = False,
-                      generator: torch.Generator | None = None) -> np.ndarray:
+    def select_action(
+        self, obs: dict[str, Any], sample: bool = False, generator: torch.Generator | None = None
+    ) -> np.ndarray:
         """Action (ACTION_DIM,) for one step; obs holds per-step arrays plus ``instruction``
         (str) or ``text`` (text_dim,). Uses the last ``window`` observations."""
         if "text" in obs:
@@ -281,8 +294,9 @@ def set_normalization(model: GMMPolicy, stats: dict[str, tuple[np.ndarray, np.nd
         mean = np.asarray(mean, dtype=np.float32).reshape(-1)
         std = np.asarray(std, dtype=np.float32).reshape(-1)
         if mean.shape != (dim,) or std.shape != (dim,):
-            raise ValueError(f"stats for {key!r} must have shape ({dim},), got "
-                             f"{mean.shape} and {std.shape}")
+            raise ValueError(
+                f"stats for {key!r} must have shape ({dim},), got {mean.shape} and {std.shape}"
+            )
         if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(std)) and np.all(std > 0)):
             raise ValueError(f"stats for {key!r} must be finite with std > 0")
         getattr(model.normalizer, f"{key}_mean").copy_(torch.from_numpy(mean))

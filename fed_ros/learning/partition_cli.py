@@ -6,6 +6,7 @@ group mixture from Dir(alpha * p_hat) (or skews only the dataset sizes with ``--
 quantity``), prints the per-robot composition table and writes one JSON manifest per robot
 (``robot_<i>.json``: the episode files it trains on) plus ``partition.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,9 @@ def read_episode_meta(path: str | Path) -> dict:
         return json.loads(bytes(data["meta_json"]).decode())
 
 
-def list_episodes(directory: str | Path, include_failed: bool = False) -> tuple[list[Path], list[dict]]:
+def list_episodes(
+    directory: str | Path, include_failed: bool = False
+) -> tuple[list[Path], list[dict]]:
     """Episode files (sorted) and their metadata; failed demos are dropped unless asked."""
     root = Path(directory)
     if not root.is_dir():
@@ -48,8 +51,9 @@ def list_episodes(directory: str | Path, include_failed: bool = False) -> tuple[
     return paths, metas
 
 
-def episode_embeddings(paths: Sequence[Path], checkpoint: str | Path,
-                       policy_config: str | Path | None = None) -> np.ndarray:
+def episode_embeddings(
+    paths: Sequence[Path], checkpoint: str | Path, policy_config: str | Path | None = None
+) -> np.ndarray:
     """(N, D) per-episode penultimate-layer embeddings (mean over its windows) of a trained policy."""
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.descriptors import penultimate_embeddings
@@ -64,18 +68,30 @@ def episode_embeddings(paths: Sequence[Path], checkpoint: str | Path,
     else:
         cfg = read_checkpoint_config(checkpoint)
         if cfg is None:
-            raise ValueError(f"checkpoint {str(checkpoint)!r} has no policy config; pass --policy-config")
-    return np.stack([np.asarray(penultimate_embeddings(sd, cfg, [Episode.load(p)]), dtype=np.float64).mean(0)
-                     for p in paths])
+            raise ValueError(
+                f"checkpoint {str(checkpoint)!r} has no policy config; pass --policy-config"
+            )
+    return np.stack(
+        [
+            np.asarray(penultimate_embeddings(sd, cfg, [Episode.load(p)]), dtype=np.float64).mean(0)
+            for p in paths
+        ]
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fed-ros partition", description=__doc__.splitlines()[0])
     ap.add_argument("demos", help="directory of Episode .npz files (searched recursively)")
     ap.add_argument("--robots", type=int, default=4, help="number of robots K (default 4)")
-    ap.add_argument("--by", choices=GROUPINGS, default="task", help="grouping the Dirichlet acts on")
-    ap.add_argument("--alpha", type=float, default=0.5,
-                    help="Dirichlet concentration (small: skewed; 'inf' for IID)")
+    ap.add_argument(
+        "--by", choices=GROUPINGS, default="task", help="grouping the Dirichlet acts on"
+    )
+    ap.add_argument(
+        "--alpha",
+        type=float,
+        default=0.5,
+        help="Dirichlet concentration (small: skewed; 'inf' for IID)",
+    )
     ap.add_argument("--beta", type=float, default=0.5, help="size concentration for --by quantity")
     ap.add_argument("--k", type=int, default=16, help="k-means clusters for --by embedding")
     ap.add_argument("--checkpoint", help="trained policy (.safetensors) for --by embedding")
@@ -112,20 +128,29 @@ def _run(args: argparse.Namespace) -> int:
         if not args.checkpoint:
             raise ValueError("--by embedding needs --checkpoint (a policy trained on the demos)")
         emb = episode_embeddings(paths, args.checkpoint, args.policy_config)
-        part, km = P.embedding_split(emb, args.robots, args.alpha, k=min(args.k, len(paths)),
-                                     seed=args.seed)
+        part, km = P.embedding_split(
+            emb, args.robots, args.alpha, k=min(args.k, len(paths)), seed=args.seed
+        )
         tasks = [m["task"] for m in metas]
-        extra = {"kmeans_inertia": km.inertia,
-                 "ari_clusters_vs_task": KM.adjusted_rand_index(km.labels, tasks)}
+        extra = {
+            "kmeans_inertia": km.inertia,
+            "ari_clusters_vs_task": KM.adjusted_rand_index(km.labels, tasks),
+        }
     else:
-        key = {"task": lambda m: m["task"], "variation": lambda m: m.get("variation", "default"),
-               "task+variation": lambda m: f"{m['task']}/{m.get('variation', 'default')}"}[args.by]
-        part = P.dirichlet_split([key(m) for m in metas], args.robots, args.alpha, seed=args.seed,
-                                 kind=args.by)
+        key = {
+            "task": lambda m: m["task"],
+            "variation": lambda m: m.get("variation", "default"),
+            "task+variation": lambda m: f"{m['task']}/{m.get('variation', 'default')}",
+        }[args.by]
+        part = P.dirichlet_split(
+            [key(m) for m in metas], args.robots, args.alpha, seed=args.seed, kind=args.by
+        )
     robot_ids = [f"robot_{n}" for n in range(args.robots)]
     alpha = "inf" if math.isinf(args.alpha) else f"{args.alpha:g}"
-    print(f"{len(paths)} episodes from {root} -> {args.robots} robots, by {args.by}, "
-          f"alpha {alpha}, seed {args.seed}")
+    print(
+        f"{len(paths)} episodes from {root} -> {args.robots} robots, by {args.by}, "
+        f"alpha {alpha}, seed {args.seed}"
+    )
     print(P.composition_table(part, robot_ids, fractions=args.fractions))
     for k, v in extra.items():
         print(f"{k}: {v:.4f}")
@@ -134,8 +159,11 @@ def _run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for n, rid in enumerate(robot_ids):
             (out / f"{rid}.json").write_text(P.partition_manifest(part, n, names))
-        summary = part.to_json() | {"demos": str(root.resolve()), "items": names, "by": args.by,
-                                    "robot_ids": robot_ids} | extra
+        summary = (
+            part.to_json()
+            | {"demos": str(root.resolve()), "items": names, "by": args.by, "robot_ids": robot_ids}
+            | extra
+        )
         (out / "partition.json").write_text(json.dumps(summary, indent=1))
         print(f"wrote {len(robot_ids)} manifests to {out}")
     return 0

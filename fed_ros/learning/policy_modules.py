@@ -6,6 +6,7 @@ Per-modality encoders (:func:`mlp` for low-dim inputs and the instruction,
 over the window, and the mixture-of-Gaussians :class:`GMMHead`. No normalisation state and
 no batch statistics (GroupNorm), so every parameter federates as it is.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,11 @@ class FiLMResBlock(nn.Module):
         self.norm1 = nn.GroupNorm(_groups(out_ch), out_ch)
         self.conv2 = nn.Conv2d(out_ch, out_ch, 3, 1, 1, bias=False)
         self.norm2 = nn.GroupNorm(_groups(out_ch), out_ch)
-        self.skip = (nn.Identity() if in_ch == out_ch and stride == 1
-                     else nn.Conv2d(in_ch, out_ch, 1, stride, bias=False))
+        self.skip = (
+            nn.Identity()
+            if in_ch == out_ch and stride == 1
+            else nn.Conv2d(in_ch, out_ch, 1, stride, bias=False)
+        )
         self.film = nn.Linear(cond_dim, 2 * out_ch)
         # GroupNorm instead of BatchNorm: no running statistics to federate, deterministic.
 
@@ -85,8 +89,11 @@ class ImageEncoder(nn.Module):
         super().__init__()
         chans = cfg.conv_channels
         kernel, stride, pad = (4, 4, 0) if cfg.image_profile == "lite" else (5, 2, 2)
-        self.stem = nn.Sequential(nn.Conv2d(3, chans[0], kernel, stride, pad, bias=False),
-                                  nn.GroupNorm(_groups(chans[0]), chans[0]), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, chans[0], kernel, stride, pad, bias=False),
+            nn.GroupNorm(_groups(chans[0]), chans[0]),
+            nn.ReLU(),
+        )
         size = (cfg.image_size + 2 * pad - kernel) // stride + 1
         blocks = []
         prev = chans[0]
@@ -119,10 +126,17 @@ class TemporalTransformer(nn.Module):
         self.action_token = nn.Parameter(torch.zeros(e))
         self.modality_embed = nn.Parameter(torch.randn(num_tokens + 1, e) * 0.02)
         self.pos_embed = nn.Parameter(torch.randn(cfg.window, e) * 0.02)
-        layer = nn.TransformerEncoderLayer(e, cfg.transformer_heads, cfg.transformer_ff,
-                                           cfg.dropout, batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, cfg.transformer_layers,
-                                             enable_nested_tensor=False)
+        layer = nn.TransformerEncoderLayer(
+            e,
+            cfg.transformer_heads,
+            cfg.transformer_ff,
+            cfg.dropout,
+            batch_first=True,
+            norm_first=True,
+        )
+        self.encoder = nn.TransformerEncoder(
+            layer, cfg.transformer_layers, enable_nested_tensor=False
+        )
         self.norm = nn.LayerNorm(e)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:

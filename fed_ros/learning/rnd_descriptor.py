@@ -8,6 +8,7 @@ K-fold cross-validation (:func:`fit_rnd`). Measured on its training frames inste
 overfitted predictor makes every peer, even one in the same work cell, look novel.
 Predictors travel as safetensors bytes (no code is run on load).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,13 +25,22 @@ from safetensors.torch import save as st_save
 
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
-from fed_ros.learning.descriptors import (LOWDIM_STATE_DIM, _detect_mode, _gather, _gen, _kaiming_,
-                                          _sample_frames, lowdim_state_scale)
+from fed_ros.learning.descriptors import (
+    LOWDIM_STATE_DIM,
+    _detect_mode,
+    _gather,
+    _gen,
+    _kaiming_,
+    _sample_frames,
+    lowdim_state_scale,
+)
 
 RND_TARGET_SEED = 7_002  # fleet-wide: the RND target network
 RND_IMAGE_SIZE = 32  # images are average-pooled to this side before RND
 RND_OUT_DIM = 64
-RND_FORMAT = "fed_ros.rnd.v2"  # v2: low-dim inputs in fleet-wide fixed units (v1 predictors are rejected)
+RND_FORMAT = (
+    "fed_ros.rnd.v2"  # v2: low-dim inputs in fleet-wide fixed units (v1 predictors are rejected)
+)
 RND_CV_FOLDS = 3  # folds of the episode-level cross-validation of s_ii and sigma_i
 # Low-dim RND inputs are expressed in fleet-wide FIXED units before the target sees them:
 # lengths (positions, eef->object vectors, finger openings; metres in the observation) in
@@ -52,17 +62,24 @@ OBJECT_QUAT_SLOTS = range(ep.OBJECT_FIELDS["quat"].start, ep.OBJECT_FIELDS["quat
 def lowdim_input_scale() -> torch.Tensor:
     """(LOWDIM_STATE_DIM,) fleet-wide divisors of the low-dim RND input (see RND_LENGTH_M):
     lengths and finger openings in RND_LENGTH_M, quaternion components and angles as is."""
-    return torch.from_numpy(lowdim_state_scale(length_m=RND_LENGTH_M, quat=1.0, joint_rad=1.0,
-                                               gripper_m=RND_LENGTH_M))
+    return torch.from_numpy(
+        lowdim_state_scale(length_m=RND_LENGTH_M, quat=1.0, joint_rad=1.0, gripper_m=RND_LENGTH_M)
+    )
 
 
 class _RNDImageNet(nn.Module):
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(3, width, 4, 2, 1), nn.LeakyReLU(),
-                                 nn.Conv2d(width, 2 * width, 4, 2, 1), nn.LeakyReLU(),
-                                 nn.Conv2d(2 * width, 2 * width, 3, 2, 1), nn.LeakyReLU(),
-                                 nn.Flatten(), nn.Linear(2 * width * 16, RND_OUT_DIM))
+        self.net = nn.Sequential(
+            nn.Conv2d(3, width, 4, 2, 1),
+            nn.LeakyReLU(),
+            nn.Conv2d(width, 2 * width, 4, 2, 1),
+            nn.LeakyReLU(),
+            nn.Conv2d(2 * width, 2 * width, 3, 2, 1),
+            nn.LeakyReLU(),
+            nn.Flatten(),
+            nn.Linear(2 * width * 16, RND_OUT_DIM),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -74,9 +91,13 @@ def _rnd_net(mode: str, role: str) -> nn.Module:
         return _RNDImageNet(16 if role == "target" else 8)
     if mode == "lowdim":
         hidden = 128 if role == "target" else 64
-        return nn.Sequential(nn.Linear(LOWDIM_STATE_DIM, hidden), nn.LeakyReLU(),
-                             nn.Linear(hidden, hidden), nn.LeakyReLU(),
-                             nn.Linear(hidden, RND_OUT_DIM))
+        return nn.Sequential(
+            nn.Linear(LOWDIM_STATE_DIM, hidden),
+            nn.LeakyReLU(),
+            nn.Linear(hidden, hidden),
+            nn.LeakyReLU(),
+            nn.Linear(hidden, RND_OUT_DIM),
+        )
     raise ValueError(f"RND mode must be 'image' or 'lowdim', got {mode!r}")
 
 
@@ -89,7 +110,9 @@ def _rnd_inputs(x: torch.Tensor, mode: str) -> torch.Tensor:
     return (x / lowdim_input_scale()).float()
 
 
-def _inputs(episodes: Sequence[Episode], mode: str, max_frames: int | None, seed: int) -> torch.Tensor:
+def _inputs(
+    episodes: Sequence[Episode], mode: str, max_frames: int | None, seed: int
+) -> torch.Tensor:
     return _rnd_inputs(_gather(episodes, _sample_frames(episodes, max_frames, seed), mode), mode)
 
 
@@ -111,7 +134,7 @@ class RNDModels:
         predictor.eval()
         out = []
         for start in range(0, len(x), 512):
-            xb = x[start:start + 512]
+            xb = x[start : start + 512]
             out.append((predictor(xb) - self.target(xb)).pow(2).sum(-1))
         return torch.cat(out)
 
@@ -123,8 +146,9 @@ def _check_training_args(steps: int, batch_size: int, lr: float) -> None:
         raise ValueError(f"lr must be finite and > 0, got {lr!r}")
 
 
-def _fit_predictor(models: RNDModels, x: torch.Tensor, seed: int, steps: int, lr: float,
-                   batch_size: int) -> nn.Module:
+def _fit_predictor(
+    models: RNDModels, x: torch.Tensor, seed: int, steps: int, lr: float, batch_size: int
+) -> nn.Module:
     """Regress the fixed target on inputs ``x`` (MSE); deterministic given ``seed``."""
     with torch.no_grad():
         y = models.target(x)
@@ -147,15 +171,24 @@ def _to_bytes(predictor: nn.Module, mode: str, target_seed: int) -> bytes:
     return st_save(tensors, metadata=meta)
 
 
-def train_rnd_predictor(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto",
-                        steps: int = 300, lr: float = 1e-3, batch_size: int = 128,
-                        max_frames: int | None = 4096, target_seed: int = RND_TARGET_SEED) -> bytes:
+def train_rnd_predictor(
+    episodes: Sequence[Episode],
+    seed: int = 0,
+    mode: str = "auto",
+    steps: int = 300,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    max_frames: int | None = 4096,
+    target_seed: int = RND_TARGET_SEED,
+) -> bytes:
     """Train a predictor to regress the fixed target on local frames (MSE); safetensors bytes."""
     episodes = list(episodes)
     _check_training_args(steps, batch_size, lr)
     mode = _detect_mode(episodes, None) if mode == "auto" else mode
     models = RNDModels(mode, target_seed)
-    predictor = _fit_predictor(models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size)
+    predictor = _fit_predictor(
+        models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size
+    )
     return _to_bytes(predictor, mode, target_seed)
 
 
@@ -172,9 +205,14 @@ class RNDFit:
 def _time_blocks(episode: Episode, k: int) -> list[Episode]:
     """Cut one episode into ``k`` contiguous time blocks (pseudo-episodes for the split)."""
     cuts = np.linspace(0, len(episode), k + 1).round().astype(int)
-    return [dataclasses.replace(episode, observations={key: v[a:b] for key, v in episode.observations.items()},
-                                actions=episode.actions[a:b])
-            for a, b in zip(cuts[:-1], cuts[1:])]
+    return [
+        dataclasses.replace(
+            episode,
+            observations={key: v[a:b] for key, v in episode.observations.items()},
+            actions=episode.actions[a:b],
+        )
+        for a, b in zip(cuts[:-1], cuts[1:])
+    ]
 
 
 def episode_folds(n_episodes: int, seed: int, folds: int = RND_CV_FOLDS) -> list[list[int]]:
@@ -192,9 +230,17 @@ def episode_folds(n_episodes: int, seed: int, folds: int = RND_CV_FOLDS) -> list
     return [sorted(int(i) for i in order[f::k]) for f in range(k)]
 
 
-def fit_rnd(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto", folds: int = RND_CV_FOLDS,
-            steps: int = 300, lr: float = 1e-3, batch_size: int = 128, max_frames: int | None = 4096,
-            target_seed: int = RND_TARGET_SEED) -> RNDFit:
+def fit_rnd(
+    episodes: Sequence[Episode],
+    seed: int = 0,
+    mode: str = "auto",
+    folds: int = RND_CV_FOLDS,
+    steps: int = 300,
+    lr: float = 1e-3,
+    batch_size: int = 128,
+    max_frames: int | None = 4096,
+    target_seed: int = RND_TARGET_SEED,
+) -> RNDFit:
     """A robot's RND descriptor in one call: predictor bytes, held-out s_ii and sigma_i.
 
     Rule: the shipped predictor is trained on all local episodes. s_ii and sigma_i come from
@@ -214,19 +260,31 @@ def fit_rnd(episodes: Sequence[Episode], seed: int = 0, mode: str = "auto", fold
     units = episodes
     if len(units) == 1:
         if len(units[0]) < 2:
-            raise ValueError(f"a single episode of {len(units[0])} frame(s) cannot be split for held-out novelty")
+            raise ValueError(
+                f"a single episode of {len(units[0])} frame(s) cannot be split for held-out novelty"
+            )
         units = _time_blocks(units[0], min(max(2, folds), len(units[0])))
     models = RNDModels(mode, target_seed)
     residuals = []
     for held in episode_folds(len(units), seed, folds):
         held_set = set(held)
         train = [u for i, u in enumerate(units) if i not in held_set]
-        predictor = _fit_predictor(models, _inputs(train, mode, max_frames, seed), seed, steps, lr, batch_size)
-        residuals.append(models.residuals(predictor, _inputs([units[i] for i in held], mode, max_frames, seed)))
+        predictor = _fit_predictor(
+            models, _inputs(train, mode, max_frames, seed), seed, steps, lr, batch_size
+        )
+        residuals.append(
+            models.residuals(predictor, _inputs([units[i] for i in held], mode, max_frames, seed))
+        )
     res = torch.cat(residuals).double().numpy()
-    full = _fit_predictor(models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size)
-    return RNDFit(predictor=_to_bytes(full, mode, target_seed), self_novelty=float(res.mean()),
-                  residual_std=float(res.std()), folds=len(residuals))
+    full = _fit_predictor(
+        models, _inputs(episodes, mode, max_frames, seed), seed, steps, lr, batch_size
+    )
+    return RNDFit(
+        predictor=_to_bytes(full, mode, target_seed),
+        self_novelty=float(res.mean()),
+        residual_std=float(res.std()),
+        folds=len(residuals),
+    )
 
 
 def load_rnd_predictor(blob: bytes) -> tuple[nn.Module, RNDModels]:
@@ -236,7 +294,7 @@ def load_rnd_predictor(blob: bytes) -> tuple[nn.Module, RNDModels]:
     n = int.from_bytes(bytes(blob[:8]), "little")
     if n <= 0 or 8 + n > len(blob):
         raise ValueError("RND predictor payload has a corrupt header")
-    header = json.loads(bytes(blob[8:8 + n]).decode())
+    header = json.loads(bytes(blob[8 : 8 + n]).decode())
     meta = header.get("__metadata__") or {}
     if meta.get("format") != RND_FORMAT:
         raise ValueError(f"RND predictor payload has unknown format {meta.get('format')!r}")
@@ -250,21 +308,37 @@ def load_rnd_predictor(blob: bytes) -> tuple[nn.Module, RNDModels]:
     return predictor.eval(), models
 
 
-def rnd_residuals(predictor_bytes: bytes, episodes: Sequence[Episode], max_frames: int | None = 2048,
-                  seed: int = 0) -> np.ndarray:
+def rnd_residuals(
+    predictor_bytes: bytes,
+    episodes: Sequence[Episode],
+    max_frames: int | None = 2048,
+    seed: int = 0,
+) -> np.ndarray:
     """Per-frame squared residuals of a predictor on (a sample of) local frames."""
     predictor, models = load_rnd_predictor(predictor_bytes)
-    return models.residuals(predictor, _inputs(list(episodes), models.mode, max_frames, seed)).double().numpy()
+    return (
+        models.residuals(predictor, _inputs(list(episodes), models.mode, max_frames, seed))
+        .double()
+        .numpy()
+    )
 
 
-def rnd_novelty(predictor_bytes: bytes, episodes: Sequence[Episode], max_frames: int | None = 2048,
-                seed: int = 0) -> float:
+def rnd_novelty(
+    predictor_bytes: bytes,
+    episodes: Sequence[Episode],
+    max_frames: int | None = 2048,
+    seed: int = 0,
+) -> float:
     """s_ij = E_x ||f_hat_j(x) - f(x)||^2 of predictor j on these (robot i's) episodes."""
     return float(rnd_residuals(predictor_bytes, episodes, max_frames, seed).mean())
 
 
-def rnd_residual_std(predictor_bytes: bytes, episodes: Sequence[Episode],
-                     max_frames: int | None = 2048, seed: int = 0) -> float:
+def rnd_residual_std(
+    predictor_bytes: bytes,
+    episodes: Sequence[Episode],
+    max_frames: int | None = 2048,
+    seed: int = 0,
+) -> float:
     """Std of a predictor's per-frame residuals on these episodes.
 
     Not sigma_i of the compatibility rule when these are the predictor's own training

@@ -1,4 +1,5 @@
 """Closed-loop policy execution: what evaluation and the robot node call every control step."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,15 @@ class PolicyRunner:
     given to the constructor (or :meth:`set_instruction`) is used.
     """
 
-    def __init__(self, state_dict: StateDict, policy_cfg: PolicyConfig, device: str = "auto",
-                 instruction: str | None = None, sample: bool = False, seed: int = 0) -> None:
+    def __init__(
+        self,
+        state_dict: StateDict,
+        policy_cfg: PolicyConfig,
+        device: str = "auto",
+        instruction: str | None = None,
+        sample: bool = False,
+        seed: int = 0,
+    ) -> None:
         self.cfg = policy_cfg
         self.device = resolve_device(device)
         self.model = load_state_dict_into(build_policy(policy_cfg, seed=0), state_dict)

@@ -7,6 +7,7 @@ is a fixed random projection of an (unbounded) bag-of-n-grams vector: identical 
 robot and in every process (no use of Python's salted ``hash``), and instructions that share
 words land close together.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ def _features(text: str) -> list[tuple[str, float]]:
     feats += [(f"b:{a}_{b}", _WEIGHTS["b"]) for a, b in zip(words, words[1:])]
     for w in words:
         padded = f"<{w}>"
-        trigrams = [padded[i:i + 3] for i in range(len(padded) - 2)]
+        trigrams = [padded[i : i + 3] for i in range(len(padded) - 2)]
         # Normalise per word so long words do not dominate.
         feats += [(f"c:{g}", _WEIGHTS["c"] / len(trigrams)) for g in trigrams]
     return feats

@@ -10,6 +10,7 @@ Randomness is split into independent streams so switching a loss on or off never
 the others: batch order (numpy, ``seed``), augmentation (``seed + 1``), pre-SVD noise
 (``seed + 2``), teacher action samples (``seed + 3``), dropout (global torch RNG, ``seed``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,12 +25,16 @@ from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
-from fed_ros.core.rounds.config import PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB
+from fed_ros.core.rounds.config import (
+    PAPER_LAMBDA_ACT,
+    PAPER_LAMBDA_SUB,
+    PAPER_USE_ACT,
+    PAPER_USE_SUB,
+)
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
-from fed_ros.learning.losses import (action_distillation_loss, bc_nll, proximal_term,
-                                     subspace_losses)
+from fed_ros.learning.losses import action_distillation_loss, bc_nll, proximal_term, subspace_losses
 from fed_ros.learning.augmentation import random_shift
 from fed_ros.learning.modeling_policy import GMMPolicy, PolicyOutput, build_policy
 from fed_ros.learning.weights import StateDict, load_state_dict_into, policy_to_state_dict
@@ -96,7 +101,9 @@ class TrainerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.max_steps is not None and (not isinstance(self.max_steps, int) or self.max_steps < 1):
+        if self.max_steps is not None and (
+            not isinstance(self.max_steps, int) or self.max_steps < 1
+        ):
             raise ValueError(f"max_steps must be None or a positive int, got {self.max_steps!r}")
         if self.sub_reduction not in ("sum", "mean"):
             raise ValueError(f"sub_reduction must be 'sum' or 'mean', got {self.sub_reduction!r}")
@@ -130,8 +137,9 @@ class LocalResult:
     metrics: dict[str, float]
 
 
-def _split_val(episodes: Sequence[Episode], tc: TrainerConfig
-               ) -> tuple[list[Episode], list[Episode]]:
+def _split_val(
+    episodes: Sequence[Episode], tc: TrainerConfig
+) -> tuple[list[Episode], list[Episode]]:
     ok = [e for e in episodes if e.success]
     if tc.val_fraction > 0 and len(ok) >= 2:
         return split_episodes(ok, tc.val_fraction, seed=tc.seed)
@@ -141,8 +149,9 @@ def _split_val(episodes: Sequence[Episode], tc: TrainerConfig
 class LocalTrainer:
     """Student/teacher pair for one round; ``run`` executes the optimisation."""
 
-    def __init__(self, start: StateDict, policy_cfg: PolicyConfig, trainer_cfg: TrainerConfig
-                 ) -> None:
+    def __init__(
+        self, start: StateDict, policy_cfg: PolicyConfig, trainer_cfg: TrainerConfig
+    ) -> None:
         self.pc, self.tc = policy_cfg, trainer_cfg
         self.device = resolve_device(trainer_cfg.device)
         seed_everything(trainer_cfg.seed)
@@ -157,8 +166,9 @@ class LocalTrainer:
         self.global_params: list[tuple[torch.Tensor, torch.Tensor]] = []
         if trainer_cfg.prox_mu > 0:
             self.global_params = [(p, p.detach().clone()) for p in self.student.parameters()]
-        self.optimizer = torch.optim.AdamW(self.student.parameters(), lr=trainer_cfg.lr,
-                                           weight_decay=trainer_cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.student.parameters(), lr=trainer_cfg.lr, weight_decay=trainer_cfg.weight_decay
+        )
 
         def gen(offset: int) -> torch.Generator:
             g = torch.Generator(device=self.device)
@@ -177,8 +187,9 @@ class LocalTrainer:
             # is preserved) and a pooled frame shared by several windows is shifted once.
             for key in ep.IMAGE_KEYS:
                 frames = batch[key][:, None]  # U,1,H,W,3
-                batch[key] = random_shift(frames, self.pc.random_shift, self.aug_gen,
-                                          groups=batch["image_episode"])[:, 0]
+                batch[key] = random_shift(
+                    frames, self.pc.random_shift, self.aug_gen, groups=batch["image_episode"]
+                )[:, 0]
         return batch
 
     def forward(self, batch: dict[str, Any]) -> tuple[PolicyOutput, PolicyOutput | None]:
@@ -190,8 +201,9 @@ class LocalTrainer:
                     out_t = self.teacher.compute(batch)
         return out_s, out_t
 
-    def _compute_losses(self, batch: dict[str, Any], out_s: PolicyOutput,
-                        out_t: PolicyOutput | None) -> dict[str, torch.Tensor]:
+    def _compute_losses(
+        self, batch: dict[str, Any], out_s: PolicyOutput, out_t: PolicyOutput | None
+    ) -> dict[str, torch.Tensor]:
         tc = self.tc
         valid = batch["valid"]
         losses: dict[str, torch.Tensor] = {"bc": bc_nll(out_s.gmm.float(), batch["actions"], valid)}
@@ -203,15 +215,19 @@ class LocalTrainer:
                 l_sub = subspace_losses(
                     torch.stack([out_t.features[m].reshape(-1, self.pc.embed_dim) for m in mods]),
                     torch.stack([out_s.features[m].reshape(-1, self.pc.embed_dim) for m in mods]),
-                    rank=tc.rank, noise_std=tc.sub_noise_std, generator=self.noise_gen,
+                    rank=tc.rank,
+                    noise_std=tc.sub_noise_std,
+                    generator=self.noise_gen,
                     reduction=tc.sub_reduction,
-                    grad_through_projector=tc.sub_grad_through_projector)
+                    grad_through_projector=tc.sub_grad_through_projector,
+                )
                 for i, m in enumerate(mods):
                     losses[f"sub_{m}"] = l_sub[i]
                     total = total + tc.weight_of(m) * l_sub[i]
         if tc.use_act and out_t is not None:
-            losses["act"] = action_distillation_loss(out_t.gmm.float(), out_s.gmm.float(),
-                                                     self.act_gen, tc.act_logp_clamp, valid)
+            losses["act"] = action_distillation_loss(
+                out_t.gmm.float(), out_s.gmm.float(), self.act_gen, tc.act_logp_clamp, valid
+            )
             total = total + tc.lambda_act * losses["act"]
         if tc.prox_mu > 0:
             losses["prox"] = proximal_term(self.global_params, tc.prox_mu)
@@ -236,8 +252,9 @@ class LocalTrainer:
         values["grad_norm"] = grad_norm
         return values
 
-    def run(self, data: DemoDataset, on_step: Callable[[int, dict[str, float]], None] | None = None
-            ) -> dict[str, float]:
+    def run(
+        self, data: DemoDataset, on_step: Callable[[int, dict[str, float]], None] | None = None
+    ) -> dict[str, float]:
         """Optimise for ``epochs`` (or ``max_steps``); returns mean loss values and timing."""
         tc = self.tc
         rng = np.random.default_rng(tc.seed)
@@ -248,15 +265,14 @@ class LocalTrainer:
         sums: dict[str, float] = {}
         step = 0
         t0 = time.perf_counter()
-        bar = tqdm(total=total_steps, disable=not tc.progress, desc="local training",
-                   leave=False)
+        bar = tqdm(total=total_steps, disable=not tc.progress, desc="local training", leave=False)
         try:
             while step < total_steps:
                 order = rng.permutation(len(data))
                 for start in range(0, len(order), tc.batch_size):
                     if step >= total_steps:
                         break
-                    values = self.train_step(data, order[start:start + tc.batch_size])
+                    values = self.train_step(data, order[start : start + tc.batch_size])
                     if not math.isfinite(values["total"]):
                         raise FloatingPointError(f"non-finite loss at step {step}: {values}")
                     for k, v in values.items():
@@ -270,14 +286,19 @@ class LocalTrainer:
             bar.close()
         seconds = time.perf_counter() - t0
         metrics = {f"loss_{k}": v / max(step, 1) for k, v in sums.items()}
-        metrics.update(steps=float(step), seconds=seconds,
-                       steps_per_s=step / seconds if seconds > 0 else 0.0)
+        metrics.update(
+            steps=float(step), seconds=seconds, steps_per_s=step / seconds if seconds > 0 else 0.0
+        )
         return metrics
 
 
 @torch.no_grad()
-def evaluate_nll(model: GMMPolicy, data: DemoDataset, batch_size: int = 64,
-                 device: torch.device | str | None = None) -> float:
+def evaluate_nll(
+    model: GMMPolicy,
+    data: DemoDataset,
+    batch_size: int = 64,
+    device: torch.device | str | None = None,
+) -> float:
     """Mean validation NLL of ``model`` over every window of ``data`` (eval mode)."""
     dev = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
@@ -296,10 +317,14 @@ def evaluate_nll(model: GMMPolicy, data: DemoDataset, batch_size: int = 64,
     return total / max(count, 1.0)
 
 
-def train_local(start: StateDict, episodes: Sequence[Episode], policy_cfg: PolicyConfig,
-                trainer_cfg: TrainerConfig | None = None,
-                val_episodes: Sequence[Episode] | None = None,
-                on_step: Callable[[int, dict[str, float]], None] | None = None) -> LocalResult:
+def train_local(
+    start: StateDict,
+    episodes: Sequence[Episode],
+    policy_cfg: PolicyConfig,
+    trainer_cfg: TrainerConfig | None = None,
+    val_episodes: Sequence[Episode] | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> LocalResult:
     """Train the student from ``start`` on local episodes; returns params, samples, metrics.
 
     Metrics: ``loss_bc``, ``loss_sub_<modality>``, ``loss_act``, ``loss_prox``,
@@ -315,10 +340,12 @@ def train_local(start: StateDict, episodes: Sequence[Episode], policy_cfg: Polic
     trainer = LocalTrainer(start, policy_cfg, tc)
     metrics = trainer.run(data, on_step)
     if val_eps and any(e.success for e in val_eps):
-        metrics["val_nll"] = evaluate_nll(trainer.student, DemoDataset(val_eps, policy_cfg),
-                                          device=trainer.device)
-    return LocalResult(params=policy_to_state_dict(trainer.student), num_samples=len(data),
-                       metrics=metrics)
+        metrics["val_nll"] = evaluate_nll(
+            trainer.student, DemoDataset(val_eps, policy_cfg), device=trainer.device
+        )
+    return LocalResult(
+        params=policy_to_state_dict(trainer.student), num_samples=len(data), metrics=metrics
+    )
 
 
 def normalization_stats(episodes: Sequence[Episode]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -332,8 +359,10 @@ def normalization_stats(episodes: Sequence[Episode]) -> dict[str, tuple[np.ndarr
     from fed_ros.learning.modeling_policy import LOWDIM_SPECS
 
     stats, _ = compute_stats(episodes)
-    return {k: (m, np.maximum(s, 0.1 * LOWDIM_SPECS[k][2]).astype(np.float32))
-            for k, (m, s) in stats.items()}
+    return {
+        k: (m, np.maximum(s, 0.1 * LOWDIM_SPECS[k][2]).astype(np.float32))
+        for k, (m, s) in stats.items()
+    }
 
 
 def with_normalization(sd: StateDict, episodes: Sequence[Episode]) -> StateDict:
@@ -348,8 +377,9 @@ def with_normalization(sd: StateDict, episodes: Sequence[Episode]) -> StateDict:
     return out
 
 
-def initial_state_dict(policy_cfg: PolicyConfig, seed: int = 0,
-                       episodes: Sequence[Episode] | None = None) -> StateDict:
+def initial_state_dict(
+    policy_cfg: PolicyConfig, seed: int = 0, episodes: Sequence[Episode] | None = None
+) -> StateDict:
     """The fleet's common initial model theta^0; with episodes, normalisation from their stats."""
     from fed_ros.learning.modeling_policy import set_normalization
 

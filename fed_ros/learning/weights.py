@@ -4,6 +4,7 @@ The state dict is exactly ``model.state_dict()`` (parameters and persistent buff
 float) in module order, as float32 numpy arrays: the names are the core manifest names. No
 pickle anywhere: checkpoints and byte blobs are safetensors.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,13 +41,15 @@ def check_state_dict(model: torch.nn.Module, sd: StateDict) -> None:
     if missing:
         raise ValueError(f"state dict is missing tensor {missing[0]!r} ({len(missing)} missing)")
     if unexpected:
-        raise ValueError(f"state dict has unexpected tensor {unexpected[0]!r} "
-                         f"({len(unexpected)} unexpected)")
+        raise ValueError(
+            f"state dict has unexpected tensor {unexpected[0]!r} ({len(unexpected)} unexpected)"
+        )
     for name, ref in own.items():
         arr = np.asarray(sd[name])
         if tuple(arr.shape) != tuple(ref.shape):
-            raise ValueError(f"tensor {name!r} has shape {tuple(arr.shape)}, expected "
-                             f"{tuple(ref.shape)}")
+            raise ValueError(
+                f"tensor {name!r} has shape {tuple(arr.shape)}, expected {tuple(ref.shape)}"
+            )
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"tensor {name!r} contains NaN/Inf")
 
@@ -64,8 +67,9 @@ def load_state_dict_into(model: torch.nn.Module, sd: StateDict) -> torch.nn.Modu
 _ORDER_KEY = "fed_ros.tensor_order"
 
 
-def _metadata(sd: StateDict, policy_cfg: PolicyConfig | None,
-              extra: dict[str, str] | None) -> dict[str, str]:
+def _metadata(
+    sd: StateDict, policy_cfg: PolicyConfig | None, extra: dict[str, str] | None
+) -> dict[str, str]:
     meta = dict(extra or {})
     # safetensors lays tensors out by dtype/name; record the module order to restore it.
     meta[_ORDER_KEY] = json.dumps(list(sd))
@@ -74,8 +78,12 @@ def _metadata(sd: StateDict, policy_cfg: PolicyConfig | None,
     return meta
 
 
-def save_checkpoint(path: str | Path, sd: StateDict, policy_cfg: PolicyConfig | None = None,
-                    metadata: dict[str, str] | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path,
+    sd: StateDict,
+    policy_cfg: PolicyConfig | None = None,
+    metadata: dict[str, str] | None = None,
+) -> Path:
     """Write a safetensors file atomically (temp + rename); the config goes in the metadata."""
     path = Path(path)
     arrays = {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in sd.items()}
@@ -97,7 +105,9 @@ def load_checkpoint(path: str | Path) -> StateDict:
             head += f.read(int.from_bytes(head, "little"))
         return OrderedDict((k, arrays[k]) for k in _ordered_names(head, arrays))
     except Exception as exc:  # safetensors raises its own error type on corrupt input
-        raise ValueError(f"checkpoint {str(path)!r} is not a valid safetensors file: {exc}") from exc
+        raise ValueError(
+            f"checkpoint {str(path)!r} is not a valid safetensors file: {exc}"
+        ) from exc
 
 
 def read_checkpoint_config(path: str | Path) -> PolicyConfig | None:
@@ -130,7 +140,7 @@ def state_dict_from_bytes(blob: bytes) -> StateDict:
 def _ordered_names(blob: bytes, arrays: dict[str, np.ndarray]) -> list[str]:
     """Tensor names in their saved (module) order, falling back to file order."""
     n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8:8 + n].decode())
+    header = json.loads(blob[8 : 8 + n].decode())
     meta = header.pop("__metadata__", None) or {}
     order = json.loads(meta[_ORDER_KEY]) if _ORDER_KEY in meta else []
     if sorted(order) == sorted(arrays):

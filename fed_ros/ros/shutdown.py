@@ -18,6 +18,7 @@ Python frame left) another 0.5-2.1 s; at load ~25 that overran launch's 5 s and 
 were SIGTERMed. ``FED_ROS_SHUTDOWN_TRACE=1`` prints when the signal came and when the
 process exits.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -31,7 +32,9 @@ import time
 from typing import Any, Callable, NoReturn
 
 _REQUESTED = threading.Event()
-_SIGNALLED_AT: list[float] = []  # time.monotonic() of the first request (for FED_ROS_SHUTDOWN_TRACE)
+_SIGNALLED_AT: list[
+    float
+] = []  # time.monotonic() of the first request (for FED_ROS_SHUTDOWN_TRACE)
 POLL_S = 0.25  # how often a wait looks at the flag; keeps Ctrl-C-to-exit well under launch's 5 s
 # A process still alive this long after the signal prints every thread's stack to stderr, just
 # before launch's SIGTERM (5 s): a teardown that hangs says where. Seen once in a loaded
@@ -103,17 +106,20 @@ def unless_stopping(fn: Callable[..., Any]) -> Callable[..., Any]:
     stopped with us, an update re-send): after Ctrl-C their peers vanish on purpose, and
     "unreachable" or "re-sending" lines would read like a fault.
     """
+
     @functools.wraps(fn)
     def quiet(*args: Any, **kwargs: Any) -> Any:
         if _REQUESTED.is_set():
             return None
         return fn(*args, **kwargs)
+
     return quiet
 
 
 def flush_outputs() -> None:
     """Flush Python's logging handlers and stdout/stderr, then every C stdio stream (rcutils)."""
     import logging
+
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
@@ -123,6 +129,7 @@ def flush_outputs() -> None:
             pass
     try:
         import ctypes
+
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):
         pass
@@ -135,8 +142,10 @@ def exit_process(code: int) -> NoReturn:
     worker threads told to stop): nothing after this runs, not atexit hooks nor finalizers.
     """
     if os.environ.get("FED_ROS_SHUTDOWN_TRACE") and _SIGNALLED_AT:
-        sys.stderr.write(f"[shutdown] {os.path.basename(sys.argv[0])} pid {os.getpid()}: exit {code} "
-                         f"{time.monotonic() - _SIGNALLED_AT[0]:.2f} s after the signal\n")
+        sys.stderr.write(
+            f"[shutdown] {os.path.basename(sys.argv[0])} pid {os.getpid()}: exit {code} "
+            f"{time.monotonic() - _SIGNALLED_AT[0]:.2f} s after the signal\n"
+        )
     flush_outputs()
     os._exit(code)
 
@@ -145,6 +154,7 @@ def node_main(main: Callable[..., int | None]) -> Callable[..., NoReturn]:
     """Decorator for a node's ``main()``: its return value (None = 0) becomes the exit code via
     :func:`exit_process`; an uncaught exception prints its traceback and exits 1, as Python would.
     The undecorated function stays available as ``__wrapped__``."""
+
     @functools.wraps(main)
     def run(*args: Any, **kwargs: Any) -> NoReturn:
         try:
@@ -158,21 +168,29 @@ def node_main(main: Callable[..., int | None]) -> Callable[..., NoReturn]:
                 code = 1
         except BaseException:  # noqa: BLE001 - reported like the interpreter would, then exit 1
             import traceback
+
             traceback.print_exc()
             code = 1
         exit_process(code)
+
     return run
 
 
 def install_signal_handlers() -> None:
     """SIGINT and SIGTERM set the flag (main thread only, as Python requires)."""
+
     def handler(_signum, _frame) -> None:
         if not _REQUESTED.is_set():
             try:
                 faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
-            except (RuntimeError, ValueError, io.UnsupportedOperation):  # no usable stderr: nothing to print to
+            except (
+                RuntimeError,
+                ValueError,
+                io.UnsupportedOperation,
+            ):  # no usable stderr: nothing to print to
                 pass
         request()
+
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
 

@@ -4,6 +4,7 @@ For code that talks to ROS from an ordinary Python call (evaluation through a br
 bridge benchmark, tests) without touching the process's default context, so it can run
 beside a node of its own or be called many times in one process.
 """
+
 from __future__ import annotations
 
 import threading

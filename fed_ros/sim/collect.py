@@ -4,6 +4,7 @@ Each episode pairs the observation seen *before* a step with the action taken at
 step, so ``observations[k][t]`` and ``actions[t]`` line up as a policy sees them. Failed
 episodes are kept and flagged ``success=False`` (training excludes them), never dropped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,14 @@ def episode_seed(seed: int, index: int, stream: int = STREAM_COLLECT) -> int:
     """Reset seed of episode ``index`` in a run seeded with ``seed`` (non-overlapping runs)."""
     if seed < 0 or index < 0:
         raise ValueError(f"seed and index must be non-negative, got seed={seed!r} index={index!r}")
-    return int(np.random.SeedSequence([int(seed), int(stream), int(index)]).generate_state(1)[0] >> 1)
+    return int(
+        np.random.SeedSequence([int(seed), int(stream), int(index)]).generate_state(1)[0] >> 1
+    )
 
 
-def run_episode(env: ArmEnv, policy, reset_seed: int, max_steps: int | None = None,
-                record: bool = True) -> tuple[dict[str, np.ndarray], np.ndarray, bool]:
+def run_episode(
+    env: ArmEnv, policy, reset_seed: int, max_steps: int | None = None, record: bool = True
+) -> tuple[dict[str, np.ndarray], np.ndarray, bool]:
     """Roll ``policy`` (``reset()``, ``act(obs)``) once; returns (observations, actions, success)."""
     limit = env.horizon if max_steps is None else int(max_steps)
     if limit <= 0:
@@ -61,10 +65,18 @@ def run_episode(env: ArmEnv, policy, reset_seed: int, max_steps: int | None = No
     return observations, (np.stack(actions) if record else np.zeros((0, 4), np.float32)), success
 
 
-def collect_demos(task: str, variation: str | Variation = "default", n: int = 10, seed: int = 0,
-                  cameras: bool = True, noise_std: float = 0.0, image_size: int = 84,
-                  robot_id: str = "", env: ArmEnv | None = None,
-                  progress: Callable[[int, Episode], None] | None = None) -> list[Episode]:
+def collect_demos(
+    task: str,
+    variation: str | Variation = "default",
+    n: int = 10,
+    seed: int = 0,
+    cameras: bool = True,
+    noise_std: float = 0.0,
+    image_size: int = 84,
+    robot_id: str = "",
+    env: ArmEnv | None = None,
+    progress: Callable[[int, Episode], None] | None = None,
+) -> list[Episode]:
     """``n`` expert demonstrations of ``task`` under ``variation`` (seeded, reproducible)."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")
@@ -83,12 +95,21 @@ def collect_demos(task: str, variation: str | Variation = "default", n: int = 10
             started = time.perf_counter()
             observations, actions, success = run_episode(env, expert, reset_seed)
             episode = Episode(
-                task=task, instruction=env.instruction, observations=observations, actions=actions,
-                variation=env.variation.name, robot_id=robot_id, success=bool(success),
+                task=task,
+                instruction=env.instruction,
+                observations=observations,
+                actions=actions,
+                variation=env.variation.name,
+                robot_id=robot_id,
+                success=bool(success),
                 metadata={
-                    "source": expert.source, "reset_seed": str(reset_seed), "run_seed": str(seed),
-                    "index": str(i), "noise_std": repr(float(noise_std)),
-                    "control_hz": str(env.control_hz), "variation_json": json.dumps(env.variation.to_dict()),
+                    "source": expert.source,
+                    "reset_seed": str(reset_seed),
+                    "run_seed": str(seed),
+                    "index": str(i),
+                    "noise_std": repr(float(noise_std)),
+                    "control_hz": str(env.control_hz),
+                    "variation_json": json.dumps(env.variation.to_dict()),
                     "wall_s": f"{time.perf_counter() - started:.3f}",
                 },
             )
@@ -101,7 +122,9 @@ def collect_demos(task: str, variation: str | Variation = "default", n: int = 10
     return episodes
 
 
-def save_episodes(episodes: list[Episode], directory: str | Path, prefix: str = "demo") -> list[Path]:
+def save_episodes(
+    episodes: list[Episode], directory: str | Path, prefix: str = "demo"
+) -> list[Path]:
     """Write episodes as ``<prefix>_<i>.npz`` into ``directory`` (created if missing)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -125,9 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     def report(i: int, ep: Episode) -> None:
         print(f"episode {i}: {len(ep)} steps success={ep.success}", flush=True)
 
-    episodes = collect_demos(args.task, args.variation, args.n, args.seed, cameras=not args.no_cameras,
-                             noise_std=args.noise_std, image_size=args.image_size, robot_id=args.robot_id,
-                             progress=report)
+    episodes = collect_demos(
+        args.task,
+        args.variation,
+        args.n,
+        args.seed,
+        cameras=not args.no_cameras,
+        noise_std=args.noise_std,
+        image_size=args.image_size,
+        robot_id=args.robot_id,
+        progress=report,
+    )
     paths = save_episodes(episodes, args.out)
     ok = sum(ep.success for ep in episodes)
     print(f"wrote {len(paths)} episodes to {args.out} ({ok}/{len(episodes)} successful)")

@@ -7,18 +7,17 @@ with OSC position control, then wraps it in :class:`ArmEnv`, which
 * returns observations under the keys of :mod:`fed_ros.core.data.episode` (positions and
   orientations in the robot base frame, object state zero-padded to 32),
 * renders the agent-view and wrist cameras itself with ``mujoco.Renderer`` (upright
-  images, shadows/reflections/multisampling off, EGL by default), and
+  images, shadows/reflections/multisampling off, EGL by default;
+  :class:`~fed_ros.sim.camera_renderer.CameraRenderer`), and
 * applies a :class:`~fed_ros.sim.variations.Variation` by editing the compiled MuJoCo
   model from saved originals (:class:`~fed_ros.sim.scene_edit.SceneEditor`; idempotent,
   soft resets keep it).
 """
+
 from __future__ import annotations
 
-import atexit
 import logging
 import os
-import sys
-import weakref
 
 # MuJoCo picks its GL backend when it is first imported; EGL renders headless.
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -28,36 +27,44 @@ from typing import Any, Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS,
-                                       JOINT_POS, OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
+from fed_ros.core.data.episode import (
+    ACTION_DIM,
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    EEF_QUAT,
+    GRIPPER_QPOS,
+    JOINT_POS,
+    OBJECT_STATE,
+    OBJECT_STATE_DIM,
+    WRIST_IMAGE,
+)
+from fed_ros.sim.camera_renderer import CameraRenderer, close_at_exit  # noqa: E402
 from fed_ros.sim.scene_edit import SceneEditor  # noqa: E402
 from fed_ros.sim.variations import (  # noqa: E402
-    MATERIAL_COLOR_WORDS, VARIATIONS, Variation, random_variation, resolve_variation,
+    MATERIAL_COLOR_WORDS,
+    VARIATIONS,
+    Variation,
+    random_variation,
+    resolve_variation,
 )
 
 __all__ = [
-    "TASKS", "TASK_SPECS", "VARIATIONS", "Variation", "random_variation", "resolve_variation",
-    "ArmEnv", "make_env", "AGENTVIEW_CAMERA", "WRIST_CAMERA",
+    "TASKS",
+    "TASK_SPECS",
+    "VARIATIONS",
+    "Variation",
+    "random_variation",
+    "resolve_variation",
+    "ArmEnv",
+    "make_env",
+    "AGENTVIEW_CAMERA",
+    "WRIST_CAMERA",
 ]
 
 TASKS = ("lift", "pick_place_can", "stack")
 AGENTVIEW_CAMERA = "agentview"
 WRIST_CAMERA = "robot0_eye_in_hand"
 CONTROL_HZ = 20
-
-# GL contexts must be freed before MuJoCo's own exit hook terminates the EGL display, or
-# their finalisers raise at exit. atexit runs hooks last-registered-first, so ours is
-# registered after the first renderer exists (i.e. after MuJoCo registered its hook).
-_OPEN_ENVS: "weakref.WeakSet[ArmEnv]" = weakref.WeakSet()
-_EXIT_HOOK_REGISTERED = False
-
-
-def _close_open_envs() -> None:
-    for env in list(_OPEN_ENVS):
-        try:
-            env.close()
-        except Exception:  # at exit there is nobody left to report to
-            pass
 
 
 @dataclass(frozen=True)
@@ -73,9 +80,11 @@ class TaskSpec:
 TASK_SPECS: dict[str, TaskSpec] = {
     "lift": TaskSpec("Lift", 200, ("red",), lambda c: f"lift the {c[0]} cube"),
     "pick_place_can": TaskSpec(
-        "PickPlaceCan", 400, ("soda",),
-        lambda c: f"pick up the {c[0]} can and place it in its bin"),
-    "stack": TaskSpec("Stack", 400, ("red", "green"), lambda c: f"stack the {c[0]} cube on the {c[1]} cube"),
+        "PickPlaceCan", 400, ("soda",), lambda c: f"pick up the {c[0]} can and place it in its bin"
+    ),
+    "stack": TaskSpec(
+        "Stack", 400, ("red", "green"), lambda c: f"stack the {c[0]} cube on the {c[1]} cube"
+    ),
 }
 
 
@@ -89,21 +98,6 @@ def _controller_config() -> dict:
     # Only the one arm the Panda has; extra parts make robosuite warn on every reset.
     cfg["body_parts"] = {"right": arm}
     return cfg
-
-
-def _ensure_headless_gl() -> None:
-    """Use EGL when MuJoCo was imported before MUJOCO_GL was set and there is no display.
-
-    MuJoCo picks its GL backend at import; without MUJOCO_GL it picks GLFW, which cannot
-    open a context on a headless machine. An explicit MUJOCO_GL choice is always respected.
-    """
-    from mujoco import gl_context
-
-    headless = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")
-    if headless and getattr(gl_context, "_MUJOCO_GL", None) == "":
-        from mujoco.egl import GLContext as EGLContext
-
-        gl_context.GLContext = EGLContext
 
 
 def _quat_wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
@@ -129,8 +123,15 @@ class ArmEnv:
 
     control_hz: int = CONTROL_HZ
 
-    def __init__(self, task: str, variation: "str | Variation" = "default", cameras: bool = True,
-                 image_size: int = 84, seed: int = 0, horizon: int | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        variation: "str | Variation" = "default",
+        cameras: bool = True,
+        image_size: int = 84,
+        seed: int = 0,
+        horizon: int | None = None,
+    ) -> None:
         if not isinstance(task, str) or task not in TASK_SPECS:
             raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")
         if not isinstance(image_size, (int, np.integer)) or not 16 <= image_size <= 1024:
@@ -152,10 +153,19 @@ class ArmEnv:
         logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
         # The robosuite env never renders: ArmEnv owns the renderer (upright, fast settings).
         self._env = robosuite.make(
-            self.spec.env_name, robots="Panda", controller_configs=_controller_config(),
-            has_renderer=False, has_offscreen_renderer=False, use_camera_obs=False,
-            use_object_obs=True, reward_shaping=False, control_freq=CONTROL_HZ,
-            horizon=self.horizon, ignore_done=True, hard_reset=False, seed=int(seed),
+            self.spec.env_name,
+            robots="Panda",
+            controller_configs=_controller_config(),
+            has_renderer=False,
+            has_offscreen_renderer=False,
+            use_camera_obs=False,
+            use_object_obs=True,
+            reward_shaping=False,
+            control_freq=CONTROL_HZ,
+            horizon=self.horizon,
+            ignore_done=True,
+            hard_reset=False,
+            seed=int(seed),
         )
         self._sim = self._env.sim
         self._model = self._sim.model._model  # raw mujoco.MjModel
@@ -164,18 +174,23 @@ class ArmEnv:
         self._robot = robot
         self.joint_names: list[str] = list(robot.robot_joints)
         self.gripper_joint_names: list[str] = list(robot.gripper_joints["right"])
-        self._arm_qpos = np.array([self._sim.model.get_joint_qpos_addr(j) for j in self.joint_names])
-        self._grip_qpos = np.array([self._sim.model.get_joint_qpos_addr(j) for j in self.gripper_joint_names])
+        self._arm_qpos = np.array(
+            [self._sim.model.get_joint_qpos_addr(j) for j in self.joint_names]
+        )
+        self._grip_qpos = np.array(
+            [self._sim.model.get_joint_qpos_addr(j) for j in self.gripper_joint_names]
+        )
         self._eef_site = int(robot.eef_site_id["right"])
         self._base_body = self._sim.model.body_name2id(robot.robot_model.root_body)
         self._scene = SceneEditor(self._env, task, camera=AGENTVIEW_CAMERA)
         self._objects, self._object_bodies = self._scene.objects, self._scene.object_bodies
-        self._renderer = None
-        self._vopt = None
+        self._camera_renderer = CameraRenderer(
+            self._model, self._data, self.image_size, (AGENTVIEW_CAMERA, WRIST_CAMERA)
+        )
         self._steps = 0
         self._last_obs: dict[str, np.ndarray] | None = None
         self._closed = False
-        _OPEN_ENVS.add(self)
+        close_at_exit(self)
         self._apply_variation(self._variation)
         self.reset(seed=int(seed))
 
@@ -248,7 +263,9 @@ class ArmEnv:
         try:
             arr = np.asarray(action, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"action must be numeric with shape ({ACTION_DIM},), got {action!r}") from exc
+            raise ValueError(
+                f"action must be numeric with shape ({ACTION_DIM},), got {action!r}"
+            ) from exc
         if arr.shape != (ACTION_DIM,):
             raise ValueError(f"action must have shape ({ACTION_DIM},), got shape {arr.shape}")
         if not np.all(np.isfinite(arr)):
@@ -263,17 +280,15 @@ class ArmEnv:
         """Upright HxWx3 uint8 image from a named camera (works with cameras=False too)."""
         self._check_open()
         if size is not None and size != self.image_size:
-            return self._render_once(camera, int(size))
-        return self._render(camera)
+            return self._camera_renderer.render_at(camera, int(size))
+        return self._camera_renderer.render(camera)
 
     def close(self) -> None:
         """Free the renderer and the simulator (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        if self._renderer is not None:
-            self._renderer.close()
-            self._renderer = None
+        self._camera_renderer.close()
         try:
             self._env.close()
         except Exception:  # robosuite's close may touch renderers that were never created
@@ -297,7 +312,9 @@ class ArmEnv:
         d = self._data
         out = {obj.name: d.xpos[b].copy() for obj, b in zip(self._objects, self._object_bodies)}
         if self.task == "pick_place_can":
-            out["target"] = np.array(self._env.target_bin_placements[self._env.object_to_id["can"]], dtype=float)
+            out["target"] = np.array(
+                self._env.target_bin_placements[self._env.object_to_id["can"]], dtype=float
+            )
         return out
 
     def _to_base(self, p: np.ndarray) -> np.ndarray:
@@ -317,8 +334,8 @@ class ArmEnv:
             OBJECT_STATE: self._object_state(eef_world),
         }
         if self.cameras:
-            obs[AGENTVIEW_IMAGE] = self._render(AGENTVIEW_CAMERA)
-            obs[WRIST_IMAGE] = self._render(WRIST_CAMERA)
+            obs[AGENTVIEW_IMAGE] = self._camera_renderer.render(AGENTVIEW_CAMERA)
+            obs[WRIST_IMAGE] = self._camera_renderer.render(WRIST_CAMERA)
         return obs
 
     def _object_state(self, eef_world: np.ndarray) -> np.ndarray:
@@ -333,7 +350,11 @@ class ArmEnv:
             pos = d.xpos[body]
             rot = self._base_rot.T @ d.xmat[body].reshape(3, 3)
             positions.append(pos)
-            parts += [self._to_base(pos), _mat_to_quat_xyzw(rot), self._base_rot.T @ (pos - eef_world)]
+            parts += [
+                self._to_base(pos),
+                _mat_to_quat_xyzw(rot),
+                self._base_rot.T @ (pos - eef_world),
+            ]
         if self.task == "stack":
             parts.append(self._base_rot.T @ (positions[1] - positions[0]))
         elif self.task == "pick_place_can":
@@ -343,69 +364,31 @@ class ArmEnv:
         out[: flat.size] = flat
         return out
 
-    # ------------------------------------------------------------------ rendering
-    def _make_renderer(self) -> None:
-        import mujoco
-
-        _ensure_headless_gl()
-        # Multisampling is the costliest part of software GL; read when the context is made.
-        self._model.vis.quality.offsamples = 0
-        if self._renderer is not None:
-            self._renderer.close()
-        self._renderer = mujoco.Renderer(self._model, height=self.image_size, width=self.image_size)
-        global _EXIT_HOOK_REGISTERED
-        if not _EXIT_HOOK_REGISTERED:
-            atexit.register(_close_open_envs)
-            _EXIT_HOOK_REGISTERED = True
-        flags = self._renderer.scene.flags
-        flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-        flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-        flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = 0
-        self._vopt = mujoco.MjvOption()
-        # robosuite puts collision geoms in group 0 and visual geoms in group 1.
-        self._vopt.geomgroup[0] = 0
-        self._camera_ids = {
-            name: mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, name)
-            for name in (AGENTVIEW_CAMERA, WRIST_CAMERA)
-        }
-
-    def _render(self, camera: str) -> np.ndarray:
-        if self._renderer is None:
-            self._make_renderer()
-        cam_id = self._camera_ids.get(camera)
-        if cam_id is None:
-            import mujoco
-
-            cam_id = mujoco.mj_name2id(self._model, mujoco.mjtObj.mjOBJ_CAMERA, camera)
-            if cam_id < 0:
-                raise ValueError(f"unknown camera {camera!r}")
-            self._camera_ids[camera] = cam_id
-        self._renderer.update_scene(self._data, camera=cam_id, scene_option=self._vopt)
-        # mujoco.Renderer already flips rows, so row 0 is the top of the image.
-        return self._renderer.render().copy()
-
-    def _render_once(self, camera: str, size: int) -> np.ndarray:
-        saved = (self._renderer, self.image_size)
-        self._renderer, self.image_size = None, size
-        try:
-            return self._render(camera)
-        finally:
-            if self._renderer is not None:
-                self._renderer.close()
-            self._renderer, self.image_size = saved
-
+    # ------------------------------------------------------------------ scene
     def _apply_variation(self, v: Variation) -> None:
         self._scene.apply(v)
         # Mesh vertices are uploaded when a GL context is made: rebuild the renderer.
-        if self._renderer is not None:
-            self._make_renderer()
+        self._camera_renderer.rebuild()
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("environment is closed")
 
 
-def make_env(task: str, variation: "str | Variation" = "default", cameras: bool = True,
-             image_size: int = 84, seed: int = 0, horizon: int | None = None) -> ArmEnv:
+def make_env(
+    task: str,
+    variation: "str | Variation" = "default",
+    cameras: bool = True,
+    image_size: int = 84,
+    seed: int = 0,
+    horizon: int | None = None,
+) -> ArmEnv:
     """Build an :class:`ArmEnv` for ``task`` in :data:`TASKS` under a named or given variation."""
-    return ArmEnv(task, variation=variation, cameras=cameras, image_size=image_size, seed=seed, horizon=horizon)
+    return ArmEnv(
+        task,
+        variation=variation,
+        cameras=cameras,
+        image_size=image_size,
+        seed=seed,
+        horizon=horizon,
+    )

@@ -1,4 +1,5 @@
 """Closed-loop evaluation of a policy in-process (the fast path; the ROS path is in fed_ros.ros)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,14 +34,27 @@ class EvalResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able summary."""
-        return {"task": self.task, "variation": self.variation, "success_rate": self.success_rate,
-                "successes": list(map(bool, self.successes)), "episode_lengths": self.episode_lengths,
-                "seeds": self.seeds}
+        return {
+            "task": self.task,
+            "variation": self.variation,
+            "success_rate": self.success_rate,
+            "successes": list(map(bool, self.successes)),
+            "episode_lengths": self.episode_lengths,
+            "seeds": self.seeds,
+        }
 
 
-def evaluate(policy: "Policy | Callable[[], Policy]", task: str, variation: str | Variation = "default",
-             episodes: int = 10, seed: int = 0, cameras: bool = True, max_steps: int | None = None,
-             image_size: int = 84, env: ArmEnv | None = None) -> EvalResult:
+def evaluate(
+    policy: "Policy | Callable[[], Policy]",
+    task: str,
+    variation: str | Variation = "default",
+    episodes: int = 10,
+    seed: int = 0,
+    cameras: bool = True,
+    max_steps: int | None = None,
+    image_size: int = 84,
+    env: ArmEnv | None = None,
+) -> EvalResult:
     """Run ``episodes`` seeded episodes; the policy's observations include ``"instruction"``.
 
     ``policy`` is an object with ``reset``/``act`` or a zero-argument factory returning one.
@@ -75,5 +89,11 @@ def evaluate(policy: "Policy | Callable[[], Policy]", task: str, variation: str 
     finally:
         if own_env:
             env.close()
-    return EvalResult(task=task, variation=env.variation.name, success_rate=float(np.mean(successes)),
-                      successes=successes, episode_lengths=lengths, seeds=seeds)
+    return EvalResult(
+        task=task,
+        variation=env.variation.name,
+        success_rate=float(np.mean(successes)),
+        successes=successes,
+        episode_lengths=lengths,
+        seeds=seeds,
+    )

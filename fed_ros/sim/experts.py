@@ -6,23 +6,37 @@ in-process or through the ROS bridge. Position commands are ``clip(gain * (targe
 -1, 1)`` for the OSC position controller; a descending phase ends when the target height is
 reached or when the arm stops descending (contact), which copes with varied object sizes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from fed_ros.core.data.episode import ACTION_DIM, EEF_POS, OBJECT_FIELDS, OBJECT_STATE, OBJECT_STRIDE
+from fed_ros.core.data.episode import (
+    ACTION_DIM,
+    EEF_POS,
+    OBJECT_FIELDS,
+    OBJECT_STATE,
+    OBJECT_STRIDE,
+)
 from fed_ros.sim.variations import Variation, resolve_variation
 
-__all__ = ["ScriptedExpert", "LiftExpert", "StackExpert", "PickPlaceCanExpert", "make_expert", "OBJECT_FIELDS"]
+__all__ = [
+    "ScriptedExpert",
+    "LiftExpert",
+    "StackExpert",
+    "PickPlaceCanExpert",
+    "make_expert",
+    "OBJECT_FIELDS",
+]
 
 OPEN, CLOSE = -1.0, 1.0
 
 
 def _obj_pos(obs: dict[str, np.ndarray], index: int) -> np.ndarray:
     state = np.asarray(obs[OBJECT_STATE], dtype=np.float64)
-    return state[index * OBJECT_STRIDE: index * OBJECT_STRIDE + 3]
+    return state[index * OBJECT_STRIDE : index * OBJECT_STRIDE + 3]
 
 
 @dataclass
@@ -48,7 +62,11 @@ class ScriptedExpert:
     stall_eps = 0.0008  # metres
 
     def __init__(self, noise_std: float = 0.0, seed: int = 0, mirrored: bool = False) -> None:
-        if not (isinstance(noise_std, (int, float)) and np.isfinite(noise_std) and 0.0 <= noise_std <= 1.0):
+        if not (
+            isinstance(noise_std, (int, float))
+            and np.isfinite(noise_std)
+            and 0.0 <= noise_std <= 1.0
+        ):
             raise ValueError(f"noise_std must be in [0, 1], got {noise_std!r}")
         self.noise_std = float(noise_std)
         self.seed = int(seed)
@@ -132,8 +150,11 @@ class ScriptedExpert:
         if np.linalg.norm(err[:2]) <= phase.xy_tol and abs(err[2]) <= phase.z_tol:
             return True
         if phase.stop_on_stall and len(self._z_history) >= self.stall_window + 2:
-            recent = self._z_history[-self.stall_window:]
-            if max(recent) - min(recent) < self.stall_eps and np.linalg.norm(err[:2]) <= 2 * phase.xy_tol:
+            recent = self._z_history[-self.stall_window :]
+            if (
+                max(recent) - min(recent) < self.stall_eps
+                and np.linalg.norm(err[:2]) <= 2 * phase.xy_tol
+            ):
                 return True
         return False
 
@@ -223,7 +244,9 @@ class PickPlaceCanExpert(ScriptedExpert):
     """Pick the can, carry it above its target bin at a safe height, drop it, retreat."""
 
     name = "pick_place_can_scripted"
-    carry_height = 0.22  # above the target bin floor: the hanging can (up to 1.2x) clears the bin walls
+    carry_height = (
+        0.22  # above the target bin floor: the hanging can (up to 1.2x) clears the bin walls
+    )
 
     phases = (
         _Phase("approach", OPEN, xy_tol=0.008, z_tol=0.02),
@@ -238,7 +261,7 @@ class PickPlaceCanExpert(ScriptedExpert):
 
     def target(self, phase: _Phase, obs: dict[str, np.ndarray]) -> np.ndarray:
         can = _obj_pos(obs, 0)
-        goal = np.asarray(obs[OBJECT_STATE], dtype=np.float64)[OBJECT_STRIDE: OBJECT_STRIDE + 3]
+        goal = np.asarray(obs[OBJECT_STATE], dtype=np.float64)[OBJECT_STRIDE : OBJECT_STRIDE + 3]
         if phase.name == "approach":
             return can + [0.0, 0.0, 0.08]
         if phase.name == "descend":
@@ -270,8 +293,12 @@ _EXPERTS: dict[str, type[ScriptedExpert]] = {
 }
 
 
-def make_expert(task: str, noise_std: float = 0.0, seed: int = 0,
-                variation: "str | Variation | dict" = "default") -> ScriptedExpert:
+def make_expert(
+    task: str,
+    noise_std: float = 0.0,
+    seed: int = 0,
+    variation: "str | Variation | dict" = "default",
+) -> ScriptedExpert:
     """Scripted expert for ``task`` with optional Gaussian action noise (seeded).
 
     ``variation`` is the arm's variation: a mirrored-mount arm gets its commands in its own

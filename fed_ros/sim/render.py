@@ -3,6 +3,7 @@
 ``python -m fed_ros.sim.render --task stack --variations default,dim_light,random:3 --out sheet.png``
 shows at a glance how different the robots of a fleet see their worlds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,13 @@ from fed_ros.sim.envs import TASKS, VARIATIONS, Variation, make_env
 __all__ = ["variation_sheet", "main"]
 
 
-def variation_sheet(task: str, variations: list["str | Variation"], seed: int = 0, image_size: int = 96,
-                    columns: int = 8) -> np.ndarray:
+def variation_sheet(
+    task: str,
+    variations: list["str | Variation"],
+    seed: int = 0,
+    image_size: int = 96,
+    columns: int = 8,
+) -> np.ndarray:
     """Upright uint8 image: per variation, the agent view above the wrist view after reset(seed)."""
     if not variations:
         raise ValueError("variations must not be empty")
@@ -32,7 +38,7 @@ def variation_sheet(task: str, variations: list["str | Variation"], seed: int = 
             tiles.append(np.concatenate([obs[AGENTVIEW_IMAGE], obs[WRIST_IMAGE]], axis=0))
     blank = np.zeros_like(tiles[0])
     tiles += [blank] * (-len(tiles) % columns)
-    rows = [np.concatenate(tiles[i:i + columns], axis=1) for i in range(0, len(tiles), columns)]
+    rows = [np.concatenate(tiles[i : i + columns], axis=1) for i in range(0, len(tiles), columns)]
     return np.concatenate(rows, axis=0)
 
 
@@ -40,8 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     """CLI: write a PNG contact sheet of variations for one task."""
     parser = argparse.ArgumentParser(description="render a contact sheet of scene variations")
     parser.add_argument("--task", choices=TASKS, default="lift")
-    parser.add_argument("--variations", default=",".join(VARIATIONS),
-                        help="comma list of preset names or random:<seed>")
+    parser.add_argument(
+        "--variations",
+        default=",".join(VARIATIONS),
+        help="comma list of preset names or random:<seed>",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--image-size", type=int, default=96)
     parser.add_argument("--columns", type=int, default=8)

@@ -7,6 +7,7 @@ bounding volumes, the objects' Python-side sizes robosuite places them with), an
 originals: idempotent, no XML is regenerated, and soft resets keep it.
 :class:`fed_ros.sim.envs.ArmEnv` owns one per environment (and rebuilds its renderer after each change).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -63,8 +64,11 @@ class SceneEditor:
         if "table_visual" in names:
             return [names.index("table_visual")]
         bins = {b for b in range(m.nbody) if m.body(b).name in ("bin1", "bin2")}
-        return [g for g in range(m.ngeom)
-                if int(m.geom_bodyid[g]) in bins and m.geom_group[g] == 1 and "leg" not in names[g]]
+        return [
+            g
+            for g in range(m.ngeom)
+            if int(m.geom_bodyid[g]) in bins and m.geom_group[g] == 1 and "leg" not in names[g]
+        ]
 
     def _save_originals(self) -> dict[str, Any]:
         import mujoco
@@ -77,20 +81,42 @@ class SceneEditor:
         obj_geoms = [self._geoms_of([root]) for root in self.object_bodies]
         all_bodies = sorted({b for bs in obj_bodies for b in bs})
         all_geoms = sorted({g for gs in obj_geoms for g in gs})
-        meshes = sorted({int(m.geom_dataid[g]) for g in all_geoms
-                         if m.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH and m.geom_dataid[g] >= 0})
-        mesh_verts = {k: m.mesh_vert[m.mesh_vertadr[k]: m.mesh_vertadr[k] + m.mesh_vertnum[k]].copy() for k in meshes}
-        mesh_bvh = {k: m.bvh_aabb[m.mesh_bvhadr[k]: m.mesh_bvhadr[k] + m.mesh_bvhnum[k]].copy()
-                    for k in meshes if m.mesh_bvhadr[k] >= 0}
-        body_bvh = {b: m.bvh_aabb[m.body_bvhadr[b]: m.body_bvhadr[b] + m.body_bvhnum[b]].copy()
-                    for b in all_bodies if m.body_bvhadr[b] >= 0}
+        meshes = sorted(
+            {
+                int(m.geom_dataid[g])
+                for g in all_geoms
+                if m.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH and m.geom_dataid[g] >= 0
+            }
+        )
+        mesh_verts = {
+            k: m.mesh_vert[m.mesh_vertadr[k] : m.mesh_vertadr[k] + m.mesh_vertnum[k]].copy()
+            for k in meshes
+        }
+        mesh_bvh = {
+            k: m.bvh_aabb[m.mesh_bvhadr[k] : m.mesh_bvhadr[k] + m.mesh_bvhnum[k]].copy()
+            for k in meshes
+            if m.mesh_bvhadr[k] >= 0
+        }
+        body_bvh = {
+            b: m.bvh_aabb[m.body_bvhadr[b] : m.body_bvhadr[b] + m.body_bvhnum[b]].copy()
+            for b in all_bodies
+            if m.body_bvhadr[b] >= 0
+        }
         sites = [s for s in range(m.nsite) if int(m.site_bodyid[s]) in set(all_bodies)]
-        background = [g for g in range(m.ngeom)
-                      if m.geom(g).name == "floor" or (m.geom(g).name.startswith("wall") and m.geom(g).name.endswith("visual"))]
+        background = [
+            g
+            for g in range(m.ngeom)
+            if m.geom(g).name == "floor"
+            or (m.geom(g).name.startswith("wall") and m.geom(g).name.endswith("visual"))
+        ]
         # Python-side object sizes feed robosuite's placement sampler (bottom offset, radius).
         py_sizes = []
         for obj in self.objects:
-            if hasattr(obj, "size") and getattr(obj, "size", None) is not None and not hasattr(obj, "file"):
+            if (
+                hasattr(obj, "size")
+                and getattr(obj, "size", None) is not None
+                and not hasattr(obj, "file")
+            ):
                 py_sizes.append(("size", np.array(obj.size, dtype=float)))
             else:
                 site_pos = {}
@@ -99,19 +125,44 @@ class SceneEditor:
                         site_pos[el] = el.get("pos")
                 py_sizes.append(("sites", site_pos))
         return {
-            "cam": {c: (m.cam_pos[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy(),
-                        m.cam_quat[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy()) for c in (self._camera,)},
-            "light": (m.light_diffuse.copy(), m.light_specular.copy(), m.light_ambient.copy(), m.light_pos.copy()),
-            "headlight": (np.array(m.vis.headlight.diffuse), np.array(m.vis.headlight.ambient),
-                          np.array(m.vis.headlight.specular)),
+            "cam": {
+                c: (
+                    m.cam_pos[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy(),
+                    m.cam_quat[name2id(mujoco.mjtObj.mjOBJ_CAMERA, c)].copy(),
+                )
+                for c in (self._camera,)
+            },
+            "light": (
+                m.light_diffuse.copy(),
+                m.light_specular.copy(),
+                m.light_ambient.copy(),
+                m.light_pos.copy(),
+            ),
+            "headlight": (
+                np.array(m.vis.headlight.diffuse),
+                np.array(m.vis.headlight.ambient),
+                np.array(m.vis.headlight.specular),
+            ),
             "table": self._table_geoms(),
-            "geom_matid": m.geom_matid.copy(), "geom_rgba": m.geom_rgba.copy(),
-            "geom_size": m.geom_size.copy(), "geom_pos": m.geom_pos.copy(),
-            "geom_rbound": m.geom_rbound.copy(), "geom_aabb": m.geom_aabb.copy(),
-            "body_pos": m.body_pos.copy(), "body_mass": m.body_mass.copy(), "body_inertia": m.body_inertia.copy(),
-            "site_pos": m.site_pos.copy(), "obj_bodies": obj_bodies, "obj_geoms": obj_geoms,
-            "all_geoms": all_geoms, "mesh_verts": mesh_verts, "mesh_bvh": mesh_bvh, "body_bvh": body_bvh,
-            "sites": sites, "background": background, "py_sizes": py_sizes,
+            "geom_matid": m.geom_matid.copy(),
+            "geom_rgba": m.geom_rgba.copy(),
+            "geom_size": m.geom_size.copy(),
+            "geom_pos": m.geom_pos.copy(),
+            "geom_rbound": m.geom_rbound.copy(),
+            "geom_aabb": m.geom_aabb.copy(),
+            "body_pos": m.body_pos.copy(),
+            "body_mass": m.body_mass.copy(),
+            "body_inertia": m.body_inertia.copy(),
+            "site_pos": m.site_pos.copy(),
+            "obj_bodies": obj_bodies,
+            "obj_geoms": obj_geoms,
+            "all_geoms": all_geoms,
+            "mesh_verts": mesh_verts,
+            "mesh_bvh": mesh_bvh,
+            "body_bvh": body_bvh,
+            "sites": sites,
+            "background": background,
+            "py_sizes": py_sizes,
         }
 
     def apply(self, v: Variation) -> None:
@@ -147,14 +198,20 @@ class SceneEditor:
                 m.geom_matid[table] = -1
                 m.geom_rgba[table] = v.table_rgba
             elif v.table_material is not None:
-                m.geom_matid[table] = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL,
-                                                        TABLE_MATERIALS[v.table_material])
+                m.geom_matid[table] = mujoco.mj_name2id(
+                    m, mujoco.mjtObj.mjOBJ_MATERIAL, TABLE_MATERIALS[v.table_material]
+                )
         if v.background_rgba is not None:
             for g in o["background"]:
                 m.geom_matid[g] = -1
                 m.geom_rgba[g] = v.background_rgba
-        material = (-1 if v.object_material is None else
-                    mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_MATERIAL, TABLE_MATERIALS[v.object_material]))
+        material = (
+            -1
+            if v.object_material is None
+            else mujoco.mj_name2id(
+                m, mujoco.mjtObj.mjOBJ_MATERIAL, TABLE_MATERIALS[v.object_material]
+            )
+        )
         for i, geoms in enumerate(o["obj_geoms"]):
             colour = v.object_colors[i] if i < len(v.object_colors) else None
             for g in geoms:
@@ -180,11 +237,11 @@ class SceneEditor:
         m.body_inertia[:] = o["body_inertia"]
         m.site_pos[:] = o["site_pos"]
         for k, verts in o["mesh_verts"].items():
-            m.mesh_vert[m.mesh_vertadr[k]: m.mesh_vertadr[k] + m.mesh_vertnum[k]] = verts * s
+            m.mesh_vert[m.mesh_vertadr[k] : m.mesh_vertadr[k] + m.mesh_vertnum[k]] = verts * s
         for k, aabb in o["mesh_bvh"].items():
-            m.bvh_aabb[m.mesh_bvhadr[k]: m.mesh_bvhadr[k] + m.mesh_bvhnum[k]] = aabb * s
+            m.bvh_aabb[m.mesh_bvhadr[k] : m.mesh_bvhadr[k] + m.mesh_bvhnum[k]] = aabb * s
         for b, aabb in o["body_bvh"].items():
-            m.bvh_aabb[m.body_bvhadr[b]: m.body_bvhadr[b] + m.body_bvhnum[b]] = aabb * s
+            m.bvh_aabb[m.body_bvhadr[b] : m.body_bvhadr[b] + m.body_bvhnum[b]] = aabb * s
         for g in o["all_geoms"]:
             m.geom_size[g] = o["geom_size"][g] * s
             m.geom_pos[g] = o["geom_pos"][g] * s
@@ -195,8 +252,8 @@ class SceneEditor:
             for b in bodies:
                 if b not in roots:  # child bodies sit at scaled offsets from their parent
                     m.body_pos[b] = o["body_pos"][b] * s
-                m.body_mass[b] = o["body_mass"][b] * s ** 3
-                m.body_inertia[b] = o["body_inertia"][b] * s ** 5
+                m.body_mass[b] = o["body_mass"][b] * s**3
+                m.body_inertia[b] = o["body_inertia"][b] * s**5
         for site in o["sites"]:
             m.site_pos[site] = o["site_pos"][site] * s
         # robosuite places objects from their Python-side size; keep it in step so they

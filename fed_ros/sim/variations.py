@@ -7,6 +7,7 @@ with validation; :mod:`fed_ros.sim.envs` applies it by editing the compiled MuJo
 so no XML is regenerated and soft resets keep it. Variations are the source of the
 non-IID heterogeneity between robots in a fleet.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,11 @@ LIGHT_SCALE_RANGE = (0.0, 3.0)
 
 
 def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+    return (
+        isinstance(v, (int, float, np.integer, np.floating))
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+    )
 
 
 def _check_vector(name: str, value: object, length: int, low: float, high: float) -> None:
@@ -100,35 +105,61 @@ class Variation:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"Variation.name must be a non-empty string, got {self.name!r}")
-        _check_vector("camera_pos_offset", self.camera_pos_offset, 3, -CAMERA_SHIFT_LIMIT, CAMERA_SHIFT_LIMIT)
-        _check_vector("camera_rot_offset", self.camera_rot_offset, 3, -CAMERA_ROTATION_LIMIT, CAMERA_ROTATION_LIMIT)
+        _check_vector(
+            "camera_pos_offset", self.camera_pos_offset, 3, -CAMERA_SHIFT_LIMIT, CAMERA_SHIFT_LIMIT
+        )
+        _check_vector(
+            "camera_rot_offset",
+            self.camera_rot_offset,
+            3,
+            -CAMERA_ROTATION_LIMIT,
+            CAMERA_ROTATION_LIMIT,
+        )
         _check_scalar("light_scale", self.light_scale, *LIGHT_SCALE_RANGE)
         _check_vector("light_tint", self.light_tint, 3, 0.0, 1.0)
         if self.light_ambient is not None:
             _check_scalar("light_ambient", self.light_ambient, 0.0, 1.0)
         _check_vector("light_pos_offset", self.light_pos_offset, 3, -2.0, 2.0)
-        if self.table_material is not None and (not isinstance(self.table_material, str)
-                                                or self.table_material not in TABLE_MATERIALS):
-            raise ValueError(f"Variation.table_material {self.table_material!r} not in {sorted(TABLE_MATERIALS)}")
+        if self.table_material is not None and (
+            not isinstance(self.table_material, str) or self.table_material not in TABLE_MATERIALS
+        ):
+            raise ValueError(
+                f"Variation.table_material {self.table_material!r} not in {sorted(TABLE_MATERIALS)}"
+            )
         if self.table_rgba is not None:
             _check_vector("table_rgba", self.table_rgba, 4, 0.0, 1.0)
         if self.background_rgba is not None:
             _check_vector("background_rgba", self.background_rgba, 4, 0.0, 1.0)
-        if self.object_material is not None and (not isinstance(self.object_material, str)
-                                                 or self.object_material not in TABLE_MATERIALS):
-            raise ValueError(f"Variation.object_material {self.object_material!r} not in {sorted(TABLE_MATERIALS)}")
+        if self.object_material is not None and (
+            not isinstance(self.object_material, str) or self.object_material not in TABLE_MATERIALS
+        ):
+            raise ValueError(
+                f"Variation.object_material {self.object_material!r} not in {sorted(TABLE_MATERIALS)}"
+            )
         if not isinstance(self.object_colors, (tuple, list)):
-            raise ValueError(f"Variation.object_colors must be a sequence of colour names, got {self.object_colors!r}")
+            raise ValueError(
+                f"Variation.object_colors must be a sequence of colour names, got {self.object_colors!r}"
+            )
         for colour in self.object_colors:
             if not isinstance(colour, str) or colour not in PALETTE:
-                raise ValueError(f"Variation.object_colors: unknown colour {colour!r}; known: {sorted(PALETTE)}")
+                raise ValueError(
+                    f"Variation.object_colors: unknown colour {colour!r}; known: {sorted(PALETTE)}"
+                )
         _check_scalar("object_scale", self.object_scale, *OBJECT_SCALE_RANGE)
         if not isinstance(self.mount_mirrored, (bool, np.bool_)):
-            raise ValueError(f"Variation.mount_mirrored must be a bool, got {self.mount_mirrored!r}")
+            raise ValueError(
+                f"Variation.mount_mirrored must be a bool, got {self.mount_mirrored!r}"
+            )
         object.__setattr__(self, "mount_mirrored", bool(self.mount_mirrored))
         # Plain tuples of floats, so variations compare by value and serialise to JSON.
-        for name in ("camera_pos_offset", "camera_rot_offset", "light_tint", "light_pos_offset",
-                     "table_rgba", "background_rgba"):
+        for name in (
+            "camera_pos_offset",
+            "camera_rot_offset",
+            "light_tint",
+            "light_pos_offset",
+            "table_rgba",
+            "background_rgba",
+        ):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
         object.__setattr__(self, "object_colors", tuple(self.object_colors))
@@ -159,12 +190,22 @@ VARIATIONS: dict[str, Variation] = {
         Variation(name="default"),
         Variation(name="dim_light", light_scale=0.35, light_ambient=0.05),
         Variation(name="bright_light", light_scale=1.8, light_ambient=0.35),
-        Variation(name="warm_light", light_tint=(1.0, 0.75, 0.45), light_pos_offset=(0.8, -0.6, 0.0)),
+        Variation(
+            name="warm_light", light_tint=(1.0, 0.75, 0.45), light_pos_offset=(0.8, -0.6, 0.0)
+        ),
         Variation(name="red_table", table_rgba=(0.65, 0.12, 0.10, 1.0)),
         Variation(name="dark_table", table_rgba=(0.12, 0.12, 0.14, 1.0)),
         Variation(name="metal_table", table_material="metal"),
-        Variation(name="shifted_camera", camera_pos_offset=(0.10, 0.15, 0.05), camera_rot_offset=(0.0, 8.0, 0.0)),
-        Variation(name="tilted_camera", camera_pos_offset=(-0.05, 0.0, 0.12), camera_rot_offset=(-10.0, 0.0, 6.0)),
+        Variation(
+            name="shifted_camera",
+            camera_pos_offset=(0.10, 0.15, 0.05),
+            camera_rot_offset=(0.0, 8.0, 0.0),
+        ),
+        Variation(
+            name="tilted_camera",
+            camera_pos_offset=(-0.05, 0.0, 0.12),
+            camera_rot_offset=(-10.0, 0.0, 6.0),
+        ),
         Variation(name="big_objects", object_scale=1.15),
         Variation(name="small_objects", object_scale=0.8),
         Variation(name="blue_objects", object_colors=("blue", "yellow", "blue")),
@@ -227,11 +268,13 @@ def resolve_variation(variation: "str | Variation | dict") -> Variation:
     if variation in VARIATIONS:
         return VARIATIONS[variation]
     if variation.startswith("random:"):
-        suffix = variation[len("random:"):]
+        suffix = variation[len("random:") :]
         if not suffix.isdigit():
             raise ValueError(f"variation {variation!r}: expected 'random:<non-negative int>'")
         return random_variation(int(suffix))
-    raise ValueError(f"unknown variation {variation!r}; presets: {sorted(VARIATIONS)} or 'random:<seed>'")
+    raise ValueError(
+        f"unknown variation {variation!r}; presets: {sorted(VARIATIONS)} or 'random:<seed>'"
+    )
 
 
 def with_name(variation: Variation, name: str) -> Variation:

@@ -10,6 +10,7 @@ ROS-free tests of those modules run (no ROS processes, no MuJoCo, no torch train
 mutmut runs, per mutant, only the tests that reached the mutated function. The summary
 (score per module, surviving mutants) is printed and written to DIR/summary.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,47 +27,140 @@ REPO = Path(__file__).resolve().parents[2]
 # module (under fed_ros/core) -> the fast, ROS-free test files that exercise it
 MODULES: dict[str, tuple[str, ...]] = {
     # the checks (fed_ros/core/checks)
-    **{m: ("test_validation.py", "test_core_boundaries.py", "test_core_cluster_model_checks.py",
-           "test_core_validation_exact.py")
-       for m in ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log")},
-    **{m: ("test_auth.py", "test_validation.py", "test_core_boundaries.py", "test_core_auth_exact.py")
-       for m in ("auth", "signed_messages", "replay")},
+    **{
+        m: (
+            "test_validation.py",
+            "test_core_boundaries.py",
+            "test_core_cluster_model_checks.py",
+            "test_core_validation_exact.py",
+        )
+        for m in (
+            "decisions",
+            "sender_checks",
+            "payload_checks",
+            "update_checks",
+            "descriptor_checks",
+            "audit_log",
+        )
+    },
+    **{
+        m: (
+            "test_auth.py",
+            "test_validation.py",
+            "test_core_boundaries.py",
+            "test_core_auth_exact.py",
+        )
+        for m in ("auth", "signed_messages", "replay")
+    },
     "rounds": ("test_core_rounds.py", "test_core_boundaries.py", "test_core_rounds_exact.py"),
-    "roster": ("test_core_rounds.py", "test_registration.py", "test_core_boundaries.py",
-               "test_core_rounds_exact.py"),
-    "round_collect": ("test_core_rounds.py", "test_core_boundaries.py", "test_core_rounds_exact.py"),
+    "roster": (
+        "test_core_rounds.py",
+        "test_registration.py",
+        "test_core_boundaries.py",
+        "test_core_rounds_exact.py",
+    ),
+    "round_collect": (
+        "test_core_rounds.py",
+        "test_core_boundaries.py",
+        "test_core_rounds_exact.py",
+    ),
     "round_report": ("test_core_rounds.py", "test_core_round_report_exact.py"),
     "store": ("test_core_store.py", "test_core_store_exact.py"),
     "robust": ("test_attacks.py", "test_core_boundaries.py"),
-    "aggregate": ("test_core_params_aggregate.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
-    "strategy": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
-    "strategy_types": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_strategy_exact.py"),
-    "strategies": ("test_core_strategies.py", "test_core_boundaries.py", "test_core_clustering_exact.py"),
-    "cua": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py",
-            "test_core_cua_exact.py"),
+    "aggregate": (
+        "test_core_params_aggregate.py",
+        "test_core_strategies.py",
+        "test_core_clustering_exact.py",
+    ),
+    "strategy": (
+        "test_core_strategies.py",
+        "test_core_boundaries.py",
+        "test_core_strategy_exact.py",
+    ),
+    "strategy_types": (
+        "test_core_strategies.py",
+        "test_core_boundaries.py",
+        "test_core_strategy_exact.py",
+    ),
+    "strategies": (
+        "test_core_strategies.py",
+        "test_core_boundaries.py",
+        "test_core_clustering_exact.py",
+    ),
+    "cua": (
+        "test_core_clustering.py",
+        "test_core_strategies.py",
+        "test_core_clustering_exact.py",
+        "test_core_cua_exact.py",
+    ),
     "srb": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
-    "fedepth": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
+    "fedepth": (
+        "test_core_clustering.py",
+        "test_core_strategies.py",
+        "test_core_clustering_exact.py",
+    ),
     "rnd": ("test_core_clustering.py", "test_core_strategies.py", "test_core_clustering_exact.py"),
 }
 # The default set: the decisions a broken fleet hinges on (about 20 min on 2 idle cores);
 # `--modules all` adds aggregation and the clustering maths.
-DEFAULT = ("decisions", "sender_checks", "payload_checks", "update_checks", "descriptor_checks", "audit_log",
-           "auth", "signed_messages", "replay", "roster", "round_collect", "rounds", "store", "robust", "strategy",
-           "strategy_types")
+DEFAULT = (
+    "decisions",
+    "sender_checks",
+    "payload_checks",
+    "update_checks",
+    "descriptor_checks",
+    "audit_log",
+    "auth",
+    "signed_messages",
+    "replay",
+    "roster",
+    "round_collect",
+    "rounds",
+    "store",
+    "robust",
+    "strategy",
+    "strategy_types",
+)
 HELPERS = ("conftest.py",)
 
 
 # module -> its file under fed_ros/core (one folder per concept, fed_ros/core/__init__.py);
 # "strategies" is the one module per strategy.
 PATHS: dict[str, tuple[str, ...]] = {
-    **{m: (f"checks/{m}.py",) for m in ("decisions", "sender_checks", "payload_checks", "update_checks",
-                                         "descriptor_checks", "audit_log")},
-    **{m: (f"security/{m}.py",) for m in ("auth", "signed_messages", "replay")},
-    "rounds": ("rounds/coordinator.py",), "roster": ("rounds/roster.py",), "round_collect": ("rounds/collect.py",),
-    "round_report": ("rounds/report.py",), "store": ("rounds/store.py",),
-    "robust": ("strategies/robust.py",), "aggregate": ("strategies/aggregate.py",), "strategy": ("strategies/base.py",),
+    **{
+        m: (f"checks/{m}.py",)
+        for m in (
+            "decisions",
+            "sender_checks",
+            "payload_checks",
+            "update_checks",
+            "descriptor_checks",
+            "audit_log",
+        )
+    },
+    "auth": ("security/auth.py", "security/keys.py", "security/keys_cli.py"),
+    **{m: (f"security/{m}.py",) for m in ("signed_messages", "replay")},
+    "rounds": (
+        "rounds/coordinator.py",
+        "rounds/settings.py",
+        "rounds/answers.py",
+        "rounds/announcements.py",
+    ),
+    "roster": ("rounds/roster.py",),
+    "round_collect": ("rounds/collect.py",),
+    "round_report": ("rounds/report.py",),
+    "store": ("rounds/store.py", "rounds/npy_files.py"),
+    "robust": ("strategies/robust.py",),
+    "aggregate": ("strategies/aggregate.py",),
+    "strategy": (
+        "strategies/base.py",
+        "strategies/prepared_round.py",
+        "strategies/cluster_ids.py",
+    ),
     "strategy_types": ("strategies/types.py",),
-    "strategies": tuple(f"strategies/{m}.py" for m in ("local", "fedavg", "ifca", "feddrman", "fedepth", "rnd")),
+    "strategies": tuple(
+        f"strategies/{m}.py" for m in ("local", "fedavg", "ifca", "feddrman", "fedepth", "rnd")
+    ),
     **{m: (f"clustering/{m}.py",) for m in ("cua", "srb", "fedepth", "rnd")},
 }
 
@@ -105,7 +199,9 @@ markers =
 
 
 def _results(work: Path, mutmut: str) -> dict[str, str]:
-    out = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+    out = subprocess.run(
+        [mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True
+    )
     status = {}
     for line in out.stdout.splitlines():
         m = re.match(r"\s*(\S+):\s*(\S.*)$", line)
@@ -122,15 +218,29 @@ def _module_of(mutant: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modules", default=",".join(DEFAULT),
-                        help=f"comma-separated from {sorted(MODULES)}, or 'all' (default: {','.join(DEFAULT)})")
-    parser.add_argument("--dir", default=str(REPO / "build" / "mutation"), help="private work directory")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
-    parser.add_argument("--rerun-survivors", action="store_true",
-                        help="keep DIR's earlier results, copy the current tests in and re-test only "
-                             "the mutants that survived there (after adding tests that kill them)")
+    parser.add_argument(
+        "--modules",
+        default=",".join(DEFAULT),
+        help=f"comma-separated from {sorted(MODULES)}, or 'all' (default: {','.join(DEFAULT)})",
+    )
+    parser.add_argument(
+        "--dir", default=str(REPO / "build" / "mutation"), help="private work directory"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 2, help="parallel mutant workers"
+    )
+    parser.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="keep DIR's earlier results, copy the current tests in and re-test only "
+        "the mutants that survived there (after adding tests that kill them)",
+    )
     args = parser.parse_args(argv)
-    modules = sorted(MODULES) if args.modules == "all" else [m.strip() for m in args.modules.split(",") if m]
+    modules = (
+        sorted(MODULES)
+        if args.modules == "all"
+        else [m.strip() for m in args.modules.split(",") if m]
+    )
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown modules {unknown}; choose from {sorted(MODULES)}")
@@ -153,8 +263,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mutation: no survivors in {work}")
     else:
         shutil.rmtree(work, ignore_errors=True)
-        shutil.copytree(REPO / "fed_ros", work / "fed_ros",
-                        ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"))
+        shutil.copytree(
+            REPO / "fed_ros",
+            work / "fed_ros",
+            ignore=shutil.ignore_patterns("__pycache__", "msg", "srv"),
+        )
         # test_auth checks the shipped SROS2 policy (config/security) against the node code;
         # the validation tests check the encoding constants against msg/TensorPayload.msg.
         shutil.copytree(REPO / "config", work / "config")
@@ -164,15 +277,25 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(REPO / "test" / name, work / "test" / name)
     _write_config(work, modules, tests)
 
-    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONDONTWRITEBYTECODE="1")
-    print(f"mutation: {', '.join(modules)} in {work}; tests: {' '.join(tests)}"
-          + (f"; re-testing {len(rerun)} survivors" if args.rerun_survivors else ""), flush=True)
+    env = dict(
+        os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), PYTHONDONTWRITEBYTECODE="1"
+    )
+    print(
+        f"mutation: {', '.join(modules)} in {work}; tests: {' '.join(tests)}"
+        + (f"; re-testing {len(rerun)} survivors" if args.rerun_survivors else ""),
+        flush=True,
+    )
     run = subprocess.CompletedProcess([], 0)
     if rerun or not args.rerun_survivors:  # with no survivors there is nothing to re-test
         # mutmut redraws a progress spinner many times a second: keep that in a log file.
         with open(work / "mutmut.log", "w") as log:
-            run = subprocess.run([mutmut, "run", "--max-children", str(args.jobs), *rerun], cwd=work,
-                                 env=env, stdout=log, stderr=subprocess.STDOUT)
+            run = subprocess.run(
+                [mutmut, "run", "--max-children", str(args.jobs), *rerun],
+                cwd=work,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         tail = (work / "mutmut.log").read_text(errors="replace").replace("\r", "\n").splitlines()
         print("\n".join(line for line in tail[-40:] if "⠋" not in line and line.strip())[-4000:])
     status = _results(work, mutmut)
@@ -183,7 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     per = collections.defaultdict(collections.Counter)
     for name, verdict in status.items():
         per[_module_of(name)][verdict] += 1
-    lines = ["| module | mutants | killed | survived | other | score |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| module | mutants | killed | survived | other | score |",
+        "|---|---|---|---|---|---|",
+    ]
     total = collections.Counter()
     for mod in sorted(per):
         c = per[mod]
@@ -191,14 +317,21 @@ def main(argv: list[str] | None = None) -> int:
         killed = c["killed"] + c["timeout"]
         tested = sum(c.values()) - c["skipped"] - c["not checked"]
         other = tested - killed - c["survived"]
-        lines.append(f"| {mod} | {tested} | {killed} | {c['survived']} | {other} | "
-                     f"{100 * killed / max(tested, 1):.1f} % |")
+        lines.append(
+            f"| {mod} | {tested} | {killed} | {c['survived']} | {other} | "
+            f"{100 * killed / max(tested, 1):.1f} % |"
+        )
     killed = total["killed"] + total["timeout"]
     tested = sum(total.values()) - total["skipped"] - total["not checked"]
-    lines.append(f"| **all** | {tested} | {killed} | {total['survived']} | {tested - killed - total['survived']} | "
-                 f"**{100 * killed / max(tested, 1):.1f} %** |")
+    lines.append(
+        f"| **all** | {tested} | {killed} | {total['survived']} | {tested - killed - total['survived']} | "
+        f"**{100 * killed / max(tested, 1):.1f} %** |"
+    )
     survivors = sorted(n for n, v in status.items() if v == "survived")
-    lines += ["", f"Surviving mutants ({len(survivors)}; `cd {work} && {mutmut} show <name>` shows the diff):"]
+    lines += [
+        "",
+        f"Surviving mutants ({len(survivors)}; `cd {work} && {mutmut} show <name>` shows the diff):",
+    ]
     lines += [f"- `{n}`" for n in survivors]
     text = "\n".join(lines) + "\n"
     (work / "summary.md").write_text(text)

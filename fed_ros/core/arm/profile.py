@@ -6,6 +6,7 @@ cameras), its joints, limits, home pose and frames. A fleet file picks a profile
 and may override any field with a nested mapping (:func:`load_profile`). Pure Python and
 PyYAML only: the fleet plan imports this where numpy/rclpy may be missing.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,10 +45,10 @@ class JointsConfig:
     """The arm's joints in the order the policy and the controllers use."""
 
     names: tuple[str, ...]
-    velocity_limits: tuple[float, ...]   # rad/s per joint (the controller's, or lower)
-    home: tuple[float, ...]              # rad, the reset pose
-    home_duration_s: float = 5.0         # time_from_start of the home trajectory point
-    home_tolerance_rad: float = 0.05     # every joint this close to home = reset done
+    velocity_limits: tuple[float, ...]  # rad/s per joint (the controller's, or lower)
+    home: tuple[float, ...]  # rad, the reset pose
+    home_duration_s: float = 5.0  # time_from_start of the home trajectory point
+    home_tolerance_rad: float = 0.05  # every joint this close to home = reset done
 
     def check(self, where: str) -> None:
         n = len(self.names)
@@ -58,8 +59,10 @@ class JointsConfig:
         for key in ("velocity_limits", "home"):
             values = getattr(self, key)
             if len(values) != n:
-                raise ProfileError(f"{where}.{key} has {len(values)} values for {n} joints "
-                                   f"{list(self.names)}, got {list(values)}")
+                raise ProfileError(
+                    f"{where}.{key} has {len(values)} values for {n} joints "
+                    f"{list(self.names)}, got {list(values)}"
+                )
         for i, v in enumerate(self.velocity_limits):
             _finite(f"{where}.velocity_limits[{i}] ({self.names[i]})", v, positive=True)
         for i, v in enumerate(self.home):
@@ -72,9 +75,9 @@ class JointsConfig:
 class GripperConfig:
     """Gripper: its joints in /joint_states and the command positions for open / closed."""
 
-    joint_names: tuple[str, ...] = ()    # reported as the gripper state, in this order
-    open: float = 0.0                    # command position (m or rad) for action -1
-    closed: float = 0.0                  # command position for action +1
+    joint_names: tuple[str, ...] = ()  # reported as the gripper state, in this order
+    open: float = 0.0  # command position (m or rad) for action -1
+    closed: float = 0.0  # command position for action +1
 
     def check(self, where: str) -> None:
         _finite(f"{where}.open", self.open)
@@ -87,8 +90,8 @@ class GripperConfig:
 class LimitsConfig:
     """End-effector speed scaling and the workspace box (in ``frames.base``)."""
 
-    max_linear_speed: float              # m/s commanded for a normalised delta of 1
-    max_angular_speed: float             # rad/s commanded for a normalised delta of 1
+    max_linear_speed: float  # m/s commanded for a normalised delta of 1
+    max_angular_speed: float  # rad/s commanded for a normalised delta of 1
     workspace_min: tuple[float, float, float]  # m, x y z of the end-effector, base frame
     workspace_max: tuple[float, float, float]
 
@@ -123,24 +126,29 @@ class FramesConfig:
 class TopicsConfig:
     """Arm-side names. Absolute (``/joint_states``) or relative to the adapter's namespace."""
 
-    joint_states: str                    # sensor_msgs/JointState (joint_state_broadcaster)
-    eef_pose: str                        # geometry_msgs/PoseStamped of frames.eef in frames.base
-    twist_command: str                   # geometry_msgs/TwistStamped (MoveIt Servo)
-    joint_command: str = ""              # std_msgs/Float64MultiArray (forward command controller)
+    joint_states: str  # sensor_msgs/JointState (joint_state_broadcaster)
+    eef_pose: str  # geometry_msgs/PoseStamped of frames.eef in frames.base
+    twist_command: str  # geometry_msgs/TwistStamped (MoveIt Servo)
+    joint_command: str = ""  # std_msgs/Float64MultiArray (forward command controller)
     joint_command_interface: str = "velocity"  # what joint_command's controller claims
-    gripper_command: str = ""            # std_msgs/Float64MultiArray [position]
-    home_trajectory: str = ""            # trajectory_msgs/JointTrajectory (trajectory controller)
-    object_state: str = ""               # std_msgs/Float32MultiArray from perception ("" = none)
-    task_success: str = ""               # std_msgs/Bool: operator button / success detector
+    gripper_command: str = ""  # std_msgs/Float64MultiArray [position]
+    home_trajectory: str = ""  # trajectory_msgs/JointTrajectory (trajectory controller)
+    object_state: str = ""  # std_msgs/Float32MultiArray from perception ("" = none)
+    task_success: str = ""  # std_msgs/Bool: operator button / success detector
 
     def check(self, where: str) -> None:
         for f in fields(self):
             if f.name != "joint_command_interface":
-                _topic(f"{where}.{f.name}", getattr(self, f.name),
-                       optional=f.name not in ("joint_states", "eef_pose", "twist_command"))
+                _topic(
+                    f"{where}.{f.name}",
+                    getattr(self, f.name),
+                    optional=f.name not in ("joint_states", "eef_pose", "twist_command"),
+                )
         if self.joint_command_interface not in JOINT_COMMAND_INTERFACES:
-            raise ProfileError(f"{where}.joint_command_interface must be one of "
-                               f"{JOINT_COMMAND_INTERFACES}, got {self.joint_command_interface!r}")
+            raise ProfileError(
+                f"{where}.joint_command_interface must be one of "
+                f"{JOINT_COMMAND_INTERFACES}, got {self.joint_command_interface!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -162,8 +170,8 @@ class ArmProfile:
     topics: TopicsConfig
     gripper: GripperConfig = field(default_factory=GripperConfig)
     description: str = ""
-    control_rate_hz: float = 20.0        # adapter ticks (observations, commands) per second
-    watchdog_timeout_s: float = 0.25     # no policy command for this long -> zero twist
+    control_rate_hz: float = 20.0  # adapter ticks (observations, commands) per second
+    watchdog_timeout_s: float = 0.25  # no policy command for this long -> zero twist
     cameras: Mapping[str, CameraConfig] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -175,15 +183,19 @@ class ArmProfile:
         _finite(f"{where}: control_rate_hz", self.control_rate_hz, positive=True)
         _finite(f"{where}: watchdog_timeout_s", self.watchdog_timeout_s, positive=True)
         if self.watchdog_timeout_s < 1.0 / self.control_rate_hz:
-            raise ProfileError(f"{where}: watchdog_timeout_s {self.watchdog_timeout_s!r} is shorter "
-                               f"than one control period (control_rate_hz {self.control_rate_hz!r})")
+            raise ProfileError(
+                f"{where}: watchdog_timeout_s {self.watchdog_timeout_s!r} is shorter "
+                f"than one control period (control_rate_hz {self.control_rate_hz!r})"
+            )
         for cam, cfg in self.cameras.items():
             if cam not in CAMERA_NAMES:
                 raise ProfileError(f"{where}: cameras.{cam} is not one of {CAMERA_NAMES}")
             _topic(f"{where}: cameras.{cam}.topic", cfg.topic, optional=False)
         overlap = set(self.joints.names) & set(self.gripper.joint_names)
         if overlap:
-            raise ProfileError(f"{where}: joint(s) {sorted(overlap)} are both arm and gripper joints")
+            raise ProfileError(
+                f"{where}: joint(s) {sorted(overlap)} are both arm and gripper joints"
+            )
 
     @property
     def period_s(self) -> float:
@@ -192,6 +204,7 @@ class ArmProfile:
 
 
 # --- building from YAML ------------------------------------------------------------------
+
 
 def _coerce(where: str, hint: Any, value: Any) -> Any:
     """Value of a field with type ``hint`` from parsed YAML, or ProfileError."""
@@ -235,11 +248,16 @@ def _build(cls: type, data: Any, where: str) -> Any:
             cams = data[f.name] or {}
             if not isinstance(cams, Mapping):
                 raise ProfileError(f"{sub} must be a mapping of camera name -> topic, got {cams!r}")
-            kwargs[f.name] = {str(k): _build(CameraConfig, v, f"{sub}.{k}") for k, v in cams.items()}
+            kwargs[f.name] = {
+                str(k): _build(CameraConfig, v, f"{sub}.{k}") for k, v in cams.items()
+            }
         else:
             kwargs[f.name] = _coerce(sub, hints[f.name], data[f.name])
-    missing = [f.name for f in fields(cls) if f.name not in data
-               and f.default is MISSING and f.default_factory is MISSING]
+    missing = [
+        f.name
+        for f in fields(cls)
+        if f.name not in data and f.default is MISSING and f.default_factory is MISSING
+    ]
     if missing:
         raise ProfileError(f"{where}: missing required field(s) {missing}")
     return cls(**kwargs)
@@ -274,6 +292,7 @@ def config_dir(name: str) -> Path:
     """config/<name> (arm_profiles, teleop): from the installed share directory, else the source tree."""
     try:  # a colcon install: share/fed_ros/config/<name>
         from ament_index_python.packages import get_package_share_directory
+
         installed = Path(get_package_share_directory("fed_ros")) / "config" / name
         if installed.is_dir():
             return installed
@@ -298,8 +317,10 @@ def load_profile(name_or_path: str, overrides: Mapping[str, Any] | None = None) 
     if not (path.suffix in (".yaml", ".yml") and path.is_file()):
         path = profile_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
-            raise ProfileError(f"unknown arm profile {name_or_path!r}: not a YAML file and not one "
-                               f"of {available_profiles()}")
+            raise ProfileError(
+                f"unknown arm profile {name_or_path!r}: not a YAML file and not one "
+                f"of {available_profiles()}"
+            )
     with open(path, encoding="utf-8") as f:
         return profile_from_dict(yaml.safe_load(f), overrides)
 

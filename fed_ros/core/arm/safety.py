@@ -11,6 +11,7 @@ Scaling (stated, configurable in the profile's ``limits``): a normalised end-eff
 ``a * velocity_limit`` (rad/s) per joint. The gripper action ``g`` in [-1 (open), 1 (closed)]
 becomes the position ``open + (g + 1) / 2 * (closed - open)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -96,8 +97,9 @@ def twist_from_delta(delta: np.ndarray, limits: LimitsConfig) -> tuple[np.ndarra
     return linear, angular
 
 
-def enforce_workspace(position: np.ndarray, linear: np.ndarray, period_s: float,
-                      lo, hi) -> tuple[np.ndarray, bool]:
+def enforce_workspace(
+    position: np.ndarray, linear: np.ndarray, period_s: float, lo, hi
+) -> tuple[np.ndarray, bool]:
     """Limit ``linear`` so one period of motion does not leave the box [lo, hi].
 
     Motion back into the box is allowed; the arm is never pushed actively (an arm outside
@@ -106,8 +108,8 @@ def enforce_workspace(position: np.ndarray, linear: np.ndarray, period_s: float,
     p = np.asarray(position, dtype=np.float64)
     v = np.array(linear, dtype=np.float64)
     lo, hi = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
-    upper = np.maximum(0.0, (hi - p) / period_s)   # fastest allowed speed towards +axis
-    lower = np.minimum(0.0, (lo - p) / period_s)   # fastest allowed speed towards -axis
+    upper = np.maximum(0.0, (hi - p) / period_s)  # fastest allowed speed towards +axis
+    lower = np.minimum(0.0, (lo - p) / period_s)  # fastest allowed speed towards -axis
     limited = np.clip(v, lower, upper)
     return limited, bool(np.any(limited != v))
 
@@ -126,26 +128,26 @@ def gripper_action(position: float, cfg: GripperConfig) -> float:
 class SafetyCounters:
     """What the safety layer did so far (reported in diagnostics and logs)."""
 
-    clipped_values: int = 0        # action / gripper values outside [-1, 1]
-    clipped_commands: int = 0      # commands with at least one clipped value
-    workspace_limited: int = 0     # ticks whose twist the workspace box limited
-    rejected: int = 0              # commands refused (NaN, wrong size, unsupported mode)
-    held_ticks: int = 0            # ticks that sent a zero twist (watchdog, hold, no state)
+    clipped_values: int = 0  # action / gripper values outside [-1, 1]
+    clipped_commands: int = 0  # commands with at least one clipped value
+    workspace_limited: int = 0  # ticks whose twist the workspace box limited
+    rejected: int = 0  # commands refused (NaN, wrong size, unsupported mode)
+    held_ticks: int = 0  # ticks that sent a zero twist (watchdog, hold, no state)
 
 
 @dataclass
 class TickOutput:
     """What one control tick sends to the arm and records as applied."""
 
-    kind: str                      # "twist" | "joint" | "hold"
+    kind: str  # "twist" | "joint" | "hold"
     linear: np.ndarray = field(default_factory=lambda: np.zeros(3))
     angular: np.ndarray = field(default_factory=lambda: np.zeros(3))
     joint_velocities: np.ndarray | None = None
-    gripper: float | None = None   # normalised gripper to send (None: leave it where it is)
+    gripper: float | None = None  # normalised gripper to send (None: leave it where it is)
     applied_action: np.ndarray = field(default_factory=lambda: np.zeros(3, np.float32))
     applied_gripper: float = -1.0
     applied_mode: int = MODE_HOLD
-    reason: str = ""               # why it held
+    reason: str = ""  # why it held
 
 
 @dataclass
@@ -165,14 +167,19 @@ class SafetyFilter:
         self.counters = SafetyCounters()
         self.hold_requested = False  # e-stop / hold latch: set and cleared explicitly
         self._command: _Command | None = None
-        self._gripper = -1.0         # last gripper sent (robosuite and most drivers start open)
+        self._gripper = -1.0  # last gripper sent (robosuite and most drivers start open)
 
     def command(self, action, gripper: float, mode: int, now_s: float) -> str:
         """Take a policy command; returns "" or the reason it was refused (then the arm holds)."""
         if self.hold_requested:
             return "hold requested"  # ignored, not stored: a release waits for a fresh command
         n_joints = len(self.profile.joints.names)
-        sizes = {MODE_OSC_POSITION: 3, MODE_OSC_POSE: 6, MODE_JOINT_VELOCITY: n_joints, MODE_HOLD: None}
+        sizes = {
+            MODE_OSC_POSITION: 3,
+            MODE_OSC_POSE: 6,
+            MODE_JOINT_VELOCITY: n_joints,
+            MODE_HOLD: None,
+        }
         reason = ""
         values = np.asarray(action, dtype=np.float64).reshape(-1)
         if mode not in sizes:
@@ -209,10 +216,17 @@ class SafetyFilter:
         """The command to send this tick (a zero twist when anything says hold)."""
         expired = self.watchdog.expired(now_s)
         cmd = self._command
-        reason = ("hold requested" if self.hold_requested else
-                  "no valid command" if cmd is None else
-                  f"watchdog: no command for {self.watchdog.timeout_s:g} s" if expired else
-                  "policy sent HOLD" if cmd.mode == MODE_HOLD else "")
+        reason = (
+            "hold requested"
+            if self.hold_requested
+            else "no valid command"
+            if cmd is None
+            else f"watchdog: no command for {self.watchdog.timeout_s:g} s"
+            if expired
+            else "policy sent HOLD"
+            if cmd.mode == MODE_HOLD
+            else ""
+        )
         if not reason and cmd.mode != MODE_JOINT_VELOCITY and eef_position is None:
             reason = "end-effector pose unknown (workspace box cannot be enforced)"
         if reason:
@@ -221,16 +235,32 @@ class SafetyFilter:
         self._gripper = cmd.gripper
         if cmd.mode == MODE_JOINT_VELOCITY:
             limits = np.asarray(self.profile.joints.velocity_limits)
-            return TickOutput("joint", joint_velocities=cmd.action * limits, gripper=cmd.gripper,
-                              applied_action=cmd.action.astype(np.float32),
-                              applied_gripper=cmd.gripper, applied_mode=cmd.mode)
+            return TickOutput(
+                "joint",
+                joint_velocities=cmd.action * limits,
+                gripper=cmd.gripper,
+                applied_action=cmd.action.astype(np.float32),
+                applied_gripper=cmd.gripper,
+                applied_mode=cmd.mode,
+            )
         linear, angular = twist_from_delta(cmd.action, self.limits)
-        linear, limited = enforce_workspace(eef_position, linear, self.profile.period_s,
-                                            self.limits.workspace_min, self.limits.workspace_max)
+        linear, limited = enforce_workspace(
+            eef_position,
+            linear,
+            self.profile.period_s,
+            self.limits.workspace_min,
+            self.limits.workspace_max,
+        )
         if limited:
             self.counters.workspace_limited += 1
         applied = cmd.action.copy()
         applied[:3] = linear / self.limits.max_linear_speed  # what was really sent, normalised
-        return TickOutput("twist", linear=linear, angular=angular, gripper=cmd.gripper,
-                          applied_action=applied.astype(np.float32), applied_gripper=cmd.gripper,
-                          applied_mode=cmd.mode)
+        return TickOutput(
+            "twist",
+            linear=linear,
+            angular=angular,
+            gripper=cmd.gripper,
+            applied_action=applied.astype(np.float32),
+            applied_gripper=cmd.gripper,
+            applied_mode=cmd.mode,
+        )

@@ -6,6 +6,7 @@ free-running arm that is the fresh one (a stale state is no observation); a lock
 simulator that steps only on an answer) waits for its answer, so its last state stays current
 however late it came (a starved simulator sends its parts seconds apart).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,9 @@ from fed_ros.core.data.episode import OBJECT_STATE_DIM
 class ArmStateStore:
     """Newest value of each arm-state part: (receive time, value, arm stamp in ns)."""
 
-    def __init__(self, state_timeout_s: float, lockstep: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, state_timeout_s: float, lockstep: bool, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if not state_timeout_s > 0:
             raise ValueError(f"state_timeout_s must be > 0, got {state_timeout_s!r}")
         self.state_timeout_s = state_timeout_s
@@ -50,8 +52,13 @@ class ArmStateStore:
         return self.fresh(part, now)
 
 
-def observation_from_state(store: ArmStateStore, now: float, has_object_state: bool,
-                           camera_keys: Mapping[str, str], cameras: Iterable[str]) -> dict | None:
+def observation_from_state(
+    store: ArmStateStore,
+    now: float,
+    has_object_state: bool,
+    camera_keys: Mapping[str, str],
+    cameras: Iterable[str],
+) -> dict | None:
     """The policy's observation from the arm's current state (None when a needed part is stale).
 
     Joint and gripper positions, end-effector pose, object state (zeros on an arm without
@@ -62,8 +69,14 @@ def observation_from_state(store: ArmStateStore, now: float, has_object_state: b
     joints, fingers, pose = (store.current(k, now) for k in ("joints", "fingers", "pose"))
     if joints is None or pose is None:
         return None
-    obs = {"joint_pos": joints[0], "gripper_qpos": fingers[0], "eef_pos": pose[0], "eef_quat": pose[1],
-           "_joint_vel": joints[1], "_gripper_vel": fingers[1]}
+    obs = {
+        "joint_pos": joints[0],
+        "gripper_qpos": fingers[0],
+        "eef_pos": pose[0],
+        "eef_quat": pose[1],
+        "_joint_vel": joints[1],
+        "_gripper_vel": fingers[1],
+    }
     if has_object_state:
         obs["object_state"] = store.current("object_state", now)
         if obs["object_state"] is None:

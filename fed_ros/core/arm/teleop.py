@@ -17,6 +17,7 @@ and which buttons are the ``deadman``, ``record_start``, ``record_stop``, ``labe
   whatever the last message said (a deadman held on a device that died does not move the arm);
 * button events are rising edges of valid Joys (a held button fires once).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,18 @@ import yaml
 from fed_ros.core.arm.profile import config_dir
 
 AXIS_NAMES = ("x", "y", "z")
-BUTTON_NAMES = ("deadman", "record_start", "record_stop", "label_success", "label_failure", "gripper_toggle")
+BUTTON_NAMES = (
+    "deadman",
+    "record_start",
+    "record_stop",
+    "label_success",
+    "label_failure",
+    "gripper_toggle",
+)
 INPUTS = ("joy", "twist")  # where the motion axes come from; buttons always come from the Joy
-TWIST_AXES = 6  # a Twist is read as the axes [linear.x, linear.y, linear.z, angular.x, angular.y, angular.z]
+TWIST_AXES = (
+    6  # a Twist is read as the axes [linear.x, linear.y, linear.z, angular.x, angular.y, angular.z]
+)
 GRIPPER_OPEN, GRIPPER_CLOSED = -1.0, 1.0
 
 
@@ -50,13 +60,13 @@ class TeleopProfile:
     """A device layout: validated at construction (ValueError naming the bad entry)."""
 
     name: str
-    axes_count: int                       # axes a valid Joy carries
-    buttons_count: int                    # buttons a valid Joy carries
-    axes: Mapping[str, AxisMap]           # x / y / z -> device axis
-    buttons: Mapping[str, int]            # named button -> index (deadman required)
-    deadzone: float = 0.1                 # |axis| below this is zero; above, rescaled to start at 0
-    watchdog_timeout_s: float = 0.5       # no device message for this long: hold
-    input: str = "joy"                    # "joy": axes from the Joy; "twist": axes from the Twist
+    axes_count: int  # axes a valid Joy carries
+    buttons_count: int  # buttons a valid Joy carries
+    axes: Mapping[str, AxisMap]  # x / y / z -> device axis
+    buttons: Mapping[str, int]  # named button -> index (deadman required)
+    deadzone: float = 0.1  # |axis| below this is zero; above, rescaled to start at 0
+    watchdog_timeout_s: float = 0.5  # no device message for this long: hold
+    input: str = "joy"  # "joy": axes from the Joy; "twist": axes from the Twist
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -68,55 +78,97 @@ class TeleopProfile:
             raise ValueError(f"{where}: input must be one of {list(INPUTS)}, got {self.input!r}")
         if not (isinstance(self.deadzone, (int, float)) and 0.0 <= self.deadzone < 1.0):
             raise ValueError(f"{where}: deadzone must be in [0, 1), got {self.deadzone!r}")
-        if not (isinstance(self.watchdog_timeout_s, (int, float)) and math.isfinite(self.watchdog_timeout_s)
-                and self.watchdog_timeout_s > 0):
-            raise ValueError(f"{where}: watchdog_timeout_s must be > 0, got {self.watchdog_timeout_s!r}")
+        if not (
+            isinstance(self.watchdog_timeout_s, (int, float))
+            and math.isfinite(self.watchdog_timeout_s)
+            and self.watchdog_timeout_s > 0
+        ):
+            raise ValueError(
+                f"{where}: watchdog_timeout_s must be > 0, got {self.watchdog_timeout_s!r}"
+            )
         unknown = sorted(set(self.axes) - set(AXIS_NAMES))
         if unknown:
-            raise ValueError(f"{where}: unknown axis {unknown[0]!r} (known: {', '.join(AXIS_NAMES)})")
+            raise ValueError(
+                f"{where}: unknown axis {unknown[0]!r} (known: {', '.join(AXIS_NAMES)})"
+            )
         if not self.axes:
             raise ValueError(f"{where}: maps no axis (map at least one of {', '.join(AXIS_NAMES)})")
         n_axes = TWIST_AXES if self.input == "twist" else self.axes_count
         for name, m in self.axes.items():
             if not isinstance(m.axis, int) or isinstance(m.axis, bool) or not 0 <= m.axis < n_axes:
-                raise ValueError(f"{where}: axis {name!r} index {m.axis!r} is outside the {n_axes} axes "
-                                 f"the {self.input} input has")
+                raise ValueError(
+                    f"{where}: axis {name!r} index {m.axis!r} is outside the {n_axes} axes "
+                    f"the {self.input} input has"
+                )
             if not (isinstance(m.scale, (int, float)) and math.isfinite(m.scale) and m.scale > 0):
                 raise ValueError(f"{where}: axis {name!r} scale must be > 0, got {m.scale!r}")
             if m.sign not in (1, -1):
                 raise ValueError(f"{where}: axis {name!r} sign must be 1 or -1, got {m.sign!r}")
         unknown = sorted(set(self.buttons) - set(BUTTON_NAMES))
         if unknown:
-            raise ValueError(f"{where}: unknown button {unknown[0]!r} (known: {', '.join(BUTTON_NAMES)})")
+            raise ValueError(
+                f"{where}: unknown button {unknown[0]!r} (known: {', '.join(BUTTON_NAMES)})"
+            )
         if "deadman" not in self.buttons:
             raise ValueError(f"{where}: no 'deadman' button (the arm moves only while it is held)")
         for name, index in self.buttons.items():
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < self.buttons_count:
-                raise ValueError(f"{where}: button {name!r} index {index!r} is outside the "
-                                 f"{self.buttons_count} buttons the profile declares")
+            if (
+                not isinstance(index, int)
+                or isinstance(index, bool)
+                or not 0 <= index < self.buttons_count
+            ):
+                raise ValueError(
+                    f"{where}: button {name!r} index {index!r} is outside the "
+                    f"{self.buttons_count} buttons the profile declares"
+                )
 
 
 def profile_from_dict(data: Mapping[str, Any]) -> TeleopProfile:
     """A profile from its YAML mapping; ValueError names any unknown or bad key."""
     if not isinstance(data, Mapping):
         raise ValueError(f"a teleop profile must be a YAML mapping, got {type(data).__name__}")
-    known = {"name", "axes_count", "buttons_count", "axes", "buttons", "deadzone", "watchdog_timeout_s",
-             "input", "description"}
+    known = {
+        "name",
+        "axes_count",
+        "buttons_count",
+        "axes",
+        "buttons",
+        "deadzone",
+        "watchdog_timeout_s",
+        "input",
+        "description",
+    }
     name = str(data.get("name", ""))
     unknown = sorted(set(data) - known)
     if unknown:
-        raise ValueError(f"teleop profile {name!r}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        raise ValueError(
+            f"teleop profile {name!r}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+        )
     axes: dict[str, AxisMap] = {}
     for axis_name, spec in dict(data.get("axes") or {}).items():
         if isinstance(spec, int):
             spec = {"axis": spec}
-        if not isinstance(spec, Mapping) or set(spec) - {"axis", "scale", "sign"} or "axis" not in spec:
-            raise ValueError(f"teleop profile {name!r}: axis {axis_name!r} must be an index or a mapping "
-                             f"with axis (and optional scale, sign), got {spec!r}")
+        if (
+            not isinstance(spec, Mapping)
+            or set(spec) - {"axis", "scale", "sign"}
+            or "axis" not in spec
+        ):
+            raise ValueError(
+                f"teleop profile {name!r}: axis {axis_name!r} must be an index or a mapping "
+                f"with axis (and optional scale, sign), got {spec!r}"
+            )
         axes[str(axis_name)] = AxisMap(spec["axis"], spec.get("scale", 1.0), spec.get("sign", 1))
-    fields = {k: data[k] for k in ("deadzone", "watchdog_timeout_s", "input", "description") if k in data}
-    return TeleopProfile(name=name, axes_count=data.get("axes_count"), buttons_count=data.get("buttons_count"),
-                         axes=axes, buttons=dict(data.get("buttons") or {}), **fields)
+    fields = {
+        k: data[k] for k in ("deadzone", "watchdog_timeout_s", "input", "description") if k in data
+    }
+    return TeleopProfile(
+        name=name,
+        axes_count=data.get("axes_count"),
+        buttons_count=data.get("buttons_count"),
+        axes=axes,
+        buttons=dict(data.get("buttons") or {}),
+        **fields,
+    )
 
 
 def teleop_profile_dir() -> Path:
@@ -131,7 +183,9 @@ def load_teleop_profile(name_or_path: str) -> TeleopProfile:
         path = teleop_profile_dir() / f"{name_or_path}.yaml"
         if not path.is_file():
             shipped = sorted(p.stem for p in teleop_profile_dir().glob("*.yaml"))
-            raise ValueError(f"unknown teleop profile {name_or_path!r}: not a YAML file and not one of {shipped}")
+            raise ValueError(
+                f"unknown teleop profile {name_or_path!r}: not a YAML file and not one of {shipped}"
+            )
     with open(path, encoding="utf-8") as f:
         return profile_from_dict(yaml.safe_load(f))
 
@@ -175,22 +229,31 @@ class TeleopMapper:
         except (TypeError, ValueError) as exc:
             return self._refuse(f"unreadable Joy ({exc})")
         if values.size != p.axes_count or len(pressed) != p.buttons_count:
-            return self._refuse(f"Joy has {values.size} axes / {len(pressed)} buttons, profile {p.name!r} "
-                                f"expects {p.axes_count} / {p.buttons_count}")
+            return self._refuse(
+                f"Joy has {values.size} axes / {len(pressed)} buttons, profile {p.name!r} "
+                f"expects {p.axes_count} / {p.buttons_count}"
+            )
         if not np.all(np.isfinite(values)):
             return self._refuse(f"Joy has non-finite axes {values.tolist()}")
         before = self._buttons
         self._buttons, self._joy_axes, self._joy_at, self._bad = pressed, values, now_s, ""
-        events = [name for name, i in p.buttons.items()
-                  if pressed[i] and (before is None or not before[i])]
+        events = [
+            name
+            for name, i in p.buttons.items()
+            if pressed[i] and (before is None or not before[i])
+        ]
         if "gripper_toggle" in events:
             self.gripper = GRIPPER_CLOSED if self.gripper == GRIPPER_OPEN else GRIPPER_OPEN
         return events
 
     def twist(self, linear, angular, now_s: float) -> None:
         """Take one Twist (``linear`` and ``angular`` as 3 values each); a non-finite one holds."""
-        values = np.concatenate([np.asarray(linear, dtype=np.float64).reshape(-1),
-                                 np.asarray(angular, dtype=np.float64).reshape(-1)])
+        values = np.concatenate(
+            [
+                np.asarray(linear, dtype=np.float64).reshape(-1),
+                np.asarray(angular, dtype=np.float64).reshape(-1),
+            ]
+        )
         if values.size != TWIST_AXES or not np.all(np.isfinite(values)):
             self._bad = f"Twist has non-finite or missing values {values.tolist()}"
             return

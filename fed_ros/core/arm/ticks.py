@@ -21,6 +21,7 @@ Measured with the rule it replaces (a gap of at least 0.9 periods between arm ti
 after 1.5 periods): an arm publishing at exactly 20 Hz with DDS jitter got about 14 ticks/s,
 since every early message was dropped and the next tick waited for the one after it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,11 +49,11 @@ class TickSchedule:
     """
 
     period_s: float
-    anchor: float | None = None     # monotonic time of the grid's origin (None: no tick yet)
-    steps: int = 0                  # ticks taken since the anchor
-    phase: float = 0.0              # the arm's mean offset from the grid, s, |phase| <= period / 2
-    last: float | None = None       # monotonic time of the last tick taken
-    overruns: int = 0               # arm-driven ticks later than OVERRUN_PERIODS after the last
+    anchor: float | None = None  # monotonic time of the grid's origin (None: no tick yet)
+    steps: int = 0  # ticks taken since the anchor
+    phase: float = 0.0  # the arm's mean offset from the grid, s, |phase| <= period / 2
+    last: float | None = None  # monotonic time of the last tick taken
+    overruns: int = 0  # arm-driven ticks later than OVERRUN_PERIODS after the last
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -61,7 +62,9 @@ class TickSchedule:
     @property
     def due(self) -> float | None:
         """Monotonic time the next tick is due (None before the first)."""
-        return None if self.anchor is None else self.anchor + self.steps * self.period_s + self.phase
+        return (
+            None if self.anchor is None else self.anchor + self.steps * self.period_s + self.phase
+        )
 
     def take(self, now: float, from_timer: bool) -> bool:
         """Whether a tick starts at ``now`` (an arm message, or the timer when ``from_timer``).
@@ -72,7 +75,9 @@ class TickSchedule:
         if due is not None:
             if from_timer and now < due + LATE_FRACTION * p:
                 return False  # the arm drives the ticks; the timer only covers its silences
-            if not from_timer and (now < due - EARLY_FRACTION * p or now - self.last < MIN_GAP_FRACTION * p):
+            if not from_timer and (
+                now < due - EARLY_FRACTION * p or now - self.last < MIN_GAP_FRACTION * p
+            ):
                 return False  # too early for the next tick: at most the control rate
         if not from_timer and self.last is not None and now - self.last > OVERRUN_PERIODS * p:
             self.overruns += 1

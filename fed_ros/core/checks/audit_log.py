@@ -1,4 +1,5 @@
 """The audit log: one JSON line per accept/reject decision, plus per-round counters for round reports."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ class RoundCounters:
     accepted: int = 0
     rejected: int = 0
     by_code: dict[str, int] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)  # robot id -> last reason ("accepted" if ok)
+    reasons: dict[str, str] = field(
+        default_factory=dict
+    )  # robot id -> last reason ("accepted" if ok)
 
 
 class AuditLog:
@@ -33,12 +36,21 @@ class AuditLog:
     last `keep_rounds` rounds so memory stays bounded on a long-running server.
     """
 
-    def __init__(self, path: str | Path | None = None, *, keep_rounds: int = 64, fsync: bool = False,
-                 max_bytes: int = 8 * _MiB, backups: int = 1):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        keep_rounds: int = 64,
+        fsync: bool = False,
+        max_bytes: int = 8 * _MiB,
+        backups: int = 1,
+    ):
         if keep_rounds < 1:
             raise ValueError(f"keep_rounds must be >= 1, got {keep_rounds}")
         if max_bytes < 1024 or backups < 0:
-            raise ValueError(f"max_bytes must be >= 1024 and backups >= 0, got {max_bytes}, {backups}")
+            raise ValueError(
+                f"max_bytes must be >= 1024 and backups >= 0, got {max_bytes}, {backups}"
+            )
         self.path = Path(path) if path is not None else None
         self.keep_rounds = keep_rounds
         self.fsync = fsync
@@ -65,14 +77,27 @@ class AuditLog:
         self._file = open(self.path, "a", encoding="utf-8")
         self._written = 0
 
-    def record(self, *, kind: str, robot_id: Any, round_idx: Any, decision: Decision, **extra: Any) -> Decision:
+    def record(
+        self, *, kind: str, robot_id: Any, round_idx: Any, decision: Decision, **extra: Any
+    ) -> Decision:
         """Log one decision (kind: "update", "descriptor", "cluster_model", ...); returns it."""
-        entry = {"time": round(time.time(), 6), "kind": str(kind)[:40], "robot_id": str(robot_id)[:255],
-                 "round": int(round_idx) if _is_int(round_idx) else str(round_idx)[:40],
-                 "accepted": decision.accepted, "code": str(decision.code)[:40], "reason": decision.reason[:1000]}
+        entry = {
+            "time": round(time.time(), 6),
+            "kind": str(kind)[:40],
+            "robot_id": str(robot_id)[:255],
+            "round": int(round_idx) if _is_int(round_idx) else str(round_idx)[:40],
+            "accepted": decision.accepted,
+            "code": str(decision.code)[:40],
+            "reason": decision.reason[:1000],
+        }
         # Extra fields are peer-controlled too (payload ids, digests): truncated like the rest.
-        entry.update({str(k)[:40]: (v if isinstance(v, (int, float, bool)) or v is None else str(v)[:256])
-                      for k, v in list(extra.items())[:16] if k not in entry})
+        entry.update(
+            {
+                str(k)[:40]: (v if isinstance(v, (int, float, bool)) or v is None else str(v)[:256])
+                for k, v in list(extra.items())[:16]
+                if k not in entry
+            }
+        )
         line = json.dumps(entry, default=str, ensure_ascii=True)
         with self._lock:
             if _is_int(round_idx):
@@ -86,7 +111,9 @@ class AuditLog:
                 c.rejected += int(not decision.accepted)
                 c.by_code[decision.code] = c.by_code.get(decision.code, 0) + 1
                 key = str(robot_id)[:255]
-                if key in c.reasons or len(c.reasons) < 1024:  # bounded: junk ids only bump the counts
+                if (
+                    key in c.reasons or len(c.reasons) < 1024
+                ):  # bounded: junk ids only bump the counts
                     c.reasons[key] = decision.reason[:1000]
             if self._file is not None:
                 if self._written + len(line) + 1 > self.max_bytes:
@@ -102,7 +129,9 @@ class AuditLog:
         """Counts for one round (zeros if nothing was recorded); a copy."""
         with self._lock:
             c = self._counters.get(int(round_idx), RoundCounters())
-            return RoundCounters(c.received, c.accepted, c.rejected, dict(c.by_code), dict(c.reasons))
+            return RoundCounters(
+                c.received, c.accepted, c.rejected, dict(c.by_code), dict(c.reasons)
+            )
 
     def close(self) -> None:
         """Close the log file."""

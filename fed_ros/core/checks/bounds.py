@@ -7,6 +7,7 @@ ROS_PYTHON_CHECK_FIELDS is set) delivers a 1 MiB value into a ``string<=256`` fi
 subscriber. So every handler checks here first, and refers to the offending field by name
 and length only (never echoing the oversized value).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -23,7 +24,9 @@ SIGNATURE_BYTES = 64
 PUBLIC_KEY_BYTES = 32
 SHA256_HEX_CHARS = 64
 MAX_CHUNK_DIGEST_BYTES = 32 * 4096  # TensorPayload.chunk_sha256: 32 bytes x at most 4096 chunks
-MAX_RESEND_REQUEST_CHARS = 64 * 1024  # a std_msgs/String resume request (JSON list of chunk indices)
+MAX_RESEND_REQUEST_CHARS = (
+    64 * 1024
+)  # a std_msgs/String resume request (JSON list of chunk indices)
 
 
 def clip(text: Any, limit: int = 80) -> str:

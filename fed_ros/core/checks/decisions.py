@@ -6,6 +6,7 @@ The checks themselves live in :mod:`fed_ros.core.checks.sender_checks` (who, whe
 and :mod:`fed_ros.core.checks.audit_log` records them. ``_reject``, ``_is_int`` and ``_short`` are
 shared by those modules only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,7 +42,9 @@ NO_ROUND = "no_round"
 STALE_ROUND = "stale_round"
 UNREACHABLE = "unreachable"  # the bulk channel's sender could not be reached within the round
 TRANSFER = "transfer"  # chunks inconsistent with each other or with the caps, or bytes hash wrong
-FOREIGN_CHUNK = "foreign_chunk"  # a chunk not of the signed upload it names: dropped, the upload kept
+FOREIGN_CHUNK = (
+    "foreign_chunk"  # a chunk not of the signed upload it names: dropped, the upload kept
+)
 REGISTER = "register"  # a registration refused (bounds, identity, allow-list, fleet size)
 
 
@@ -58,8 +61,14 @@ class Limits:
     max_abs_value: float = 1e6  # any parameter with |value| above this is rejected
 
     def __post_init__(self) -> None:
-        for name in ("max_update_bytes", "max_cluster_model_bytes", "max_num_samples",
-                     "max_descriptor_dims", "max_descriptor_payload_bytes", "max_scores"):
+        for name in (
+            "max_update_bytes",
+            "max_cluster_model_bytes",
+            "max_num_samples",
+            "max_descriptor_dims",
+            "max_descriptor_payload_bytes",
+            "max_scores",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")

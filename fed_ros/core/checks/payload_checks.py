@@ -5,6 +5,7 @@ order, shapes, dtypes) and the size it implies; ``check_tensors`` checks decoded
 float32, finite, ``|x| <= max_abs_value``); ``validate_cluster_model`` is the robot's check of a
 model the server sent (size cap, rollback, server signature, digest, tensors).
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,24 @@ import numpy as np
 
 from fed_ros.core.security.auth import verify_signature
 from fed_ros.core.security.signed_messages import cluster_model_message
-from fed_ros.core.checks.decisions import (ACCEPTED, BAD_SIGNATURE, DIGEST, Decision, Limits, MALFORMED,
-                                           NON_FINITE, OUT_OF_RANGE, OVERSIZE, ROLLBACK, SCHEMA,
-                                           SIZE_MISMATCH, UNSIGNED, _is_int, _reject, _short)
+from fed_ros.core.checks.decisions import (
+    ACCEPTED,
+    BAD_SIGNATURE,
+    DIGEST,
+    Decision,
+    Limits,
+    MALFORMED,
+    NON_FINITE,
+    OUT_OF_RANGE,
+    OVERSIZE,
+    ROLLBACK,
+    SCHEMA,
+    SIZE_MISMATCH,
+    UNSIGNED,
+    _is_int,
+    _reject,
+    _short,
+)
 from fed_ros.core.params import Manifest
 
 # TensorPayload.encoding constants (mirrors msg/TensorPayload.msg) -> bytes per value on the wire.
@@ -79,16 +95,20 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
     return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
 
 
-def check_payload_manifest(announced: Sequence[Any], total_bytes: int, encoding: int,
-                           expected: Manifest) -> Decision:
+def check_payload_manifest(
+    announced: Sequence[Any], total_bytes: int, encoding: int, expected: Manifest
+) -> Decision:
     """A payload's announced manifest equals ``expected`` exactly and implies ``total_bytes``."""
     why = compare_manifest(announced, expected)
     if why is not None:
         return _reject(SCHEMA, why)
     size = expected_payload_bytes(expected, encoding)
     if total_bytes != size:
-        return _reject(SIZE_MISMATCH, f"total_bytes {total_bytes} != {size} bytes implied by the manifest "
-                                      f"and encoding {encoding}")
+        return _reject(
+            SIZE_MISMATCH,
+            f"total_bytes {total_bytes} != {size} bytes implied by the manifest "
+            f"and encoding {encoding}",
+        )
     return ACCEPTED
 
 
@@ -100,11 +120,17 @@ def check_tensors(params: Any, expected: Manifest, max_abs_value: float) -> Deci
         return _reject(SCHEMA, f"update has {len(params)} tensors, expected {len(expected)}")
     for pos, ((name, arr), exp) in enumerate(zip(params.items(), expected)):
         if name != exp.name:
-            return _reject(SCHEMA, f"tensor {_short(name)} at position {pos}, expected {exp.name!r}")
+            return _reject(
+                SCHEMA, f"tensor {_short(name)} at position {pos}, expected {exp.name!r}"
+            )
         if not isinstance(arr, np.ndarray):
-            return _reject(SCHEMA, f"tensor {name!r} is {type(arr).__name__}, expected numpy.ndarray")
+            return _reject(
+                SCHEMA, f"tensor {name!r} is {type(arr).__name__}, expected numpy.ndarray"
+            )
         if arr.shape != tuple(exp.shape):
-            return _reject(SCHEMA, f"tensor {name!r} has shape {arr.shape}, expected {tuple(exp.shape)}")
+            return _reject(
+                SCHEMA, f"tensor {name!r} has shape {arr.shape}, expected {tuple(exp.shape)}"
+            )
         if str(arr.dtype) != exp.dtype:
             return _reject(SCHEMA, f"tensor {name!r} has dtype {arr.dtype}, expected {exp.dtype}")
     for name, arr in params.items():
@@ -117,17 +143,30 @@ def check_tensors(params: Any, expected: Manifest, max_abs_value: float) -> Deci
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             return _reject(NON_FINITE, f"tensor {name!r} has {bad} NaN/Inf values")
         if max(-lo, hi) > max_abs_value:
-            return _reject(OUT_OF_RANGE, f"tensor {name!r} has |value| {max(-lo, hi):.3g} "
-                                         f"> max_abs_value {max_abs_value:.3g}")
+            return _reject(
+                OUT_OF_RANGE,
+                f"tensor {name!r} has |value| {max(-lo, hi):.3g} "
+                f"> max_abs_value {max_abs_value:.3g}",
+            )
     return ACCEPTED
 
 
-def validate_cluster_model(*, cluster_id: int, round_idx: int, params: Mapping[str, np.ndarray] | None,
-                           expected_manifest: Manifest | None, total_bytes: int | None = None,
-                           payload_sha256: str = "", received_sha256: str | None = None,
-                           signature: bytes = b"", server_public_key: bytes | None = None,
-                           last_round: int | None = None, limits: Limits = Limits(), transfer: bytes = b"",
-                           members: Sequence[str] = ()) -> Decision:
+def validate_cluster_model(
+    *,
+    cluster_id: int,
+    round_idx: int,
+    params: Mapping[str, np.ndarray] | None,
+    expected_manifest: Manifest | None,
+    total_bytes: int | None = None,
+    payload_sha256: str = "",
+    received_sha256: str | None = None,
+    signature: bytes = b"",
+    server_public_key: bytes | None = None,
+    last_round: int | None = None,
+    limits: Limits = Limits(),
+    transfer: bytes = b"",
+    members: Sequence[str] = (),
+) -> Decision:
     """Robot side: check a received cluster model before loading it into the policy.
 
     Size cap, exact manifest (when the robot knows its policy's manifest), finite values, no
@@ -137,25 +176,37 @@ def validate_cluster_model(*, cluster_id: int, round_idx: int, params: Mapping[s
     """
     try:
         if not _is_int(cluster_id) or not _is_int(round_idx) or round_idx < 0:
-            return _reject(MALFORMED, f"cluster model: cluster {_short(cluster_id)} / round {_short(round_idx)} "
-                                      f"must be integers (round >= 0)")
+            return _reject(
+                MALFORMED,
+                f"cluster model: cluster {_short(cluster_id)} / round {_short(round_idx)} "
+                f"must be integers (round >= 0)",
+            )
         what = f"cluster {cluster_id} round {round_idx}"
         if total_bytes is not None:
             if not _is_int(total_bytes) or total_bytes < 0:
-                return _reject(MALFORMED, f"{what}: total_bytes {_short(total_bytes)} is not a size")
+                return _reject(
+                    MALFORMED, f"{what}: total_bytes {_short(total_bytes)} is not a size"
+                )
             if total_bytes > limits.max_cluster_model_bytes:
-                return _reject(OVERSIZE, f"{what}: {total_bytes} bytes exceed the cap {limits.max_cluster_model_bytes}")
+                return _reject(
+                    OVERSIZE,
+                    f"{what}: {total_bytes} bytes exceed the cap {limits.max_cluster_model_bytes}",
+                )
         if last_round is not None and round_idx < last_round:
             return _reject(ROLLBACK, f"{what}: older than the loaded model version {last_round}")
         if received_sha256 is not None and received_sha256 != payload_sha256:
-            return _reject(DIGEST, f"{what}: received bytes hash to {_short(received_sha256, 20)}, "
-                                   f"announced {_short(payload_sha256, 20)}")
+            return _reject(
+                DIGEST,
+                f"{what}: received bytes hash to {_short(received_sha256, 20)}, "
+                f"announced {_short(payload_sha256, 20)}",
+            )
         if server_public_key is not None:
             if not signature:
                 return _reject(UNSIGNED, f"{what}: not signed by the server")
             try:
-                message = cluster_model_message(round_idx, cluster_id, payload_sha256, transfer=transfer,
-                                                members=list(members))
+                message = cluster_model_message(
+                    round_idx, cluster_id, payload_sha256, transfer=transfer, members=list(members)
+                )
             except ValueError as err:
                 return _reject(MALFORMED, f"{what}: {err}")
             if not verify_signature(server_public_key, message, bytes(signature)):
@@ -165,14 +216,20 @@ def validate_cluster_model(*, cluster_id: int, round_idx: int, params: Mapping[s
                 d = check_tensors(params, expected_manifest, limits.max_abs_value)
             else:
                 if not isinstance(params, Mapping) or not all(
-                        isinstance(a, np.ndarray) and a.dtype == np.float32 for a in params.values()):
+                    isinstance(a, np.ndarray) and a.dtype == np.float32 for a in params.values()
+                ):
                     return _reject(SCHEMA, f"{what}: parameters must be float32 numpy arrays")
-                d = check_tensors(params, tuple(_AnySpec(k, a.shape) for k, a in params.items()),
-                                  limits.max_abs_value)
+                d = check_tensors(
+                    params,
+                    tuple(_AnySpec(k, a.shape) for k, a in params.items()),
+                    limits.max_abs_value,
+                )
             if not d:
                 return Decision(False, d.code, f"{what}: {d.reason}")
     except Exception as err:  # a malformed model must never crash the robot
-        return _reject(MALFORMED, f"cluster model could not be validated: {type(err).__name__}: {err}")
+        return _reject(
+            MALFORMED, f"cluster model could not be validated: {type(err).__name__}: {err}"
+        )
     return ACCEPTED
 
 

@@ -5,6 +5,7 @@ exact manifest, sample-count cap, base round, signature, replay), so hostile bul
 before it is collected or decoded; ``validate_update`` adds the checks on the decoded tensors
 (schema again, finite values, digest of the received bytes) and, on accept, records the nonce.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,12 +16,29 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core.security.auth import Signer
-from fed_ros.core.checks.decisions import (ACCEPTED, DIGEST, Decision, MALFORMED, OVERSIZE, STALE_BASE,
-                                           _is_int, _reject, _short)
-from fed_ros.core.checks.payload_checks import (BYTES_PER_VALUE, ENCODING_FLOAT32, check_payload_manifest,
-                                                check_tensors)
-from fed_ros.core.checks.sender_checks import (ValidationContext, _check_auth, _check_num_samples,
-                                               _check_sender)
+from fed_ros.core.checks.decisions import (
+    ACCEPTED,
+    DIGEST,
+    Decision,
+    MALFORMED,
+    OVERSIZE,
+    STALE_BASE,
+    _is_int,
+    _reject,
+    _short,
+)
+from fed_ros.core.checks.payload_checks import (
+    BYTES_PER_VALUE,
+    ENCODING_FLOAT32,
+    check_payload_manifest,
+    check_tensors,
+)
+from fed_ros.core.checks.sender_checks import (
+    ValidationContext,
+    _check_auth,
+    _check_num_samples,
+    _check_sender,
+)
 
 
 @dataclass(frozen=True)
@@ -48,9 +66,19 @@ class UpdateEnvelope:
 
     def signed(self, signer: Signer) -> "UpdateEnvelope":
         """A copy carrying `signer`'s signature over every signed field (what a robot sends)."""
-        return dataclasses.replace(self, signature=signer.sign_update(
-            self.round_idx, self.robot_id, self.nonce, self.payload_sha256, base_round=self.base_round,
-            num_samples=self.num_samples, cluster_id=self.cluster_id, transfer=self.transfer))
+        return dataclasses.replace(
+            self,
+            signature=signer.sign_update(
+                self.round_idx,
+                self.robot_id,
+                self.nonce,
+                self.payload_sha256,
+                base_round=self.base_round,
+                num_samples=self.num_samples,
+                cluster_id=self.cluster_id,
+                transfer=self.transfer,
+            ),
+        )
 
 
 def check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decision:
@@ -58,7 +86,9 @@ def check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decisi
     try:
         return _check_update_envelope(env, ctx)
     except Exception as err:  # hostile input must never crash a handler: reject it instead
-        return _reject(MALFORMED, f"update envelope could not be checked: {type(err).__name__}: {err}")
+        return _reject(
+            MALFORMED, f"update envelope could not be checked: {type(err).__name__}: {err}"
+        )
 
 
 def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decision:
@@ -68,37 +98,77 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
         return d
     rid = env.robot_id
     if not _is_int(env.total_bytes) or env.total_bytes < 0:
-        return _reject(MALFORMED, f"robot {rid!r}: total_bytes {_short(env.total_bytes)} is not a size")
+        return _reject(
+            MALFORMED, f"robot {rid!r}: total_bytes {_short(env.total_bytes)} is not a size"
+        )
     if env.total_bytes > limits.max_update_bytes:
-        return _reject(OVERSIZE, f"robot {rid!r}: update of {env.total_bytes} bytes exceeds the cap "
-                                 f"{limits.max_update_bytes} bytes")
+        return _reject(
+            OVERSIZE,
+            f"robot {rid!r}: update of {env.total_bytes} bytes exceeds the cap "
+            f"{limits.max_update_bytes} bytes",
+        )
     if not _is_int(env.encoding) or env.encoding not in BYTES_PER_VALUE:
         return _reject(MALFORMED, f"robot {rid!r}: unknown encoding {_short(env.encoding)}")
     if ctx.expected_manifest is not None:  # None: the transfer receiver checks the payload itself
-        d = check_payload_manifest(env.manifest, env.total_bytes, env.encoding, ctx.expected_manifest)
+        d = check_payload_manifest(
+            env.manifest, env.total_bytes, env.encoding, ctx.expected_manifest
+        )
         if not d:
             return Decision(False, d.code, f"robot {rid!r}: {d.reason}")
     d = _check_num_samples(rid, env.num_samples, limits)
     if not d:
         return d
     if not _is_int(env.base_round) or env.base_round < 0:
-        return _reject(MALFORMED, f"robot {rid!r}: base_round {_short(env.base_round)} is not a round")
+        return _reject(
+            MALFORMED, f"robot {rid!r}: base_round {_short(env.base_round)} is not a round"
+        )
     if env.base_round > env.round_idx:
-        return _reject(STALE_BASE, f"robot {rid!r}: base_round {env.base_round} is after round {env.round_idx}")
+        return _reject(
+            STALE_BASE, f"robot {rid!r}: base_round {env.base_round} is after round {env.round_idx}"
+        )
     if ctx.base_rounds is not None and env.base_round not in ctx.base_rounds:
-        return _reject(STALE_BASE, f"robot {rid!r}: trained from model version {env.base_round}, "
-                                   f"expected one of {sorted(ctx.base_rounds)}")
+        return _reject(
+            STALE_BASE,
+            f"robot {rid!r}: trained from model version {env.base_round}, "
+            f"expected one of {sorted(ctx.base_rounds)}",
+        )
     if not isinstance(env.payload_sha256, str) or len(env.payload_sha256) != 64:
-        return _reject(MALFORMED, f"robot {rid!r}: payload sha256 {_short(env.payload_sha256)} is not 64 hex chars")
+        return _reject(
+            MALFORMED,
+            f"robot {rid!r}: payload sha256 {_short(env.payload_sha256)} is not 64 hex chars",
+        )
     if not _is_int(env.cluster_id) or not -1 <= env.cluster_id < 2**31:
-        return _reject(MALFORMED, f"robot {rid!r}: cluster_id {_short(env.cluster_id)} must be an int >= -1")
-    return _check_auth(rid, env.round_idx, env.nonce, env.signature, ctx, lambda: ctx.allow_list.verify_update(
-        rid, env.round_idx, env.nonce, env.payload_sha256, env.signature, base_round=env.base_round,
-        num_samples=env.num_samples, cluster_id=env.cluster_id, transfer=env.transfer))
+        return _reject(
+            MALFORMED, f"robot {rid!r}: cluster_id {_short(env.cluster_id)} must be an int >= -1"
+        )
+    return _check_auth(
+        rid,
+        env.round_idx,
+        env.nonce,
+        env.signature,
+        ctx,
+        lambda: ctx.allow_list.verify_update(
+            rid,
+            env.round_idx,
+            env.nonce,
+            env.payload_sha256,
+            env.signature,
+            base_round=env.base_round,
+            num_samples=env.num_samples,
+            cluster_id=env.cluster_id,
+            transfer=env.transfer,
+        ),
+    )
 
 
-def validate_update(env: UpdateEnvelope, params: Mapping[str, np.ndarray], ctx: ValidationContext, *,
-                    received_sha256: str | None = None, commit: bool = True) -> Decision:
+def validate_update(
+    env: UpdateEnvelope,
+    params: Mapping[str, np.ndarray],
+    ctx: ValidationContext,
+    *,
+    received_sha256: str | None = None,
+    commit: bool = True,
+) -> Decision:
     """Full check of an assembled, decoded update; on accept with commit=True records its nonce.
 
     `received_sha256` is the digest of the bytes actually received (the assembler's); it must
@@ -109,8 +179,11 @@ def validate_update(env: UpdateEnvelope, params: Mapping[str, np.ndarray], ctx: 
         if not d:
             return d
         if received_sha256 is not None and received_sha256 != env.payload_sha256:
-            return _reject(DIGEST, f"robot {env.robot_id!r}: received bytes hash to {_short(received_sha256, 20)}, "
-                                   f"announced {env.payload_sha256[:16]}...")
+            return _reject(
+                DIGEST,
+                f"robot {env.robot_id!r}: received bytes hash to {_short(received_sha256, 20)}, "
+                f"announced {env.payload_sha256[:16]}...",
+            )
         d = check_tensors(params, ctx.expected_manifest, ctx.limits.max_abs_value)
         if not d:
             return Decision(False, d.code, f"robot {env.robot_id!r}: {d.reason}")

@@ -17,6 +17,7 @@ batches; `cua_scalable` starts from average-linkage and spectral partitions (plu
 restarts) and applies best-improvement single-client moves, each scored for all K x C
 candidates at once from the (C, C) block sums with a rank-2 incremental update.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,13 +105,17 @@ def _blocks(S0: np.ndarray, labels: np.ndarray, C: int) -> tuple[np.ndarray, np.
     return A, Z.sum(axis=-2)
 
 
-def cua_objective(S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 0.0) -> float:
+def cua_objective(
+    S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 0.0
+) -> float:
     """Objective J of one partition given as labels (K,) with values 0..C-1 (all groups non-empty)."""
     labels = np.asarray(labels, dtype=np.int64)
     C = int(labels.max()) + 1 if C is None else int(C)
     S = _check_similarity(S, C)
     if labels.shape != (S.shape[0],) or labels.min() < 0 or labels.max() >= C:
-        raise ValueError(f"labels must be (K,)={S.shape[0]} values in 0..{C - 1}, got {labels.tolist()}")
+        raise ValueError(
+            f"labels must be (K,)={S.shape[0]} values in 0..{C - 1}, got {labels.tolist()}"
+        )
     counts = np.bincount(labels, minlength=C)
     if (counts == 0).any():
         raise ValueError(f"group {int(np.flatnonzero(counts == 0)[0])} of the partition is empty")
@@ -147,20 +152,27 @@ def enumerate_partitions(K: int, C: int) -> np.ndarray:
     return lab[mx == C - 1]
 
 
-def cua_exact(S: np.ndarray, C: int, singleton_intra: float = 0.0, max_partitions: int = 3_000_000,
-              batch: int = 50_000) -> CUAResult:
+def cua_exact(
+    S: np.ndarray,
+    C: int,
+    singleton_intra: float = 0.0,
+    max_partitions: int = 3_000_000,
+    batch: int = 50_000,
+) -> CUAResult:
     """Best partition by exhaustive enumeration (refuses more than `max_partitions` candidates)."""
     S = _check_similarity(S, C)
     K = S.shape[0]
     count = stirling2(K, C)
     if count > max_partitions:
-        raise ValueError(f"exact CUA over S({K},{C}) = {count} partitions exceeds max_partitions={max_partitions}")
+        raise ValueError(
+            f"exact CUA over S({K},{C}) = {count} partitions exceeds max_partitions={max_partitions}"
+        )
     parts = enumerate_partitions(K, C)
     S0 = S.copy()
     np.fill_diagonal(S0, 0.0)
     best_val, best_lab = -np.inf, None
     for a in range(0, parts.shape[0], batch):
-        lab = parts[a:a + batch].astype(np.int64)
+        lab = parts[a : a + batch].astype(np.int64)
         A, n = _blocks(S0, lab, C)
         vals = _objective_from_blocks(A, n, singleton_intra)
         j = int(np.argmax(vals))
@@ -181,29 +193,34 @@ def _repair(labels: np.ndarray, S0: np.ndarray, C: int) -> np.ndarray:
         big = np.flatnonzero(counts >= 2)
         cand = np.flatnonzero(np.isin(labels, big))
         # Attachment of each candidate to its own group (mean similarity to the other members).
-        att = np.array([S0[i, labels == labels[i]].sum() / max(counts[labels[i]] - 1, 1) for i in cand])
+        att = np.array(
+            [S0[i, labels == labels[i]].sum() / max(counts[labels[i]] - 1, 1) for i in cand]
+        )
         labels[cand[int(np.argmin(att))]] = s
     return labels
 
 
-def _local_search(S0: np.ndarray, labels: np.ndarray, C: int, singleton_intra: float,
-                  max_moves: int) -> tuple[np.ndarray, float]:
+def _local_search(
+    S0: np.ndarray, labels: np.ndarray, C: int, singleton_intra: float, max_moves: int
+) -> tuple[np.ndarray, float]:
     """Best-improvement single-client moves; each step scores all K x C moves from block sums."""
     labels = labels.astype(np.int64).copy()
     Z = (labels[:, None] == np.arange(C)).astype(np.float64)
-    R = S0 @ Z                       # R[i, c] = sum_{j in c} S_ij (S_ii = 0)
-    A = Z.T @ R                      # (C, C) block sums
+    R = S0 @ Z  # R[i, c] = sum_{j in c} S_ij (S_ii = 0)
+    A = Z.T @ R  # (C, C) block sums
     n = Z.sum(axis=0)
     cur = float(_objective_from_blocks(A[None], n[None], singleton_intra)[0])
     eye = np.eye(C)
     for _ in range(max_moves):
-        es = eye[labels]                                          # (K, C) one-hot of current group
-        d = eye[None, :, :] - es[:, None, :]                      # (K, T, C): +1 at target t, -1 at s
+        es = eye[labels]  # (K, C) one-hot of current group
+        d = eye[None, :, :] - es[:, None, :]  # (K, T, C): +1 at target t, -1 at s
         # Moving i from s to t: A' = A + d r^T + r d^T (rank-2), n' = n + d; all K x C moves at once.
         Ri = R[:, None, :]
         A_new = A + d[..., :, None] * Ri[..., None, :] + Ri[..., :, None] * d[..., None, :]
-        vals = _objective_from_blocks(A_new, n + d, singleton_intra)   # (K, T)
-        valid = (labels[:, None] != np.arange(C)[None, :]) & (n[labels] > 1)[:, None]  # never empty a group
+        vals = _objective_from_blocks(A_new, n + d, singleton_intra)  # (K, T)
+        valid = (labels[:, None] != np.arange(C)[None, :]) & (n[labels] > 1)[
+            :, None
+        ]  # never empty a group
         vals = np.where(valid, vals, -np.inf)
         flat = int(np.argmax(vals))
         i, t = divmod(flat, C)
@@ -228,7 +245,7 @@ def _batch_refine(S0: np.ndarray, labels: np.ndarray, C: int, iters: int = 20) -
     for _ in range(iters):
         Z = (labels[:, None] == np.arange(C)).astype(np.float64)
         R = S0 @ Z
-        n = Z.sum(axis=0)[None, :] - Z          # group size excluding the client itself
+        n = Z.sum(axis=0)[None, :] - Z  # group size excluding the client itself
         mean = np.where(n > 0, R / np.maximum(n, 1), -np.inf)
         new = _repair(np.argmax(mean, axis=1).astype(np.int64), S0, C)
         if np.array_equal(new, labels):
@@ -251,7 +268,7 @@ def _peel_start(S0: np.ndarray, C: int, singleton_intra: float) -> np.ndarray:
         R = S0 @ Z
         A = Z.T @ R
         n = Z.sum(axis=0)
-        d = eye[s][None, :] - eye[labels]                      # move i from its group to new group s
+        d = eye[s][None, :] - eye[labels]  # move i from its group to new group s
         A_new = A[None] + d[:, :, None] * R[:, None, :] + R[:, :, None] * d[:, None, :]
         vals = _objective_from_blocks(A_new, n[None] + d, singleton_intra)
         vals = np.where(n[labels] > 1, vals, -np.inf)
@@ -281,8 +298,14 @@ def _agglomerative_start(S: np.ndarray, C: int) -> np.ndarray:
     return (fcluster(Z, t=C, criterion="maxclust") - 1).astype(np.int64)
 
 
-def cua_scalable(S: np.ndarray, C: int, singleton_intra: float = 0.0, seed: int = 0, restarts: int = 3,
-                 max_moves: int | None = None) -> CUAResult:
+def cua_scalable(
+    S: np.ndarray,
+    C: int,
+    singleton_intra: float = 0.0,
+    seed: int = 0,
+    restarts: int = 3,
+    max_moves: int | None = None,
+) -> CUAResult:
     """Heuristic CUA for large K: agglomerative + spectral + random starts, then local moves."""
     S = _check_similarity(S, C)
     K = S.shape[0]
@@ -299,7 +322,9 @@ def cua_scalable(S: np.ndarray, C: int, singleton_intra: float = 0.0, seed: int 
         pass
     # Small instances are cheap: many random restarts close the gap to the exact optimum.
     n_random = min(restarts, 1) if K > 256 else (restarts if K > 64 else max(restarts, 40))
-    randoms = [_batch_refine(S0, _repair(rng.integers(0, C, size=K), S0, C), C) for _ in range(n_random)]
+    randoms = [
+        _batch_refine(S0, _repair(rng.integers(0, C, size=K), S0, C), C) for _ in range(n_random)
+    ]
     starts += randoms
     max_moves = max_moves if max_moves is not None else 4 * K + 50
     best_val, best_lab = -np.inf, None
@@ -332,13 +357,22 @@ def _canonical(labels: np.ndarray) -> np.ndarray:
     return out
 
 
-def cua_partition(S: np.ndarray, C: int, method: str = "auto", singleton_intra: float = 0.0, seed: int = 0,
-                  exact_max_k: int = 12, exact_max_partitions: int = 3_000_000) -> CUAResult:
+def cua_partition(
+    S: np.ndarray,
+    C: int,
+    method: str = "auto",
+    singleton_intra: float = 0.0,
+    seed: int = 0,
+    exact_max_k: int = 12,
+    exact_max_partitions: int = 3_000_000,
+) -> CUAResult:
     """Partition by `method` in {auto, exact, scalable}; auto = exact when K <= exact_max_k and feasible."""
     if method not in ("auto", "exact", "scalable"):
         raise ValueError(f"CUA method {method!r} not in ('auto', 'exact', 'scalable')")
     S = _check_similarity(S, C)
     K = S.shape[0]
-    if method == "exact" or (method == "auto" and K <= exact_max_k and stirling2(K, C) <= exact_max_partitions):
+    if method == "exact" or (
+        method == "auto" and K <= exact_max_k and stirling2(K, C) <= exact_max_partitions
+    ):
         return cua_exact(S, C, singleton_intra, max_partitions=exact_max_partitions)
     return cua_scalable(S, C, singleton_intra, seed=seed)

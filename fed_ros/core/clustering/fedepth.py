@@ -21,6 +21,7 @@
 - Routing an unseen client: S_k = mean_{c in k} A(test, c); all clusters with S_k <= tau
   (their models averaged), else argmin_k S_k.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -31,8 +32,19 @@ from scipy.spatial.distance import squareform
 
 from fed_ros.core.strategies.aggregate import jeffreys_diag, jeffreys_matrix
 
-__all__ = ["jeffreys_diag", "jeffreys_matrix", "threshold_membership", "merge_subsets", "soft_clusters",
-           "hard_clusters", "overlap_ratio", "overlap_sweep", "calibrate_tau", "route_scores", "route_clusters"]
+__all__ = [
+    "jeffreys_diag",
+    "jeffreys_matrix",
+    "threshold_membership",
+    "merge_subsets",
+    "soft_clusters",
+    "hard_clusters",
+    "overlap_ratio",
+    "overlap_sweep",
+    "calibrate_tau",
+    "route_scores",
+    "route_clusters",
+]
 
 Clusters = list[tuple[int, ...]]
 
@@ -96,7 +108,9 @@ def hard_clusters(A: np.ndarray, tau: float) -> Clusters:
         return [(0,)]
     D = 0.5 * (A + A.T)
     np.fill_diagonal(D, 0.0)
-    labels = fcluster(linkage(squareform(D, checks=False), method="average"), t=tau, criterion="distance")
+    labels = fcluster(
+        linkage(squareform(D, checks=False), method="average"), t=tau, criterion="distance"
+    )
     groups: dict[int, list[int]] = {}
     for i, lab in enumerate(labels):
         groups.setdefault(int(lab), []).append(i)
@@ -124,8 +138,9 @@ def _candidate_taus(A: np.ndarray, max_candidates: int) -> np.ndarray:
     return cand
 
 
-def overlap_sweep(A: np.ndarray, hard: bool = False, max_candidates: int = 256
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def overlap_sweep(
+    A: np.ndarray, hard: bool = False, max_candidates: int = 256
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(taus, overlap ratios, cluster counts) at every candidate tau, ascending.
 
     Candidates are 0 plus the distinct off-diagonal divergences (the only values where the
@@ -142,8 +157,9 @@ def overlap_sweep(A: np.ndarray, hard: bool = False, max_candidates: int = 256
     return cand, ov, n
 
 
-def calibrate_tau(A: np.ndarray, target_overlap: float = 0.2, hard: bool = False,
-                  max_candidates: int = 256) -> tuple[float, float]:
+def calibrate_tau(
+    A: np.ndarray, target_overlap: float = 0.2, hard: bool = False, max_candidates: int = 256
+) -> tuple[float, float]:
     """Largest candidate tau whose overlap ratio does not exceed the target; returns (tau, overlap).
 
     The overlap ratio is not monotone in tau: tiny taus give fragments (pairs, singletons)
@@ -186,14 +202,18 @@ def route_clusters(a_test: np.ndarray, clusters: Clusters, tau: float) -> list[i
     return chosen or [int(np.argmin(s))]
 
 
-def jeffreys_to_each(mean: np.ndarray, var: np.ndarray, means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+def jeffreys_to_each(
+    mean: np.ndarray, var: np.ndarray, means: np.ndarray, variances: np.ndarray
+) -> np.ndarray:
     """Jeffreys divergence from one diagonal Gaussian to each of K others ((K, D) arrays)."""
     m = np.asarray(means, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)
     mu = np.asarray(mean, dtype=np.float64)[None, :]
     va = np.asarray(var, dtype=np.float64)[None, :]
     if m.ndim != 2 or mu.shape[1] != m.shape[1] or va.shape != mu.shape or v.shape != m.shape:
-        raise ValueError(f"descriptor dimension {mu.shape[1]} does not match the clustered ones {m.shape[1:]}")
+        raise ValueError(
+            f"descriptor dimension {mu.shape[1]} does not match the clustered ones {m.shape[1:]}"
+        )
     d2 = (mu - m) ** 2
     return 0.5 * np.sum((va + d2) / v + (v + d2) / va, axis=1) - m.shape[1]
 

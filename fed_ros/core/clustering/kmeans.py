@@ -6,6 +6,7 @@
 paper's checks of how well a clustering fits and how stable it is. :func:`encode_groups`
 maps arbitrary labels (task names, cluster ids) to codes 0..G-1 for all of them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -61,12 +62,13 @@ def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
         # All remaining points coincide with a center: any pick is as good.
         idx = rng.integers(len(x)) if total <= 0 else rng.choice(len(x), p=d2 / total)
         centers[j] = x[idx]
-        d2 = np.minimum(d2, _sq_dists(x, centers[j:j + 1])[:, 0])
+        d2 = np.minimum(d2, _sq_dists(x, centers[j : j + 1])[:, 0])
     return centers
 
 
-def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int = 300,
-           tol: float = 1e-6) -> KMeansResult:
+def kmeans(
+    x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int = 300, tol: float = 1e-6
+) -> KMeansResult:
     """Lloyd's k-means with k-means++ seeding, best of ``n_init`` restarts (seeded)."""
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or len(x) == 0:
@@ -102,7 +104,9 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int 
         labels = d.argmin(1)
         inertia = float(d[np.arange(len(x)), labels].sum())
         if best is None or inertia < best.inertia:
-            best = KMeansResult(labels=labels.astype(np.int64), centers=c, inertia=inertia, n_iter=it)
+            best = KMeansResult(
+                labels=labels.astype(np.int64), centers=c, inertia=inertia, n_iter=it
+            )
     assert best is not None
     return best
 
@@ -152,10 +156,10 @@ def silhouette_score(x: np.ndarray, labels: Sequence[object], chunk: int = 2048)
     onehot[np.arange(len(x)), lab] = 1.0
     scores = np.empty(len(x))
     for start in range(0, len(x), chunk):
-        block = x[start:start + chunk]
+        block = x[start : start + chunk]
         dist = np.sqrt(_sq_dists(block, x))  # (b, N)
         sums = dist @ onehot  # (b, k): summed distance to each cluster
-        own = lab[start:start + chunk]
+        own = lab[start : start + chunk]
         rows = np.arange(len(block))
         own_n = counts[own]
         a = np.where(own_n > 1, sums[rows, own] / np.maximum(own_n - 1, 1), 0.0)
@@ -163,19 +167,22 @@ def silhouette_score(x: np.ndarray, labels: Sequence[object], chunk: int = 2048)
         mean_other[rows, own] = np.inf
         b = mean_other.min(1)
         s = (b - a) / np.maximum(np.maximum(a, b), 1e-300)
-        scores[start:start + chunk] = np.where(own_n > 1, s, 0.0)
+        scores[start : start + chunk] = np.where(own_n > 1, s, 0.0)
     return float(scores.mean())
 
 
-def silhouette_vs_k(x: np.ndarray, ks: Sequence[int], seed: int = 0,
-                    n_init: int = 4) -> dict[int, float]:
+def silhouette_vs_k(
+    x: np.ndarray, ks: Sequence[int], seed: int = 0, n_init: int = 4
+) -> dict[int, float]:
     """Silhouette score of k-means clusterings for each k (the paper's cluster validity curve)."""
-    return {int(k): silhouette_score(x, kmeans(x, int(k), seed=seed, n_init=n_init).labels)
-            for k in ks}
+    return {
+        int(k): silhouette_score(x, kmeans(x, int(k), seed=seed, n_init=n_init).labels) for k in ks
+    }
 
 
-def kmeans_stability(x: np.ndarray, k: int, seeds: Sequence[int] = (0, 1, 2),
-                     n_init: int = 1) -> tuple[float, float]:
+def kmeans_stability(
+    x: np.ndarray, k: int, seeds: Sequence[int] = (0, 1, 2), n_init: int = 1
+) -> tuple[float, float]:
     """Mean and std of pairwise ARI between k-means runs with different seeds."""
     if len(seeds) < 2:
         raise ValueError(f"stability needs at least 2 seeds, got {list(seeds)}")

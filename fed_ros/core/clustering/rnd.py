@@ -14,6 +14,7 @@ groups together) or `mode="either"` (i ~ j if one direction holds), then federat
 the connected components of the undirected graph: no preset count. A missing score
 (a robot that could not evaluate a peer) counts as incompatible.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,9 @@ from scipy.sparse.csgraph import connected_components
 SYMMETRISE_MODES = ("mutual", "either")
 
 
-def novelty_matrix(robot_ids: Sequence[str], scores: Mapping[str, Mapping[str, float]]) -> np.ndarray:
+def novelty_matrix(
+    robot_ids: Sequence[str], scores: Mapping[str, Mapping[str, float]]
+) -> np.ndarray:
     """(K, K) matrix N[i, j] = s_ij (row = evaluating robot i); NaN where a score is missing."""
     K = len(robot_ids)
     pos = {r: k for k, r in enumerate(robot_ids)}
@@ -37,7 +40,9 @@ def novelty_matrix(robot_ids: Sequence[str], scores: Mapping[str, Mapping[str, f
         for peer, s in row.items():
             s = float(s)
             if not np.isfinite(s) or s < 0:
-                raise ValueError(f"novelty score s[{rid!r}][{peer!r}] = {s!r} must be finite and >= 0")
+                raise ValueError(
+                    f"novelty score s[{rid!r}][{peer!r}] = {s!r} must be finite and >= 0"
+                )
             if peer in pos:
                 N[i, pos[peer]] = s
         if np.isnan(N[i, i]):
@@ -60,7 +65,9 @@ def compatibility(N: np.ndarray, sigma: np.ndarray, eps: float) -> np.ndarray:
         raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
     diag = np.diag(N)
     if np.isnan(diag).any():
-        raise ValueError(f"self-novelty s_ii missing for index {int(np.flatnonzero(np.isnan(diag))[0])}")
+        raise ValueError(
+            f"self-novelty s_ii missing for index {int(np.flatnonzero(np.isnan(diag))[0])}"
+        )
     with np.errstate(invalid="ignore"):
         C = N <= (diag + eps * sigma)[:, None]
     C &= ~np.isnan(N)
@@ -86,8 +93,13 @@ def federations(adjacency: np.ndarray) -> list[list[int]]:
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def rnd_federations(robot_ids: Sequence[str], scores: Mapping[str, Mapping[str, float]],
-                    sigma: Mapping[str, float], eps: float, mode: str = "mutual") -> tuple[list[list[str]], np.ndarray]:
+def rnd_federations(
+    robot_ids: Sequence[str],
+    scores: Mapping[str, Mapping[str, float]],
+    sigma: Mapping[str, float],
+    eps: float,
+    mode: str = "mutual",
+) -> tuple[list[list[str]], np.ndarray]:
     """Federations (lists of robot ids) and the novelty matrix, from the robots' reports."""
     N = novelty_matrix(robot_ids, scores)
     sig = np.array([float(sigma[r]) for r in robot_ids])

@@ -17,6 +17,7 @@ instruction, x5.66 every round) and gripper_encoder.0 (32x2, x1.41); the other b
 by 1.00-1.5x. The eq. is applied as written; see docs/benchmark.md (same-family) for the
 measured effect.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -41,8 +42,14 @@ class SRBInfo:
 
     def to_json(self) -> dict:
         """JSON-friendly dict."""
-        return {"c_star": self.c_star, "sigma_c": self.sigma_c, "rank": self.rank, "raised": self.raised,
-                "norm_before": self.norm_before, "norm_after": self.norm_after}
+        return {
+            "c_star": self.c_star,
+            "sigma_c": self.sigma_c,
+            "rank": self.rank,
+            "raised": self.raised,
+            "norm_before": self.norm_before,
+            "norm_after": self.norm_after,
+        }
 
 
 def threshold_index(sigma: np.ndarray, beta: float) -> int:
@@ -67,7 +74,9 @@ def rebalanced_singular_values(sigma: np.ndarray, beta: float) -> np.ndarray:
     return np.maximum(s, s[threshold_index(s, beta)])
 
 
-def srb_block(delta: np.ndarray, beta: float, out: np.ndarray | None = None) -> tuple[np.ndarray, SRBInfo]:
+def srb_block(
+    delta: np.ndarray, beta: float, out: np.ndarray | None = None
+) -> tuple[np.ndarray, SRBInfo]:
     """Rebalance one 2-D update block; writes into `out` (may be `delta` itself) when given."""
     if delta.ndim != 2:
         raise ValueError(f"SRB needs a 2-D block, got shape {delta.shape}")
@@ -81,17 +90,21 @@ def srb_block(delta: np.ndarray, beta: float, out: np.ndarray | None = None) -> 
         return out, SRBInfo(0, 0.0, 0, 0, norm_before, norm_before)
     U, s, Vt = scipy.linalg.svd(d, full_matrices=False, lapack_driver="gesdd", check_finite=False)
     c = threshold_index(s, beta)
-    tail = s[c] - s[c + 1:]
+    tail = s[c] - s[c + 1 :]
     raised = int(np.count_nonzero(tail > 0))
     if raised:
         # Only sigma_{c*+1..R} change: add U_tail diag(sigma_c* - sigma_i) V_tail^T in place.
-        out += (U[:, c + 1:] * tail.astype(U.dtype)) @ Vt[c + 1:]
+        out += (U[:, c + 1 :] * tail.astype(U.dtype)) @ Vt[c + 1 :]
     rank = int(np.count_nonzero(s > s[0] * max(d.shape) * np.finfo(np.float32).eps))
     return out, SRBInfo(c + 1, float(s[c]), rank, raised, norm_before, float(np.linalg.norm(out)))
 
 
-def eligible_blocks(manifest: Manifest, prefixes: Sequence[str] | None = None, min_dim: int = 2,
-                    exclude: Sequence[str] = ()) -> list[str]:
+def eligible_blocks(
+    manifest: Manifest,
+    prefixes: Sequence[str] | None = None,
+    min_dim: int = 2,
+    exclude: Sequence[str] = (),
+) -> list[str]:
     """Names of 2-D weight matrices SRB applies to (both dims >= min_dim, optional name prefixes)."""
     pre = tuple(prefixes) if prefixes else None
     exc = tuple(exclude)
@@ -107,7 +120,9 @@ def eligible_blocks(manifest: Manifest, prefixes: Sequence[str] | None = None, m
     return out
 
 
-def apply_srb(delta_flat: np.ndarray, manifest: Manifest, beta: float, blocks: Sequence[str]) -> dict[str, SRBInfo]:
+def apply_srb(
+    delta_flat: np.ndarray, manifest: Manifest, beta: float, blocks: Sequence[str]
+) -> dict[str, SRBInfo]:
     """Rebalance the named blocks of a flat update vector in place; returns per-block info."""
     offs = offsets(manifest)
     shapes = {s.name: s.shape for s in manifest}

@@ -4,6 +4,7 @@ An episode is a time-aligned set of observation arrays plus the commanded action
 saved as an uncompressed ``.npz`` written with ``allow_pickle=False`` (no code runs on
 load) next to the MCAP recording it came from, so training never re-decodes images.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ OBJECT_STATE_DIM = 32
 # task extras (Stack's cubeA->cubeB vector, PickPlaceCan's bin position) follow, then zeros.
 OBJECT_STRIDE = 10
 OBJECT_FIELDS = {"pos": slice(0, 3), "quat": slice(3, 7), "eef_to_obj": slice(7, 10)}
-OBJECT_QUAT_SLOTS = tuple(i for i in range(OBJECT_STATE_DIM)
-                          if OBJECT_FIELDS["quat"].start <= i % OBJECT_STRIDE < OBJECT_FIELDS["quat"].stop)
+OBJECT_QUAT_SLOTS = tuple(
+    i
+    for i in range(OBJECT_STATE_DIM)
+    if OBJECT_FIELDS["quat"].start <= i % OBJECT_STRIDE < OBJECT_FIELDS["quat"].stop
+)
 
 # Observation keys (shapes per time step). Images are HxWx3 uint8, upright (row 0 = top).
 AGENTVIEW_IMAGE = "agentview_image"
@@ -66,7 +70,8 @@ class Episode:
         for key, value in self.observations.items():
             if len(value) != length:
                 raise ValueError(
-                    f"observation {key!r} has {len(value)} steps but actions have {length}")
+                    f"observation {key!r} has {len(value)} steps but actions have {length}"
+                )
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -75,8 +80,12 @@ class Episode:
         """Write the episode as ``.npz`` (no pickle); returns the path written."""
         path = Path(path)
         meta = {
-            "task": self.task, "instruction": self.instruction, "variation": self.variation,
-            "robot_id": self.robot_id, "success": self.success, "metadata": self.metadata,
+            "task": self.task,
+            "instruction": self.instruction,
+            "variation": self.variation,
+            "robot_id": self.robot_id,
+            "success": self.success,
+            "metadata": self.metadata,
         }
         arrays = {f"obs/{k}": v for k, v in self.observations.items()}
         arrays["actions"] = self.actions
@@ -92,9 +101,15 @@ class Episode:
         """Read an episode written by :meth:`save` (allow_pickle=False)."""
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(bytes(data["meta_json"]).decode())
-            obs = {k[len("obs/"):]: data[k] for k in data.files if k.startswith("obs/")}
+            obs = {k[len("obs/") :]: data[k] for k in data.files if k.startswith("obs/")}
             actions = data["actions"]
-        return cls(task=meta["task"], instruction=meta["instruction"], observations=obs,
-                   actions=actions, variation=meta.get("variation", "default"),
-                   robot_id=meta.get("robot_id", ""), success=bool(meta.get("success", True)),
-                   metadata=dict(meta.get("metadata", {})))
+        return cls(
+            task=meta["task"],
+            instruction=meta["instruction"],
+            observations=obs,
+            actions=actions,
+            variation=meta.get("variation", "default"),
+            robot_id=meta.get("robot_id", ""),
+            success=bool(meta.get("success", True)),
+            metadata=dict(meta.get("metadata", {})),
+        )

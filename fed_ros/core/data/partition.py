@@ -13,6 +13,7 @@ manifests. k-means and the paper's other diagnostics (Adjusted Rand Index, silho
 stability across k-means seeds) are in :mod:`fed_ros.core.clustering.kmeans`.
 numpy/scipy only (core layer: no torch).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,17 +23,27 @@ from typing import Sequence
 
 import numpy as np
 
-from fed_ros.core.clustering.kmeans import (KMeansResult, encode_groups, kmeans)
+from fed_ros.core.clustering.kmeans import KMeansResult, encode_groups, kmeans
 
 __all__ = [
-    "Partition", "dirichlet_proportions", "quantity_skew_sizes", "dirichlet_split", "task_split",
-    "embedding_split", "quantity_skew_split", "environment_plan", "composition_table",
+    "Partition",
+    "dirichlet_proportions",
+    "quantity_skew_sizes",
+    "dirichlet_split",
+    "task_split",
+    "embedding_split",
+    "quantity_skew_split",
+    "environment_plan",
+    "composition_table",
 ]
 
 
 def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float, np.floating, np.integer)) and math.isfinite(value)
-            and value > 0):
+    if not (
+        isinstance(value, (int, float, np.floating, np.integer))
+        and math.isfinite(value)
+        and value > 0
+    ):
         raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
@@ -84,8 +95,10 @@ class Partition:
     def to_json(self) -> dict:
         """JSON-able description (used for per-robot manifests)."""
         return {
-            "kind": self.kind, "alpha": None if math.isinf(self.alpha) else self.alpha,
-            "seed": self.seed, "group_names": list(self.group_names),
+            "kind": self.kind,
+            "alpha": None if math.isinf(self.alpha) else self.alpha,
+            "seed": self.seed,
+            "group_names": list(self.group_names),
             "indices": [i.tolist() for i in self.indices],
             "proportions": self.proportions.round(6).tolist(),
             "counts": self.counts().tolist(),
@@ -95,8 +108,9 @@ class Partition:
 # --------------------------------------------------------------------------- sampling
 
 
-def dirichlet_proportions(alpha: float, prior: np.ndarray, num_robots: int,
-                          rng: np.random.Generator) -> np.ndarray:
+def dirichlet_proportions(
+    alpha: float, prior: np.ndarray, num_robots: int, rng: np.random.Generator
+) -> np.ndarray:
     """Draw q_n ~ Dir(alpha * prior) for each robot; returns (num_robots, G), rows sum to 1.
 
     ``alpha = inf`` returns the prior itself (the IID limit). Very small concentrations
@@ -104,9 +118,16 @@ def dirichlet_proportions(alpha: float, prior: np.ndarray, num_robots: int,
     a group drawn from the prior, which is the distribution's alpha -> 0 limit.
     """
     prior = np.asarray(prior, dtype=np.float64)
-    if prior.ndim != 1 or prior.size == 0 or np.any(prior < 0) or not np.isfinite(prior).all() \
-            or prior.sum() <= 0:
-        raise ValueError(f"prior must be a non-negative 1-D vector with positive sum, got {prior!r}")
+    if (
+        prior.ndim != 1
+        or prior.size == 0
+        or np.any(prior < 0)
+        or not np.isfinite(prior).all()
+        or prior.sum() <= 0
+    ):
+        raise ValueError(
+            f"prior must be a non-negative 1-D vector with positive sum, got {prior!r}"
+        )
     _check_count("num_robots", num_robots)
     prior = prior / prior.sum()
     if math.isinf(alpha):
@@ -125,8 +146,9 @@ def dirichlet_proportions(alpha: float, prior: np.ndarray, num_robots: int,
     return q
 
 
-def quantity_skew_sizes(total: int, num_robots: int, beta: float, seed: int = 0,
-                        min_size: int = 1) -> np.ndarray:
+def quantity_skew_sizes(
+    total: int, num_robots: int, beta: float, seed: int = 0, min_size: int = 1
+) -> np.ndarray:
     """Robot dataset sizes with sum ``total`` drawn as total * Dir(beta) (inf: equal sizes)."""
     _check_count("num_robots", num_robots)
     _check_count("min_size", min_size, 0)
@@ -152,8 +174,14 @@ def _round_preserving_sum(x: np.ndarray) -> np.ndarray:
     return floor
 
 
-def dirichlet_split(groups: Sequence[object], num_robots: int, alpha: float, seed: int = 0,
-                    sizes: Sequence[int] | None = None, kind: str = "task") -> Partition:
+def dirichlet_split(
+    groups: Sequence[object],
+    num_robots: int,
+    alpha: float,
+    seed: int = 0,
+    sizes: Sequence[int] | None = None,
+    kind: str = "task",
+) -> Partition:
     """Split pool items across robots with per-robot group mixtures q_n ~ Dir(alpha * p_hat).
 
     Each robot n gets ``sizes[n]`` items (default: the pool divided evenly; all items are
@@ -175,7 +203,8 @@ def dirichlet_split(groups: Sequence[object], num_robots: int, alpha: float, see
         sizes_arr = np.asarray(list(sizes), dtype=np.int64)
         if sizes_arr.shape != (num_robots,) or np.any(sizes_arr < 0) or sizes_arr.sum() > n_items:
             raise ValueError(
-                f"sizes must be {num_robots} non-negative counts summing to <= {n_items}, got {list(sizes)}")
+                f"sizes must be {num_robots} non-negative counts summing to <= {n_items}, got {list(sizes)}"
+            )
     rng = np.random.default_rng(seed)
     n_groups = len(names)
     available = np.bincount(codes, minlength=n_groups)
@@ -187,15 +216,23 @@ def dirichlet_split(groups: Sequence[object], num_robots: int, alpha: float, see
         items = rng.permutation(np.flatnonzero(codes == g))
         start = 0
         for n in range(num_robots):
-            taken[n].extend(items[start:start + alloc[n, g]].tolist())
+            taken[n].extend(items[start : start + alloc[n, g]].tolist())
             start += alloc[n, g]
     indices = tuple(np.sort(np.array(t, dtype=np.int64)) for t in taken)
-    return Partition(indices=indices, groups=codes, group_names=names, proportions=q,
-                     alpha=float(alpha), seed=int(seed), kind=kind)
+    return Partition(
+        indices=indices,
+        groups=codes,
+        group_names=names,
+        proportions=q,
+        alpha=float(alpha),
+        seed=int(seed),
+        kind=kind,
+    )
 
 
-def _allocate(q: np.ndarray, sizes: np.ndarray, available: np.ndarray,
-              rng: np.random.Generator) -> np.ndarray:
+def _allocate(
+    q: np.ndarray, sizes: np.ndarray, available: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """(robots, groups) integer counts following q row-wise, within group availability."""
     remaining = available.astype(np.int64).copy()
     need = sizes.astype(np.int64).copy()
@@ -205,8 +242,9 @@ def _allocate(q: np.ndarray, sizes: np.ndarray, available: np.ndarray,
         empty = w.sum(1) <= 0
         # Rows with no mass left on a non-empty group take from what remains.
         w[empty] = remaining.astype(np.float64)
-        want = np.stack([_round_preserving_sum(need[n] * w[n] / w[n].sum())
-                         for n in range(len(need))])
+        want = np.stack(
+            [_round_preserving_sum(need[n] * w[n] / w[n].sum()) for n in range(len(need))]
+        )
         for g in np.flatnonzero(want.sum(0) > remaining):
             # Over-subscribed group: every robot's claim shrinks by the same factor, so no
             # robot is favoured; the unmet part is re-spread in the next pass.
@@ -222,15 +260,26 @@ def _allocate(q: np.ndarray, sizes: np.ndarray, available: np.ndarray,
     return alloc
 
 
-def task_split(tasks: Sequence[str], num_robots: int, alpha: float, seed: int = 0,
-               sizes: Sequence[int] | None = None) -> Partition:
+def task_split(
+    tasks: Sequence[str],
+    num_robots: int,
+    alpha: float,
+    seed: int = 0,
+    sizes: Sequence[int] | None = None,
+) -> Partition:
     """Task/label-based Dirichlet split: groups are the items' task (or variation) labels."""
     return dirichlet_split(tasks, num_robots, alpha, seed=seed, sizes=sizes, kind="task")
 
 
-def embedding_split(embeddings: np.ndarray, num_robots: int, alpha: float, k: int = 16,
-                    seed: int = 0, sizes: Sequence[int] | None = None,
-                    n_init: int = 4) -> tuple[Partition, "KMeansResult"]:
+def embedding_split(
+    embeddings: np.ndarray,
+    num_robots: int,
+    alpha: float,
+    k: int = 16,
+    seed: int = 0,
+    sizes: Sequence[int] | None = None,
+    n_init: int = 4,
+) -> tuple[Partition, "KMeansResult"]:
     """Embedding-based split: k-means over (N, D) embeddings, then Dir(alpha * p_hat) over clusters."""
     km = kmeans(embeddings, k, seed=seed, n_init=n_init)
     part = dirichlet_split(km.labels, num_robots, alpha, seed=seed, sizes=sizes, kind="embedding")
@@ -238,22 +287,31 @@ def embedding_split(embeddings: np.ndarray, num_robots: int, alpha: float, k: in
     return part, km
 
 
-def quantity_skew_split(n_items: int, num_robots: int, beta: float, seed: int = 0,
-                        min_size: int = 1) -> Partition:
+def quantity_skew_split(
+    n_items: int, num_robots: int, beta: float, seed: int = 0, min_size: int = 1
+) -> Partition:
     """IID content with skewed robot dataset sizes (sizes ~ n_items * Dir(beta))."""
     sizes = quantity_skew_sizes(n_items, num_robots, beta, seed=seed, min_size=min_size)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_items)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    indices = tuple(np.sort(perm[bounds[n]:bounds[n + 1]]) for n in range(num_robots))
+    indices = tuple(np.sort(perm[bounds[n] : bounds[n + 1]]) for n in range(num_robots))
     groups = np.zeros(n_items, dtype=np.int64)
     props = np.ones((num_robots, 1))
-    return Partition(indices=indices, groups=groups, group_names=("all",), proportions=props,
-                     alpha=math.inf, seed=int(seed), kind="quantity")
+    return Partition(
+        indices=indices,
+        groups=groups,
+        group_names=("all",),
+        proportions=props,
+        alpha=math.inf,
+        seed=int(seed),
+        kind="quantity",
+    )
 
 
-def environment_plan(num_robots: int, variations: Sequence[str], seed: int = 0,
-                     shuffle: bool = False) -> list[str]:
+def environment_plan(
+    num_robots: int, variations: Sequence[str], seed: int = 0, shuffle: bool = False
+) -> list[str]:
     """Clustered feature skew: assign robots to simulator variations in balanced latent groups.
 
     Robot n gets ``variations[n % len(variations)]`` (or a seeded permutation of that when
@@ -270,8 +328,9 @@ def environment_plan(num_robots: int, variations: Sequence[str], seed: int = 0,
     return plan
 
 
-def composition_table(partition: Partition, robot_ids: Sequence[str] | None = None,
-                      fractions: bool = False) -> str:
+def composition_table(
+    partition: Partition, robot_ids: Sequence[str] | None = None, fractions: bool = False
+) -> str:
     """Markdown table: one row per robot, one column per group, plus the total."""
     counts = partition.counts()
     ids = list(robot_ids) if robot_ids is not None else [f"robot_{n}" for n in range(len(counts))]
@@ -298,12 +357,17 @@ def partition_manifest(partition: Partition, robot_index: int, items: Sequence[s
         raise ValueError(f"items has {len(items)} entries for a pool of {len(partition.groups)}")
     idx = partition.indices[robot_index]
     counts = partition.counts()[robot_index]
-    return json.dumps({
-        "robot_index": robot_index, "kind": partition.kind,
-        "alpha": None if math.isinf(partition.alpha) else partition.alpha,
-        "seed": partition.seed,
-        "items": [items[i] for i in idx],
-        "groups": {name: int(c) for name, c in zip(partition.group_names, counts)},
-        "proportions": dict(zip(partition.group_names,
-                                partition.proportions[robot_index].round(6).tolist())),
-    }, indent=2)
+    return json.dumps(
+        {
+            "robot_index": robot_index,
+            "kind": partition.kind,
+            "alpha": None if math.isinf(partition.alpha) else partition.alpha,
+            "seed": partition.seed,
+            "items": [items[i] for i in idx],
+            "groups": {name: int(c) for name, c in zip(partition.group_names, counts)},
+            "proportions": dict(
+                zip(partition.group_names, partition.proportions[robot_index].round(6).tolist())
+            ),
+        },
+        indent=2,
+    )

@@ -6,14 +6,23 @@ stale or future round, stale base model, late, duplicate), records acceptances a
 rejections with their reasons, and decides at time ``now`` whether to wait, proceed (every
 participant answered, or a quorum by the deadline, stragglers dropped) or abandon.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from fed_ros.core.checks.decisions import (ACCEPTED, DUPLICATE, Decision, FUTURE, LATE, NOT_PARTICIPANT,
-                                           STALE_BASE, STALE_ROUND)
+from fed_ros.core.checks.decisions import (
+    ACCEPTED,
+    DUPLICATE,
+    Decision,
+    FUTURE,
+    LATE,
+    NOT_PARTICIPANT,
+    STALE_BASE,
+    STALE_ROUND,
+)
 from fed_ros.core.rounds.config import Membership, RoundConfig
 
 # Stage names match fed_ros.ros.wire.conversions.STAGES (RoundAnnouncement.STAGE_*).
@@ -67,31 +76,57 @@ class StageCollector:
         self.answers: dict[str, Any] = dict(carried or {})
         self.carried: set[str] = set(self.answers)
         self.rejections: list[tuple[str, str]] = []  # participants only: the report's reasons
-        self.rejected = 0  # every rejection, whoever sent it (unknown senders leave only this count)
+        self.rejected = (
+            0  # every rejection, whoever sent it (unknown senders leave only this count)
+        )
         # Participants that said why they will not answer (e.g. a new arm still waiting for its
         # demonstrations): shown in the report, not counted as rejections, no answer either.
         self.declined: dict[str, str] = {}
 
-    def check(self, robot_id: str, round_idx: int, now: float, base_round: int | None = None) -> Decision:
+    def check(
+        self, robot_id: str, round_idx: int, now: float, base_round: int | None = None
+    ) -> Decision:
         """Whether an answer from ``robot_id`` for ``round_idx`` may be accepted now."""
         plan = self.plan
         if robot_id not in plan.participants:
-            return Decision(False, reason=f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
-                           code=NOT_PARTICIPANT)
+            return Decision(
+                False,
+                reason=f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
+                code=NOT_PARTICIPANT,
+            )
         if round_idx < plan.round_idx:
-            return Decision(False, reason=f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
-                           code=STALE_ROUND)
+            return Decision(
+                False,
+                reason=f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
+                code=STALE_ROUND,
+            )
         if round_idx > plan.round_idx:
-            return Decision(False, reason=f"future round {round_idx}, current round is {plan.round_idx}", code=FUTURE)
+            return Decision(
+                False,
+                reason=f"future round {round_idx}, current round is {plan.round_idx}",
+                code=FUTURE,
+            )
         if base_round is not None and base_round != plan.round_idx:
-            return Decision(False, reason=f"stale base: trained from model version {base_round}, "
-                                  f"round {plan.round_idx} starts from version {plan.round_idx}", code=STALE_BASE)
+            return Decision(
+                False,
+                reason=f"stale base: trained from model version {base_round}, "
+                f"round {plan.round_idx} starts from version {plan.round_idx}",
+                code=STALE_BASE,
+            )
         if now > plan.deadline_s:
-            return Decision(False, reason=f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
-                                  f"of round {plan.round_idx}", code=LATE)
+            return Decision(
+                False,
+                reason=f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
+                f"of round {plan.round_idx}",
+                code=LATE,
+            )
         if robot_id in self.answers and robot_id not in self.carried:
-            return Decision(False, reason=f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
-                                  f"({plan.stage})", code=DUPLICATE)
+            return Decision(
+                False,
+                reason=f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
+                f"({plan.stage})",
+                code=DUPLICATE,
+            )
         return ACCEPTED
 
     def accept(self, robot_id: str, answer: Any) -> None:
@@ -122,7 +157,15 @@ class StageCollector:
         if now <= plan.deadline_s:
             return StageDecision("wait", answered, missing)
         if len(answered) >= plan.quorum:
-            return StageDecision("proceed", answered, missing,
-                            f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}")
-        return StageDecision("abandon", answered, missing,
-                        f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline")
+            return StageDecision(
+                "proceed",
+                answered,
+                missing,
+                f"deadline passed: {len(missing)} straggler(s) dropped: {', '.join(missing)}",
+            )
+        return StageDecision(
+            "abandon",
+            answered,
+            missing,
+            f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline",
+        )

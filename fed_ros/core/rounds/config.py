@@ -9,6 +9,7 @@ nothing in the benchmark, branches on the algorithm's name.
 Optional fields (``lr``, ``local_steps``, ``eval_episodes``) left unset mean "the robot's
 own setting"; everything else is decided by the strategy. Pure Python (no numpy).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,9 @@ def _number(name: str, value: Any, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"round config {name} must be a finite number, got {value!r}")
     if value < 0 or (positive and value == 0):
-        raise ValueError(f"round config {name} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+        raise ValueError(
+            f"round config {name} must be {'> 0' if positive else '>= 0'}, got {value!r}"
+        )
     return float(value)
 
 
@@ -77,8 +80,10 @@ class RoundConfig:
 
     def __post_init__(self) -> None:
         if self.version != ROUND_CONFIG_VERSION:
-            raise ValueError(f"round config version {self.version!r} is not supported "
-                             f"(this robot understands version {ROUND_CONFIG_VERSION})")
+            raise ValueError(
+                f"round config version {self.version!r} is not supported "
+                f"(this robot understands version {ROUND_CONFIG_VERSION})"
+            )
         for name in ("prox_mu", "lambda_sub", "lambda_act"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         for name in ("use_sub", "use_act", "pick_cluster"):
@@ -92,7 +97,9 @@ class RoundConfig:
         if self.eval_episodes is not None:
             _count("eval_episodes", self.eval_episodes, 1)
         if self.descriptor_kind not in DESCRIBE_KINDS:
-            raise ValueError(f"round config descriptor_kind {self.descriptor_kind!r} not in {DESCRIBE_KINDS}")
+            raise ValueError(
+                f"round config descriptor_kind {self.descriptor_kind!r} not in {DESCRIBE_KINDS}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly form (with ``version``)."""
@@ -104,8 +111,10 @@ class RoundConfig:
         if not isinstance(data, Mapping):
             raise ValueError(f"round config must be a mapping, got {type(data).__name__}")
         if data.get("version") != ROUND_CONFIG_VERSION:
-            raise ValueError(f"round config version {data.get('version')!r} is not supported "
-                             f"(this robot understands version {ROUND_CONFIG_VERSION})")
+            raise ValueError(
+                f"round config version {data.get('version')!r} is not supported "
+                f"(this robot understands version {ROUND_CONFIG_VERSION})"
+            )
         known = set(RoundConfig.__dataclass_fields__)
         unknown = sorted(set(data) - known)
         if unknown:
@@ -122,6 +131,8 @@ class RobotInstruction:
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, RoundConfig):
-            raise ValueError(f"instruction config must be a RoundConfig, got {type(self.config).__name__}")
+            raise ValueError(
+                f"instruction config must be a RoundConfig, got {type(self.config).__name__}"
+            )
         if not self.membership or not any(w > 0 for _, w in self.membership):
             raise ValueError(f"membership {self.membership!r} has no cluster with weight > 0")

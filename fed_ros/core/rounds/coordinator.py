@@ -9,30 +9,50 @@ unchanged), running the strategy, committing to the model store BEFORE anything 
 published, and resuming from the last committed round.
 
 Times are plain float seconds from the caller's clock (the node passes ROS time), so the
-tests drive the machine with a fake clock.
+tests drive the machine with a fake clock. The state lives here; the rules it applies are
+beside it: ``settings`` (RoundSettings), ``answers`` (each answer's admission),
+``announcements`` (what a plan holds), ``report`` (the outcome), ``roster``, ``collect``.
 """
+
 from __future__ import annotations
 
-import json
-import math
-import os
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from fed_ros.core.checks.decisions import Decision
+from fed_ros.core.rounds.announcements import evaluation_plan, stage_plan
+from fed_ros.core.rounds.answers import (
+    CarriedAnswers,
+    admit_decline,
+    admit_descriptor,
+    admit_metrics,
+    admit_update,
+    check_update_header,
+    drop_updates_without_descriptor,
+    keep_descriptors,
+    record_success_rates,
+)
+from fed_ros.core.rounds.collect import (
+    DESCRIBE,
+    DONE,
+    EVALUATE,
+    RoundPlan,
+    SCORE,
+    StageCollector,
+    StageDecision,
+    TRAIN,
+)
 from fed_ros.core.rounds.config import Membership, RobotInstruction, RoundConfig
-from fed_ros.core.checks.decisions import ACCEPTED, DESCRIPTOR, Decision, NO_ROUND, NUM_SAMPLES, OUT_OF_RANGE
+from fed_ros.core.rounds.report import RoundOutcome, completed_outcome, round_outcome
 from fed_ros.core.rounds.roster import Roster
-from fed_ros.core.rounds.collect import (DESCRIBE, DONE, EVALUATE, RoundPlan, SCORE, StageCollector,
-                                         StageDecision, TRAIN, quorum_for)
-from fed_ros.core.rounds.report import (RoundOutcome, intra_cluster_similarity, round_outcome,
-                                        scalar_diagnostics)
+from fed_ros.core.rounds.settings import RoundSettings
 
 
 # ------------------------------------------------------------------- coordinator
+
 
 class StrategyLike(Protocol):
     """The part of fed_ros.core.strategies.base.Strategy the coordinator uses."""
@@ -40,43 +60,14 @@ class StrategyLike(Protocol):
     name: str
 
     def initialize(self, initial: Mapping[str, np.ndarray], robot_ids: Sequence[str]) -> None: ...
-    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, RobotInstruction]: ...
+    def configure_round(
+        self, round_idx: int, robot_ids: Sequence[str]
+    ) -> dict[str, RobotInstruction]: ...
     def needs_descriptors(self, round_idx: int) -> set[str]: ...
     def cluster_models(self) -> dict[int, Mapping[str, np.ndarray]]: ...
     def aggregate_round(self, round_idx: int, updates: list, descriptors: dict) -> Any: ...
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
     def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None: ...
-
-
-@dataclass(frozen=True)
-class RoundSettings:
-    """Round timing and quorum (from the server parameters)."""
-
-    algorithm: str
-    rounds: int
-    quorum_fraction: float = 0.75
-    min_quorum: int = 1
-    round_timeout_s: float = 600.0
-    max_attempts: int = 3
-    max_samples: int = 1_000_000
-    evaluate_every: int = 0  # rounds between closed-loop evaluations (0 = never)
-    eval_timeout_s: float = 600.0
-    eval_episodes: int = 2  # episodes per task a robot runs in an EVALUATE stage
-
-    def __post_init__(self) -> None:
-        if self.evaluate_every < 0:
-            raise ValueError(f"evaluate_every must be >= 0, got {self.evaluate_every}")
-        if self.eval_timeout_s <= 0:
-            raise ValueError(f"eval_timeout_s must be > 0, got {self.eval_timeout_s}")
-        if self.eval_episodes < 1:
-            raise ValueError(f"eval_episodes must be >= 1, got {self.eval_episodes}")
-        if self.rounds < 1:
-            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
-        if self.round_timeout_s <= 0:
-            raise ValueError(f"round_timeout_s must be > 0, got {self.round_timeout_s}")
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        quorum_for(1, self.quorum_fraction, self.min_quorum)  # validates both
 
 
 class RoundCoordinator:
@@ -88,9 +79,16 @@ class RoundCoordinator:
     committed to the store inside ``poll``, before the caller can publish anything.
     """
 
-    def __init__(self, strategy: StrategyLike, store: Any, settings: RoundSettings,
-                 initial_model: Mapping[str, np.ndarray], roster: Roster | None = None,
-                 clock=time.time, roster_file: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        strategy: StrategyLike,
+        store: Any,
+        settings: RoundSettings,
+        initial_model: Mapping[str, np.ndarray],
+        roster: Roster | None = None,
+        clock=time.time,
+        roster_file: str | Path | None = None,
+    ) -> None:
         self.strategy = strategy
         self.store = store
         self.settings = settings
@@ -121,8 +119,7 @@ class RoundCoordinator:
         self.end_requested = False
         self.held = False
         self.pending_outcome: RoundOutcome | None = None  # held while its models are evaluated
-        self._carry: dict[str, dict[str, Any]] = {}  # stage -> answers of this round's earlier attempts
-        self._carry_round = -1
+        self.carried = CarriedAnswers()  # answers of this round's earlier attempts
         self._initialized = False
         self._manifest = [(k, tuple(v.shape), str(v.dtype)) for k, v in self.initial_model.items()]
 
@@ -132,7 +129,7 @@ class RoundCoordinator:
         snap = self.store.load_latest()
         if snap is None:
             if self.roster_file is not None and self.roster_file.is_file():
-                self.roster.load_json(json.loads(self.roster_file.read_text(encoding="utf-8")))
+                self.roster.load_file(self.roster_file)
             return False
         self.strategy.load_state(snap.strategy_arrays, snap.strategy_meta)
         self.cluster_models = {int(c): dict(m) for c, m in snap.cluster_models.items()}
@@ -147,10 +144,7 @@ class RoundCoordinator:
         """Register a robot (Roster.register) and keep the roster on disk when it changed."""
         verdict = self.roster.register(robot_id, **capabilities)
         if verdict.accepted and self.roster_file is not None:
-            self.roster_file.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.roster_file.with_name(self.roster_file.name + ".tmp")
-            tmp.write_text(json.dumps(self.roster.to_json()), encoding="utf-8")
-            os.replace(tmp, self.roster_file)  # atomic: a kill leaves the old or the new roster
+            self.roster.save_file(self.roster_file)
         return verdict
 
     def _ensure_initialized(self, robot_ids: Sequence[str]) -> None:
@@ -188,7 +182,9 @@ class RoundCoordinator:
     def _configure(self, participants: Sequence[str]) -> None:
         """The strategy's instructions for this round: memberships and round configs."""
         instructions = self.strategy.configure_round(self.round_idx, participants)
-        self.memberships = {r: [(int(c), float(w)) for c, w in i.membership] for r, i in instructions.items()}
+        self.memberships = {
+            r: [(int(c), float(w)) for c, w in i.membership] for r, i in instructions.items()
+        }
         self.configs = {r: i.config for r, i in instructions.items()}
 
     def _fill_cluster_models(self) -> None:
@@ -197,37 +193,38 @@ class RoundCoordinator:
         needed = {c for m in self.memberships.values() for c, _ in m}
         missing = sorted(needed - set(models))
         if missing:
-            raise ValueError(f"strategy {self.strategy.name!r} names clusters {missing} it has no model for")
+            raise ValueError(
+                f"strategy {self.strategy.name!r} names clusters {missing} it has no model for"
+            )
         self.cluster_models = {int(c): dict(m) for c, m in models.items()}
 
     def _announce(self, stage: str, participants: Sequence[str], now: float) -> RoundPlan:
-        s = self.settings
-        plan = RoundPlan(
-            round_idx=self.round_idx, stage=stage, attempt=self.attempt,
-            deadline_s=now + s.round_timeout_s, algorithm=s.algorithm,
-            participants=tuple(participants),
-            memberships={r: self.memberships[r] for r in participants},
-            quorum=quorum_for(len(participants), s.quorum_fraction, s.min_quorum),
-            configs={r: self.configs[r] for r in participants if r in self.configs})
-        carried = {}
-        if self._carry_round == self.round_idx:
-            carried = {r: a for r, a in self._carry.get(stage, {}).items() if r in plan.participants}
-        self.collector = StageCollector(plan, carried)
+        plan = stage_plan(
+            self.settings,
+            self.round_idx,
+            stage,
+            self.attempt,
+            participants,
+            self.memberships,
+            self.configs,
+            now,
+        )
+        self.collector = StageCollector(plan, self.carried.for_plan(plan))
         return plan
-
-    def _keep_answers(self, col: StageCollector) -> None:
-        """Remember a stage's valid answers for a re-announcement of the same round."""
-        if self._carry_round != col.plan.round_idx:
-            self._carry, self._carry_round = {}, col.plan.round_idx
-        self._carry[col.plan.stage] = dict(col.answers)
 
     def done_plan(self, now: float) -> RoundPlan:
         """The STAGE_DONE announcement (federation finished; robots keep their models)."""
         ids = self.roster.ids
-        return RoundPlan(round_idx=self.round_idx, stage=DONE, attempt=0, deadline_s=now,
-                         algorithm=self.settings.algorithm, participants=tuple(ids),
-                         memberships={r: self.memberships[r] for r in ids if r in self.memberships},
-                         quorum=0)
+        return RoundPlan(
+            round_idx=self.round_idx,
+            stage=DONE,
+            attempt=0,
+            deadline_s=now,
+            algorithm=self.settings.algorithm,
+            participants=tuple(ids),
+            memberships={r: self.memberships[r] for r in ids if r in self.memberships},
+            quorum=0,
+        )
 
     @property
     def current_plan(self) -> RoundPlan | None:
@@ -235,95 +232,49 @@ class RoundCoordinator:
         return self.collector.plan if self.collector else None
 
     # ------------------------------------------------------------------ answers
-    def check_update(self, robot_id: str, round_idx: int, base_round: int, now: float | None = None) -> Decision:
+    def check_update(
+        self, robot_id: str, round_idx: int, base_round: int, now: float | None = None
+    ) -> Decision:
         """Pre-check an update's header (before its bytes arrive); counts nothing.
 
-        The caller records a rejection once (:meth:`record_rejection`), whichever check refused it.
+        The caller records a rejection once (:meth:`record_rejection`), whichever check
+        refused it.
         """
         now = self.clock() if now is None else now
-        col = self.collector
-        if col is None or col.plan.stage != TRAIN:
-            stage = col.plan.stage if col else "none"
-            return Decision(False, reason=f"no training round is open (stage {stage}); update from {robot_id!r} rejected",
-                           code=NO_ROUND)
-        return col.check(robot_id, round_idx, now, base_round=base_round)
+        return check_update_header(self.collector, robot_id, round_idx, base_round, now)
 
     def record_rejection(self, robot_id: str, reason: str) -> None:
-        """Count a rejection decided elsewhere (transport, validation) in the open stage's report."""
+        """Count a rejection decided elsewhere (transport, validation) in the open stage's
+        report."""
         if self.collector is not None:
             self.collector.reject(robot_id, reason)
 
     def offer_update(self, update: Any, now: float | None = None) -> Decision:
-        """Check and record a core ClientUpdate (robot_id, params, num_samples, base_round, ...).
-
-        ``update.round_idx`` (attribute added by the node) names the round it answers.
-        """
+        """Check and record a core ClientUpdate (``answers.admit_update``)."""
         now = self.clock() if now is None else now
-        col = self.collector
-        rid = str(update.robot_id)
-        if col is None or col.plan.stage != TRAIN:
-            stage = col.plan.stage if col else "none"
-            return Decision(False, reason=f"no training round is open (stage {stage}); update from {rid!r} rejected",
-                           code=NO_ROUND)
-        # Tensors (manifest, finite values) were checked once by the transfer receiver.
-        verdict = col.check(rid, int(getattr(update, "round_idx", col.plan.round_idx)), now,
-                            base_round=int(update.base_round))
-        if verdict.accepted and int(update.num_samples) <= 0:
-            verdict = Decision(False, reason=f"update from {rid!r} claims {update.num_samples} samples", code=NUM_SAMPLES)
-        if not verdict.accepted:
-            return col.reject(rid, verdict.reason, verdict.code)
-        if update.num_samples > self.settings.max_samples:
-            update.num_samples = self.settings.max_samples  # self-reported counts are capped (V5)
-        col.accept(rid, update)
-        return ACCEPTED
+        return admit_update(self.collector, update, now, self.settings.max_samples)
 
-    def offer_descriptor(self, descriptor: Any, round_idx: int, now: float | None = None) -> Decision:
+    def offer_descriptor(
+        self, descriptor: Any, round_idx: int, now: float | None = None
+    ) -> Decision:
         """Check and record a core ClientDescriptor answering a DESCRIBE or SCORE stage."""
         now = self.clock() if now is None else now
-        col = self.collector
-        rid = str(descriptor.robot_id)
-        if col is None or col.plan.stage not in (DESCRIBE, SCORE):
-            stage = col.plan.stage if col else "none"
-            return Decision(False, reason=f"no descriptor stage is open (stage {stage}); descriptor from {rid!r} rejected",
-                           code=NO_ROUND)
-        verdict = col.check(rid, int(round_idx), now)
-        if not verdict.accepted:
-            # The code travels with the reason: the node audits descriptor verdicts by code.
-            return col.reject(rid, verdict.reason, verdict.code)
-        if descriptor.num_samples > self.settings.max_samples:
-            descriptor.num_samples = self.settings.max_samples
-        col.accept(rid, descriptor)
-        return ACCEPTED
+        return admit_descriptor(
+            self.collector, descriptor, round_idx, now, self.settings.max_samples
+        )
 
-    def offer_metrics(self, robot_id: str, success_rate: float, now: float | None = None) -> Decision:
+    def offer_metrics(
+        self, robot_id: str, success_rate: float, now: float | None = None
+    ) -> Decision:
         """Record a robot's closed-loop success rate answering an EVALUATE stage."""
         now = self.clock() if now is None else now
-        col = self.collector
-        if col is None or col.plan.stage != EVALUATE:
-            stage = col.plan.stage if col else "none"
-            return Decision(False, reason=f"no evaluation stage is open (stage {stage}); metrics from {robot_id!r} rejected",
-                            code=NO_ROUND)
-        verdict = col.check(robot_id, col.plan.round_idx, now)
-        if verdict.accepted and not (math.isfinite(success_rate) and 0.0 <= success_rate <= 1.0):
-            verdict = Decision(False, reason=f"success rate {success_rate!r} from {robot_id!r} is not in [0, 1]",
-                               code=OUT_OF_RANGE)
-        if not verdict.accepted:
-            return col.reject(robot_id, verdict.reason, verdict.code)
-        col.accept(robot_id, float(success_rate))
-        return ACCEPTED
+        return admit_metrics(self.collector, robot_id, success_rate, now)
 
     def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Decision:
-        """A participant's answer that it will not answer the open stage, with why (e.g. a robot
-        still waiting for its demonstrations). Only the reason is kept: the robot stays unanswered
-        and the quorum rules decide, as for any absent robot."""
+        """A participant's answer that it will not answer the open stage, with why
+        (``answers.admit_decline``)."""
         now = self.clock() if now is None else now
-        col = self.collector
-        if col is None:
-            return Decision(False, reason=f"no stage is open; decline from {robot_id!r} ignored", code=NO_ROUND)
-        verdict = col.check(robot_id, col.plan.round_idx, now)
-        if verdict.accepted:
-            col.decline(robot_id, reason)
-        return verdict
+        return admit_decline(self.collector, robot_id, reason, now)
 
     # --------------------------------------------------------------------- poll
     def poll(self, now: float | None = None) -> tuple[RoundPlan | None, RoundOutcome | None]:
@@ -342,66 +293,65 @@ class RoundCoordinator:
             return self._abandon(col, decision, now)
         # proceed
         if stage in (DESCRIBE, SCORE):
-            self._keep_answers(col)
-            for rid in decision.answered:
-                prev = self.descriptors.get(rid)
-                desc = col.answers[rid]
-                if prev is not None and not getattr(desc, "payload", b"") and getattr(prev, "payload", b""):
-                    desc.payload = prev.payload  # the SCORE answer keeps the DESCRIBE predictor
-                self.descriptors[rid] = desc
+            self.carried.keep(col)
+            keep_descriptors(self.descriptors, col.answers, decision.answered)
             nxt = self.stages[self.stages.index(stage) + 1]
             return self._announce(nxt, decision.answered, now), None
         return self._aggregate(col, decision, now)
 
-    def _abandon(self, col: StageCollector, decision: StageDecision, now: float
-                 ) -> tuple[RoundPlan | None, RoundOutcome]:
+    def _abandon(
+        self, col: StageCollector, decision: StageDecision, now: float
+    ) -> tuple[RoundPlan | None, RoundOutcome]:
         outcome = round_outcome(col, completed=False, status=f"abandoned: {decision.reason}")
         if col.plan.stage != EVALUATE:
-            self._keep_answers(col)
+            self.carried.keep(col)
         self.collector = None
         if self.attempt >= self.settings.max_attempts:
-            self.failed_reason = f"round {self.round_idx} abandoned {self.attempt} times: {decision.reason}"
+            self.failed_reason = (
+                f"round {self.round_idx} abandoned {self.attempt} times: {decision.reason}"
+            )
             # Robots are told the federation is over (STAGE_DONE) before the server gives up,
             # instead of waiting for a server that is gone.
             return self.done_plan(now), outcome
         return self._next_round(now), outcome
 
-    def _close_evaluation(self, col: StageCollector, now: float) -> tuple[RoundPlan | None, RoundOutcome | None]:
+    def _close_evaluation(
+        self, col: StageCollector, now: float
+    ) -> tuple[RoundPlan | None, RoundOutcome | None]:
         """Evaluation answered (or timed out): fill success rates into the held outcome, move on."""
         outcome, self.pending_outcome = self.pending_outcome, None
         self.collector = None
         if outcome is not None:
-            for robot in outcome.robots:
-                if robot.robot_id in col.answers:
-                    robot.success_rate = float(col.answers[robot.robot_id])
+            record_success_rates(outcome, col.answers)
         return self._next_round(now), outcome
 
     def _evaluation_plan(self, now: float) -> RoundPlan:
         """EVALUATE announcement for the models of the (new) current round."""
         participants = self.roster.ids
         self._configure(participants)
-        # The evaluation request travels in the round config like every other instruction.
-        episodes = self.settings.eval_episodes
-        plan = RoundPlan(round_idx=self.round_idx, stage=EVALUATE, attempt=0,
-                         deadline_s=now + self.settings.eval_timeout_s, algorithm=self.settings.algorithm,
-                         participants=tuple(participants),
-                         memberships={r: self.memberships[r] for r in participants}, quorum=0,
-                         configs={r: replace(self.configs[r], eval_episodes=episodes) for r in participants})
+        plan = evaluation_plan(
+            self.settings, self.round_idx, participants, self.memberships, self.configs, now
+        )
         self.collector = StageCollector(plan)
         return plan
 
-    def _aggregate(self, col: StageCollector, decision: StageDecision, now: float
-                   ) -> tuple[RoundPlan | None, RoundOutcome]:
+    def _aggregate(
+        self, col: StageCollector, decision: StageDecision, now: float
+    ) -> tuple[RoundPlan | None, RoundOutcome]:
         answered = list(decision.answered)
         if self.strategy.needs_descriptors(self.round_idx):
-            # A robot whose descriptor did not arrive cannot be clustered this round.
-            for rid in [r for r in answered if r not in self.descriptors]:
-                answered.remove(rid)
-                col.reject(rid, f"update from {rid!r} dropped: no descriptor this round", DESCRIPTOR)
-                del col.answers[rid]
+            answered = drop_updates_without_descriptor(col, answered, self.descriptors)
             if len(answered) < col.plan.quorum:
-                return self._abandon(col, StageDecision("abandon", tuple(answered), decision.stragglers,
-                                                   "below quorum after dropping robots without descriptors"), now)
+                return self._abandon(
+                    col,
+                    StageDecision(
+                        "abandon",
+                        tuple(answered),
+                        decision.stragglers,
+                        "below quorum after dropping robots without descriptors",
+                    ),
+                    now,
+                )
         updates = [col.answers[r] for r in answered]
         descriptors = {r: d for r, d in self.descriptors.items() if r in answered}
         t0 = time.perf_counter()
@@ -409,27 +359,33 @@ class RoundCoordinator:
             result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
         except ValueError as exc:
             # The strategy refused these inputs: the round is abandoned, models stay unchanged.
-            return self._abandon(col, StageDecision("abandon", tuple(answered), decision.stragglers,
-                                               f"aggregation refused: {exc}"), now)
+            return self._abandon(
+                col,
+                StageDecision(
+                    "abandon", tuple(answered), decision.stragglers, f"aggregation refused: {exc}"
+                ),
+                now,
+            )
         seconds = time.perf_counter() - t0
         # Commit point of the round: nothing about round r+1 is visible before this returns.
-        self.store.commit(self.round_idx, result.cluster_models, result.assignments,
-                          self.strategy.state(),
-                          {"roster": self.roster.to_json(), "algorithm": self.settings.algorithm,
-                           "accepted": answered, "stragglers": list(decision.stragglers)})
+        self.store.commit(
+            self.round_idx,
+            result.cluster_models,
+            result.assignments,
+            self.strategy.state(),
+            {
+                "roster": self.roster.to_json(),
+                "algorithm": self.settings.algorithm,
+                "accepted": answered,
+                "stragglers": list(decision.stragglers),
+            },
+        )
         old = self.cluster_models
         self.cluster_models = {int(c): dict(m) for c, m in result.cluster_models.items()}
         self.memberships = {r: list(m) for r, m in result.assignments.items()}
-        status = "completed" + (f" ({decision.reason})" if decision.reason else "")
-        outcome = round_outcome(col, completed=True, status=status, assignments=result.assignments)
-        outcome.aggregation_seconds = seconds
-        outcome.diagnostics = scalar_diagnostics(getattr(result, "diagnostics", {}) or {})
-        outcome.cluster_intra_similarity = intra_cluster_similarity(
-            {u.robot_id: u.params for u in updates}, self.initial_model, outcome.clusters)
-        for cid, model in self.cluster_models.items():
-            if cid in old:
-                outcome.cluster_update_norms[cid] = float(math.sqrt(sum(
-                    float(np.sum((model[k].astype(np.float64) - old[cid][k]) ** 2)) for k in model)))
+        outcome = completed_outcome(
+            col, decision.reason, result, seconds, updates, self.initial_model, old
+        )
         self.collector = None
         self.round_idx += 1
         self.attempt = 0

@@ -1,6 +1,7 @@
 """Delivery bookkeeping of model transfers: acknowledgements, re-sends, idempotent receipt.
 
-Pure logic (no ROS), used by the transfer objects in ``fed_ros/ros/wire/transfer.py``:
+Pure logic (no ROS), used by the transfer objects in ``fed_ros/ros/wire/transfer.py`` and
+``transfer_receiver.py``:
 
 - ``RetrySchedule``: when an unacknowledged payload is sent again (exponential, capped).
 - ``Outbox`` (sending side, e.g. a robot's update): what was sent and not yet acknowledged,
@@ -8,6 +9,7 @@ Pure logic (no ROS), used by the transfer objects in ``fed_ros/ros/wire/transfer
 - ``Ledger`` (receiving side, e.g. the server): the decision on each payload id, so a
   re-send of a decided payload is answered with the same decision and never applied twice.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,7 +35,9 @@ class RetrySchedule:
         if not self.factor >= 1:
             raise ValueError(f"RetrySchedule.factor must be >= 1, got {self.factor}")
         if not self.max_s >= self.first_s:
-            raise ValueError(f"RetrySchedule.max_s must be >= first_s ({self.first_s}), got {self.max_s}")
+            raise ValueError(
+                f"RetrySchedule.max_s must be >= first_s ({self.first_s}), got {self.max_s}"
+            )
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after send number ``attempt`` (1 = the first send) before the next."""
@@ -57,9 +61,14 @@ class OutboxEntry:
 
 
 class Outbox:
-    """Sending side: payloads sent and not yet acknowledged; re-sends on a schedule until the deadline."""
+    """Sending side: payloads sent and not yet acknowledged.
 
-    def __init__(self, schedule: RetrySchedule | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    Each is re-sent on a schedule until the deadline.
+    """
+
+    def __init__(
+        self, schedule: RetrySchedule | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.schedule = schedule or RetrySchedule()
         self._clock = clock
         self._entries: dict[int, OutboxEntry] = {}
@@ -69,8 +78,14 @@ class Outbox:
         if not payload_id:
             raise ValueError("payload_id must not be empty")
         now = self._clock()
-        entry = OutboxEntry(round_idx=int(round_idx), payload_id=payload_id, item=item, deadline=float(deadline),
-                            next_due=now + self.schedule.delay(1), added_at=now)
+        entry = OutboxEntry(
+            round_idx=int(round_idx),
+            payload_id=payload_id,
+            item=item,
+            deadline=float(deadline),
+            next_due=now + self.schedule.delay(1),
+            added_at=now,
+        )
         self._entries[int(round_idx)] = entry
         return entry
 
@@ -79,7 +94,10 @@ class Outbox:
         return self._entries.get(int(round_idx))
 
     def acknowledge(self, payload_id: str, decision: Decision) -> OutboxEntry | None:
-        """Record the receiver's decision; returns the entry the first time, None if unknown or repeated."""
+        """Record the receiver's decision.
+
+        Returns the entry the first time, None if unknown or repeated.
+        """
         for entry in self._entries.values():
             if entry.payload_id == payload_id:
                 if entry.decision is not None:
@@ -88,7 +106,9 @@ class Outbox:
                 return entry
         return None
 
-    def reopen(self, round_idx: int, payload_id: str, item: Any, deadline: float) -> OutboxEntry | None:
+    def reopen(
+        self, round_idx: int, payload_id: str, item: Any, deadline: float
+    ) -> OutboxEntry | None:
         """A re-announced round: the cached entry goes out again under a new id (same payload)."""
         entry = self._entries.get(int(round_idx))
         if entry is None:
@@ -111,7 +131,9 @@ class Outbox:
             out.append(entry)
         return out
 
-    def expedite(self, now: float | None = None, added_before: float | None = None) -> list[OutboxEntry]:
+    def expedite(
+        self, now: float | None = None, added_before: float | None = None
+    ) -> list[OutboxEntry]:
         """The receiver is reachable again (e.g. re-matched after a link outage longer than the
         DDS lease): unacknowledged entries are due now and their back-off starts over, so the
         update goes out at once and a lost acknowledgement is retried after ``first_s``, not
@@ -157,7 +179,10 @@ class Ledger:
             self._decisions.popitem(last=False)
 
     def reopen(self, round_idx: int) -> None:
-        """A round is announced again (its earlier attempt was abandoned): its payloads are collected fresh."""
+        """A round is announced again: its payloads are collected fresh.
+
+        Its earlier attempt was abandoned.
+        """
         for pid in [p for p, (r, _) in self._decisions.items() if r == int(round_idx)]:
             del self._decisions[pid]
 

@@ -12,6 +12,7 @@ Steps the server reaches: ``update_accepted`` (fed_ros/ros/nodes/server_updates.
 ModelStore commit step (``begin``, ``written:<file>``, ``renamed:<file>``, ``synced:<file>``,
 ``written:manifest`` ... ``committed``; fed_ros/core/rounds/store.py).
 """
+
 from __future__ import annotations
 
 import os

@@ -2,10 +2,13 @@
 
 :class:`RoundOutcome` with a :class:`RobotOutcome` line per participant (built from a stage's
 collector by :func:`round_outcome`), and the round metrics: the strategy's diagnostics
-flattened to scalars, each cluster's members, and the members' update similarity.
+flattened to scalars, each cluster's members, the members' update similarity and how far
+each cluster's model moved.
 """
+
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -13,6 +16,7 @@ import numpy as np
 
 from fed_ros.core.rounds.collect import StageCollector
 from fed_ros.core.rounds.config import Membership
+
 
 @dataclass
 class RobotOutcome:
@@ -58,24 +62,37 @@ def scalar_diagnostics(diag: Mapping[str, Any], prefix: str = "") -> dict[str, f
             out[name] = float(value)
         elif isinstance(value, Mapping):
             out.update(scalar_diagnostics(value, prefix=f"{name}."))
-        elif isinstance(value, (list, tuple)) and value and all(
-                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value):
+        elif (
+            isinstance(value, (list, tuple))
+            and value
+            and all(
+                isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                for v in value
+            )
+        ):
             for i, v in enumerate(value):
                 out[f"{name}[{i}]"] = float(v)
     return out
 
 
-def intra_cluster_similarity(params: Mapping[str, Mapping[str, np.ndarray]], initial: Mapping[str, np.ndarray],
-                             clusters: Mapping[int, Sequence[str]]) -> dict[int, float]:
-    """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0) per cluster.
+def intra_cluster_similarity(
+    params: Mapping[str, Mapping[str, np.ndarray]],
+    initial: Mapping[str, np.ndarray],
+    clusters: Mapping[int, Sequence[str]],
+) -> dict[int, float]:
+    """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0), per
+    cluster.
 
     NaN for clusters with fewer than two members that sent an update this round.
     """
     base = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial.values()])
     out: dict[int, float] = {}
     for cid, members in clusters.items():
-        rows = [np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
-                for rid in members if (p := params.get(rid)) is not None]
+        rows = [
+            np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
+            for rid in members
+            if (p := params.get(rid)) is not None
+        ]
         if len(rows) < 2:
             out[cid] = float("nan")
             continue
@@ -88,6 +105,24 @@ def intra_cluster_similarity(params: Mapping[str, Mapping[str, np.ndarray]], ini
     return out
 
 
+def cluster_update_norms(
+    new: Mapping[int, Mapping[str, np.ndarray]], old: Mapping[int, Mapping[str, np.ndarray]]
+) -> dict[int, float]:
+    """L2 norm (float64) of each cluster model's change; clusters new this round have none."""
+    out: dict[int, float] = {}
+    for cid, model in new.items():
+        if cid in old:
+            out[cid] = float(
+                math.sqrt(
+                    sum(
+                        float(np.sum((model[k].astype(np.float64) - old[cid][k]) ** 2))
+                        for k in model
+                    )
+                )
+            )
+    return out
+
+
 def members_of(assignments: Mapping[str, Membership]) -> dict[int, list[str]]:
     clusters: dict[int, list[str]] = {}
     for rid in sorted(assignments):
@@ -97,9 +132,14 @@ def members_of(assignments: Mapping[str, Membership]) -> dict[int, list[str]]:
     return clusters
 
 
-def round_outcome(col: StageCollector, completed: bool, status: str,
-                  assignments: Mapping[str, Membership] | None = None) -> RoundOutcome:
-    """The report of a closed stage: per-robot lines (accepted, losses, the reason when not), counts, clusters."""
+def round_outcome(
+    col: StageCollector,
+    completed: bool,
+    status: str,
+    assignments: Mapping[str, Membership] | None = None,
+) -> RoundOutcome:
+    """The report of a closed stage: per-robot lines (accepted, losses, the reason when not),
+    counts, clusters."""
     plan = col.plan
     reasons: dict[str, str] = {}
     for rid, reason in col.rejections:
@@ -111,21 +151,61 @@ def round_outcome(col: StageCollector, completed: bool, status: str,
     for rid in plan.participants:
         upd = col.answers.get(rid)
         metrics = getattr(upd, "metrics", {}) or {}
-        robots.append(RobotOutcome(
-            robot_id=rid, cluster_ids=[int(c) for c, _ in assignments.get(rid, [])],
-            num_samples=int(getattr(upd, "num_samples", 0)),
-            train_loss=float(metrics.get("train_loss", float("nan"))),
-            val_loss=float(metrics.get("val_loss", float("nan"))),
-            accepted=completed and rid in col.answers,
-            reason=(reasons.get(rid, "") if rid not in col.answers else
-                    ("" if completed else "round abandoned")) or
-                   ("" if rid in col.answers else "straggler: no update by the deadline")))
+        robots.append(
+            RobotOutcome(
+                robot_id=rid,
+                cluster_ids=[int(c) for c, _ in assignments.get(rid, [])],
+                num_samples=int(getattr(upd, "num_samples", 0)),
+                train_loss=float(metrics.get("train_loss", float("nan"))),
+                val_loss=float(metrics.get("val_loss", float("nan"))),
+                accepted=completed and rid in col.answers,
+                reason=(
+                    reasons.get(rid, "")
+                    if rid not in col.answers
+                    else ("" if completed else "round abandoned")
+                )
+                or ("" if rid in col.answers else "straggler: no update by the deadline"),
+            )
+        )
     received = len(col.answers) + col.rejected
     return RoundOutcome(
-        round_idx=plan.round_idx, algorithm=plan.algorithm, completed=completed, status=status,
-        updates_received=received, updates_accepted=len(col.answers) if completed else 0,
-        updates_rejected=col.rejected, robots=robots,
-        clusters=members_of(assignments))
+        round_idx=plan.round_idx,
+        algorithm=plan.algorithm,
+        completed=completed,
+        status=status,
+        updates_received=received,
+        updates_accepted=len(col.answers) if completed else 0,
+        updates_rejected=col.rejected,
+        robots=robots,
+        clusters=members_of(assignments),
+    )
+
+
+def completed_outcome(
+    col: StageCollector,
+    reason: str,
+    result: Any,
+    seconds: float,
+    updates: Sequence[Any],
+    initial_model: Mapping[str, np.ndarray],
+    old_models: Mapping[int, Mapping[str, np.ndarray]],
+) -> RoundOutcome:
+    """The report of an aggregated round: its robots and clusters, how long aggregation took,
+    the strategy's diagnostics, the members' update similarity and how far each cluster moved.
+
+    ``result`` is the strategy's RoundResult (new cluster models, assignments, diagnostics),
+    ``updates`` the aggregated ClientUpdates, ``old_models`` the cluster models before.
+    """
+    status = "completed" + (f" ({reason})" if reason else "")
+    outcome = round_outcome(col, completed=True, status=status, assignments=result.assignments)
+    outcome.aggregation_seconds = seconds
+    outcome.diagnostics = scalar_diagnostics(getattr(result, "diagnostics", {}) or {})
+    outcome.cluster_intra_similarity = intra_cluster_similarity(
+        {u.robot_id: u.params for u in updates}, initial_model, outcome.clusters
+    )
+    new_models = {int(c): m for c, m in result.cluster_models.items()}
+    outcome.cluster_update_norms.update(cluster_update_norms(new_models, old_models))
+    return outcome
 
 
 def robot_report_cells(robot: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -12,12 +12,13 @@ fsync'ed; the round's MANIFEST.json is written the same way after all other file
 round exists only once its manifest is durable (the commit point). Loading walks rounds
 newest first and returns the first whose manifest parses and whose files all match their
 checksums; anything else is skipped with a logged reason, never used. Arrays are ``.npy``
-read with ``allow_pickle=False``; metadata is JSON. No pickle anywhere.
+read with ``allow_pickle=False`` (:mod:`fed_ros.core.rounds.npy_files`); metadata is JSON.
+No pickle anywhere.
 """
+
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import os
@@ -30,8 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.params import (StateDict, check_finite, manifest_from_json, manifest_of, manifest_to_json,
-                                 num_params, unflatten)
+from fed_ros.core.params import (
+    StateDict,
+    check_finite,
+    manifest_from_json,
+    manifest_of,
+    manifest_to_json,
+    num_params,
+    unflatten,
+)
+from fed_ros.core.rounds.npy_files import array_writer, load_npy, tensor_writer
 
 log = logging.getLogger("fed_ros.core.rounds.store")
 
@@ -51,7 +60,9 @@ class StoreSnapshot:
     strategy_arrays: dict[str, np.ndarray]
     strategy_meta: dict[str, Any]
     meta: dict[str, Any]
-    skipped: list[tuple[int, str]] = field(default_factory=list)  # newer rounds rejected, with reasons
+    skipped: list[tuple[int, str]] = field(
+        default_factory=list
+    )  # newer rounds rejected, with reasons
 
     @property
     def strategy_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -87,13 +98,6 @@ class _HashingWriter:
         return self.fp.write(data)
 
 
-def _npy_header(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_2_0(
-        buf, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape})
-    return buf.getvalue()
-
-
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, (np.integer,)):
         return int(obj)
@@ -110,7 +114,9 @@ def _dumps(obj: Any, what: str) -> bytes:
     try:
         return json.dumps(obj, default=_json_default, allow_nan=False, sort_keys=True).encode()
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what} is not plain JSON (finite numbers, str, list, dict): {exc}") from None
+        raise ValueError(
+            f"{what} is not plain JSON (finite numbers, str, list, dict): {exc}"
+        ) from None
 
 
 class ModelStore:
@@ -121,8 +127,12 @@ class ModelStore:
     commit at any step (raise, or `os._exit` for a real kill) and check recovery.
     """
 
-    def __init__(self, directory: str | os.PathLike, keep: int = 3,
-                 _crash_point: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        keep: int = 3,
+        _crash_point: Callable[[str], None] | None = None,
+    ) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.directory = Path(directory)
@@ -131,11 +141,18 @@ class ModelStore:
         self.directory.mkdir(parents=True, exist_ok=True)
 
     # ----------------------------------------------------------------------------- commit
-    def commit(self, round_idx: int, cluster_models: Mapping[int, Mapping[str, np.ndarray]],
-               assignments: Mapping[str, list[tuple[int, float]]],
-               strategy_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
-               meta: Mapping[str, Any] | None = None) -> Path:
-        """Persist one round atomically; validates everything first so nothing is written on error."""
+    def commit(
+        self,
+        round_idx: int,
+        cluster_models: Mapping[int, Mapping[str, np.ndarray]],
+        assignments: Mapping[str, list[tuple[int, float]]],
+        strategy_state: tuple[Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Persist one round atomically.
+
+        Validates everything first, so nothing is written on error.
+        """
         plan = self._validate(round_idx, cluster_models, assignments, strategy_state, meta)
         rdir = self.directory / f"round_{int(round_idx):08d}"
         rdir.mkdir(exist_ok=True)
@@ -150,13 +167,20 @@ class ModelStore:
         for name, writer in plan["files"]:
             checksums[name] = self._write_atomic(rdir, name, writer)
         man = {"format": FORMAT_VERSION, "round": int(round_idx), "files": checksums}
-        self._write_atomic(rdir, MANIFEST_NAME, lambda w: w.write(_dumps(man, "manifest")), step="manifest")
+        self._write_atomic(
+            rdir, MANIFEST_NAME, lambda w: w.write(_dumps(man, "manifest")), step="manifest"
+        )
         self._crash_point("committed")
         self._prune()
         return rdir
 
-    def _write_atomic(self, rdir: Path, name: str, writer: Callable[[_HashingWriter], Any],
-                      step: str | None = None) -> str:
+    def _write_atomic(
+        self,
+        rdir: Path,
+        name: str,
+        writer: Callable[[_HashingWriter], Any],
+        step: str | None = None,
+    ) -> str:
         step = step or name
         tmp = rdir / f".{name}.tmp"
         with open(tmp, "wb") as fp:
@@ -172,10 +196,16 @@ class ModelStore:
         return hw.h.hexdigest()
 
     def _validate(self, round_idx, cluster_models, assignments, strategy_state, meta) -> dict:
-        if not isinstance(round_idx, (int, np.integer)) or isinstance(round_idx, bool) or round_idx < 0:
+        if (
+            not isinstance(round_idx, (int, np.integer))
+            or isinstance(round_idx, bool)
+            or round_idx < 0
+        ):
             raise ValueError(f"round_idx must be an int >= 0, got {round_idx!r}")
         if not isinstance(cluster_models, Mapping):
-            raise ValueError(f"cluster_models must be a mapping, got {type(cluster_models).__name__}")
+            raise ValueError(
+                f"cluster_models must be a mapping, got {type(cluster_models).__name__}"
+            )
         files: list[tuple[str, Callable]] = []
         manifests: dict[str, list] = {}
         for cid, sd in cluster_models.items():
@@ -187,7 +217,7 @@ class ModelStore:
             except ValueError as exc:
                 raise ValueError(f"cluster {cid}: {exc}") from None
             manifests[str(int(cid))] = manifest_to_json(man)
-            files.append((f"cluster_{int(cid)}.npy", self._tensor_writer(sd, num_params(man))))
+            files.append((f"cluster_{int(cid)}.npy", tensor_writer(sd, num_params(man))))
         clean_assign: dict[str, list[list[float]]] = {}
         for rid, mem in assignments.items():
             if not isinstance(rid, str):
@@ -198,7 +228,9 @@ class ModelStore:
                     cid, w = entry
                     cid_i, w_f = int(cid), float(w)
                 except (TypeError, ValueError):
-                    raise ValueError(f"assignment of {rid!r} has malformed entry {entry!r}") from None
+                    raise ValueError(
+                        f"assignment of {rid!r} has malformed entry {entry!r}"
+                    ) from None
                 if not np.isfinite(w_f) or w_f < 0:
                     raise ValueError(f"assignment of {rid!r}: weight {w!r} must be finite and >= 0")
                 rows.append([cid_i, w_f])
@@ -214,7 +246,7 @@ class ModelStore:
             if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                 raise ValueError(f"strategy array {key!r} holds NaN/Inf values")
             state_names.append(key)
-            files.append((f"state_{i}.npy", self._array_writer(arr)))
+            files.append((f"state_{i}.npy", array_writer(arr)))
         meta_obj = {
             "round": int(round_idx),
             "manifests": manifests,
@@ -227,28 +259,9 @@ class ModelStore:
         files.append((META_NAME, lambda w: w.write(meta_bytes)))
         return {"files": files}
 
-    @staticmethod
-    def _tensor_writer(sd: Mapping[str, np.ndarray], total: int) -> Callable[[_HashingWriter], None]:
-        def write(w: _HashingWriter) -> None:
-            # Header, then each tensor's bytes: the flat vector is never materialised in RAM.
-            w.write(_npy_header((total,), np.dtype("<f4")))
-            for arr in sd.values():
-                w.write(memoryview(np.ascontiguousarray(arr, dtype="<f4")).cast("B"))
-        return write
-
-    @staticmethod
-    def _array_writer(arr: np.ndarray) -> Callable[[_HashingWriter], None]:
-        def write(w: _HashingWriter) -> None:
-            a = np.ascontiguousarray(arr).reshape(arr.shape)   # ascontiguousarray makes 0-d arrays (1,)
-            a = a.astype(a.dtype.newbyteorder("<"), copy=False)
-            w.write(_npy_header(a.shape, a.dtype))
-            if a.size:
-                w.write(memoryview(a.reshape(-1)).cast("B"))
-        return write
-
     def _prune(self) -> None:
         rounds = self.committed_rounds()
-        for r in rounds[:-self.keep]:
+        for r in rounds[: -self.keep]:
             shutil.rmtree(self.directory / f"round_{r:08d}", ignore_errors=True)
         # Uncommitted directories older than the newest commit are crash leftovers.
         if rounds:
@@ -260,17 +273,24 @@ class ModelStore:
     def _all_round_dirs(self) -> list[int]:
         out = []
         for p in self.directory.iterdir():
-            m = _ROUND_RE.fullmatch(p.name)   # not .match: "$" also matches before a trailing "\n"
+            m = _ROUND_RE.fullmatch(p.name)  # not .match: "$" also matches before a trailing "\n"
             if m and p.is_dir():
                 out.append(int(m.group(1)))
         return sorted(out)
 
     def committed_rounds(self) -> list[int]:
         """Rounds whose manifest exists (not yet checksum-verified), oldest first."""
-        return [r for r in self._all_round_dirs() if (self.directory / f"round_{r:08d}" / MANIFEST_NAME).exists()]
+        return [
+            r
+            for r in self._all_round_dirs()
+            if (self.directory / f"round_{r:08d}" / MANIFEST_NAME).exists()
+        ]
 
     def load_latest(self) -> StoreSnapshot | None:
-        """Newest round that verifies completely, or None; skipped rounds are logged with the reason."""
+        """Newest round that verifies completely, or None.
+
+        Skipped rounds are logged with the reason.
+        """
         skipped: list[tuple[int, str]] = []
         for r in reversed(self._all_round_dirs()):
             try:
@@ -293,7 +313,9 @@ class ModelStore:
             man = json.loads(mpath.read_bytes())
             files = dict(man["files"])
             if int(man["round"]) != int(round_idx) or int(man["format"]) != FORMAT_VERSION:
-                raise ValueError(f"manifest round/format {man.get('round')}/{man.get('format')} mismatch")
+                raise ValueError(
+                    f"manifest round/format {man.get('round')}/{man.get('format')} mismatch"
+                )
         except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise ValueError(f"corrupt MANIFEST.json ({exc})") from None
         for name, digest in files.items():
@@ -309,7 +331,10 @@ class ModelStore:
             meta = json.loads((rdir / META_NAME).read_bytes())
             manifests = {int(c): manifest_from_json(m) for c, m in meta["manifests"].items()}
             state_names = list(meta["state_names"])
-            assignments = {str(rid): [(int(c), float(w)) for c, w in mem] for rid, mem in meta["assignments"].items()}
+            assignments = {
+                str(rid): [(int(c), float(w)) for c, w in mem]
+                for rid, mem in meta["assignments"].items()
+            }
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"corrupt meta.json ({exc})") from None
         models: dict[int, StateDict] = {}
@@ -317,24 +342,24 @@ class ModelStore:
             name = f"cluster_{cid}.npy"
             if name not in files:
                 raise ValueError(f"manifest does not list {name}")
-            vec = self._load_npy(rdir / name)
+            vec = load_npy(rdir / name)
             if vec.dtype != np.float32 or vec.shape != (num_params(manifest),):
-                raise ValueError(f"{name} has shape {vec.shape} dtype {vec.dtype}, manifest says "
-                                 f"({num_params(manifest)},) float32")
+                raise ValueError(
+                    f"{name} has shape {vec.shape} dtype {vec.dtype}, manifest says "
+                    f"({num_params(manifest)},) float32"
+                )
             models[cid] = unflatten(vec, manifest)
         arrays: dict[str, np.ndarray] = {}
         for i, key in enumerate(state_names):
             name = f"state_{i}.npy"
             if name not in files:
                 raise ValueError(f"manifest does not list {name}")
-            arrays[key] = self._load_npy(rdir / name)
-        return StoreSnapshot(int(round_idx), models, assignments, arrays, dict(meta.get("strategy_meta", {})),
-                             dict(meta.get("meta", {})))
-
-    @staticmethod
-    def _load_npy(path: Path) -> np.ndarray:
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"unreadable array {path.name} ({exc})") from None
-        return arr.astype(arr.dtype.newbyteorder("="), copy=False)
+            arrays[key] = load_npy(rdir / name)
+        return StoreSnapshot(
+            int(round_idx),
+            models,
+            assignments,
+            arrays,
+            dict(meta.get("strategy_meta", {})),
+            dict(meta.get("meta", {})),
+        )

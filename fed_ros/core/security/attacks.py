@@ -6,6 +6,7 @@ bury it in Gaussian noise or inject NaN. Data attacks corrupt a robot's demonstr
 training (label flipping for continuous actions = negating or shuffling the commanded actions).
 All functions return new objects; inputs are never modified.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,15 @@ DATA_ATTACKS = ("label_flip_negate", "label_flip_shuffle")
 ATTACKS = MODEL_ATTACKS + DATA_ATTACKS
 
 
-def attack_vector(update: np.ndarray, reference: np.ndarray, attack: str, *, seed: int = 0,
-                  noise_std: float | None = None, nan_fraction: float = 0.01) -> np.ndarray:
+def attack_vector(
+    update: np.ndarray,
+    reference: np.ndarray,
+    attack: str,
+    *,
+    seed: int = 0,
+    noise_std: float | None = None,
+    nan_fraction: float = 0.01,
+) -> np.ndarray:
     """Apply a model attack to a flat float32 update given the reference it started from.
 
     sign_flip: reference - delta; scaleN: reference + N * delta; gaussian: reference + N(0, s^2)
@@ -44,7 +52,7 @@ def attack_vector(update: np.ndarray, reference: np.ndarray, attack: str, *, see
     elif attack in ("scale10", "scale100"):
         out = reference + (10.0 if attack == "scale10" else 100.0) * delta
     elif attack == "gaussian":
-        rms = float(np.sqrt(np.mean(delta ** 2))) if delta.size else 0.0
+        rms = float(np.sqrt(np.mean(delta**2))) if delta.size else 0.0
         std = 10.0 * max(rms, 1e-3) if noise_std is None else float(noise_std)
         if not np.isfinite(std) or std < 0:
             raise ValueError(f"noise_std must be finite and >= 0, got {noise_std!r}")
@@ -60,35 +68,48 @@ def attack_vector(update: np.ndarray, reference: np.ndarray, attack: str, *, see
     return out.astype(np.float32)
 
 
-def attack_state_dict(update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], attack: str,
-                      **kw) -> StateDict:
+def attack_state_dict(
+    update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], attack: str, **kw
+) -> StateDict:
     """`attack_vector` applied to a whole state dict (same names, shapes, float32)."""
     if list(update) != list(reference):
-        raise ValueError(f"update and reference have different tensors: "
-                         f"{sorted(set(update) ^ set(reference))[:5]}")
+        raise ValueError(
+            f"update and reference have different tensors: "
+            f"{sorted(set(update) ^ set(reference))[:5]}"
+        )
     names = list(update)
     for name in names:
         if np.shape(update[name]) != np.shape(reference[name]):
-            raise ValueError(f"tensor {name!r}: update shape {np.shape(update[name])} != "
-                             f"reference shape {np.shape(reference[name])}")
-    flat_u = np.concatenate([np.asarray(update[n], np.float32).ravel() for n in names]) if names else \
-        np.zeros(0, np.float32)
-    flat_r = np.concatenate([np.asarray(reference[n], np.float32).ravel() for n in names]) if names else \
-        np.zeros(0, np.float32)
+            raise ValueError(
+                f"tensor {name!r}: update shape {np.shape(update[name])} != "
+                f"reference shape {np.shape(reference[name])}"
+            )
+    flat_u = (
+        np.concatenate([np.asarray(update[n], np.float32).ravel() for n in names])
+        if names
+        else np.zeros(0, np.float32)
+    )
+    flat_r = (
+        np.concatenate([np.asarray(reference[n], np.float32).ravel() for n in names])
+        if names
+        else np.zeros(0, np.float32)
+    )
     flat = attack_vector(flat_u, flat_r, attack, **kw)
     out: StateDict = {}
     pos = 0
     for name in names:
         shape = np.shape(update[name])
         size = int(np.prod(shape, dtype=np.int64))
-        out[name] = flat[pos:pos + size].reshape(shape).copy()
+        out[name] = flat[pos : pos + size].reshape(shape).copy()
         pos += size
     return out
 
 
 def attack_update(update, reference: Mapping[str, np.ndarray], attack: str, **kw):
     """A copy of a core ClientUpdate whose params carry the attack (sample count unchanged)."""
-    return dataclasses.replace(update, params=attack_state_dict(update.params, reference, attack, **kw))
+    return dataclasses.replace(
+        update, params=attack_state_dict(update.params, reference, attack, **kw)
+    )
 
 
 def label_flip(episodes: Sequence[Episode], mode: str = "negate", seed: int = 0) -> list[Episode]:
@@ -101,8 +122,11 @@ def label_flip(episodes: Sequence[Episode], mode: str = "negate", seed: int = 0)
         new_actions = [-np.asarray(ep.actions, np.float32) for ep in episodes]
     else:
         lengths = [len(ep) for ep in episodes]
-        pool = np.concatenate([np.asarray(ep.actions, np.float32) for ep in episodes]) if episodes else \
-            np.zeros((0, 4), np.float32)
+        pool = (
+            np.concatenate([np.asarray(ep.actions, np.float32) for ep in episodes])
+            if episodes
+            else np.zeros((0, 4), np.float32)
+        )
         pool = pool[np.random.default_rng(seed).permutation(len(pool))]
         new_actions = np.split(pool, np.cumsum(lengths)[:-1]) if episodes else []
     out = []

@@ -9,62 +9,63 @@ never load a model that did not come from their server.
 
 Keys on disk: the private key is a PKCS#8 PEM file written with mode 0600 (refused on load
 when group/other can read it, as ssh does); the public key is one line of hex (64 chars) that
-can be pasted into the allow-list YAML. ``fed-ros keys`` (``keys_main``) manages both.
+can be pasted into the allow-list YAML. Their encoding and files are
+:mod:`fed_ros.core.security.keys`; ``fed-ros keys`` (:mod:`fed_ros.core.security.keys_cli`)
+manages both.
 
-The canonical byte strings and digests are built in :mod:`fed_ros.core.security.signed_messages`,
-the replay guard is :mod:`fed_ros.core.security.replay`.
+The canonical byte strings and digests are built in
+:mod:`fed_ros.core.security.signed_messages`, the replay guard is
+:mod:`fed_ros.core.security.replay`.
 """
+
 from __future__ import annotations
 
-import argparse
 import hmac
 import os
-import stat
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
-from cryptography.hazmat.primitives import serialization
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from fed_ros.core.security.signed_messages import (cluster_model_message, control_message,
-                                                   descriptor_message, robot_id_bytes, update_message)
+from fed_ros.core.security.keys import (
+    load_private_key,
+    public_key_from_bytes,
+    raw_public_key,
+    save_private_key,
+)
+from fed_ros.core.security.signed_messages import (
+    cluster_model_message,
+    control_message,
+    descriptor_message,
+    robot_id_bytes,
+    update_message,
+)
 
-PUBLIC_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 
 
-# ----------------------------------------------------------------------------- keys
-
-def public_key_from_bytes(raw: bytes | str) -> Ed25519PublicKey:
-    """A public key from 32 raw bytes or 64 hex chars; ValueError names the bad value."""
-    if isinstance(raw, str):
-        try:
-            raw = bytes.fromhex(raw.strip())
-        except ValueError:
-            raise ValueError(f"public key is not hex: {raw[:80]!r}") from None
-    if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) != PUBLIC_KEY_BYTES:
-        size = len(raw) if isinstance(raw, (bytes, bytearray, memoryview)) else type(raw).__name__
-        raise ValueError(f"public key must be {PUBLIC_KEY_BYTES} raw bytes, got {size}")
-    return Ed25519PublicKey.from_public_bytes(bytes(raw))
+# ----------------------------------------------------------------------------- signatures
 
 
-def raw_public_key(key: Ed25519PrivateKey | Ed25519PublicKey) -> bytes:
-    """The raw 32-byte encoding of a (private key's) public key."""
-    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
-    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def verify_signature(public_key: bytes | Ed25519PublicKey, message: bytes, signature: bytes) -> bool:
+def verify_signature(
+    public_key: bytes | Ed25519PublicKey, message: bytes, signature: bytes
+) -> bool:
     """True iff `signature` is a valid Ed25519 signature of `message` under `public_key`."""
-    if not isinstance(signature, (bytes, bytearray, memoryview)) or len(signature) != SIGNATURE_BYTES:
+    if (
+        not isinstance(signature, (bytes, bytearray, memoryview))
+        or len(signature) != SIGNATURE_BYTES
+    ):
         return False
     try:
-        key = public_key if isinstance(public_key, Ed25519PublicKey) else public_key_from_bytes(public_key)
+        key = (
+            public_key
+            if isinstance(public_key, Ed25519PublicKey)
+            else public_key_from_bytes(public_key)
+        )
         key.verify(bytes(signature), message)
     except (InvalidSignature, ValueError):
         return False
@@ -84,7 +85,10 @@ class Signer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "Signer":
-        """Load a PEM private key written by ``save``/``fed-ros keys`` (refuses group/other-readable files)."""
+        """Load a PEM private key written by ``save``/``fed-ros keys``.
+
+        Refuses group/other-readable files.
+        """
         return cls(load_private_key(path))
 
     @property
@@ -96,87 +100,68 @@ class Signer:
         """64-byte Ed25519 signature of `message`."""
         return self.private_key.sign(message)
 
-    def sign_update(self, round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
-                    base_round: int, num_samples: int, cluster_id: int, transfer: bytes = b"") -> bytes:
+    def sign_update(
+        self,
+        round_idx: int,
+        robot_id: str,
+        nonce: bytes,
+        payload_sha256: str | bytes,
+        *,
+        base_round: int,
+        num_samples: int,
+        cluster_id: int,
+        transfer: bytes = b"",
+    ) -> bytes:
         """Signature for ModelUpdate.signature (see ``update_message``)."""
-        return self.sign(update_message(round_idx, robot_id, nonce, payload_sha256, base_round=base_round,
-                                        num_samples=num_samples, cluster_id=cluster_id, transfer=transfer))
+        return self.sign(
+            update_message(
+                round_idx,
+                robot_id,
+                nonce,
+                payload_sha256,
+                base_round=base_round,
+                num_samples=num_samples,
+                cluster_id=cluster_id,
+                transfer=transfer,
+            )
+        )
 
-    def sign_descriptor(self, round_idx: int, robot_id: str, nonce: bytes, digest: str | bytes) -> bytes:
+    def sign_descriptor(
+        self, round_idx: int, robot_id: str, nonce: bytes, digest: str | bytes
+    ) -> bytes:
         """Signature for ClientDescriptor.signature (digest from ``descriptor_digest``)."""
         return self.sign(descriptor_message(round_idx, robot_id, nonce, digest))
 
-    def sign_cluster_model(self, round_idx: int, cluster_id: int, payload_sha256: str | bytes, *,
-                           transfer: bytes = b"", members: Sequence[str] = ()) -> bytes:
+    def sign_cluster_model(
+        self,
+        round_idx: int,
+        cluster_id: int,
+        payload_sha256: str | bytes,
+        *,
+        transfer: bytes = b"",
+        members: Sequence[str] = (),
+    ) -> bytes:
         """Server signature for ClusterModel.signature (see ``cluster_model_message``)."""
-        return self.sign(cluster_model_message(round_idx, cluster_id, payload_sha256, transfer=transfer,
-                                               members=members))
+        return self.sign(
+            cluster_model_message(
+                round_idx, cluster_id, payload_sha256, transfer=transfer, members=members
+            )
+        )
 
     def sign_control(self, kind: str, body: bytes) -> bytes:
         """Server signature of a control message (see ``control_message``)."""
         return self.sign(control_message(kind, body))
 
     def save(self, path: str | Path) -> Path:
-        """Write the private key (PKCS#8 PEM, mode 0600) and `<path>.pub` (hex); returns the key path."""
+        """Write the private key (PKCS#8 PEM, mode 0600) and `<path>.pub` (hex).
+
+        Returns the key path.
+        """
         return save_private_key(self.private_key, path)
 
 
-def save_private_key(key: Ed25519PrivateKey, path: str | Path) -> Path:
-    """Write `key` as PEM with mode 0600 atomically, plus the hex public key next to it (`.pub`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
-    tmp = path.with_name(path.name + ".tmp")
-    # O_EXCL + mode 0600 at creation: the secret is never on disk with wider permissions.
-    if tmp.exists():
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.write(fd, pem)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    pub_path = public_key_path(path)
-    pub_path.write_text(raw_public_key(key).hex() + "\n")
-    return path
-
-
-def public_key_path(private_key_path: str | Path) -> Path:
-    """Where the public key of a private key file lives (`<name>.pub` beside `<name>.key`)."""
-    p = Path(private_key_path)
-    return p.with_suffix(".pub") if p.suffix == ".key" else p.with_name(p.name + ".pub")
-
-
-def load_private_key(path: str | Path) -> Ed25519PrivateKey:
-    """Load an Ed25519 PEM private key; ValueError naming the path if missing, group/other-readable,
-    unloadable (not PEM, passphrase-encrypted) or not Ed25519."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"private key file not found: {str(path)!r}")
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        raise ValueError(f"private key {str(path)!r} has mode {mode:04o}; it must not be readable by "
-                         f"group/others (chmod 600 {path})")
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (TypeError, ValueError, UnsupportedAlgorithm) as err:  # encrypted (TypeError), not PEM, unknown
-        raise ValueError(f"private key {str(path)!r} cannot be loaded: {err}") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"private key {str(path)!r} is {type(key).__name__}, not Ed25519")
-    return key
-
-
-def load_public_key(path_or_hex: str | Path) -> bytes:
-    """Raw public key from a `.pub` hex file or a hex string."""
-    text = str(path_or_hex)
-    if Path(text).is_file():
-        text = Path(text).read_text().strip()
-    return raw_public_key(public_key_from_bytes(text))
-
-
 # ----------------------------------------------------------------------------- allow-list
+
 
 class AllowList:
     """The robots (and server) whose public keys the fleet trusts.
@@ -188,11 +173,15 @@ class AllowList:
           robot_0: <64 hex chars>
     """
 
-    def __init__(self, robots: Mapping[str, bytes | str] | None = None, server: bytes | str | None = None):
+    def __init__(
+        self, robots: Mapping[str, bytes | str] | None = None, server: bytes | str | None = None
+    ):
         self._robots: dict[str, bytes] = {}
         for robot_id, key in (robots or {}).items():
             self.add(robot_id, key)
-        self.server: bytes | None = None if server in (None, "") else raw_public_key(public_key_from_bytes(server))
+        self.server: bytes | None = (
+            None if server in (None, "") else raw_public_key(public_key_from_bytes(server))
+        )
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "AllowList":
@@ -202,7 +191,9 @@ class AllowList:
             raise ValueError(f"allow-list file not found: {str(path)!r}")
         data = yaml.safe_load(path.read_text()) or {}
         if not isinstance(data, dict):
-            raise ValueError(f"allow-list {str(path)!r} must be a mapping, got {type(data).__name__}")
+            raise ValueError(
+                f"allow-list {str(path)!r} must be a mapping, got {type(data).__name__}"
+            )
         unknown = set(data) - {"robots", "server"}
         if unknown:
             raise ValueError(f"allow-list {str(path)!r}: unknown keys {sorted(map(str, unknown))}")
@@ -229,8 +220,10 @@ class AllowList:
             data["server"] = self.server.hex()
         data["robots"] = {rid: key.hex() for rid, key in sorted(self._robots.items())}
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("# fed_ros allow-list: robot id -> raw Ed25519 public key (hex).\n"
-                       + yaml.safe_dump(data, sort_keys=False))
+        tmp.write_text(
+            "# fed_ros allow-list: robot id -> raw Ed25519 public key (hex).\n"
+            + yaml.safe_dump(data, sort_keys=False)
+        )
         os.replace(tmp, path)
         return path
 
@@ -265,19 +258,42 @@ class AllowList:
         known = self._robots.get(robot_id)
         return known is not None and hmac.compare_digest(known, bytes(public_key))
 
-    def verify_update(self, robot_id: str, round_idx: int, nonce: bytes, payload_sha256: str | bytes,
-                      signature: bytes, *, base_round: int, num_samples: int, cluster_id: int,
-                      transfer: bytes = b"") -> str | None:
+    def verify_update(
+        self,
+        robot_id: str,
+        round_idx: int,
+        nonce: bytes,
+        payload_sha256: str | bytes,
+        signature: bytes,
+        *,
+        base_round: int,
+        num_samples: int,
+        cluster_id: int,
+        transfer: bytes = b"",
+    ) -> str | None:
         """None if the update signature is valid, else the reject reason."""
-        return self._verify(robot_id, signature, lambda: update_message(
-            round_idx, robot_id, nonce, payload_sha256, base_round=base_round, num_samples=num_samples,
-            cluster_id=cluster_id, transfer=transfer))
+        return self._verify(
+            robot_id,
+            signature,
+            lambda: update_message(
+                round_idx,
+                robot_id,
+                nonce,
+                payload_sha256,
+                base_round=base_round,
+                num_samples=num_samples,
+                cluster_id=cluster_id,
+                transfer=transfer,
+            ),
+        )
 
-    def verify_descriptor(self, robot_id: str, round_idx: int, nonce: bytes, digest: str | bytes,
-                          signature: bytes) -> str | None:
+    def verify_descriptor(
+        self, robot_id: str, round_idx: int, nonce: bytes, digest: str | bytes, signature: bytes
+    ) -> str | None:
         """None if the descriptor signature is valid, else the reject reason."""
-        return self._verify(robot_id, signature,
-                            lambda: descriptor_message(round_idx, robot_id, nonce, digest))
+        return self._verify(
+            robot_id, signature, lambda: descriptor_message(round_idx, robot_id, nonce, digest)
+        )
 
     def _verify(self, robot_id: str, signature: bytes, build) -> str | None:
         key = self._robots.get(robot_id)
@@ -294,7 +310,9 @@ class AllowList:
         return None
 
 
-def verify_control(server_key: bytes | None, kind: str, body: bytes, signature: bytes) -> str | None:
+def verify_control(
+    server_key: bytes | None, kind: str, body: bytes, signature: bytes
+) -> str | None:
     """Robot side: None if a control message carries the server's valid signature, else the reason.
 
     ``server_key`` None means no server key is configured: nothing is checked (the robot then
@@ -307,101 +325,3 @@ def verify_control(server_key: bytes | None, kind: str, body: bytes, signature: 
     if not verify_signature(server_key, control_message(kind, body), bytes(signature)):
         return f"{kind}: bad server signature ({len(signature)} bytes)"
     return None
-
-
-# ----------------------------------------------------------------------------- fed-ros keys
-
-def _generate(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    names = list(args.names)
-    if args.num_robots:
-        names += [f"robot_{i}" for i in range(args.num_robots)]
-    if args.server:
-        names.append("server")
-    if not names:
-        print("fed-ros keys generate: give robot names, --num-robots N or --server", file=sys.stderr)
-        return 2
-    allow_path = Path(args.allow_list) if args.allow_list else out / "allow_list.yaml"
-    allow = AllowList.from_yaml(allow_path) if allow_path.exists() else AllowList()
-    for name in names:
-        robot_id_bytes(name)
-        key_path = out / f"{name}.key"
-        if key_path.exists() and not args.force:
-            signer = Signer.from_file(key_path)
-            status = "kept"
-        else:
-            signer = Signer.generate()
-            signer.save(key_path)
-            status = "created"
-        if name == "server":
-            allow.server = signer.public_key
-        else:
-            allow.add(name, signer.public_key)
-        print(f"{status:8s} {key_path}  public {signer.public_key.hex()}")
-    allow.to_yaml(allow_path)
-    print(f"allow-list {allow_path}: {len(allow)} robots" + (", server key" if allow.server else ""))
-    return 0
-
-
-def _allow(args: argparse.Namespace) -> int:
-    path = Path(args.allow_list)
-    allow = AllowList.from_yaml(path) if path.exists() else AllowList()
-    key = load_public_key(args.key)
-    if args.name == "server":
-        allow.server = key
-    else:
-        allow.add(args.name, key)
-    allow.to_yaml(path)
-    print(f"allowed {args.name} ({key.hex()}) in {path}")
-    return 0
-
-
-def _revoke(args: argparse.Namespace) -> int:
-    path = Path(args.allow_list)
-    allow = AllowList.from_yaml(path)
-    allow.remove(args.name)
-    allow.to_yaml(path)
-    print(f"revoked {args.name} in {path}")
-    return 0
-
-
-def _list(args: argparse.Namespace) -> int:
-    allow = AllowList.from_yaml(args.allow_list)
-    if allow.server is not None:
-        print(f"server     {allow.server.hex()}")
-    for rid in allow.robot_ids:
-        print(f"{rid:10s} {allow.public_key(rid).hex()}")
-    return 0
-
-
-def keys_main(argv: Sequence[str] | None = None) -> int:
-    """`fed-ros keys`: create key pairs (0600 private keys) and manage the allow-list YAML."""
-    parser = argparse.ArgumentParser(prog="fed-ros keys", description=keys_main.__doc__)
-    sub = parser.add_subparsers(dest="action", required=True)
-    gen = sub.add_parser("generate", help="create key pairs and add them to an allow-list")
-    gen.add_argument("names", nargs="*", help="robot ids (e.g. robot_0 robot_1)")
-    gen.add_argument("--num-robots", type=int, default=0, help="also create robot_0..robot_{N-1}")
-    gen.add_argument("--server", action="store_true", help="also create the server key pair")
-    gen.add_argument("--out", default="keys", help="directory for <name>.key / <name>.pub (default: keys)")
-    gen.add_argument("--allow-list", default=None, help="allow-list YAML (default: <out>/allow_list.yaml)")
-    gen.add_argument("--force", action="store_true", help="replace existing key files")
-    gen.set_defaults(func=_generate)
-    allow = sub.add_parser("allow", help="add a public key (hex or .pub file) to an allow-list")
-    allow.add_argument("name")
-    allow.add_argument("key", help="64 hex chars or a .pub file")
-    allow.add_argument("--allow-list", required=True)
-    allow.set_defaults(func=_allow)
-    revoke = sub.add_parser("revoke", help="remove a robot from an allow-list")
-    revoke.add_argument("name")
-    revoke.add_argument("--allow-list", required=True)
-    revoke.set_defaults(func=_revoke)
-    lst = sub.add_parser("list", help="print an allow-list")
-    lst.add_argument("--allow-list", required=True)
-    lst.set_defaults(func=_list)
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        return args.func(args)
-    except ValueError as err:
-        print(f"fed-ros keys: {err}", file=sys.stderr)
-        return 1
-

@@ -19,6 +19,7 @@ check, so unknown senders cannot grow this state; it is capped at ``max_nonces``
 oldest are evicted and the freshness floor rises past them, so an evicted nonce can
 never be replayed).
 """
+
 from __future__ import annotations
 
 import struct
@@ -70,15 +71,31 @@ class RegistrationClaim:
         if not isinstance(timestamp_ns, int) or not 0 <= timestamp_ns < 2**63:
             raise ValueError(f"timestamp_ns must be an int in [0, 2**63), got {timestamp_ns!r}")
         if not isinstance(nonce, (bytes, bytearray)) or len(nonce) != NONCE_BYTES:
-            raise ValueError(f"nonce must be {NONCE_BYTES} bytes, got {len(nonce) if isinstance(nonce, (bytes, bytearray)) else type(nonce).__name__}")
+            raise ValueError(
+                f"nonce must be {NONCE_BYTES} bytes, got {len(nonce) if isinstance(nonce, (bytes, bytearray)) else type(nonce).__name__}"
+            )
         if not 0 <= int(self.action_dim) < 2**32 or not 0 <= int(self.num_samples) < 2**64:
-            raise ValueError(f"action_dim {self.action_dim} / num_samples {self.num_samples} out of range")
-        return b"".join((_TAG_REGISTER, _text(self.robot_id, "robot id", MAX_ID_CHARS),
-                         struct.pack("<H", len(self.public_key)), bytes(self.public_key),
-                         _texts(self.tasks, "tasks", MAX_TASKS, MAX_NAME_CHARS),
-                         _texts(self.cameras, "cameras", MAX_CAMERAS, MAX_NAME_CHARS),
-                         struct.pack("<I?Qq", int(self.action_dim), bool(self.has_gpu), int(self.num_samples),
-                                     int(timestamp_ns)), bytes(nonce)))
+            raise ValueError(
+                f"action_dim {self.action_dim} / num_samples {self.num_samples} out of range"
+            )
+        return b"".join(
+            (
+                _TAG_REGISTER,
+                _text(self.robot_id, "robot id", MAX_ID_CHARS),
+                struct.pack("<H", len(self.public_key)),
+                bytes(self.public_key),
+                _texts(self.tasks, "tasks", MAX_TASKS, MAX_NAME_CHARS),
+                _texts(self.cameras, "cameras", MAX_CAMERAS, MAX_NAME_CHARS),
+                struct.pack(
+                    "<I?Qq",
+                    int(self.action_dim),
+                    bool(self.has_gpu),
+                    int(self.num_samples),
+                    int(timestamp_ns),
+                ),
+                bytes(nonce),
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -90,8 +107,12 @@ class RegistrationProof:
     signature: bytes
 
 
-def sign_registration(signer: Signer, claim: RegistrationClaim, timestamp_ns: int | None = None,
-                      nonce: bytes | None = None) -> RegistrationProof:
+def sign_registration(
+    signer: Signer,
+    claim: RegistrationClaim,
+    timestamp_ns: int | None = None,
+    nonce: bytes | None = None,
+) -> RegistrationProof:
     """The robot side: sign ``claim`` now with a fresh nonce."""
     ts = time.time_ns() if timestamp_ns is None else int(timestamp_ns)
     nonce = new_nonce() if nonce is None else bytes(nonce)
@@ -101,8 +122,13 @@ def sign_registration(signer: Signer, claim: RegistrationClaim, timestamp_ns: in
 class RegistrationGuard:
     """The server side: verifies a registration proof against the allow-list (pure, bounded)."""
 
-    def __init__(self, allow_list: AllowList, window_s: float = 60.0, max_nonces: int = 10_000,
-                 clock_ns: Callable[[], int] = time.time_ns) -> None:
+    def __init__(
+        self,
+        allow_list: AllowList,
+        window_s: float = 60.0,
+        max_nonces: int = 10_000,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         if max_nonces < 1:
@@ -114,7 +140,9 @@ class RegistrationGuard:
         self._floor_ns = 0  # requests stamped before this are refused (raised by evictions)
         self._nonces: OrderedDict[bytes, int] = OrderedDict()  # nonce -> timestamp, oldest first
 
-    def check(self, claim: RegistrationClaim, timestamp_ns: int, nonce: bytes, signature: bytes) -> str | None:
+    def check(
+        self, claim: RegistrationClaim, timestamp_ns: int, nonce: bytes, signature: bytes
+    ) -> str | None:
         """None if the proof is valid (its nonce is then spent), else the reason it is refused."""
         rid = claim.robot_id
         listed = self.allow_list.public_key(rid) if isinstance(rid, str) else None
@@ -133,8 +161,10 @@ class RegistrationGuard:
         now = self.clock_ns()
         skew = (int(timestamp_ns) - now) / 1e9
         if abs(int(timestamp_ns) - now) > self.window_ns:
-            return (f"registration of {rid!r} is stamped {skew:+.1f} s from the server clock "
-                    f"(window +-{self.window_ns / 1e9:.0f} s): replayed, or clocks out of sync")
+            return (
+                f"registration of {rid!r} is stamped {skew:+.1f} s from the server clock "
+                f"(window +-{self.window_ns / 1e9:.0f} s): replayed, or clocks out of sync"
+            )
         self._forget(now)
         if int(timestamp_ns) < self._floor_ns:
             return f"registration of {rid!r} is older than the replay window floor"

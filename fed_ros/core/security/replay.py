@@ -1,4 +1,5 @@
 """Replay protection of signed fleet messages: a round floor and bounded memory of used nonces."""
+
 from __future__ import annotations
 
 from collections import OrderedDict

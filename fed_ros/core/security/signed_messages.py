@@ -7,6 +7,7 @@ cluster model, a transfer). Bad field values raise ValueError naming the field. 
 the signer and the allow-list that use them are in :mod:`fed_ros.core.security.auth` (which
 re-exports this module's names).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,7 +35,7 @@ def _is_int(x: Any) -> bool:
 
 
 def _check_int32(value: int, what: str) -> int:
-    if not _is_int(value) or not -2**31 <= int(value) < 2**31:
+    if not _is_int(value) or not -(2**31) <= int(value) < 2**31:
         raise ValueError(f"{what} must be an int32, got {value!r}")
     return int(value)
 
@@ -101,9 +102,17 @@ def _bytes_blob(data: bytes, what: str) -> bytes:
     return _blob(data)
 
 
-def transfer_digest(*, payload_id: str, encoding: int, total_bytes: int, chunk_count: int,
-                    manifest: Sequence[tuple[str, Sequence[int], str]], scales: bytes = b"",
-                    chunk_sha256: bytes = b"", bulk_uri: str = "") -> bytes:
+def transfer_digest(
+    *,
+    payload_id: str,
+    encoding: int,
+    total_bytes: int,
+    chunk_count: int,
+    manifest: Sequence[tuple[str, Sequence[int], str]],
+    scales: bytes = b"",
+    chunk_sha256: bytes = b"",
+    bulk_uri: str = "",
+) -> bytes:
     """SHA-256 over everything a payload's header tells its receiver (what a signature must cover).
 
     Payload id, encoding, size, chunk count, the manifest (names, shapes, dtypes: they decide what
@@ -118,17 +127,33 @@ def transfer_digest(*, payload_id: str, encoding: int, total_bytes: int, chunk_c
     if len(chunk_sha256) % 32:
         raise ValueError(f"chunk_sha256 must be 32 bytes per chunk, got {len(chunk_sha256)} bytes")
     h = hashlib.sha256(_TAG_TRANSFER)
-    h.update(_blob(payload_id) + struct.pack("<BQI", int(encoding) & 0xFF, int(total_bytes), int(chunk_count)))
+    h.update(
+        _blob(payload_id)
+        + struct.pack("<BQI", int(encoding) & 0xFF, int(total_bytes), int(chunk_count))
+    )
     h.update(struct.pack("<Q", len(manifest)))
     for name, shape, dtype in manifest:
         shape = tuple(int(d) for d in shape)
-        h.update(_blob(str(name)) + _blob(str(dtype)) + struct.pack(f"<Q{len(shape)}q", len(shape), *shape))
+        h.update(
+            _blob(str(name))
+            + _blob(str(dtype))
+            + struct.pack(f"<Q{len(shape)}q", len(shape), *shape)
+        )
     h.update(_blob(bytes(scales)) + _blob(chunk_sha256) + _blob(bulk_uri))
     return h.digest()
 
 
-def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: str | bytes, *,
-                   base_round: int, num_samples: int, cluster_id: int, transfer: bytes = b"") -> bytes:
+def update_message(
+    round_idx: int,
+    robot_id: str,
+    nonce: bytes,
+    payload_sha256: str | bytes,
+    *,
+    base_round: int,
+    num_samples: int,
+    cluster_id: int,
+    transfer: bytes = b"",
+) -> bytes:
     """Canonical bytes a robot signs for a model update.
 
     (round, robot id, nonce, payload sha256) as the design asks, plus the header fields that
@@ -140,30 +165,63 @@ def update_message(round_idx: int, robot_id: str, nonce: bytes, payload_sha256: 
     rid = robot_id_bytes(robot_id)
     if not _is_int(num_samples) or not 0 <= int(num_samples) < 2**64:
         raise ValueError(f"num_samples must be a uint64, got {num_samples!r}")
-    return b"".join((_TAG_UPDATE, struct.pack("<IB", _check_round(round_idx), len(rid)), rid,
-                     _nonce_bytes(nonce), _digest_bytes(payload_sha256, "payload sha256"),
-                     struct.pack("<IQi", _check_round(base_round, "base_round"), int(num_samples),
-                                 _check_int32(cluster_id, "cluster id")), _bytes_blob(transfer, "transfer")))
+    return b"".join(
+        (
+            _TAG_UPDATE,
+            struct.pack("<IB", _check_round(round_idx), len(rid)),
+            rid,
+            _nonce_bytes(nonce),
+            _digest_bytes(payload_sha256, "payload sha256"),
+            struct.pack(
+                "<IQi",
+                _check_round(base_round, "base_round"),
+                int(num_samples),
+                _check_int32(cluster_id, "cluster id"),
+            ),
+            _bytes_blob(transfer, "transfer"),
+        )
+    )
 
 
-def descriptor_message(round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes) -> bytes:
+def descriptor_message(
+    round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes
+) -> bytes:
     """Canonical bytes a robot signs for a descriptor: (round, robot id, nonce, descriptor digest)."""
     rid = robot_id_bytes(robot_id)
-    return b"".join((_TAG_DESCRIPTOR, struct.pack("<IB", _check_round(round_idx), len(rid)), rid,
-                     _nonce_bytes(nonce), _digest_bytes(descriptor_sha256, "descriptor digest")))
+    return b"".join(
+        (
+            _TAG_DESCRIPTOR,
+            struct.pack("<IB", _check_round(round_idx), len(rid)),
+            rid,
+            _nonce_bytes(nonce),
+            _digest_bytes(descriptor_sha256, "descriptor digest"),
+        )
+    )
 
 
-def cluster_model_message(round_idx: int, cluster_id: int, payload_sha256: str | bytes, *,
-                          transfer: bytes = b"", members: Sequence[str] = ()) -> bytes:
+def cluster_model_message(
+    round_idx: int,
+    cluster_id: int,
+    payload_sha256: str | bytes,
+    *,
+    transfer: bytes = b"",
+    members: Sequence[str] = (),
+) -> bytes:
     """Canonical bytes the server signs for a published cluster model.
 
     (round, cluster id, sha256), the member robots (robots pick their model by membership) and
     ``transfer`` (the payload header's ``transfer_digest``: chunk list, bulk address, manifest).
     """
-    return b"".join((_TAG_CLUSTER_MODEL, struct.pack("<Ii", _check_round(round_idx),
-                                                     _check_int32(cluster_id, "cluster id")),
-                     _digest_bytes(payload_sha256, "payload sha256"), _bytes_blob(transfer, "transfer"),
-                     struct.pack("<Q", len(members)), *(_blob(str(m)) for m in members)))
+    return b"".join(
+        (
+            _TAG_CLUSTER_MODEL,
+            struct.pack("<Ii", _check_round(round_idx), _check_int32(cluster_id, "cluster id")),
+            _digest_bytes(payload_sha256, "payload sha256"),
+            _bytes_blob(transfer, "transfer"),
+            struct.pack("<Q", len(members)),
+            *(_blob(str(m)) for m in members),
+        )
+    )
 
 
 def control_message(kind: str, body: bytes) -> bytes:
@@ -178,7 +236,9 @@ def control_message(kind: str, body: bytes) -> bytes:
 def _f32(values: Any, what: str) -> bytes:
     if values is None:
         return struct.pack("<q", 0)
-    with np.errstate(over="ignore", invalid="ignore"):  # out-of-range values become inf, as on the wire
+    with np.errstate(
+        over="ignore", invalid="ignore"
+    ):  # out-of-range values become inf, as on the wire
         arr = np.ascontiguousarray(np.asarray(values, dtype="<f4").ravel())
     # An absent vector and an empty one travel the same way (an empty float32[]): same bytes.
     # NaNs have many bit patterns; canonicalise so both ends hash the same bytes.
@@ -188,9 +248,17 @@ def _f32(values: Any, what: str) -> bytes:
     return struct.pack("<q", arr.size) + arr.tobytes()
 
 
-def descriptor_digest(*, kind: str, dims: int, mean: Any, variance: Any, num_samples: int,
-                      payload: bytes = b"", scores: Mapping[str, float] | None = None,
-                      residual_std: float = math.nan) -> bytes:
+def descriptor_digest(
+    *,
+    kind: str,
+    dims: int,
+    mean: Any,
+    variance: Any,
+    num_samples: int,
+    payload: bytes = b"",
+    scores: Mapping[str, float] | None = None,
+    residual_std: float = math.nan,
+) -> bytes:
     """SHA-256 over a canonical encoding of a descriptor's content (float32, sorted scores)."""
     h = hashlib.sha256()
     kind_b = str(kind).encode("utf-8")

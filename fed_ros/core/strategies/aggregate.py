@@ -4,13 +4,21 @@ Everything here works on flat vectors: a cluster average is one row of `W @ stac
 where W (C, K) holds each cluster's normalised sample weights, so all clusters are
 averaged in a single BLAS pass over the updates (the read-pass bound).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fed_ros.core.params import Manifest, StateDict, check_manifest, manifest_of, stack_state_dicts, unflatten
+from fed_ros.core.params import (
+    Manifest,
+    StateDict,
+    check_manifest,
+    manifest_of,
+    stack_state_dicts,
+    unflatten,
+)
 
 
 def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = None) -> np.ndarray:
@@ -29,7 +37,9 @@ def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = N
     return n / total
 
 
-def membership_matrix(groups: Sequence[Sequence[int]], num_samples: Sequence[float], K: int) -> np.ndarray:
+def membership_matrix(
+    groups: Sequence[Sequence[int]], num_samples: Sequence[float], K: int
+) -> np.ndarray:
     """(C, K) float32 matrix whose row s holds n_k / sum_{j in G_s} n_j on G_s's members."""
     n = np.asarray(list(num_samples), dtype=np.float64)
     if n.shape != (K,):
@@ -55,11 +65,17 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = N
     if W.shape[1] != stacked.shape[0]:
         raise ValueError(f"weights for {W.shape[1]} clients but {stacked.shape[0]} stacked updates")
     shape = (W.shape[0], stacked.shape[1])
-    if out is not None and (out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous
-                            or not out.flags.writeable):
-        raise ValueError(f"out must be a writeable C-contiguous {shape} float32 array, got {out.shape} {out.dtype}")
+    if out is not None and (
+        out.shape != shape
+        or out.dtype != np.float32
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
+        raise ValueError(
+            f"out must be a writeable C-contiguous {shape} float32 array, got {out.shape} {out.dtype}"
+        )
     if out is None:
-        out = np.empty(shape, dtype=np.float32)   # owns its memory (callers may recycle it)
+        out = np.empty(shape, dtype=np.float32)  # owns its memory (callers may recycle it)
     if W.shape[0] == 1:
         # 1-D @ 2-D dispatches to sgemv: a single streaming read of `stacked`.
         np.dot(W[0], stacked, out=out[0])
@@ -85,7 +101,7 @@ def all_finite(arr: np.ndarray) -> bool:
         elif np.isfinite(np.sum(arr, dtype=np.float32)):
             return True
     flat = arr.reshape(-1)
-    return all(np.isfinite(flat[a:a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
+    return all(np.isfinite(flat[a : a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
 
 
 def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
@@ -93,13 +109,16 @@ def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
     for k in range(stacked.shape[0]):
         row = stacked[k]
         for a in range(0, row.shape[0], chunk):
-            if not np.isfinite(row[a:a + chunk]).all():
+            if not np.isfinite(row[a : a + chunk]).all():
                 return k
     return -1
 
 
-def fedavg(state_dicts: Sequence[Mapping[str, np.ndarray]], num_samples: Sequence[float],
-           manifest: Manifest | None = None) -> StateDict:
+def fedavg(
+    state_dicts: Sequence[Mapping[str, np.ndarray]],
+    num_samples: Sequence[float],
+    manifest: Manifest | None = None,
+) -> StateDict:
     """FedAvg of state dicts weighted by sample counts (n_k / sum n_j).
 
     Non-finite inputs raise ValueError naming the update's index; the check is fused with
@@ -121,7 +140,9 @@ def fedavg(state_dicts: Sequence[Mapping[str, np.ndarray]], num_samples: Sequenc
     out = weighted_average(stacked, w)
     if not all_finite(out):
         bad = first_nonfinite_row(stacked)
-        raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "fedavg overflowed to Inf")
+        raise ValueError(
+            f"update {bad} holds NaN/Inf values" if bad >= 0 else "fedavg overflowed to Inf"
+        )
     return unflatten(out, manifest)
 
 
@@ -146,8 +167,9 @@ def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
     return gram_to_cosine(G)
 
 
-def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray,
-                      chunk: int = 1 << 16) -> np.ndarray:
+def update_similarity(
+    stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray, chunk: int = 1 << 16
+) -> np.ndarray:
     """Cosine similarity of v_k = stacked[k, columns] - origin[columns] without materialising V.
 
     Each column chunk is centred in float32 (subtracting before the product avoids the
@@ -156,29 +178,43 @@ def update_similarity(stacked: np.ndarray, columns: np.ndarray | slice, origin: 
     K x |Omega| copy.
     """
     K = stacked.shape[0]
-    chunk = max(1024, min(chunk, (1 << 19) // max(K, 1)))   # block stays <= 2 MB of float32
-    cols = np.arange(stacked.shape[1])[columns] if isinstance(columns, slice) else np.asarray(columns)
+    chunk = max(1024, min(chunk, (1 << 19) // max(K, 1)))  # block stays <= 2 MB of float32
+    cols = (
+        np.arange(stacked.shape[1])[columns] if isinstance(columns, slice) else np.asarray(columns)
+    )
     G = np.zeros((K, K), dtype=np.float64)
     for a in range(0, cols.size, chunk):
-        idx = cols[a:a + chunk]
+        idx = cols[a : a + chunk]
         if idx.size and idx[-1] - idx[0] == idx.size - 1:
-            block = stacked[:, idx[0]:idx[-1] + 1] - origin[idx[0]:idx[-1] + 1]   # contiguous run
+            block = (
+                stacked[:, idx[0] : idx[-1] + 1] - origin[idx[0] : idx[-1] + 1]
+            )  # contiguous run
         else:
             block = stacked[:, idx] - origin[idx]
         G += block @ block.T
     if not np.isfinite(G).all():
-        bad = int(np.flatnonzero(~np.isfinite(np.diag(G)))[0]) if not np.isfinite(np.diag(G)).all() else -1
-        raise ValueError(f"update {bad} holds NaN/Inf values" if bad >= 0 else "update similarity overflowed")
+        bad = (
+            int(np.flatnonzero(~np.isfinite(np.diag(G)))[0])
+            if not np.isfinite(np.diag(G)).all()
+            else -1
+        )
+        raise ValueError(
+            f"update {bad} holds NaN/Inf values" if bad >= 0 else "update similarity overflowed"
+        )
     return gram_to_cosine(G)
 
 
-def kl_diag_gaussian(mu_p: np.ndarray, var_p: np.ndarray, mu_q: np.ndarray, var_q: np.ndarray) -> float:
+def kl_diag_gaussian(
+    mu_p: np.ndarray, var_p: np.ndarray, mu_q: np.ndarray, var_q: np.ndarray
+) -> float:
     """KL(N(mu_p, diag var_p) || N(mu_q, diag var_q))."""
     mu_p, var_p, mu_q, var_q = (np.asarray(a, dtype=np.float64) for a in (mu_p, var_p, mu_q, var_q))
     return float(0.5 * np.sum(np.log(var_q / var_p) + (var_p + (mu_p - mu_q) ** 2) / var_q - 1.0))
 
 
-def jeffreys_diag(mu_i: np.ndarray, var_i: np.ndarray, mu_j: np.ndarray, var_j: np.ndarray) -> float:
+def jeffreys_diag(
+    mu_i: np.ndarray, var_i: np.ndarray, mu_j: np.ndarray, var_j: np.ndarray
+) -> float:
     """Symmetric Jeffreys divergence KL(N_i||N_j) + KL(N_j||N_i) of diagonal Gaussians."""
     return kl_diag_gaussian(mu_i, var_i, mu_j, var_j) + kl_diag_gaussian(mu_j, var_j, mu_i, var_i)
 
@@ -192,7 +228,9 @@ def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
     m = np.asarray(means, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)
     if m.ndim != 2 or v.shape != m.shape:
-        raise ValueError(f"jeffreys_matrix: means {m.shape} and variances {v.shape} must both be (K, D)")
+        raise ValueError(
+            f"jeffreys_matrix: means {m.shape} and variances {v.shape} must both be (K, D)"
+        )
     if not (np.isfinite(m).all() and np.isfinite(v).all()):
         raise ValueError("jeffreys_matrix: descriptors hold NaN/Inf")
     if (v <= 0).any():
@@ -203,22 +241,29 @@ def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
     if K * K * D <= 20_000_000:
         # Direct broadcast: exact up to rounding (no cancellation between large terms).
         d2 = (m[:, None, :] - m[None, :, :]) ** 2
-        J = 0.5 * np.sum((v[:, None, :] + d2) * iv[None, :, :] + (v[None, :, :] + d2) * iv[:, None, :],
-                         axis=2) - D
+        J = (
+            0.5
+            * np.sum(
+                (v[:, None, :] + d2) * iv[None, :, :] + (v[None, :, :] + d2) * iv[:, None, :],
+                axis=2,
+            )
+            - D
+        )
         np.fill_diagonal(J, 0.0)
         return np.maximum(J, 0.0)
     # sum_d (v_i + m_i^2 - 2 m_i m_j + m_j^2) / v_j, for both orders.
-    a = (v + m * m) @ iv.T            # sum_d (v_i + m_i^2) / v_j
-    b = m @ (m * iv).T                # sum_d m_i m_j / v_j
-    cj = np.sum(m * m * iv, axis=1)   # sum_d m_j^2 / v_j, depends on j only
+    a = (v + m * m) @ iv.T  # sum_d (v_i + m_i^2) / v_j
+    b = m @ (m * iv).T  # sum_d m_i m_j / v_j
+    cj = np.sum(m * m * iv, axis=1)  # sum_d m_j^2 / v_j, depends on j only
     term_ij = a - 2.0 * b + cj[None, :]
     J = 0.5 * (term_ij + term_ij.T) - D
     np.fill_diagonal(J, 0.0)
     return np.maximum(J, 0.0)
 
 
-def weighted_model(models: Mapping[int, Mapping[str, np.ndarray]], membership: Sequence[tuple[int, float]]
-                   ) -> dict[str, np.ndarray]:
+def weighted_model(
+    models: Mapping[int, Mapping[str, np.ndarray]], membership: Sequence[tuple[int, float]]
+) -> dict[str, np.ndarray]:
     """A robot's starting model: weighted mean of its clusters' models (weights > 0), a fresh copy.
 
     Used by the robot node and the benchmark alike, so both start from the same floats.

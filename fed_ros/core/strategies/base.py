@@ -17,73 +17,44 @@ all C clusters with weight 1.0 on the robot's current choice and 0.0 on the othe
 `client_selects_cluster` is True: the robot evaluates every listed model, picks
 `ifca_select(losses)` and reports it in `ClientUpdate.cluster_id`.
 """
+
 from __future__ import annotations
 
 import logging
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
-from fed_ros.core.strategies.aggregate import all_finite, first_nonfinite_row, sample_weights, weighted_rows
-from fed_ros.core.params import (Manifest, StateDict, check_manifest, flatten, manifest_from_json, manifest_of,
-                                 manifest_to_json, num_params, stack_state_dicts, unflatten)
+from fed_ros.core.strategies.aggregate import (
+    all_finite,
+    first_nonfinite_row,
+    sample_weights,
+    weighted_rows,
+)
+from fed_ros.core.params import (
+    Manifest,
+    StateDict,
+    flatten,
+    manifest_from_json,
+    manifest_of,
+    manifest_to_json,
+    num_params,
+    unflatten,
+)
+from fed_ros.core.strategies.prepared_round import PreparedRound, prepare_round
 from fed_ros.core.strategies.robust import RULES, aggregate_robust
 from fed_ros.core.rounds.config import RobotInstruction, RoundConfig
-from fed_ros.core.strategies.types import (ClientDescriptor, ClientUpdate, Membership,
-                                           RoundResult)
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, Membership, RoundResult
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PreparedRound:
-    """Validated updates of one round, stacked once into a contiguous (K, P) array."""
-
-    robot_ids: list[str]
-    stacked: np.ndarray
-    num_samples: np.ndarray
-    updates: list[ClientUpdate]
 
 
 def _readonly(vec: np.ndarray) -> np.ndarray:
     vec.flags.writeable = False
     return vec
-
-
-def match_cluster_ids(groups: Sequence[Sequence[str]], previous: Mapping[str, int],
-                      available: Sequence[int]) -> list[int]:
-    """Stable ids for new groups: Hungarian matching on member overlap with previous clusters.
-
-    Groups not matched to any of `available` get fresh ids above all known ones.
-    """
-    avail = sorted(set(int(a) for a in available))
-    ids: list[int] = [-1] * len(groups)
-    if avail and groups:
-        overlap = np.zeros((len(groups), len(avail)))
-        col = {c: j for j, c in enumerate(avail)}
-        for g, members in enumerate(groups):
-            for rid in members:
-                c = previous.get(rid)
-                if c is not None and c in col:
-                    overlap[g, col[c]] += 1
-        # Tiny preference for earlier groups / lower ids, but only when the matrix is not square:
-        # a square one's full matchings all have the same tie sum, so there linear_sum_assignment's
-        # own (deterministic) order breaks ties (two groups tied on one old cluster -> ids [1, 0]).
-        tie = 1e-6 * (np.arange(len(avail))[None, :] + np.arange(len(groups))[:, None])
-        rows, cols = linear_sum_assignment(-(overlap - tie))
-        for r, c in zip(rows, cols):
-            ids[r] = avail[c]
-    nxt = (max(avail) + 1) if avail else 0
-    for g in range(len(groups)):
-        if ids[g] < 0:
-            ids[g] = nxt
-            nxt += 1
-    return ids
 
 
 class Strategy(ABC):
@@ -93,8 +64,15 @@ class Strategy(ABC):
     client_selects_cluster: bool = False
     descriptor_kind: str = "gaussian"  # what robots compute when needs_descriptors asks
 
-    def __init__(self, *, robust: str = "mean", robust_kwargs: Mapping[str, Any] | None = None,
-                 local_epochs: int = 1, local_steps: int | None = None, lr: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        robust: str = "mean",
+        robust_kwargs: Mapping[str, Any] | None = None,
+        local_epochs: int = 1,
+        local_steps: int | None = None,
+        lr: float | None = None,
+    ) -> None:
         if robust not in RULES:
             raise ValueError(f"robust rule {robust!r} not in {RULES}")
         self.robust = robust
@@ -106,7 +84,7 @@ class Strategy(ABC):
         self._theta0: np.ndarray | None = None
         self._models: dict[int, np.ndarray] = {}
         self._assign: dict[str, Membership] = {}
-        self._owners: list[np.ndarray] = []   # recent average buffers, recycled when unreferenced
+        self._owners: list[np.ndarray] = []  # recent average buffers, recycled when unreferenced
 
     # ------------------------------------------------------------------ life cycle
     def initialize(self, initial: StateDict, robot_ids: Sequence[str]) -> None:
@@ -143,7 +121,9 @@ class Strategy(ABC):
             raise ValueError(f"{self.name}: initialize() has not been called")
 
     # ------------------------------------------------------------------ per round
-    def configure_round(self, round_idx: int, robot_ids: Sequence[str]) -> dict[str, RobotInstruction]:
+    def configure_round(
+        self, round_idx: int, robot_ids: Sequence[str]
+    ) -> dict[str, RobotInstruction]:
         """Per participating robot: its membership (model(s) to start from) and round config."""
         self._require_init()
         config = self.round_config(round_idx)
@@ -164,16 +144,25 @@ class Strategy(ABC):
 
     def _config_fields(self, round_idx: int) -> dict[str, Any]:
         """RoundConfig keyword values: training settings, descriptor kind, IFCA cluster pick."""
-        return {"local_epochs": self.local_epochs, "local_steps": self.local_steps, "lr": self.lr,
-                "descriptor_kind": self.descriptor_kind, "pick_cluster": self.client_selects_cluster}
+        return {
+            "local_epochs": self.local_epochs,
+            "local_steps": self.local_steps,
+            "lr": self.lr,
+            "descriptor_kind": self.descriptor_kind,
+            "pick_cluster": self.client_selects_cluster,
+        }
 
     def needs_descriptors(self, round_idx: int) -> set[str]:
         """Descriptor kinds the strategy needs before aggregating this round."""
         return set()
 
     @abstractmethod
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor]) -> RoundResult:
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor],
+    ) -> RoundResult:
         """New cluster models and assignments from this round's updates."""
 
     # ------------------------------------------------------------------ models
@@ -189,7 +178,9 @@ class Strategy(ABC):
     def model_for(self, robot_id: str) -> StateDict:
         """Starting model of a robot: weighted mean of its clusters' models."""
         self._require_init()
-        mem = self._assign.get(robot_id) or self.route(ClientDescriptor(robot_id=robot_id, kind="update"))
+        mem = self._assign.get(robot_id) or self.route(
+            ClientDescriptor(robot_id=robot_id, kind="update")
+        )
         return unflatten(self._mean_of(mem), self._manifest)
 
     def _mean_of(self, mem: Membership) -> np.ndarray:
@@ -221,36 +212,22 @@ class Strategy(ABC):
         return [(best, 1.0)]
 
     # ------------------------------------------------------------------ helpers
+
     def _prepare(self, round_idx: int, updates: Sequence[ClientUpdate]) -> PreparedRound:
         """Validate (manifest, sample counts, ids, rounds) and stack the updates once."""
         self._require_init()
-        if not updates:
-            raise ValueError(f"{self.name}: round {round_idx} has no updates")
-        seen: set[str] = set()
-        for u in updates:
-            if not isinstance(u, ClientUpdate):
-                raise ValueError(f"expected ClientUpdate, got {type(u).__name__}")
-            if u.robot_id in seen:
-                raise ValueError(f"duplicate update from robot {u.robot_id!r}")
-            seen.add(u.robot_id)
-            if u.base_round > round_idx:
-                raise ValueError(f"update of {u.robot_id!r} has base_round {u.base_round} > round {round_idx}")
-            try:
-                check_manifest(u.params, self._manifest)
-            except ValueError as exc:
-                raise ValueError(f"update of {u.robot_id!r}: {exc}") from None
-        # Robot-id order, not arrival order: the float arithmetic (and so every bit of the
-        # result) is then independent of which robot's update arrived first.
-        updates = sorted(updates, key=lambda u: u.robot_id)
-        ids = [u.robot_id for u in updates]
-        n = np.array([u.num_samples for u in updates], dtype=np.float64)
-        sample_weights(n, ids)  # raises on all-zero
-        stacked = stack_state_dicts([u.params for u in updates], self._manifest)
-        return PreparedRound(ids, stacked, n, list(updates))
+        return prepare_round(self.name, round_idx, updates, self._manifest)
 
-    def _average_groups(self, prep: PreparedRound, groups: Sequence[Sequence[int]],
-                        references: Sequence[np.ndarray] | None = None) -> np.ndarray:
-        """(G, P) averages of the given member-index groups (one GEMM for FedAvg, robust rule otherwise)."""
+    def _average_groups(
+        self,
+        prep: PreparedRound,
+        groups: Sequence[Sequence[int]],
+        references: Sequence[np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """(G, P) averages of the given member-index groups.
+
+        One GEMM for FedAvg, the robust rule otherwise.
+        """
         K, P = prep.stacked.shape
         for g, members in enumerate(groups):
             if len(members) == 0:
@@ -259,14 +236,21 @@ class Strategy(ABC):
             W = np.zeros((len(groups), K), dtype=np.float64)
             for g, members in enumerate(groups):
                 members = list(members)
-                W[g, members] = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
-            out = weighted_rows(prep.stacked, W.astype(np.float32), out=self._spare_buffer((len(groups), P)))
+                W[g, members] = sample_weights(
+                    prep.num_samples[members], [prep.robot_ids[i] for i in members]
+                )
+            out = weighted_rows(
+                prep.stacked, W.astype(np.float32), out=self._spare_buffer((len(groups), P))
+            )
             if not all_finite(out):
                 # Weights are finite, so a non-finite average means a non-finite input.
                 bad = first_nonfinite_row(prep.stacked)
-                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0
-                                 else "cluster average overflowed to Inf")
-            if out.base is None:          # only buffers that own their memory are recycled
+                raise ValueError(
+                    f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values"
+                    if bad >= 0
+                    else "cluster average overflowed to Inf"
+                )
+            if out.base is None:  # only buffers that own their memory are recycled
                 self._owners.append(out)
                 del self._owners[:-3]
             return out
@@ -300,7 +284,9 @@ class Strategy(ABC):
     def _result(self, diagnostics: dict[str, Any]) -> RoundResult:
         diagnostics.setdefault("strategy", self.name)
         diagnostics.setdefault("robust", self.robust)
-        return RoundResult(self.cluster_models(), {r: list(m) for r, m in self._assign.items()}, diagnostics)
+        return RoundResult(
+            self.cluster_models(), {r: list(m) for r, m in self._assign.items()}, diagnostics
+        )
 
     # ------------------------------------------------------------------ persistence
     def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
@@ -310,9 +296,12 @@ class Strategy(ABC):
         for cid, vec in self._models.items():
             arrays[f"cluster/{cid}"] = vec
         arrays.update(self._extra_arrays())
-        meta = {"name": self.name, "manifest": manifest_to_json(self._manifest),
-                "assignments": {r: [[int(c), float(w)] for c, w in m] for r, m in self._assign.items()},
-                "extra": self._extra_meta()}
+        meta = {
+            "name": self.name,
+            "manifest": manifest_to_json(self._manifest),
+            "assignments": {r: [[int(c), float(w)] for c, w in m] for r, m in self._assign.items()},
+            "extra": self._extra_meta(),
+        }
         return arrays, meta
 
     def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
@@ -327,12 +316,16 @@ class Strategy(ABC):
             for key, vec in arrays.items():
                 if key.startswith("cluster/"):
                     models[int(key.split("/", 1)[1])] = np.array(vec, dtype=np.float32)
-            assign = {str(r): [(int(c), float(w)) for c, w in m] for r, m in meta["assignments"].items()}
+            assign = {
+                str(r): [(int(c), float(w)) for c, w in m] for r, m in meta["assignments"].items()
+            }
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed strategy state ({exc})") from None
         for cid, vec in list(models.items()) + [(-1, theta0)]:
             if vec.shape != (P,):
-                raise ValueError(f"state array for cluster {cid} has shape {vec.shape}, expected ({P},)")
+                raise ValueError(
+                    f"state array for cluster {cid} has shape {vec.shape}, expected ({P},)"
+                )
             if not np.isfinite(vec).all():
                 raise ValueError(f"state array for cluster {cid} holds NaN/Inf values")
         self._manifest = manifest
@@ -379,5 +372,7 @@ def make_strategy(name: str, **settings: Any) -> Strategy:
             accepted |= {p for p, v in params.items() if v.kind == inspect.Parameter.KEYWORD_ONLY}
     unknown = sorted(set(settings) - accepted)
     if unknown:
-        raise ValueError(f"strategy {key!r} does not take setting(s) {unknown}; accepted: {sorted(accepted)}")
+        raise ValueError(
+            f"strategy {key!r} does not take setting(s) {unknown}; accepted: {sorted(accepted)}"
+        )
     return cls(**settings)

@@ -1,4 +1,5 @@
 """FedAvg and FedProx (server side identical; FedProx's proximal term lives in local training)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -19,15 +20,25 @@ class FedAvgStrategy(Strategy):
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
         """Weighted average of all updates into cluster 0."""
         prep = self._prepare(round_idx, updates)
-        avg = self._average_groups(prep, [list(range(len(prep.robot_ids)))], references=[self._models[0]])
+        avg = self._average_groups(
+            prep, [list(range(len(prep.robot_ids)))], references=[self._models[0]]
+        )
         self._models[0] = _readonly(avg[0])
         for rid in prep.robot_ids:
             self._assign[rid] = [(0, 1.0)]
-        diag = {"round": round_idx, "robots": prep.robot_ids, "num_samples": prep.num_samples.tolist()}
+        diag = {
+            "round": round_idx,
+            "robots": prep.robot_ids,
+            "num_samples": prep.num_samples.tolist(),
+        }
         diag["prox_mu"] = self.round_config(round_idx).prox_mu
         return self._result(diag)
 

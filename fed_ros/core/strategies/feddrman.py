@@ -13,6 +13,7 @@ robots in one cluster (C = 1); use_srb=False skips step 5 (theta_s^{r+1} = theta
 Local objective: the round config turns on L_sub / L_act (weights lambda_sub / lambda_act);
 use_sub=False / use_act=False are the local-loss ablations.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,10 +27,16 @@ import numpy as np
 from fed_ros.core.strategies.aggregate import first_nonfinite_row, update_similarity
 from fed_ros.core.clustering.cua import cua_partition
 from fed_ros.core.params import prefix_columns
-from fed_ros.core.rounds.config import (PAPER_LAMBDA_ACT, PAPER_LAMBDA_SUB, PAPER_USE_ACT, PAPER_USE_SUB,
-                                        RoundConfig)
+from fed_ros.core.rounds.config import (
+    PAPER_LAMBDA_ACT,
+    PAPER_LAMBDA_SUB,
+    PAPER_USE_ACT,
+    PAPER_USE_SUB,
+    RoundConfig,
+)
 from fed_ros.core.clustering.srb import apply_srb, eligible_blocks
-from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.base import Strategy, _readonly
+from fed_ros.core.strategies.cluster_ids import match_cluster_ids
 from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 log = logging.getLogger("fed_ros.core.feddrman")
@@ -40,15 +47,31 @@ class FedDRManStrategy(Strategy):
 
     name = "feddrman"
 
-    def __init__(self, *, num_clusters: int = 1, beta: float = 0.9, use_cua: bool = True, use_srb: bool = True,
-                 omega_prefixes: Sequence[str] = ("temporal.",), cua_method: str = "auto",
-                 singleton_intra: float = 0.0, srb_prefixes: Sequence[str] | None = None, srb_min_dim: int = 2,
-                 srb_exclude: Sequence[str] = (), seed: int = 0, use_sub: bool = PAPER_USE_SUB,
-                 use_act: bool = PAPER_USE_ACT, lambda_sub: float = PAPER_LAMBDA_SUB,
-                 lambda_act: float = PAPER_LAMBDA_ACT, **kw: Any) -> None:
+    def __init__(
+        self,
+        *,
+        num_clusters: int = 1,
+        beta: float = 0.9,
+        use_cua: bool = True,
+        use_srb: bool = True,
+        omega_prefixes: Sequence[str] = ("temporal.",),
+        cua_method: str = "auto",
+        singleton_intra: float = 0.0,
+        srb_prefixes: Sequence[str] | None = None,
+        srb_min_dim: int = 2,
+        srb_exclude: Sequence[str] = (),
+        seed: int = 0,
+        use_sub: bool = PAPER_USE_SUB,
+        use_act: bool = PAPER_USE_ACT,
+        lambda_sub: float = PAPER_LAMBDA_SUB,
+        lambda_act: float = PAPER_LAMBDA_ACT,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         # The robots' local objective (checked now, sent in every round config).
-        self._local = RoundConfig(use_sub=use_sub, use_act=use_act, lambda_sub=lambda_sub, lambda_act=lambda_act)
+        self._local = RoundConfig(
+            use_sub=use_sub, use_act=use_act, lambda_sub=lambda_sub, lambda_act=lambda_act
+        )
         if not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
             raise ValueError(f"num_clusters must be an int >= 1, got {num_clusters!r}")
         if not (isinstance(beta, (int, float)) and 0.0 <= beta <= 1.0):
@@ -76,8 +99,13 @@ class FedDRManStrategy(Strategy):
     def _config_fields(self, round_idx: int) -> dict[str, Any]:
         """Distillation switches and weights of the robots' local objective."""
         c = self._local
-        return {**super()._config_fields(round_idx), "use_sub": c.use_sub, "use_act": c.use_act,
-                "lambda_sub": c.lambda_sub, "lambda_act": c.lambda_act}
+        return {
+            **super()._config_fields(round_idx),
+            "use_sub": c.use_sub,
+            "use_act": c.use_act,
+            "lambda_sub": c.lambda_sub,
+            "lambda_act": c.lambda_act,
+        }
 
     @property
     def effective_clusters(self) -> int:
@@ -95,63 +123,101 @@ class FedDRManStrategy(Strategy):
         empty = isinstance(cols, np.ndarray) and cols.size == 0
         self._omega_all = empty
         if empty:
-            msg = (f"FedDRMan: no tensor matches omega_prefixes {list(self.omega_prefixes)}; "
-                   "CUA falls back to ALL parameters for update similarity")
+            msg = (
+                f"FedDRMan: no tensor matches omega_prefixes {list(self.omega_prefixes)}; "
+                "CUA falls back to ALL parameters for update similarity"
+            )
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
             log.warning(msg)
             self._omega = slice(0, self._theta0.shape[0])
         else:
             self._omega = cols
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
-        """CUA -> per-cluster FedAvg -> SRB -> persistent cluster models (ids stable across rounds)."""
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
+        """CUA -> per-cluster FedAvg -> SRB -> persistent cluster models (ids stable across
+        rounds)."""
         prep = self._prepare(round_idx, updates)
         K = len(prep.robot_ids)
         C = self.effective_clusters
         if K < C:
             raise ValueError(f"FedDRMan round {round_idx}: K={K} updates < num_clusters C={C}")
-        diag: dict[str, Any] = {"round": round_idx, "robots": prep.robot_ids, "num_clusters": C,
-                                "omega": "all" if self._omega_all else list(self.omega_prefixes)}
+        diag: dict[str, Any] = {
+            "round": round_idx,
+            "robots": prep.robot_ids,
+            "num_clusters": C,
+            "omega": "all" if self._omega_all else list(self.omega_prefixes),
+        }
         if C > 1:
             # Accumulated update from the common initialisation, restricted to Omega (K x |Omega|).
             try:
                 S = update_similarity(prep.stacked, self._omega, self._theta0)
             except ValueError as exc:
                 bad = first_nonfinite_row(prep.stacked)
-                raise ValueError(f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values" if bad >= 0
-                                 else str(exc)) from None
-            res = cua_partition(S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed)
+                raise ValueError(
+                    f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values"
+                    if bad >= 0
+                    else str(exc)
+                ) from None
+            res = cua_partition(
+                S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed
+            )
             groups = res.groups()
-            diag.update({"similarity": S.round(6).tolist(), "partition": res.labels.tolist(),
-                         "objective": res.objective, "cua_method": res.method})
+            diag.update(
+                {
+                    "similarity": S.round(6).tolist(),
+                    "partition": res.labels.tolist(),
+                    "objective": res.objective,
+                    "cua_method": res.method,
+                }
+            )
         else:
             groups = [list(range(K))]
         previous = {rid: self._assign[rid][0][0] for rid in prep.robot_ids if rid in self._assign}
-        ids = match_cluster_ids([[prep.robot_ids[i] for i in g] for g in groups], previous, list(self._models))
+        ids = match_cluster_ids(
+            [[prep.robot_ids[i] for i in g] for g in groups], previous, list(self._models)
+        )
         references = [self._models.get(cid, self._theta0) for cid in ids]
-        avg = self._average_groups(prep, groups, references=references)   # (C, P), new buffer
+        avg = self._average_groups(prep, groups, references=references)  # (C, P), new buffer
         srb_info: dict[str, Any] = {}
-        blocks = eligible_blocks(self._manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude)
+        blocks = eligible_blocks(
+            self._manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude
+        )
         for g, cid in enumerate(ids):
             theta = references[g]
             if self.use_srb and blocks:
                 row = avg[g]
-                row -= theta                                           # Delta_s, in place
+                row -= theta  # Delta_s, in place
                 info = apply_srb(row, self._manifest, self.beta, blocks)
-                row += theta                                           # theta_s + Delta~_s
+                row += theta  # theta_s + Delta~_s
                 srb_info[str(cid)] = {name: i.to_json() for name, i in info.items()}
             self._models[cid] = _readonly(avg[g])
         for g, cid in zip(groups, ids):
             for i in g:
                 self._assign[prep.robot_ids[i]] = [(cid, 1.0)]
-        diag.update({"groups": {str(cid): [prep.robot_ids[i] for i in g] for g, cid in zip(groups, ids)},
-                     "srb": srb_info, "beta": self.beta, "use_cua": self.use_cua, "use_srb": self.use_srb})
+        diag.update(
+            {
+                "groups": {str(cid): [prep.robot_ids[i] for i in g] for g, cid in zip(groups, ids)},
+                "srb": srb_info,
+                "beta": self.beta,
+                "use_cua": self.use_cua,
+                "use_srb": self.use_srb,
+            }
+        )
         return self._result(diag)
 
     def _extra_meta(self) -> dict[str, Any]:
-        return {"num_clusters": self.num_clusters, "beta": self.beta, "use_cua": self.use_cua,
-                "use_srb": self.use_srb, "omega_prefixes": list(self.omega_prefixes)}
+        return {
+            "num_clusters": self.num_clusters,
+            "beta": self.beta,
+            "use_cua": self.use_cua,
+            "use_srb": self.use_srb,
+            "omega_prefixes": list(self.omega_prefixes),
+        }
 
     def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
         self._resolve_omega()

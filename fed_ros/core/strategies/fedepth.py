@@ -5,8 +5,10 @@ rounds when > 0). Each cluster model is the sample-weighted mean of its members'
 (all clusters in one GEMM); a robot's next model is the plain mean of the models of all
 clusters it belongs to (Membership weights 1/m). tau is either given or calibrated as the
 largest tau whose soft-clustering overlap ratio is <= `target_overlap` (0.2 by default);
-`hard=True` cuts average-linkage disjoint clusters at that same tau. Unseen robots are routed with their Gaussian descriptor.
+`hard=True` cuts average-linkage disjoint clusters at that same tau. Unseen robots are routed
+with their Gaussian descriptor.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +19,8 @@ import numpy as np
 
 from fed_ros.core.clustering import fedepth as fd
 from fed_ros.core.rounds.config import Membership
-from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.base import Strategy, _readonly
+from fed_ros.core.strategies.cluster_ids import match_cluster_ids
 from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
@@ -26,8 +29,15 @@ class FeDepthStrategy(Strategy):
 
     name = "fedepth"
 
-    def __init__(self, *, tau: float | None = None, target_overlap: float = 0.2, hard: bool = False,
-                 recluster_every: int = 0, **kw: Any) -> None:
+    def __init__(
+        self,
+        *,
+        tau: float | None = None,
+        target_overlap: float = 0.2,
+        hard: bool = False,
+        recluster_every: int = 0,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         if tau is not None and (not math.isfinite(tau) or tau < 0):
             raise ValueError(f"tau must be finite and >= 0, got {tau!r}")
@@ -40,7 +50,7 @@ class FeDepthStrategy(Strategy):
         self.hard = bool(hard)
         self.recluster_every = recluster_every
         self.tau: float | None = tau
-        self._clusters: dict[int, list[str]] = {}          # cluster id -> member robot ids
+        self._clusters: dict[int, list[str]] = {}  # cluster id -> member robot ids
         self._desc_ids: list[str] = []
         self._desc_mean: np.ndarray | None = None
         self._desc_var: np.ndarray | None = None
@@ -54,10 +64,16 @@ class FeDepthStrategy(Strategy):
             return {"gaussian"}
         return set()
 
-    def _cluster(self, robot_ids: list[str], descriptors: Mapping[str, ClientDescriptor]) -> dict[str, Any]:
-        missing = [r for r in robot_ids if r not in descriptors or descriptors[r].kind != "gaussian"]
+    def _cluster(
+        self, robot_ids: list[str], descriptors: Mapping[str, ClientDescriptor]
+    ) -> dict[str, Any]:
+        missing = [
+            r for r in robot_ids if r not in descriptors or descriptors[r].kind != "gaussian"
+        ]
         if missing:
-            raise ValueError(f"FeDepth needs a gaussian descriptor from every robot; missing for {missing[0]!r}")
+            raise ValueError(
+                f"FeDepth needs a gaussian descriptor from every robot; missing for {missing[0]!r}"
+            )
         dims = {np.asarray(descriptors[r].mean).shape for r in robot_ids}
         if len(dims) != 1:
             raise ValueError(f"gaussian descriptors have different dimensions {sorted(dims)}")
@@ -78,12 +94,21 @@ class FeDepthStrategy(Strategy):
         self.tau = float(tau)
         self._clusters = {cid: g for cid, g in zip(ids, groups)}
         self._desc_ids, self._desc_mean, self._desc_var = list(robot_ids), means, var
-        return {"jeffreys": A.round(6).tolist(), "tau": float(tau), "overlap": overlap,
-                "clusters": {str(c): g for c, g in self._clusters.items()}}
+        return {
+            "jeffreys": A.round(6).tolist(),
+            "tau": float(tau),
+            "overlap": overlap,
+            "clusters": {str(c): g for c, g in self._clusters.items()},
+        }
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
-        """(Re)cluster when due, then w_k = sum_{c in k} n_c/sum n_j w_c for every cluster with updates."""
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
+        """(Re)cluster when due, then w_k = sum_{c in k} n_c/sum n_j w_c for every cluster with
+        updates."""
         prep = self._prepare(round_idx, updates)
         diag: dict[str, Any] = {"round": round_idx, "robots": prep.robot_ids}
         if self.needs_descriptors(round_idx):
@@ -121,10 +146,13 @@ class FeDepthStrategy(Strategy):
         return self._result(diag)
 
     def route(self, descriptor: ClientDescriptor) -> Membership:
-        """Unseen robot: clusters with mean Jeffreys <= tau (equal weights), else the nearest one."""
+        """Unseen robot: clusters with mean Jeffreys <= tau (equal weights), else the nearest
+        one."""
         if descriptor.kind != "gaussian" or self._desc_mean is None or not self._clusters:
             return super().route(descriptor)
-        a = fd.jeffreys_to_each(descriptor.mean, descriptor.variance, self._desc_mean, self._desc_var)
+        a = fd.jeffreys_to_each(
+            descriptor.mean, descriptor.variance, self._desc_mean, self._desc_var
+        )
         pos = {r: i for i, r in enumerate(self._desc_ids)}
         cids = sorted(self._clusters)
         clusters = [tuple(pos[r] for r in self._clusters[c] if r in pos) for c in cids]
@@ -137,13 +165,21 @@ class FeDepthStrategy(Strategy):
         return {"desc_mean": self._desc_mean, "desc_var": self._desc_var}
 
     def _extra_meta(self) -> dict[str, Any]:
-        return {"tau": self.tau, "clusters": {str(c): g for c, g in self._clusters.items()},
-                "desc_ids": self._desc_ids, "clustered_round": self._clustered_round}
+        return {
+            "tau": self.tau,
+            "clusters": {str(c): g for c, g in self._clusters.items()},
+            "desc_ids": self._desc_ids,
+            "clustered_round": self._clustered_round,
+        }
 
     def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
         self.tau = extra.get("tau")
         self._clusters = {int(c): list(g) for c, g in extra.get("clusters", {}).items()}
         self._desc_ids = list(extra.get("desc_ids", []))
         self._clustered_round = int(extra.get("clustered_round", -1))
-        self._desc_mean = np.asarray(arrays["desc_mean"], dtype=np.float64) if "desc_mean" in arrays else None
-        self._desc_var = np.asarray(arrays["desc_var"], dtype=np.float64) if "desc_var" in arrays else None
+        self._desc_mean = (
+            np.asarray(arrays["desc_mean"], dtype=np.float64) if "desc_mean" in arrays else None
+        )
+        self._desc_var = (
+            np.asarray(arrays["desc_var"], dtype=np.float64) if "desc_var" in arrays else None
+        )

@@ -7,6 +7,7 @@ its current choice (cluster 0 before any) and 0.0 on the rest; `client_selects_c
 is True. Cluster models start from theta^0 plus a small seeded relative perturbation for
 c >= 1 (identical starts would make every argmin a tie).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,9 @@ class IFCAStrategy(Strategy):
     name = "ifca"
     client_selects_cluster = True
 
-    def __init__(self, *, num_clusters: int = 2, init_noise: float = 0.01, seed: int = 0, **kw: Any) -> None:
+    def __init__(
+        self, *, num_clusters: int = 2, init_noise: float = 0.01, seed: int = 0, **kw: Any
+    ) -> None:
         super().__init__(**kw)
         if not isinstance(num_clusters, (int, np.integer)) or num_clusters < 1:
             raise ValueError(f"num_clusters must be an int >= 1, got {num_clusters!r}")
@@ -56,7 +59,9 @@ class IFCAStrategy(Strategy):
             for name, (a, b) in offs.items():
                 # Per-tensor relative noise keeps the perturbation scale-free across layers.
                 scale = float(np.std(vec[a:b])) or 1.0
-                vec[a:b] += (self.init_noise * scale * rng.standard_normal(b - a)).astype(np.float32)
+                vec[a:b] += (self.init_noise * scale * rng.standard_normal(b - a)).astype(
+                    np.float32
+                )
             self._models[c] = _readonly(vec)
         self._assign = {rid: self._membership(0) for rid in robot_ids}
 
@@ -70,23 +75,35 @@ class IFCAStrategy(Strategy):
         """Unseen robots download all models; start from cluster 0 until they choose."""
         return self._membership(0)
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
         """FedAvg per chosen cluster; clusters nobody chose keep their model."""
         prep = self._prepare(round_idx, updates)
         by_cluster: dict[int, list[int]] = {}
         for k, u in enumerate(prep.updates):
             if not 0 <= u.cluster_id < self.num_clusters:
-                raise ValueError(f"IFCA update of {u.robot_id!r} reports cluster_id {u.cluster_id}, "
-                                 f"expected 0..{self.num_clusters - 1}")
+                raise ValueError(
+                    f"IFCA update of {u.robot_id!r} reports cluster_id {u.cluster_id}, "
+                    f"expected 0..{self.num_clusters - 1}"
+                )
             by_cluster.setdefault(int(u.cluster_id), []).append(k)
         cids = sorted(by_cluster)
-        avg = self._average_groups(prep, [by_cluster[c] for c in cids], references=[self._models[c] for c in cids])
+        avg = self._average_groups(
+            prep, [by_cluster[c] for c in cids], references=[self._models[c] for c in cids]
+        )
         for g, cid in enumerate(cids):
             self._models[cid] = _readonly(avg[g])
         for u in prep.updates:
             self._assign[u.robot_id] = self._membership(int(u.cluster_id))
-        diag = {"round": round_idx, "robots": prep.robot_ids,
-                "choices": {u.robot_id: int(u.cluster_id) for u in prep.updates}, "updated_clusters": cids,
-                "client_selects_cluster": True}
+        diag = {
+            "round": round_idx,
+            "robots": prep.robot_ids,
+            "choices": {u.robot_id: int(u.cluster_id) for u in prep.updates},
+            "updated_clusters": cids,
+            "client_selects_cluster": True,
+        }
         return self._result(diag)

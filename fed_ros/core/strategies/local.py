@@ -1,4 +1,5 @@
 """Local: no aggregation; every robot keeps its own model (cluster id = the robot's index)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -30,8 +31,12 @@ class LocalStrategy(Strategy):
         self._models[cid] = self._theta0
         return [(cid, 1.0)]
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
         """Each robot's cluster model becomes its own update (copied: inputs may be reused buffers)."""
         prep = self._prepare(round_idx, updates)
         for k, rid in enumerate(prep.robot_ids):

@@ -4,6 +4,7 @@ Federations are (re)built from `ClientDescriptor(kind="rnd", scores={peer: s_ij}
 residual_std=sigma_i)` on round 0 and then every `recluster_every` rounds (tau; 0 = once
 before training). Federation ids are matched to the previous ones by member overlap.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core.clustering import rnd
-from fed_ros.core.strategies.base import Strategy, _readonly, match_cluster_ids
+from fed_ros.core.strategies.base import Strategy, _readonly
+from fed_ros.core.strategies.cluster_ids import match_cluster_ids
 from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 
@@ -23,7 +25,9 @@ class RNDStrategy(Strategy):
     name = "rnd"
     descriptor_kind = "rnd"
 
-    def __init__(self, *, eps: float = 1.0, recluster_every: int = 0, symmetrise: str = "mutual", **kw: Any) -> None:
+    def __init__(
+        self, *, eps: float = 1.0, recluster_every: int = 0, symmetrise: str = "mutual", **kw: Any
+    ) -> None:
         super().__init__(**kw)
         if not math.isfinite(eps) or eps < 0:
             raise ValueError(f"eps must be finite and >= 0, got {eps!r}")
@@ -44,8 +48,12 @@ class RNDStrategy(Strategy):
             return {"rnd"}
         return set()
 
-    def aggregate_round(self, round_idx: int, updates: list[ClientUpdate],
-                        descriptors: Mapping[str, ClientDescriptor] | None = None) -> RoundResult:
+    def aggregate_round(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
         """Recluster when due, then FedAvg inside each federation."""
         prep = self._prepare(round_idx, updates)
         diag: dict[str, Any] = {"round": round_idx, "robots": prep.robot_ids}
@@ -54,9 +62,16 @@ class RNDStrategy(Strategy):
             ids = [r for r in prep.robot_ids]
             missing = [r for r in ids if r not in descriptors or descriptors[r].kind != "rnd"]
             if missing:
-                raise ValueError(f"RND needs an rnd descriptor from every robot; missing for {missing[0]!r}")
-            groups, N = rnd.rnd_federations(ids, {r: descriptors[r].scores for r in ids},
-                                            {r: descriptors[r].residual_std for r in ids}, self.eps, self.symmetrise)
+                raise ValueError(
+                    f"RND needs an rnd descriptor from every robot; missing for {missing[0]!r}"
+                )
+            groups, N = rnd.rnd_federations(
+                ids,
+                {r: descriptors[r].scores for r in ids},
+                {r: descriptors[r].residual_std for r in ids},
+                self.eps,
+                self.symmetrise,
+            )
             previous = {r: m[0][0] for r, m in self._assign.items() if m}
             cids = match_cluster_ids(groups, previous, list(self._models))
             new_models = {}
@@ -66,8 +81,13 @@ class RNDStrategy(Strategy):
                     self._assign[r] = [(cid, 1.0)]
             self._models = new_models
             self._clustered_round = round_idx
-            diag.update({"novelty": np.where(np.isnan(N), -1.0, N).round(6).tolist(), "eps": self.eps,
-                         "federations": {str(c): g for c, g in zip(cids, groups)}})
+            diag.update(
+                {
+                    "novelty": np.where(np.isnan(N), -1.0, N).round(6).tolist(),
+                    "eps": self.eps,
+                    "federations": {str(c): g for c, g in zip(cids, groups)},
+                }
+            )
         index = {r: k for k, r in enumerate(prep.robot_ids)}
         by_cluster: dict[int, list[int]] = {}
         for r in prep.robot_ids:
@@ -75,7 +95,9 @@ class RNDStrategy(Strategy):
                 self._assign[r] = self.route(ClientDescriptor(robot_id=r, kind="update"))
             by_cluster.setdefault(self._assign[r][0][0], []).append(index[r])
         cids = sorted(by_cluster)
-        avg = self._average_groups(prep, [by_cluster[c] for c in cids], references=[self._models[c] for c in cids])
+        avg = self._average_groups(
+            prep, [by_cluster[c] for c in cids], references=[self._models[c] for c in cids]
+        )
         for g, cid in enumerate(cids):
             self._models[cid] = _readonly(avg[g])
         for r, mem in list(self._assign.items()):

@@ -7,6 +7,7 @@ client moves the result by at most w_k * clip_norm), ``multi_krum`` (Blanchard e
 keep the ``m`` updates with the lowest Krum scores, needs n >= 2f + 3).
 Median and trimmed mean are unweighted (order statistics); the others use the weights.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,16 +59,24 @@ def trimmed_mean(stacked: np.ndarray, trim: float = 0.1) -> np.ndarray:
     if cut == 0:
         return stacked.mean(axis=0, dtype=np.float64).astype(np.float32)
     srt = np.sort(stacked, axis=0)
-    return srt[cut:K - cut].mean(axis=0, dtype=np.float64).astype(np.float32)
+    return srt[cut : K - cut].mean(axis=0, dtype=np.float64).astype(np.float32)
 
 
-def norm_clip_mean(stacked: np.ndarray, weights: np.ndarray, clip_norm: float | None = None,
-                   reference: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def norm_clip_mean(
+    stacked: np.ndarray,
+    weights: np.ndarray,
+    clip_norm: float | None = None,
+    reference: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Weighted mean of reference + clip(x_k - reference, clip_norm); returns (result, scales).
 
     Without `clip_norm` the median update norm is used (adaptive clipping).
     """
-    ref = np.zeros(stacked.shape[1], dtype=np.float32) if reference is None else np.asarray(reference, np.float32)
+    ref = (
+        np.zeros(stacked.shape[1], dtype=np.float32)
+        if reference is None
+        else np.asarray(reference, np.float32)
+    )
     if ref.shape != (stacked.shape[1],):
         raise ValueError(f"reference has shape {ref.shape}, expected ({stacked.shape[1]},)")
     diffs = stacked - ref[None, :]
@@ -92,7 +101,9 @@ def krum_scores(stacked: np.ndarray, f: int) -> np.ndarray:
     return np.sort(d2, axis=1)[:, :k].sum(axis=1)
 
 
-def multi_krum(stacked: np.ndarray, weights: np.ndarray, f: int, m: int | None = None) -> tuple[np.ndarray, list[int]]:
+def multi_krum(
+    stacked: np.ndarray, weights: np.ndarray, f: int, m: int | None = None
+) -> tuple[np.ndarray, list[int]]:
     """Multi-Krum: weighted mean of the m lowest-score updates; refuses n < 2f + 3."""
     n = stacked.shape[0]
     if f < 0:
@@ -113,7 +124,9 @@ def multi_krum(stacked: np.ndarray, weights: np.ndarray, f: int, m: int | None =
     return weighted_average(stacked[chosen], w / w.sum()), chosen
 
 
-def aggregate_robust(stacked: np.ndarray, weights: np.ndarray, rule: str = "mean", **kw) -> np.ndarray:
+def aggregate_robust(
+    stacked: np.ndarray, weights: np.ndarray, rule: str = "mean", **kw
+) -> np.ndarray:
     """Aggregate K updates with a robust rule; returns the (P,) float32 result.
 
     Keyword settings: trimmed_mean `trim`; clip `clip_norm`, `reference`; multi_krum `f`, `m`.
@@ -121,8 +134,13 @@ def aggregate_robust(stacked: np.ndarray, weights: np.ndarray, rule: str = "mean
     if rule not in RULES:
         raise ValueError(f"unknown robust rule {rule!r}; choose from {RULES}")
     stacked, w = _check_inputs(stacked, weights)
-    allowed = {"mean": set(), "median": set(), "trimmed_mean": {"trim"},
-               "clip": {"clip_norm", "reference"}, "multi_krum": {"f", "m"}}[rule]
+    allowed = {
+        "mean": set(),
+        "median": set(),
+        "trimmed_mean": {"trim"},
+        "clip": {"clip_norm", "reference"},
+        "multi_krum": {"f", "m"},
+    }[rule]
     unknown = set(kw) - allowed
     if unknown:
         raise ValueError(f"rule {rule!r} does not take {sorted(unknown)}")

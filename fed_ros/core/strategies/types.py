@@ -6,6 +6,7 @@
 models, every robot's membership, diagnostics) comes out. Re-exported by
 :mod:`fed_ros.core.strategies.base`.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,13 +36,22 @@ class ClientUpdate:
     def __post_init__(self) -> None:
         if not isinstance(self.robot_id, str) or not self.robot_id:
             raise ValueError(f"robot_id must be a non-empty string, got {self.robot_id!r}")
-        if (not isinstance(self.num_samples, (int, np.integer)) or isinstance(self.num_samples, bool)
-                or self.num_samples < 0):
-            raise ValueError(f"num_samples of {self.robot_id!r} is {self.num_samples!r}; must be an int >= 0")
+        if (
+            not isinstance(self.num_samples, (int, np.integer))
+            or isinstance(self.num_samples, bool)
+            or self.num_samples < 0
+        ):
+            raise ValueError(
+                f"num_samples of {self.robot_id!r} is {self.num_samples!r}; must be an int >= 0"
+            )
         if not isinstance(self.base_round, (int, np.integer)) or self.base_round < 0:
-            raise ValueError(f"base_round of {self.robot_id!r} is {self.base_round!r}; must be an int >= 0")
+            raise ValueError(
+                f"base_round of {self.robot_id!r} is {self.base_round!r}; must be an int >= 0"
+            )
         if not isinstance(self.cluster_id, (int, np.integer)) or self.cluster_id < -1:
-            raise ValueError(f"cluster_id of {self.robot_id!r} is {self.cluster_id!r}; must be an int >= -1")
+            raise ValueError(
+                f"cluster_id of {self.robot_id!r} is {self.cluster_id!r}; must be an int >= -1"
+            )
         if not isinstance(self.params, Mapping):
             raise ValueError(f"params of {self.robot_id!r} must be a state dict")
 
@@ -61,19 +71,27 @@ class ClientDescriptor:
 
     def __post_init__(self) -> None:
         if not isinstance(self.robot_id, str) or not self.robot_id:
-            raise ValueError(f"descriptor robot_id must be a non-empty string, got {self.robot_id!r}")
+            raise ValueError(
+                f"descriptor robot_id must be a non-empty string, got {self.robot_id!r}"
+            )
         if self.kind not in DESCRIPTOR_KINDS:
             raise ValueError(f"descriptor kind {self.kind!r} not in {DESCRIPTOR_KINDS}")
         if not isinstance(self.num_samples, (int, np.integer)) or self.num_samples < 0:
-            raise ValueError(f"descriptor num_samples of {self.robot_id!r} is {self.num_samples!r}; must be >= 0")
+            raise ValueError(
+                f"descriptor num_samples of {self.robot_id!r} is {self.num_samples!r}; must be >= 0"
+            )
         if self.kind == "gaussian":
             if self.mean is None or self.variance is None:
-                raise ValueError(f"gaussian descriptor of {self.robot_id!r} needs mean and variance")
+                raise ValueError(
+                    f"gaussian descriptor of {self.robot_id!r} needs mean and variance"
+                )
             m = np.asarray(self.mean, dtype=np.float64)
             v = np.asarray(self.variance, dtype=np.float64)
             if m.ndim != 1 or v.shape != m.shape or m.size == 0:
-                raise ValueError(f"gaussian descriptor of {self.robot_id!r}: mean {m.shape} / variance {v.shape} "
-                                 "must be equal-length 1-D")
+                raise ValueError(
+                    f"gaussian descriptor of {self.robot_id!r}: mean {m.shape} / variance {v.shape} "
+                    "must be equal-length 1-D"
+                )
             if not (np.isfinite(m).all() and np.isfinite(v).all()):
                 raise ValueError(f"gaussian descriptor of {self.robot_id!r} holds NaN/Inf")
             if (v <= 0).any():
@@ -81,11 +99,15 @@ class ClientDescriptor:
         if self.kind == "rnd":
             for peer, s in self.scores.items():
                 if not isinstance(peer, str) or not math.isfinite(float(s)) or float(s) < 0:
-                    raise ValueError(f"rnd descriptor of {self.robot_id!r}: score for {peer!r} is {s!r}; "
-                                     "must be finite and >= 0")
+                    raise ValueError(
+                        f"rnd descriptor of {self.robot_id!r}: score for {peer!r} is {s!r}; "
+                        "must be finite and >= 0"
+                    )
             if not math.isfinite(float(self.residual_std)) or self.residual_std < 0:
-                raise ValueError(f"rnd descriptor of {self.robot_id!r}: residual_std {self.residual_std!r} "
-                                 "must be finite and >= 0")
+                raise ValueError(
+                    f"rnd descriptor of {self.robot_id!r}: residual_std {self.residual_std!r} "
+                    "must be finite and >= 0"
+                )
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 The mechanics of a reset, with explicit collaborators: the arm's command output (which sends
 the trajectory), the profile (home pose, duration, tolerance) and a reader of the newest joint
-positions with the count of joint-state messages so far. The adapter node
-(:mod:`fed_ros.ros.nodes.arm_adapter_node`) does the episode bookkeeping around it.
+positions with the count of joint-state messages so far. The adapter's ResetEpisode service
+(:mod:`fed_ros.ros.arm.adapter_reset`) does the episode bookkeeping around it.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,9 +25,13 @@ def home_timeout_s(profile: ArmProfile) -> float:
     return 2.0 * profile.joints.home_duration_s + 5.0
 
 
-def go_home(send_home: Callable[[], None], profile: ArmProfile,
-            joints_now: Callable[[], tuple[np.ndarray | None, int]],
-            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+def go_home(
+    send_home: Callable[[], None],
+    profile: ArmProfile,
+    joints_now: Callable[[], tuple[np.ndarray | None, int]],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Send the home trajectory and wait for the arm: '' once it is home, else why not.
 
     ``joints_now()`` returns (the fresh joint positions or None, joint-state messages so far).
@@ -45,5 +50,7 @@ def go_home(send_home: Callable[[], None], profile: ArmProfile,
                 return ""
         sleep(profile.period_s / 2)
     far = {n: round(float(e), 3) for n, e in zip(joints_cfg.names, error) if not e <= tolerance}
-    return (f"arm did not reach home within {home_timeout_s(profile):g} s "
-            f"(|error| rad above {tolerance:g}: {far})")
+    return (
+        f"arm did not reach home within {home_timeout_s(profile):g} s "
+        f"(|error| rad above {tolerance:g}: {far})"
+    )

@@ -6,10 +6,11 @@
     reset                                   -> trajectory_msgs/JointTrajectory to the home pose
 
 Commands are reliable, depth 1, newest wins (MoveIt Servo and ros2_control subscribe
-reliable). The adapter node (:mod:`fed_ros.ros.nodes.arm_adapter_node`) decides *what* to send
-each tick through the safety filter; this object only turns a :class:`TickOutput` or a stop into
-messages, so every stop path sends the same zero.
+reliable). The adapter's control loop (:mod:`fed_ros.ros.arm.adapter_control`) decides *what*
+to send each tick through the safety filter; this object only turns a :class:`TickOutput` or a
+stop into messages, so every stop path sends the same zero.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -23,7 +24,8 @@ from fed_ros.ros.wire import qos
 
 
 class ArmCommandOutput:
-    """The arm's command publishers (twist, joint, gripper, home trajectory) and how they are filled.
+    """The arm's command publishers (twist, joint, gripper, home trajectory) and how they are
+    filled.
 
     ``create_publisher`` is the owning node's; ``now_msg`` returns the current time as a
     ``builtin_interfaces/Time`` (the node's clock).
@@ -33,6 +35,7 @@ class ArmCommandOutput:
         from geometry_msgs.msg import TwistStamped
         from std_msgs.msg import Float64MultiArray
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
         self.profile = profile
         self._now_msg = now_msg
         self._TwistStamped, self._Float64MultiArray = TwistStamped, Float64MultiArray
@@ -40,14 +43,25 @@ class ArmCommandOutput:
         t = profile.topics
         command = qos.command_qos(depth=1)
         self.twist = create_publisher(TwistStamped, t.twist_command, command)
-        self.joint = create_publisher(Float64MultiArray, t.joint_command, command) if t.joint_command else None
-        self.gripper = (create_publisher(Float64MultiArray, t.gripper_command, command)
-                        if t.gripper_command else None)
-        self.home = (create_publisher(JointTrajectory, t.home_trajectory, qos.command_qos(depth=1))
-                     if t.home_trajectory else None)
+        self.joint = (
+            create_publisher(Float64MultiArray, t.joint_command, command)
+            if t.joint_command
+            else None
+        )
+        self.gripper = (
+            create_publisher(Float64MultiArray, t.gripper_command, command)
+            if t.gripper_command
+            else None
+        )
+        self.home = (
+            create_publisher(JointTrajectory, t.home_trajectory, qos.command_qos(depth=1))
+            if t.home_trajectory
+            else None
+        )
 
     def expected_subscribers(self) -> dict[str, tuple]:
-        """Command topic -> (publisher, what should subscribe to it), for the missing-topics report."""
+        """Command topic -> (publisher, what should subscribe to it), for the missing-topics
+        report."""
         out = {"twist_command": (self.twist, "MoveIt Servo")}
         if self.gripper is not None:
             out["gripper_command"] = (self.gripper, "gripper forward command controller")
@@ -65,8 +79,13 @@ class ArmCommandOutput:
         twist.header.frame_id = self.profile.frames.base
         return twist
 
-    def send(self, out: TickOutput, stamp_ns: int, gripper: float | None,
-             joint_positions: np.ndarray | None) -> None:
+    def send(
+        self,
+        out: TickOutput,
+        stamp_ns: int,
+        gripper: float | None,
+        joint_positions: np.ndarray | None,
+    ) -> None:
         """Publish one tick's commands (a zero twist when holding).
 
         The twist carries the stamp of the arm state (pose) it was computed from (now when 0),
@@ -75,15 +94,25 @@ class ArmCommandOutput:
         ``joint_positions``: the arm's current ones, for a joint command on a position interface.
         """
         if gripper is not None and self.gripper is not None:
-            self.gripper.publish(self._Float64MultiArray(data=[gripper_position(gripper, self.profile.gripper)]))
+            self.gripper.publish(
+                self._Float64MultiArray(data=[gripper_position(gripper, self.profile.gripper)])
+            )
         twist = self._twist_msg(stamp_ns)
         if out.kind == "twist":
-            (twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z) = (float(v) for v in out.linear)
-            (twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z) = (float(v) for v in out.angular)
+            (twist.twist.linear.x, twist.twist.linear.y, twist.twist.linear.z) = (
+                float(v) for v in out.linear
+            )
+            (twist.twist.angular.x, twist.twist.angular.y, twist.twist.angular.z) = (
+                float(v) for v in out.angular
+            )
         if out.kind == "joint" and self.joint is not None:
             vel = out.joint_velocities
             if self.profile.topics.joint_command_interface == "position":
-                vel = None if joint_positions is None else joint_positions + vel * self.profile.period_s
+                vel = (
+                    None
+                    if joint_positions is None
+                    else joint_positions + vel * self.profile.period_s
+                )
             if vel is not None:
                 self.joint.publish(self._Float64MultiArray(data=[float(v) for v in vel]))
         else:
@@ -92,10 +121,13 @@ class ArmCommandOutput:
 
     def send_zero(self, gripper: float, joint_positions: np.ndarray | None) -> None:
         """The stop: the gripper held at ``gripper`` (normalised, the last commanded), zero joint
-        velocities (``joint_positions`` on a position interface; nothing when unknown) and a zero twist.
+        velocities (``joint_positions`` on a position interface; nothing when unknown) and a zero
+        twist.
         """
         if self.gripper is not None:
-            self.gripper.publish(self._Float64MultiArray(data=[gripper_position(gripper, self.profile.gripper)]))
+            self.gripper.publish(
+                self._Float64MultiArray(data=[gripper_position(gripper, self.profile.gripper)])
+            )
         if self.joint is not None:
             if self.profile.topics.joint_command_interface == "position":
                 hold = None if joint_positions is None else [float(v) for v in joint_positions]
@@ -106,7 +138,8 @@ class ArmCommandOutput:
         self.twist.publish(self._twist_msg(0))
 
     def send_home(self) -> None:
-        """The home trajectory: one point at the profile's home pose, ``home_duration_s`` from now."""
+        """The home trajectory: one point at the profile's home pose, ``home_duration_s`` from
+        now."""
         joints = self.profile.joints
         traj = self._JointTrajectory()
         traj.joint_names = list(joints.names)

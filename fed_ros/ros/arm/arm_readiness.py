@@ -6,14 +6,21 @@ message type and what usually publishes it; :func:`missing_arm_topics` says whic
 yet. Used by the adapter's periodic "waiting for the arm" report, its reset (refused while
 anything but the success button is missing) and its /diagnostics status.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping
 
 from fed_ros.core.arm.state import ArmStateStore
 
-def subscribe_arm_side(create_subscription: Callable, profile, cameras: Mapping, handlers: Mapping[str, Callable],
-                       callback_group=None) -> dict[str, tuple]:
+
+def subscribe_arm_side(
+    create_subscription: Callable,
+    profile,
+    cameras: Mapping,
+    handlers: Mapping[str, Callable],
+    callback_group=None,
+) -> dict[str, tuple]:
     """The adapter's arm-side subscriptions: key -> (subscription, type name, what publishes it).
 
     ``handlers``: joint_states, eef_pose, object_state, task_success (each ``msg -> None``) and
@@ -26,25 +33,47 @@ def subscribe_arm_side(create_subscription: Callable, profile, cameras: Mapping,
     from std_msgs.msg import Bool, Float32MultiArray
 
     from fed_ros.ros.wire import qos
+
     t = profile.topics
     sensor = qos.sensor_qos(depth=5)
 
     def sub(msg_type, topic, handler, qos_profile=sensor):
-        return create_subscription(msg_type, topic, handler, qos_profile, callback_group=callback_group)
-    subs = {"joint_states": (sub(JointState, t.joint_states, handlers["joint_states"]),
-                             "sensor_msgs/JointState", "joint_state_broadcaster"),
-            "eef_pose": (sub(PoseStamped, t.eef_pose, handlers["eef_pose"]),
-                         "geometry_msgs/PoseStamped", "a TF -> pose relay")}
+        return create_subscription(
+            msg_type, topic, handler, qos_profile, callback_group=callback_group
+        )
+
+    subs = {
+        "joint_states": (
+            sub(JointState, t.joint_states, handlers["joint_states"]),
+            "sensor_msgs/JointState",
+            "joint_state_broadcaster",
+        ),
+        "eef_pose": (
+            sub(PoseStamped, t.eef_pose, handlers["eef_pose"]),
+            "geometry_msgs/PoseStamped",
+            "a TF -> pose relay",
+        ),
+    }
     if t.object_state:
-        subs["object_state"] = (sub(Float32MultiArray, t.object_state, handlers["object_state"]),
-                                "std_msgs/Float32MultiArray", "perception")
+        subs["object_state"] = (
+            sub(Float32MultiArray, t.object_state, handlers["object_state"]),
+            "std_msgs/Float32MultiArray",
+            "perception",
+        )
     if t.task_success:
-        subs["task_success"] = (sub(Bool, t.task_success, handlers["task_success"], qos.command_qos(depth=10)),
-                                "std_msgs/Bool", "operator button / success detector")
+        subs["task_success"] = (
+            sub(Bool, t.task_success, handlers["task_success"], qos.command_qos(depth=10)),
+            "std_msgs/Bool",
+            "operator button / success detector",
+        )
     for cam, cfg in cameras.items():
         msg_type = CompressedImage if cfg.compressed else Image
         handler = (lambda c, z: lambda m: handlers["camera"](c, z, m))(cam, cfg.compressed)
-        subs[cam] = (sub(msg_type, cfg.topic, handler), f"sensor_msgs/{msg_type.__name__}", "camera driver")
+        subs[cam] = (
+            sub(msg_type, cfg.topic, handler),
+            f"sensor_msgs/{msg_type.__name__}",
+            "camera driver",
+        )
     return subs
 
 
@@ -52,9 +81,14 @@ def subscribe_arm_side(create_subscription: Callable, profile, cameras: Mapping,
 _PARTS = {"joint_states": "joints", "eef_pose": "pose", "object_state": "object_state"}
 
 
-def missing_arm_topics(subscriptions: Mapping[str, tuple], publishers: Mapping[str, tuple],
-                       count_publishers: Callable[[str], int], state: ArmStateStore,
-                       cameras, now: float) -> list[str]:
+def missing_arm_topics(
+    subscriptions: Mapping[str, tuple],
+    publishers: Mapping[str, tuple],
+    count_publishers: Callable[[str], int],
+    state: ArmStateStore,
+    cameras,
+    now: float,
+) -> list[str]:
     """What is missing: a subscribed topic without publisher or without a fresh message, a
     command topic without subscriber.
 
@@ -67,7 +101,10 @@ def missing_arm_topics(subscriptions: Mapping[str, tuple], publishers: Mapping[s
         if count_publishers(sub.topic_name) == 0:
             out.append(f"{sub.topic_name} ({type_name}, from {who}): no publisher")
         elif key in parts and state.fresh(parts[key], now) is None:
-            out.append(f"{sub.topic_name} ({type_name}): no message in the last {state.state_timeout_s:g} s")
+            out.append(
+                f"{sub.topic_name} ({type_name}): "
+                f"no message in the last {state.state_timeout_s:g} s"
+            )
     for pub, who in publishers.values():
         if pub.get_subscription_count() == 0:
             out.append(f"{pub.topic_name}: no subscriber (is the {who} running?)")

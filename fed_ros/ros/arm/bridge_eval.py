@@ -7,6 +7,7 @@ expert) sees the same observation dict as in-process, assembled from one control
 messages (matching stamps), plus ``"instruction"``. Each command is stamped with the
 observation it answers, so a lockstep bridge reproduces in-process rollouts exactly.
 """
+
 from __future__ import annotations
 
 import queue
@@ -21,6 +22,7 @@ from fed_ros.core.arm.safety import MODE_HOLD
 from fed_ros.core.data.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
+from fed_ros.ros.arm.observation_assembly import ObservationAssembler
 from fed_ros.ros.spun_node import spun_node
 
 STATUS_PART = "status"
@@ -49,8 +51,16 @@ class ArmClient:
     ``.../image_raw/compressed``); frames are resized to ``image_size`` (0: as they came).
     """
 
-    def __init__(self, node, namespace: str = "", cameras: bool = True, source: str = "policy",
-                 callback_group=None, camera_transport: str = "raw", image_size: int = 0) -> None:
+    def __init__(
+        self,
+        node,
+        namespace: str = "",
+        cameras: bool = True,
+        source: str = "policy",
+        callback_group=None,
+        camera_transport: str = "raw",
+        image_size: int = 0,
+    ) -> None:
         from fed_ros.msg import ArmCommand, EpisodeStatus
         from fed_ros.srv import ResetEpisode
         from geometry_msgs.msg import PoseStamped
@@ -61,8 +71,9 @@ class ArmClient:
         self.node = node
         self.topics = at.ArmTopics(namespace)
         self.cameras = cameras
-        self.camera_topics = [at.camera_topic(rel, camera_transport)
-                              for rel in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)]
+        self.camera_topics = [
+            at.camera_topic(rel, camera_transport) for rel in (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)
+        ]
         self.source = source
         self._ArmCommand = ArmCommand
         self._ResetRequest = ResetEpisode.Request
@@ -73,7 +84,7 @@ class ArmClient:
         self._send_lock = threading.Lock()
         self.halted = ""  # why this client stopped driving the arm ("" while it may drive)
         self.commands_sent = 0
-        self._assembler = at.ObservationAssembler(cameras=cameras)
+        self._assembler = ObservationAssembler(cameras=cameras)
         self._assembler.required.add(STATUS_PART)
         self._observations: queue.Queue = queue.Queue()
         self.observed = threading.Event()  # a complete observation arrived (the arm reports)
@@ -87,30 +98,50 @@ class ArmClient:
                     self.node.get_logger().warning(f"bad message on {rel}: {exc}")
                     return
                 self._add(part, stamp, value)
-            return node.create_subscription(msg_type, self.topics.name(rel), callback,
-                                            at.qos_for(rel), callback_group=group)
+
+            return node.create_subscription(
+                msg_type, self.topics.name(rel), callback, at.qos_for(rel), callback_group=group
+            )
 
         def stamped(decode):
             return lambda msg: (at.stamp_to_ns(msg.header.stamp), decode(msg))
 
         self._subs = [
             sub(JointState, at.JOINT_STATES_TOPIC, "joint_states", stamped(at.decode_joint_state)),
-            sub(JointState, at.GRIPPER_STATE_TOPIC, "gripper_state", stamped(at.decode_joint_state)),
+            sub(
+                JointState, at.GRIPPER_STATE_TOPIC, "gripper_state", stamped(at.decode_joint_state)
+            ),
             sub(PoseStamped, at.EEF_POSE_TOPIC, "eef_pose", stamped(at.decode_pose)),
-            sub(Float32MultiArray, at.OBJECT_STATE_TOPIC, OBJECT_STATE,
-                lambda m: (at.object_state_stamp_ns(m), at.decode_object_state(m))),
+            sub(
+                Float32MultiArray,
+                at.OBJECT_STATE_TOPIC,
+                OBJECT_STATE,
+                lambda m: (at.object_state_stamp_ns(m), at.decode_object_state(m)),
+            ),
             sub(EpisodeStatus, at.EPISODE_STATUS_TOPIC, STATUS_PART, stamped(lambda m: m)),
         ]
         if cameras:
             image_type = CompressedImage if camera_transport == "compressed" else Image
             frame = stamped(lambda m: at.camera_from_msg(m, camera_transport, image_size))
-            self._subs += [sub(image_type, rel, key, frame)
-                           for key, rel in zip((AGENTVIEW_IMAGE, WRIST_IMAGE), self.camera_topics)]
-        self._subs.append(node.create_subscription(
-            String, self.topics.task, self._on_task, at.qos_for(at.TASK_TOPIC), callback_group=group))
-        self._command_pub = node.create_publisher(ArmCommand, self.topics.command,
-                                                  at.qos_for(at.COMMAND_TOPIC, subscriber=False))
-        self._reset_client = node.create_client(ResetEpisode, self.topics.reset, callback_group=group)
+            self._subs += [
+                sub(image_type, rel, key, frame)
+                for key, rel in zip((AGENTVIEW_IMAGE, WRIST_IMAGE), self.camera_topics)
+            ]
+        self._subs.append(
+            node.create_subscription(
+                String,
+                self.topics.task,
+                self._on_task,
+                at.qos_for(at.TASK_TOPIC),
+                callback_group=group,
+            )
+        )
+        self._command_pub = node.create_publisher(
+            ArmCommand, self.topics.command, at.qos_for(at.COMMAND_TOPIC, subscriber=False)
+        )
+        self._reset_client = node.create_client(
+            ResetEpisode, self.topics.reset, callback_group=group
+        )
 
     def _on_task(self, msg) -> None:
         self.instruction = msg.data
@@ -126,7 +157,8 @@ class ArmClient:
     def wait_for_arm(self, timeout: float = 30.0) -> None:
         """Block until the arm's reset service and observation streams are discovered."""
         deadline = time.monotonic() + timeout
-        # Every wait here (and in reset / next_observation) gives up on Ctrl-C: fed_ros.ros.shutdown.
+        # Every wait here (and in reset / next_observation) gives up on Ctrl-C:
+        # fed_ros.ros.shutdown.
         if not shutdown.wait_for_service(self._reset_client, timeout):
             raise TimeoutError(f"no arm reset service {self.topics.reset!r} after {timeout:.0f} s")
         names = [self.topics.joint_states, self.topics.episode_status, self.topics.object_state]
@@ -146,12 +178,15 @@ class ArmClient:
         # driver not up): ready means one complete observation arrived.
         while not self.observed.is_set():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no complete observation on {self.topics.episode_status!r} after "
-                                   f"{timeout:.0f} s (is the arm reporting? see the adapter's log)")
+                raise TimeoutError(
+                    f"no complete observation on {self.topics.episode_status!r} after "
+                    f"{timeout:.0f} s (is the arm reporting? see the adapter's log)"
+                )
             shutdown.sleep(0.05)
 
-    def reset(self, task: str = "", variation: str = "", seed: int = -1,
-              timeout: float = 60.0) -> tuple[str, int]:
+    def reset(
+        self, task: str = "", variation: str = "", seed: int = -1, timeout: float = 60.0
+    ) -> tuple[str, int]:
         """Call the arm's reset service; returns (instruction, episode number).
 
         Raises :class:`EpisodeInterrupted` while halted (no new episode starts).
@@ -160,6 +195,7 @@ class ArmClient:
             raise EpisodeInterrupted(f"no reset: {self.halted}")
         request = self._ResetRequest(task=task, variation=variation, seed=int(seed))
         from fed_ros.ros.wire.service_calls import call_service
+
         response = call_service(self._reset_client, request, timeout)
         if response is None:
             raise TimeoutError(f"arm reset {self.topics.reset!r} did not answer in {timeout:.0f} s")
@@ -168,7 +204,9 @@ class ArmClient:
         self.instruction = response.instruction
         return response.instruction, int(response.episode)
 
-    def send(self, action: np.ndarray, stamp_ns: int, mode: int = 0, source: str | None = None) -> None:
+    def send(
+        self, action: np.ndarray, stamp_ns: int, mode: int = 0, source: str | None = None
+    ) -> None:
         """Publish an ArmCommand answering the observation stamped ``stamp_ns``.
 
         ``source`` says which code produced the command (default: this client's ``source``).
@@ -193,6 +231,7 @@ class ArmClient:
         this client has commanded the arm: an idle arm is already held by its adapter).
         """
         from rclpy.duration import Duration
+
         with self._send_lock:
             already = bool(self.halted)
             self.halted = reason
@@ -213,8 +252,14 @@ class ArmClient:
             self.halted = ""
             self.commands_sent = 0
 
-    def run_episode(self, policy, episode: int, timeout: float = 120.0,
-                    max_steps: int | None = None, source: str | None = None) -> EpisodeOutcome:
+    def run_episode(
+        self,
+        policy,
+        episode: int,
+        timeout: float = 120.0,
+        max_steps: int | None = None,
+        source: str | None = None,
+    ) -> EpisodeOutcome:
         """Drive ``policy`` on the arm's current episode until it reports done.
 
         Every command carries ``source`` (default: the policy's own ``source`` attribute,
@@ -232,7 +277,9 @@ class ArmClient:
         steps = overruns = 0
         while True:
             if self.halted:
-                raise EpisodeInterrupted(f"episode {episode} stopped at step {steps}: {self.halted}")
+                raise EpisodeInterrupted(
+                    f"episode {episode} stopped at step {steps}: {self.halted}"
+                )
             remaining = deadline - time.monotonic()
             try:
                 stamp_ns, obs, status = self.next_observation(episode, max(remaining, 0.0))
@@ -247,7 +294,9 @@ class ArmClient:
                 action = np.clip(action, -1.0, 1.0)
             self.send(action, stamp_ns, source=source)
 
-    def next_observation(self, episode: int, timeout: float = 10.0) -> tuple[int, dict[str, Any], Any]:
+    def next_observation(
+        self, episode: int, timeout: float = 10.0
+    ) -> tuple[int, dict[str, Any], Any]:
         """Newest complete observation of ``episode``: (stamp ns, obs dict, EpisodeStatus).
 
         Older queued observations are skipped (a slow consumer acts on the latest tick).
@@ -288,10 +337,18 @@ def _as_policy(policy: Any):
     raise ValueError(f"policy must have act()/reset() or be a factory, got {policy!r}")
 
 
-def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", episodes: int = 10,
-                            seed: int = 0, namespace: str = "", cameras: bool = True,
-                            episode_timeout: float = 120.0, connect_timeout: float = 60.0,
-                            progress: Callable[[int, EpisodeOutcome], None] | None = None):
+def evaluate_through_bridge(
+    policy: Any,
+    task: str,
+    variation: str = "default",
+    episodes: int = 10,
+    seed: int = 0,
+    namespace: str = "",
+    cameras: bool = True,
+    episode_timeout: float = 120.0,
+    connect_timeout: float = 60.0,
+    progress: Callable[[int, EpisodeOutcome], None] | None = None,
+):
     """Evaluate ``policy`` closed loop through a running bridge; returns an ``EvalResult``.
 
     Episode seeds are the ones ``fed_ros.sim.evaluate.evaluate`` uses, so with a lockstep
@@ -321,120 +378,11 @@ def evaluate_through_bridge(policy: Any, task: str, variation: str = "default", 
                     progress(i, outcome)
         finally:
             client.destroy()
-    return EvalResult(task=task, variation=variation, success_rate=float(np.mean(successes)),
-                      successes=successes, episode_lengths=lengths, seeds=seeds)
-
-
-class _ZeroPolicy:
-    """Holds the arm still (benchmarks: the bridge's cost, not a policy's)."""
-
-    def reset(self) -> None:
-        pass
-
-    def act(self, obs: dict[str, Any]) -> np.ndarray:
-        return np.array([0.0, 0.0, 0.0, -1.0], dtype=np.float32)
-
-
-def measure_bridge_steps_per_second(task: str = "lift", cameras: bool = True, image_size: int = 84,
-                                    steps: int = 100, lockstep: bool = False, seed: int = 0,
-                                    variation: str = "default", expert: bool = True,
-                                    timeout: float = 600.0) -> float:
-    """Control steps per second of a bridge process with these render settings.
-
-    Free-running (``lockstep=False``): the control rate is set far above what the machine
-    sustains, so the bridge steps back to back while the scripted expert (or a hold, with
-    ``expert=False``) commands it over ROS; the rate comes from the stamps of the bridge's
-    own episode statuses (publishing included, subscriber lag and resets excluded).
-    ``lockstep=True`` times the full round trip: every observation is answered over ROS.
-    """
-    import os
-    import random
-    import signal
-    import subprocess
-    import sys
-
-    if steps < 10:
-        raise ValueError(f"steps must be >= 10, got {steps!r}")
-    env = dict(os.environ)
-    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    env["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(161, 215))
-    args = [sys.executable, "-m", "fed_ros.ros.nodes.sim_bridge_node", "--ros-args",
-            "-p", f"task:={task}", "-p", f"variation:={variation}",
-            "-p", f"cameras:={'true' if cameras else 'false'}",
-            "-p", f"image_size:={int(image_size)}", "-p", f"seed:={int(seed)}",
-            "-p", f"lockstep:={'true' if lockstep else 'false'}",
-            "-p", "control_rate_hz:=1000.0", "--log-level", "error"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    saved = {k: os.environ.get(k) for k in ("ROS_DOMAIN_ID", "ROS_AUTOMATIC_DISCOVERY_RANGE")}
-    os.environ["ROS_DOMAIN_ID"] = env["ROS_DOMAIN_ID"]
-    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = env["ROS_AUTOMATIC_DISCOVERY_RANGE"]
-    try:
-        with spun_node("bridge_bench") as node:
-            return _measure_bridge_rate(node, task, cameras, steps, lockstep, seed, variation, expert, timeout)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=5)
-
-
-def _measure_bridge_rate(node, task: str, cameras: bool, steps: int, lockstep: bool, seed: int,
-                         variation: str, expert: bool, timeout: float) -> float:
-    """The measurement of ``measure_bridge_steps_per_second`` on a spun node."""
-    from fed_ros.msg import EpisodeStatus
-
-    # episode -> step -> stamp (ns), from the bridge's own statuses
-    stamps: dict[int, dict[int, int]] = {}
-    lock = threading.Lock()
-
-    def on_status(msg) -> None:
-        with lock:
-            stamps.setdefault(int(msg.episode), {})[int(msg.step)] = at.stamp_to_ns(msg.header.stamp)
-    node.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, on_status,
-                             at.qos_for(at.EPISODE_STATUS_TOPIC))
-    client = ArmClient(node, cameras=cameras, source="bench")
-    try:
-        client.wait_for_arm(timeout)
-        if expert:
-            from fed_ros.sim.experts import make_expert
-            policy = make_expert(task, seed=seed)
-        else:
-            policy = _ZeroPolicy()
-        deadline = time.monotonic() + timeout
-        started = time.perf_counter()
-        done_steps, index = 0, 0
-        while done_steps < steps + 5:
-            _, episode = client.reset(task=task, variation=variation, seed=int(seed) + index)
-            index += 1
-            outcome = client.run_episode(policy, episode, timeout=max(1.0, deadline - time.monotonic()),
-                                         max_steps=steps + 5 - done_steps)
-            if outcome.timed_out:
-                raise TimeoutError(f"bridge benchmark episode {episode} timed out")
-            done_steps += outcome.steps
-        if lockstep:
-            return done_steps / (time.perf_counter() - started)
-        time.sleep(0.2)  # last statuses in flight
-        total_steps, total_ns = 0, 0
-        with lock:
-            for episode_stamps in stamps.values():
-                # From step 1: the reset observation (step 0) is not a control tick.
-                ticks = sorted(s for s in episode_stamps if s >= 1)
-                if len(ticks) >= 2:
-                    total_steps += ticks[-1] - ticks[0]
-                    total_ns += episode_stamps[ticks[-1]] - episode_stamps[ticks[0]]
-        if total_ns <= 0:
-            raise RuntimeError("bridge benchmark saw no control ticks")
-        return total_steps / (total_ns / 1e9)
-    finally:
-        client.destroy()
+    return EvalResult(
+        task=task,
+        variation=variation,
+        success_rate=float(np.mean(successes)),
+        successes=successes,
+        episode_lengths=lengths,
+        seeds=seeds,
+    )

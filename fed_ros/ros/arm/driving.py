@@ -1,6 +1,7 @@
 """A robot node's arm work over ROS: scripted-expert demonstrations (recorded), the Record
 service, local demonstrations on disk, and closed-loop policy rollouts. Helpers over an
 `ArmClient` and a `Recorder`; the node holds the arm lock while they drive."""
+
 from __future__ import annotations
 
 import logging
@@ -11,9 +12,52 @@ from typing import Any, Callable, Sequence
 log = logging.getLogger("fed_ros.ros.arm.driving")
 
 
-def record_expert_demos(arm: Any, recorder: Any, tasks: Sequence[str], count: int, first_index: int, *,
-                        demo_seed: int, noise_std: float, variation: str, max_steps: int,
-                        info: Callable[[str], None] = log.info, error: Callable[[str], None] = log.error) -> int:
+def attach_arm(
+    node,
+    demo_dir: Path,
+    *,
+    namespace: str,
+    robot_id: str,
+    cameras: bool,
+    camera_transport: str,
+    image_size: int,
+    callback_group,
+) -> tuple[Any, Any]:
+    """A robot node's two views of its arm, on the arm's topics under ``namespace``: the
+    ArmClient that drives it (as the policy) and the Recorder that records demonstrations into
+    ``demo_dir``. Both read the same cameras, at the policy's image size."""
+    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.recorder import Recorder
+
+    cams = dict(cameras=cameras, camera_transport=camera_transport, image_size=image_size)
+    arm = ArmClient(
+        node, namespace=namespace, source="policy", callback_group=callback_group, **cams
+    )
+    recorder = Recorder(
+        node,
+        demo_dir,
+        namespace=namespace,
+        robot_id=robot_id,
+        callback_group=callback_group,
+        **cams,
+    )
+    return arm, recorder
+
+
+def record_expert_demos(
+    arm: Any,
+    recorder: Any,
+    tasks: Sequence[str],
+    count: int,
+    first_index: int,
+    *,
+    demo_seed: int,
+    noise_std: float,
+    variation: str,
+    max_steps: int,
+    info: Callable[[str], None] = log.info,
+    error: Callable[[str], None] = log.error,
+) -> int:
     """Drive the arm with the scripted expert and record each episode; returns the successes."""
     from fed_ros.sim.collect import STREAM_COLLECT, episode_seed
     from fed_ros.sim.experts import make_expert
@@ -33,26 +77,44 @@ def record_expert_demos(arm: Any, recorder: Any, tasks: Sequence[str], count: in
         instruction, episode = arm.reset(task, variation, seed)
         recorder.start(task, instruction, variation, source=expert.source)
         try:
-            outcome = arm.run_episode(expert, episode, timeout=300.0, max_steps=max_steps, source=expert.source)
-        except BaseException:  # interrupted (learning off, shutdown): a cut-short demonstration is no data
+            outcome = arm.run_episode(
+                expert, episode, timeout=300.0, max_steps=max_steps, source=expert.source
+            )
+        except (
+            BaseException
+        ):  # interrupted (learning off, shutdown): a cut-short demonstration is no data
             recorder.discard()
             raise
         try:
             # The arm applied outcome.steps commands: wait for exactly those (not a time window).
-            result = recorder.stop(outcome.success, expected_steps=None if outcome.timed_out else outcome.steps)
+            result = recorder.stop(
+                outcome.success, expected_steps=None if outcome.timed_out else outcome.steps
+            )
             ok += int(result.success)
         except ValueError as exc:
             error(f"demonstration {index}: recording unusable: {exc}")
         index += 1
         attempts += 1
-        info(f"demonstration {index} ({task}, seed {seed}): "
-             f"{'success' if outcome.success else 'failure'} in {outcome.steps} steps")
-    info(f"recorded {ok}/{count} successful demonstrations over ROS in {time.monotonic() - t0:.1f} s")
+        info(
+            f"demonstration {index} ({task}, seed {seed}): "
+            f"{'success' if outcome.success else 'failure'} in {outcome.steps} steps"
+        )
+    info(
+        f"recorded {ok}/{count} successful demonstrations over ROS in {time.monotonic() - t0:.1f} s"
+    )
     return ok
 
 
-def run_policy(arm: Any, runner: Any, tasks: Sequence[str], variation: str, episodes: int, seed: int,
-               max_steps: int, source: str | None = None) -> dict[str, float]:
+def run_policy(
+    arm: Any,
+    runner: Any,
+    tasks: Sequence[str],
+    variation: str,
+    episodes: int,
+    seed: int,
+    max_steps: int,
+    source: str | None = None,
+) -> dict[str, float]:
     """Closed-loop success rate per task of ``runner`` on the arm (seeded resets).
 
     ``source`` labels the commands (e.g. ``policy:<model sha256 prefix>``).
@@ -65,7 +127,9 @@ def run_policy(arm: Any, runner: Any, tasks: Sequence[str], variation: str, epis
         wins = 0
         for i in range(episodes):
             _, episode = arm.reset(task, variation, episode_seed(seed, i, STREAM_EVALUATE))
-            outcome = arm.run_episode(runner, episode, timeout=300.0, max_steps=max_steps, source=source)
+            outcome = arm.run_episode(
+                runner, episode, timeout=300.0, max_steps=max_steps, source=source
+            )
             wins += int(outcome.success)
         rates[task] = wins / episodes
     return rates
@@ -88,6 +152,7 @@ class InputTally:
 
     def act(self, obs: dict) -> Any:
         from fed_ros.core.data.episode import IMAGE_KEYS
+
         self.steps += 1
         if all(obs.get(k) is not None for k in IMAGE_KEYS):
             self.camera_steps += 1
@@ -95,7 +160,11 @@ class InputTally:
         return self.policy.act(obs)
 
     def summary(self) -> dict[str, Any]:
-        return {"steps": self.steps, "camera_steps": self.camera_steps, "image_shape": self.image_shape}
+        return {
+            "steps": self.steps,
+            "camera_steps": self.camera_steps,
+            "image_shape": self.image_shape,
+        }
 
 
 def local_episodes(demo_dir: Path) -> list:
@@ -114,7 +183,9 @@ def answer_record(recorder: Any, request: Any, response: Any, task: str, variati
 
     try:
         if request.command == Record.Request.START:
-            path = recorder.start(request.task or task, request.instruction, request.variation or variation)
+            path = recorder.start(
+                request.task or task, request.instruction, request.variation or variation
+            )
             response.ok, response.message, response.episode_path = True, "recording", str(path)
         elif request.command == Record.Request.STOP:
             result = recorder.stop(bool(request.success))
@@ -123,7 +194,10 @@ def answer_record(recorder: Any, request: Any, response: Any, task: str, variati
             response.message = "saved" if result.success else "saved as failed (never trained on)"
         elif request.command == Record.Request.DISCARD:
             path = recorder.discard()
-            response.ok, response.message = True, f"discarded {path}" if path else "nothing to discard"
+            response.ok, response.message = (
+                True,
+                f"discarded {path}" if path else "nothing to discard",
+            )
         else:
             response.ok, response.message = False, f"unknown Record command {request.command}"
     except (ValueError, RuntimeError) as exc:

@@ -7,6 +7,7 @@ applied ones, whether the command came late, was rejected or the arm held still.
 Episode metadata (robot, task, instruction, variation, success) lives in the bag's
 ``custom_data``; a converted episode is cached as ``episode.npz`` beside the bag.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,11 +16,26 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fed_ros.core.data.episode import (ACTION_DIM, AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, Episode, GRIPPER_QPOS,
-                                       JOINT_POS, OBJECT_STATE, WRIST_IMAGE)
+from fed_ros.core.data.episode import (
+    ACTION_DIM,
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    EEF_QUAT,
+    Episode,
+    GRIPPER_QPOS,
+    JOINT_POS,
+    OBJECT_STATE,
+    WRIST_IMAGE,
+)
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recording_topics import (IMAGE_TOPICS, RECORDED_TOPICS, SPINE_TOPICS, STATE_TOPICS,
-                                              cdr_header_stamp_ns, relative_topic)
+from fed_ros.ros.arm.recording_topics import (
+    IMAGE_TOPICS,
+    RECORDED_TOPICS,
+    SPINE_TOPICS,
+    STATE_TOPICS,
+    cdr_header_stamp_ns,
+    relative_topic,
+)
 from fed_ros.ros.arm.rosbag2_mcap import METADATA_FILE
 
 EPISODE_CACHE = "episode.npz"
@@ -46,8 +62,13 @@ def _bool(text: str) -> bool:
     return str(text).strip().lower() in ("true", "1", "yes")
 
 
-def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
-                         use_cache: bool = True, max_dropped_fraction: float = 0.1) -> Episode:
+def recording_to_episode(
+    path: str | Path,
+    *,
+    allow_failed: bool = False,
+    use_cache: bool = True,
+    max_dropped_fraction: float = 0.1,
+) -> Episode:
     """Convert a recording into an :class:`Episode` (cached as ``episode.npz`` beside it).
 
     Failed episodes are refused unless ``allow_failed`` (they are never trained on).
@@ -62,17 +83,28 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
     custom = {str(k): str(v) for k, v in (info.get("custom_data") or {}).items()}
     success = _bool(custom.get("success", "false"))
     if not success and not allow_failed:
-        raise RecordingError(f"recording {path} is marked failed (success=false); "
-                             "failed episodes are never trained on")
+        raise RecordingError(
+            f"recording {path} is marked failed (success=false); "
+            "failed episodes are never trained on"
+        )
     cache = path / EPISODE_CACHE
     files = [path / f for f in info.get("relative_file_paths", [])]
     if not files or not all(f.is_file() for f in files):
-        raise RecordingError(f"recording {path}: MCAP file(s) {info.get('relative_file_paths')} missing")
-    if use_cache and cache.is_file() and cache.stat().st_mtime >= max(f.stat().st_mtime for f in files):
+        raise RecordingError(
+            f"recording {path}: MCAP file(s) {info.get('relative_file_paths')} missing"
+        )
+    if (
+        use_cache
+        and cache.is_file()
+        and cache.stat().st_mtime >= max(f.stat().st_mtime for f in files)
+    ):
         return Episode.load(cache)
 
     cameras = _bool(custom.get("cameras", "true"))
-    transport, image_size = custom.get("camera_transport", "raw"), int(custom.get("image_size") or 0)
+    transport, image_size = (
+        custom.get("camera_transport", "raw"),
+        int(custom.get("image_size") or 0),
+    )
     image_topics = tuple(at.camera_topic(rel, transport) for rel in IMAGE_TOPICS)
     required = STATE_TOPICS + (image_topics if cameras else ()) + SPINE_TOPICS
     counts: dict[str, int] = {}
@@ -109,8 +141,11 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
                     by_topic[rel][stamp] = message.data
                     continue
                 msg = deserialize_message(message.data, at.message_class(RECORDED_TOPICS[rel]))
-                stamp = (at.object_state_stamp_ns(msg) if rel == at.OBJECT_STATE_TOPIC
-                         else at.stamp_to_ns(msg.header.stamp))
+                stamp = (
+                    at.object_state_stamp_ns(msg)
+                    if rel == at.OBJECT_STATE_TOPIC
+                    else at.stamp_to_ns(msg.header.stamp)
+                )
                 if rel == at.EPISODE_STATUS_TOPIC:
                     statuses[stamp] = msg
                 by_topic[rel][stamp] = msg
@@ -118,22 +153,29 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
     # The episode is the bridge episode of the last status (the one the recording ended in).
     last_status = statuses[max(statuses)]
     episode_id = int(last_status.episode)
-    stamps = sorted(s for s in by_topic[at.APPLIED_COMMAND_TOPIC]
-                    if s in statuses and int(statuses[s].episode) == episode_id)
+    stamps = sorted(
+        s
+        for s in by_topic[at.APPLIED_COMMAND_TOPIC]
+        if s in statuses and int(statuses[s].episode) == episode_id
+    )
     if not stamps:
-        raise RecordingError(f"recording {path}: no applied command of episode {episode_id} "
-                             "matches an observation")
+        raise RecordingError(
+            f"recording {path}: no applied command of episode {episode_id} matches an observation"
+        )
     obs_topics = [rel for rel in required if rel not in SPINE_TOPICS]
     kept = [s for s in stamps if all(s in by_topic[rel] for rel in obs_topics)]
     dropped = len(stamps) - len(kept)
     if not kept or dropped > max_dropped_fraction * len(stamps):
         missing = {rel: sum(s not in by_topic[rel] for s in stamps) for rel in obs_topics}
-        raise RecordingError(f"recording {path}: {dropped} of {len(stamps)} steps lack "
-                             f"observations (missing per topic: {missing})")
+        raise RecordingError(
+            f"recording {path}: {dropped} of {len(stamps)} steps lack "
+            f"observations (missing per topic: {missing})"
+        )
 
     image_type = at.message_class(at.CAMERA_MSGTYPES[transport])
-    observations: dict[str, list[np.ndarray]] = {k: [] for k in (
-        JOINT_POS, GRIPPER_QPOS, EEF_POS, EEF_QUAT, OBJECT_STATE)}
+    observations: dict[str, list[np.ndarray]] = {
+        k: [] for k in (JOINT_POS, GRIPPER_QPOS, EEF_POS, EEF_QUAT, OBJECT_STATE)
+    }
     if cameras:
         observations.update({AGENTVIEW_IMAGE: [], WRIST_IMAGE: []})
     actions = []
@@ -142,23 +184,37 @@ def recording_to_episode(path: str | Path, *, allow_failed: bool = False,
         actions.append(applied_action(command))
         observations[JOINT_POS].append(at.decode_joint_state(by_topic[at.JOINT_STATES_TOPIC][s])[0])
         observations[GRIPPER_QPOS].append(
-            at.decode_joint_state(by_topic[at.GRIPPER_STATE_TOPIC][s])[0])
+            at.decode_joint_state(by_topic[at.GRIPPER_STATE_TOPIC][s])[0]
+        )
         pos, quat = at.decode_pose(by_topic[at.EEF_POSE_TOPIC][s])
         observations[EEF_POS].append(pos)
         observations[EEF_QUAT].append(quat)
-        observations[OBJECT_STATE].append(at.decode_object_state(by_topic[at.OBJECT_STATE_TOPIC][s]))
+        observations[OBJECT_STATE].append(
+            at.decode_object_state(by_topic[at.OBJECT_STATE_TOPIC][s])
+        )
         if cameras:
             for key, rel in zip((AGENTVIEW_IMAGE, WRIST_IMAGE), image_topics):
-                observations[key].append(at.camera_from_msg(
-                    deserialize_message(by_topic[rel][s], image_type), transport, image_size))
+                observations[key].append(
+                    at.camera_from_msg(
+                        deserialize_message(by_topic[rel][s], image_type), transport, image_size
+                    )
+                )
     episode = Episode(
-        task=custom.get("task", ""), instruction=custom.get("instruction", ""),
+        task=custom.get("task", ""),
+        instruction=custom.get("instruction", ""),
         observations={k: np.stack(v) for k, v in observations.items()},
-        actions=np.stack(actions).astype(np.float32), variation=custom.get("variation", "default"),
-        robot_id=custom.get("robot_id", ""), success=success,
-        metadata={"recording": str(path), "bridge_episode": str(episode_id),
-                  "source": custom.get("source", ""),
-                  "dropped_steps": str(dropped), "sim_success": str(bool(last_status.success))})
+        actions=np.stack(actions).astype(np.float32),
+        variation=custom.get("variation", "default"),
+        robot_id=custom.get("robot_id", ""),
+        success=success,
+        metadata={
+            "recording": str(path),
+            "bridge_episode": str(episode_id),
+            "source": custom.get("source", ""),
+            "dropped_steps": str(dropped),
+            "sim_success": str(bool(last_status.success)),
+        },
+    )
     if use_cache and success:
         episode.save(cache)
     return episode
@@ -170,8 +226,9 @@ def applied_action(command) -> np.ndarray:
     if int(command.mode) != 3:  # MODE_HOLD records zero motion with the held gripper
         values = np.asarray(command.action, dtype=np.float32)
         if values.shape != (ACTION_DIM - 1,):
-            raise RecordingError(f"applied command has {values.size} action values, "
-                                 f"expected {ACTION_DIM - 1}")
+            raise RecordingError(
+                f"applied command has {values.size} action values, expected {ACTION_DIM - 1}"
+            )
         action[:3] = values
     action[3] = float(command.gripper)
     return action
@@ -182,8 +239,9 @@ def load_recorded_episodes(directory: str | Path, *, include_failed: bool = Fals
     episodes = []
     for meta in sorted(Path(directory).rglob(METADATA_FILE)):
         info = read_recording_metadata(meta.parent)
-        if not include_failed and not _bool((info.get("custom_data") or {}).get("success", "false")):
+        if not include_failed and not _bool(
+            (info.get("custom_data") or {}).get("success", "false")
+        ):
             continue
         episodes.append(recording_to_episode(meta.parent, allow_failed=include_failed))
     return episodes
-

@@ -5,6 +5,7 @@
 (:mod:`fed_ros.ros.arm.rosbag2_mcap`); a successful one is converted to an :class:`Episode`
 right away (:mod:`fed_ros.ros.arm.recorded_episodes`, which also loads recordings from disk). ``handle_record_request`` serves ``fed_ros/srv/Record`` with a recorder.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,14 @@ from typing import Any
 from fed_ros.core.data.episode import Episode
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorded_episodes import (recording_to_episode)
-from fed_ros.ros.arm.recording_topics import (IMAGE_TOPICS, RECORDED_TOPICS, SPINE_TOPICS, STATE_TOPICS,
-                                              peek_stamp)
+from fed_ros.ros.arm.recorded_episodes import recording_to_episode
+from fed_ros.ros.arm.recording_topics import (
+    IMAGE_TOPICS,
+    RECORDED_TOPICS,
+    SPINE_TOPICS,
+    STATE_TOPICS,
+    peek_stamp,
+)
 from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter
 
 
@@ -39,8 +45,13 @@ class RecordResult:
 def _command_source(data: bytes) -> str:
     """``source`` field of a serialized ArmCommand ("" when unreadable)."""
     from rclpy.serialization import deserialize_message
+
     try:
-        return str(deserialize_message(bytes(data), at.message_class(RECORDED_TOPICS[at.APPLIED_COMMAND_TOPIC])).source)
+        return str(
+            deserialize_message(
+                bytes(data), at.message_class(RECORDED_TOPICS[at.APPLIED_COMMAND_TOPIC])
+            ).source
+        )
     except Exception:  # noqa: BLE001 - a malformed message is reported by the conversion
         return ""
 
@@ -65,10 +76,20 @@ class Recorder:
     (recorded in the bag's metadata) is the side frames are resized to when converted (0: kept).
     """
 
-    def __init__(self, node, output_dir: str | Path, *, namespace: str = "", robot_id: str = "",
-                 cameras: bool = True, callback_group=None, camera_transport: str = "raw",
-                 image_size: int = 0) -> None:
+    def __init__(
+        self,
+        node,
+        output_dir: str | Path,
+        *,
+        namespace: str = "",
+        robot_id: str = "",
+        cameras: bool = True,
+        callback_group=None,
+        camera_transport: str = "raw",
+        image_size: int = 0,
+    ) -> None:
         from rclpy.callback_groups import ReentrantCallbackGroup
+
         self.node = node
         self.output_dir = Path(output_dir)
         self.robot_id = robot_id
@@ -93,12 +114,19 @@ class Recorder:
             if rel in IMAGE_TOPICS:
                 if not cameras:
                     continue
-                rel, msgtype = at.camera_topic(rel, camera_transport), at.CAMERA_MSGTYPES[camera_transport]
+                rel, msgtype = (
+                    at.camera_topic(rel, camera_transport),
+                    at.CAMERA_MSGTYPES[camera_transport],
+                )
             qos = at.qos_for(rel, recorder=True)
             sub = node.create_subscription(
-                at.message_class(msgtype), self.topics.name(rel),
-                lambda data, rel=rel: self._on_message(rel, data), qos, raw=True,
-                callback_group=group)
+                at.message_class(msgtype),
+                self.topics.name(rel),
+                lambda data, rel=rel: self._on_message(rel, data),
+                qos,
+                raw=True,
+                callback_group=group,
+            )
             self._subs.append(sub)
             self._qos[rel] = (sub.topic_name, msgtype, qos)
 
@@ -121,7 +149,9 @@ class Recorder:
         """Relative topics an episode needs."""
         return STATE_TOPICS + (self.image_topics if self.cameras else ()) + SPINE_TOPICS
 
-    def start(self, task: str, instruction: str = "", variation: str = "default", source: str = "") -> Path:
+    def start(
+        self, task: str, instruction: str = "", variation: str = "default", source: str = ""
+    ) -> Path:
         """Begin a new episode recording; returns its directory.
 
         ``source`` names the code driving the arm (``expert:lift_scripted``, ``policy:<sha>``,
@@ -143,12 +173,17 @@ class Recorder:
             writer = Rosbag2McapWriter(directory)
             for rel, (topic, msgtype, qos) in self._qos.items():
                 writer.add_topic(topic, msgtype, qos)
-            self._meta = {"robot_id": self.robot_id, "task": task, "instruction": instruction,
-                          "variation": variation or "default",
-                          "cameras": "true" if self.cameras else "false",
-                          "camera_transport": self.camera_transport, "image_size": str(self.image_size),
-                          "arm_namespace": self._resolved_namespace(),
-                          "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            self._meta = {
+                "robot_id": self.robot_id,
+                "task": task,
+                "instruction": instruction,
+                "variation": variation or "default",
+                "cameras": "true" if self.cameras else "false",
+                "camera_transport": self.camera_transport,
+                "image_size": str(self.image_size),
+                "arm_namespace": self._resolved_namespace(),
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            }
             self._declared_source = source
             self._applied = set()
             self._sources = {}
@@ -176,8 +211,9 @@ class Recorder:
                 self._record(self._writer, rel, data, stamp, now)
                 self._lock.notify_all()
 
-    def _record(self, writer: Rosbag2McapWriter, rel: str, data: bytes, stamp: int | None,
-                rx_ns: int) -> None:
+    def _record(
+        self, writer: Rosbag2McapWriter, rel: str, data: bytes, stamp: int | None, rx_ns: int
+    ) -> None:
         writer.write(self._qos[rel][0], data, rx_ns, stamp or rx_ns)
         if stamp is not None:
             if rel == at.APPLIED_COMMAND_TOPIC:
@@ -189,12 +225,21 @@ class Recorder:
                 self._seen[rel].add(stamp)
 
     def _complete(self) -> bool:
-        needed = [rel for rel in self.required_topics()
-                  if rel in self._seen and rel != at.APPLIED_COMMAND_TOPIC]
+        needed = [
+            rel
+            for rel in self.required_topics()
+            if rel in self._seen and rel != at.APPLIED_COMMAND_TOPIC
+        ]
         return all(self._applied <= self._seen[rel] for rel in needed)
 
-    def stop(self, success: bool, timeout: float = 1.0, settle: float = 0.25,
-             expected_steps: int | None = None, expected_timeout: float = 60.0) -> RecordResult:
+    def stop(
+        self,
+        success: bool,
+        timeout: float = 1.0,
+        settle: float = 0.25,
+        expected_steps: int | None = None,
+        expected_timeout: float = 60.0,
+    ) -> RecordResult:
         """Finish the episode: close the bag, and convert + cache it when successful.
 
         ``expected_steps`` (a driver that knows how many steps the arm applied, e.g. from the
@@ -217,7 +262,9 @@ class Recorder:
                 while not (len(self._applied) >= expected_steps and self._complete()):
                     if shutdown.requested():  # Ctrl-C: close with what arrived, wait no longer
                         break
-                    if not self._lock.wait(timeout=max(0.0, min(deadline - time.monotonic(), shutdown.POLL_S))):
+                    if not self._lock.wait(
+                        timeout=max(0.0, min(deadline - time.monotonic(), shutdown.POLL_S))
+                    ):
                         if time.monotonic() >= deadline:
                             break
             deadline = time.monotonic() + (0.0 if expected_steps is not None else timeout)
@@ -230,11 +277,14 @@ class Recorder:
                     wait = min(wait, settle - quiet_for)
                 self._lock.wait(timeout=max(0.0, wait))
             writer, self._writer = self._writer, None
-            meta = dict(self._meta, success="true" if success else "false",
-                        num_applied=str(len(self._applied)),
-                        source=recording_source(self._declared_source, self._sources),
-                        command_sources=json.dumps(dict(sorted(self._sources.items()))),
-                        stopped_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            meta = dict(
+                self._meta,
+                success="true" if success else "false",
+                num_applied=str(len(self._applied)),
+                source=recording_source(self._declared_source, self._sources),
+                command_sources=json.dumps(dict(sorted(self._sources.items()))),
+                stopped_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            )
         path = writer.close(meta)
         if not success:
             return RecordResult(path, len(self._applied), False, None)
@@ -272,8 +322,11 @@ def handle_record_request(recorder: Recorder, request, response):
             result = recorder.stop(bool(request.success))
             response.ok, response.episode_path = True, str(result.path)
             response.num_steps = int(result.num_steps)
-            response.message = (f"saved {result.num_steps} steps" if result.success
-                                 else "saved as failed (never trained on)")
+            response.message = (
+                f"saved {result.num_steps} steps"
+                if result.success
+                else "saved as failed (never trained on)"
+            )
         elif request.command == 2:  # DISCARD
             path = recorder.discard()
             response.ok = path is not None

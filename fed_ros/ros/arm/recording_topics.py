@@ -1,5 +1,6 @@
 """What a recorder takes from an arm: the recorded topics and their message types, and the
 stamps read from raw CDR bytes (images are never deserialised just to learn their stamp)."""
+
 from __future__ import annotations
 
 import struct
@@ -20,13 +21,18 @@ RECORDED_TOPICS: dict[str, str] = {
     at.EPISODE_STATUS_TOPIC: "fed_ros/msg/EpisodeStatus",
 }
 # Topics every step needs; images only when the recording has cameras.
-STATE_TOPICS = (at.JOINT_STATES_TOPIC, at.GRIPPER_STATE_TOPIC, at.EEF_POSE_TOPIC,
-                at.OBJECT_STATE_TOPIC)
+STATE_TOPICS = (
+    at.JOINT_STATES_TOPIC,
+    at.GRIPPER_STATE_TOPIC,
+    at.EEF_POSE_TOPIC,
+    at.OBJECT_STATE_TOPIC,
+)
 IMAGE_TOPICS = (at.AGENTVIEW_TOPIC, at.WRIST_TOPIC)
 # With camera_transport "compressed" the cameras' CompressedImage streams are recorded instead,
 # as they arrived (JPEG/PNG bytes); frames are decoded and resized when converted to an episode.
-COMPRESSED_TOPICS = {at.camera_topic(rel, "compressed"): at.CAMERA_MSGTYPES["compressed"]
-                     for rel in IMAGE_TOPICS}
+COMPRESSED_TOPICS = {
+    at.camera_topic(rel, "compressed"): at.CAMERA_MSGTYPES["compressed"] for rel in IMAGE_TOPICS
+}
 SPINE_TOPICS = (at.APPLIED_COMMAND_TOPIC, at.EPISODE_STATUS_TOPIC)
 
 
@@ -47,7 +53,9 @@ def cdr_object_state_stamp_ns(data: bytes) -> int:
     if count < 1:
         raise ValueError("object state message has no layout dimension carrying its stamp")
     (length,) = struct.unpack_from(fmt, data, 8)
-    return at.parse_object_state_label(bytes(data[12:12 + max(0, length - 1)]).decode("utf-8", "replace"))
+    return at.parse_object_state_label(
+        bytes(data[12 : 12 + max(0, length - 1)]).decode("utf-8", "replace")
+    )
 
 
 def peek_stamp(rel: str, data: bytes) -> int | None:

@@ -27,6 +27,7 @@ simulator may; perception does not). A real arm never waits: this is for reprodu
 The inverse of the adapter's scaling turns a twist back into robosuite's normalised delta
 (``v / max_linear_speed``), so sim demonstrations round-trip exactly.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,7 +48,9 @@ _CAMERA_KEYS = {"agentview": AGENTVIEW_IMAGE, "wrist": WRIST_IMAGE}
 class Ros2ControlSim:
     """Arm-side endpoints of one simulated arm; the bridge calls it each tick."""
 
-    def __init__(self, node, profile: ArmProfile, command_timeout_ns: int, on_home, on_answer=None) -> None:
+    def __init__(
+        self, node, profile: ArmProfile, command_timeout_ns: int, on_home, on_answer=None
+    ) -> None:
         from geometry_msgs.msg import PoseStamped, TwistStamped
         from sensor_msgs.msg import CompressedImage, Image, JointState
         from std_msgs.msg import Bool, Float32MultiArray, Float64MultiArray
@@ -60,28 +63,52 @@ class Ros2ControlSim:
         self._CompressedImage = CompressedImage
         t = profile.topics
         # joint_state_broadcaster and controllers use reliable, depth 10.
-        self._pub_joints = node.create_publisher(JointState, t.joint_states, qos.command_qos(depth=10))
+        self._pub_joints = node.create_publisher(
+            JointState, t.joint_states, qos.command_qos(depth=10)
+        )
         self._pub_pose = node.create_publisher(PoseStamped, t.eef_pose, qos.sensor_qos())
-        self._pub_objects = (node.create_publisher(Float32MultiArray, t.object_state, qos.sensor_qos())
-                             if t.object_state else None)
-        self._pub_success = (node.create_publisher(Bool, t.task_success, qos.command_qos(depth=10))
-                             if t.task_success else None)
+        self._pub_objects = (
+            node.create_publisher(Float32MultiArray, t.object_state, qos.sensor_qos())
+            if t.object_state
+            else None
+        )
+        self._pub_success = (
+            node.create_publisher(Bool, t.task_success, qos.command_qos(depth=10))
+            if t.task_success
+            else None
+        )
         self._pub_cameras = {
-            cam: (node.create_publisher(CompressedImage if cfg.compressed else Image, cfg.topic,
-                                        qos.sensor_qos()), cfg.compressed)
-            for cam, cfg in profile.cameras.items()}
+            cam: (
+                node.create_publisher(
+                    CompressedImage if cfg.compressed else Image, cfg.topic, qos.sensor_qos()
+                ),
+                cfg.compressed,
+            )
+            for cam, cfg in profile.cameras.items()
+        }
         self._subs = [
-            node.create_subscription(TwistStamped, t.twist_command, self._on_twist, qos.command_qos(depth=10)),
-            node.create_subscription(JointTrajectory, t.home_trajectory, self._on_trajectory,
-                                     qos.command_qos(depth=10)),
+            node.create_subscription(
+                TwistStamped, t.twist_command, self._on_twist, qos.command_qos(depth=10)
+            ),
+            node.create_subscription(
+                JointTrajectory, t.home_trajectory, self._on_trajectory, qos.command_qos(depth=10)
+            ),
         ]
         if t.gripper_command:
-            self._subs.append(node.create_subscription(Float64MultiArray, t.gripper_command,
-                                                       self._on_gripper, qos.command_qos(depth=10)))
+            self._subs.append(
+                node.create_subscription(
+                    Float64MultiArray,
+                    t.gripper_command,
+                    self._on_gripper,
+                    qos.command_qos(depth=10),
+                )
+            )
         self._twist: tuple[np.ndarray, int] | None = None
         self._gripper = -1.0  # robosuite resets with the gripper open
         self.ignored_angular = 0
-        self._on_answer = on_answer  # lockstep: called with (delta, gripper) once per answered state
+        self._on_answer = (
+            on_answer  # lockstep: called with (delta, gripper) once per answered state
+        )
         self._state_ns = 0  # stamp of the latest published state
         self._answer: np.ndarray | None = None
         self._gripper_fresh = False  # a gripper command arrived since the latest state
@@ -95,8 +122,11 @@ class Ros2ControlSim:
     # ------------------------------------------------------------------ commands in
     def _on_twist(self, msg) -> None:
         if msg.header.frame_id and msg.header.frame_id != self.profile.frames.base:
-            self.node.get_logger().warning(f"twist in frame {msg.header.frame_id!r}, expected "
-                                           f"{self.profile.frames.base!r}; ignored", throttle_duration_sec=5.0)
+            self.node.get_logger().warning(
+                f"twist in frame {msg.header.frame_id!r}, expected "
+                f"{self.profile.frames.base!r}; ignored",
+                throttle_duration_sec=5.0,
+            )
             return
         lin, ang = msg.twist.linear, msg.twist.angular
         if any(abs(v) > 1e-9 for v in (ang.x, ang.y, ang.z)):
@@ -109,7 +139,9 @@ class Ros2ControlSim:
 
     def _on_gripper(self, msg) -> None:
         if len(msg.data) != 1 or not np.isfinite(msg.data[0]):
-            self.node.get_logger().warning(f"gripper command {list(msg.data)} is not one finite position")
+            self.node.get_logger().warning(
+                f"gripper command {list(msg.data)} is not one finite position"
+            )
             return
         self._gripper = gripper_action(float(msg.data[0]), self.profile.gripper)
         self._gripper_fresh = True
@@ -130,8 +162,10 @@ class Ros2ControlSim:
 
     def _on_trajectory(self, msg) -> None:
         if list(msg.joint_names) != list(self.profile.joints.names) or not msg.points:
-            self.node.get_logger().warning(f"trajectory for joints {list(msg.joint_names)} ignored "
-                                           f"(expected {list(self.profile.joints.names)})")
+            self.node.get_logger().warning(
+                f"trajectory for joints {list(msg.joint_names)} ignored "
+                f"(expected {list(self.profile.joints.names)})"
+            )
             return
         self._on_home()
 
@@ -143,8 +177,17 @@ class Ros2ControlSim:
         return twist[0], self._gripper, False
 
     # ------------------------------------------------------------------ state out
-    def publish(self, obs: dict, stamp_ns: int, *, joint_names, gripper_names, joint_vel, gripper_vel,
-                success: bool) -> None:
+    def publish(
+        self,
+        obs: dict,
+        stamp_ns: int,
+        *,
+        joint_names,
+        gripper_names,
+        joint_vel,
+        gripper_vel,
+        success: bool,
+    ) -> None:
         """Publish one tick's state as a ros2_control arm would."""
         stamp = at.ns_to_stamp(stamp_ns)
         self._state_ns, self._answer, self._gripper_fresh = stamp_ns, None, False
@@ -158,7 +201,9 @@ class Ros2ControlSim:
         joints.position = [float(p) for _, p, _ in rows]
         joints.velocity = [float(v) for _, _, v in rows]
         self._send(self._pub_joints, joints)
-        messages = at.observation_messages(obs, stamp_ns, joint_names=joint_names, gripper_names=gripper_names)
+        messages = at.observation_messages(
+            obs, stamp_ns, joint_names=joint_names, gripper_names=gripper_names
+        )
         if self._pub_objects is not None:
             objects = messages[at.OBJECT_STATE_TOPIC]
             if self._on_answer is None:

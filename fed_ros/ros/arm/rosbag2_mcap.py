@@ -7,6 +7,7 @@ they travelled (CDR bytes from raw subscriptions, no re-serialisation), with the
 ``metadata.yaml`` is written last: a directory without it is an interrupted recording and is
 never read.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,23 @@ METADATA_FILE = "metadata.yaml"
 ROSBAG2_VERSION = 9
 
 
-_PRIMITIVES = {"bool", "byte", "char", "float32", "float64", "int8", "uint8", "int16", "uint16",
-               "int32", "uint32", "int64", "uint64", "string", "wstring"}
+_PRIMITIVES = {
+    "bool",
+    "byte",
+    "char",
+    "float32",
+    "float64",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+    "string",
+    "wstring",
+}
 _SEPARATOR = "=" * 80
 
 
@@ -36,8 +52,11 @@ def _share_dir(package: str) -> Path:
     """
     import importlib
     import os
-    candidates = [Path(prefix) / "share" / package
-                  for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep))]
+
+    candidates = [
+        Path(prefix) / "share" / package
+        for prefix in filter(None, os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep))
+    ]
     candidates.append(Path(sys.prefix) / "share" / package)
     module = importlib.import_module(package)
     for location in getattr(module, "__path__", []):
@@ -122,17 +141,24 @@ def type_description_hash(msgtype: str) -> str:
 
 def qos_metadata(qos) -> list[dict[str, Any]]:
     """rclpy QoSProfile -> rosbag2 v9 ``offered_qos_profiles`` entry list."""
+
     def duration(d) -> dict[str, int]:
         ns = int(d.nanoseconds)
         return {"sec": ns // 1_000_000_000, "nsec": ns % 1_000_000_000}
-    return [{
-        "history": qos.history.name.lower(), "depth": int(qos.depth),
-        "reliability": qos.reliability.name.lower(), "durability": qos.durability.name.lower(),
-        "deadline": duration(qos.deadline), "lifespan": duration(qos.lifespan),
-        "liveliness": qos.liveliness.name.lower(),
-        "liveliness_lease_duration": duration(qos.liveliness_lease_duration),
-        "avoid_ros_namespace_conventions": bool(qos.avoid_ros_namespace_conventions),
-    }]
+
+    return [
+        {
+            "history": qos.history.name.lower(),
+            "depth": int(qos.depth),
+            "reliability": qos.reliability.name.lower(),
+            "durability": qos.durability.name.lower(),
+            "deadline": duration(qos.deadline),
+            "lifespan": duration(qos.lifespan),
+            "liveliness": qos.liveliness.name.lower(),
+            "liveliness_lease_duration": duration(qos.liveliness_lease_duration),
+            "avoid_ros_namespace_conventions": bool(qos.avoid_ros_namespace_conventions),
+        }
+    ]
 
 
 class Rosbag2McapWriter:
@@ -140,6 +166,7 @@ class Rosbag2McapWriter:
 
     def __init__(self, directory: str | Path) -> None:
         from mcap.writer import CompressionType, Writer
+
         self.directory = Path(directory)
         if self.directory.exists():
             raise FileExistsError(f"recording directory {self.directory} already exists")
@@ -162,23 +189,38 @@ class Rosbag2McapWriter:
             return
         if msgtype not in self._schemas:
             self._schemas[msgtype] = self._writer.register_schema(
-                name=msgtype, encoding="ros2msg", data=message_definition(msgtype).encode())
+                name=msgtype, encoding="ros2msg", data=message_definition(msgtype).encode()
+            )
         qos_list = qos_metadata(qos) if qos is not None else []
         digest = type_description_hash(msgtype)
         channel = self._writer.register_channel(
-            topic=topic, message_encoding="cdr", schema_id=self._schemas[msgtype],
-            metadata={"offered_qos_profiles": yaml.safe_dump(qos_list) if qos_list else "",
-                      "topic_type_hash": digest})
-        self._topics[topic] = {"channel": channel, "type": msgtype, "qos": qos_list,
-                               "hash": digest, "count": 0}
+            topic=topic,
+            message_encoding="cdr",
+            schema_id=self._schemas[msgtype],
+            metadata={
+                "offered_qos_profiles": yaml.safe_dump(qos_list) if qos_list else "",
+                "topic_type_hash": digest,
+            },
+        )
+        self._topics[topic] = {
+            "channel": channel,
+            "type": msgtype,
+            "qos": qos_list,
+            "hash": digest,
+            "count": 0,
+        }
 
     def write(self, topic: str, data: bytes, log_time_ns: int, publish_time_ns: int = 0) -> None:
         """Append one serialized message."""
         info = self._topics[topic]
         info["count"] += 1
-        self._writer.add_message(info["channel"], log_time=log_time_ns, data=bytes(data),
-                                 publish_time=publish_time_ns or log_time_ns,
-                                 sequence=info["count"])
+        self._writer.add_message(
+            info["channel"],
+            log_time=log_time_ns,
+            data=bytes(data),
+            publish_time=publish_time_ns or log_time_ns,
+            sequence=info["count"],
+        )
         self._start_ns = log_time_ns if self._start_ns is None else min(self._start_ns, log_time_ns)
         self._end_ns = max(self._end_ns, log_time_ns)
         self._count += 1
@@ -199,26 +241,41 @@ class Rosbag2McapWriter:
         self.closed = True
         start = self._start_ns or 0
         duration = max(0, self._end_ns - start)
-        info = {"rosbag2_bagfile_information": {
-            "version": ROSBAG2_VERSION,
-            "storage_identifier": "mcap",
-            "duration": {"nanoseconds": duration},
-            "starting_time": {"nanoseconds_since_epoch": start},
-            "message_count": self._count,
-            "topics_with_message_count": [
-                {"topic_metadata": {"name": topic, "type": t["type"], "serialization_format": "cdr",
-                                    "offered_qos_profiles": t["qos"],
-                                    "type_description_hash": t["hash"]},
-                 "message_count": t["count"]}
-                for topic, t in self._topics.items()],
-            "compression_format": "",
-            "compression_mode": "",
-            "relative_file_paths": [self.file_name],
-            "files": [{"path": self.file_name, "starting_time": {"nanoseconds_since_epoch": start},
-                       "duration": {"nanoseconds": duration}, "message_count": self._count}],
-            "custom_data": custom,
-            "ros_distro": ROS_DISTRO,
-        }}
+        info = {
+            "rosbag2_bagfile_information": {
+                "version": ROSBAG2_VERSION,
+                "storage_identifier": "mcap",
+                "duration": {"nanoseconds": duration},
+                "starting_time": {"nanoseconds_since_epoch": start},
+                "message_count": self._count,
+                "topics_with_message_count": [
+                    {
+                        "topic_metadata": {
+                            "name": topic,
+                            "type": t["type"],
+                            "serialization_format": "cdr",
+                            "offered_qos_profiles": t["qos"],
+                            "type_description_hash": t["hash"],
+                        },
+                        "message_count": t["count"],
+                    }
+                    for topic, t in self._topics.items()
+                ],
+                "compression_format": "",
+                "compression_mode": "",
+                "relative_file_paths": [self.file_name],
+                "files": [
+                    {
+                        "path": self.file_name,
+                        "starting_time": {"nanoseconds_since_epoch": start},
+                        "duration": {"nanoseconds": duration},
+                        "message_count": self._count,
+                    }
+                ],
+                "custom_data": custom,
+                "ros_distro": ROS_DISTRO,
+            }
+        }
         tmp = self.directory / (METADATA_FILE + ".tmp")
         tmp.write_text(yaml.safe_dump(info, sort_keys=False))
         tmp.replace(self.directory / METADATA_FILE)

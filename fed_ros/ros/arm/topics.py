@@ -1,4 +1,4 @@
-"""The arm interface: topic names under an arm namespace, and observation assembly.
+"""The arm interface: topic names under an arm namespace, their QoS and message codecs.
 
 Every arm (MuJoCo bridge or real driver) offers the same topics (docs/contracts.md,
 "Topics"), relative to the robot namespace (``/robot_<i>``):
@@ -24,16 +24,24 @@ writes the stamp into its first layout dimension's label (``object_state@<sec>.<
 stamped ``header.stamp`` (``MODE_HOLD`` with zero action when it held still); a policy
 stamps its ``arm/command`` with the stamp of the observation it answered.
 """
+
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from fed_ros.core.arm.safety import MODE_HOLD
-from fed_ros.core.data.episode import (AGENTVIEW_IMAGE, EEF_POS, EEF_QUAT, GRIPPER_QPOS, JOINT_POS,
-                                       OBJECT_STATE, OBJECT_STATE_DIM, WRIST_IMAGE)
+from fed_ros.core.data.episode import (
+    AGENTVIEW_IMAGE,
+    EEF_POS,
+    EEF_QUAT,
+    GRIPPER_QPOS,
+    JOINT_POS,
+    OBJECT_STATE,
+    OBJECT_STATE_DIM,
+    WRIST_IMAGE,
+)
 
 # Relative names (resolved in the node's namespace, or prefixed by ArmTopics.namespace).
 AGENTVIEW_TOPIC = "arm/agentview/image_raw"
@@ -49,11 +57,6 @@ EPISODE_STATUS_TOPIC = "arm/episode_status"
 RESET_SERVICE = "arm/reset"
 
 OBJECT_STATE_LABEL_PREFIX = "object_state@"
-
-# Observation part -> topic carrying it (the assembler's and the recorder's vocabulary).
-IMAGE_PARTS = {AGENTVIEW_IMAGE: AGENTVIEW_TOPIC, WRIST_IMAGE: WRIST_TOPIC}
-STATE_PARTS = {"joint_states": JOINT_STATES_TOPIC, "gripper_state": GRIPPER_STATE_TOPIC,
-               "eef_pose": EEF_POSE_TOPIC, OBJECT_STATE: OBJECT_STATE_TOPIC}
 
 
 def _join(namespace: str, name: str) -> str:
@@ -122,6 +125,7 @@ class ArmTopics:
 
 # --- stamps -----------------------------------------------------------------------------
 
+
 def stamp_to_ns(stamp) -> int:
     """builtin_interfaces/Time -> integer nanoseconds (the synchronisation key)."""
     return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
@@ -130,6 +134,7 @@ def stamp_to_ns(stamp) -> int:
 def ns_to_stamp(ns: int):
     """Integer nanoseconds -> builtin_interfaces/Time."""
     from builtin_interfaces.msg import Time
+
     return Time(sec=int(ns // 1_000_000_000), nanosec=int(ns % 1_000_000_000))
 
 
@@ -148,7 +153,7 @@ def parse_object_state_label(label: str) -> int:
     """Stamp (ns) written by :func:`object_state_label`; ValueError on any other label."""
     if not label.startswith(OBJECT_STATE_LABEL_PREFIX):
         raise ValueError(f"object state message has no stamp label (label {label!r})")
-    sec, _, nsec = label[len(OBJECT_STATE_LABEL_PREFIX):].partition(".")
+    sec, _, nsec = label[len(OBJECT_STATE_LABEL_PREFIX) :].partition(".")
     try:
         return int(sec) * 1_000_000_000 + int(nsec)
     except ValueError:
@@ -176,14 +181,24 @@ def camera_from_msg(msg, transport: str = "raw", size: int = 0) -> np.ndarray:
     if transport == "raw" and not size:
         return image_from_msg(msg)
     from fed_ros.ros.wire.images import decode_camera
+
     return decode_camera(msg, transport == "compressed", size)
 
 
 # Subscribers keep a deeper sensor history than the publisher so a busy executor does not
 # lose a tick's image before the recorder or the policy has read it.
-SENSOR_TOPICS = frozenset({AGENTVIEW_TOPIC, WRIST_TOPIC, JOINT_STATES_TOPIC, GRIPPER_STATE_TOPIC,
-                           EEF_POSE_TOPIC, OBJECT_STATE_TOPIC, AGENTVIEW_TOPIC + COMPRESSED_SUFFIX,
-                           WRIST_TOPIC + COMPRESSED_SUFFIX})
+SENSOR_TOPICS = frozenset(
+    {
+        AGENTVIEW_TOPIC,
+        WRIST_TOPIC,
+        JOINT_STATES_TOPIC,
+        GRIPPER_STATE_TOPIC,
+        EEF_POSE_TOPIC,
+        OBJECT_STATE_TOPIC,
+        AGENTVIEW_TOPIC + COMPRESSED_SUFFIX,
+        WRIST_TOPIC + COMPRESSED_SUFFIX,
+    }
+)
 
 
 # Observation queue of a recorder: 5 s at 20 Hz. A recorder must keep every step while a
@@ -197,6 +212,7 @@ def qos_for(relative_topic: str, subscriber: bool = True, recorder: bool = False
     ``recorder``: a subscriber that needs every observation, not only the newest.
     """
     from fed_ros.ros.wire import qos
+
     if relative_topic in SENSOR_TOPICS:
         return qos.sensor_qos(depth=RECORDER_SENSOR_DEPTH if recorder else 10 if subscriber else 5)
     if relative_topic == TASK_TOPIC:
@@ -210,6 +226,7 @@ def qos_for(relative_topic: str, subscriber: bool = True, recorder: bool = False
 def message_class(msgtype: str):
     """Python class of a message type name such as ``sensor_msgs/msg/Image``."""
     import importlib
+
     parts = msgtype.split("/")
     if len(parts) != 3:
         raise ValueError(f"message type must be 'pkg/msg/Name', got {msgtype!r}")
@@ -222,9 +239,11 @@ def message_class(msgtype: str):
 
 # --- message <-> numpy -------------------------------------------------------------------
 
+
 def image_to_msg(image: np.ndarray, stamp, frame_id: str):
     """HxWx3 uint8 (upright) -> sensor_msgs/Image rgb8 (fed_ros.ros.wire.images, one copy)."""
     from fed_ros.ros.wire.images import image_to_msg as _to_msg
+
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
         raise ValueError(f"expected HxWx3 uint8 image, got {image.dtype} {image.shape}")
@@ -234,6 +253,7 @@ def image_to_msg(image: np.ndarray, stamp, frame_id: str):
 def image_from_msg(msg) -> np.ndarray:
     """sensor_msgs/Image (rgb8 / bgr8 / rgba8 / bgra8) -> HxWx3 uint8 RGB, owning its memory."""
     from fed_ros.ros.wire.images import msg_to_image
+
     if msg.encoding not in ("rgb8", "bgr8", "rgba8", "bgra8"):
         raise ValueError(f"unsupported camera image encoding {msg.encoding!r} (expected rgb8)")
     image = msg_to_image(msg, desired_encoding="rgb8", backend="own")
@@ -243,17 +263,28 @@ def image_from_msg(msg) -> np.ndarray:
 
 # --- observation -> messages (what an arm driver publishes each tick) -----------------------
 
-def observation_messages(obs: dict[str, np.ndarray], stamp_ns: int, *, joint_names, gripper_names,
-                         joint_vel: np.ndarray | None = None, gripper_vel: np.ndarray | None = None,
-                         frame_prefix: str = "") -> dict[str, object]:
+
+def observation_messages(
+    obs: dict[str, np.ndarray],
+    stamp_ns: int,
+    *,
+    joint_names,
+    gripper_names,
+    joint_vel: np.ndarray | None = None,
+    gripper_vel: np.ndarray | None = None,
+    frame_prefix: str = "",
+) -> dict[str, object]:
     """One tick's observation as messages keyed by relative topic, all stamped ``stamp_ns``."""
     from geometry_msgs.msg import PoseStamped
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float32MultiArray, MultiArrayDimension
+
     stamp = ns_to_stamp(stamp_ns)
     out: dict[str, object] = {}
-    for key, rel, frame in ((AGENTVIEW_IMAGE, AGENTVIEW_TOPIC, "agentview_camera"),
-                            (WRIST_IMAGE, WRIST_TOPIC, "wrist_camera")):
+    for key, rel, frame in (
+        (AGENTVIEW_IMAGE, AGENTVIEW_TOPIC, "agentview_camera"),
+        (WRIST_IMAGE, WRIST_TOPIC, "wrist_camera"),
+    ):
         if key in obs:
             out[rel] = image_to_msg(obs[key], stamp, frame_prefix + frame)
 
@@ -275,81 +306,26 @@ def observation_messages(obs: dict[str, np.ndarray], stamp_ns: int, *, joint_nam
     pose.header.frame_id = frame_prefix + "base"
     p, q = (np.asarray(obs[EEF_POS], dtype=float), np.asarray(obs[EEF_QUAT], dtype=float))
     pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (float(v) for v in p)
-    (pose.pose.orientation.x, pose.pose.orientation.y, pose.pose.orientation.z,
-     pose.pose.orientation.w) = (float(v) for v in q)
+    (
+        pose.pose.orientation.x,
+        pose.pose.orientation.y,
+        pose.pose.orientation.z,
+        pose.pose.orientation.w,
+    ) = (float(v) for v in q)
     out[EEF_POSE_TOPIC] = pose
     state = np.asarray(obs[OBJECT_STATE], dtype=np.float32)
     objects = Float32MultiArray()
-    objects.layout.dim = [MultiArrayDimension(label=object_state_label(stamp_ns),
-                                              size=int(state.size), stride=int(state.size))]
+    objects.layout.dim = [
+        MultiArrayDimension(
+            label=object_state_label(stamp_ns), size=int(state.size), stride=int(state.size)
+        )
+    ]
     objects.data = state.tolist()
     out[OBJECT_STATE_TOPIC] = objects
     return out
 
 
-# --- observation assembly ----------------------------------------------------------------
-
-class ObservationAssembler:
-    """Collects one tick's messages by stamp and yields the complete observation dict.
-
-    Parts arrive on separate topics in any order; the observation of stamp ``s`` is
-    complete when every required part with stamp ``s`` is in. Incomplete stamps older
-    than ``history`` ticks are dropped (a lost best-effort sample).
-    """
-
-    def __init__(self, cameras: bool = True, history: int = 8) -> None:
-        if history < 1:
-            raise ValueError(f"history must be >= 1, got {history}")
-        self.required = set(STATE_PARTS) | (set(IMAGE_PARTS) if cameras else set())
-        self.history = history
-        self._pending: OrderedDict[int, dict[str, object]] = OrderedDict()
-        self._last_emitted = -1
-        self.dropped = 0
-
-    def add(self, part: str, stamp_ns: int, value: object) -> dict[str, np.ndarray] | None:
-        """Add one decoded part; returns the observation when this completes it."""
-        if part not in self.required:
-            return None
-        if stamp_ns <= self._last_emitted:
-            return None  # late duplicate of an observation already handed out
-        parts = self._pending.get(stamp_ns)
-        if parts is None:
-            parts = self._pending[stamp_ns] = {}
-            while len(self._pending) > self.history:
-                self._pending.popitem(last=False)
-                self.dropped += 1
-        parts[part] = value
-        if len(parts) < len(self.required):
-            return None
-        del self._pending[stamp_ns]
-        # Older incomplete stamps can never be used once a newer one is complete.
-        for old in [s for s in self._pending if s < stamp_ns]:
-            del self._pending[old]
-            self.dropped += 1
-        self._last_emitted = stamp_ns
-        return observation_from_parts(parts)
-
-    def clear(self) -> None:
-        """Forget partial observations (after a reset)."""
-        self._pending.clear()
-
-
-def observation_from_parts(parts: dict[str, object]) -> dict[str, np.ndarray]:
-    """Decoded messages of one tick -> observation dict with core/episode.py keys."""
-    joint_pos, _ = parts["joint_states"]
-    pos, quat = parts["eef_pose"]
-    obs = {
-        JOINT_POS: np.asarray(joint_pos, dtype=np.float32),
-        GRIPPER_QPOS: np.asarray(parts["gripper_state"][0], dtype=np.float32),
-        EEF_POS: np.asarray(pos, dtype=np.float32),
-        EEF_QUAT: np.asarray(quat, dtype=np.float32),
-        OBJECT_STATE: np.asarray(parts[OBJECT_STATE], dtype=np.float32),
-    }
-    # Images and any extra parts a caller registered (e.g. the episode status) pass through.
-    for key, value in parts.items():
-        if key not in STATE_PARTS:
-            obs[key] = value
-    return obs
+# --- messages -> observation parts (what fed_ros.ros.arm.observation_assembly joins) -------
 
 
 def decode_joint_state(msg) -> tuple[np.ndarray, np.ndarray]:
@@ -362,8 +338,10 @@ def decode_joint_state(msg) -> tuple[np.ndarray, np.ndarray]:
 def decode_pose(msg) -> tuple[np.ndarray, np.ndarray]:
     """PoseStamped -> (position (3,), quaternion xyzw (4,)) float32."""
     p, q = msg.pose.position, msg.pose.orientation
-    return (np.array([p.x, p.y, p.z], dtype=np.float32),
-            np.array([q.x, q.y, q.z, q.w], dtype=np.float32))
+    return (
+        np.array([p.x, p.y, p.z], dtype=np.float32),
+        np.array([q.x, q.y, q.z, q.w], dtype=np.float32),
+    )
 
 
 def decode_object_state(msg) -> np.ndarray:
@@ -375,8 +353,9 @@ def decode_object_state(msg) -> np.ndarray:
 
 
 def applied_command_msg(msg, out, stamp_ns: int, frame_id: str):
-    """Fill ``msg`` (a fed_ros/ArmCommand) with what one tick applied (a core.arm_safety TickOutput),
-    stamped with the observation it answered; a hold is MODE_HOLD with zero action."""
+    """Fill ``msg`` (a fed_ros/ArmCommand) with what one tick applied (a core.arm_safety
+    TickOutput), stamped with the observation it answered; a hold is MODE_HOLD with zero
+    action."""
     msg.header.stamp = ns_to_stamp(stamp_ns)
     msg.header.frame_id = frame_id
     hold = out.kind == "hold"

@@ -12,7 +12,10 @@ Methods, each run with a fresh sender ("robot") and receiver ("server") process:
 The ROS and bulk paths are measured end to end as the server sees them: chunks
 assembled, size caps checked, sha256 verified. Time = receiver's completion time minus
 the sender's start time (same host, same clock); the median over repeats is reported.
+The two measured processes run :mod:`fed_ros.ros.bench.transfer_workers`; this module
+orchestrates them and prints the tables.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from fed_ros.ros.bench.transfer_workers import READY_TIMEOUT_S, bench_payload, run_worker
+
 METHODS = ("raw_zmq", "ros_default", "ros_tuned", "zmq_bulk", "memcpy")
 # Methods through a shaped link between two namespace "hosts" (`--shaped`): raw TCP is the
 # reference there too; ros_tuned (shared memory) cannot cross hosts, memcpy has no link.
@@ -37,155 +42,21 @@ METHODS = ("raw_zmq", "ros_default", "ros_tuned", "zmq_bulk", "memcpy")
 # (fed_ros/ros/wire/pacing.py); ros_wan = ROS chunks with the Fast DDS profile given by
 # --fastdds-profile, to try other profiles for slow links.
 SHAPED_METHODS = ("raw_zmq", "ros_default", "ros_paced", "ros_wan", "zmq_bulk")
-_READY_TIMEOUT_S = 20.0
-
-
-def _payload(megabytes: float) -> dict[str, np.ndarray]:
-    """A float32 state dict of the requested size (a few tensors, like a policy)."""
-    n = int(megabytes * 1e6) // 4
-    rng = np.random.default_rng(0)
-    sizes = [n // 2, n // 4, n // 8, n - n // 2 - n // 4 - n // 8]
-    return {f"layer{i}.weight": rng.standard_normal(s, dtype=np.float32) for i, s in enumerate(sizes)}
-
-
-# ----------------------------------------------------------------------- workers
-
-def _emit(obj: dict[str, Any]) -> None:
-    print("RESULT " + json.dumps(obj), flush=True)
-
-
-def _ros_sender(args: argparse.Namespace) -> None:
-    import rclpy
-    from std_msgs.msg import String
-
-    from fed_ros.msg import ModelUpdate
-    from fed_ros.ros.wire.round_msgs import model_update_msg
-    from fed_ros.ros.wire.tensors import encode_state_dict
-    from fed_ros.ros.wire.qos import control_qos
-    from fed_ros.ros.wire.bulk import BulkServer
-    from fed_ros.ros.wire.chunk_sender import ChunkedSender
-
-    encoded = encode_state_dict(_payload(args.mb))
-    rclpy.init()
-    node = rclpy.create_node("bench_robot")
-    pub = node.create_publisher(ModelUpdate, "bench/updates", control_qos())
-    acks: list[dict] = []
-    node.create_subscription(String, "bench/acks", lambda m: acks.append(json.loads(m.data)), control_qos())
-    bulk = BulkServer() if args.method == "zmq_bulk" else None
-    deadline = time.monotonic() + _READY_TIMEOUT_S
-    while (pub.get_subscription_count() < 1 or node.count_publishers("bench/acks") < 1) \
-            and time.monotonic() < deadline:
-        rclpy.spin_once(node, timeout_sec=0.05)
-    time.sleep(0.5)  # let discovery settle in both directions
-    for i in range(args.warmup + args.repeats):  # warm-ups are dropped by the receiver
-        t0 = time.time()
-        uri = bulk.offer(encoded.data) if bulk else ""
-        sender = ChunkedSender(encoded, f"bench/{i}", chunk_bytes=args.chunk_bytes, bulk_uri=uri)
-        for chunk in sender.chunks():
-            msg = model_update_msg(chunk, robot_id="bench_robot", round_idx=i, base_round=0)
-            msg.header.stamp.sec = int(t0)
-            msg.header.stamp.nanosec = int((t0 % 1) * 1e9)
-            pub.publish(msg)
-        wait = time.monotonic() + args.transfer_timeout
-        while len(acks) <= i and time.monotonic() < wait:
-            rclpy.spin_once(node, timeout_sec=0.05)
-        if bulk:
-            bulk.withdraw(uri)
-    if bulk:
-        bulk.close()
-    node.destroy_node()
-    rclpy.shutdown()
-
-
-def _ros_receiver(args: argparse.Namespace) -> None:
-    import rclpy
-    from std_msgs.msg import String
-
-    from fed_ros.msg import ModelUpdate
-    from fed_ros.ros.wire.qos import control_qos
-    from fed_ros.ros.wire.bulk import fetch_bulk
-    from fed_ros.ros.wire.chunk_assembler import PayloadAssembler, TransferLimits
-
-    rclpy.init()
-    node = rclpy.create_node("bench_server")
-    ack = node.create_publisher(String, "bench/acks", control_qos())
-    assembler = PayloadAssembler(TransferLimits(max_total_bytes=1 << 30, max_chunk_bytes=1 << 30))
-    times: list[float] = []
-
-    def on_update(msg: ModelUpdate) -> None:
-        if msg.payload.bulk_uri:
-            fetch_bulk(msg.payload, limits=assembler.limits)
-            done = True
-        else:
-            done = assembler.add(msg.payload) is not None
-        if done:
-            t1 = time.time()
-            t0 = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-            times.append(t1 - t0)
-            ack.publish(String(data=json.dumps({"round": msg.round})))
-
-    node.create_subscription(ModelUpdate, "bench/updates", on_update, control_qos())
-    deadline = time.monotonic() + _READY_TIMEOUT_S + args.transfer_timeout * (args.warmup + args.repeats)
-    while len(times) < args.warmup + args.repeats and time.monotonic() < deadline:
-        rclpy.spin_once(node, timeout_sec=0.05)
-    time.sleep(0.3)  # let the last ack go out
-    _emit({"times": times[args.warmup:]})
-    node.destroy_node()
-    rclpy.shutdown()
-
-
-def _zmq_sender(args: argparse.Namespace) -> None:
-    import zmq
-
-    from fed_ros.ros.wire.tensors import encode_state_dict
-
-    encoded = encode_state_dict(_payload(args.mb))
-    ctx = zmq.Context()
-    push = ctx.socket(zmq.PUSH)
-    push.connect(f"tcp://{args.peer}:{args.port}")
-    acks = ctx.socket(zmq.PULL)
-    acks.connect(f"tcp://{args.peer}:{args.port + 1}")
-    for _ in range(args.warmup + args.repeats):
-        t0 = time.time()
-        push.send_multipart([str(t0).encode(), encoded.data], copy=False)
-        acks.recv()
-    push.close(0)
-    acks.close(0)
-    ctx.term()
-
-
-def _zmq_receiver(args: argparse.Namespace) -> None:
-    import zmq
-
-    ctx = zmq.Context()
-    pull = ctx.socket(zmq.PULL)
-    pull.bind(f"tcp://{args.bind_host}:{args.port}")
-    acks = ctx.socket(zmq.PUSH)
-    acks.bind(f"tcp://{args.bind_host}:{args.port + 1}")
-    times = []
-    for _ in range(args.warmup + args.repeats):
-        stamp, frame = pull.recv_multipart(copy=False)
-        times.append(time.time() - float(stamp.bytes))
-        assert len(frame) > 0
-        acks.send(b"ok")
-    _emit({"times": times[args.warmup:]})
-    pull.close(0)
-    acks.close(0)
-    ctx.term()
 
 
 def _memcpy(args: argparse.Namespace) -> list[float]:
-    src = np.concatenate([v.view(np.uint8) for v in _payload(args.mb).values()])
+    src = np.concatenate([v.view(np.uint8) for v in bench_payload(args.mb).values()])
     dst = np.empty_like(src)
     times = []
     for _ in range(args.warmup + args.repeats):
         t0 = time.perf_counter()
         np.copyto(dst, src)
         times.append(time.perf_counter() - t0)
-    return times[args.warmup:]
+    return times[args.warmup :]
 
 
 # -------------------------------------------------------------------- orchestration
+
 
 def _free_port() -> int:
     import socket
@@ -195,14 +66,17 @@ def _free_port() -> int:
         return s.getsockname()[1] if s.getsockname()[1] < 65000 else _free_port()
 
 
-def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: Any = None) -> list[float]:
+def _run_pair(
+    method: str, args: argparse.Namespace, chunk_bytes: int, network: Any = None
+) -> list[float]:
     """Start receiver and sender processes for one method; returns the receiver's times.
 
     With ``network`` (a ``netns.Network`` with hosts "server" and "robot") the receiver runs on
     the server host and the sender on the robot host, over the robot's shaped link.
     """
     env = dict(os.environ)
-    if network is not None:  # the hosts are namespaces on a bridge: LOCALHOST would never see the peer
+    # the hosts are namespaces on a bridge: LOCALHOST would never see the peer
+    if network is not None:
         env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "SUBNET"
         env.pop("ROS_LOCALHOST_ONLY", None)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -219,7 +93,8 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
         paced_dir = tempfile.mkdtemp(prefix="fed_ros-paced-")
         apply_paced_profile(env, args.link_mbit, Path(paced_dir))
     if method == "ros_wan":
-        env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"  # the profile's publish mode (a flow controller needs async)
+        # the profile's publish mode (a flow controller needs async)
+        env["RMW_FASTRTPS_PUBLICATION_MODE"] = "AUTO"
     if method in ("ros_tuned", "ros_wan"):
         from fed_ros.ros.wire.fastdds_profile import apply_fastdds_profile
 
@@ -227,10 +102,26 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
         if method == "ros_wan" and profile is None:
             raise SystemExit("ros_wan measures a Fast DDS profile: pass --fastdds-profile FILE")
         if apply_fastdds_profile(env, path=profile) is None:
-            raise SystemExit(f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; cannot run {method}")
-    common = ["--mb", str(args.mb), "--repeats", str(args.repeats), "--warmup", str(args.warmup),
-              "--chunk-bytes", str(chunk_bytes), "--method", method, "--port", str(_free_port()),
-              "--transfer-timeout", str(args.transfer_timeout)]
+            raise SystemExit(
+                f"Fast DDS profile {profile or 'config/fastdds_shm.xml'} not found; "
+                f"cannot run {method}"
+            )
+    common = [
+        "--mb",
+        str(args.mb),
+        "--repeats",
+        str(args.repeats),
+        "--warmup",
+        str(args.warmup),
+        "--chunk-bytes",
+        str(chunk_bytes),
+        "--method",
+        method,
+        "--port",
+        str(_free_port()),
+        "--transfer-timeout",
+        str(args.transfer_timeout),
+    ]
     cmd = [sys.executable, "-m", "fed_ros.ros.bench.transfer"]
     recv_cmd, send_cmd = [*cmd, "--role", "receiver", *common], [*cmd, "--role", "sender", *common]
     recv_env, send_env = env, env
@@ -240,11 +131,17 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
         send_cmd = network.command("robot", [*send_cmd, "--peer", server.address])
         recv_env = dict(env, FED_ROS_BULK_HOST=server.address)
         send_env = dict(env, FED_ROS_BULK_HOST=robot.address)  # the robot serves its update's bytes
-    recv = subprocess.Popen(recv_cmd, env=recv_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    recv = subprocess.Popen(
+        recv_cmd, env=recv_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     time.sleep(0.3)
-    send = subprocess.Popen(send_cmd, env=send_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    send = subprocess.Popen(
+        send_cmd, env=send_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
-        out, _ = recv.communicate(timeout=_READY_TIMEOUT_S + args.transfer_timeout * (args.warmup + args.repeats) + 10)
+        out, _ = recv.communicate(
+            timeout=READY_TIMEOUT_S + args.transfer_timeout * (args.warmup + args.repeats) + 10
+        )
         send.wait(timeout=args.transfer_timeout)
     finally:
         for p in (recv, send):
@@ -257,7 +154,9 @@ def _run_pair(method: str, args: argparse.Namespace, chunk_bytes: int, network: 
         if line.startswith("RESULT "):
             times = json.loads(line[7:])["times"]
             if len(times) < args.repeats:
-                raise RuntimeError(f"{method}: only {len(times)}/{args.repeats} transfers completed\n{out[-2000:]}")
+                raise RuntimeError(
+                    f"{method}: only {len(times)}/{args.repeats} transfers completed\n{out[-2000:]}"
+                )
             return times
     raise RuntimeError(f"{method}: receiver printed no result\n{out[-3000:]}")
 
@@ -266,28 +165,60 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `fed-ros bench transfer`; prints a side-by-side table, returns 0."""
     from fed_ros.ros.wire.chunk_sender import DEFAULT_CHUNK_BYTES
 
-    parser = argparse.ArgumentParser(prog="fed-ros bench transfer", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="fed-ros bench transfer", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--mb", type=float, default=21.5, help="payload size in MB (1e6 bytes)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed transfers per method (after the warm-ups)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run the method list this many times, interleaved; rows pool every round's times")
-    parser.add_argument("--warmup", type=int, default=3,
-                        help="untimed transfers first (TCP windows, allocator and page faults settle)")
-    parser.add_argument("--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="ROS chunk size")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed transfers per method (after the warm-ups)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the method list this many times, interleaved; rows pool every round's times",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed transfers first (TCP windows, allocator and page faults settle)",
+    )
+    parser.add_argument(
+        "--chunk-bytes", type=int, default=DEFAULT_CHUNK_BYTES, help="ROS chunk size"
+    )
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {METHODS}")
-    parser.add_argument("--chunk-sweep", action="store_true",
-                        help="also time ros_default/ros_tuned at 1, 2, 4, 8 MiB chunks and unchunked")
-    parser.add_argument("--fastdds-profile", default="",
-                        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml) and ros_wan (required)")
+    parser.add_argument(
+        "--chunk-sweep",
+        action="store_true",
+        help="also time ros_default/ros_tuned at 1, 2, 4, 8 MiB chunks and unchunked",
+    )
+    parser.add_argument(
+        "--fastdds-profile",
+        default="",
+        help="Fast DDS XML for ros_tuned (default: config/fastdds_shm.xml) and ros_wan (required)",
+    )
     parser.add_argument("--json", default="", help="write the results to this file")
-    parser.add_argument("--shaped", default="",
-                        help="also measure through a tbf-shaped link between two network-namespace hosts "
-                             "(root): comma list of rates in Mbit/s, e.g. 20,1")
-    parser.add_argument("--shaped-mb", type=float, default=4.0, help="payload size (MB) through shaped links")
-    parser.add_argument("--shaped-methods", default="raw_zmq,ros_default,ros_paced,zmq_bulk",
-                        help=f"comma list of {SHAPED_METHODS} for --shaped")
-    parser.add_argument("--transfer-timeout", type=float, default=30.0,
-                        help="seconds one transfer may take before the method counts as not completing")
+    parser.add_argument(
+        "--shaped",
+        default="",
+        help="also measure through a tbf-shaped link between two network-namespace hosts "
+        "(root): comma list of rates in Mbit/s, e.g. 20,1",
+    )
+    parser.add_argument(
+        "--shaped-mb", type=float, default=4.0, help="payload size (MB) through shaped links"
+    )
+    parser.add_argument(
+        "--shaped-methods",
+        default="raw_zmq,ros_default,ros_paced,zmq_bulk",
+        help=f"comma list of {SHAPED_METHODS} for --shaped",
+    )
+    parser.add_argument(
+        "--transfer-timeout",
+        type=float,
+        default=30.0,
+        help="seconds one transfer may take before the method counts as not completing",
+    )
     parser.add_argument("--peer", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--bind-host", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
@@ -295,13 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.role:
-        worker = {("sender", "raw_zmq"): _zmq_sender, ("receiver", "raw_zmq"): _zmq_receiver}.get(
-            (args.role, args.method), _ros_sender if args.role == "sender" else _ros_receiver)
-        worker(args)
+        run_worker(args)
         return 0
     if args.mb <= 0 or args.repeats < 1 or args.warmup < 0 or args.rounds < 1:
-        parser.error(f"--mb must be > 0, --repeats >= 1, --warmup >= 0, --rounds >= 1 (got {args.mb}, "
-                     f"{args.repeats}, {args.warmup}, {args.rounds})")
+        parser.error(
+            f"--mb must be > 0, --repeats >= 1, --warmup >= 0, --rounds >= 1 (got {args.mb}, "
+            f"{args.repeats}, {args.warmup}, {args.rounds})"
+        )
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -311,41 +242,76 @@ def main(argv: list[str] | None = None) -> int:
     pooled: dict[str, list[float]] = {m: [] for m in methods}
     for rnd in range(args.rounds):
         for method in methods:
-            times = _memcpy(args) if method == "memcpy" else _run_pair(method, args, args.chunk_bytes)
+            times = (
+                _memcpy(args) if method == "memcpy" else _run_pair(method, args, args.chunk_bytes)
+            )
             pooled[method] += times
-            print(f"  measured {method} (round {rnd + 1}/{args.rounds}): median "
-                  f"{statistics.median(times) * 1e3:.1f} ms", file=sys.stderr)
-    runs: list[tuple[str, int, list[float]]] = [(m, 0 if m == "memcpy" else args.chunk_bytes, t)
-                                                for m, t in pooled.items()]
+            print(
+                f"  measured {method} (round {rnd + 1}/{args.rounds}): median "
+                f"{statistics.median(times) * 1e3:.1f} ms",
+                file=sys.stderr,
+            )
+    runs: list[tuple[str, int, list[float]]] = [
+        (m, 0 if m == "memcpy" else args.chunk_bytes, t) for m, t in pooled.items()
+    ]
     if args.chunk_sweep:
         for method in ("ros_default", "ros_tuned"):
             for cb in (1 << 20, 2 << 20, 4 << 20, 8 << 20, 1 << 30):
                 runs.append((f"{method}", cb, _run_pair(method, args, cb)))
-                print(f"  measured {method} chunk {cb}: median {statistics.median(runs[-1][2]) * 1e3:.1f} ms",
-                      file=sys.stderr)
+                print(
+                    f"  measured {method} chunk {cb}: "
+                    f"median {statistics.median(runs[-1][2]) * 1e3:.1f} ms",
+                    file=sys.stderr,
+                )
     nbytes = int(args.mb * 1e6) // 4 * 4
     raw = [statistics.median(t) for m, _, t in runs if m == "raw_zmq"]
     ref = nbytes / raw[0] if raw else float("nan")
-    print(f"\nfed-ros bench transfer: {nbytes / 1e6:.1f} MB robot -> server, two processes, loopback, "
-          f"median of {args.repeats * args.rounds}" + (f" ({args.rounds} interleaved rounds)" if args.rounds > 1 else ""))
+    print(
+        f"\nfed-ros bench transfer: {nbytes / 1e6:.1f} MB robot -> server, two processes, "
+        "loopback, "
+        f"median of {args.repeats * args.rounds}"
+        + (f" ({args.rounds} interleaved rounds)" if args.rounds > 1 else "")
+    )
     print(f"{'method':<13} {'chunk':>9} {'median ms':>10} {'MB/s':>9} {'x raw pyzmq':>12}")
     rows = []
     for method, cb, times in runs:
         med = statistics.median(times)
         rate = nbytes / med
-        chunk = "-" if method in ("raw_zmq", "memcpy") else ("whole" if cb >= nbytes else f"{cb >> 20} MiB")
+        chunk = (
+            "-"
+            if method in ("raw_zmq", "memcpy")
+            else ("whole" if cb >= nbytes else f"{cb >> 20} MiB")
+        )
         if method == "zmq_bulk":
             from fed_ros.ros.wire.bulk import DEFAULT_BULK_CHUNK_BYTES
 
             chunk = f"{DEFAULT_BULK_CHUNK_BYTES >> 20} MiB"
         ratio = f"{rate / ref:.2f}" if raw else "-"  # no raw_zmq row: no reference
         print(f"{method:<13} {chunk:>9} {med * 1e3:>10.1f} {rate / 1e6:>9.0f} {ratio:>12}")
-        rows.append({"method": method, "chunk_bytes": cb, "median_s": med, "times_s": times,
-                     "mb_per_s": rate / 1e6, "ratio_vs_raw_zmq": rate / ref if raw else None})
+        rows.append(
+            {
+                "method": method,
+                "chunk_bytes": cb,
+                "median_s": med,
+                "times_s": times,
+                "mb_per_s": rate / 1e6,
+                "ratio_vs_raw_zmq": rate / ref if raw else None,
+            }
+        )
     shaped = _shaped(args) if args.shaped else []
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"bytes": nbytes, "repeats": args.repeats, "rounds": args.rounds, "rows": rows, "shaped": shaped}, f, indent=1)
+            json.dump(
+                {
+                    "bytes": nbytes,
+                    "repeats": args.repeats,
+                    "rounds": args.rounds,
+                    "rows": rows,
+                    "shaped": shaped,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 
@@ -361,7 +327,9 @@ def _shaped(args: argparse.Namespace) -> list[dict[str, Any]]:
     methods = [m.strip() for m in args.shaped_methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in SHAPED_METHODS]
     if bad or any(r <= 0 for r in rates):
-        raise SystemExit(f"--shaped-methods from {SHAPED_METHODS} and rates > 0 (got {bad}, {rates})")
+        raise SystemExit(
+            f"--shaped-methods from {SHAPED_METHODS} and rates > 0 (got {bad}, {rates})"
+        )
     sub = argparse.Namespace(**{**vars(args), "mb": args.shaped_mb})
     nbytes = int(args.shaped_mb * 1e6) // 4 * 4
     rows: list[dict[str, Any]] = []
@@ -372,23 +340,42 @@ def _shaped(args: argparse.Namespace) -> list[dict[str, Any]]:
                 try:
                     med = statistics.median(_run_pair(method, sub, args.chunk_bytes, network=net))
                 except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    print(f"  {method} at {rate:g} Mbit/s: did not complete "
-                          f"({str(exc).splitlines()[0][:120]})", file=sys.stderr)
+                    print(
+                        f"  {method} at {rate:g} Mbit/s: did not complete "
+                        f"({str(exc).splitlines()[0][:120]})",
+                        file=sys.stderr,
+                    )
                     med = None
-                rows.append({"rate_mbit": rate, "method": method, "median_s": med,
-                             "goodput_of_link": None if med is None else nbytes * 8 / med / (rate * 1e6)})
+                rows.append(
+                    {
+                        "rate_mbit": rate,
+                        "method": method,
+                        "median_s": med,
+                        "goodput_of_link": None if med is None else nbytes * 8 / med / (rate * 1e6),
+                    }
+                )
                 if med is not None:
-                    print(f"  measured {method} at {rate:g} Mbit/s: median {med:.2f} s", file=sys.stderr)
-    print(f"\nthrough a tbf-shaped link (robot host -> server host, network namespaces, own /dev/shm): "
-          f"{nbytes / 1e6:.1f} MB, median of {args.repeats}; goodput as a fraction of the link rate")
+                    print(
+                        f"  measured {method} at {rate:g} Mbit/s: median {med:.2f} s",
+                        file=sys.stderr,
+                    )
+    print(
+        "\nthrough a tbf-shaped link (robot host -> server host, network namespaces, "
+        "own /dev/shm): "
+        f"{nbytes / 1e6:.1f} MB, median of {args.repeats}; goodput as a fraction of the link rate"
+    )
     print(f"{'link':>9} {'method':<13} {'median s':>9} {'Mbit/s':>8} {'of link':>8}")
     for row in rows:
         med = row["median_s"]
         if med is None:
-            print(f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {'no completion in ' + str(int(args.transfer_timeout)) + ' s':>27}")
+            missing = "no completion in " + str(int(args.transfer_timeout)) + " s"
+            print(f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {missing:>27}")
         else:
-            print(f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {med:>9.2f} {nbytes * 8 / med / 1e6:>8.1f} "
-                  f"{row['goodput_of_link']:>8.2f}")
+            print(
+                f"{row['rate_mbit']:>6g} Mb {row['method']:<13} {med:>9.2f} "
+                f"{nbytes * 8 / med / 1e6:>8.1f} "
+                f"{row['goodput_of_link']:>8.2f}"
+            )
     return rows
 
 

@@ -9,6 +9,7 @@ forged / unsigned updates claim (default 0; n updates claim R .. R+n-1).
 It holds only its own key pair and the robots' PUBLIC keys (from the allow-list), as a real
 intruder on the fleet network could.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,12 @@ class Attacker:
         """The server's answer (asked again while unanswered: every attack request is refused
         whether it arrives once or twice), or None."""
         from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+
         try:
             wait = spinning(lambda s: self.ex.spin_once(timeout_sec=s))
-            return call_client_until_answered(self.client, request, wait, attempt_s=5.0, timeout_s=timeout)
+            return call_client_until_answered(
+                self.client, request, wait, attempt_s=5.0, timeout_s=timeout
+            )
         except TimeoutError:
             return None
 
@@ -64,30 +68,52 @@ class Attacker:
     def registrations(self, name: str, requests) -> dict:
         assert self.client.wait_for_service(timeout_sec=30.0)
         answers = [self.call(r) for r in requests]
-        return {"attack": name, "sent": len(answers), "answered": sum(a is not None for a in answers),
-                "accepted": sum(bool(a and a.accepted) for a in answers),
-                "reasons": sorted({a.reason[:120] for a in answers if a is not None and not a.accepted})[:3]}
+        return {
+            "attack": name,
+            "sent": len(answers),
+            "answered": sum(a is not None for a in answers),
+            "accepted": sum(bool(a and a.accepted) for a in answers),
+            "reasons": sorted(
+                {a.reason[:120] for a in answers if a is not None and not a.accepted}
+            )[:3],
+        }
 
     def run(self, attack: str, n: int) -> dict:
         victim = "robot_0"
         if attack == "register_flood":  # unknown ids, each properly signed with the intruder's key
-            return self.registrations(attack, (register_request(f"intruder_{i}", tasks=["lift"], signer=self.thief)
-                                               for i in range(n)))
+            return self.registrations(
+                attack,
+                (
+                    register_request(f"intruder_{i}", tasks=["lift"], signer=self.thief)
+                    for i in range(n)
+                ),
+            )
         if attack == "register_wrong_key":  # a real id with the intruder's key
-            return self.registrations(attack, [register_request(victim, tasks=["stack"], signer=self.thief)])
-        if attack == "register_no_proof":  # a real id with its PUBLIC key: overwrite its capabilities
+            return self.registrations(
+                attack, [register_request(victim, tasks=["stack"], signer=self.thief)]
+            )
+        if (
+            attack == "register_no_proof"
+        ):  # a real id with its PUBLIC key: overwrite its capabilities
             req = register_request(victim, tasks=["stack"], num_samples=10**6, has_gpu=True)
             req.public_key = list(self.allow.public_key(victim))
             return self.registrations(attack, [req])
         if attack == "register_replay":  # a captured, valid signed request sent again
             captured = json.loads((self.keys_dir / "captured_register.json").read_text())
-            req = Register.Request(robot_id=captured["robot_id"], tasks=captured["tasks"],
-                                   action_dim=captured["action_dim"], num_samples=captured["num_samples"],
-                                   timestamp_ns=captured["timestamp_ns"])
-            req.public_key, req.nonce, req.signature = (list(bytes.fromhex(captured[k]))
-                                                        for k in ("public_key", "nonce", "signature"))
+            req = Register.Request(
+                robot_id=captured["robot_id"],
+                tasks=captured["tasks"],
+                action_dim=captured["action_dim"],
+                num_samples=captured["num_samples"],
+                timestamp_ns=captured["timestamp_ns"],
+            )
+            req.public_key, req.nonce, req.signature = (
+                list(bytes.fromhex(captured[k])) for k in ("public_key", "nonce", "signature")
+            )
             return self.registrations(attack, [req])
-        if attack == "junk_burst":  # 1 MB ids (the .msg bound is not enforced by DDS: bypass the setter)
+        if (
+            attack == "junk_burst"
+        ):  # 1 MB ids (the .msg bound is not enforced by DDS: bypass the setter)
             self.wait_matched(self.updates)
             for i in range(n):
                 msg = ModelUpdate()
@@ -101,43 +127,89 @@ class Attacker:
             # writer drops what it has not delivered yet).
             acked = self.updates.wait_for_all_acked(Duration(seconds=180))
             return {"attack": attack, "sent": n, "acked": bool(acked)}
-        if attack in ("forged_update", "unsigned_update"):  # current-looking update for a real robot
+        if attack in (
+            "forged_update",
+            "unsigned_update",
+        ):  # current-looking update for a real robot
             from fed_ros.ros.wire.round_msgs import model_update_msg
             from fed_ros.ros.wire.tensors import encode_state_dict
             from fed_ros.ros.wire.chunk_sender import ChunkedSender
+
             self.wait_matched(self.updates)
             # The fleet's own manifest (the policy architecture is public): its initial model x -10.
             # Only the signature tells this update from the victim's.
             from fed_ros.ros.fleet.scripted import initial_model
+
             params = {name: (-10.0 * a).astype(np.float32) for name, a in initial_model().items()}
             encoded = encode_state_dict(params)
             payload_ids = []
             for r in range(self.round_idx, self.round_idx + n):
                 nonce = signed_messages.new_nonce()
-                sig = b"" if attack == "unsigned_update" else self.thief.sign_update(
-                    r, victim, nonce, encoded.sha256, base_round=r, num_samples=100, cluster_id=-1)
+                sig = (
+                    b""
+                    if attack == "unsigned_update"
+                    else self.thief.sign_update(
+                        r,
+                        victim,
+                        nonce,
+                        encoded.sha256,
+                        base_round=r,
+                        num_samples=100,
+                        cluster_id=-1,
+                    )
+                )
                 payload_ids.append(f"{victim}/r{r}/forged{nonce.hex()[:6]}")
                 for chunk in ChunkedSender(encoded, payload_ids[-1]).chunks():
-                    self.updates.publish(model_update_msg(chunk, robot_id=victim, round_idx=r, base_round=r,
-                                                          num_samples=100, nonce=nonce, signature=sig))
+                    self.updates.publish(
+                        model_update_msg(
+                            chunk,
+                            robot_id=victim,
+                            round_idx=r,
+                            base_round=r,
+                            num_samples=100,
+                            nonce=nonce,
+                            signature=sig,
+                        )
+                    )
             self.updates.wait_for_all_acked(Duration(seconds=30))
             return {"attack": attack, "sent": n, "payload_ids": payload_ids}
-        if attack == "foreign_chunk":  # watch honest uploads; inject a forged continuation chunk into n of them
+        if (
+            attack == "foreign_chunk"
+        ):  # watch honest uploads; inject a forged continuation chunk into n of them
             seen: set[str] = set()
             injected: list[str] = []
 
             def on_update(msg) -> None:
                 p = msg.payload
-                if p.payload_id == "probe":  # the test's handshake: we hear the honest robots' writer
+                if (
+                    p.payload_id == "probe"
+                ):  # the test's handshake: we hear the honest robots' writer
                     (self.keys_dir / "foreign_chunk.heard").write_text("1")
                     return
-                print(f"heard {p.payload_id[:40]} chunk {p.chunk_index}/{p.chunk_count}", file=sys.stderr, flush=True)
-                if p.payload_id in seen or int(p.chunk_count) < 2 or int(p.chunk_index) != 0 or len(injected) >= n:
+                print(
+                    f"heard {p.payload_id[:40]} chunk {p.chunk_index}/{p.chunk_count}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                if (
+                    p.payload_id in seen
+                    or int(p.chunk_count) < 2
+                    or int(p.chunk_index) != 0
+                    or len(injected) >= n
+                ):
                     return
                 seen.add(p.payload_id)
                 forged = ModelUpdate()
-                forged.robot_id, forged.round, forged.base_round = msg.robot_id, msg.round, msg.base_round
-                forged.num_samples, forged.nonce, forged.signature = msg.num_samples, msg.nonce, msg.signature
+                forged.robot_id, forged.round, forged.base_round = (
+                    msg.robot_id,
+                    msg.round,
+                    msg.base_round,
+                )
+                forged.num_samples, forged.nonce, forged.signature = (
+                    msg.num_samples,
+                    msg.nonce,
+                    msg.signature,
+                )
                 forged.payload = p
                 size = min(len(p.data), int(p.total_bytes) - len(p.data))
                 forged.payload.chunk_index, forged.payload.chunk_offset = 1, len(p.data)
@@ -146,8 +218,12 @@ class Attacker:
                 injected.append(p.payload_id)
                 print(f"injected chunk 1 into {p.payload_id}", file=sys.stderr, flush=True)
 
-            self.wait_matched(self.updates)  # the server's reader (before our own reader exists: it would count)
-            sub = self.node.create_subscription(ModelUpdate, "/fleet/updates", on_update, qos.control_qos())
+            self.wait_matched(
+                self.updates
+            )  # the server's reader (before our own reader exists: it would count)
+            sub = self.node.create_subscription(
+                ModelUpdate, "/fleet/updates", on_update, qos.control_qos()
+            )
             (self.keys_dir / "foreign_chunk.ready").write_text("1")
             end = time.monotonic() + 120.0
             while len(injected) < n and time.monotonic() < end:
@@ -158,7 +234,9 @@ class Attacker:
         if attack == "resend_flood":
             self.wait_matched(self.resend)
             for i in range(n):
-                self.resend.publish(String(data=json.dumps({"payload_id": f"cluster_0/r0/{i:012x}", "chunks": [0]})))
+                self.resend.publish(
+                    String(data=json.dumps({"payload_id": f"cluster_0/r0/{i:012x}", "chunks": [0]}))
+                )
             self.resend.wait_for_all_acked(Duration(seconds=30))
             return {"attack": attack, "sent": n}
         raise SystemExit(f"unknown attack {attack!r}")
@@ -166,9 +244,16 @@ class Attacker:
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m fed_ros.ros.fleet.attacker", description=__doc__.split("\n")[0])
-    parser.add_argument("keys_dir", type=Path, help="holds allow_list.yaml (and captured_register.json)")
-    parser.add_argument("--round", type=int, default=0, help="round claimed by forged / unsigned updates")
+
+    parser = argparse.ArgumentParser(
+        prog="python -m fed_ros.ros.fleet.attacker", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "keys_dir", type=Path, help="holds allow_list.yaml (and captured_register.json)"
+    )
+    parser.add_argument(
+        "--round", type=int, default=0, help="round claimed by forged / unsigned updates"
+    )
     parser.add_argument("attacks", nargs="+", help="<attack>[:<n>]")
     args = parser.parse_args(argv)
     attacker = Attacker(args.keys_dir, args.round)

@@ -8,6 +8,7 @@ stopped and the exit code is non-zero.
 
 rclpy is imported only by the subcommands that talk to the fleet (status, demo).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +22,14 @@ from pathlib import Path
 import yaml
 
 from fed_ros.ros.fleet.launcher import fleet_state, start_fleet
-from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, format_plan, load_fleet_config, plan_fleet
+from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.plan import FleetConfig, format_plan, plan_fleet
+
 
 def _fleet_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("fleet", nargs="?", default=None,
-                        help="fleet config YAML (default: config/fleet_demo.yaml)")
+    parser.add_argument(
+        "fleet", nargs="?", default=None, help="fleet config YAML (default: config/fleet_demo.yaml)"
+    )
 
 
 def _robot_list(text: str | None) -> list[str] | None:
@@ -38,18 +42,22 @@ def _load(path: str | None) -> FleetConfig:
 
 # --------------------------------------------------------------------------- plan
 
+
 def plan_main(argv: list[str]) -> int:
     """`fed-ros plan [fleet.yaml] [--robots ids] [--no-server] [--yaml]`: print the node set."""
     parser = argparse.ArgumentParser(prog="fed-ros plan", description=plan_main.__doc__)
     _fleet_arg(parser)
     parser.add_argument("--robots", default=None, help="comma-separated robot ids (default: all)")
     parser.add_argument("--no-server", action="store_true", help="leave the server out")
-    parser.add_argument("--yaml", action="store_true", help="print ROS 2 params files instead of a table")
+    parser.add_argument(
+        "--yaml", action="store_true", help="print ROS 2 params files instead of a table"
+    )
     args = parser.parse_args(argv)
     try:
         config = _load(args.fleet)
-        plan = plan_fleet(config, include_server=not args.no_server,
-                          robot_ids=_robot_list(args.robots))
+        plan = plan_fleet(
+            config, include_server=not args.no_server, robot_ids=_robot_list(args.robots)
+        )
     except ValueError as exc:
         print(f"fed-ros plan: {exc}", file=sys.stderr)
         return 2
@@ -65,22 +73,36 @@ def plan_main(argv: list[str]) -> int:
 
 # ----------------------------------------------------------------------------- up
 
+
 def _up_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog)
     _fleet_arg(parser)
-    parser.add_argument("--domain-id", type=int, default=None,
-                        help="ROS_DOMAIN_ID (default: a random free-looking id in 1..101)")
-    parser.add_argument("--discovery-range", default="LOCALHOST", choices=("LOCALHOST", "SUBNET", "SYSTEM_DEFAULT"),
-                        help="ROS_AUTOMATIC_DISCOVERY_RANGE; SUBNET for robots on other machines")
-    parser.add_argument("--robots", default=None, help="comma-separated robot ids to start (default: all)")
+    parser.add_argument(
+        "--domain-id",
+        type=int,
+        default=None,
+        help="ROS_DOMAIN_ID (default: a random free-looking id in 1..101)",
+    )
+    parser.add_argument(
+        "--discovery-range",
+        default="LOCALHOST",
+        choices=("LOCALHOST", "SUBNET", "SYSTEM_DEFAULT"),
+        help="ROS_AUTOMATIC_DISCOVERY_RANGE; SUBNET for robots on other machines",
+    )
+    parser.add_argument(
+        "--robots", default=None, help="comma-separated robot ids to start (default: all)"
+    )
     parser.add_argument("--no-server", action="store_true", help="do not start the server here")
-    parser.add_argument("--run-dir", default=None, help="logs and params (default: the fleet's run_dir)")
+    parser.add_argument(
+        "--run-dir", default=None, help="logs and params (default: the fleet's run_dir)"
+    )
     return parser
 
 
 def _stop_on_signals(flag: list[bool]) -> None:
     def handler(signum, _frame):
         flag[0] = True
+
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
 
@@ -90,18 +112,28 @@ def up_main(argv: list[str]) -> int:
     args = _up_parser("fed-ros up").parse_args(argv)
     try:
         config = _load(args.fleet)
-        domain = args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 101)
+        domain = (
+            args.domain_id if args.domain_id is not None else random.SystemRandom().randint(1, 101)
+        )
         run_dir = Path(args.run_dir or config.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         stop = [False]
         _stop_on_signals(stop)
-        fleet = start_fleet(config, run_dir, domain, args.discovery_range, not args.no_server,
-                            _robot_list(args.robots))
+        fleet = start_fleet(
+            config,
+            run_dir,
+            domain,
+            args.discovery_range,
+            not args.no_server,
+            _robot_list(args.robots),
+        )
     except ValueError as exc:
         print(f"fed-ros up: {exc}", file=sys.stderr)
         return 2
-    print(f"fed-ros up: fleet {config.name!r}: {len(fleet.procs)} nodes, ROS_DOMAIN_ID={domain}, "
-          f"logs in {run_dir / 'logs'}")
+    print(
+        f"fed-ros up: fleet {config.name!r}: {len(fleet.procs)} nodes, ROS_DOMAIN_ID={domain}, "
+        f"logs in {run_dir / 'logs'}"
+    )
     print(f"  watch it with: fed-ros status {args.fleet or ''} --domain-id {domain}".rstrip())
     code = 0
     try:
@@ -109,9 +141,11 @@ def up_main(argv: list[str]) -> int:
             dead = fleet.dead()
             if dead:
                 for fqn, rc in dead:
-                    print(f"fed-ros up: node {fqn} exited with code {rc} "
-                          f"(log: {run_dir / 'logs' / (fqn.strip('/').replace('/', '__') + '.log')})",
-                          file=sys.stderr)
+                    print(
+                        f"fed-ros up: node {fqn} exited with code {rc} "
+                        f"(log: {run_dir / 'logs' / (fqn.strip('/').replace('/', '__') + '.log')})",
+                        file=sys.stderr,
+                    )
                 code = 0 if all(rc == 0 for _, rc in dead) else 1
                 break
             for line in fleet.progress.poll():  # demonstrations, training, rounds: see LogFollower
@@ -125,6 +159,7 @@ def up_main(argv: list[str]) -> int:
 
 # ------------------------------------------------------------------------- status
 
+
 def status_main(argv: list[str]) -> int:
     """`fed-ros status [fleet.yaml] [--domain-id N]`: robots, clusters, round, last metrics.
 
@@ -134,12 +169,18 @@ def status_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fed-ros status", description=status_main.__doc__)
     _fleet_arg(parser)
     parser.add_argument("--domain-id", type=int, default=None, help="the fleet's ROS_DOMAIN_ID")
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to listen for the fleet")
+    parser.add_argument(
+        "--timeout", type=float, default=5.0, help="seconds to listen for the fleet"
+    )
     parser.add_argument("--watch", action="store_true", help="keep printing new round reports")
-    parser.add_argument("--discovery-range", default=None, choices=DISCOVERY_RANGES,
-                        help="ROS_AUTOMATIC_DISCOVERY_RANGE (default: what `fed-ros up` recorded for the "
-                             "fleet, else the environment's, else LOCALHOST); SUBNET to reach a server "
-                             "on another machine")
+    parser.add_argument(
+        "--discovery-range",
+        default=None,
+        choices=DISCOVERY_RANGES,
+        help="ROS_AUTOMATIC_DISCOVERY_RANGE (default: what `fed-ros up` recorded for the "
+        "fleet, else the environment's, else LOCALHOST); SUBNET to reach a server "
+        "on another machine",
+    )
     args = parser.parse_args(argv)
     domain = args.domain_id
     recorded: dict = {}
@@ -155,7 +196,10 @@ def status_main(argv: list[str]) -> int:
     if domain is not None:
         os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = status_discovery_range(
-        args.discovery_range, recorded.get("discovery_range"), os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"))
+        args.discovery_range,
+        recorded.get("discovery_range"),
+        os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"),
+    )
     from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
 
     # Metadata only: announcement and round reports. The cluster models (latched, with a
@@ -170,13 +214,20 @@ def status_main(argv: list[str]) -> int:
                 monitor.spin_once(0.1)
                 if monitor.messages_received != count:
                     quiet_since, count = time.monotonic(), monitor.messages_received
-                elif (monitor.announcement is not None and monitor.last_report is not None
-                      and time.monotonic() - quiet_since >= 0.5):
+                elif (
+                    monitor.announcement is not None
+                    and monitor.last_report is not None
+                    and time.monotonic() - quiet_since >= 0.5
+                ):
                     break
             if monitor.announcement is None and monitor.last_report is None:
-                print(f"fed-ros status: no fleet server answered in ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', 0)} "
-                      f"(discovery range {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}) within {args.timeout:.0f} s",
-                      file=sys.stderr)
+                print(
+                    "fed-ros status: no fleet server answered in "
+                    f"ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', 0)} "
+                    f"(discovery range {os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']}) "
+                    f"within {args.timeout:.0f} s",
+                    file=sys.stderr,
+                )
                 return 1
             print(monitor.summary(), flush=True)
             seen = monitor.last_report["round"] if monitor.last_report else -1
@@ -193,7 +244,9 @@ def status_main(argv: list[str]) -> int:
 DISCOVERY_RANGES = ("LOCALHOST", "SUBNET", "SYSTEM_DEFAULT", "OFF")
 
 
-def status_discovery_range(option: str | None, recorded: str | None, environment: str | None) -> str:
+def status_discovery_range(
+    option: str | None, recorded: str | None, environment: str | None
+) -> str:
     """Discovery range for `fed-ros status`: the option, else the fleet's recorded one, else the
     environment's, else LOCALHOST."""
     for value in (option, recorded, environment):
@@ -205,4 +258,5 @@ def status_discovery_range(option: str | None, recorded: str | None, environment
 def demo_main(argv: list[str]) -> int:
     """`fed-ros demo`: the simulated fleet demo (see fed_ros.ros.fleet.demo)."""
     from fed_ros.ros.fleet.demo import run_demo
+
     return run_demo(argv)

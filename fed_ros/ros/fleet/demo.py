@@ -6,6 +6,7 @@ with the scripted expert over ROS, runs the configured rounds of FedDRMan with a
 closed-loop evaluation after every round, prints a per-round table (cluster assignment
 and success per robot/task) and writes plots and a JSON report under runs/demo/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,45 +22,64 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.ros.fleet.launcher import start_fleet
-from fed_ros.ros.fleet.plan import FleetConfig, default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.plan import FleetConfig
 from fed_ros.core.rounds.report import robot_report_cells
 
 
 def format_round_table(report: dict[str, Any], tasks: dict[str, tuple[str, ...]]) -> str:
     """One round of the demo table: cluster, success and loss per robot/task."""
-    head = (f"round {report['round']}: {report['status']} | updates {report['updates_accepted']}/"
-            f"{report['updates_received']} | aggregation {report['aggregation_seconds']:.2f} s")
+    head = (
+        f"round {report['round']}: {report['status']} | updates {report['updates_accepted']}/"
+        f"{report['updates_received']} | aggregation {report['aggregation_seconds']:.2f} s"
+    )
     lines = [head, f"  {'robot':<10} {'task':<20} {'cluster':>7} {'success':>8} {'bc_loss':>8}"]
     for r in report["robots"]:
         success, loss, clusters = robot_report_cells(r)
-        lines.append(f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<20} {clusters:>7} "
-                     f"{success:>8} {loss:>8}")
+        lines.append(
+            f"  {r['robot_id']:<10} {'+'.join(tasks.get(r['robot_id'], ())):<20} {clusters:>7} "
+            f"{success:>8} {loss:>8}"
+        )
     for c in report["clusters"]:
-        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])} (members' update cosine "
-                     f"{c['intra_similarity']:.2f})")
+        lines.append(
+            f"  cluster {c['cluster_id']}: {', '.join(c['members'])} (members' update cosine "
+            f"{c['intra_similarity']:.2f})"
+        )
     return "\n".join(lines)
 
 
-def _success_by_round(reports: list[dict[str, Any]]) -> list[tuple[int, dict[str, float], dict[str, list[int]]]]:
+def _success_by_round(
+    reports: list[dict[str, Any]],
+) -> list[tuple[int, dict[str, float], dict[str, list[int]]]]:
     """(round, {robot: success}, {robot: clusters}) of every completed round with an evaluation."""
     out = []
     for rep in reports:
         if not rep["completed"]:
             continue
-        rates = {r["robot_id"]: r["success_rate"] for r in rep["robots"] if not math.isnan(r["success_rate"])}
+        rates = {
+            r["robot_id"]: r["success_rate"]
+            for r in rep["robots"]
+            if not math.isnan(r["success_rate"])
+        }
         if rates:
-            out.append((rep["round"], rates, {r["robot_id"]: r["cluster_ids"] for r in rep["robots"]}))
+            out.append(
+                (rep["round"], rates, {r["robot_id"]: r["cluster_ids"] for r in rep["robots"]})
+            )
     return out
 
 
 def family_labels(config: FleetConfig) -> dict[str, tuple[str, ...]]:
     """Robot id -> its task family labels: the task, plus ``/<variation>`` for a non-default
     variation (a mirrored-mount Lift arm is another family than a normal one)."""
-    return {r.robot_id: tuple(t if r.variation == "default" else f"{t}/{r.variation}" for t in r.tasks)
-            for r in config.robots}
+    return {
+        r.robot_id: tuple(t if r.variation == "default" else f"{t}/{r.variation}" for t in r.tasks)
+        for r in config.robots
+    }
 
 
-def final_success_by_task(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]) -> dict[str, float]:
+def final_success_by_task(
+    reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]
+) -> dict[str, float]:
     """{task family: mean success of its robots at the last evaluated round} ({} when none)."""
     evaluated = _success_by_round(reports)
     if not evaluated:
@@ -72,7 +92,10 @@ def final_success_by_task(reports: list[dict[str, Any]], tasks: dict[str, tuple[
 
 
 def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ...]]) -> str:
-    """Success of every robot after each evaluated round, per-task means, clusters vs task families."""
+    """Success of every robot after each evaluated round.
+
+    Also per-task means, and clusters vs task families.
+    """
     evaluated = _success_by_round(reports)
     if not evaluated:
         return "summary: no evaluated round completed"
@@ -81,9 +104,16 @@ def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ..
     family_of = {rid: "+".join(t) for rid, t in tasks.items()}
     width = max(8, *(len(x) for x in robots + families))
     row1 = [rid.ljust(width) for rid in robots] + ["mean".ljust(width)] * len(families) + ["mean"]
-    row2 = [family_of[rid].ljust(width) for rid in robots] + [f.ljust(width) for f in families] + ["all"]
-    lines = ["success rate after each evaluated round [cluster]:",
-             f"{'round':>5} | " + " | ".join(row1), f"{'':>5} | " + " | ".join(row2)]
+    row2 = (
+        [family_of[rid].ljust(width) for rid in robots]
+        + [f.ljust(width) for f in families]
+        + ["all"]
+    )
+    lines = [
+        "success rate after each evaluated round [cluster]:",
+        f"{'round':>5} | " + " | ".join(row1),
+        f"{'':>5} | " + " | ".join(row2),
+    ]
     lines.append("-" * len(lines[-1]))
 
     def family_means(rates: dict[str, float]) -> dict[str, float]:
@@ -97,25 +127,37 @@ def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ..
         cells = []
         for rid in robots:
             cid = ",".join(str(c) for c in clusters.get(rid, [])) or "-"
-            cells.append((f"{rates[rid]:.2f} [{cid}]" if rid in rates else f"- [{cid}]").ljust(width))
+            cells.append(
+                (f"{rates[rid]:.2f} [{cid}]" if rid in rates else f"- [{cid}]").ljust(width)
+            )
         fam = family_means(rates)
         cells += [f"{fam[f]:.2f}".ljust(width) for f in families]
-        lines.append(f"{rnd:>5} | " + " | ".join(cells) + f" | {sum(rates.values()) / len(rates):.2f}")
+        lines.append(
+            f"{rnd:>5} | " + " | ".join(cells) + f" | {sum(rates.values()) / len(rates):.2f}"
+        )
     (r0, first, _), (r1, last, clusters) = evaluated[0], evaluated[-1]
     f0, f1 = family_means(first), family_means(last)
     per_family = ", ".join(f"{f} {f0[f]:.2f} -> {f1[f]:.2f}" for f in families)
-    lines.append(f"mean success: round {r0} {sum(first.values()) / len(first):.2f} -> round {r1} "
-                 f"{sum(last.values()) / len(last):.2f} ({per_family})")
+    lines.append(
+        f"mean success: round {r0} {sum(first.values()) / len(first):.2f} -> round {r1} "
+        f"{sum(last.values()) / len(last):.2f} ({per_family})"
+    )
     groups: dict[int, list[str]] = {}
     for rid in robots:
         for cid in clusters.get(rid, []):
             groups.setdefault(cid, []).append(rid)
     found = "; ".join(f"cluster {cid}: {', '.join(m)}" for cid, m in sorted(groups.items()))
     pure = all(len({family_of[m] for m in members}) == 1 for members in groups.values())
-    whole = all(len({cid for cid, m in groups.items() if rid in m}) <= 1 for rid in robots) and \
-        len(groups) == len(families)
-    verdict = ("each task family is one cluster" if pure and whole else
-               "clusters are single-family but a family is split" if pure else "clusters MIX task families")
+    whole = all(len({cid for cid, m in groups.items() if rid in m}) <= 1 for rid in robots) and len(
+        groups
+    ) == len(families)
+    verdict = (
+        "each task family is one cluster"
+        if pure and whole
+        else "clusters are single-family but a family is split"
+        if pure
+        else "clusters MIX task families"
+    )
     lines.append(f"clusters found: {found} ({verdict})")
     return "\n".join(lines)
 
@@ -123,6 +165,7 @@ def format_summary(reports: list[dict[str, Any]], tasks: dict[str, tuple[str, ..
 def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Path) -> list[Path]:
     """Success per robot vs round, cluster assignments over rounds, local BC loss (PNG, Agg)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -145,18 +188,26 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
                     out[robots.index(line["robot_id"]), j] = line[key]
         return out
 
-    for key, name, ylabel in (("success_rate", "success_per_round.png", "closed-loop success rate"),
-                              ("train_loss", "train_loss_per_round.png", "local BC loss (NLL)")):
+    for key, name, ylabel in (
+        ("success_rate", "success_per_round.png", "closed-loop success rate"),
+        ("train_loss", "train_loss_per_round.png", "local BC loss (NLL)"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 4))
         data = values(key)
         success = key == "success_rate"
         for i, rid in enumerate(robots):
             keep = ~np.isnan(data[i])  # rounds without an evaluation are skipped, not gaps
-            # Success rates of robots often coincide: a small per-robot offset keeps every line visible.
+            # Success rates of robots often coincide: a small per-robot offset keeps every line
+            # visible.
             shift = (i - (len(robots) - 1) / 2) * 0.012 if success else 0.0
-            ax.plot(np.asarray(rounds)[keep], data[i][keep] + shift, marker="os^vDP"[i % 6],
-                    color=colours[task_of[rid]], linestyle="-" if i % 2 == 0 else "--",
-                    label=f"{rid} ({'+'.join(task_of[rid])})")
+            ax.plot(
+                np.asarray(rounds)[keep],
+                data[i][keep] + shift,
+                marker="os^vDP"[i % 6],
+                color=colours[task_of[rid]],
+                linestyle="-" if i % 2 == 0 else "--",
+                label=f"{rid} ({'+'.join(task_of[rid])})",
+            )
         if success:
             ax.set_ylim(-0.06, 1.06)
         ax.set_xticks(rounds)
@@ -181,8 +232,15 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
     ax.set_xlabel("round")
     ax.set_title("cluster assignment after each round")
     for (i, j), cid in np.ndenumerate(clusters):
-        ax.text(j, i, "-" if cid < 0 else str(int(cid)), ha="center", va="center", fontsize=8,
-                color="k" if im.norm(cid) > 0.5 else "w")  # viridis is bright at the top
+        ax.text(
+            j,
+            i,
+            "-" if cid < 0 else str(int(cid)),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="k" if im.norm(cid) > 0.5 else "w",
+        )  # viridis is bright at the top
     ids = sorted({int(c) for c in clusters.ravel() if c >= 0})
     fig.colorbar(im, ax=ax, label="cluster id", ticks=ids or None)
     fig.tight_layout()
@@ -195,21 +253,37 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
 def run_demo(argv: list[str]) -> int:
     """Run the demo fleet to the end; 0 when every round completed."""
     parser = argparse.ArgumentParser(prog="fed-ros demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--fleet", default=None, help="fleet config (default: config/fleet_demo.yaml)")
-    parser.add_argument("--run-dir", default=None, help="output directory (default: the fleet's run_dir)")
+    parser.add_argument(
+        "--fleet", default=None, help="fleet config (default: config/fleet_demo.yaml)"
+    )
+    parser.add_argument(
+        "--run-dir", default=None, help="output directory (default: the fleet's run_dir)"
+    )
     parser.add_argument("--rounds", type=int, default=None, help="override the number of rounds")
-    parser.add_argument("--policy", choices=("lowdim", "image"), default=None,
-                        help="override the fleet's policy: image = learn from the two 84x84 cameras")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="give up after this many seconds")
-    parser.add_argument("--keep-demos", action="store_true",
-                        help="reuse demonstrations recorded by a previous run (default: start fresh)")
+    parser.add_argument(
+        "--policy",
+        choices=("lowdim", "image"),
+        default=None,
+        help="override the fleet's policy: image = learn from the two 84x84 cameras",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=1800.0, help="give up after this many seconds"
+    )
+    parser.add_argument(
+        "--keep-demos",
+        action="store_true",
+        help="reuse demonstrations recorded by a previous run (default: start fresh)",
+    )
     args = parser.parse_args(argv)
     try:
         config = load_fleet_config(args.fleet or default_fleet_file())
         run_dir = Path(args.run_dir or config.run_dir)
-        config = dataclasses.replace(config, run_dir=str(run_dir),
-                                     **({"rounds": args.rounds} if args.rounds is not None else {}),
-                                     **({"policy": args.policy} if args.policy is not None else {}))
+        config = dataclasses.replace(
+            config,
+            run_dir=str(run_dir),
+            **({"rounds": args.rounds} if args.rounds is not None else {}),
+            **({"policy": args.policy} if args.policy is not None else {}),
+        )
     except ValueError as exc:
         print(f"fed-ros demo: {exc}", file=sys.stderr)
         return 2
@@ -224,10 +298,15 @@ def run_demo(argv: list[str]) -> int:
     os.environ["ROS_DOMAIN_ID"] = str(domain)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     tasks = family_labels(config)
-    print(f"fed-ros demo: {len(config.robots)} simulated robots "
-          f"({', '.join(rid + ': ' + '+'.join(t) for rid, t in tasks.items())}), {config.algorithm}, "
-          f"{config.rounds} rounds, ROS_DOMAIN_ID={domain}; logs in {run_dir / 'logs'}")
-    print("  robots record expert demonstrations over ROS, then federate; about 10 min on 2 shared cores...")
+    print(
+        f"fed-ros demo: {len(config.robots)} simulated robots "
+        f"({', '.join(rid + ': ' + '+'.join(t) for rid, t in tasks.items())}), {config.algorithm}, "
+        f"{config.rounds} rounds, ROS_DOMAIN_ID={domain}; logs in {run_dir / 'logs'}"
+    )
+    print(
+        "  robots record expert demonstrations over ROS, then federate; "
+        "about 10 min on 2 shared cores..."
+    )
 
     from fed_ros.ros.fleet.monitor import FleetMonitor
 
@@ -240,7 +319,9 @@ def run_demo(argv: list[str]) -> int:
             printed = 0
             while time.monotonic() - t0 < args.timeout:
                 monitor.spin_once(0.5)
-                for line in fleet.progress.poll():  # demonstrations, training, rounds: see LogFollower
+                for (
+                    line
+                ) in fleet.progress.poll():  # demonstrations, training, rounds: see LogFollower
                     print(f"  {line}", flush=True)
                 while printed < len(monitor.reports):
                     report = monitor.reports[printed]
@@ -248,11 +329,19 @@ def run_demo(argv: list[str]) -> int:
                     print(format_round_table(report, tasks), flush=True)
                 dead = fleet.dead()
                 if dead:
-                    print(f"fed-ros demo: node(s) died: {dead}; see {run_dir / 'logs'}", file=sys.stderr)
+                    print(
+                        f"fed-ros demo: node(s) died: {dead}; see {run_dir / 'logs'}",
+                        file=sys.stderr,
+                    )
                     break
                 ann = monitor.announcement
-                if ann is not None and ann["stage"] == "done" and any(
-                        r["round"] == config.rounds - 1 and r["completed"] for r in monitor.reports):
+                if (
+                    ann is not None
+                    and ann["stage"] == "done"
+                    and any(
+                        r["round"] == config.rounds - 1 and r["completed"] for r in monitor.reports
+                    )
+                ):
                     code = 0
                     break
             else:
@@ -261,15 +350,25 @@ def run_demo(argv: list[str]) -> int:
     finally:
         fleet.stop()
     elapsed = time.monotonic() - t0
-    (run_dir / "report.json").write_text(json.dumps(
-        {"config": {"algorithm": config.algorithm, "rounds": config.rounds, "robots": tasks},
-         "policy": config.policy, "elapsed_s": elapsed,
-         "final_success_by_task": final_success_by_task(reports, tasks), "reports": reports},
-        indent=1, default=str))
+    (run_dir / "report.json").write_text(
+        json.dumps(
+            {
+                "config": {"algorithm": config.algorithm, "rounds": config.rounds, "robots": tasks},
+                "policy": config.policy,
+                "elapsed_s": elapsed,
+                "final_success_by_task": final_success_by_task(reports, tasks),
+                "reports": reports,
+            },
+            indent=1,
+            default=str,
+        )
+    )
     plots = write_plots(reports, config, run_dir)
     completed = sum(r["completed"] for r in reports)
-    print(f"fed-ros demo: {completed}/{config.rounds} rounds completed in {elapsed / 60:.1f} min; "
-          f"report {run_dir / 'report.json'}; plots: {', '.join(str(p) for p in plots) or 'none'}")
+    print(
+        f"fed-ros demo: {completed}/{config.rounds} rounds completed in {elapsed / 60:.1f} min; "
+        f"report {run_dir / 'report.json'}; plots: {', '.join(str(p) for p in plots) or 'none'}"
+    )
     if reports:
         print(format_summary(reports, tasks))
     return code

@@ -4,6 +4,7 @@ Each id is an exclusive flock on a file under the temp directory, so parallel te
 benchmarks and their workers never share a DDS domain; the kernel drops the lock if the
 holder dies. The test suite and `fed-ros bench robustness --protocol` draw from one pool.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,5 +36,7 @@ def exclusive_domain_id() -> Iterator[int]:
         finally:
             handle.close()  # closing the file releases the lock
         return
-    raise RuntimeError(f"every ROS domain id {DOMAIN_IDS.start}-{DOMAIN_IDS.stop - 1} is held "
-                       f"(locks in {DOMAIN_LOCK_DIR})")
+    raise RuntimeError(
+        f"every ROS domain id {DOMAIN_IDS.start}-{DOMAIN_IDS.stop - 1} is held "
+        f"(locks in {DOMAIN_LOCK_DIR})"
+    )

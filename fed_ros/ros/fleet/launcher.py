@@ -6,6 +6,7 @@ order (:data:`STOP_ORDER`): whatever commands an arm first (robot nodes, expert 
 server), then the arm adapters, which send the arm its last zero command, then the simulated
 arms; each group gets SIGINT, then SIGKILL after a grace period.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,10 @@ STATE_FILE = "fleet.json"
 # the arm: its zero follows every policy command) after it, the simulated arm last (it must still
 # be there to receive that zero). Executables not listed stop with the first group.
 STOP_ORDER: tuple[tuple[str, ...], ...] = (
-    ("robot_node", "expert_driver_node", "server_node"), ("arm_adapter_node",), ("sim_bridge_node",))
+    ("robot_node", "expert_driver_node", "server_node"),
+    ("arm_adapter_node",),
+    ("sim_bridge_node",),
+)
 
 
 @dataclass(frozen=True)
@@ -57,17 +61,29 @@ def build_commands(plan: Sequence[NodeSpec], run_dir: str | Path) -> list[NodeCo
         module, func = target.split(":")
         params_path = run_dir / "params" / f"{_log_name(spec)}.yaml"
         params_path.write_text(yaml.safe_dump(spec.params_yaml(), sort_keys=False))
-        argv = [sys.executable, "-c", f"import sys; from {module} import {func}; sys.exit({func}())",
-                "--ros-args", "-r", f"__node:={spec.name}", "-r", f"__ns:={spec.namespace}",
-                "--params-file", str(params_path)]
+        argv = [
+            sys.executable,
+            "-c",
+            f"import sys; from {module} import {func}; sys.exit({func}())",
+            "--ros-args",
+            "-r",
+            f"__node:={spec.name}",
+            "-r",
+            f"__ns:={spec.namespace}",
+            "--params-file",
+            str(params_path),
+        ]
         for src, dst in spec.remappings:
             argv += ["-r", f"{src}:={dst}"]
         commands.append(NodeCommand(spec, argv, run_dir / "logs" / f"{_log_name(spec)}.log"))
     return commands
 
 
-def fleet_env(domain_id: int | None = None, discovery_range: str = "LOCALHOST",
-              base: dict[str, str] | None = None) -> dict[str, str]:
+def fleet_env(
+    domain_id: int | None = None,
+    discovery_range: str = "LOCALHOST",
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
     """Environment for fleet processes: its own ROS domain, discovery range, unbuffered logs."""
     env = dict(os.environ if base is None else base)
     if domain_id is not None:
@@ -90,7 +106,9 @@ def _default_spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subp
     try:
         # Own session: Ctrl-C in the terminal reaches `fed-ros up` only, which then stops
         # each node itself (in order, with a grace period) instead of all at once.
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     finally:
         out.close()
 
@@ -98,8 +116,12 @@ def _default_spawn(argv: list[str], env: dict[str, str], log_path: Path) -> subp
 class FleetProcesses:
     """The running processes of a plan: start, watch for deaths, stop cleanly."""
 
-    def __init__(self, commands: Sequence[NodeCommand], env: dict[str, str],
-                 spawn: Callable[..., subprocess.Popen] | None = None) -> None:
+    def __init__(
+        self,
+        commands: Sequence[NodeCommand],
+        env: dict[str, str],
+        spawn: Callable[..., subprocess.Popen] | None = None,
+    ) -> None:
         self.commands = list(commands)
         self.env = env
         self.spawn = spawn or (lambda argv, env, log_path: _default_spawn(argv, env, log_path))
@@ -171,16 +193,21 @@ class FleetProcesses:
 PROGRESS_LINE = re.compile(
     r"recording \d+ demonstration|demonstration \d+ \(|recorded \d+/\d+ successful|registered with the fleet"
     r"|: training, step|: trained \d+ steps|: evaluated|announced round \d+ stage|federation finished"
-    r"|^\[(?:ERROR|FATAL)\]")
+    r"|^\[(?:ERROR|FATAL)\]"
+)
 
 
 class LogFollower:
     """Follows the fleet's node logs and returns their new progress lines (``node: message``)."""
 
-    def __init__(self, commands: Sequence[NodeCommand], pattern: re.Pattern = PROGRESS_LINE) -> None:
+    def __init__(
+        self, commands: Sequence[NodeCommand], pattern: re.Pattern = PROGRESS_LINE
+    ) -> None:
         self.paths = {c.spec.fqn: c.log_path for c in commands}
         # Logs are appended to: start after what an earlier run in the same run_dir wrote.
-        self.offsets = {fqn: path.stat().st_size if path.is_file() else 0 for fqn, path in self.paths.items()}
+        self.offsets = {
+            fqn: path.stat().st_size if path.is_file() else 0 for fqn, path in self.paths.items()
+        }
         self.partial = {fqn: b"" for fqn in self.paths}
         self.pattern = pattern
 
@@ -205,19 +232,30 @@ class LogFollower:
         return lines
 
 
-def start_fleet(config: FleetConfig, run_dir: Path, domain_id: int, discovery_range: str = "LOCALHOST",
-                include_server: bool = True, robot_ids: Sequence[str] | None = None,
-                spawn: Callable[..., subprocess.Popen] | None = None,
-                base_env: dict[str, str] | None = None) -> FleetProcesses:
+def start_fleet(
+    config: FleetConfig,
+    run_dir: Path,
+    domain_id: int,
+    discovery_range: str = "LOCALHOST",
+    include_server: bool = True,
+    robot_ids: Sequence[str] | None = None,
+    spawn: Callable[..., subprocess.Popen] | None = None,
+    base_env: dict[str, str] | None = None,
+) -> FleetProcesses:
     """Start a fleet plan as processes and record it in run_dir/fleet.json."""
     plan = plan_fleet(config, include_server=include_server, robot_ids=robot_ids)
     commands = build_commands(plan, run_dir)
     env = fleet_env(domain_id, discovery_range, base_env)
     fleet = FleetProcesses(commands, env, spawn)
     fleet.start()
-    state = {"name": config.name, "domain_id": domain_id, "discovery_range": discovery_range,
-             "started": time.time(), "pids": fleet.pids,
-             "logs": {c.spec.fqn: str(c.log_path) for c in commands}}
+    state = {
+        "name": config.name,
+        "domain_id": domain_id,
+        "discovery_range": discovery_range,
+        "started": time.time(),
+        "pids": fleet.pids,
+        "logs": {c.spec.fqn: str(c.log_path) for c in commands},
+    }
     (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2))
     return fleet
 

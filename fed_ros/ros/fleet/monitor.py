@@ -3,6 +3,7 @@
 Used by ``fed-ros status``, ``fed-ros demo`` and the simulation-in-the-loop tests. It
 runs its own ``rclpy.Context`` so it can live inside any process.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,24 +22,47 @@ from fed_ros.core.rounds.report import robot_report_cells
 def _latched_reader(depth: int) -> QoSProfile:
     # Compatible with the server's TRANSIENT_LOCAL publishers; a deeper history on our side
     # keeps every report that arrives between two spins.
-    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                      history=HistoryPolicy.KEEP_LAST, depth=depth)
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+    )
 
 
 def report_to_dict(msg: Any) -> dict[str, Any]:
     """A RoundReport message as plain values."""
     return {
-        "round": int(msg.round), "algorithm": msg.algorithm, "completed": bool(msg.completed),
-        "status": msg.status, "updates_received": int(msg.updates_received),
-        "updates_accepted": int(msg.updates_accepted), "updates_rejected": int(msg.updates_rejected),
+        "round": int(msg.round),
+        "algorithm": msg.algorithm,
+        "completed": bool(msg.completed),
+        "status": msg.status,
+        "updates_received": int(msg.updates_received),
+        "updates_accepted": int(msg.updates_accepted),
+        "updates_rejected": int(msg.updates_rejected),
         "aggregation_seconds": float(msg.aggregation_seconds),
-        "robots": [{"robot_id": r.robot_id, "cluster_ids": [int(c) for c in r.cluster_ids],
-                    "num_samples": int(r.num_samples), "train_loss": float(r.train_loss),
-                    "val_loss": float(r.val_loss), "success_rate": float(r.success_rate),
-                    "accepted": bool(r.accepted), "reason": r.reason} for r in msg.robots],
-        "clusters": [{"cluster_id": int(c.cluster_id), "members": list(c.member_robot_ids),
-                      "update_norm": float(c.update_norm), "intra_similarity": float(c.intra_similarity)}
-                     for c in msg.clusters],
+        "robots": [
+            {
+                "robot_id": r.robot_id,
+                "cluster_ids": [int(c) for c in r.cluster_ids],
+                "num_samples": int(r.num_samples),
+                "train_loss": float(r.train_loss),
+                "val_loss": float(r.val_loss),
+                "success_rate": float(r.success_rate),
+                "accepted": bool(r.accepted),
+                "reason": r.reason,
+            }
+            for r in msg.robots
+        ],
+        "clusters": [
+            {
+                "cluster_id": int(c.cluster_id),
+                "members": list(c.member_robot_ids),
+                "update_norm": float(c.update_norm),
+                "intra_similarity": float(c.intra_similarity),
+            }
+            for c in msg.clusters
+        ],
         "diagnostics": dict(zip(msg.diagnostic_names, [float(v) for v in msg.diagnostic_values])),
     }
 
@@ -49,7 +73,9 @@ class FleetMonitor:
     def __init__(self, fleet_namespace: str = "/fleet", track_models: bool = True) -> None:
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
-        self.node = rclpy.create_node(f"fed_ros_monitor_{secrets.token_hex(3)}", context=self.context)
+        self.node = rclpy.create_node(
+            f"fed_ros_monitor_{secrets.token_hex(3)}", context=self.context
+        )
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         ns = fleet_namespace.rstrip("/")
@@ -58,30 +84,49 @@ class FleetMonitor:
         self.reports: list[dict[str, Any]] = []
         # (cluster_id, round) -> {"sha256", "members", "payload_id"} of published models.
         self.models: dict[tuple[int, int], dict[str, Any]] = {}
-        self.model_log: list[tuple[int, int, str]] = []  # every (cluster, round, sha256) message seen
-        self.node.create_subscription(RoundAnnouncement, f"{ns}/round", self._on_announcement, _latched_reader(10))
-        self.node.create_subscription(RoundReport, f"{ns}/round_report", self._on_report, _latched_reader(50))
+        self.model_log: list[
+            tuple[int, int, str]
+        ] = []  # every (cluster, round, sha256) message seen
+        self.node.create_subscription(
+            RoundAnnouncement, f"{ns}/round", self._on_announcement, _latched_reader(10)
+        )
+        self.node.create_subscription(
+            RoundReport, f"{ns}/round_report", self._on_report, _latched_reader(50)
+        )
         if track_models:
-            self.node.create_subscription(ClusterModel, f"{ns}/cluster_models", self._on_model, _latched_reader(64))
+            self.node.create_subscription(
+                ClusterModel, f"{ns}/cluster_models", self._on_model, _latched_reader(64)
+            )
 
     def _on_announcement(self, msg) -> None:
         self.announcement = {
-            "round": int(msg.round), "stage": STAGE_NAMES.get(int(msg.stage), str(msg.stage)),
-            "algorithm": msg.algorithm, "participants": list(msg.participants), "quorum": int(msg.quorum),
+            "round": int(msg.round),
+            "stage": STAGE_NAMES.get(int(msg.stage), str(msg.stage)),
+            "algorithm": msg.algorithm,
+            "participants": list(msg.participants),
+            "quorum": int(msg.quorum),
             "deadline": msg.deadline.sec + msg.deadline.nanosec * 1e-9,
-            "memberships": {m.robot_id: [(int(c), float(w)) for c, w in zip(m.cluster_ids, m.weights)]
-                            for m in msg.memberships}}
+            "memberships": {
+                m.robot_id: [(int(c), float(w)) for c, w in zip(m.cluster_ids, m.weights)]
+                for m in msg.memberships
+            },
+        }
         self.announcements.append(self.announcement)
 
     def _on_report(self, msg) -> None:
         report = report_to_dict(msg)
-        if not any(r["round"] == report["round"] and r["status"] == report["status"] for r in self.reports):
+        if not any(
+            r["round"] == report["round"] and r["status"] == report["status"] for r in self.reports
+        ):
             self.reports.append(report)
 
     def _on_model(self, msg) -> None:
         key = (int(msg.cluster_id), int(msg.round))
-        self.models[key] = {"sha256": msg.payload.sha256, "members": list(msg.member_robot_ids),
-                            "payload_id": msg.payload.payload_id}
+        self.models[key] = {
+            "sha256": msg.payload.sha256,
+            "members": list(msg.member_robot_ids),
+            "payload_id": msg.payload.payload_id,
+        }
         if msg.payload.chunk_index == 0:
             self.model_log.append((key[0], key[1], msg.payload.sha256))
 
@@ -109,13 +154,17 @@ class FleetMonitor:
         lines = []
         ann = self.announcement
         if ann is not None:
-            lines.append(f"fleet: {ann['algorithm']}, round {ann['round']}, stage {ann['stage']}, "
-                         f"{len(ann['participants'])} robots, quorum {ann['quorum']}")
+            lines.append(
+                f"fleet: {ann['algorithm']}, round {ann['round']}, stage {ann['stage']}, "
+                f"{len(ann['participants'])} robots, quorum {ann['quorum']}"
+            )
             clusters: dict[int, list[str]] = {}
             for rid, mem in sorted(ann["memberships"].items()):
                 for cid, w in mem:
                     if w > 0:
-                        clusters.setdefault(cid, []).append(rid if math.isclose(w, 1.0) else f"{rid}({w:.2f})")
+                        clusters.setdefault(cid, []).append(
+                            rid if math.isclose(w, 1.0) else f"{rid}({w:.2f})"
+                        )
             for cid, members in sorted(clusters.items()):
                 lines.append(f"  cluster {cid}: {', '.join(members)}")
         if self.last_report is not None:
@@ -138,15 +187,23 @@ class FleetMonitor:
 
 def format_report(report: dict) -> str:
     """A round report (as a dict) as the table `status` and `demo` print."""
-    lines = [f"round {report['round']} ({report['algorithm']}): {report['status']}; updates "
-             f"{report['updates_accepted']}/{report['updates_received']} accepted, "
-             f"{report['updates_rejected']} rejected, aggregation {report['aggregation_seconds']:.2f} s"]
-    lines.append(f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8}  note")
+    lines = [
+        f"round {report['round']} ({report['algorithm']}): {report['status']}; updates "
+        f"{report['updates_accepted']}/{report['updates_received']} accepted, "
+        f"{report['updates_rejected']} rejected, aggregation {report['aggregation_seconds']:.2f} s"
+    ]
+    lines.append(
+        f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8}  note"
+    )
     for r in report["robots"]:
         success, loss, clusters = robot_report_cells(r)
-        lines.append(f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
-                     f"{r['reason']}")
+        lines.append(
+            f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
+            f"{r['reason']}"
+        )
     for c in report["clusters"]:
-        lines.append(f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}  "
-                     f"update cosine {c['intra_similarity']:.2f}")
+        lines.append(
+            f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}  "
+            f"update cosine {c['intra_similarity']:.2f}"
+        )
     return "\n".join(lines)

@@ -12,6 +12,7 @@ the namespaces it created, deletes them (which deletes their veths and the bridg
 removes its temporary files. Needs root and iproute2 (``ip netns``, ``tc``); see
 :func:`unavailable_reason`.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,15 @@ class Network:
     apart in logs) and unique namespace names.
     """
 
-    def __init__(self, names: list[str], rates: dict[str, float] | None = None, *,
-                 tbf_burst: str = "32kbit", tbf_latency: str = "400ms", tag: str | None = None) -> None:
+    def __init__(
+        self,
+        names: list[str],
+        rates: dict[str, float] | None = None,
+        *,
+        tbf_burst: str = "32kbit",
+        tbf_latency: str = "400ms",
+        tag: str | None = None,
+    ) -> None:
         if not names or len(set(names)) != len(names):
             raise ValueError(f"host names must be unique and non-empty, got {names}")
         if len(names) > 250:
@@ -94,9 +102,15 @@ class Network:
         for i, name in enumerate(names):
             mid = self._tmp / f"machine-id-{i}"
             mid.write_text(secrets.token_hex(16) + "\n")
-            self.hosts[name] = Host(name=name, netns=f"fedros-{self.tag}-h{i}", hostname=f"fedros-{self.tag}-h{i}",
-                                    address=f"{self.subnet}.{i + 1}", machine_id_file=mid,
-                                    rate_mbit=rates.get(name), hub_port=f"p{i}")
+            self.hosts[name] = Host(
+                name=name,
+                netns=f"fedros-{self.tag}-h{i}",
+                hostname=f"fedros-{self.tag}-h{i}",
+                address=f"{self.subnet}.{i + 1}",
+                machine_id_file=mid,
+                rate_mbit=rates.get(name),
+                hub_port=f"p{i}",
+            )
         self._created: list[str] = []
         self._closed = False
 
@@ -126,7 +140,20 @@ class Network:
             self._created.append(host.netns)
             ns = host.netns
             _ip("-n", ns, "link", "set", "lo", "up")
-            _ip("-n", ns, "link", "add", IFACE, "type", "veth", "peer", "name", host.hub_port, "netns", self.hub)
+            _ip(
+                "-n",
+                ns,
+                "link",
+                "add",
+                IFACE,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                host.hub_port,
+                "netns",
+                self.hub,
+            )
             _ip("-n", ns, "addr", "add", f"{host.address}/24", "dev", IFACE)
             _ip("-n", ns, "link", "set", IFACE, "up")
             _ip("-n", self.hub, "link", "set", host.hub_port, "master", "br0")
@@ -135,11 +162,20 @@ class Network:
             if host.rate_mbit:
                 self.shape(host.name, host.rate_mbit)
 
-    def shape(self, name: str, rate_mbit: float, *, burst: str | None = None, latency: str | None = None) -> None:
+    def shape(
+        self, name: str, rate_mbit: float, *, burst: str | None = None, latency: str | None = None
+    ) -> None:
         """tbf on the host's eth0 (its egress) and on its hub port (its ingress)."""
         host = self.hosts[name]
-        spec = ["tbf", "rate", f"{rate_mbit:g}mbit", "burst", burst or self.tbf_burst,
-                "latency", latency or self.tbf_latency]
+        spec = [
+            "tbf",
+            "rate",
+            f"{rate_mbit:g}mbit",
+            "burst",
+            burst or self.tbf_burst,
+            "latency",
+            latency or self.tbf_latency,
+        ]
         for ns, dev in ((host.netns, IFACE), (self.hub, host.hub_port)):
             _tc("-n", ns, "qdisc", "replace", "dev", dev, "root", *spec)
 
@@ -160,14 +196,28 @@ class Network:
         inside; every step execs, so the returned process is ``argv`` itself (signals reach it).
         """
         host = self.hosts[name]
-        script = ('hostname "$0" && mount -t tmpfs tmpfs /dev/shm && '
-                  f'mount --bind "{host.machine_id_file}" /etc/machine-id && exec "$@"')
-        return ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", script, host.hostname, *argv]
+        script = (
+            'hostname "$0" && mount -t tmpfs tmpfs /dev/shm && '
+            f'mount --bind "{host.machine_id_file}" /etc/machine-id && exec "$@"'
+        )
+        return [
+            "ip",
+            "netns",
+            "exec",
+            host.netns,
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            script,
+            host.hostname,
+            *argv,
+        ]
 
     def pids(self, name: str | None = None) -> list[int]:
         """Processes running in a host's namespace (all hosts when ``name`` is None)."""
         out: list[int] = []
-        for ns in ([self.hosts[name].netns] if name else [h.netns for h in self.hosts.values()]):
+        for ns in [self.hosts[name].netns] if name else [h.netns for h in self.hosts.values()]:
             res = _ip("netns", "pids", ns, check=False)
             out += [int(p) for p in res.stdout.split()]
         return out
@@ -181,7 +231,11 @@ class Network:
             existing = set(_ip("netns", "list", check=False).stdout.split())
             mine = [ns for ns in self._created if ns in existing]
             for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 2.0)):
-                pids = [p for ns in mine for p in map(int, _ip("netns", "pids", ns, check=False).stdout.split())]
+                pids = [
+                    p
+                    for ns in mine
+                    for p in map(int, _ip("netns", "pids", ns, check=False).stdout.split())
+                ]
                 for pid in pids:
                     try:
                         os.kill(pid, sig)

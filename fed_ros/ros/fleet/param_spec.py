@@ -6,6 +6,7 @@ the fleet plan its defaults and coercion, the set-parameters callback its checks
 test that config/*.yaml documents exactly these names and defaults. Pure Python: launch files
 import it where rclpy may be missing.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +29,10 @@ class ParamSpec:
     default: Any
     description: str
     unit: str = ""
-    live: bool = False                 # False: read-only once the node runs (ROS rejects `param set`)
-    ge: float | None = None            # inclusive lower bound
-    gt: float | None = None            # exclusive lower bound
-    le: float | None = None            # inclusive upper bound
+    live: bool = False  # False: read-only once the node runs (ROS rejects `param set`)
+    ge: float | None = None  # inclusive lower bound
+    gt: float | None = None  # exclusive lower bound
+    le: float | None = None  # inclusive upper bound
     choices: tuple[str, ...] = ()
     check: Callable[[Any], str | None] | None = None  # extra rule: returns what is wrong, or None
 
@@ -87,15 +88,36 @@ class ParamSpec:
         return "; ".join(parts)
 
 
-def param(default: Any, description: str, *, unit: str = "", live: bool = False, ge: float | None = None,
-          gt: float | None = None, le: float | None = None, choices: Sequence[str] = (),
-          check: Callable[[Any], str | None] | None = None) -> Any:
+def param(
+    default: Any,
+    description: str,
+    *,
+    unit: str = "",
+    live: bool = False,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    choices: Sequence[str] = (),
+    check: Callable[[Any], str | None] | None = None,
+) -> Any:
     """A dataclass field declaring one node parameter (its type is the default's type)."""
     kind = type(default) if not isinstance(default, tuple) else list
     if kind not in PARAM_TYPES:
         raise TypeError(f"unsupported parameter default {default!r}")  # programming error
-    meta = {"param": dict(default=default, description=description, unit=unit, live=live, ge=ge, gt=gt,
-                          le=le, choices=tuple(choices), check=check, type=kind)}
+    meta = {
+        "param": dict(
+            default=default,
+            description=description,
+            unit=unit,
+            live=live,
+            ge=ge,
+            gt=gt,
+            le=le,
+            choices=tuple(choices),
+            check=check,
+            type=kind,
+        )
+    }
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -109,8 +131,10 @@ class NodeParams:
     # whoever consumes the group (make_strategy, TrainerConfig).
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    NODE: ClassVar[str] = "node"                 # name used in error messages
-    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ()  # parameter groups passed through to their consumer
+    NODE: ClassVar[str] = "node"  # name used in error messages
+    OPEN_PREFIXES: ClassVar[
+        tuple[str, ...]
+    ] = ()  # parameter groups passed through to their consumer
 
     @classmethod
     def specs(cls) -> dict[str, ParamSpec]:
@@ -125,7 +149,9 @@ class NodeParams:
     @classmethod
     def defaults(cls) -> dict[str, Any]:
         """Parameter name -> default, as ROS parameter values (lists for string arrays)."""
-        return {n: (list(s.default) if s.type is list else s.default) for n, s in cls.specs().items()}
+        return {
+            n: (list(s.default) if s.type is list else s.default) for n, s in cls.specs().items()
+        }
 
     @classmethod
     def is_open(cls, name: str) -> bool:
@@ -143,7 +169,9 @@ class NodeParams:
             elif cls.is_open(name):
                 out[name] = value
             else:
-                raise ValueError(f"unknown {cls.NODE} parameter {name!r} (known: {', '.join(sorted(specs))})")
+                raise ValueError(
+                    f"unknown {cls.NODE} parameter {name!r} (known: {', '.join(sorted(specs))})"
+                )
         return out
 
     @classmethod
@@ -151,7 +179,9 @@ class NodeParams:
         """Defaults overlaid with ``params``, every value and cross-parameter rule checked."""
         values = cls.coerce(params)
         extra = {k: v for k, v in values.items() if cls.is_open(k)}
-        fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items() if k not in extra}
+        fields = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in values.items() if k not in extra
+        }
         return cls(extra=extra, **cls._resolve(fields, **context))
 
     @classmethod
@@ -181,6 +211,9 @@ class NodeParams:
 
     def as_dict(self) -> dict[str, Any]:
         """Parameter name -> value (lists for string arrays), open-group parameters included."""
-        out = {n: (list(getattr(self, n)) if s.type is list else getattr(self, n)) for n, s in self.specs().items()}
+        out = {
+            n: (list(getattr(self, n)) if s.type is list else getattr(self, n))
+            for n, s in self.specs().items()
+        }
         out.update(self.extra)
         return out

@@ -1,18 +1,18 @@
-"""The fleet nodes' parameters, each declared once (fed_ros.ros.fleet.param_spec).
+"""The server's and robot node's parameters, each declared once (fed_ros.ros.fleet.param_spec).
 
-``ServerParams``, ``RobotParams``, ``AdapterParams``, ``BridgeParams`` and ``ExpertDriverParams``
-are what the nodes declare (with ParameterDescriptors), what the fleet plan and the launch files
-fill in, and what a live ``ros2 param set`` is checked against. config/server.yaml, robot.yaml,
-arm_adapter.yaml, sim_bridge.yaml and expert_driver.yaml are documented examples of them; a test
-keeps their keys and defaults equal to these.
+``ServerParams`` and ``RobotParams`` are what the nodes declare (with ParameterDescriptors),
+what the fleet plan and the launch files fill in, and what a live ``ros2 param set`` is checked
+against. config/server.yaml and robot.yaml are documented examples of them; a test keeps their
+keys and defaults equal to these. The names every fleet node shares (algorithms, sim tasks,
+policy kinds, ids, the episode cap) and the common value checks live here too; the nodes on the
+arm side (adapter, sim bridge, expert driver, teleop) are :mod:`fed_ros.ros.fleet.arm_params`.
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
-
-import yaml
 
 from fed_ros.ros.fleet.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
@@ -25,7 +25,6 @@ SIM_TASKS = ("lift", "pick_place_can", "stack")
 POLICY_KINDS = ("lowdim", "image")
 TRANSFER_CHANNELS = CHANNELS  # the channel registry is fed_ros.ros.wire.channels
 CAMERA_TRANSPORTS = ("raw", "compressed")  # = fed_ros.ros.arm.topics.CAMERA_TRANSPORTS
-ARM_INTERFACES = ("direct", "ros2_control")  # the sim bridge's: fed_ros arm topics, or standard messages only
 SERVER_NAMESPACE = "/fleet"
 # One episode cap for the robot node and the arm adapter (the plan gives the adapter the robot's).
 MAX_EPISODE_STEPS = 400
@@ -51,28 +50,13 @@ def _absolute(value: str) -> str | None:
     return None if value.startswith("/") else "must be absolute"
 
 
-def _not_empty(value: str) -> str | None:
+def not_empty(value: str) -> str | None:
+    """A string parameter that must be set (shared with the arm-side nodes' parameters)."""
     return None if value else "must not be empty"
 
 
 def _tasks(values: Any) -> str | None:
     return None if len(values) >= 1 and all(values) else "must name at least one task"
-
-
-def _yaml_mapping(value: str) -> str | None:
-    """Profile overrides: '' or a YAML mapping (what fed_ros.core.arm.profile.parse_overrides takes)."""
-    if not value.strip():
-        return None
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return "is not valid YAML"
-    return None if isinstance(parsed, dict) else "must be a YAML mapping"
-
-
-def _instructions(values: Any) -> str | None:
-    bad = [v for v in values if v and "=" not in v]  # such an entry used to be skipped without a word
-    return f"has an entry {bad[0]!r} without '=' (entries are task=instruction)" if bad else None
 
 
 @dataclass(frozen=True)
@@ -85,33 +69,60 @@ class ServerParams(NodeParams):
     algorithm: str = param("feddrman", "strategy name", choices=ALGORITHMS)
     rounds: int = param(3, "rounds to complete, then STAGE_DONE", ge=1)
     num_clusters: int = param(2, "C for FedDRMan / IFCA (ignored by the others)", ge=1)
-    expected_robots: tuple[str, ...] = param(("",), "robot ids that must register before round 0 ([''] = none)",
-                                             check=_ids)
+    expected_robots: tuple[str, ...] = param(
+        ("",), "robot ids that must register before round 0 ([''] = none)", check=_ids
+    )
     min_robots: int = param(1, "start round 0 once this many robots registered", ge=1)
-    registration_timeout_s: float = param(120.0, "after this, start with >= min_robots registered", unit="s",
-                                          gt=0.0, live=True)
-    quorum_fraction: float = param(0.75, "fraction of participants whose update completes a round", gt=0.0, le=1.0)
+    registration_timeout_s: float = param(
+        120.0, "after this, start with >= min_robots registered", unit="s", gt=0.0, live=True
+    )
+    quorum_fraction: float = param(
+        0.75, "fraction of participants whose update completes a round", gt=0.0, le=1.0
+    )
     min_quorum: int = param(1, "lower bound on the quorum", unit="updates", ge=1)
-    round_timeout_s: float = param(600.0, "deadline = announcement time + this (from the next announcement)",
-                                   unit="s", gt=0.0, live=True)
+    round_timeout_s: float = param(
+        600.0,
+        "deadline = announcement time + this (from the next announcement)",
+        unit="s",
+        gt=0.0,
+        live=True,
+    )
     max_attempts: int = param(3, "announcements of one round before the server gives up", ge=1)
-    state_dir: str = param("runs/server", "ModelStore directory (committed rounds)", check=_not_empty)
-    policy: str = param("lowdim", "initial policy kind when no model is committed yet", choices=POLICY_KINDS)
+    state_dir: str = param(
+        "runs/server", "ModelStore directory (committed rounds)", check=not_empty
+    )
+    policy: str = param(
+        "lowdim", "initial policy kind when no model is committed yet", choices=POLICY_KINDS
+    )
     seed: int = param(0, "seed of the initial policy weights")
-    evaluate_every: int = param(0, "rounds between closed-loop evaluations (0 = never)", unit="rounds", ge=0,
-                                live=True)
-    eval_episodes: int = param(2, "episodes per task per robot evaluation", unit="episodes", ge=1, live=True)
-    eval_timeout_s: float = param(600.0, "time to wait for robots' evaluation results", unit="s", gt=0.0,
-                                  live=True)
-    max_update_bytes: int = param(256 << 20, "larger updates are rejected before assembly", unit="bytes", ge=1024)
+    evaluate_every: int = param(
+        0, "rounds between closed-loop evaluations (0 = never)", unit="rounds", ge=0, live=True
+    )
+    eval_episodes: int = param(
+        2, "episodes per task per robot evaluation", unit="episodes", ge=1, live=True
+    )
+    eval_timeout_s: float = param(
+        600.0, "time to wait for robots' evaluation results", unit="s", gt=0.0, live=True
+    )
+    max_update_bytes: int = param(
+        256 << 20, "larger updates are rejected before assembly", unit="bytes", ge=1024
+    )
     max_samples: int = param(1_000_000, "cap on self-reported sample counts", ge=1)
-    transfer_channel: str = param("auto", "model bytes over ROS messages or the zmq bulk channel",
-                                  choices=TRANSFER_CHANNELS)
-    bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",
-                                      unit="bytes", ge=0)
-    exit_when_done: bool = param(False, "exit 0 after the last round instead of staying up", live=True)
-    rounds_enabled: bool = param(True, "gate: false = the round in progress finishes, no new round is announced "
-                                       "(also ~/set_rounds; ~/end_fleet ends the fleet, docs/fleet.md)", live=True)
+    transfer_channel: str = param(
+        "auto", "model bytes over ROS messages or the zmq bulk channel", choices=TRANSFER_CHANNELS
+    )
+    bulk_threshold_bytes: int = param(
+        1 << 20, "with transfer_channel auto, payloads this large go over zmq", unit="bytes", ge=0
+    )
+    exit_when_done: bool = param(
+        False, "exit 0 after the last round instead of staying up", live=True
+    )
+    rounds_enabled: bool = param(
+        True,
+        "gate: false = the round in progress finishes, no new round is announced "
+        "(also ~/set_rounds; ~/end_fleet ends the fleet, docs/fleet.md)",
+        live=True,
+    )
     require_signatures: bool = param(False, "reject unsigned updates (Ed25519, fed-ros keys)")
     allowed_keys_file: str = param("", "allow-list of robot public keys (YAML), '' = any")
     private_key_file: str = param("", "server Ed25519 key: signs cluster models, '' = unsigned")
@@ -123,7 +134,9 @@ class ServerParams(NodeParams):
 
     def _check(self) -> None:
         if self.require_signatures and not self.allowed_keys_file:
-            raise ValueError("server parameter 'require_signatures' is true but 'allowed_keys_file' is empty")
+            raise ValueError(
+                "server parameter 'require_signatures' is true but 'allowed_keys_file' is empty"
+            )
 
 
 @dataclass(frozen=True)
@@ -133,50 +146,97 @@ class RobotParams(NodeParams):
     NODE: ClassVar[str] = "robot"
     OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("trainer",)  # -> TrainerConfig fields
 
-    robot_id: str = param("", "'' = the node namespace without the leading '/'",
-                          check=lambda v: None if ID_RE.match(v) or v == "" else f"must match {ID_RE.pattern}")
-    tasks: tuple[str, ...] = param(("lift",), "tasks this robot records and is evaluated on", check=_tasks)
+    robot_id: str = param(
+        "",
+        "'' = the node namespace without the leading '/'",
+        check=lambda v: None if ID_RE.match(v) or v == "" else f"must match {ID_RE.pattern}",
+    )
+    tasks: tuple[str, ...] = param(
+        ("lift",), "tasks this robot records and is evaluated on", check=_tasks
+    )
     variation: str = param("default", "environment variation preset (sim) / site tag (real)")
-    fleet_namespace: str = param(SERVER_NAMESPACE, "where the server's topics and services live", check=_absolute)
-    arm_namespace: str = param("", "'' = <robot ns>/arm/...; '/P' = /P/arm/... (a real driver)",
-                               check=_absolute_or_empty)
-    data_dir: str = param("", "demonstrations (demos/: recordings, *.npz episodes), models "
-                              "('' = runs/robots/<robot_id>)")
-    collect_demos_on_start: int = param(0, "episodes to record with the scripted expert over ROS",
-                                        unit="episodes", ge=0)
-    min_demos: int = param(1, "successful demonstrations needed before the robot trains; with fewer it "
-                              "answers TRAIN with 'waiting for demonstrations (have k of N)'",
-                           unit="episodes", ge=1, live=True)
+    fleet_namespace: str = param(
+        SERVER_NAMESPACE, "where the server's topics and services live", check=_absolute
+    )
+    arm_namespace: str = param(
+        "", "'' = <robot ns>/arm/...; '/P' = /P/arm/... (a real driver)", check=_absolute_or_empty
+    )
+    data_dir: str = param(
+        "",
+        "demonstrations (demos/: recordings, *.npz episodes), models ('' = runs/robots/<robot_id>)",
+    )
+    collect_demos_on_start: int = param(
+        0, "episodes to record with the scripted expert over ROS", unit="episodes", ge=0
+    )
+    min_demos: int = param(
+        1,
+        "successful demonstrations needed before the robot trains; with fewer it "
+        "answers TRAIN with 'waiting for demonstrations (have k of N)'",
+        unit="episodes",
+        ge=1,
+        live=True,
+    )
     demo_seed: int = param(0, "seed of the first bootstrap episode")
-    demo_noise_std: float = param(0.0, "expert action noise for demonstration diversity", ge=0.0, live=True)
-    max_episode_steps: int = param(MAX_EPISODE_STEPS, "safety cap for expert / policy episodes", unit="steps",
-                                   ge=1, live=True)
-    policy: str = param("lowdim", "policy kind (must match the server's model)", choices=POLICY_KINDS)
-    use_object_state: bool = param(True, "false: the policy takes no object_state (a real arm without "
-                                         "perception; needs policy image, docs/arms.md)")
-    camera_transport: str = param("raw", "cameras as sensor_msgs/Image on <camera>/image_raw (raw) or "
-                                         "CompressedImage JPEG/PNG on .../image_raw/compressed",
-                                  choices=CAMERA_TRANSPORTS)
+    demo_noise_std: float = param(
+        0.0, "expert action noise for demonstration diversity", ge=0.0, live=True
+    )
+    max_episode_steps: int = param(
+        MAX_EPISODE_STEPS, "safety cap for expert / policy episodes", unit="steps", ge=1, live=True
+    )
+    policy: str = param(
+        "lowdim", "policy kind (must match the server's model)", choices=POLICY_KINDS
+    )
+    use_object_state: bool = param(
+        True,
+        "false: the policy takes no object_state (a real arm without "
+        "perception; needs policy image, docs/arms.md)",
+    )
+    camera_transport: str = param(
+        "raw",
+        "cameras as sensor_msgs/Image on <camera>/image_raw (raw) or "
+        "CompressedImage JPEG/PNG on .../image_raw/compressed",
+        choices=CAMERA_TRANSPORTS,
+    )
     device: str = param("auto", "torch device for training: auto | cpu | cuda[:N]", check=_device)
     torch_threads: int = param(0, "CPU threads for torch (0 = torch's default: all cores)", ge=0)
     seed: int = param(0, "training seed (offset by round)")
-    train_batch_size: int = param(32, "frames per batch (next round)", unit="frames", ge=1, live=True)
-    train_lr: float = param(1e-4, "AdamW learning rate (next round; a round config's lr wins)", gt=0.0,
-                            live=True)
-    train_max_steps: int = param(0, "cap on optimiser steps per round (0 = full epochs; next round)",
-                                 unit="steps", ge=0, live=True)
-    eval_episodes: int = param(2, "default episodes per task for EvaluatePolicy", unit="episodes", ge=1,
-                               live=True)
-    register_timeout_s: float = param(60.0, "time to keep retrying registration before giving up", unit="s",
-                                      gt=0.0, live=True)
-    learning_enabled: bool = param(True, "gate: false = no training, demo collection or evaluation; round "
-                                         "announcements are skipped (also ~/set_learning, docs/arms.md)", live=True)
-    transfer_channel: str = param("auto", "model bytes over ROS messages or the zmq bulk channel",
-                                  choices=TRANSFER_CHANNELS)
-    bulk_threshold_bytes: int = param(1 << 20, "with transfer_channel auto, payloads this large go over zmq",
-                                      unit="bytes", ge=0)
-    update_retry_s: float = param(2.0, "time before an unacknowledged update is re-sent (doubling, max 10 s)",
-                                  unit="s", gt=0.0)
+    train_batch_size: int = param(
+        32, "frames per batch (next round)", unit="frames", ge=1, live=True
+    )
+    train_lr: float = param(
+        1e-4, "AdamW learning rate (next round; a round config's lr wins)", gt=0.0, live=True
+    )
+    train_max_steps: int = param(
+        0,
+        "cap on optimiser steps per round (0 = full epochs; next round)",
+        unit="steps",
+        ge=0,
+        live=True,
+    )
+    eval_episodes: int = param(
+        2, "default episodes per task for EvaluatePolicy", unit="episodes", ge=1, live=True
+    )
+    register_timeout_s: float = param(
+        60.0, "time to keep retrying registration before giving up", unit="s", gt=0.0, live=True
+    )
+    learning_enabled: bool = param(
+        True,
+        "gate: false = no training, demo collection or evaluation; round "
+        "announcements are skipped (also ~/set_learning, docs/arms.md)",
+        live=True,
+    )
+    transfer_channel: str = param(
+        "auto", "model bytes over ROS messages or the zmq bulk channel", choices=TRANSFER_CHANNELS
+    )
+    bulk_threshold_bytes: int = param(
+        1 << 20, "with transfer_channel auto, payloads this large go over zmq", unit="bytes", ge=0
+    )
+    update_retry_s: float = param(
+        2.0,
+        "time before an unacknowledged update is re-sent (doubling, max 10 s)",
+        unit="s",
+        gt=0.0,
+    )
     private_key_file: str = param("", "Ed25519 key (fed-ros keys) to sign updates, '' = unsigned")
     allowed_keys_file: str = param("", "allow-list YAML whose `server:` key signs cluster models")
 
@@ -191,114 +251,21 @@ class RobotParams(NodeParams):
 
     def _check(self) -> None:
         if not ID_RE.match(self.robot_id):
-            raise ValueError(f"robot parameter 'robot_id' must match {ID_RE.pattern}, got {self.robot_id!r}")
+            raise ValueError(
+                f"robot parameter 'robot_id' must match {ID_RE.pattern}, got {self.robot_id!r}"
+            )
         if self.policy == "lowdim" and not self.use_object_state:
-            raise ValueError("robot parameter 'use_object_state' is false but 'policy' is lowdim: the low-dim "
-                             "policy sees the scene only through object_state (use policy image)")
+            raise ValueError(
+                "robot parameter 'use_object_state' is false but 'policy' is lowdim: the low-dim "
+                "policy sees the scene only through object_state (use policy image)"
+            )
 
     def local_training(self) -> dict[str, Any]:
         """The robot's own training settings (a round config overrides what it decides)."""
-        local: dict[str, Any] = {"lr": self.train_lr, "batch_size": self.train_batch_size,
-                                 "max_steps": self.train_max_steps or None}
-        local.update({k[len("trainer."):]: v for k, v in self.extra.items()})
+        local: dict[str, Any] = {
+            "lr": self.train_lr,
+            "batch_size": self.train_batch_size,
+            "max_steps": self.train_max_steps or None,
+        }
+        local.update({k[len("trainer.") :]: v for k, v in self.extra.items()})
         return local
-
-
-@dataclass(frozen=True)
-class AdapterParams(NodeParams):
-    """Parameters of the arm adapter (fed_ros/ros/nodes/arm_adapter_node.py)."""
-
-    NODE: ClassVar[str] = "arm_adapter"
-
-    profile: str = param("panda_sim", "arm profile name (config/arm_profiles) or YAML path", check=_not_empty)
-    profile_overrides: str = param("", "YAML mapping merged into the profile", check=_yaml_mapping)
-    max_episode_steps: int = param(MAX_EPISODE_STEPS, "steps before an episode is done (a running episode "
-                                                      "ends at the new cap)", unit="steps", ge=1, live=True)
-    state_timeout_s: float = param(0.5, "arm state older than this: not ready", unit="s", gt=0.0)
-    cameras: bool = param(True, "relay the profile's cameras (false: low-dim policy)")
-    image_size: int = param(84, "camera images resized to this side (0: as they come)", unit="px", ge=0)
-    task: str = param("lift", "task until a reset names another", check=_not_empty)
-    instructions: tuple[str, ...] = param(("",), "'task=instruction' entries ([''] = none: the task name)",
-                                          check=_instructions)
-    report_period_s: float = param(5.0, "how often missing arm topics are logged", unit="s", gt=0.0)
-    lockstep: bool = param(False, "the arm steps only on a twist answering its state (sim_bridge_node "
-                                  "lockstep:=true): each new complete arm state is one tick, no timer ticks "
-                                  "(never for a real arm)")
-
-    @property
-    def instruction_by_task(self) -> dict[str, str]:
-        """Task -> instruction, from the ``task=instruction`` entries."""
-        return dict(e.split("=", 1) for e in self.instructions if e)
-
-
-@dataclass(frozen=True)
-class BridgeParams(NodeParams):
-    """Parameters of the MuJoCo sim bridge (fed_ros/ros/nodes/sim_bridge_node.py)."""
-
-    NODE: ClassVar[str] = "sim_bridge"
-
-    task: str = param("lift", "task of the first episode (a reset may switch it)", choices=SIM_TASKS)
-    variation: str = param("default", "named variation preset (fed_ros.sim.envs.VARIATIONS)", check=_not_empty)
-    cameras: bool = param(True, "render and publish agent-view and wrist images")
-    image_size: int = param(84, "image side (fed_ros.sim.envs.ArmEnv's range)", unit="px", ge=16, le=1024)
-    control_rate_hz: float = param(20.0, "control ticks per second (lockstep: ignored)", unit="Hz", gt=0.0)
-    seed: int = param(0, "seed of the first episode (later ones: seed + episode)", ge=0)
-    command_timeout_s: float = param(0.25, "a command older than this is stale and the arm holds still",
-                                     unit="s", gt=0.0, live=True)
-    lockstep: bool = param(False, "step only on a command answering the current observation")
-    lockstep_republish_s: float = param(1.0, "lockstep: re-send the current observation (same stamp) when no "
-                                             "answering command came for this long (a lost best-effort sample "
-                                             "must not stall the episode); 0 = never", unit="s", ge=0.0)
-    horizon: int = param(0, "steps per episode; 0 = task default", unit="steps", ge=0)
-    frame_prefix: str = param("", "prefix of published frame ids")
-    interface: str = param("direct", "direct: the fed_ros arm topics; ros2_control: only standard messages, as a "
-                                     "ros2_control + MoveIt Servo arm (fed_ros.ros.arm.ros2_control_sim)",
-                           choices=ARM_INTERFACES)
-    profile: str = param("panda_sim", "arm profile of the ros2_control interface (topic names, scaling)",
-                         check=_not_empty)
-    profile_overrides: str = param("", "YAML mapping merged into the profile", check=_yaml_mapping)
-
-
-@dataclass(frozen=True)
-class ExpertDriverParams(NodeParams):
-    """Parameters of the scripted expert driver (fed_ros/ros/nodes/expert_driver_node.py)."""
-
-    NODE: ClassVar[str] = "expert_driver"
-
-    task: str = param("lift", "task family the expert solves", choices=SIM_TASKS)
-    variation: str = param("default", "variation the arm resets into")
-    episodes: int = param(1, "number of demonstrations", unit="episodes", ge=1)
-    seed: int = param(0, "run seed (episode seeds as collect_demos)", ge=0)
-    noise_std: float = param(0.0, "expert action noise (std of the normalised action)", ge=0.0, le=1.0)
-    cameras: bool = param(True, "the arm publishes camera images")
-    record_service: str = param("", "Record service to call (e.g. 'record'); '' = do not call one")
-    record_dir: str = param("", "standalone recording directory (own Recorder); '' = none")
-    robot_id: str = param("", "robot id written into recordings")
-    episode_timeout_s: float = param(120.0, "give an episode up after this (from the next episode on)", unit="s",
-                                     gt=0.0, live=True)
-    connect_timeout_s: float = param(60.0, "wait this long for the arm (and the Record service)", unit="s", gt=0.0)
-
-    def _check(self) -> None:
-        if self.record_service and self.record_dir:
-            raise ValueError("expert_driver parameters 'record_service' and 'record_dir' are both set "
-                             f"({self.record_service!r}, {self.record_dir!r}): set one of them")
-
-
-@dataclass(frozen=True)
-class TeleopParams(NodeParams):
-    """Parameters of the teleoperation node (fed_ros/ros/nodes/teleop_node.py, docs/teleop.md)."""
-
-    NODE: ClassVar[str] = "teleop"
-
-    profile: str = param("xbox", "teleop profile name (config/teleop) or YAML path", check=_not_empty)
-    joy_topic: str = param("joy", "sensor_msgs/Joy of the device (buttons, and axes with input: joy); "
-                                  "spacenav: spacenav/joy")
-    twist_topic: str = param("", "geometry_msgs/Twist of the device, read with input: twist ('' = none); "
-                                 "spacenav: spacenav/twist")
-    rate_hz: float = param(20.0, "commands per second while the deadman is held (the arm profile's control rate)",
-                           unit="Hz", gt=0.0)
-    task: str = param("lift", "task named in Record START", check=_not_empty)
-    record_service: str = param("record", "the robot node's fed_ros/srv/Record service", check=_not_empty)
-    record_timeout_s: float = param(10.0, "how long a Record call may take", unit="s", gt=0.0, live=True)
-    log_period_s: float = param(2.0, "an unchanged hold reason is logged again after this long", unit="s",
-                                gt=0.0, live=True)

@@ -4,21 +4,31 @@ Both the ROS 2 launch files (``launch/*.launch.py``) and ``fed-ros up`` start ex
 list :func:`plan_fleet` returns, so the two can never disagree. This module is pure
 Python (PyYAML only, no rclpy, no launch): launch files import it on machines where the
 rest of fed_ros may not even be importable. Node parameters are typed there by the same
-dataclasses the nodes declare (fed_ros.ros.fleet.params), the one source of their
-defaults and checks.
+dataclasses the nodes declare (fed_ros.ros.fleet.params and arm_params), the one source of
+their defaults and checks. A fleet YAML file becomes a ``FleetConfig`` in
+:mod:`fed_ros.ros.fleet.fleet_file`.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from fed_ros.ros.fleet.params import (ALGORITHMS, ID_RE, MAX_EPISODE_STEPS, POLICY_KINDS,  # noqa: F401
-                                      SERVER_NAMESPACE, SIM_TASKS, TRANSFER_CHANNELS, AdapterParams,
-                                      BridgeParams, NodeParams, RobotParams, ServerParams)
+from fed_ros.ros.fleet.arm_params import AdapterParams, BridgeParams
+from fed_ros.ros.fleet.params import (
+    ALGORITHMS,
+    ID_RE,
+    MAX_EPISODE_STEPS,
+    POLICY_KINDS,
+    SERVER_NAMESPACE,
+    SIM_TASKS,
+    RobotParams,
+    ServerParams,
+)
+from fed_ros.ros.fleet.param_spec import NodeParams
 
 PACKAGE = "fed_ros"
 
@@ -40,7 +50,9 @@ ADAPTER_NODE_NAME = "arm_adapter"
 
 # The typed parameters of each executable the plan starts (what the node itself declares).
 NODE_PARAMS: dict[str, type[NodeParams]] = {
-    "server_node": ServerParams, "robot_node": RobotParams, "sim_bridge_node": BridgeParams,
+    "server_node": ServerParams,
+    "robot_node": RobotParams,
+    "sim_bridge_node": BridgeParams,
     "arm_adapter_node": AdapterParams,
 }
 
@@ -49,6 +61,7 @@ _ID_RE = ID_RE
 # ---------------------------------------------------------------------------------------
 # Fleet config
 # ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RobotConfig:
@@ -73,22 +86,27 @@ class RobotConfig:
             raise ValueError(f"robot {self.robot_id!r}: 'arm' overrides need a 'profile'")
         if self.profile:
             from fed_ros.core.arm.profile import load_profile
+
             try:
                 profile = load_profile(self.profile, self.arm)
             except ValueError as exc:
                 raise ValueError(f"robot {self.robot_id!r}: {exc}") from None
             sim_joints = tuple(f"robot0_joint{i}" for i in range(1, 8))
             if self.sim and profile.joints.names != sim_joints:
-                raise ValueError(f"robot {self.robot_id!r}: the simulator is a Panda with joints "
-                                 f"{list(sim_joints)}; profile {self.profile!r} has "
-                                 f"{list(profile.joints.names)} (use panda_sim, or sim: false)")
+                raise ValueError(
+                    f"robot {self.robot_id!r}: the simulator is a Panda with joints "
+                    f"{list(sim_joints)}; profile {self.profile!r} has "
+                    f"{list(profile.joints.names)} (use panda_sim, or sim: false)"
+                )
         if not self.tasks:
             raise ValueError(f"robot {self.robot_id!r} has no tasks")
         if self.sim:
             for task in self.tasks:
                 if task not in SIM_TASKS:
-                    raise ValueError(f"robot {self.robot_id!r}: unknown sim task {task!r} "
-                                     f"(known: {', '.join(SIM_TASKS)})")
+                    raise ValueError(
+                        f"robot {self.robot_id!r}: unknown sim task {task!r} "
+                        f"(known: {', '.join(SIM_TASKS)})"
+                    )
 
 
 @dataclass(frozen=True)
@@ -137,102 +155,10 @@ class FleetConfig:
         return [r.robot_id for r in self.robots]
 
 
-_FLEET_KEYS = {"name", "algorithm", "rounds", "num_clusters", "policy", "seed", "run_dir",
-               "server", "robot_defaults", "bridge", "robots", "strategy"}
-_ROBOT_KEYS = {"id", "task", "tasks", "variation", "sim", "parameters", "bridge", "remappings",
-               "count", "profile", "arm"}
-
-
-def _robot_from_dict(entry: Any, index: int) -> list[RobotConfig]:
-    if not isinstance(entry, dict):
-        raise ValueError(f"fleet robots[{index}] must be a mapping, got {entry!r}")
-    unknown = sorted(set(entry) - _ROBOT_KEYS)
-    if unknown:
-        raise ValueError(f"fleet robots[{index}]: unknown key(s) {unknown} "
-                         f"(known: {sorted(_ROBOT_KEYS)})")
-    if "task" in entry and "tasks" in entry:
-        raise ValueError(f"fleet robots[{index}]: give 'task' or 'tasks', not both")
-    tasks = entry.get("tasks", [entry["task"]] if "task" in entry else None)
-    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
-        raise ValueError(f"fleet robots[{index}]: 'task'/'tasks' must name tasks, got {tasks!r}")
-    remaps = entry.get("remappings", {})
-    if not isinstance(remaps, dict):
-        raise ValueError(f"fleet robots[{index}]: 'remappings' must be a mapping, got {remaps!r}")
-    count = entry.get("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise ValueError(f"fleet robots[{index}]: 'count' must be an integer >= 1, got {count!r}")
-    if count > 1 and "id" in entry:
-        raise ValueError(f"fleet robots[{index}]: 'id' cannot be combined with 'count' > 1")
-    if not isinstance(entry.get("profile", ""), str):
-        raise ValueError(f"fleet robots[{index}]: 'profile' must name an arm profile, got {entry['profile']!r}")
-    for key in ("parameters", "bridge", "arm"):
-        if not isinstance(entry.get(key, {}), dict):
-            raise ValueError(f"fleet robots[{index}]: {key!r} must be a mapping")
-    # Robots without an id get "robot_<position in fleet>" in fleet_config_from_dict.
-    return [RobotConfig(robot_id=str(entry.get("id", _UNNAMED)), tasks=tuple(tasks),
-                        variation=str(entry.get("variation", "default")),
-                        sim=bool(entry.get("sim", True)),
-                        parameters=dict(entry.get("parameters", {})),
-                        bridge_parameters=dict(entry.get("bridge", {})),
-                        remappings=tuple((str(a), str(b)) for a, b in remaps.items()),
-                        profile=entry.get("profile", ""), arm=dict(entry.get("arm", {})))
-            for _ in range(count)]
-
-
-_UNNAMED = "unnamed"
-
-
-def fleet_config_from_dict(data: Any) -> FleetConfig:
-    """Build and validate a FleetConfig from a parsed YAML mapping (top key ``fleet``)."""
-    if isinstance(data, dict) and set(data) == {"fleet"}:
-        data = data["fleet"]
-    if not isinstance(data, dict):
-        raise ValueError(f"fleet config must be a mapping under 'fleet:', got {type(data).__name__}")
-    unknown = sorted(set(data) - _FLEET_KEYS)
-    if unknown:
-        raise ValueError(f"fleet config: unknown key(s) {unknown} (known: {sorted(_FLEET_KEYS)})")
-    for key in ("name", "algorithm", "rounds", "robots"):
-        if key not in data:
-            raise ValueError(f"fleet config: missing required key {key!r}")
-    raw_robots = data["robots"]
-    if not isinstance(raw_robots, list) or not raw_robots:
-        raise ValueError(f"fleet config: 'robots' must be a non-empty list, got {raw_robots!r}")
-    robots: list[RobotConfig] = []
-    for i, entry in enumerate(raw_robots):
-        robots.extend(_robot_from_dict(entry, i))
-    robots = [RobotConfig(robot_id=f"robot_{i}", tasks=r.tasks, variation=r.variation, sim=r.sim,
-                          parameters=r.parameters, bridge_parameters=r.bridge_parameters,
-                          remappings=r.remappings, profile=r.profile,
-                          arm=r.arm) if r.robot_id == _UNNAMED else r
-              for i, r in enumerate(robots)]
-    for key in ("server", "robot_defaults", "bridge", "strategy"):
-        if not isinstance(data.get(key, {}), dict):
-            raise ValueError(f"fleet config: {key!r} must be a mapping, got {data.get(key)!r}")
-    for key in ("rounds", "num_clusters", "seed"):
-        value = data.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"fleet config: {key!r} must be an integer, got {value!r}")
-    return FleetConfig(
-        name=str(data["name"]), algorithm=str(data["algorithm"]), rounds=data["rounds"],
-        robots=tuple(robots), num_clusters=data.get("num_clusters", 2),
-        policy=str(data.get("policy", "lowdim")), seed=data.get("seed", 0),
-        run_dir=str(data.get("run_dir", f"runs/{data['name']}")),
-        server=dict(data.get("server", {})), robot_defaults=dict(data.get("robot_defaults", {})),
-        bridge=dict(data.get("bridge", {})), strategy=dict(data.get("strategy", {})))
-
-
-def load_fleet_config(path: str | Path) -> FleetConfig:
-    """Read a fleet YAML file (``yaml.safe_load``) and validate it."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"fleet config file not found: {str(path)!r}")
-    with open(path, encoding="utf-8") as f:
-        return fleet_config_from_dict(yaml.safe_load(f))
-
-
 # ---------------------------------------------------------------------------------------
 # The plan
 # ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class NodeSpec:
@@ -258,9 +184,13 @@ class NodeSpec:
 def server_spec(config: FleetConfig) -> NodeSpec:
     """The fleet server node."""
     params: dict[str, Any] = {
-        "algorithm": config.algorithm, "rounds": config.rounds,
-        "num_clusters": config.num_clusters, "policy": config.policy, "seed": config.seed,
-        "expected_robots": config.robot_ids, "state_dir": f"{config.run_dir}/server",
+        "algorithm": config.algorithm,
+        "rounds": config.rounds,
+        "num_clusters": config.num_clusters,
+        "policy": config.policy,
+        "seed": config.seed,
+        "expected_robots": config.robot_ids,
+        "state_dir": f"{config.run_dir}/server",
     }
     params.update({f"strategy.{k}": v for k, v in config.strategy.items()})
     params.update(config.server)
@@ -272,14 +202,19 @@ def server_spec(config: FleetConfig) -> NodeSpec:
             params["min_robots"] = max(1, math.ceil(fraction * len(config.robots) - 1e-9))
     # Typed as the node declares them (e.g. 600 -> 600.0 for a float): a ROS node rejects an
     # integer override of a double parameter at start.
-    return NodeSpec(PACKAGE, "server_node", SERVER_NODE_NAME, SERVER_NAMESPACE, ServerParams.coerce(params))
+    return NodeSpec(
+        PACKAGE, "server_node", SERVER_NODE_NAME, SERVER_NAMESPACE, ServerParams.coerce(params)
+    )
 
 
 def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
     """The onboard robot node of one robot."""
     params: dict[str, Any] = {
-        "robot_id": robot.robot_id, "tasks": list(robot.tasks), "variation": robot.variation,
-        "policy": config.policy, "seed": config.seed + index,
+        "robot_id": robot.robot_id,
+        "tasks": list(robot.tasks),
+        "variation": robot.variation,
+        "policy": config.policy,
+        "seed": config.seed + index,
         "demo_seed": 1000 * (config.seed + index),
         "data_dir": f"{config.run_dir}/{robot.robot_id}",
     }
@@ -289,22 +224,39 @@ def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
         params["torch_threads"] = 1
     params.update(config.robot_defaults)
     params.update(robot.parameters)
-    return NodeSpec(PACKAGE, "robot_node", ROBOT_NODE_NAME, f"/{robot.robot_id}", RobotParams.coerce(params),
-                    robot.remappings)
+    return NodeSpec(
+        PACKAGE,
+        "robot_node",
+        ROBOT_NODE_NAME,
+        f"/{robot.robot_id}",
+        RobotParams.coerce(params),
+        robot.remappings,
+    )
 
 
 def bridge_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
     """The MuJoCo bridge standing in for the robot's arm driver (sim robots only)."""
     params: dict[str, Any] = {
-        "task": robot.tasks[0], "variation": robot.variation,
-        "cameras": config.policy == "image", "seed": config.seed + index,
+        "task": robot.tasks[0],
+        "variation": robot.variation,
+        "cameras": config.policy == "image",
+        "seed": config.seed + index,
     }
     if robot.profile:  # the simulated arm offers only standard interfaces, for the adapter
-        params.update(interface="ros2_control", profile=robot.profile,
-                      profile_overrides=_overrides_text(robot.arm))
+        params.update(
+            interface="ros2_control",
+            profile=robot.profile,
+            profile_overrides=_overrides_text(robot.arm),
+        )
     params.update(config.bridge)
     params.update(robot.bridge_parameters)
-    return NodeSpec(PACKAGE, "sim_bridge_node", BRIDGE_NODE_NAME, f"/{robot.robot_id}", BridgeParams.coerce(params))
+    return NodeSpec(
+        PACKAGE,
+        "sim_bridge_node",
+        BRIDGE_NODE_NAME,
+        f"/{robot.robot_id}",
+        BridgeParams.coerce(params),
+    )
 
 
 def _overrides_text(arm: Mapping[str, Any]) -> str:
@@ -314,19 +266,31 @@ def _overrides_text(arm: Mapping[str, Any]) -> str:
 def adapter_spec(config: FleetConfig, robot: RobotConfig) -> NodeSpec:
     """The arm adapter: the robot node's arm topics on the arm's standard interfaces."""
     params: dict[str, Any] = {
-        "profile": robot.profile, "profile_overrides": _overrides_text(robot.arm),
-        "task": robot.tasks[0], "cameras": config.policy == "image",
+        "profile": robot.profile,
+        "profile_overrides": _overrides_text(robot.arm),
+        "task": robot.tasks[0],
+        "cameras": config.policy == "image",
         # A simulated arm in lockstep steps only on answers: the adapter then ticks per arm state.
-        "lockstep": bool(robot.sim and {**config.bridge, **robot.bridge_parameters}.get("lockstep", False)),
+        "lockstep": bool(
+            robot.sim and {**config.bridge, **robot.bridge_parameters}.get("lockstep", False)
+        ),
         # The adapter ends the episodes the robot node runs: the same cap.
         "max_episode_steps": robot.parameters.get(
-            "max_episode_steps", config.robot_defaults.get("max_episode_steps", MAX_EPISODE_STEPS)),
+            "max_episode_steps", config.robot_defaults.get("max_episode_steps", MAX_EPISODE_STEPS)
+        ),
     }
-    return NodeSpec(PACKAGE, "arm_adapter_node", ADAPTER_NODE_NAME, f"/{robot.robot_id}", AdapterParams.coerce(params))
+    return NodeSpec(
+        PACKAGE,
+        "arm_adapter_node",
+        ADAPTER_NODE_NAME,
+        f"/{robot.robot_id}",
+        AdapterParams.coerce(params),
+    )
 
 
-def plan_fleet(config: FleetConfig, *, include_server: bool = True,
-               robot_ids: Sequence[str] | None = None) -> list[NodeSpec]:
+def plan_fleet(
+    config: FleetConfig, *, include_server: bool = True, robot_ids: Sequence[str] | None = None
+) -> list[NodeSpec]:
     """Nodes a fleet config starts: the server, then per robot its bridge (sim) and robot node.
 
     ``robot_ids`` restricts the plan to some robots (e.g. one machine per robot).
@@ -359,25 +323,9 @@ def format_plan(nodes: Sequence[NodeSpec]) -> str:
     return "\n".join(lines)
 
 
-def default_fleet_file(launch_dir: str = "") -> str:
-    """config/fleet_demo.yaml: from the installed share directory, else the source tree."""
-    candidates = []
-    try:  # a colcon install: share/fed_ros/config
-        from ament_index_python.packages import get_package_share_directory
-        candidates.append(Path(get_package_share_directory(PACKAGE)) / "config" / "fleet_demo.yaml")
-    except Exception:  # noqa: BLE001 - ament_index missing or package not installed
-        pass
-    if launch_dir:
-        candidates.append(Path(launch_dir).resolve().parent / "config" / "fleet_demo.yaml")
-    candidates.append(Path(__file__).resolve().parents[3] / "config" / "fleet_demo.yaml")
-    for path in candidates:
-        if path.is_file():
-            return str(path)
-    return str(candidates[-1])
-
-
-def launch_description(plan_nodes: Callable[..., list[NodeSpec]],
-                       arguments: Sequence[tuple[str, str, str]]):
+def launch_description(
+    plan_nodes: Callable[..., list[NodeSpec]], arguments: Sequence[tuple[str, str, str]]
+):
     """A ROS 2 LaunchDescription that starts ``plan_nodes(*argument values)``.
 
     ``arguments`` are (name, default, description) of the launch arguments, passed to
@@ -390,11 +338,24 @@ def launch_description(plan_nodes: Callable[..., list[NodeSpec]],
     from launch_ros.actions import Node
 
     def nodes(context):
-        specs = plan_nodes(*(LaunchConfiguration(name).perform(context) for name, _, _ in arguments))
-        return [Node(package=s.package, executable=s.executable, name=s.name, namespace=s.namespace,
-                     parameters=[dict(s.parameters)], remappings=list(s.remappings), output="screen")
-                for s in specs]
+        specs = plan_nodes(
+            *(LaunchConfiguration(name).perform(context) for name, _, _ in arguments)
+        )
+        return [
+            Node(
+                package=s.package,
+                executable=s.executable,
+                name=s.name,
+                namespace=s.namespace,
+                parameters=[dict(s.parameters)],
+                remappings=list(s.remappings),
+                output="screen",
+            )
+            for s in specs
+        ]
 
-    declared = [DeclareLaunchArgument(name, default_value=default, description=description)
-                for name, default, description in arguments]
+    declared = [
+        DeclareLaunchArgument(name, default_value=default, description=description)
+        for name, default, description in arguments
+    ]
     return LaunchDescription([*declared, OpaqueFunction(function=nodes)])

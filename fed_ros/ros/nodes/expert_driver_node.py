@@ -7,6 +7,7 @@ through a robot node's ``fed_ros/srv/Record`` service (``record_service``) or, w
 ``record_dir`` set, through a :class:`~fed_ros.ros.arm.recorder.Recorder` owned by this node
 (standalone: no robot node needed).
 """
+
 from __future__ import annotations
 
 import sys
@@ -19,7 +20,7 @@ from rclpy.node import Node
 
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm.bridge_eval import ArmClient
-from fed_ros.ros.fleet.params import ExpertDriverParams
+from fed_ros.ros.fleet.arm_params import ExpertDriverParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.ros.shutdown import ShutdownRequested
 
@@ -42,8 +43,15 @@ class ExpertDriverNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("expert_driver", **kwargs)
         # Typed, described parameters (ExpertDriverParams); a live `ros2 param set` is applied or refused.
-        self.params = p = declare_typed_parameters(self, ExpertDriverParams, self._on_params_changed)
-        self.task, self.variation, self.episodes, self.seed = p.task, p.variation, p.episodes, p.seed
+        self.params = p = declare_typed_parameters(
+            self, ExpertDriverParams, self._on_params_changed
+        )
+        self.task, self.variation, self.episodes, self.seed = (
+            p.task,
+            p.variation,
+            p.episodes,
+            p.seed,
+        )
         self.noise_std, self.cameras, self.robot_id = p.noise_std, p.cameras, p.robot_id
         self.record_service, self.record_dir = p.record_service, p.record_dir
         self.episode_timeout, self.connect_timeout = p.episode_timeout_s, p.connect_timeout_s
@@ -53,9 +61,13 @@ class ExpertDriverNode(Node):
         self._record_client = None
         if self.record_dir:
             from fed_ros.ros.arm.recorder import Recorder
-            self.recorder = Recorder(self, self.record_dir, robot_id=self.robot_id, cameras=self.cameras)
+
+            self.recorder = Recorder(
+                self, self.record_dir, robot_id=self.robot_id, cameras=self.cameras
+            )
         elif self.record_service:
             from fed_ros.srv import Record
+
             self._Record = Record
             self._record_client = self.create_client(Record, self.record_service)
         self.results: list[DemoResult] = []
@@ -63,18 +75,28 @@ class ExpertDriverNode(Node):
     def _on_params_changed(self, params: ExpertDriverParams) -> None:
         """A live `ros2 param set` (episode_timeout_s): run() gives the next episode the new timeout."""
         self.params, self.episode_timeout = params, params.episode_timeout_s
-        self.get_logger().info(f"parameters applied: the next episode is given up after {self.episode_timeout:g} s")
+        self.get_logger().info(
+            f"parameters applied: the next episode is given up after {self.episode_timeout:g} s"
+        )
 
     # ------------------------------------------------------------------ recording
     def _call_record(self, command: int, success: bool = False, instruction: str = ""):
-        request = self._Record.Request(command=command, task=self.task, instruction=instruction,
-                                       variation=self.variation, success=success)
+        request = self._Record.Request(
+            command=command,
+            task=self.task,
+            instruction=instruction,
+            variation=self.variation,
+            success=success,
+        )
         from fed_ros.ros.wire.service_calls import call_service
+
         response = call_service(self._record_client, request, 30.0)
         if response is None:
             raise TimeoutError(f"Record service {self.record_service!r} did not answer in 30 s")
         if not response.ok:
-            raise RuntimeError(f"Record {['START', 'STOP', 'DISCARD'][command]} refused: {response.message}")
+            raise RuntimeError(
+                f"Record {['START', 'STOP', 'DISCARD'][command]} refused: {response.message}"
+            )
         return response
 
     def _start_recording(self, instruction: str) -> None:
@@ -99,10 +121,13 @@ class ExpertDriverNode(Node):
         from fed_ros.sim.experts import make_expert
 
         if self._record_client is not None and not shutdown.wait_for_service(
-                self._record_client, self.connect_timeout):
+            self._record_client, self.connect_timeout
+        ):
             raise TimeoutError(f"no Record service {self.record_service!r}")
         self.arm.wait_for_arm(self.connect_timeout)
-        expert = make_expert(self.task, noise_std=self.noise_std, seed=self.seed, variation=self.variation)
+        expert = make_expert(
+            self.task, noise_std=self.noise_std, seed=self.seed, variation=self.variation
+        )
         for i in range(self.episodes):
             seed = episode_seed(self.seed, i, STREAM_COLLECT)
             instruction, episode = self.arm.reset(self.task, self.variation, seed)
@@ -115,14 +140,19 @@ class ExpertDriverNode(Node):
                 # A recording that cannot become an episode is reported, never trained on.
                 path, message = "", str(exc)
                 self.get_logger().error(f"episode {i}: recording unusable: {exc}")
-            result = DemoResult(i, seed, outcome.success and not message, outcome.steps, path, message)
+            result = DemoResult(
+                i, seed, outcome.success and not message, outcome.steps, path, message
+            )
             self.results.append(result)
             self.get_logger().info(
                 f"episode {i + 1}/{self.episodes} seed {seed}: "
                 f"{'success' if outcome.success else 'failure'} in {outcome.steps} steps "
-                f"(overruns {outcome.overruns}){' -> ' + path if path else ''}")
+                f"(overruns {outcome.overruns}){' -> ' + path if path else ''}"
+            )
         good = sum(r.success for r in self.results)
-        self.get_logger().info(f"expert driver done: {good}/{self.episodes} successful demonstrations")
+        self.get_logger().info(
+            f"expert driver done: {good}/{self.episodes} successful demonstrations"
+        )
         return self.results
 
 

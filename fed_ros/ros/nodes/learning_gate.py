@@ -10,6 +10,7 @@ arm episode being driven (a demonstration or an evaluation) is stopped at once i
 last command (the arm must not keep executing a command nobody follows any more). Set it with ``ros2 param set /<robot>/robot learning_enabled false`` or the
 std_srvs/SetBool service ``/<robot>/robot/set_learning``.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,15 +24,23 @@ PARAMETER = "learning_enabled"
 class LearningGate:
     """Follows the ``learning_enabled`` parameter; offers ``~/set_learning``."""
 
-    def __init__(self, node, enabled: bool, callback_group=None,
-                 on_change: Callable[[bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        node,
+        enabled: bool,
+        callback_group=None,
+        on_change: Callable[[bool], None] | None = None,
+    ) -> None:
         from std_srvs.srv import SetBool
+
         self.node = node
         self._on_change = on_change
         self._on = threading.Event()
         self._set(enabled)
         node.add_post_set_parameters_callback(self._after_set)
-        node.create_service(SetBool, "~/set_learning", self._on_set_learning, callback_group=callback_group)
+        node.create_service(
+            SetBool, "~/set_learning", self._on_set_learning, callback_group=callback_group
+        )
 
     @property
     def enabled(self) -> bool:
@@ -54,19 +63,28 @@ class LearningGate:
                 self._set(bool(p.value))
                 if not p.value and self._on_change is not None:
                     self._on_change(False)
-                self.node.get_logger().warning(f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}")
+                self.node.get_logger().warning(
+                    f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}"
+                )
 
     def _on_set_learning(self, request, response):
-        result = self.node.set_parameters([Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))])[0]
+        result = self.node.set_parameters(
+            [Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))]
+        )[0]
         response.success = bool(result.successful)
-        response.message = (f"learning {'enabled' if request.data else 'disabled'}" if result.successful
-                            else result.reason)
+        response.message = (
+            f"learning {'enabled' if request.data else 'disabled'}"
+            if result.successful
+            else result.reason
+        )
         return response
 
     def wait(self, stop: threading.Event, poll_s: float = 0.5) -> bool:
         """Block until the gate is on (True) or ``stop`` is set (False)."""
         if not self.enabled:
-            self.node.get_logger().info("learning disabled: waiting for learning_enabled before collecting")
+            self.node.get_logger().info(
+                "learning disabled: waiting for learning_enabled before collecting"
+            )
         while not stop.is_set():
             if self._on.wait(poll_s):
                 return True
@@ -76,5 +94,7 @@ class LearningGate:
         """True (and logged) when the gate is off and ``what`` must not happen."""
         if self.enabled:
             return False
-        self.node.get_logger().info(f"learning disabled: skipping {what}", throttle_duration_sec=5.0)
+        self.node.get_logger().info(
+            f"learning disabled: skipping {what}", throttle_duration_sec=5.0
+        )
         return True

@@ -4,6 +4,7 @@ The robot node's receive path stores each validated cluster model in `entries`
 (cluster id -> (round, params, sha256, member robot ids)) under `lock` and notifies;
 the worker thread waits here until a round's models have arrived.
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,9 +27,20 @@ class ModelCache:
         self.lock = threading.Condition()
         self.entries: dict[int, tuple[int, StateDict, str, list[str]]] = {}
 
-    def store(self, cluster_id: int, round_idx: int, params: StateDict, members: list[str], *,
-              total_bytes: int, sha256: str, received_sha256: str, signature: bytes,
-              server_public_key: bytes | None, transfer: bytes = b"") -> Decision:
+    def store(
+        self,
+        cluster_id: int,
+        round_idx: int,
+        params: StateDict,
+        members: list[str],
+        *,
+        total_bytes: int,
+        sha256: str,
+        received_sha256: str,
+        signature: bytes,
+        server_public_key: bytes | None,
+        transfer: bytes = b"",
+    ) -> Decision:
         """Keep a received cluster model if it is newer, signed when a server key is set, and its digest matches.
 
         (The transfer receiver already checked size, manifest and values.)
@@ -36,20 +48,33 @@ class ModelCache:
         with self.lock:
             held = self.entries.get(cluster_id)
         decision = validate_cluster_model(
-            cluster_id=cluster_id, round_idx=round_idx, params=None, expected_manifest=None,
-            total_bytes=total_bytes, payload_sha256=sha256, received_sha256=received_sha256,
-            signature=signature, server_public_key=server_public_key, last_round=held[0] if held else None,
-            transfer=transfer, members=members)
+            cluster_id=cluster_id,
+            round_idx=round_idx,
+            params=None,
+            expected_manifest=None,
+            total_bytes=total_bytes,
+            payload_sha256=sha256,
+            received_sha256=received_sha256,
+            signature=signature,
+            server_public_key=server_public_key,
+            last_round=held[0] if held else None,
+            transfer=transfer,
+            members=members,
+        )
         if decision:
             with self.lock:
                 held = self.entries.get(cluster_id)
                 if held is not None and held[0] >= round_idx:
-                    return Decision(False, "stale", f"cluster {cluster_id}: round {held[0]} already held")
+                    return Decision(
+                        False, "stale", f"cluster {cluster_id}: round {held[0]} already held"
+                    )
                 self.entries[cluster_id] = (round_idx, params, sha256, members)
                 self.lock.notify_all()
         return decision
 
-    def for_round(self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0) -> StateDict:
+    def for_round(
+        self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0
+    ) -> StateDict:
         """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their mean."""
         needed = [c for c, w in membership if w > 0]
         deadline = time.monotonic() + timeout
@@ -62,8 +87,10 @@ class ModelCache:
                 shutdown.check()  # Ctrl-C ends the wait (fed_ros.ros.shutdown)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"cluster model(s) {stale} for round {round_idx} did not arrive "
-                                       f"within {timeout:.0f} s")
+                    raise TimeoutError(
+                        f"cluster model(s) {stale} for round {round_idx} did not arrive "
+                        f"within {timeout:.0f} s"
+                    )
                 self.lock.wait(min(remaining, shutdown.POLL_S))
             models = {c: have[c][1] for c in needed}
         return weighted_model(models, [(c, w) for c, w in membership if w > 0])

@@ -10,6 +10,7 @@ the scripted expert over ROS before the robot registers. Learning switched off m
 stops the arm (:class:`fed_ros.ros.arm.bridge_eval.EpisodeInterrupted`); the rest is collected
 once learning is on again.
 """
+
 from __future__ import annotations
 
 import threading
@@ -27,16 +28,27 @@ class RobotDemonstrations:
     is the learning gate, ``log`` the node's logger.
     """
 
-    def __init__(self, demo_dir: Path, params: Callable[[], Any], arm: Any, recorder: Any,
-                 arm_lock: threading.Lock, gate: Any, log: Any) -> None:
+    def __init__(
+        self,
+        demo_dir: Path,
+        params: Callable[[], Any],
+        arm: Any,
+        recorder: Any,
+        arm_lock: threading.Lock,
+        gate: Any,
+        log: Any,
+    ) -> None:
         self.demo_dir = demo_dir
         self._params, self.arm, self.recorder = params, arm, recorder
         self.arm_lock, self.gate, self.log = arm_lock, gate, log
-        self.waiting = ""  # what status() said last (read by /diagnostics, which must not read the disk)
+        self.waiting = (
+            ""  # what status() said last (read by /diagnostics, which must not read the disk)
+        )
 
     def episodes(self) -> list:
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
         from fed_ros.ros.arm.driving import local_episodes
+
         return local_episodes(self.demo_dir)
 
     def status(self) -> str:
@@ -58,14 +70,29 @@ class RobotDemonstrations:
             except EpisodeInterrupted as exc:  # learning switched off: the rest once it is on again
                 self.log.info(f"demonstrations: {exc}")
         if self.status():
-            self.log.info(f"{self.waiting}: record some (the Record service); training starts once there are enough")
+            self.log.info(
+                f"{self.waiting}: record some (the Record service); training starts once there are enough"
+            )
 
     def collect(self, count: int, first_index: int = 0) -> None:
         """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
         from fed_ros.ros.arm.driving import record_expert_demos
+
         p = self._params()
-        self.log.info(f"recording {count} demonstration(s): the scripted expert drives the arm over ROS")
+        self.log.info(
+            f"recording {count} demonstration(s): the scripted expert drives the arm over ROS"
+        )
         with self.arm_lock:
-            record_expert_demos(self.arm, self.recorder, p.tasks, count, first_index, demo_seed=p.demo_seed,
-                                noise_std=p.demo_noise_std, variation=p.variation,
-                                max_steps=p.max_episode_steps, info=self.log.info, error=self.log.error)
+            record_expert_demos(
+                self.arm,
+                self.recorder,
+                p.tasks,
+                count,
+                first_index,
+                demo_seed=p.demo_seed,
+                noise_std=p.demo_noise_std,
+                variation=p.variation,
+                max_steps=p.max_episode_steps,
+                info=self.log.info,
+                error=self.log.error,
+            )

@@ -7,6 +7,7 @@ The learning steps are the ROS-free client's (`fed_ros.learning.client`), the ve
 benchmark makes; this module adds only what ROS needs: waiting for models and peers, publishing,
 signing, the arm. Every collaborator is handed over explicitly (no node).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core.rounds.config import Membership, RoundConfig
-from fed_ros.core.rounds.coordinator import DESCRIBE, EVALUATE, SCORE, TRAIN
+from fed_ros.core.rounds.collect import DESCRIBE, EVALUATE, SCORE, TRAIN
 from fed_ros.msg import ClientDescriptor as DescriptorMsg, RobotMetrics
 from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
@@ -32,7 +33,9 @@ from fed_ros.ros.wire.tensors import encode_state_dict
 MAX_PREDICTOR_BYTES = 16 << 20
 MAX_PEER_PREDICTORS = 256
 PEER_WAIT_S = 30.0  # how long SCORE waits for the other participants' predictors
-ARM_WAIT_S = 600.0  # how long an evaluation waits for the arm (another evaluation or demonstration run)
+ARM_WAIT_S = (
+    600.0  # how long an evaluation waits for the arm (another evaluation or demonstration run)
+)
 
 
 class RobotRounds:
@@ -48,17 +51,44 @@ class RobotRounds:
     fleet's topics, published once ``wait_matched(pub, what)`` returns (the server subscribes).
     """
 
-    def __init__(self, client: Any, models: Any, uplink: Any, demos: Any, arm: Any, arm_lock: threading.Lock,
-                 params: Callable[[], Any], log: Any, stop: threading.Event, latest: Callable[[], Announcement | None],
-                 signer: Any, model_dir: Path, log_transfer: Callable[..., None], descriptor_pub: Any,
-                 metrics_pub: Any, wait_matched: Callable[[Any, str], None]) -> None:
+    def __init__(
+        self,
+        client: Any,
+        models: Any,
+        uplink: Any,
+        demos: Any,
+        arm: Any,
+        arm_lock: threading.Lock,
+        params: Callable[[], Any],
+        log: Any,
+        stop: threading.Event,
+        latest: Callable[[], Announcement | None],
+        signer: Any,
+        model_dir: Path,
+        log_transfer: Callable[..., None],
+        descriptor_pub: Any,
+        metrics_pub: Any,
+        wait_matched: Callable[[Any, str], None],
+    ) -> None:
         self.client, self.models, self.uplink, self.demos = client, models, uplink, demos
         self.arm, self.arm_lock, self.params, self.log, self.stop = arm, arm_lock, params, log, stop
-        self.latest, self.signer, self.model_dir, self.log_transfer = latest, signer, model_dir, log_transfer
-        self.descriptor_pub, self.metrics_pub, self.wait_matched = descriptor_pub, metrics_pub, wait_matched
+        self.latest, self.signer, self.model_dir, self.log_transfer = (
+            latest,
+            signer,
+            model_dir,
+            log_transfer,
+        )
+        self.descriptor_pub, self.metrics_pub, self.wait_matched = (
+            descriptor_pub,
+            metrics_pub,
+            wait_matched,
+        )
         self.robot_id: str = client.robot_id
         self.peer_predictors: dict[tuple[int, str], bytes] = {}  # RND: (round, robot) -> predictor
-        self.last_train: tuple[int, float] = (0, 0.0)  # steps and seconds of the last fit (diagnostics)
+        self.last_train: tuple[int, float] = (
+            0,
+            0.0,
+        )  # steps and seconds of the last fit (diagnostics)
 
     def on_peer_descriptor(self, msg) -> None:
         """Keep the peers' RND predictors (the SCORE stage scores them on local data)."""
@@ -67,8 +97,13 @@ class RobotRounds:
         # its announcement), at most MAX_PREDICTOR_BYTES each and MAX_PEER_PREDICTORS in all.
         ann = self.latest()
         rid, round_idx = str(msg.robot_id), int(msg.round)
-        if int(msg.kind) != DescriptorMsg.KIND_RND or not len(msg.payload) or len(msg.payload) > MAX_PREDICTOR_BYTES \
-                or len(rid) > 256 or rid == self.robot_id:
+        if (
+            int(msg.kind) != DescriptorMsg.KIND_RND
+            or not len(msg.payload)
+            or len(msg.payload) > MAX_PREDICTOR_BYTES
+            or len(rid) > 256
+            or rid == self.robot_id
+        ):
             return
         if ann is not None:
             if not ann.round_idx <= round_idx <= ann.round_idx + 1:
@@ -77,7 +112,9 @@ class RobotRounds:
                 return
             for key in [k for k in self.peer_predictors if k[0] < ann.round_idx]:
                 del self.peer_predictors[key]
-        if (round_idx, rid) not in self.peer_predictors and len(self.peer_predictors) >= MAX_PEER_PREDICTORS:
+        if (round_idx, rid) not in self.peer_predictors and len(
+            self.peer_predictors
+        ) >= MAX_PEER_PREDICTORS:
             return
         self.peer_predictors[(round_idx, rid)] = bytes(msg.payload)
 
@@ -88,16 +125,19 @@ class RobotRounds:
         waiting = self.demos.status() if ann.stage in (TRAIN, DESCRIBE, SCORE) else ""
         if waiting:
             # Expected on a new arm: no error, the server is told why this robot sits the stage out.
-            self.log.info(f"round {ann.round_idx} {ann.stage}: {waiting}; not taking part",
-                          throttle_duration_sec=30.0)
+            self.log.info(
+                f"round {ann.round_idx} {ann.stage}: {waiting}; not taking part",
+                throttle_duration_sec=30.0,
+            )
             self.decline(ann, membership, waiting)
             return
         self.log.info(f"round {ann.round_idx} {ann.stage}: obeying {config}")
         if ann.stage == TRAIN:
             self.train(ann, membership, config)
         elif ann.stage == DESCRIBE:
-            self.publish_descriptor(self.client.stage_descriptor(DESCRIBE, config, self.demos.episodes()),
-                                    ann.round_idx)
+            self.publish_descriptor(
+                self.client.stage_descriptor(DESCRIBE, config, self.demos.episodes()), ann.round_idx
+            )
         elif ann.stage == SCORE:
             self.score(ann, config)
         elif ann.stage == EVALUATE:
@@ -116,28 +156,47 @@ class RobotRounds:
 
         episodes = self.demos.episodes()
         # Waits here for the round's cluster model(s) still on their way.
-        start = self.client.choose_start(membership, lambda m: self.models.for_round(ann.round_idx, m), config,
-                                         episodes)
+        start = self.client.choose_start(
+            membership, lambda m: self.models.for_round(ann.round_idx, m), config, episodes
+        )
         t0 = time.monotonic()
-        result = self.client.fit(start.model, config, episodes, ann.round_idx,
-                                 on_step=self._on_train_step(ann.round_idx))
+        result = self.client.fit(
+            start.model, config, episodes, ann.round_idx, on_step=self._on_train_step(ann.round_idx)
+        )
         metrics = result.metrics
-        self.last_train = (int(metrics.get("steps", 0)), time.monotonic() - t0)  # diagnostics: throughput
-        save_checkpoint(self.model_dir / f"local_round_{ann.round_idx:04d}.safetensors", result.params,
-                        self.client.policy_cfg)
-        fields = dict(cluster_id=start.cluster_id, num_samples=result.num_samples,
-                      train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
-                      val_loss=float(metrics.get("val_nll", math.nan)))
+        self.last_train = (
+            int(metrics.get("steps", 0)),
+            time.monotonic() - t0,
+        )  # diagnostics: throughput
+        save_checkpoint(
+            self.model_dir / f"local_round_{ann.round_idx:04d}.safetensors",
+            result.params,
+            self.client.policy_cfg,
+        )
+        fields = dict(
+            cluster_id=start.cluster_id,
+            num_samples=result.num_samples,
+            train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
+            val_loss=float(metrics.get("val_nll", math.nan)),
+        )
         out = self.uplink.offer(encode_state_dict(result.params), ann, fields)
         self.log.info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
-            f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}")
+            f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}"
+        )
 
     def decline(self, ann: Announcement, membership: Membership, reason: str) -> None:
         """Tell the server this robot will not answer the stage, and why (RobotMetrics, accepted false)."""
-        msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
-                           num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=math.nan,
-                           accepted=False, reason=reason)
+        msg = RobotMetrics(
+            robot_id=self.robot_id,
+            cluster_ids=[int(c) for c, w in membership if w > 0],
+            num_samples=0,
+            train_loss=math.nan,
+            val_loss=math.nan,
+            success_rate=math.nan,
+            accepted=False,
+            reason=reason,
+        )
         self.publish_metrics(msg)
 
     def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
@@ -148,7 +207,10 @@ class RobotRounds:
             shutdown.check(self.stop)
             if time.monotonic() - last[0] >= 10.0:
                 last[0] = time.monotonic()
-                self.log.info(f"round {round_idx}: training, step {step} (bc {values.get('bc', math.nan):.3f})")
+                self.log.info(
+                    f"round {round_idx}: training, step {step} (bc {values.get('bc', math.nan):.3f})"
+                )
+
         return on_step
 
     # ------------------------------------------------------------------ DESCRIBE / SCORE
@@ -160,15 +222,20 @@ class RobotRounds:
         while any((ann.round_idx, r) not in have for r in peers) and time.monotonic() < deadline:
             shutdown.sleep(0.1, self.stop)
         predictors = {r: have[(ann.round_idx, r)] for r in peers if (ann.round_idx, r) in have}
-        self.publish_descriptor(self.client.stage_descriptor(SCORE, config, self.demos.episodes(), predictors),
-                                ann.round_idx)
+        self.publish_descriptor(
+            self.client.stage_descriptor(SCORE, config, self.demos.episodes(), predictors),
+            ann.round_idx,
+        )
 
     def publish_descriptor(self, desc, round_idx: int) -> None:
         nonce = secrets.token_bytes(16)
         signature = b""
         if self.signer is not None:
             from fed_ros.core.checks.descriptor_checks import digest_of_descriptor
-            signature = self.signer.sign_descriptor(round_idx, self.robot_id, nonce, digest_of_descriptor(desc))
+
+            signature = self.signer.sign_descriptor(
+                round_idx, self.robot_id, nonce, digest_of_descriptor(desc)
+            )
         msg = descriptor_to_msg(desc, round_idx, nonce=nonce, signature=signature)
         self.wait_matched(self.descriptor_pub, "the fleet's descriptors topic")
         self.descriptor_pub.publish(msg)
@@ -179,9 +246,12 @@ class RobotRounds:
         self.metrics_pub.publish(msg)
 
     # ------------------------------------------------------------------ EVALUATE
-    def evaluate_model(self, model: dict[str, np.ndarray], episodes: int, seed: int) -> dict[str, float]:
+    def evaluate_model(
+        self, model: dict[str, np.ndarray], episodes: int, seed: int
+    ) -> dict[str, float]:
         """Closed-loop success rate per task, driving this robot's arm over ROS (one driver at a time)."""
         from fed_ros.ros.arm.driving import InputTally, run_policy
+
         p = self.params()
         deadline = time.monotonic() + ARM_WAIT_S
         while not self.arm_lock.acquire(timeout=shutdown.POLL_S):
@@ -195,23 +265,45 @@ class RobotRounds:
 
             def rollout(runner):
                 tallies.append(InputTally(runner))  # what the policy was fed (camera frames or not)
-                return run_policy(self.arm, tallies[-1], list(p.tasks), p.variation, episodes, seed,
-                                  p.max_episode_steps, source=source)
+                return run_policy(
+                    self.arm,
+                    tallies[-1],
+                    list(p.tasks),
+                    p.variation,
+                    episodes,
+                    seed,
+                    p.max_episode_steps,
+                    source=source,
+                )
+
             rates = self.client.evaluate(model, rollout)
-            self.log_transfer(kind="rollout_inputs", source=source, episodes=episodes, **tallies[-1].summary())
+            self.log_transfer(
+                kind="rollout_inputs", source=source, episodes=episodes, **tallies[-1].summary()
+            )
             return rates
         finally:
             self.arm_lock.release()
 
-    def evaluate_round(self, ann: Announcement, membership: Membership, config: RoundConfig) -> None:
+    def evaluate_round(
+        self, ann: Announcement, membership: Membership, config: RoundConfig
+    ) -> None:
         model = self.models.for_round(ann.round_idx, membership)
         t0 = time.monotonic()
-        episodes = config.eval_episodes or self.params().eval_episodes  # the server's request, else our own
+        episodes = (
+            config.eval_episodes or self.params().eval_episodes
+        )  # the server's request, else our own
         rates = self.evaluate_model(model, episodes, seed=self.params().seed)
         mean = float(np.mean(list(rates.values())))
-        msg = RobotMetrics(robot_id=self.robot_id, cluster_ids=[int(c) for c, w in membership if w > 0],
-                           num_samples=0, train_loss=math.nan, val_loss=math.nan, success_rate=mean,
-                           accepted=True, reason=json.dumps(rates))
+        msg = RobotMetrics(
+            robot_id=self.robot_id,
+            cluster_ids=[int(c) for c, w in membership if w > 0],
+            num_samples=0,
+            train_loss=math.nan,
+            val_loss=math.nan,
+            success_rate=mean,
+            accepted=True,
+            reason=json.dumps(rates),
+        )
         self.publish_metrics(msg)
         self.log_transfer(kind="evaluation", round=ann.round_idx, success=rates)
         self.log.info(f"round {ann.round_idx}: evaluated {rates} in {time.monotonic() - t0:.1f} s")

@@ -5,6 +5,7 @@ owns the update's life after training: the TransferSender (chunks or a bulk offe
 Outbox of unacknowledged updates (re-sent on the retry schedule until the server's
 UpdateAck or the round's deadline), answers to chunk resend requests, and the transfer log.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -22,16 +23,28 @@ class UpdateUplink:
     """Updates out of one robot node: ``publisher`` sends them, ``wait_for_server()`` blocks until the
     server's subscription is matched (TimeoutError when it is not)."""
 
-    def __init__(self, publisher, robot_id: str, *, signer, transfer_channel: str, bulk_threshold_bytes: int,
-                 retry_s: float, log_transfer: Callable[..., None], log: Any,
-                 wait_for_server: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        publisher,
+        robot_id: str,
+        *,
+        signer,
+        transfer_channel: str,
+        bulk_threshold_bytes: int,
+        retry_s: float,
+        log_transfer: Callable[..., None],
+        log: Any,
+        wait_for_server: Callable[[], None],
+    ) -> None:
         self.pub, self.robot_id, self.signer, self.log = publisher, robot_id, signer, log
         self.wait_for_server = wait_for_server
         self.sender = TransferSender(transfer_channel, bulk_threshold_bytes=bulk_threshold_bytes)
         self.outbox = Outbox(RetrySchedule(first_s=retry_s, max_s=max(10.0, retry_s)))
         self._log_transfer = log_transfer
         self._matched = 0  # subscriptions our update writer matched at the last tick
-        self._lost_at: float | None = None  # when every match was lost (e.g. an outage beyond the DDS lease)
+        self._lost_at: float | None = (
+            None  # when every match was lost (e.g. an outage beyond the DDS lease)
+        )
         self.last_rejection = ""  # the server's last rejection of our update (diagnostics)
 
     def cached(self, round_idx: int):
@@ -42,16 +55,33 @@ class UpdateUplink:
         """Sign and send an update (new bytes, or a cached Outgoing's); keep it until acknowledged."""
         nonce = secrets.token_bytes(16)
         pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
-        header = dict(fields, robot_id=self.robot_id, round_idx=ann.round_idx, base_round=ann.round_idx,
-                      nonce=nonce, signature=b"")
-        out = (self.sender.reissue(payload, pid, **header) if isinstance(payload, Outgoing)
-               else self.sender.prepare(payload, pid, **header))
+        header = dict(
+            fields,
+            robot_id=self.robot_id,
+            round_idx=ann.round_idx,
+            base_round=ann.round_idx,
+            nonce=nonce,
+            signature=b"",
+        )
+        out = (
+            self.sender.reissue(payload, pid, **header)
+            if isinstance(payload, Outgoing)
+            else self.sender.prepare(payload, pid, **header)
+        )
         if self.signer is not None:
             out.meta["signature"] = self.signer.sign_update(
-                ann.round_idx, self.robot_id, nonce, out.encoded.sha256, base_round=ann.round_idx,
-                num_samples=fields["num_samples"], cluster_id=fields["cluster_id"],
-                transfer=out.chunker.transfer_digest())  # payload id, chunk list, bulk address: all signed
-        self._log_transfer(kind="update_ready", round=ann.round_idx, payload_id=pid, bytes=out.encoded.total_bytes)
+                ann.round_idx,
+                self.robot_id,
+                nonce,
+                out.encoded.sha256,
+                base_round=ann.round_idx,
+                num_samples=fields["num_samples"],
+                cluster_id=fields["cluster_id"],
+                transfer=out.chunker.transfer_digest(),
+            )  # payload id, chunk list, bulk address: all signed
+        self._log_transfer(
+            kind="update_ready", round=ann.round_idx, payload_id=pid, bytes=out.encoded.total_bytes
+        )
         try:
             self.wait_for_server()
             self.publish(out)
@@ -59,18 +89,27 @@ class UpdateUplink:
         except TimeoutError as exc:
             # The server is unreachable (e.g. the link is down): keep the update; resend_due sends
             # it as soon as the server is matched again, until the round's deadline.
-            self.log.warning(f"round {ann.round_idx}: {exc}; the update is kept and sent when "
-                                           f"the server is matched again")
+            self.log.warning(
+                f"round {ann.round_idx}: {exc}; the update is kept and sent when "
+                f"the server is matched again"
+            )
             sent = False
         # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
         deadline = time.monotonic() + (ann.deadline_s - time.time())
-        entry = self.outbox.reopen(ann.round_idx, pid, out, deadline) or self.outbox.add(ann.round_idx, pid, out,
-                                                                                          deadline)
+        entry = self.outbox.reopen(ann.round_idx, pid, out, deadline) or self.outbox.add(
+            ann.round_idx, pid, out, deadline
+        )
         if not sent:
             entry.sends, entry.next_due = 0, time.monotonic()  # due at the first tick with a match
         self.outbox.forget_before(ann.round_idx - 1)
-        self._log_transfer(kind="update_sent" if sent else "update_queued", round=ann.round_idx, payload_id=pid,
-                           sha256=out.encoded.sha256, bytes=out.encoded.total_bytes, channel=out.channel)
+        self._log_transfer(
+            kind="update_sent" if sent else "update_queued",
+            round=ann.round_idx,
+            payload_id=pid,
+            sha256=out.encoded.sha256,
+            bytes=out.encoded.total_bytes,
+            channel=out.channel,
+        )
         return out
 
     def publish(self, out: Outgoing) -> None:
@@ -96,14 +135,24 @@ class UpdateUplink:
         decision = Decision(bool(msg.accepted), str(msg.code), str(msg.reason))
         if self.outbox.acknowledge(str(msg.payload_id), decision) is None:
             return  # not ours any more, or acknowledged before
-        self._log_transfer(kind="update_ack", round=int(msg.round), payload_id=str(msg.payload_id),
-                           accepted=decision.accepted, code=decision.code, reason=decision.reason)
+        self._log_transfer(
+            kind="update_ack",
+            round=int(msg.round),
+            payload_id=str(msg.payload_id),
+            accepted=decision.accepted,
+            code=decision.code,
+            reason=decision.reason,
+        )
         if decision:
             self.log.info(f"round {msg.round}: update accepted by the server")
         else:
-            self.last_rejection = f"round {msg.round} ({decision.code}): {decision.reason}"[:300]  # diagnostics
-            self.log.warning(f"round {msg.round}: update rejected by the server ({decision.code}): "
-                                           f"{decision.reason}")
+            self.last_rejection = f"round {msg.round} ({decision.code}): {decision.reason}"[
+                :300
+            ]  # diagnostics
+            self.log.warning(
+                f"round {msg.round}: update rejected by the server ({decision.code}): "
+                f"{decision.reason}"
+            )
 
     def resend_due(self) -> None:
         """Re-send unacknowledged updates whose retry time came (only when someone can hear them).
@@ -121,8 +170,10 @@ class UpdateUplink:
         self._matched = matched
         if matched > 0:
             for entry in self.outbox.due():
-                self.log.warning(f"round {entry.round_idx}: update not acknowledged; re-sending "
-                                               f"(send {entry.sends})")
+                self.log.warning(
+                    f"round {entry.round_idx}: update not acknowledged; re-sending "
+                    f"(send {entry.sends})"
+                )
                 self.publish(entry.item)
 
     def close(self) -> None:

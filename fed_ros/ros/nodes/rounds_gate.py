@@ -15,6 +15,7 @@ server exits 0 (whatever ``exit_when_done`` says). A pause in force does not del
 The state machine lives in :class:`fed_ros.core.rounds.coordinator.RoundCoordinator` (``paused``,
 ``held``, ``end_requested``); this module only turns parameters and services into it.
 """
+
 from __future__ import annotations
 
 from rclpy.parameter import Parameter
@@ -29,14 +30,20 @@ class RoundsGate:
 
     def __init__(self, node, enabled: bool, callback_group=None) -> None:
         from std_srvs.srv import SetBool, Trigger
+
         self.node = node
         node.coord.paused = not enabled
         if not enabled:
-            node.get_logger().warning("rounds DISABLED (rounds_enabled false): no round is announced "
-                                      "until it is set true")
+            node.get_logger().warning(
+                "rounds DISABLED (rounds_enabled false): no round is announced until it is set true"
+            )
         node.add_post_set_parameters_callback(self._after_set)
-        node.create_service(SetBool, "~/set_rounds", self._on_set_rounds, callback_group=callback_group)
-        node.create_service(Trigger, "~/end_fleet", self._on_end_fleet, callback_group=callback_group)
+        node.create_service(
+            SetBool, "~/set_rounds", self._on_set_rounds, callback_group=callback_group
+        )
+        node.create_service(
+            Trigger, "~/end_fleet", self._on_end_fleet, callback_group=callback_group
+        )
 
     @property
     def enabled(self) -> bool:
@@ -50,18 +57,29 @@ class RoundsGate:
                 coord.paused = not bool(p.value)
                 if p.value:
                     self.node.get_logger().warning(
-                        "rounds ENABLED: " + (f"announcing round {coord.round_idx}" if coord.held
-                                              else "the next round is announced when due"))
+                        "rounds ENABLED: "
+                        + (
+                            f"announcing round {coord.round_idx}"
+                            if coord.held
+                            else "the next round is announced when due"
+                        )
+                    )
                 else:
                     self.node.get_logger().warning(
                         "rounds DISABLED (paused): the round in progress finishes; no new round is "
-                        "announced until rounds_enabled is true")
+                        "announced until rounds_enabled is true"
+                    )
 
     def _on_set_rounds(self, request, response):
-        result = self.node.set_parameters([Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))])[0]
+        result = self.node.set_parameters(
+            [Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))]
+        )[0]
         response.success = bool(result.successful)
-        response.message = (f"rounds {'enabled' if request.data else 'paused'}" if result.successful
-                            else result.reason)
+        response.message = (
+            f"rounds {'enabled' if request.data else 'paused'}"
+            if result.successful
+            else result.reason
+        )
         return response
 
     def _on_end_fleet(self, request, response):
@@ -70,23 +88,35 @@ class RoundsGate:
         # The server exits 0 once STAGE_DONE is out, as after the last round with exit_when_done
         # (set through the parameter, so `ros2 param get` shows it; also ends a server that stays up).
         self.node.set_parameters([Parameter("exit_when_done", Parameter.Type.BOOL, True)])
-        where = ("federation already finished" if coord.finished else
-                 f"round {coord.current_plan.round_idx} {coord.current_plan.stage} in progress"
-                 if coord.collector is not None else f"no round in progress (next: {coord.round_idx})")
-        response.success, response.message = True, f"ending the federation after the current round: {where}"
+        where = (
+            "federation already finished"
+            if coord.finished
+            else f"round {coord.current_plan.round_idx} {coord.current_plan.stage} in progress"
+            if coord.collector is not None
+            else f"no round in progress (next: {coord.round_idx})"
+        )
+        response.success, response.message = (
+            True,
+            f"ending the federation after the current round: {where}",
+        )
         self.node.get_logger().warning(f"end_fleet: {response.message}")
         return response
 
     def after_round(self, plan) -> None:
         """A round closed: say so when the pause held the next one back."""
         if plan is None and self.node.coord.held:
-            self.node.get_logger().warning(f"rounds paused: round {self.node.coord.round_idx} is not announced "
-                                           "until rounds_enabled is true")
+            self.node.get_logger().warning(
+                f"rounds paused: round {self.node.coord.round_idx} is not announced "
+                "until rounds_enabled is true"
+            )
 
     def deliver_done(self, timeout_s: float = DONE_ACK_TIMEOUT_S) -> None:
         """Before the exit 0 after STAGE_DONE (not on Ctrl-C), wait (bounded) until the robots'
         readers acknowledged the announcement, so the last thing they see is the end of the federation."""
         if self.node.exit_code == 0 and self.node.coord.finished:
             from rclpy.duration import Duration
+
             if not self.node.announce_pub.wait_for_all_acked(Duration(seconds=timeout_s)):
-                self.node.get_logger().warning(f"STAGE_DONE not acknowledged by every robot within {timeout_s:.0f} s")
+                self.node.get_logger().warning(
+                    f"STAGE_DONE not acknowledged by every robot within {timeout_s:.0f} s"
+                )

@@ -11,6 +11,7 @@ On shutdown a HOLD goes out last. Buttons: record start / stop call the robot no
 ``fed_ros/srv/Record`` service (STOP with the last label, success by default), gripper toggle
 flips the gripper between open and closed.
 """
+
 from __future__ import annotations
 
 import sys
@@ -28,16 +29,17 @@ from fed_ros.core.arm.safety import MODE_HOLD, MODE_OSC_POSITION
 from fed_ros.core.arm.teleop import TeleopMapper, load_teleop_profile
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.fleet.params import TeleopParams
+from fed_ros.ros.fleet.arm_params import TeleopParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.ros.wire import qos
+
 
 class TeleopNode(Node):
     """Device messages in, ArmCommand out; Record calls on buttons."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__("teleop", **kwargs)
-        # Typed, bounded parameters (fleet.params.TeleopParams); the timeouts change live.
+        # Typed, bounded parameters (fleet.arm_params.TeleopParams); the timeouts change live.
         self.params = p = declare_typed_parameters(self, TeleopParams, self._on_params_changed)
         self.profile = load_teleop_profile(p.profile)
         if self.profile.input == "twist" and not p.twist_topic:
@@ -48,7 +50,9 @@ class TeleopNode(Node):
         self._obs_ns = 0
         self._instruction = ""
         self._success = True  # label of the recording in progress (label buttons; default success)
-        self._holding: str | None = None  # why the last command was a HOLD (None: moving / nothing sent)
+        self._holding: str | None = (
+            None  # why the last command was a HOLD (None: moving / nothing sent)
+        )
         self._logged = ("", 0.0)
         self._record_busy = threading.Lock()
         self._stopped = False
@@ -58,18 +62,30 @@ class TeleopNode(Node):
         from geometry_msgs.msg import Twist
         from sensor_msgs.msg import Joy
         from std_msgs.msg import String
+
         self._ArmCommand, self._Record = ArmCommand, Record
         group = ReentrantCallbackGroup()
-        self._pub = self.create_publisher(ArmCommand, at.COMMAND_TOPIC, at.qos_for(at.COMMAND_TOPIC, subscriber=False))
-        self.create_subscription(EpisodeStatus, at.EPISODE_STATUS_TOPIC, self._on_status,
-                                 at.qos_for(at.EPISODE_STATUS_TOPIC), callback_group=group)
-        self.create_subscription(String, at.TASK_TOPIC, self._on_task, at.qos_for(at.TASK_TOPIC),
-                                 callback_group=group)
+        self._pub = self.create_publisher(
+            ArmCommand, at.COMMAND_TOPIC, at.qos_for(at.COMMAND_TOPIC, subscriber=False)
+        )
+        self.create_subscription(
+            EpisodeStatus,
+            at.EPISODE_STATUS_TOPIC,
+            self._on_status,
+            at.qos_for(at.EPISODE_STATUS_TOPIC),
+            callback_group=group,
+        )
+        self.create_subscription(
+            String, at.TASK_TOPIC, self._on_task, at.qos_for(at.TASK_TOPIC), callback_group=group
+        )
         # Best effort takes any driver's publisher (joy: reliable, spacenav: system default).
-        self.create_subscription(Joy, p.joy_topic, self._on_joy, qos.sensor_qos(depth=10), callback_group=group)
+        self.create_subscription(
+            Joy, p.joy_topic, self._on_joy, qos.sensor_qos(depth=10), callback_group=group
+        )
         if p.twist_topic:
-            self.create_subscription(Twist, p.twist_topic, self._on_twist, qos.sensor_qos(depth=10),
-                                     callback_group=group)
+            self.create_subscription(
+                Twist, p.twist_topic, self._on_twist, qos.sensor_qos(depth=10), callback_group=group
+            )
         self._record = self.create_client(Record, p.record_service, callback_group=group)
         self.create_timer(1.0 / p.rate_hz, self._tick, callback_group=group)
         self.get_logger().info(
@@ -77,7 +93,8 @@ class TeleopNode(Node):
             f"{self.resolve_topic_name(p.joy_topic)}"
             + (f", Twist on {self.resolve_topic_name(p.twist_topic)}" if p.twist_topic else "")
             + f", commands on {self.resolve_topic_name(at.COMMAND_TOPIC)} at {p.rate_hz:g} Hz; "
-              f"hold button {self.profile.buttons['deadman']} (deadman) to move")
+            f"hold button {self.profile.buttons['deadman']} (deadman) to move"
+        )
 
     # ------------------------------------------------------------------ inputs
     def _on_status(self, msg) -> None:
@@ -96,7 +113,9 @@ class TeleopNode(Node):
                 self.get_logger().info(f"gripper: {'closed' if gripper > 0 else 'open'}")
             elif event in ("label_success", "label_failure"):
                 self._success = event == "label_success"
-                self.get_logger().info(f"label: {'success' if self._success else 'failure'} (sent with record stop)")
+                self.get_logger().info(
+                    f"label: {'success' if self._success else 'failure'} (sent with record stop)"
+                )
             elif event in ("record_start", "record_stop"):
                 self._start_record_call(event)
 
@@ -109,9 +128,15 @@ class TeleopNode(Node):
     def _on_params_changed(self, params: TeleopParams) -> None:
         """A live change (already checked): the Record timeout and the hold-log period."""
         with self.lock:
-            self.params, self.record_timeout, self.log_period = params, params.record_timeout_s, params.log_period_s
-        self.get_logger().info(f"parameters applied: record_timeout_s={params.record_timeout_s:g}, "
-                               f"log_period_s={params.log_period_s:g}")
+            self.params, self.record_timeout, self.log_period = (
+                params,
+                params.record_timeout_s,
+                params.log_period_s,
+            )
+        self.get_logger().info(
+            f"parameters applied: record_timeout_s={params.record_timeout_s:g}, "
+            f"log_period_s={params.log_period_s:g}"
+        )
 
     def _tick(self) -> None:
         with self.lock:
@@ -166,6 +191,7 @@ class TeleopNode(Node):
 
     def _record_call(self, event: str) -> None:
         from fed_ros.ros.wire.service_calls import call_service
+
         Req = self._Record.Request
         try:
             if event == "record_start":
@@ -179,14 +205,18 @@ class TeleopNode(Node):
             # One try (call_service): starting or stopping a recording twice is not harmless.
             response = call_service(self._record, request, self.record_timeout)
             if response is None:
-                self.get_logger().error(f"{event}: {name!r} did not answer in {self.record_timeout:g} s")
+                self.get_logger().error(
+                    f"{event}: {name!r} did not answer in {self.record_timeout:g} s"
+                )
             elif not response.ok:
                 self.get_logger().error(f"{event} refused: {response.message}")
             elif event == "record_start":
                 self.get_logger().info(f"recording started ({self.task})")
             else:
-                self.get_logger().info(f"recording stopped ({'success' if request.success else 'failure'}): "
-                                       f"{response.num_steps} steps -> {response.episode_path}")
+                self.get_logger().info(
+                    f"recording stopped ({'success' if request.success else 'failure'}): "
+                    f"{response.num_steps} steps -> {response.episode_path}"
+                )
                 self._success = True  # the next recording starts unlabelled: success by default
         except shutdown.ShutdownRequested:
             pass

@@ -8,12 +8,18 @@ handed to the node) or rejects it with a reason naming the parameter and the val
 is ignored silently. Read-only parameters are refused by rclpy itself
 ("Trying to set a read-only parameter: <name>.").
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TypeVar
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    IntegerRange,
+    ParameterDescriptor,
+    SetParametersResult,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -21,23 +27,34 @@ from fed_ros.ros.fleet.param_spec import NodeParams, ParamSpec
 
 P = TypeVar("P", bound=NodeParams)
 
-_TYPES = {bool: Parameter.Type.BOOL, int: Parameter.Type.INTEGER, float: Parameter.Type.DOUBLE,
-          str: Parameter.Type.STRING, list: Parameter.Type.STRING_ARRAY}
+_TYPES = {
+    bool: Parameter.Type.BOOL,
+    int: Parameter.Type.INTEGER,
+    float: Parameter.Type.DOUBLE,
+    str: Parameter.Type.STRING,
+    list: Parameter.Type.STRING_ARRAY,
+}
 # Declared by rclpy on every node; not ours to check.
 ROS_BUILTIN_PARAMS = frozenset({"use_sim_time", "start_type_description_service"})
 
 
 def descriptor_for(spec: ParamSpec) -> ParameterDescriptor:
     """The ParameterDescriptor of one typed parameter."""
-    d = ParameterDescriptor(name=spec.name, type=_TYPES[spec.type].value, description=spec.describe(),
-                            read_only=not spec.live)
+    d = ParameterDescriptor(
+        name=spec.name,
+        type=_TYPES[spec.type].value,
+        description=spec.describe(),
+        read_only=not spec.live,
+    )
     if spec.choices:
         d.additional_constraints = f"one of: {', '.join(spec.choices)}"
     if spec.ge is not None and spec.le is not None:  # ROS ranges are inclusive at both ends
         if spec.type is int:
             d.integer_range = [IntegerRange(from_value=int(spec.ge), to_value=int(spec.le), step=0)]
         elif spec.type is float:
-            d.floating_point_range = [FloatingPointRange(from_value=float(spec.ge), to_value=float(spec.le), step=0.0)]
+            d.floating_point_range = [
+                FloatingPointRange(from_value=float(spec.ge), to_value=float(spec.le), step=0.0)
+            ]
     return d
 
 
@@ -54,8 +71,9 @@ def _override_value(node: Node, spec: ParamSpec):
     return value
 
 
-def declare_typed_parameters(node: Node, cls: type[P], on_change: Callable[[P], None],
-                             **context) -> P:
+def declare_typed_parameters(
+    node: Node, cls: type[P], on_change: Callable[[P], None], **context
+) -> P:
     """Declare ``cls``'s parameters on ``node``, validate them, and install the live-change callback.
 
     Returns the validated parameters; ``on_change(new_params)`` runs after every accepted
@@ -65,21 +83,33 @@ def declare_typed_parameters(node: Node, cls: type[P], on_change: Callable[[P], 
     overrides = set(node._parameter_overrides) - ROS_BUILTIN_PARAMS
     unknown = sorted(n for n in overrides if n not in specs and not cls.is_open(n))
     if unknown:
-        raise ValueError(f"unknown {cls.NODE} parameter {unknown[0]!r} (known: {', '.join(sorted(specs))})")
+        raise ValueError(
+            f"unknown {cls.NODE} parameter {unknown[0]!r} (known: {', '.join(sorted(specs))})"
+        )
     values = {}
     for name, spec in specs.items():
         given = _override_value(node, spec)
         default = list(spec.default) if spec.type is list else spec.default
         if given is not None:
             spec.coerce(cls.NODE, given)  # a clear error before rclpy's generic type message
-        node.declare_parameter(name, default if given is None else given, descriptor_for(spec),
-                               ignore_override=True)
+        node.declare_parameter(
+            name, default if given is None else given, descriptor_for(spec), ignore_override=True
+        )
         values[name] = node.get_parameter(name).value
-    for name in sorted(n for n in overrides if cls.is_open(n)):  # e.g. strategy.beta: read-only pass-through
-        node.declare_parameter(name, node._parameter_overrides[name].value,
-                               ParameterDescriptor(name=name, read_only=True, dynamic_typing=True,
-                                                   description=f"passed to the {name.split('.')[0]} settings"),
-                               ignore_override=True)
+    for name in sorted(
+        n for n in overrides if cls.is_open(n)
+    ):  # e.g. strategy.beta: read-only pass-through
+        node.declare_parameter(
+            name,
+            node._parameter_overrides[name].value,
+            ParameterDescriptor(
+                name=name,
+                read_only=True,
+                dynamic_typing=True,
+                description=f"passed to the {name.split('.')[0]} settings",
+            ),
+            ignore_override=True,
+        )
         values[name] = node.get_parameter(name).value
     holder = [cls.from_mapping(values, **context)]
 
@@ -88,8 +118,11 @@ def declare_typed_parameters(node: Node, cls: type[P], on_change: Callable[[P], 
         for p in parameters:
             spec = specs.get(p.name)
             if spec is None or not spec.live:
-                return SetParametersResult(successful=False, reason=f"{cls.NODE} parameter {p.name!r} cannot "
-                                                                    f"change while the node runs (got {p.value!r})")
+                return SetParametersResult(
+                    successful=False,
+                    reason=f"{cls.NODE} parameter {p.name!r} cannot "
+                    f"change while the node runs (got {p.value!r})",
+                )
             changes[p.name] = p.value
         try:
             new = holder[0].replace(**changes)
@@ -97,8 +130,10 @@ def declare_typed_parameters(node: Node, cls: type[P], on_change: Callable[[P], 
             return SetParametersResult(successful=False, reason=str(exc))
         holder[0] = new
         on_change(new)
-        return SetParametersResult(successful=True, reason="applied: " + ", ".join(
-            f"{k}={v!r}" for k, v in changes.items()))
+        return SetParametersResult(
+            successful=True,
+            reason="applied: " + ", ".join(f"{k}={v!r}" for k, v in changes.items()),
+        )
 
     node.add_on_set_parameters_callback(on_set)
     return holder[0]

@@ -6,6 +6,7 @@ the whole payload's sha256 on completion, reports missing chunks after a timeout
 the resent ones (the resend request codec is here too). The sending half is in
 ``chunk_sender.py``; ``transport.py`` re-exports both.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,14 @@ import numpy as np
 from fed_ros.core.params import Manifest
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.chunk_sender import MAX_PAYLOAD_ID
-from fed_ros.ros.wire.tensors import (ENCODING_NAMES, StateDict, bytes_view, decode_state_dict, encoded_size,
-                                      manifest_from_msgs)
+from fed_ros.ros.wire.tensors import (
+    ENCODING_NAMES,
+    StateDict,
+    bytes_view,
+    decode_state_dict,
+    encoded_size,
+    manifest_from_msgs,
+)
 
 # Size caps (V1): a payload larger than this is rejected from its first chunk's header.
 DEFAULT_MAX_TOTAL_BYTES = 256 << 20
@@ -85,44 +92,65 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
     """
     pid = msg.payload_id
     if not pid or len(pid) > MAX_PAYLOAD_ID:
-        raise PayloadRejected(f"payload_id must be 1..{MAX_PAYLOAD_ID} characters, got {pid[:80]!r}")
+        raise PayloadRejected(
+            f"payload_id must be 1..{MAX_PAYLOAD_ID} characters, got {pid[:80]!r}"
+        )
     total = int(msg.total_bytes)
     if total > limits.max_total_bytes:
-        raise PayloadRejected(f"payload {pid!r}: total_bytes {total} exceeds cap {limits.max_total_bytes}",
-                              "oversize")
+        raise PayloadRejected(
+            f"payload {pid!r}: total_bytes {total} exceeds cap {limits.max_total_bytes}", "oversize"
+        )
     count, index = int(msg.chunk_count), int(msg.chunk_index)
     if not 1 <= count <= limits.max_chunks:
-        raise PayloadRejected(f"payload {pid!r}: chunk_count {count} outside [1, {limits.max_chunks}]")
+        raise PayloadRejected(
+            f"payload {pid!r}: chunk_count {count} outside [1, {limits.max_chunks}]"
+        )
     if index >= count:
         raise PayloadRejected(f"payload {pid!r}: chunk_index {index} >= chunk_count {count}")
     n = len(msg.data)
     if n > limits.max_chunk_bytes:
-        raise PayloadRejected(f"payload {pid!r}: chunk {index} has {n} bytes > cap {limits.max_chunk_bytes}")
+        raise PayloadRejected(
+            f"payload {pid!r}: chunk {index} has {n} bytes > cap {limits.max_chunk_bytes}"
+        )
     offset = int(msg.chunk_offset)
     if offset + n > total:
-        raise PayloadRejected(f"payload {pid!r}: chunk {index} [{offset}, {offset + n}) beyond total_bytes {total}")
+        raise PayloadRejected(
+            f"payload {pid!r}: chunk {index} [{offset}, {offset + n}) beyond total_bytes {total}"
+        )
     if msg.bulk_uri and (n or count != 1):
-        raise PayloadRejected(f"payload {pid!r}: a bulk_uri control message carries no data and one chunk")
+        raise PayloadRejected(
+            f"payload {pid!r}: a bulk_uri control message carries no data and one chunk"
+        )
     digests = len(msg.chunk_sha256)
     if digests != (0 if msg.bulk_uri else 32 * count):
-        raise PayloadRejected(f"payload {pid!r}: chunk_sha256 has {digests} bytes, expected "
-                              f"{0 if msg.bulk_uri else 32 * count} (32 per chunk)")
+        raise PayloadRejected(
+            f"payload {pid!r}: chunk_sha256 has {digests} bytes, expected "
+            f"{0 if msg.bulk_uri else 32 * count} (32 per chunk)"
+        )
     if int(msg.encoding) not in ENCODING_NAMES:
         raise PayloadRejected(f"payload {pid!r}: unknown encoding {msg.encoding}")
     sha = msg.sha256
     if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
-        raise PayloadRejected(f"payload {pid!r}: sha256 must be 64 lower-case hex digits, got {sha[:80]!r}")
+        raise PayloadRejected(
+            f"payload {pid!r}: sha256 must be 64 lower-case hex digits, got {sha[:80]!r}"
+        )
     if len(msg.manifest) > limits.max_manifest_tensors:
-        raise PayloadRejected(f"payload {pid!r}: {len(msg.manifest)} tensors > cap {limits.max_manifest_tensors}")
+        raise PayloadRejected(
+            f"payload {pid!r}: {len(msg.manifest)} tensors > cap {limits.max_manifest_tensors}"
+        )
     try:
         manifest = manifest_from_msgs(msg.manifest)
     except ValueError as exc:
         raise PayloadRejected(f"payload {pid!r}: {exc}") from exc
     expected = encoded_size(manifest, int(msg.encoding))
     if expected != total:
-        raise PayloadRejected(f"payload {pid!r}: manifest implies {expected} bytes, total_bytes says {total}")
+        raise PayloadRejected(
+            f"payload {pid!r}: manifest implies {expected} bytes, total_bytes says {total}"
+        )
     if int(msg.encoding) == TensorPayload.ENCODING_INT8 and len(msg.scales) != len(manifest):
-        raise PayloadRejected(f"payload {pid!r}: int8 needs {len(manifest)} scales, got {len(msg.scales)}")
+        raise PayloadRejected(
+            f"payload {pid!r}: int8 needs {len(manifest)} scales, got {len(msg.scales)}"
+        )
     return manifest
 
 
@@ -135,7 +163,9 @@ class _Pending:
     sha256: str
     buf: np.ndarray
     chunk_count: int
-    chunk_sha256: bytes = b""  # 32 bytes per chunk (checked by check_header); each chunk is verified
+    chunk_sha256: bytes = (
+        b""  # 32 bytes per chunk (checked by check_header); each chunk is verified
+    )
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     received_bytes: int = 0
     last_progress: float = 0.0
@@ -150,9 +180,14 @@ class PayloadAssembler:
     payloads are ignored too, so a late resend never starts a new assembly.
     """
 
-    def __init__(self, limits: TransferLimits | None = None, max_pending: int = 8,
-                 stall_timeout_s: float = 2.0, max_resume_requests: int = 5,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limits: TransferLimits | None = None,
+        max_pending: int = 8,
+        stall_timeout_s: float = 2.0,
+        max_resume_requests: int = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         if stall_timeout_s <= 0:
@@ -206,38 +241,53 @@ class PayloadAssembler:
         if pid in self._finished_set:
             return None
         if msg.bulk_uri:
-            raise PayloadRejected(f"payload {pid!r} travels on the bulk channel ({msg.bulk_uri}); use fetch_bulk")
+            raise PayloadRejected(
+                f"payload {pid!r} travels on the bulk channel ({msg.bulk_uri}); use fetch_bulk"
+            )
         pending = self._pending.get(pid)
         if pending is None:
             manifest = check_header(msg, self.limits)  # caps before any allocation
             self._make_room(pid)
-            pending = _Pending(header=_header_key(msg), manifest=manifest, encoding=int(msg.encoding),
-                               scales=np.array(msg.scales, dtype=np.float32), sha256=msg.sha256,
-                               buf=np.empty(int(msg.total_bytes), dtype=np.uint8),
-                               chunk_count=int(msg.chunk_count), last_progress=self._clock(),
-                               chunk_sha256=bytes(memoryview(msg.chunk_sha256)))
+            pending = _Pending(
+                header=_header_key(msg),
+                manifest=manifest,
+                encoding=int(msg.encoding),
+                scales=np.array(msg.scales, dtype=np.float32),
+                sha256=msg.sha256,
+                buf=np.empty(int(msg.total_bytes), dtype=np.uint8),
+                chunk_count=int(msg.chunk_count),
+                last_progress=self._clock(),
+                chunk_sha256=bytes(memoryview(msg.chunk_sha256)),
+            )
             self._pending[pid] = pending
         else:
             # A chunk that does not belong (another header, out of bounds) is dropped; the payload
             # assembled so far stays: a keyless peer cannot destroy an honest upload (issue 13).
             if _header_key(msg) != pending.header:
-                raise ChunkDropped(f"payload {pid!r}: chunk {msg.chunk_index} disagrees with the first chunk's "
-                                   f"header (total_bytes/chunk_count/encoding/sha256/manifest/chunk list)")
+                raise ChunkDropped(
+                    f"payload {pid!r}: chunk {msg.chunk_index} disagrees with the first chunk's "
+                    f"header (total_bytes/chunk_count/encoding/sha256/manifest/chunk list)"
+                )
             n = len(msg.data)
-            if n > self.limits.max_chunk_bytes or int(msg.chunk_index) >= pending.chunk_count \
-                    or int(msg.chunk_offset) + n > pending.buf.nbytes:
+            if (
+                n > self.limits.max_chunk_bytes
+                or int(msg.chunk_index) >= pending.chunk_count
+                or int(msg.chunk_offset) + n > pending.buf.nbytes
+            ):
                 raise ChunkDropped(f"payload {pid!r}: chunk {msg.chunk_index} out of bounds")
         index, offset, n = int(msg.chunk_index), int(msg.chunk_offset), len(msg.data)
         if index in pending.ranges:
             return None  # duplicate (resend raced the original)
-        expected = pending.chunk_sha256[32 * index: 32 * index + 32]
+        expected = pending.chunk_sha256[32 * index : 32 * index + 32]
         if expected and hashlib.sha256(memoryview(bytes_view(msg.data))).digest() != expected:
-            raise ChunkDropped(f"payload {pid!r}: chunk {index} data does not hash to its listed sha256")
+            raise ChunkDropped(
+                f"payload {pid!r}: chunk {index} data does not hash to its listed sha256"
+            )
         for other, (o_off, o_len) in pending.ranges.items():
             if offset < o_off + o_len and o_off < offset + n:
                 raise ChunkDropped(f"payload {pid!r}: chunk {index} overlaps chunk {other}")
         if n:
-            pending.buf[offset: offset + n] = bytes_view(msg.data)  # the one copy on receive
+            pending.buf[offset : offset + n] = bytes_view(msg.data)  # the one copy on receive
         pending.ranges[index] = (offset, n)
         pending.received_bytes += n
         pending.last_progress = self._clock()
@@ -246,26 +296,40 @@ class PayloadAssembler:
             return None
         self._finish(pid)
         if pending.received_bytes != pending.buf.nbytes:
-            raise PayloadRejected(f"payload {pid!r}: chunks cover {pending.received_bytes} of "
-                                  f"{pending.buf.nbytes} bytes")
+            raise PayloadRejected(
+                f"payload {pid!r}: chunks cover {pending.received_bytes} of "
+                f"{pending.buf.nbytes} bytes"
+            )
         digest = hashlib.sha256(memoryview(pending.buf)).hexdigest()
         if digest != pending.sha256:
-            raise PayloadRejected(f"payload {pid!r}: sha256 mismatch (got {digest}, header says {pending.sha256})",
-                                  "digest_mismatch")
-        return CompletePayload(payload_id=pid, manifest=pending.manifest, encoding=pending.encoding,
-                               scales=pending.scales, data=pending.buf, sha256=pending.sha256)
+            raise PayloadRejected(
+                f"payload {pid!r}: sha256 mismatch (got {digest}, header says {pending.sha256})",
+                "digest_mismatch",
+            )
+        return CompletePayload(
+            payload_id=pid,
+            manifest=pending.manifest,
+            encoding=pending.encoding,
+            scales=pending.scales,
+            data=pending.buf,
+            sha256=pending.sha256,
+        )
 
     def _make_room(self, pid: str) -> None:
         if len(self._pending) < self.max_pending:
             return
         oldest_id, oldest = next(iter(self._pending.items()))
-        if self._clock() - oldest.last_progress >= self.stall_timeout_s * (self.max_resume_requests + 1):
+        if self._clock() - oldest.last_progress >= self.stall_timeout_s * (
+            self.max_resume_requests + 1
+        ):
             # Abandoned long ago: its memory goes to the newcomer. Not marked finished, so a
             # re-send of it (its sender was never acknowledged) starts over.
             self._pending.pop(oldest_id)
             return
-        raise PayloadRejected(f"payload {pid!r}: {len(self._pending)} payloads already being assembled "
-                              f"(max_pending={self.max_pending})")
+        raise PayloadRejected(
+            f"payload {pid!r}: {len(self._pending)} payloads already being assembled "
+            f"(max_pending={self.max_pending})"
+        )
 
     def missing(self, payload_id: str) -> list[int]:
         """Chunk indices not yet received for a payload being assembled ([] if unknown)."""
@@ -297,9 +361,15 @@ class PayloadAssembler:
 
 
 def _header_key(msg: TensorPayload) -> tuple:
-    return (int(msg.total_bytes), int(msg.chunk_count), int(msg.encoding), msg.sha256,
-            tuple((s.name, tuple(s.shape), s.dtype) for s in msg.manifest), bytes(memoryview(msg.scales)),
-            bytes(memoryview(msg.chunk_sha256)))
+    return (
+        int(msg.total_bytes),
+        int(msg.chunk_count),
+        int(msg.encoding),
+        msg.sha256,
+        tuple((s.name, tuple(s.shape), s.dtype) for s in msg.manifest),
+        bytes(memoryview(msg.scales)),
+        bytes(memoryview(msg.chunk_sha256)),
+    )
 
 
 def encode_resend_request(payload_id: str, indices: Sequence[int]) -> str:
@@ -316,7 +386,12 @@ def decode_resend_request(text: str, max_chunks: int = DEFAULT_MAX_CHUNKS) -> tu
         pid, chunks = obj["payload_id"], obj["chunks"]
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"malformed resend request {text[:120]!r}") from exc
-    if not isinstance(pid, str) or not pid or not isinstance(chunks, list) or len(chunks) > max_chunks \
-            or not all(isinstance(i, int) and 0 <= i < max_chunks for i in chunks):
+    if (
+        not isinstance(pid, str)
+        or not pid
+        or not isinstance(chunks, list)
+        or len(chunks) > max_chunks
+        or not all(isinstance(i, int) and 0 <= i < max_chunks for i in chunks)
+    ):
         raise ValueError(f"malformed resend request {text[:120]!r}")
     return pid, chunks

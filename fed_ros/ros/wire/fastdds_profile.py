@@ -1,4 +1,5 @@
 """The Fast DDS profile shipped with fed_ros (shared memory) and how a process opts into it."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ def fastdds_profile_path(name: str = FASTDDS_PROFILE_NAME) -> Path | None:
     return None
 
 
-def apply_fastdds_profile(env: dict[str, str] | None = None, path: Path | None = None) -> Path | None:
+def apply_fastdds_profile(
+    env: dict[str, str] | None = None, path: Path | None = None
+) -> Path | None:
     """Point FASTDDS_DEFAULT_PROFILES_FILE at the SHM profile, only if the file exists.
 
     Why the check: a profile that fails to load makes Fast DDS fall back to multicast on

@@ -9,6 +9,7 @@ uint16): the PyPI ``cv-bridge`` package is the old ROS 1 code and decodes 16UC1 
 (see /work/shared/ros2-pip.md), so an import alone is not trusted. Our own conversion is
 the fallback and the default here; both give identical arrays.
 """
+
 from __future__ import annotations
 
 import sys
@@ -38,10 +39,14 @@ _COLOUR = {"rgb8": (0, 1, 2), "bgr8": (2, 1, 0), "rgba8": (0, 1, 2, 3), "bgra8":
 _NATIVE_BIG = sys.byteorder == "big"
 
 
-def image_to_msg(image: np.ndarray, encoding: str = "rgb8", frame_id: str = "", stamp: Any = None) -> Image:
+def image_to_msg(
+    image: np.ndarray, encoding: str = "rgb8", frame_id: str = "", stamp: Any = None
+) -> Image:
     """numpy (H,W) or (H,W,C) -> sensor_msgs/Image; one copy at most (none if contiguous)."""
     if encoding not in ENCODINGS:
-        raise ValueError(f"unsupported image encoding {encoding!r}; expected one of {sorted(ENCODINGS)}")
+        raise ValueError(
+            f"unsupported image encoding {encoding!r}; expected one of {sorted(ENCODINGS)}"
+        )
     dtype, channels = ENCODINGS[encoding]
     arr = np.asarray(image)
     if arr.dtype != dtype:
@@ -50,12 +55,19 @@ def image_to_msg(image: np.ndarray, encoding: str = "rgb8", frame_id: str = "", 
         arr = arr[:, :, 0]
     expected_ndim = 2 if channels == 1 else 3
     if arr.ndim != expected_ndim or (channels > 1 and arr.shape[2] != channels):
-        raise ValueError(f"encoding {encoding!r} needs shape (H, W{'' if channels == 1 else f', {channels}'}), "
-                         f"got {arr.shape}")
+        raise ValueError(
+            f"encoding {encoding!r} needs shape (H, W{'' if channels == 1 else f', {channels}'}), "
+            f"got {arr.shape}"
+        )
     height, width = int(arr.shape[0]), int(arr.shape[1])
     arr = np.ascontiguousarray(arr)  # no copy when already contiguous (e.g. rendered frames)
-    msg = Image(height=height, width=width, encoding=encoding, is_bigendian=int(_NATIVE_BIG),
-                step=width * channels * dtype.itemsize)
+    msg = Image(
+        height=height,
+        width=width,
+        encoding=encoding,
+        is_bigendian=int(_NATIVE_BIG),
+        step=width * channels * dtype.itemsize,
+    )
     msg.header.frame_id = frame_id
     if stamp is not None:
         msg.header.stamp = stamp
@@ -68,7 +80,9 @@ def _own_decode(msg: Image, copy: bool) -> np.ndarray:
     height, width, step = int(msg.height), int(msg.width), int(msg.step)
     row_bytes = width * channels * dtype.itemsize
     if step < row_bytes:
-        raise ValueError(f"image step {step} < width*channels*itemsize = {row_bytes} ({msg.encoding}, {width} px)")
+        raise ValueError(
+            f"image step {step} < width*channels*itemsize = {row_bytes} ({msg.encoding}, {width} px)"
+        )
     if len(msg.data) < step * height:
         raise ValueError(f"image data has {len(msg.data)} bytes, step*height = {step * height}")
     if height == 0 or width == 0:
@@ -79,10 +93,18 @@ def _own_decode(msg: Image, copy: bool) -> np.ndarray:
     wire = dtype.newbyteorder(">" if big else "<") if dtype.itemsize > 1 else dtype
     # Strided view: rows start every `step` bytes, padding skipped, no copy.
     shape = (height, width) if channels == 1 else (height, width, channels)
-    strides = (step, channels * dtype.itemsize) if channels == 1 else (step, channels * dtype.itemsize,
-                                                                       dtype.itemsize)
-    view = np.lib.stride_tricks.as_strided(raw.view(np.uint8), shape=shape, strides=strides,
-                                           writeable=False) if dtype.itemsize == 1 else None
+    strides = (
+        (step, channels * dtype.itemsize)
+        if channels == 1
+        else (step, channels * dtype.itemsize, dtype.itemsize)
+    )
+    view = (
+        np.lib.stride_tricks.as_strided(
+            raw.view(np.uint8), shape=shape, strides=strides, writeable=False
+        )
+        if dtype.itemsize == 1
+        else None
+    )
     if view is None:
         rows = raw.reshape(height, step)[:, :row_bytes]
         view = rows.view(wire).reshape(shape)
@@ -107,15 +129,18 @@ def _cv_bridge() -> Any | None:
         return None
 
 
-def msg_to_image(msg: Image, desired_encoding: str | None = None, copy: bool = False,
-                 backend: str = "auto") -> np.ndarray:
+def msg_to_image(
+    msg: Image, desired_encoding: str | None = None, copy: bool = False, backend: str = "auto"
+) -> np.ndarray:
     """sensor_msgs/Image -> numpy; honours step/is_bigendian; zero copy when possible.
 
     ``desired_encoding`` converts between rgb8/bgr8/rgba8/bgra8 (and mono8 -> rgb8/bgr8);
     ``backend``: "auto" (cv_bridge if trustworthy, else own), "own", "cv_bridge".
     """
     if msg.encoding not in ENCODINGS:
-        raise ValueError(f"unsupported image encoding {msg.encoding!r}; expected one of {sorted(ENCODINGS)}")
+        raise ValueError(
+            f"unsupported image encoding {msg.encoding!r}; expected one of {sorted(ENCODINGS)}"
+        )
     if backend not in ("auto", "own", "cv_bridge"):
         raise ValueError(f"unknown image backend {backend!r}")
     bridge = _cv_bridge() if backend != "own" else None
@@ -140,7 +165,9 @@ def convert_encoding(image: np.ndarray, source: str, target: str) -> np.ndarray:
         if len(order) != len(_COLOUR[target]):
             # rgb -> rgba: add an opaque alpha channel
             alpha = np.full(image.shape[:2] + (1,), 255, dtype=image.dtype)
-            return np.concatenate([image[:, :, [src.index(c) for c in _COLOUR[target][:3]]], alpha], axis=2)
+            return np.concatenate(
+                [image[:, :, [src.index(c) for c in _COLOUR[target][:3]]], alpha], axis=2
+            )
         return np.ascontiguousarray(image[:, :, order])
     raise ValueError(f"cannot convert image encoding {source!r} to {target!r}")
 
@@ -149,10 +176,13 @@ def decode_camera(msg: Any, compressed: bool, size: int = 0) -> np.ndarray:
     """Image (rgb8/bgr8/rgba8/bgra8/mono8) or CompressedImage (JPEG/PNG) -> HxWx3 uint8 RGB,
     resized to ``size`` x ``size`` (0: as it came); owns its memory."""
     import cv2
+
     if compressed:
         bgr = cv2.imdecode(np.frombuffer(bytes(msg.data), np.uint8), cv2.IMREAD_COLOR)
         if bgr is None:
-            raise ValueError(f"cannot decode compressed image (format {msg.format!r}, {len(msg.data)} bytes)")
+            raise ValueError(
+                f"cannot decode compressed image (format {msg.format!r}, {len(msg.data)} bytes)"
+            )
         image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     else:
         if msg.encoding not in ("rgb8", "bgr8", "rgba8", "bgra8", "mono8"):
@@ -167,6 +197,7 @@ def decode_camera(msg: Any, compressed: bool, size: int = 0) -> np.ndarray:
 def encode_compressed(image: np.ndarray, fmt: str = "jpeg") -> bytes:
     """HxWx3 uint8 RGB -> JPEG or PNG bytes (what a camera driver's image_transport sends)."""
     import cv2
+
     ext = {"jpeg": ".jpg", "png": ".png"}.get(fmt)
     if ext is None:
         raise ValueError(f"compressed format {fmt!r} is not 'jpeg' or 'png'")

@@ -18,6 +18,7 @@ a deployment setting: ``python -m fed_ros.ros.wire.pacing 1 > paced.xml`` prints
 for a 1 Mbit/s link. Use it for hosts that reach each other only through DDS; otherwise
 ``transfer_channel: zmq`` (TCP adapts to the link by itself) is simpler.
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,18 +41,22 @@ def paced_period_ms(rate_mbit: float, fraction: float = DEFAULT_FRACTION) -> int
     return max(1, min(MAX_PERIOD_MS, int(PERIOD_BYTES / (rate_mbit * 1e6 / 8 * fraction) * 1000)))
 
 
-def paced_bytes_per_period(rate_mbit: float, fraction: float = DEFAULT_FRACTION,
-                           period_ms: int | None = None) -> int:
+def paced_bytes_per_period(
+    rate_mbit: float, fraction: float = DEFAULT_FRACTION, period_ms: int | None = None
+) -> int:
     """Bytes a writer may send per period to stay at ``fraction`` of a ``rate_mbit`` link."""
     period_ms = paced_period_ms(rate_mbit, fraction) if period_ms is None else period_ms
     if rate_mbit <= 0 or not 0 < fraction <= 1 or period_ms < 1:
-        raise ValueError(f"need rate_mbit > 0, 0 < fraction <= 1, period_ms >= 1 (got {rate_mbit}, {fraction}, "
-                         f"{period_ms})")
+        raise ValueError(
+            f"need rate_mbit > 0, 0 < fraction <= 1, period_ms >= 1 (got {rate_mbit}, {fraction}, "
+            f"{period_ms})"
+        )
     return max(1500, int(rate_mbit * 1e6 / 8 * fraction * period_ms / 1000))
 
 
-def paced_fastdds_profile(rate_mbit: float, fraction: float = DEFAULT_FRACTION,
-                          period_ms: int | None = None) -> str:
+def paced_fastdds_profile(
+    rate_mbit: float, fraction: float = DEFAULT_FRACTION, period_ms: int | None = None
+) -> str:
     """Fast DDS XML: default participant with one FIFO flow controller; every writer asynchronous on it."""
     period_ms = paced_period_ms(rate_mbit, fraction) if period_ms is None else period_ms
     per_period = paced_bytes_per_period(rate_mbit, fraction, period_ms)
@@ -85,7 +90,9 @@ def paced_fastdds_profile(rate_mbit: float, fraction: float = DEFAULT_FRACTION,
 """
 
 
-def apply_paced_profile(env: MutableMapping[str, str], rate_mbit: float, directory: Path, **kw) -> Path:
+def apply_paced_profile(
+    env: MutableMapping[str, str], rate_mbit: float, directory: Path, **kw
+) -> Path:
     """Write the paced profile for ``rate_mbit`` into ``directory`` and point ``env`` at it."""
     path = Path(directory) / f"fastdds_paced_{rate_mbit:g}mbit.xml"
     path.write_text(paced_fastdds_profile(rate_mbit, **kw))

@@ -1,4 +1,5 @@
 """Waiting until a publisher can deliver (used by the robot node and scripted test robots)."""
+
 from __future__ import annotations
 
 import time
@@ -6,7 +7,9 @@ import time
 from fed_ros.ros import shutdown
 
 
-def wait_for_subscribers(node, pub, what: str, timeout: float = 30.0, all_matched_grace_s: float = 3.0) -> None:
+def wait_for_subscribers(
+    node, pub, what: str, timeout: float = 30.0, all_matched_grace_s: float = 3.0
+) -> None:
     """Block until ``pub`` can deliver: matched by at least one subscription and, preferably, by
     every subscription the ROS graph lists on its topic.
 
@@ -23,8 +26,10 @@ def wait_for_subscribers(node, pub, what: str, timeout: float = 30.0, all_matche
         matched = pub.get_subscription_count()
         if matched > 0:
             some_matched_since = some_matched_since or time.monotonic()
-            if (node.count_subscribers(pub.topic_name) <= matched
-                    or time.monotonic() - some_matched_since >= all_matched_grace_s):
+            if (
+                node.count_subscribers(pub.topic_name) <= matched
+                or time.monotonic() - some_matched_since >= all_matched_grace_s
+            ):
                 return
         if time.monotonic() > deadline:
             raise TimeoutError(f"nobody subscribes to {what} after {timeout:.0f} s")

@@ -12,6 +12,7 @@
   backlog (measured, docs/transport.md); KEEP_ALL makes the publisher wait instead,
   which is what chunked transfer needs.
 """
+
 from __future__ import annotations
 
 from rclpy.qos import (
@@ -30,8 +31,12 @@ def sensor_qos(depth: int = 5) -> QoSProfile:
     """Best-effort, volatile, keep-last profile for camera / joint-state streams."""
     if depth < 1:
         raise ValueError(f"sensor QoS depth must be >= 1, got {depth}")
-    profile = QoSProfile(**{k: getattr(qos_profile_sensor_data, k) for k in
-                            ("reliability", "durability", "history")}, depth=depth)
+    profile = QoSProfile(
+        **{
+            k: getattr(qos_profile_sensor_data, k) for k in ("reliability", "durability", "history")
+        },
+        depth=depth,
+    )
     return profile
 
 
@@ -43,8 +48,12 @@ def model_state_qos(depth: int = 1) -> QoSProfile:
     """
     if depth < 1:
         raise ValueError(f"model state QoS depth must be >= 1, got {depth}")
-    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                      history=HistoryPolicy.KEEP_LAST, depth=depth)
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+    )
 
 
 def latched_qos() -> QoSProfile:
@@ -54,8 +63,12 @@ def latched_qos() -> QoSProfile:
 
 def control_qos() -> QoSProfile:
     """RELIABLE + VOLATILE + KEEP_ALL: nothing dropped (updates, chunks, reports, commands)."""
-    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                      history=HistoryPolicy.KEEP_ALL, depth=_KEEP_ALL_DEPTH)
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
+        history=HistoryPolicy.KEEP_ALL,
+        depth=_KEEP_ALL_DEPTH,
+    )
 
 
 def inbox_qos(depth: int = 8) -> QoSProfile:
@@ -71,16 +84,24 @@ def inbox_qos(depth: int = 8) -> QoSProfile:
     """
     if depth < 1:
         raise ValueError(f"inbox QoS depth must be >= 1, got {depth}")
-    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                      history=HistoryPolicy.KEEP_LAST, depth=depth)
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+    )
 
 
 def command_qos(depth: int = 10) -> QoSProfile:
     """RELIABLE + VOLATILE + KEEP_LAST(depth) for high-rate arm commands (newest wins)."""
     if depth < 1:
         raise ValueError(f"command QoS depth must be >= 1, got {depth}")
-    return QoSProfile(reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
-                      history=HistoryPolicy.KEEP_LAST, depth=depth)
+    return QoSProfile(
+        reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+    )
 
 
 # Stream name -> profile factory, for nodes that configure topics from a table.

@@ -4,6 +4,7 @@ With a signer the request carries the proof of possession of the robot's key tha
 with ``require_signatures`` demands (fed_ros.core.security.registration): timestamp, fresh nonce and
 the signature over the whole claim. Without a signer it is the unauthenticated request.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,16 +18,36 @@ from fed_ros.ros.wire.service_calls import call_service
 from fed_ros.srv import Register
 
 
-def register_request(robot_id: str, *, tasks: Sequence[str] = (), cameras: Sequence[str] = (),
-                     action_dim: int = 4, has_gpu: bool = False, num_samples: int = 0,
-                     signer: Signer | None = None, timestamp_ns: int | None = None) -> Register.Request:
+def register_request(
+    robot_id: str,
+    *,
+    tasks: Sequence[str] = (),
+    cameras: Sequence[str] = (),
+    action_dim: int = 4,
+    has_gpu: bool = False,
+    num_samples: int = 0,
+    signer: Signer | None = None,
+    timestamp_ns: int | None = None,
+) -> Register.Request:
     """A Register request for ``robot_id``; signed (key, timestamp, nonce, signature) when ``signer``."""
-    request = Register.Request(robot_id=robot_id, tasks=list(tasks), cameras=list(cameras),
-                               action_dim=int(action_dim), has_gpu=bool(has_gpu), num_samples=int(num_samples))
+    request = Register.Request(
+        robot_id=robot_id,
+        tasks=list(tasks),
+        cameras=list(cameras),
+        action_dim=int(action_dim),
+        has_gpu=bool(has_gpu),
+        num_samples=int(num_samples),
+    )
     if signer is not None:
-        claim = RegistrationClaim(robot_id=robot_id, public_key=signer.public_key, tasks=tuple(tasks),
-                                  cameras=tuple(cameras), action_dim=int(action_dim), has_gpu=bool(has_gpu),
-                                  num_samples=int(num_samples))
+        claim = RegistrationClaim(
+            robot_id=robot_id,
+            public_key=signer.public_key,
+            tasks=tuple(tasks),
+            cameras=tuple(cameras),
+            action_dim=int(action_dim),
+            has_gpu=bool(has_gpu),
+            num_samples=int(num_samples),
+        )
         proof = sign_registration(signer, claim, timestamp_ns=timestamp_ns)
         request.public_key = list(signer.public_key)
         request.timestamp_ns = proof.timestamp_ns
@@ -35,8 +56,9 @@ def register_request(robot_id: str, *, tasks: Sequence[str] = (), cameras: Seque
     return request
 
 
-def register_with_fleet(client, make_request: Callable[[], Register.Request], *, timeout_s: float,
-                        stop: threading.Event) -> Register.Response:
+def register_with_fleet(
+    client, make_request: Callable[[], Register.Request], *, timeout_s: float, stop: threading.Event
+) -> Register.Response:
     """Register (retrying until a server answers); RuntimeError if refused, TimeoutError after ``timeout_s``.
 
     ``make_request`` builds each attempt afresh: a signed request needs a fresh timestamp and nonce.

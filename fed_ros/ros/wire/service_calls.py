@@ -12,6 +12,7 @@ prevent it: it reports what the *client* has discovered. Seen in CI under load: 
 Asking again is only for requests whose repetition is harmless: idempotent ones (set a value, enable, query),
 or ones built afresh per attempt (a signed registration needs a fresh nonce each time).
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,20 +29,24 @@ Wait = Callable[[Future, float], bool]
 
 def threaded(stop: threading.Event | None = None) -> Wait:
     """A `Wait` for nodes an executor spins in another thread (Ctrl-C or ``stop`` end it: ShutdownRequested)."""
+
     def wait(future: Future, seconds: float) -> bool:
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
         return shutdown.wait_for(done, seconds, stop)
+
     return wait
 
 
 def spinning(spin_once: Callable[[float], object]) -> Wait:
     """A `Wait` for callers that spin the node themselves (``executor.spin_once`` as ``spin_once``)."""
+
     def wait(future: Future, seconds: float) -> bool:
         end = time.monotonic() + seconds
         while not future.done() and time.monotonic() < end:
             spin_once(min(0.05, max(end - time.monotonic(), 0.0)))
         return future.done()
+
     return wait
 
 
@@ -56,8 +61,15 @@ def call_service(client, request, timeout_s: float, stop: threading.Event | None
     return future.result() if answered else None
 
 
-def call_until_answered(send: Callable[[], Future], wait: Wait, *, attempt_s: float, timeout_s: float,
-                        what: str, abandon: Callable[[Future], object] | None = None):
+def call_until_answered(
+    send: Callable[[], Future],
+    wait: Wait,
+    *,
+    attempt_s: float,
+    timeout_s: float,
+    what: str,
+    abandon: Callable[[Future], object] | None = None,
+):
     """``send()`` a request until one is answered; the response, or TimeoutError after ``timeout_s``.
 
     Each try waits ``attempt_s`` (longer than the service takes to answer, or a slow answer is
@@ -76,12 +88,20 @@ def call_until_answered(send: Callable[[], Future], wait: Wait, *, attempt_s: fl
         if abandon is not None:
             abandon(future)
         if time.monotonic() >= deadline:
-            raise TimeoutError(f"no answer to {what} in {timeout_s:g} s ({tries} tries of {attempt_s:g} s)")
+            raise TimeoutError(
+                f"no answer to {what} in {timeout_s:g} s ({tries} tries of {attempt_s:g} s)"
+            )
 
 
 def call_client_until_answered(client, request, wait: Wait, *, attempt_s: float, timeout_s: float):
     """`call_until_answered` for an rclpy service client: ``request`` is a Request, or a function
     building one per try; an unanswered try is dropped from the client's pending requests."""
     make = request if callable(request) else (lambda: request)
-    return call_until_answered(lambda: client.call_async(make()), wait, attempt_s=attempt_s, timeout_s=timeout_s,
-                               what=client.srv_name, abandon=client.remove_pending_request)
+    return call_until_answered(
+        lambda: client.call_async(make()),
+        wait,
+        attempt_s=attempt_s,
+        timeout_s=timeout_s,
+        what=client.srv_name,
+        abandon=client.remove_pending_request,
+    )

@@ -10,6 +10,7 @@ Resend requests are ``std_msgs/String`` JSON; they
 carry ``sig`` (hex) over the canonical JSON of the other keys, and ``robot_id`` when a robot
 signs one. Verification is the receiver's: ``verify_*`` return None or the refusal reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,10 @@ from fed_ros.core.security import auth
 def _canonical_value(value: Any) -> Any:
     """A ROS message value as plain JSON data, independent of memory layout (exact floats)."""
     if hasattr(value, "get_fields_and_field_types"):  # a nested message
-        return [[name, _canonical_value(getattr(value, name))] for name in value.get_fields_and_field_types()]
+        return [
+            [name, _canonical_value(getattr(value, name))]
+            for name in value.get_fields_and_field_types()
+        ]
     if isinstance(value, (bytes, bytearray)):
         return value.hex()
     if isinstance(value, float):
@@ -37,8 +41,11 @@ def _canonical_value(value: Any) -> Any:
 
 def control_body(msg: Any) -> bytes:
     """What is signed: ``msg``'s type and every field except ``signature``, canonically encoded."""
-    fields = [[name, _canonical_value(getattr(msg, name))]
-              for name in msg.get_fields_and_field_types() if name != "signature"]
+    fields = [
+        [name, _canonical_value(getattr(msg, name))]
+        for name in msg.get_fields_and_field_types()
+        if name != "signature"
+    ]
     return json.dumps([type(msg).__name__, fields], separators=(",", ":")).encode("utf-8")
 
 
@@ -59,8 +66,9 @@ def verify_msg(msg: Any, kind: str, server_key: bytes | None) -> str | None:
 
 
 def _canonical(obj: dict[str, Any]) -> bytes:
-    return json.dumps({k: v for k, v in obj.items() if k != "sig"}, sort_keys=True,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(
+        {k: v for k, v in obj.items() if k != "sig"}, sort_keys=True, separators=(",", ":")
+    ).encode("utf-8")
 
 
 def sign_json(text: str, kind: str, signer: auth.Signer | None, robot_id: str | None = None) -> str:
@@ -88,5 +96,9 @@ def verify_json(text: str, kind: str, key_for: Any) -> str | None:
     key = key_for(obj)
     if key is None:
         rid = obj.get("robot_id")
-        return f"{kind}: unknown sender {str(rid)[:64]!r}" if rid is not None else f"{kind}: no key to check it"
+        return (
+            f"{kind}: unknown sender {str(rid)[:64]!r}"
+            if rid is not None
+            else f"{kind}: no key to check it"
+        )
     return auth.verify_control(key, kind, _canonical(obj), sig)

@@ -8,6 +8,7 @@ the tensors), chunk messages hold zero-copy memoryviews of that buffer in their 
 the one unavoidable memcpy into the DDS sample), and received bytes are read with
 ``np.frombuffer`` over the message's ``array.array`` (zero copy).
 """
+
 from __future__ import annotations
 
 import array
@@ -43,6 +44,7 @@ MODEL_DTYPES = frozenset({"float32"})
 
 
 # --------------------------------------------------------------------------- bytes
+
 
 def set_bytes_field(msg: Any, name: str, data: Any) -> None:
     """Assign bytes-like ``data`` to a uint8[] field without the element-wise setter.
@@ -85,10 +87,12 @@ def sha256_hex(data: Any) -> str:
 
 # ----------------------------------------------------------------------- manifests
 
+
 def manifest_to_msgs(manifest: Sequence[TensorSpec]) -> list[TensorSpecMsg]:
     """Core manifest -> list of fed_ros/TensorSpec messages."""
-    return [TensorSpecMsg(name=s.name, shape=[int(d) for d in s.shape], dtype=s.dtype)
-            for s in manifest]
+    return [
+        TensorSpecMsg(name=s.name, shape=[int(d) for d in s.shape], dtype=s.dtype) for s in manifest
+    ]
 
 
 def manifest_from_msgs(specs: Sequence[TensorSpecMsg]) -> Manifest:
@@ -105,7 +109,9 @@ def manifest_from_msgs(specs: Sequence[TensorSpecMsg]) -> Manifest:
             raise ValueError(f"manifest: tensor {name!r} has unsupported dtype {spec.dtype!r}")
         seen.add(name)
         # TensorSpec validates the rest (shape) and raises ValueError naming the tensor.
-        out.append(TensorSpec(name=name, shape=tuple(int(d) for d in spec.shape), dtype=str(spec.dtype)))
+        out.append(
+            TensorSpec(name=name, shape=tuple(int(d) for d in spec.shape), dtype=str(spec.dtype))
+        )
     return tuple(out)
 
 
@@ -133,6 +139,7 @@ def _encoding_id(encoding: int | str) -> int:
 
 # ------------------------------------------------------------------ encode / decode
 
+
 @dataclass(frozen=True)
 class EncodedPayload:
     """A state dict packed into one contiguous uint8 buffer (payload order = manifest order)."""
@@ -149,7 +156,9 @@ class EncodedPayload:
         return int(self.data.nbytes)
 
 
-def encode_state_dict(sd: Mapping[str, np.ndarray], encoding: int | str = "float32") -> EncodedPayload:
+def encode_state_dict(
+    sd: Mapping[str, np.ndarray], encoding: int | str = "float32"
+) -> EncodedPayload:
     """Pack a state dict into one buffer (one pass over the tensors) and hash it."""
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
@@ -161,34 +170,51 @@ def encode_state_dict(sd: Mapping[str, np.ndarray], encoding: int | str = "float
     for i, (name, value) in enumerate(sd.items()):
         arr = np.asarray(value)
         n = arr.size
-        dest = data[offset: offset + n * wire.itemsize].view(wire)
+        dest = data[offset : offset + n * wire.itemsize].view(wire)
         if enc == TensorPayload.ENCODING_INT8:
             peak = float(np.max(np.abs(arr))) if n else 0.0
             if not math.isfinite(peak):
-                raise ValueError(f"tensor {name!r} is not finite; int8 encoding needs finite values")
+                raise ValueError(
+                    f"tensor {name!r} is not finite; int8 encoding needs finite values"
+                )
             scale = peak / 127.0 if peak > 0 else 1.0
             scales[i] = scale
             np.clip(np.rint(arr.reshape(-1) / scale), -127, 127, out=dest, casting="unsafe")
         else:
-            if enc == TensorPayload.ENCODING_FLOAT16 and n and float(np.max(np.abs(arr))) > _FLOAT16_MAX:
+            if (
+                enc == TensorPayload.ENCODING_FLOAT16
+                and n
+                and float(np.max(np.abs(arr))) > _FLOAT16_MAX
+            ):
                 # float16 would turn these into inf silently; the server rejects non-finite updates.
-                raise ValueError(f"tensor {name!r} exceeds the float16 range (|x| > {_FLOAT16_MAX})")
+                raise ValueError(
+                    f"tensor {name!r} exceeds the float16 range (|x| > {_FLOAT16_MAX})"
+                )
             # Writes straight into the payload buffer: the only copy of the tensor bytes.
             np.copyto(dest, arr.reshape(-1), casting="same_kind")
         offset += n * wire.itemsize
-    return EncodedPayload(manifest=tuple(specs), encoding=enc, scales=scales, data=data, sha256=sha256_hex(data))
+    return EncodedPayload(
+        manifest=tuple(specs), encoding=enc, scales=scales, data=data, sha256=sha256_hex(data)
+    )
 
 
-def decode_state_dict(manifest: Sequence[TensorSpec], encoding: int | str, data: Any,
-                      scales: Sequence[float] | np.ndarray = (), copy: bool = False) -> StateDict:
+def decode_state_dict(
+    manifest: Sequence[TensorSpec],
+    encoding: int | str,
+    data: Any,
+    scales: Sequence[float] | np.ndarray = (),
+    copy: bool = False,
+) -> StateDict:
     """Unpack payload bytes into a state dict; float32 tensors are zero-copy views unless ``copy``."""
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
     buf = bytes_view(data) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
     expected = encoded_size(manifest, enc)
     if buf.nbytes != expected:
-        raise ValueError(f"payload has {buf.nbytes} bytes; manifest and encoding "
-                         f"{ENCODING_NAMES[enc]} imply {expected}")
+        raise ValueError(
+            f"payload has {buf.nbytes} bytes; manifest and encoding "
+            f"{ENCODING_NAMES[enc]} imply {expected}"
+        )
     scale_arr = np.asarray(scales, dtype=np.float32).reshape(-1)
     if enc == TensorPayload.ENCODING_INT8:
         if scale_arr.size != len(manifest):
@@ -199,7 +225,7 @@ def decode_state_dict(manifest: Sequence[TensorSpec], encoding: int | str, data:
     offset = 0
     for i, spec in enumerate(manifest):
         n = _numel(spec.shape)
-        raw = buf[offset: offset + n * wire.itemsize].view(wire)
+        raw = buf[offset : offset + n * wire.itemsize].view(wire)
         offset += n * wire.itemsize
         if enc == TensorPayload.ENCODING_INT8:
             value = raw.astype(spec.dtype) * np.asarray(scale_arr[i], dtype=spec.dtype)
@@ -213,6 +239,7 @@ def decode_state_dict(manifest: Sequence[TensorSpec], encoding: int | str, data:
 
 # --------------------------------------------------------------------------- chunks
 
+
 def chunk_ranges(total_bytes: int, chunk_bytes: int) -> list[tuple[int, int]]:
     """(offset, length) of each chunk; an empty payload is one empty chunk."""
     if chunk_bytes <= 0:
@@ -221,18 +248,28 @@ def chunk_ranges(total_bytes: int, chunk_bytes: int) -> list[tuple[int, int]]:
         raise ValueError(f"total_bytes must be >= 0, got {total_bytes}")
     if total_bytes == 0:
         return [(0, 0)]
-    return [(off, min(chunk_bytes, total_bytes - off)) for off in range(0, total_bytes, chunk_bytes)]
+    return [
+        (off, min(chunk_bytes, total_bytes - off)) for off in range(0, total_bytes, chunk_bytes)
+    ]
 
 
-def payload_chunk(encoded: EncodedPayload, payload_id: str, index: int, chunk_bytes: int,
-                  bulk_uri: str = "", manifest_msgs: list[TensorSpecMsg] | None = None) -> TensorPayload:
+def payload_chunk(
+    encoded: EncodedPayload,
+    payload_id: str,
+    index: int,
+    chunk_bytes: int,
+    bulk_uri: str = "",
+    manifest_msgs: list[TensorSpecMsg] | None = None,
+) -> TensorPayload:
     """Build chunk ``index`` of ``encoded`` as a TensorPayload (data is a zero-copy view).
 
     With ``bulk_uri`` the message is the control-plane record only (no data, one chunk).
     """
     if not payload_id:
         raise ValueError("payload_id must not be empty")
-    ranges = [(0, encoded.total_bytes)] if bulk_uri else chunk_ranges(encoded.total_bytes, chunk_bytes)
+    ranges = (
+        [(0, encoded.total_bytes)] if bulk_uri else chunk_ranges(encoded.total_bytes, chunk_bytes)
+    )
     if not 0 <= index < len(ranges):
         raise ValueError(f"chunk index {index} out of range [0, {len(ranges)})")
     offset, length = ranges[index]
@@ -250,7 +287,7 @@ def payload_chunk(encoded: EncodedPayload, payload_id: str, index: int, chunk_by
     if encoded.scales.size:
         set_float32_field(msg, "scales", encoded.scales)
     if not bulk_uri:
-        set_bytes_field(msg, "data", encoded.data[offset: offset + length])
+        set_bytes_field(msg, "data", encoded.data[offset : offset + length])
     return msg
 
 

@@ -1,0 +1,134 @@
+"""`fed-ros bench train --lift`: does the camera policy still learn Lift from images?
+
+A separate check from the throughput table of `train`: it collects scripted Lift demonstrations
+with both cameras (MuJoCo, in process), trains plain BC from the images and reports closed-loop
+success over seeded evaluation episodes, with wall and CPU minutes per phase. It needs the
+simulator and real demonstrations, where the throughput table runs on synthetic batches alone, so
+it stands apart from it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from fed_ros.learning.configuration_policy import PolicyConfig
+from fed_ros.learning.trainer import TrainerConfig, initial_state_dict
+
+
+def lift_from_images(
+    demos: int,
+    steps: int,
+    eval_episodes: int,
+    seed: int = 0,
+    lr: float = 1e-3,
+    batch_size: int = 32,
+    image_profile: str = "lite",
+    device: torch.device | None = None,
+) -> dict[str, Any]:
+    """Collect camera demos of Lift, train BC from the images, evaluate in closed loop.
+
+    Plain BC (no teacher: from a fresh model the distillation terms only pull towards the
+    random initialisation). Prints and returns demos, frames, steps, minutes per phase and
+    the success rate over ``eval_episodes`` seeded episodes.
+    """
+    os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
+    from fed_ros.learning.runner import PolicyRunner
+    from fed_ros.learning.trainer import train_local
+    from fed_ros.sim.collect import collect_demos
+    from fed_ros.sim.evaluate import evaluate
+
+    device = device or torch.device("cpu")
+    cfg = PolicyConfig(kind="image", image_profile=image_profile)
+    t0, c0 = time.perf_counter(), time.process_time()
+    episodes = collect_demos(
+        "lift",
+        "default",
+        n=demos,
+        seed=seed,
+        cameras=True,
+        image_size=cfg.image_size,
+        noise_std=0.05,
+    )
+    t1, c1 = time.perf_counter(), time.process_time()
+    ok = sum(e.success for e in episodes)
+    frames = sum(len(e) for e in episodes if e.success)
+    print(
+        f"lift: {ok}/{demos} successful demos, {frames} frames, {(t1 - t0) / 60:.1f} min",
+        flush=True,
+    )
+    start = initial_state_dict(cfg, seed=seed, episodes=episodes)
+    tc = TrainerConfig(
+        device=str(device),
+        lr=lr,
+        batch_size=batch_size,
+        epochs=1_000_000,
+        max_steps=steps,
+        use_sub=False,
+        use_act=False,
+        val_fraction=0.0,
+        seed=seed,
+        progress=False,
+    )
+
+    def report(step: int, values: dict[str, float]) -> None:
+        if step % 250 == 0 or step == steps:
+            print(
+                f"  step {step}: bc {values['bc']:.3f} ({time.perf_counter() - t1:.0f} s)",
+                flush=True,
+            )
+
+    result = train_local(start, episodes, cfg, tc, on_step=report)
+    t2, c2 = time.perf_counter(), time.process_time()
+    instruction = episodes[0].instruction
+    ev = evaluate(
+        lambda: PolicyRunner(result.params, cfg, device=str(device), instruction=instruction),
+        "lift",
+        "default",
+        episodes=eval_episodes,
+        seed=seed,
+        cameras=True,
+        image_size=cfg.image_size,
+    )
+    t3, c3 = time.perf_counter(), time.process_time()
+    row = {
+        "task": "lift",
+        "image_profile": image_profile,
+        "demos": demos,
+        "successful_demos": ok,
+        "frames": frames,
+        "steps": steps,
+        "lr": lr,
+        "batch": batch_size,
+        "train_steps_per_s": result.metrics["steps_per_s"],
+        "loss_bc": result.metrics["loss_bc"],
+        "eval_episodes": eval_episodes,
+        "success_rate": ev.success_rate,
+        "successes": [bool(x) for x in ev.successes],
+        "minutes": {
+            "collect": (t1 - t0) / 60,
+            "train": (t2 - t1) / 60,
+            "evaluate": (t3 - t2) / 60,
+            "total": (t3 - t0) / 60,
+        },
+        "cpu_minutes": {
+            "collect": (c1 - c0) / 60,
+            "train": (c2 - c1) / 60,
+            "evaluate": (c3 - c2) / 60,
+            "total": (c3 - c0) / 60,
+        },
+        "threads": torch.get_num_threads(),
+        "seed": seed,
+    }
+    print(
+        f"lift from images ({image_profile}): {demos} demos ({frames} frames), {steps} BC "
+        f"steps at {row['train_steps_per_s']:.2f} steps/s, success "
+        f"{sum(ev.successes)}/{eval_episodes} = {ev.success_rate:.2f}; minutes "
+        + ", ".join(f"{k} {v:.1f}" for k, v in row["minutes"].items())
+        + "; CPU minutes "
+        + ", ".join(f"{k} {v:.1f}" for k, v in row["cpu_minutes"].items())
+    )
+    return row
