@@ -129,7 +129,8 @@ class RecordingArm:
         else:
             moves = [i for i, m in twists if _speed(m) > 0.0]
             assert not moves or moves[-1] < stopped_by, (
-                f"the arm moved after the stop (command {moves[-1]}, stop acknowledged at {stopped_by})"
+                f"the arm moved after the stop (command {moves[-1]}, "
+                f"stop acknowledged at {stopped_by})"
             )
             assert (
                 twists and _speed(twists[-1][1]) == 0.0 and (not moves or twists[-1][0] > moves[-1])

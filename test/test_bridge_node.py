@@ -118,7 +118,7 @@ def test_bridge_publishes_what_the_simulator_renders(arm_client):
 
 
 def test_expert_evaluation_through_bridge_reports_success_rate(lockstep_bridge):
-    from fed_ros.ros.arm.bridge_eval import evaluate_through_bridge
+    from fed_ros.ros.arm.bridge_evaluation import evaluate_through_bridge
     from fed_ros.sim.evaluate import evaluate
     from fed_ros.sim.experts import make_expert
 

@@ -62,8 +62,8 @@ def test_image_fleet_learns_and_evaluates_from_camera_topics(tmp_path, ros_env, 
                     "eval_timeout_s": 600.0,
                 },
                 "strategy": {"local_steps": 10, "lr": 1e-3},
-                # max_episode_steps caps both the expert's demonstrations (~50 steps for lift) and the
-                # closed-loop evaluation of the barely trained policy (which runs to the cap).
+                # max_episode_steps caps both the expert's demonstrations (~50 steps for lift) and
+                # the closed-loop evaluation of the barely trained policy (which runs to the cap).
                 "robot_defaults": {
                     "collect_demos_on_start": 2,
                     "max_episode_steps": 120,

@@ -125,14 +125,15 @@ def test_colcon_build_and_import(tmp_path: Path) -> None:
 
     prefix = ws / "install" / "fed_ros"
     site = next(prefix.glob("lib/python3*/site-packages"))
-    # Only the install (plus the venv underlay); cwd outside the repo so the source tree is not importable
-    # by accident.
+    # Only the install (plus the venv underlay); cwd outside the repo so the source tree is not
+    # importable by accident.
     run_env = {k: v for k, v in env.items() if k not in ("PYTHONPATH",)}
     run_env.update(
         {
             "PYTHONPATH": str(site),
             "AMENT_PREFIX_PATH": f"{prefix}{os.pathsep}{VENV}",
-            "LD_LIBRARY_PATH": f"{prefix / 'lib'}{os.pathsep}{os.environ.get('LD_LIBRARY_PATH', '')}",
+            "LD_LIBRARY_PATH": f"{prefix / 'lib'}{os.pathsep}"
+            f"{os.environ.get('LD_LIBRARY_PATH', '')}",
         }
     )
     code = (
@@ -172,5 +173,6 @@ def test_colcon_build_and_import(tmp_path: Path) -> None:
     assert sorted(p.name for p in (share / "launch").iterdir()) == sorted(tracked_launch)
     assert (share / "package.xml").is_file()
     print(
-        f"\n[colcon] build {build_s:.1f} s, {len(scripts)} node executables, {len(tracked_launch)} launch files"
+        f"\n[colcon] build {build_s:.1f} s, {len(scripts)} node executables, {len(tracked_launch)} "
+        "launch files"
     )

@@ -1,4 +1,5 @@
-"""Signing and authentication at their exact edges: fed_ros.core.security.auth, signed_messages and replay.
+"""Signing and authentication at their exact edges: fed_ros.core.security.auth, signed_messages and
+replay.
 
 What a reviewer of the fleet's authenticity needs to hold, stated as tests:
 
@@ -75,7 +76,7 @@ def flip(data: bytes, i: int) -> bytes:
     return data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :]
 
 
-# ============================================================================ canonical encodings
+# ===================================================== canonical encodings
 
 
 def test_update_message_known_answer():
@@ -384,7 +385,8 @@ def test_descriptor_digest_known_answer():
 
 
 def test_descriptor_digest_text_length_prefixes_are_uint16():
-    """kind and score ids carry a 16-bit unsigned length: 40000-byte strings hash, as both ends agree."""
+    """kind and score ids carry a 16-bit unsigned length: 40000-byte strings hash, as both ends
+    agree."""
     kind, rid = "k" * 40000, "r" * 40000
     got = signed_messages.descriptor_digest(
         kind=kind,
@@ -467,7 +469,8 @@ def test_descriptor_digest_canonicalises_nan_and_overflow():
         assert signed_messages.descriptor_digest(
             **base, mean=[1e39, 1.0]
         ) == signed_messages.descriptor_digest(**base, mean=[np.inf, 1.0])
-    # A float64 signalling NaN (the cast to float32 flags it 'invalid') hashes like any NaN, silently.
+    # A float64 signalling NaN (the cast to float32 flags it 'invalid') hashes like any NaN,
+    # silently.
     snan = np.array([0.0, 1.0])
     snan.view(np.uint64)[0] = 0x7FF0000000000001
     with warnings.catch_warnings():
@@ -516,7 +519,8 @@ def test_descriptor_digest_covers_every_field():
 
 
 def test_descriptor_digest_sizes_wrap_to_uint64():
-    """dims and num_samples enter as uint64: a negative count hashes as its two's complement, never raises."""
+    """dims and num_samples enter as uint64: a negative count hashes as its two's complement, never
+    raises."""
     base = dict(kind="k", mean=None, variance=None)
     tail = u64(0) + u64(0) + blob(b"") + u64(0) + u64(1) + np.float32("nan").tobytes()
     for dims, num_samples in ((1000, 70000), (2**64 - 1, 2**63), (-1, -2)):
@@ -533,7 +537,7 @@ def test_descriptor_digest_sizes_wrap_to_uint64():
     ) == signed_messages.descriptor_digest(**base, dims=3, num_samples=0)
 
 
-# ============================================================================ field validation
+# ===================================================== field validation
 
 
 @pytest.mark.parametrize(
@@ -695,7 +699,7 @@ def test_new_nonce_and_sha256_hex():
     ) == signed_messages.sha256_hex(memoryview(b"abc"))
 
 
-# ============================================================================ signatures cover every field
+# ===================================================== signatures cover every field
 
 UPDATE = dict(
     round_idx=3,
@@ -832,7 +836,7 @@ def test_signatures_are_domain_separated_across_all_kinds():
             assert auth.verify_signature(ALICE.public_key, m, s) == (k == j), (k, j)
 
 
-# ============================================================================ Ed25519 laws (hypothesis)
+# ===================================================== Ed25519 laws (hypothesis)
 
 
 @PROPS
@@ -909,7 +913,7 @@ def test_cluster_member_encoding_is_injective(a, b):
     ) == (a == b)
 
 
-# ============================================================================ keys
+# ===================================================== keys
 
 
 def test_verify_signature_is_false_on_malformed_input_never_raises():
@@ -1073,7 +1077,7 @@ def test_load_public_key_from_file_or_hex(tmp_path):
         keys.load_public_key(pub)
 
 
-# ============================================================================ allow-list
+# ===================================================== allow-list
 
 
 def test_allow_list_membership_and_lookup():
@@ -1281,7 +1285,7 @@ def test_allow_list_yaml_errors_name_the_file_and_entry(tmp_path):
         AllowList.from_yaml(tmp_path)  # a directory is not a file
 
 
-# ============================================================================ fed-ros keys
+# ===================================================== fed-ros keys
 
 
 def test_keys_generate_reports_and_writes(tmp_path, capsys):
@@ -1411,7 +1415,7 @@ def test_keys_requires_an_action(capsys):
     )
 
 
-# ============================================================================ replay guard
+# ===================================================== replay guard
 
 
 def test_replay_guard_defaults_window_one_round():
@@ -1587,7 +1591,7 @@ def test_replay_guard_bad_state_is_refused_and_changes_nothing(state):
     assert guard.state() == before
 
 
-# ============================================================================ regressions (bugs found here)
+# ===================================================== regressions (bugs found here)
 
 
 @pytest.mark.parametrize(
@@ -1626,7 +1630,8 @@ def test_unloadable_private_key_is_a_value_error_naming_the_path(tmp_path, capsy
     [("abcd", "public key must be 32 raw bytes, got 2"), ("xyz", "public key is not hex: 'xyz'")],
 )
 def test_allow_list_bad_server_key_names_the_file(tmp_path, server, why):
-    """Was: a bad `server:` entry raised the bare key error, naming neither the file nor the entry."""
+    """Was: a bad `server:` entry raised the bare key error, naming neither the file nor the
+    entry."""
     path = tmp_path / "a.yaml"
     path.write_text(f"server: {server}\nrobots: {{}}\n")
     with pytest.raises(ValueError) as err:
@@ -1634,7 +1639,7 @@ def test_allow_list_bad_server_key_names_the_file(tmp_path, server, why):
     assert str(err.value) == f"allow-list {str(path)!r}, server: {why}"
 
 
-# ============================================================================ fed-ros keys: what --help tells the operator
+# ===================================================== fed-ros keys: what --help tells the operator
 
 
 def help_text(argv: list[str], capsys) -> str:

@@ -75,7 +75,7 @@ def _ctx(**over) -> ValidationContext:
     return ValidationContext(**fields)
 
 
-# ----------------------------------------------------------------------------- value magnitude
+# -------------------------------------------------------------------- value magnitude
 
 
 @pytest.mark.parametrize("value", [-1e9, -3.4e38, -CAP * 1.0000001])
@@ -120,7 +120,7 @@ def test_cluster_model_without_manifest_with_huge_negative_value_rejected():
     assert d.code == OUT_OF_RANGE
 
 
-# ----------------------------------------------------------------------------- Limits
+# -------------------------------------------------------------------- Limits
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_limits_max_abs_value_accepts_tiny_positive():
     assert Limits(max_abs_value=1e-300).max_abs_value == 1e-300
 
 
-# ----------------------------------------------------------------------------- update envelope fields
+# -------------------------------------------------------------------- update envelope fields
 
 
 @pytest.mark.parametrize(
@@ -230,7 +230,7 @@ def test_robot_id_length_bounds(robot_id, accepted):
     assert d.accepted == accepted and (accepted or d.code == MALFORMED)
 
 
-# ----------------------------------------------------------------------------- descriptors
+# -------------------------------------------------------------------- descriptors
 
 
 class _Desc:
@@ -297,7 +297,7 @@ def test_descriptor_negative_announced_dims_rejected(dims):
     assert validate_descriptor(_Desc(), _ctx(), round_idx=3, dims=dims).code == MALFORMED
 
 
-# ----------------------------------------------------------------------------- cluster model (robot)
+# -------------------------------------------------------------------- cluster model (robot)
 
 
 @pytest.mark.parametrize("total, code", [(-1, MALFORMED), (8, OK), (9, OVERSIZE)])
@@ -321,7 +321,7 @@ def test_cluster_model_round_bounds(round_idx, code):
     assert d.code == code
 
 
-# ----------------------------------------------------------------------------- auth (signed fields)
+# -------------------------------------------------------------------- auth (signed fields)
 
 NONCE = b"n" * signed_messages.NONCE_BYTES
 DIGEST = "ab" * 32
@@ -438,7 +438,7 @@ def test_replay_guard_holds_exactly_max_nonces_without_evicting():
     assert len(guard) == 2 and guard.floor == 0
 
 
-# ----------------------------------------------------------------------------- quorum
+# -------------------------------------------------------------------- quorum
 
 
 @PROPS
@@ -512,7 +512,7 @@ def test_quorum_minimum_raises_a_small_fraction():
     assert quorum_for(10, 0.1, 4) == 4
 
 
-# ----------------------------------------------------------------------------- round settings
+# -------------------------------------------------------------------- round settings
 
 
 @pytest.mark.parametrize(
@@ -555,7 +555,7 @@ def test_round_settings_accept_fraction_one():
     assert RoundSettings(algorithm="fedavg", rounds=1, quorum_fraction=1.0).quorum_fraction == 1.0
 
 
-# ----------------------------------------------------------------------------- collector edges
+# -------------------------------------------------------------------- collector edges
 
 
 def _plan(n=3, quorum=2, deadline=10.0) -> RoundPlan:
@@ -600,7 +600,7 @@ def test_one_below_quorum_abandons_after_the_deadline():
     assert col.decision(10.5).kind == "abandon"
 
 
-# ----------------------------------------------------------------------------- coordinator edges
+# -------------------------------------------------------------------- coordinator edges
 
 
 def _initial() -> dict[str, np.ndarray]:
@@ -723,7 +723,7 @@ def test_roster_full_still_accepts_a_known_robot_re_registering():
     assert roster.register("robot_0").accepted
 
 
-# ----------------------------------------------------------------------------- registration timeout
+# -------------------------------------------------------------------- registration timeout
 
 
 def _ready(
@@ -785,7 +785,7 @@ def test_resumed_server_with_an_empty_roster_waits():
     assert not _ready([], waited_s=0.0, resumed=True, expected=(), min_robots=1)
 
 
-# ----------------------------------------------------------------------------- restart after the final round
+# -------------------------------------------------------------------- restart after the final round
 
 
 def _run_all_rounds(tmp_path, rounds: int) -> RoundCoordinator:
@@ -855,7 +855,7 @@ def test_server_restarted_before_its_final_round_trains_the_last_one(tmp_path):
     assert plan.stage == TRAIN and plan.round_idx == 1
 
 
-# ----------------------------------------------------------------------------- robust rules
+# -------------------------------------------------------------------- robust rules
 
 
 def _stack(rows) -> np.ndarray:
@@ -950,7 +950,7 @@ def test_robust_rule_accepts_huge_negative_finite_update():
     assert float(out[0]) == pytest.approx(-3e38, rel=1e-6)
 
 
-# ----------------------------------------------------------------------------- strategy settings
+# -------------------------------------------------------------------- strategy settings
 
 
 @pytest.mark.parametrize(
@@ -1001,7 +1001,7 @@ def test_strategy_settings_at_the_edge_accepted(name, kw):
     assert make_strategy(name, **kw) is not None
 
 
-# ----------------------------------------------------------------------------- robust rules: exact values
+# -------------------------------------------------------------------- robust rules: exact values
 # (written against the mutants that survived `make mutation` on robust.py)
 
 

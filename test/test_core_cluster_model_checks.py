@@ -1,8 +1,9 @@
-"""Exact-value checks of the robot-side cluster-model validation (validation.validate_cluster_model),
-written against mutants that survived mutmut on validation.py: each boundary and each reject
-code, one input at a time (round 0 and cluster -1 accepted, total_bytes exactly at the cap,
-the rollback edge, the digest check with and without received bytes, unsigned vs forged vs
-malformed signatures, the float32/shape check without a manifest, a crash turned into MALFORMED).
+"""Exact-value checks of the robot-side cluster-model validation
+(validation.validate_cluster_model), written against mutants that survived mutmut on validation.py:
+each boundary and each reject code, one input at a time (round 0 and cluster -1 accepted,
+total_bytes exactly at the cap, the rollback edge, the digest check with and without received bytes,
+unsigned vs forged vs malformed signatures, the float32/shape check without a manifest, a crash
+turned into MALFORMED).
 """
 
 from __future__ import annotations
@@ -91,8 +92,8 @@ def test_digest_of_the_received_bytes():
     d = check(payload_sha256=SHA, received_sha256="cd" * 32)
     assert d.accepted is False and d.code == DIGEST
     assert (
-        d.reason
-        == "cluster 0 round 0: received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced 'abababababababababa..."
+        d.reason == "cluster 0 round 0: received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced "
+        "'abababababababababa..."
     )
     assert code(payload_sha256="", received_sha256="") == OK
     assert check(received_sha256="")  # the announced sha256 defaults to "" (nothing announced)

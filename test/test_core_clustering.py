@@ -29,7 +29,8 @@ def test_cua_objective_of_given_partition_by_hand():
     )
     # Groups {0,1} {2,3}: intra means 0.9 and 0.8; inter mean (0.1+0.2+0.3+0.0)/4 = 0.15.
     assert cua_objective(S, [0, 0, 1, 1]) == pytest.approx(0.5 * (0.9 + 0.8) - 0.15)
-    # Groups {0} {1,2,3}: singleton intra 0 (documented default), intra (0.3+0.0+0.8)/3, inter (0.9+0.1+0.2)/3.
+    # Groups {0} {1,2,3}: singleton intra 0 (documented default), intra (0.3+0.0+0.8)/3, inter
+    # (0.9+0.1+0.2)/3.
     assert cua_objective(S, [0, 1, 1, 1]) == pytest.approx(0.5 * (1.1 / 3) - 1.2 / 3)
     assert cua_objective(S, [0, 1, 1, 1], singleton_intra=1.0) == pytest.approx(
         0.5 * (1.0 + 1.1 / 3) - 1.2 / 3

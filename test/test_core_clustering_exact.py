@@ -295,7 +295,8 @@ def test_update_similarity_names_the_nonfinite_update():
 
 
 def test_kl_and_jeffreys_of_known_gaussians():
-    # KL(N(0,1) || N(1,2)) = 1/2 (log 2 + (1 + 1)/2 - 1) = log(2)/2; reverse = 1/2 (log 1/2 + 2 + 1 - 1)
+    # KL(N(0,1) || N(1,2)) = 1/2 (log 2 + (1 + 1)/2 - 1) = log(2)/2;
+    # reverse = 1/2 (log 1/2 + 2 + 1 - 1)
     assert agg.kl_diag_gaussian([0.0], [1.0], [1.0], [2.0]) == pytest.approx(0.5 * math.log(2))
     assert agg.kl_diag_gaussian([1.0], [2.0], [0.0], [1.0]) == pytest.approx(
         0.5 * (2 - math.log(2))
@@ -1296,7 +1297,8 @@ def _drman_updates(round_idx=0):
 
 def _groups_by_members(res):
     """{first member: (cluster id, members)}: cluster ids of two groups that both overlap the
-    one previous cluster equally are up to the Hungarian matching (see docs/mutation/clustering.md)."""
+    one previous cluster equally are up to the Hungarian matching (see
+    docs/mutation/clustering.md)."""
     return {g[0]: (int(c), g) for c, g in res.diagnostics["groups"].items()}
 
 
@@ -1954,7 +1956,8 @@ def test_overlap_ratio_of_two_clients_in_one_cluster_is_full_overlap():
 
 
 def test_calibrate_tau_fallback_reports_the_overlap_at_tau_zero():
-    # zero divergences chain 0-1-2-3: tau = 0 already gives {0,1,2} {1,2,3} (50%); A_02 = 1 joins all
+    # zero divergences chain 0-1-2-3: tau = 0 already gives {0,1,2} {1,2,3} (50%); A_02 = 1 joins
+    # all
     A = np.array(
         [[0.0, 0.0, 1.0, 2.0], [0.0, 0.0, 0.0, 2.0], [1.0, 0.0, 0.0, 0.0], [2.0, 2.0, 0.0, 0.0]]
     )

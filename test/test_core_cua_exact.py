@@ -1,6 +1,6 @@
-"""CUA (FedDRMan Eq. 10-12, fed_ros/core/clustering/cua.py) exactly: the scalable heuristic's documented
-defaults and seeded results, its starts (average linkage, spectral, greedy peel, batch refine)
-against straightforward reference implementations of their docstrings, and the contract that
+"""CUA (FedDRMan Eq. 10-12, fed_ros/core/clustering/cua.py) exactly: the scalable heuristic's
+documented defaults and seeded results, its starts (average linkage, spectral, greedy peel, batch
+refine) against straightforward reference implementations of their docstrings, and the contract that
 every result has exactly C non-empty groups.
 
 The scalable solver is a deterministic function of (S, C, singleton_intra, seed, restarts,
@@ -22,7 +22,8 @@ from fed_ros.core.clustering import cua
 
 
 def _noise(seed: int, K: int, D: int = 4) -> np.ndarray:
-    """Cosine similarities of K random updates in D dimensions: no real groups, many local optima."""
+    """Cosine similarities of K random updates in D dimensions: no real groups, many local
+    optima."""
     rng = np.random.default_rng(seed)
     return agg.cosine_similarity_matrix(rng.normal(size=(K, D)))
 

@@ -19,6 +19,7 @@ from fed_ros.core.rounds.collect import RoundPlan, StageCollector
 from fed_ros.core.rounds.report import (
     RobotOutcome,
     RoundOutcome,
+    intervention_cell,
     intra_cluster_similarity,
     members_of,
     robot_report_cells,
@@ -365,3 +366,16 @@ def test_round_outcome_empty_stage():
 )
 def test_robot_report_cells(robot, cells):
     assert robot_report_cells(robot) == cells
+
+
+@pytest.mark.parametrize(
+    "robot,cell",
+    [
+        ({"interventions_per_episode": 1.5, "human_seconds_per_episode": 4.25}, "1.50/ep 4.2 s/ep"),
+        ({"interventions_per_episode": 0.0, "human_seconds_per_episode": 0.0}, "0.00/ep 0.0 s/ep"),
+        ({"interventions_per_episode": NAN, "human_seconds_per_episode": NAN}, "-"),
+        ({"success_rate": 1.0}, "-"),  # a report from before interventions were reported
+    ],
+)
+def test_intervention_cell(robot, cell):
+    assert intervention_cell(robot) == cell

@@ -316,7 +316,8 @@ def test_intra_cluster_similarity_of_accumulated_updates():
 
 
 def test_empty_allow_list_roster_is_kept_by_the_coordinator(tmp_path):
-    """An allow-list roster with no robot registered yet is falsy (len 0); it must not be replaced."""
+    """An allow-list roster with no robot registered yet is falsy (len 0); it must not be
+    replaced."""
     settings = RoundSettings(algorithm="fedavg", rounds=1)
     roster = Roster(allowed_keys={"robot_0": b"a" * 32})
     coord = RoundCoordinator(
@@ -370,7 +371,8 @@ def test_abandoned_round_completes_when_re_announced(tmp_path):
 
 
 def test_re_announced_round_takes_a_fresh_answer_over_the_carried_one(tmp_path):
-    """A robot that retrained after the re-announcement replaces its earlier answer (never counted twice)."""
+    """A robot that retrained after the re-announcement replaces its earlier answer (never counted
+    twice)."""
     coord, clock = _coordinator(tmp_path, max_attempts=3)
     coord.start_round()
     coord.offer_update(_update("robot_0", 1.0, 0))
@@ -388,7 +390,8 @@ def test_re_announced_round_takes_a_fresh_answer_over_the_carried_one(tmp_path):
 
 
 def test_rejections_from_unknown_senders_are_counted_but_not_kept(tmp_path):
-    """A burst of junk from unknown ids grows a counter, not a list (state for unknown senders capped)."""
+    """A burst of junk from unknown ids grows a counter, not a list (state for unknown senders
+    capped)."""
     coord, clock = _coordinator(tmp_path)
     coord.start_round()
     for i in range(1000):

@@ -226,7 +226,7 @@ def _train_all(coord, now, value=1.0, robots=None):
         assert coord.offer_update(_update(rid, plan.round_idx, value), now=now) is ACCEPTED
 
 
-# ============================================================================= roster
+# ================================================================ roster
 
 
 @PROPS
@@ -409,7 +409,7 @@ def test_ready_to_start_law(registered, waited, min_robots, with_expected):
     assert ready == (enough or (waited > 30.0 and len(registered) >= min_robots))
 
 
-# ============================================================================= round_collect
+# ================================================================ round_collect
 
 
 @pytest.mark.parametrize(
@@ -453,7 +453,8 @@ def test_collector_reject_without_a_code_invents_none():
 @PROPS
 @given(st.integers(1, 6), st.data())
 def test_collector_decision_law(n, data):
-    """answered + stragglers partition the participants (in their order); the kind follows the rule."""
+    """answered + stragglers partition the participants (in their order); the kind follows the
+    rule."""
     plan = _plan(n=n, quorum=data.draw(st.integers(1, n)))
     col = StageCollector(plan)
     answered = tuple(r for r in plan.participants if data.draw(st.booleans()))
@@ -489,7 +490,7 @@ def test_collector_names_every_dropped_straggler():
     assert col.decision(11.0).reason == "deadline passed: 2 straggler(s) dropped: robot_1, robot_3"
 
 
-# ============================================================================= rounds: settings, fresh state
+# ================================================================ rounds: settings, fresh state
 
 
 def test_round_settings_eval_episodes_at_least_one():
@@ -507,7 +508,7 @@ def test_fresh_coordinator_has_nothing_in_progress():
     assert coord.round_idx == 0 and coord.attempt == 0
 
 
-# ============================================================================= rounds: start, stages
+# ================================================================ rounds: start, stages
 
 
 def test_train_only_round_announcement_is_exact():
@@ -712,7 +713,7 @@ def test_abandoned_describe_attempt_re_announces_and_then_trains():
     assert outcome is None and (plan.stage, plan.participants) == (TRAIN, ("robot_0", "robot_1"))
 
 
-# ============================================================================= rounds: answers
+# ================================================================ rounds: answers
 
 
 def test_descriptor_checks_and_reasons():
@@ -883,6 +884,30 @@ def test_evaluation_closes_with_the_given_now_then_next_round():
     assert (plan.stage, plan.round_idx, plan.attempt, plan.deadline_s) == (TRAIN, 1, 1, 13.0)
 
 
+def test_evaluation_interventions_are_checked_and_reach_the_report():
+    """Interventions per episode (takeovers, human seconds): NaN = not reported, >= 0 kept, a
+    negative or infinite value refused naming both values; the report carries them per robot."""
+    coord = _coord(evaluate_every=1, eval_timeout_s=5.0)
+    _to_evaluation(coord, now=1.0)
+    for bad in ((-1.0, 0.0), (0.0, -0.5), (math.inf, 0.0), (0.0, math.inf)):
+        verdict = coord.offer_metrics("robot_1", 1.0, now=2.0, interventions=bad)
+        assert verdict == _no(
+            f"interventions {bad[0]!r}/episode, {bad[1]!r} s/episode from 'robot_1' must be "
+            ">= 0 (or NaN: not reported)",
+            OUT_OF_RANGE,
+        )
+    assert coord.offer_metrics("robot_0", 0.5, now=2.0, interventions=(1.5, 4.25)) is ACCEPTED
+    assert coord.offer_metrics("robot_1", 1.0, now=2.0, interventions=(0.0, 0.0)) is ACCEPTED
+    assert coord.offer_metrics("robot_2", 0.0, now=2.0) is ACCEPTED  # none reported: NaN
+    _, outcome = coord.poll(now=3.0)
+    lines = {
+        r.robot_id: (r.success_rate, r.interventions_per_episode, r.human_seconds_per_episode)
+        for r in outcome.robots
+    }
+    assert lines["robot_0"] == (0.5, 1.5, 4.25) and lines["robot_1"] == (1.0, 0.0, 0.0)
+    assert lines["robot_2"][0] == 0.0 and all(math.isnan(v) for v in lines["robot_2"][1:])
+
+
 def test_after_the_last_evaluation_done_and_nothing_more():
     coord = _coord(rounds=1, evaluate_every=5, eval_timeout_s=5.0)
     _to_evaluation(coord, now=1.0)  # the final round is evaluated even off the evaluate_every grid
@@ -892,7 +917,7 @@ def test_after_the_last_evaluation_done_and_nothing_more():
     assert coord.poll(now=100.0) == (None, None)
 
 
-# ============================================================================= rounds: closing a round
+# ================================================================ rounds: closing a round
 
 
 def test_completed_round_commit_and_report_are_exact(tmp_path):
@@ -1114,7 +1139,7 @@ def test_poll_reads_the_clock_only_without_now():
     )  # a given now wins over the clock (here: 1e9 would close it)
 
 
-# ============================================================================= rounds: registration file, resume
+# ================================================================ rounds: registration file, resume
 
 
 def test_coordinator_register_passes_capabilities_and_persists_atomically(tmp_path):
@@ -1235,7 +1260,7 @@ def test_crash_in_any_stage_resumes_at_the_first_uncommitted_round(tmp_path, cra
     assert again.collector.answers == {}
 
 
-# ============================================================================= each update counted once
+# ================================================================ each update counted once
 
 
 @PROPS
@@ -1269,7 +1294,8 @@ def test_each_participant_counted_at_most_once_and_every_offer_counted(offers):
     assert outcome.updates_rejected == len(offers) - len(accepted)
 
 
-# --- a participant that sits a stage out and says why (issue 24: a robot waiting for demonstrations)
+# --- a participant that sits a stage out and says why (issue 24: a robot waiting for
+# demonstrations)
 
 
 def test_a_decline_is_reported_with_its_reason_and_is_neither_an_answer_nor_a_rejection():

@@ -105,7 +105,9 @@ def test_real_kill_between_rename_and_manifest(tmp_path):
         sys.path.insert(0, {str(REPO)!r})
         from fed_ros.core.rounds.store import ModelStore
         m = {{0: {{"w": np.full(3, 1.0, np.float32)}}}}
-        ModelStore({str(tmp_path)!r}).commit(0, {{0: {{"w": np.zeros(3, np.float32)}}}}, {{}}, None, {{}})
+        ModelStore({str(tmp_path)!r}).commit(
+            0, {{0: {{"w": np.zeros(3, np.float32)}}}}, {{}}, None, {{}}
+        )
         def die(step):
             if step == "written:manifest":
                 os._exit(9)   # like SIGKILL: no cleanup, no flush of Python state

@@ -50,7 +50,8 @@ def _sha(path: Path) -> str:
 
 
 def _forge(rdir: Path, name: str, data: bytes) -> None:
-    """Rewrite `name` and fix its checksum in the manifest: what a buggy or hostile writer leaves."""
+    """Rewrite `name` and fix its checksum in the manifest: what a buggy or hostile writer
+    leaves."""
     (rdir / name).write_bytes(data)
     man = json.loads((rdir / MANIFEST_NAME).read_bytes())
     man["files"][name] = hashlib.sha256(data).hexdigest()
@@ -116,7 +117,8 @@ def test_commit_writes_the_documented_layout_with_exact_manifest_and_meta(tmp_pa
         "strategy_meta": {"name": "fedavg", "k": 2},
         "meta": {"note": "r12"},
     }
-    # A cluster file is the flat float32 model (tensors concatenated in state-dict order), no pickle.
+    # A cluster file is the flat float32 model (tensors concatenated in state-dict order), no
+    # pickle.
     flat = np.load(rdir / "cluster_3.npy", allow_pickle=False)
     assert flat.dtype == np.float32 and flat.shape == (8,)
     np.testing.assert_array_equal(

@@ -1,4 +1,5 @@
-"""Strategies end to end on synthetic fleets: FedDRMan, FeDepth, RND, IFCA, FedAvg/FedProx, Local."""
+"""Strategies end to end on synthetic fleets: FedDRMan, FeDepth, RND, IFCA, FedAvg/FedProx,
+Local."""
 
 from __future__ import annotations
 

@@ -81,7 +81,8 @@ def _loaded(
 
 
 class _Grouped(Strategy):
-    """A minimal strategy: averages the given robot groups into clusters 0..G-1 (base-class helpers)."""
+    """A minimal strategy: averages the given robot groups into clusters 0..G-1 (base-class
+    helpers)."""
 
     name = "grouped"
 
@@ -759,7 +760,8 @@ def test_match_cluster_ids_breaks_ties_towards_lower_ids_and_earlier_groups():
     assert match_cluster_ids([["x"]], {}, [7, 3]) == [3]
     assert match_cluster_ids([["x"]], {"x": 9}, [np.int64(7), 3, 7]) == [3]  # 9 is not available
     assert match_cluster_ids([["x"], ["b"]], {"b": 3}, [7, 3, 5]) == [5, 3]
-    # More groups than ids, equal overlap: the earlier group keeps the id, the later gets a fresh one.
+    # More groups than ids, equal overlap: the earlier group keeps the id, the later gets a fresh
+    # one.
     assert match_cluster_ids([["a"], ["b"]], {"a": 3, "b": 3}, [3]) == [3, 4]
     assert match_cluster_ids([["a"], ["b"], ["c"]], {"c": 3}, [3]) == [4, 5, 3]
 

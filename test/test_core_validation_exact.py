@@ -861,7 +861,8 @@ def test_validate_update_digest_reason_and_tensor_reasons():
     _rejected(
         validate_update(_env(), _params(), ctx, received_sha256="cd" * 32),
         DIGEST,
-        "robot 'robot_0': received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced abababababababab...",
+        "robot 'robot_0': received bytes hash to 'cdcdcdcdcdcdcdcdcdc..., announced "
+        "abababababababab...",
     )
     bad = _params()
     bad["b"][0] = np.inf
@@ -955,7 +956,8 @@ def test_descriptor_kind_reasons_and_custom_kinds():
     _rejected(
         _vd(Desc(kind="magic")),
         DESCRIPTOR,
-        "robot 'robot_0': descriptor kind 'magic' not in ['gaussian', 'rnd', 'update', 'embedding']",
+        "robot 'robot_0': descriptor kind 'magic' not in ['gaussian', 'rnd', 'update', "
+        "'embedding']",
     )
     _rejected(
         _vd(Desc(kind=None)),
@@ -1580,7 +1582,8 @@ def test_audit_extra_fields_cannot_overwrite_the_entry(tmp_path):
 
 
 def test_audit_entry_with_a_numpy_bool_decision_is_still_written(tmp_path):
-    """A decision built from a vectorised check carries numpy.bool_, which json cannot encode itself."""
+    """A decision built from a vectorised check carries numpy.bool_, which json cannot encode
+    itself."""
     path = tmp_path / "audit.jsonl"
     with AuditLog(path) as log:
         log.record(

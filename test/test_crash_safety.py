@@ -104,7 +104,8 @@ def models_bytes(store_dir: Path, round_idx: int | None = None) -> dict:
 
 
 def in_child(fn) -> int:
-    """Run fn() in a forked child; returns its exit status (KILLED when it died at a crash point)."""
+    """Run fn() in a forked child; returns its exit status (KILLED when it died at a crash
+    point)."""
     pid = os.fork()
     if pid == 0:  # child: never returns into pytest
         code = 0
@@ -142,7 +143,8 @@ def test_l3_kill_at_every_commit_step_resumes_with_identical_models(reference, t
                 os._exit(KILLED)
 
         assert in_child(lambda: run_federation(store_dir, crash)) == KILLED, step
-        # The last good version is loadable and intact: round 0, or round 1 once its manifest is in place.
+        # The last good version is loadable and intact: round 0, or round 1 once its manifest is in
+        # place.
         after = models_bytes(store_dir)
         committed = steps.index(step) >= steps.index("renamed:manifest")
         assert after["round"] == (1 if committed else 0), step
@@ -205,7 +207,7 @@ def test_p1_flipped_byte_detected_never_used(reference, tmp_path):
     assert after == models_bytes(ref, ROUNDS - 2)
 
 
-# ----------------------------------------------------------------------------- L4 robot killed mid-upload
+# --------------------------------------------------------------------- L4 robot killed mid-upload
 
 
 def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
@@ -304,7 +306,7 @@ def test_l4_robot_killed_mid_upload_never_aggregated_and_resyncs(tmp_path):
     assert outcome.completed and outcome.updates_accepted == 4
 
 
-# ----------------------------------------------------------------------------- real server process over DDS
+# --------------------------------------------------------------------- real server process over DDS
 
 E2E_ROUNDS = 5
 TRAIN_SECONDS = 0.8  # the scripted robots "train" this long before answering a round
@@ -395,8 +397,9 @@ class ScriptedRobots:
             from fed_ros.ros.wire.register import register_request
             from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
 
-            # Signed registration: the server runs with require_signatures (proof of key possession).
-            # Asked again while unanswered (fed_ros.ros.wire.service_calls), signed afresh per try.
+            # Signed registration: the server runs with require_signatures (proof of key
+            # possession). Asked again while unanswered (fed_ros.ros.wire.service_calls), signed
+            # afresh per try.
             answer = call_client_until_answered(
                 self.client,
                 lambda: register_request(
@@ -489,7 +492,8 @@ class ScriptedRobots:
                 for chunk in sender.chunks()
             ]
             self.outbox[msgs[0].payload.payload_id] = [time.monotonic() + self.RESEND_AFTER_S, msgs]
-            # The loss CI saw, on purpose: robot_0's first round-1 send loses its signed first chunk.
+            # The loss CI saw, on purpose: robot_0's first round-1 send loses its signed first
+            # chunk.
             lost = 1 if (rid, round_idx) == ("robot_0", 1) and not self.lost_once else 0
             self.lost_once |= bool(lost)
             for msg in msgs[lost:]:

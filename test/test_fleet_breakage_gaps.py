@@ -110,7 +110,8 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
     try:
         assert client.wait_for_service(timeout_sec=120.0), log.read_text()[-3000:]
         for rid in ("robot_0", "robot_1"):
-            # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is harmless.
+            # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is
+            # harmless.
             request = Register.Request(robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"])
             answer = call_client_until_answered(
                 client,
@@ -144,13 +145,14 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
     assert None not in (waiting, registered, announced), log.read_text()[-3000:]
     # The precondition that makes the check meaningful: min_robots were in well before the timeout.
     assert registered - waiting < TIMEOUT_S - 5.0, (
-        f"two robots took {registered - waiting:.1f} s to register: cannot tell a start at min_robots "
-        f"from one at the timeout ({TIMEOUT_S} s)"
+        f"two robots took {registered - waiting:.1f} s to register: cannot tell a start at "
+        f"min_robots from one at the timeout ({TIMEOUT_S} s)"
     )
     # Not as soon as min_robots registered: only once registration_timeout_s had passed.
     assert announced - waiting >= TIMEOUT_S - 0.5, (
         f"round 0 announced {announced - registered:.2f} s after min_robots registered, "
-        f"{announced - waiting:.2f} s after the server started waiting (registration_timeout_s {TIMEOUT_S})"
+        f"{announced - waiting:.2f} s after the server started waiting (registration_timeout_s "
+        f"{TIMEOUT_S})"
     )
     # And then it starts with the robots it has (robot_2 never came).
     ann = announcements[0]

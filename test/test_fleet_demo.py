@@ -41,8 +41,8 @@ def test_summary_compares_first_and_last_evaluated_round():
     ]
     text = format_summary(reports, TASKS)
     assert (
-        "mean success: round 0 0.06 -> round 3 0.50 (lift 0.12 -> 0.88, pick_place_can 0.00 -> 0.12)"
-        in text
+        "mean success: round 0 0.06 -> round 3 0.50 (lift 0.12 -> 0.88, pick_place_can 0.00 -> "
+        "0.12)" in text
     )
     assert (
         "cluster 0: robot_0, robot_1; cluster 1: robot_2, robot_3 (each task family is one cluster)"

@@ -107,7 +107,8 @@ def test_plan_subsets_for_one_machine():
         ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
         ({"policy": "pixels"}, "policy"),
         ({"speed": 3}, "speed"),
-        # The sim bridge's and the arm adapter's parameters are typed at plan time too (BridgeParams, AdapterParams).
+        # The sim bridge's and the arm adapter's parameters are typed at plan time too
+        # (BridgeParams, AdapterParams).
         (
             {"bridge": {"control_rate_hz": 0}},
             r"sim_bridge parameter 'control_rate_hz' must be > 0.0 Hz, got 0",

@@ -59,7 +59,8 @@ def test_status_shows_the_latest_report_and_pulls_no_models(tmp_path, ros_env):
         # The state file `fed-ros up` writes: status takes the domain and range from it.
         fleet = tmp_path / "fleet.yaml"
         fleet.write_text(
-            f"fleet:\n  name: s\n  algorithm: fedavg\n  rounds: 3\n  run_dir: {tmp_path}\n  robots:\n    - {{id: robot_0, task: lift}}\n"
+            f"fleet:\n  name: s\n  algorithm: fedavg\n  rounds: 3\n  run_dir: {tmp_path}\n  "
+            f"robots:\n    - {{id: robot_0, task: lift}}\n"
         )
         (tmp_path / "fleet.json").write_text(
             json.dumps({"domain_id": int(ros_env["ROS_DOMAIN_ID"]), "discovery_range": "LOCALHOST"})

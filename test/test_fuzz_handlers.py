@@ -117,7 +117,7 @@ def make_ctx() -> ValidationContext:
     )
 
 
-# ----------------------------------------------------------------------------- server: updates
+# ------------------------------------------------------------------ server: updates
 
 UPDATE_DEFECTS = (
     "late",
@@ -296,7 +296,7 @@ def _one_update(update_world, defect, i, x, chaos, field):
     assert ctx.expected_manifest == MANIFEST
 
 
-# ----------------------------------------------------------------------------- server: descriptors
+# ------------------------------------------------------------------ server: descriptors
 
 
 @dataclasses.dataclass
@@ -463,7 +463,7 @@ def _one_descriptor(descriptor_world, defect, i, chaos, field):
     assert ctx.replay_guard.state() == guard_before
 
 
-# ----------------------------------------------------------------------------- robot: cluster models
+# ------------------------------------------------------------------ robot: cluster models
 
 SERVER = Signer.generate()
 
@@ -541,7 +541,7 @@ def _one_cluster_model(defect, i, chaos):
     assert all(np.array_equal(before[k], params[k]) for k in before)
 
 
-# ----------------------------------------------------------------------------- transport: PayloadAssembler
+# ------------------------------------------------------------------ transport: PayloadAssembler
 
 
 def _payload_msg(draw_fields: dict):
@@ -623,7 +623,7 @@ def _one_stream(transport, chunks):
         assert asm.pending_bytes <= 2 * limits.max_total_bytes
 
 
-# ----------------------------------------------------------------------------- conversion: descriptor messages
+# ------------------------------------------------------------------ conversion: descriptor messages
 
 
 @FUZZ
@@ -642,7 +642,8 @@ def _one_stream(transport, chunks):
     )
 )
 def test_f1_descriptor_message_conversion(descriptor_world, cases):
-    """Whatever a ClientDescriptor message holds, conversion + validation never crash or change state."""
+    """Whatever a ClientDescriptor message holds, conversion + validation never crash or change
+    state."""
     for case in cases:
         _one_descriptor_msg(descriptor_world, *case)
 
@@ -689,7 +690,7 @@ def _one_descriptor_msg(
     assert ctx.replay_guard.state() == guard_before
 
 
-# ----------------------------------------------------------------------------- server round logic
+# ------------------------------------------------------------------ server round logic
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,12 @@ import pytest
 
 from fed_ros.core.checks.audit_log import read_audit_log
 
+from fed_ros.ros.fleet.reference_federation import committed_models, reference_models
 from fed_ros.ros.fleet.scripted import (
     ROBOTS,
     ScriptedRobots,
-    committed_models,
     initial_model,
     make_keys,
-    reference_models,
     rss_mb,
     server_argv,
     wait_for,
@@ -43,7 +42,8 @@ ATTACKER = [
 def run_attacker(
     tmp_path: Path, env: dict, *attacks: str, timeout: float = 240.0
 ) -> dict[str, dict]:
-    """Run the attacker (fed_ros/ros/fleet/attacker.py) as its own process; its JSON result per attack."""
+    """Run the attacker (fed_ros/ros/fleet/attacker.py) as its own process; its JSON result per
+    attack."""
     out = subprocess.run(
         [*ATTACKER, str(tmp_path / "keys"), *attacks],
         env=env,
@@ -146,8 +146,8 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(
         )
         results.update(run_attacker(tmp_path, ros_env, f"junk_burst:{JUNK}", "resend_flood:300"))
         # The server drains what the attacker sent (every junk message audited), then still answers.
-        # KEEP_LAST inbox: a burst faster than the server drains it is partly dropped by DDS, so wait
-        # until the count stops growing (every junk message that reached the node is audited).
+        # KEEP_LAST inbox: a burst faster than the server drains it is partly dropped by DDS, so
+        # wait until the count stops growing (every junk message that reached the node is audited).
         settle(lambda: audited(tmp_path, "oversize"), robots.spin, alive)
         assert 0 < audited(tmp_path, "oversize") <= JUNK
         assert robots.call(
@@ -156,8 +156,8 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(
             )
         ).accepted
         rss1 = rss_mb(server.pid)
-        # A keyless peer watches the honest uploads and injects a forged continuation chunk (chunk 1,
-        # same header, other bytes) right after the first honest upload's chunk 0.
+        # A keyless peer watches the honest uploads and injects a forged continuation chunk (chunk
+        # 1, same header, other bytes) right after the first honest upload's chunk 0.
         (tmp_path / "keys" / "foreign_chunk.ready").unlink(missing_ok=True)
         (tmp_path / "keys" / "foreign_chunk.heard").unlink(missing_ok=True)
         injector = subprocess.Popen(
@@ -247,7 +247,8 @@ def test_signed_fleet_refuses_every_attack_and_completes_bit_identically(
         (e["robot_id"], e["round"]) for e in entries if e["kind"] == "update" and e["accepted"]
     }
     assert accepted == {(rid, r) for rid in ROBOTS for r in range(ROUNDS)}
-    # Bounded: memory and logs (the goal is <= 50 MB RSS and <= 10 MB logs for 10,000 junk messages).
+    # Bounded: memory and logs (the goal is <= 50 MB RSS and <= 10 MB logs for 10,000 junk
+    # messages).
     audit_growth = (tmp_path / "state" / "audit.jsonl").stat().st_size - audit0
     log_growth = log_path.stat().st_size - log0
     print(

@@ -238,7 +238,8 @@ class _Harness:
         self.node.create_subscription(msg_type, topic, self.latched.append, qos(depth))
 
     def call(self, client, request, timeout: float = 30.0):
-        """Asked again while unanswered (fed_ros.ros.wire.service_calls); both echo services are pure."""
+        """Asked again while unanswered (fed_ros.ros.wire.service_calls); both echo services are
+        pure."""
         from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
 
         return call_client_until_answered(

@@ -116,7 +116,8 @@ def test_near_constant_channels_do_not_dominate_the_jeffreys_divergence():
 
 
 def _work_cell(n: int, seed: int, shift: float = 0.0) -> list:
-    """Synthetic low-dim demos at work-cell scale (objects spread over ~6 cm, like Lift), shifted."""
+    """Synthetic low-dim demos at work-cell scale (objects spread over ~6 cm, like Lift),
+    shifted."""
     return [
         dataclasses.replace(
             e,

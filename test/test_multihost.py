@@ -270,11 +270,11 @@ def test_ros_chunks_across_hosts_survive_a_30s_link_outage(
     resends = _tail(_log(tmp_path, "robot_1"), 10_000).count("update not acknowledged; re-sending")
     with capsys.disabled():
         print(
-            f"\n[multihost ros] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s; "
-            f"robot_1 link down: update acknowledged {timing['recovery_s']:.1f} s after link up; "
-            f"(outage {timing['outage_s']:.1f} s from {timing['down'] - timing['ready']:.2f} s after the update was ready, "
-            f"{resends} re-sends); "
-            f"replays answered: {sum(1 for u in updates if not u['accepted'])}"
+            f"\n[multihost ros] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in "
+            f"{timing['fleet_s']:.1f} s; robot_1 link down: update acknowledged "
+            f"{timing['recovery_s']:.1f} s after link up; (outage {timing['outage_s']:.1f} s from "
+            f"{timing['down'] - timing['ready']:.2f} s after the update was ready, {resends} "
+            f"re-sends); replays answered: {sum(1 for u in updates if not u['accepted'])}"
         )
 
 
@@ -287,5 +287,6 @@ def test_zmq_bulk_channel_across_hosts_from_the_documented_settings(
     _robots_on_network(tmp_path, "zmq")
     with capsys.disabled():
         print(
-            f"\n[multihost zmq] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in {timing['fleet_s']:.1f} s"
+            f"\n[multihost zmq] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in "
+            f"{timing['fleet_s']:.1f} s"
         )

@@ -331,10 +331,11 @@ def test_unknown_or_mistyped_override_stops_the_node_naming_it(ros_env, tmp_path
         rclpy.try_shutdown(context=context)
 
 
-# ------------------------------------------------------------------ arm-side nodes, each in its own process
+# ---------------------------------------------------------- arm-side nodes, each in its own process
 @dataclass(frozen=True)
 class NodeCase:
-    """One arm-side node started from its documented params file, and what `ros2 param set` must do to it."""
+    """One arm-side node started from its documented params file, and what `ros2 param set` must do
+    to it."""
 
     module: str
     node: str  # node name; it runs as /robot_p/<node>
@@ -368,7 +369,8 @@ NODE_CASES = [
         invalid={"command_timeout_s": -1.0},
         invalid_reason="sim_bridge parameter 'command_timeout_s' must be > 0.0 s, got -1.0",
     ),
-    # No arm either: the driver waits for one (connect_timeout_s) while the test sets its parameters.
+    # No arm either: the driver waits for one (connect_timeout_s) while the test sets its
+    # parameters.
     NodeCase(
         "fed_ros.ros.nodes.expert_driver_node",
         "expert_driver",
@@ -456,12 +458,14 @@ def test_node_process_applies_live_changes_and_refuses_read_only_and_invalid(
         (
             "fed_ros.ros.nodes.sim_bridge_node",
             ["task:=juggle"],
-            "sim_bridge parameter 'task' must be one of ('lift', 'pick_place_can', 'stack'), got 'juggle'",
+            "sim_bridge parameter 'task' must be one of ('lift', 'pick_place_can', 'stack'), got "
+            "'juggle'",
         ),
         (
             "fed_ros.ros.nodes.expert_driver_node",
             ["record_service:=record", "record_dir:=demos"],
-            "expert_driver parameters 'record_service' and 'record_dir' are both set ('record', 'demos')",
+            "expert_driver parameters 'record_service' and 'record_dir' are both set ('record', "
+            "'demos')",
         ),
         (
             "fed_ros.ros.nodes.sim_bridge_node",

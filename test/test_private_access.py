@@ -1,4 +1,5 @@
-"""No module reads another object's underscore attributes (issue 25, item 1: explicit collaborators).
+"""No module reads another object's underscore attributes (issue 25, item 1: explicit
+collaborators).
 
 A helper split off a node takes what it uses (a clock, a publisher, a model cache, a config) as
 explicit collaborators; it never reaches into the node's private state, and no other module does
@@ -73,7 +74,10 @@ def private_reads(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_scan_sees_a_reach_into_another_objects_private_state():
-    code = "def f(node):\n    return node._lock\nclass A:\n    def g(self):\n        return self._x, self.node._y\n"
+    code = (
+        "def f(node):\n    return node._lock\n"
+        "class A:\n    def g(self):\n        return self._x, self.node._y\n"
+    )
     assert private_reads(code) == [(2, "node._lock"), (5, "self.node._y")]
     assert private_reads("class B(A):\n    def h(self):\n        return super()._z, cls._w\n") == []
 

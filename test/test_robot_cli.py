@@ -28,7 +28,8 @@ def _fed_ros() -> list[str]:
 def fed_ros_robot(
     env: dict[str, str], domain: int, *args: str, timeout: float = 120
 ) -> subprocess.CompletedProcess:
-    """`fed-ros robot ARGS --domain-id DOMAIN` as the user runs it; generous discovery on a loaded machine."""
+    """`fed-ros robot ARGS --domain-id DOMAIN` as the user runs it; generous discovery on a loaded
+    machine."""
     return subprocess.run(
         [*_fed_ros(), "robot", *args, "--domain-id", str(domain), "--find-timeout", "60"],
         env=env,

@@ -53,7 +53,8 @@ def robot_argv(tmp_path: Path, signed: bool = True) -> list[str]:
 
 class FakeServer:
     """Publishes on the server's topics with whatever key it is given (or none); reads the
-    robot's refused-control count from /diagnostics (exact, where the refusal log is rate-limited)."""
+    robot's refused-control count from /diagnostics (exact, where the refusal log is
+    rate-limited)."""
 
     def __init__(self) -> None:
         import rclpy
@@ -91,7 +92,8 @@ class FakeServer:
         self.executor.spin_once(timeout_sec=0.05)
 
     def send_model(self, round_idx: int, signer: auth.Signer | None, tag: str) -> int:
-        """A well-formed cluster model (the fleet's manifest) signed by ``signer`` (None: unsigned)."""
+        """A well-formed cluster model (the fleet's manifest) signed by ``signer`` (None:
+        unsigned)."""
         from fed_ros.ros.wire.tensors import encode_state_dict
         from fed_ros.ros.wire.round_msgs import cluster_model_msg
         from fed_ros.ros.wire.chunk_sender import ChunkedSender
@@ -146,7 +148,8 @@ class FakeServer:
 
 
 def refusals(log: Path, kind: str) -> list[tuple[int, str]]:
-    """(count so far, reason) of each logged refusal of ``kind`` (the log is rate-limited; counts are not)."""
+    """(count so far, reason) of each logged refusal of ``kind`` (the log is rate-limited; counts
+    are not)."""
     text = log.read_text(errors="replace") if log.exists() else ""
     return [(int(n), why) for n, why in re.findall(rf"{kind} refused \((\d+) so far\): (.*)", text)]
 
@@ -247,8 +250,8 @@ def test_robot_refuses_a_fake_servers_models_and_resend_requests(tmp_path, ros_e
             poll=fake.spin,
             alive=alive,
         )
-        # Positive control: the real server's signature is accepted (so the refusals were the check's);
-        # models are handled in order, so round 1 and 2 had their turn before it.
+        # Positive control: the real server's signature is accepted (so the refusals were the
+        # check's); models are handled in order, so round 1 and 2 had their turn before it.
         fake.send_model(3, signers["server"], "real")
         wait_for(
             lambda: "received cluster 0 model for round 3" in log.read_text(),

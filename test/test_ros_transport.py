@@ -195,7 +195,8 @@ def test_stalled_payload_reports_missing_and_resend_completes_it() -> None:
 
 def test_resume_requests_stop_after_max_but_a_full_resend_resumes_the_partial() -> None:
     """A link outage longer than the resume budget: the receiver stops asking but keeps its
-    chunks; the sender's re-send (no acknowledgement) completes the payload with what was missing."""
+    chunks; the sender's re-send (no acknowledgement) completes the payload with what was
+    missing."""
     clock = FakeClock()
     enc = _encoded()
     sender = ChunkedSender(enc, "p", chunk_bytes=4096)

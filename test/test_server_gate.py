@@ -15,9 +15,9 @@ import time
 
 import pytest
 
+from fed_ros.ros.fleet.reference_federation import committed_models
 from fed_ros.ros.fleet.scripted import (
     ScriptedRobots,
-    committed_models,
     make_keys,
     server_argv,
     wait_for,

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.ros
 
 @pytest.fixture
 def late_first_answer(ros_env):
-    """A Trigger service whose first answer comes after ``first_delay.wait`` (released by the test)."""
+    """A Trigger service whose first answer comes after ``first_delay.wait`` (released by the
+    test)."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from std_srvs.srv import Trigger

@@ -43,7 +43,8 @@ def wait_for_log(path: Path, pattern: str, timeout: float, procs=()) -> str:
 
 
 def interrupt(proc: subprocess.Popen, log: Path, what: str) -> float:
-    """SIGINT ``proc`` alone; assert it exits 0 within launch's 5 s with a clean log; seconds taken."""
+    """SIGINT ``proc`` alone; assert it exits 0 within launch's 5 s with a clean log; seconds
+    taken."""
     before = log.read_text(errors="replace") if log.is_file() else ""
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
@@ -183,7 +184,8 @@ def test_sigint_expert_driver_mid_episode(tmp_path, ros_env, processes):
 
 @pytest.mark.timeout(240)
 def test_sigint_robot_while_training_then_server_mid_round(tmp_path, ros_env, processes):
-    """A robot in a long local training (thousands of steps) and the server waiting for its update."""
+    """A robot in a long local training (thousands of steps) and the server waiting for its
+    update."""
     from fed_ros.learning.dataset import synthetic_episodes
 
     config = fleet_config_from_dict(
@@ -194,7 +196,8 @@ def test_sigint_robot_while_training_then_server_mid_round(tmp_path, ros_env, pr
                 "rounds": 2,
                 "run_dir": str(tmp_path),
                 "server": {"round_timeout_s": 600.0},
-                # The strategy decides the local steps (round config); the robot's cap must not cut them.
+                # The strategy decides the local steps (round config); the robot's cap must not cut
+                # them.
                 "strategy": {"local_steps": 100000},
                 "robot_defaults": {
                     "train_max_steps": 100000,

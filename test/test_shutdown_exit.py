@@ -1,4 +1,5 @@
-"""shutdown.node_main / exit_process: the exit code survives, nothing written is lost by os._exit (no ROS)."""
+"""shutdown.node_main / exit_process: the exit code survives, nothing written is lost by os._exit
+(no ROS)."""
 
 from __future__ import annotations
 

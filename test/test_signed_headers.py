@@ -1,8 +1,8 @@
 """Issue 13: signatures cover everything that steers a receiver (ROS-free).
 
-The update signature covers the whole payload header through ``signed_messages.transfer_digest`` (payload
-id, manifest, int8 scales, chunk count and per-chunk SHA-256 list, bulk address); the server's
-cluster-model signature covers the header and the member robots; control messages (round
+The update signature covers the whole payload header through ``signed_messages.transfer_digest``
+(payload id, manifest, int8 scales, chunk count and per-chunk SHA-256 list, bulk address); the
+server's cluster-model signature covers the header and the member robots; control messages (round
 announcements, resend requests) carry a server signature over their own bytes. The robot-side
 check ``validation.validate_cluster_model`` is exercised with a real server key and a fake server.
 """

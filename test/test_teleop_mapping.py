@@ -1,4 +1,5 @@
-"""Teleop mapping rules (fed_ros.core.arm.teleop), ROS-free: deadman, deadzone, scaling, bad and stale input."""
+"""Teleop mapping rules (fed_ros.core.arm.teleop), ROS-free: deadman, deadzone, scaling, bad and
+stale input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Teleoperation over real DDS: a gamepad's Joy -> teleop node -> arm adapter (ur5e) -> a recording arm.
+"""Teleoperation over real DDS: a gamepad's Joy -> teleop node -> arm adapter (ur5e) -> a recording
+arm.
 
 The arm adapter runs with its watchdog at 30 s (test_arm_stop_paths.NO_WATCHDOG), so every zero
 twist under test comes from the teleop node's HOLD, never from the adapter's watchdog.

@@ -159,7 +159,8 @@ def test_sender_and_receiver_over_ros_chunks_with_resend() -> None:
     ],
 )
 def test_receiver_is_the_one_payload_check_with_a_code(change, code) -> None:
-    """Manifest before any byte (schema), values after decoding (finite, range): one Decision each."""
+    """Manifest before any byte (schema), values after decoding (finite, range): one Decision
+    each."""
     out = TransferSender("ros").prepare(change(MODEL), "p")
     receiver = TransferReceiver(manifest_of(MODEL))
     try:
@@ -195,7 +196,8 @@ def test_bulk_channel_auto_threshold_secret_and_retry_resumes() -> None:
         assert not by_id["r/2"].decision and "unknown token" in by_id["r/2"].decision.reason
         assert by_id["r/1"].decision and by_id["r/1"].tag == "ok"
         assert sender.bulk_server("zmq").refused == 1  # the secret was checked before serving
-        # The sender goes away: the fetch is retried within its budget, then rejected naming the endpoint.
+        # The sender goes away: the fetch is retried within its budget, then rejected naming the
+        # endpoint.
         gone = sender.prepare(MODEL, "r/3").chunks()[0]
         sender.close()
         assert receiver.offer(gone, retry_for_s=0.5) is None

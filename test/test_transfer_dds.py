@@ -93,7 +93,8 @@ class Robots:
         self.outbox.acknowledge(msg.payload_id, Decision(msg.accepted, msg.code, msg.reason))
 
     def _on_resend(self, msg) -> None:
-        """What the robot node does: answer with only the requested chunks (forged like the first time)."""
+        """What the robot node does: answer with only the requested chunks (forged like the first
+        time)."""
         from fed_ros.ros.wire.round_msgs import model_update_msg
 
         self.resend_requests.append(msg.data)
@@ -126,7 +127,8 @@ class Robots:
             "server did not offer /fleet/register"
         )
         for rid in ROBOTS:
-            # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is harmless.
+            # Asked again while unanswered (fed_ros.ros.wire.service_calls); registering twice is
+            # harmless.
             request = self.Register.Request(
                 robot_id=rid, action_dim=4, num_samples=100, tasks=["lift"]
             )
@@ -241,7 +243,8 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         assert got[0].decision, got[0].decision
         assert all(np.array_equal(got[0].params[k], initial[k]) for k in initial)
 
-        # A rejected update: its reason code reaches the robot; a re-send is answered, not re-counted.
+        # A rejected update: its reason code reaches the robot; a re-send is answered, not
+        # re-counted.
         bad = {k: v.copy() for k, v in initial.items()}
         next(iter(bad.values())).reshape(-1)[0] = np.nan
         nan_out = robots.prepare(robots.ros_out, bad, "robot_0", "nan")
@@ -258,7 +261,8 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
             lambda: len(robots.acks_for(nan_out.payload_id)) == 2, 30.0, "the repeated ack", server
         )
 
-        # Every other rejection class of an update, once: the code reaches the robot in its UpdateAck.
+        # Every other rejection class of an update, once: the code reaches the robot in its
+        # UpdateAck.
         def refused(out, code: str, forge=None, skip=()):
             robots.publish(out, forge=forge, skip=skip)
             robots.spin_until(
@@ -307,8 +311,9 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
             )
         ]
 
-        # A second update of robot_0 in flight (its first chunk passed the header checks) completes after
-        # robot_0's update below was accepted: refused by the round as a duplicate, counted once.
+        # A second update of robot_0 in flight (its first chunk passed the header checks) completes
+        # after robot_0's update below was accepted: refused by the round as a duplicate, counted
+        # once.
         twin = robots.prepare(
             side, {k: (v - 0.02).astype(np.float32) for k, v in initial.items()}, "robot_0", "twin"
         )
@@ -330,7 +335,8 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         good1 = {k: (v - 0.01).astype(np.float32) for k, v in initial.items()}
         refused_pids.append(refused(robots.prepare(r0, good1, "robot_0", "again"), DUPLICATE))
 
-        # An interrupted chunk stream: chunks 2 and 3 never arrive; the server asks, only they are resent.
+        # An interrupted chunk stream: chunks 2 and 3 never arrive; the server asks, only they are
+        # resent.
         cut = robots.prepare(robots.ros_out, good1, "robot_1", "cut")
         assert len(cut.chunks()) > 4
         robots.publish(cut, skip={2, 3})
@@ -340,14 +346,16 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         assert robots.acks_for(cut.payload_id)[0].accepted
         assert any('"chunks": [2, 3]' in r for r in robots.resend_requests), robots.resend_requests
 
-        # The round completes with each update counted once; a late re-send is acknowledged again only.
+        # The round completes with each update counted once; a late re-send is acknowledged again
+        # only.
         robots.spin_until(lambda: 0 in robots.reports, 60.0, "round 0's report", server)
         robots.publish(lost)
         robots.spin_until(
             lambda: len(robots.acks_for(lost.payload_id)) >= 2, 30.0, "the re-ack", server
         )
         assert all(a.accepted for a in robots.acks_for(lost.payload_id))
-        # Round 1: an update for round 0, which is over, is refused as stale (and counted in round 1).
+        # Round 1: an update for round 0, which is over, is refused as stale (and counted in round
+        # 1).
         robots.spin_until(lambda: robots.announcement.round == 1, 30.0, "round 1", server)
         stale_pid = refused(robots.prepare(r0, good1, "robot_1", "stale"), STALE_ROUND)
         for k, rid in enumerate(ROBOTS):

@@ -100,9 +100,9 @@ def test_bench_transfer_shaped_prints_goodput_per_channel(
 
 
 def test_paced_profile_names_one_controller_every_writer_uses(tmp_path: Path) -> None:
-    """The paced profile: a FIFO flow controller at 0.95 x the link rate (per 100 ms at 1 Mbit/s), every writer
-    asynchronous on it, and the RMW told to take the profile's publish mode (synchronous
-    writers refuse a flow controller and the node fails to start)."""
+    """The paced profile: a FIFO flow controller at 0.95 x the link rate (per 100 ms at 1 Mbit/s),
+    every writer asynchronous on it, and the RMW told to take the profile's publish mode
+    (synchronous writers refuse a flow controller and the node fails to start)."""
     import xml.etree.ElementTree as ET
 
     from fed_ros.ros.wire import pacing

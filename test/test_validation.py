@@ -203,7 +203,8 @@ def test_l5_replayed_update_rejected(ctx):
     assert validate_update(env, params, ctx)
     d = validate_update(env, params, ctx)  # byte-identical replay, valid signature
     assert d.code == REPLAY and "already used (replay)" in d.reason
-    # The same update replayed in a later round is refused as late before the nonce is even looked at.
+    # The same update replayed in a later round is refused as late before the nonce is even looked
+    # at.
     ctx.current_round = 6
     ctx.replay_guard.advance(6)
     assert validate_update(env, params, ctx).code == LATE
@@ -262,12 +263,13 @@ def test_limits_validated():
         Limits(max_update_bytes=0)
 
 
-# ----------------------------------------------------------------------------- descriptors (V5)
+# --------------------------------------------------------------------------- descriptors (V5)
 
 
 @dataclasses.dataclass
 class RawDescriptor:
-    """ClientDescriptor's fields without its constructor checks: what a hostile message can carry."""
+    """ClientDescriptor's fields without its constructor checks: what a hostile message can
+    carry."""
 
     robot_id: object
     kind: object
@@ -371,7 +373,7 @@ def test_descriptor_oversize_payload(ctx):
     assert d.code == OVERSIZE and "1001 bytes exceeds the cap 1000" in d.reason
 
 
-# ----------------------------------------------------------------------------- cluster models (robot)
+# --------------------------------------------------------------------------- cluster models (robot)
 
 
 def test_cluster_model_checks_on_the_robot():
@@ -409,7 +411,7 @@ def test_cluster_model_checks_on_the_robot():
     )
 
 
-# ----------------------------------------------------------------------------- audit log (P4)
+# --------------------------------------------------------------------------- audit log (P4)
 
 
 def test_p4_audit_line_for_every_accept_and_reject(ctx, tmp_path):

@@ -40,7 +40,8 @@ NUM_CLUSTERS = 2
 
 
 def synthetic_manifest(target_params: int) -> Manifest:
-    """Mix of 512x512 / 256x256 matrices with biases, ~target_params scalars, ~1/4 under 'temporal.'."""
+    """Mix of 512x512 / 256x256 matrices with biases, ~target_params scalars, ~1/4 under
+    'temporal.'."""
     specs: list[TensorSpec] = []
     total = 0
     i = 0
@@ -180,7 +181,8 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
 def bench_cua(
     sizes: list[int], gap_trials: int, seed: int = 0
 ) -> tuple[list[tuple[int, float, float]], list[float]]:
-    """Scalable CUA time (and agreement with the planted partition) per K; gaps vs exact for K <= 12."""
+    """Scalable CUA time (and agreement with the planted partition) per K; gaps vs exact for
+    K <= 12."""
     rng = np.random.default_rng(seed)
     times = []
     for K in sizes:
@@ -246,12 +248,13 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--ks value {k} is below the {NUM_CLUSTERS} FedDRMan clusters")
 
     print(
-        f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of {reps}, "
-        f"read/FedAvg/FeDepth best of {max(10, 3 * reps)})"
+        f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of "
+        f"{reps}, read/FedAvg/FeDepth best of {max(10, 3 * reps)})"
     )
     hdr = (
-        f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} {'FedDRMan':>8} "
-        f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | {'peak':>6} {'K+3':>5} {'ok':>3}"
+        f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} "
+        f"{'FedDRMan':>8} {'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | "
+        f"{'peak':>6} {'K+3':>5} {'ok':>3}"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -262,10 +265,10 @@ def _run(args: argparse.Namespace) -> int:
             drm_ratio = r["feddrman"] / (r["fedavg"] + r["svd"])
             ok = lambda c: "yes" if c else "NO"
             print(
-                f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms {fa_ratio:>6.2f} "
-                f"{ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms {r['feddrman'] * 1e3:>6.0f}ms "
-                f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | {r['fedepth'] * 1e3:>5.1f}ms "
-                f"{r['fedepth_cluster'] * 1e3:>5.0f}ms | "
+                f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms "
+                f"{fa_ratio:>6.2f} {ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms "
+                f"{r['feddrman'] * 1e3:>6.0f}ms {drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | "
+                f"{r['fedepth'] * 1e3:>5.1f}ms {r['fedepth_cluster'] * 1e3:>5.0f}ms | "
                 f"{r['peak']:>6.2f} {k + 3:>5} {ok(r['peak'] <= k + 3):>3}",
                 flush=True,
             )

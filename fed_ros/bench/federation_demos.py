@@ -1,4 +1,5 @@
-"""Demonstrations of `fed-ros bench federation`: cached scripted-expert pools, as each arm family records them.
+"""Demonstrations of `fed-ros bench federation`: cached scripted-expert pools, as each arm family
+records them.
 
 :class:`DemoCache` generates (once) and caches seeded expert demos per (task, variation) as
 Episode ``.npz`` and hands each robot of a setting its disjoint slices; a family's arm sees
@@ -50,7 +51,8 @@ def offset_observations(
     """Observations (one frame or a (T, ...) stack) seen from a work cell offset by ``offset`` m."""
     if task not in _OBJECT_POSITION_SLOTS:
         raise ValueError(
-            f"no work-cell offset defined for task {task!r}; known: {sorted(_OBJECT_POSITION_SLOTS)}"
+            f"no work-cell offset defined for task {task!r}; known: "
+            f"{sorted(_OBJECT_POSITION_SLOTS)}"
         )
     off = np.asarray(offset, dtype=np.float32)
     out = dict(obs)
@@ -146,7 +148,8 @@ class DemoCache:
         return ok[:n]
 
     def robot_data(self, setting: Setting) -> dict[str, list[Episode]]:
-        """Each robot's demos: disjoint slices of the (task, variation) pools, mirrored as needed."""
+        """Each robot's demos: disjoint slices of the (task, variation) pools, mirrored as
+        needed."""
         need: dict[tuple[str, str], int] = {}
         for mix in setting.robots:
             for fam_name, count in mix:

@@ -1,4 +1,5 @@
-"""Closed-loop evaluation of `fed-ros bench federation`: seeded MuJoCo rollouts of the robots' models.
+"""Closed-loop evaluation of `fed-ros bench federation`: seeded MuJoCo rollouts of the robots'
+models.
 
 :class:`Evaluator` rolls each (model, family) pair out once (identical models are found by
 digest) in cached environments, through the family's arm: :class:`OffsetCellPolicy` for a
@@ -36,7 +37,8 @@ class MirroredPolicy:
 
 
 class OffsetCellPolicy:
-    """Closed-loop adapter of an arm in an offset work cell: observations shifted as in its demos."""
+    """Closed-loop adapter of an arm in an offset work cell: observations shifted as in its
+    demos."""
 
     def __init__(self, policy: Any, task: str, offset: Sequence[float]) -> None:
         self.policy, self.task, self.offset = policy, task, tuple(offset)
@@ -93,7 +95,8 @@ class Evaluator:
         return self._envs[key]
 
     def family_success(self, sd: dict[str, np.ndarray], family: Family) -> float:
-        """Success rate of one model on one family (seeded rollouts, the robots' `evaluate_policy`)."""
+        """Success rate of one model on one family (seeded rollouts, the robots'
+        `evaluate_policy`)."""
         from fed_ros.learning.client import evaluate_policy
         from fed_ros.sim.evaluate import evaluate
 

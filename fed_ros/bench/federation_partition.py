@@ -59,8 +59,9 @@ def segment_embeddings(sd: dict[str, np.ndarray], segs: Sequence[Any], cfg: Any)
 
 
 def partition_seed(seed: int, round_idx: int, robot: int) -> int:
-    """Trainer seed of robot ``robot`` in round ``round_idx`` of a partition federation (kept from the
-    study's first runs, so its published numbers stay reproducible; the fleet's is `trainer_seed`)."""
+    """Trainer seed of robot ``robot`` in round ``round_idx`` of a partition federation (kept from
+    the study's first runs, so its published numbers stay reproducible; the fleet's is
+    `trainer_seed`)."""
     return seed + 97 * round_idx + robot
 
 
@@ -71,7 +72,8 @@ def fedavg_on_split(
     prof: Profile,
     seed: int,
 ) -> dict[str, np.ndarray]:
-    """FedAvg over the robots of one split (robots without data sit out): the model after the study's rounds."""
+    """FedAvg over the robots of one split (robots without data sit out): the model after the
+    study's rounds."""
     from fed_ros.bench.federation_run import BENCH_LOCAL, federation_round
     from fed_ros.core.strategies.fedavg import FedAvgStrategy
     from fed_ros.learning.client import RobotClient
@@ -79,7 +81,8 @@ def fedavg_on_split(
     data, clients = {}, {}
     for n, eps in enumerate(robot_data):
         if len(eps):
-            rid = f"robot_{n:04d}"  # zero-padded: robot-id order (the aggregation's) is the index order
+            # zero-padded: robot-id order (the aggregation's) is the index order
+            rid = f"robot_{n:04d}"
             data[rid] = list(eps)
             clients[rid] = RobotClient(
                 rid,
@@ -180,11 +183,12 @@ def partition_claims(part: dict[str, Any] | None) -> list[str]:
     """Claim line of the partition study: embedding-based splits hurt more than task-based ones."""
     lines: list[str] = []
     if part:
+        gap = part["gap"]
         lines.append(
-            f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} (held-out NLL, FedAvg): "
-            f"embedding-based {part['gap']['embedding']:+.3f}, task-based {part['gap']['task']:+.3f} "
-            f"(claim: embedding gap > task gap: "
-            f"{'REPRODUCED' if part['gap']['embedding'] > part['gap']['task'] else 'NOT reproduced'})"
+            f"- Loss gap alpha={min(part['alphas']):g} minus alpha={max(part['alphas']):g} "
+            f"(held-out NLL, FedAvg): embedding-based {gap['embedding']:+.3f}, task-based "
+            f"{gap['task']:+.3f} (claim: embedding gap > task gap: "
+            f"{'REPRODUCED' if gap['embedding'] > gap['task'] else 'NOT reproduced'})"
         )
     return lines
 
@@ -211,8 +215,8 @@ def partition_section(out: Path, part: dict[str, Any] | None) -> list[str]:
             "",
             f"k-means k={d['k']} over {d['segments']} segments of {d['segment_len']} steps; "
             f"ARI(clusters, variation labels) = {d['ari_clusters_vs_variation']:.3f}; "
-            f"stability ARI over seeds = {d['stability_ari'][0]:.3f} ± {d['stability_ari'][1]:.3f}; "
-            "silhouette vs k: "
+            f"stability ARI over seeds = {d['stability_ari'][0]:.3f} ± "
+            f"{d['stability_ari'][1]:.3f}; silhouette vs k: "
             + ", ".join(f"k={k}: {v:.3f}" for k, v in d["silhouette_vs_k"].items()),
         ]
         png = R.plot_xy(

@@ -77,7 +77,8 @@ def method_table(
     head = (
         "| method | "
         + " | ".join(fams)
-        + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round | seeds | CPU s |"
+        + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round"
+        " | seeds | CPU s |"
     )
     lines = [head, "|" + "---|" * (len(fams) + 7)]
     for m in methods:
@@ -101,7 +102,8 @@ def method_table(
         lines.append(
             f"| {name} | "
             + " | ".join(fam_cells)
-            + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s} | {st['seeds']} | {cpu:.0f} |"
+            + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s}"
+            f" | {st['seeds']} | {cpu:.0f} |"
         )
     return "\n".join(lines)
 

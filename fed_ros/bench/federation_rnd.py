@@ -1,4 +1,5 @@
-"""RND experiment of `fed-ros bench federation` (``rnd``): RND federations on clustered feature skew.
+"""RND experiment of `fed-ros bench federation` (``rnd``): RND federations on clustered feature
+skew.
 
 :func:`run_rnd` recovers the latent robot groups from the exchanged RND novelty scores
 (ARI, over a sweep of the compatibility margin eps) and times the clustering against
@@ -33,8 +34,8 @@ def rnd_vs_ifca_image_cost(
     """CPU seconds of one robot's clustering work at the fleet's default IMAGE policy size.
 
     IFCA (every round): evaluate ``num_clusters`` image-policy cluster models on the robot's
-    N frames (as `RobotClient.pick_cluster`: dataset, model loading, NLL). RND (once at tau=0): `fit_rnd`
-    on the same N frames (K+1 image-predictor trainings) plus evaluating the
+    N frames (as `RobotClient.pick_cluster`: dataset, model loading, NLL). RND (once at tau=0):
+    `fit_rnd` on the same N frames (K+1 image-predictor trainings) plus evaluating the
     ``num_robots - 1`` peers' predictors on them. Frames are synthetic (cost does not depend
     on content); the peers' predictors are stood in by the robot's own bytes (same
     architecture, so the same evaluation cost). Both are timed in this one process.
@@ -209,18 +210,19 @@ def rnd_claims(rnd: dict[str, Any] | None, prof: Profile | None) -> list[str]:
             f"best over the eps sweep: eps={best} ARI {rnd['ari_by_eps'][best]:.3f}"
         )
         lines.append(
-            f"- RND vs IFCA clustering CPU time, bench low-dim policy (whole fleet): IFCA per round / "
-            f"RND once = {ratio:.2f}x, over {rounds} rounds (tau=0) = {ratio * rounds:.2f}x"
+            "- RND vs IFCA clustering CPU time, bench low-dim policy (whole fleet): IFCA per "
+            f"round / RND once = {ratio:.2f}x, over {rounds} rounds (tau=0) = {ratio * rounds:.2f}x"
         )
         ic = rnd.get("image_cost")
         if ic:
             lines.append(
                 f"- RND vs IFCA at the fleet's image policy ({ic['policy_params']} params vs a "
-                f"{ic['rnd_predictor_params']}-param RND predictor; one robot, N={ic['frames']} frames, "
-                f"C={ic['num_clusters']}, {ic['num_robots']} robots): IFCA {ic['ifca_cpu_s_per_round']:.2f} CPU s "
-                f"per round, RND {ic['rnd_cpu_s_once']:.2f} CPU s once ({ic['cv_folds'] + 1} predictor "
-                f"trainings {ic['rnd_train_cpu_s']:.2f} s): {ic['ratio_per_round']:.2f}x per round "
-                f"(claim: about 10x even reclustering every round: "
+                f"{ic['rnd_predictor_params']}-param RND predictor; one robot, N={ic['frames']} "
+                f"frames, C={ic['num_clusters']}, {ic['num_robots']} robots): IFCA "
+                f"{ic['ifca_cpu_s_per_round']:.2f} CPU s per round, RND {ic['rnd_cpu_s_once']:.2f} "
+                f"CPU s once ({ic['cv_folds'] + 1} predictor trainings {ic['rnd_train_cpu_s']:.2f} "
+                f"s): {ic['ratio_per_round']:.2f}x per round (claim: about 10x even reclustering "
+                "every round: "
                 f"{'REPRODUCED' if ic['ratio_per_round'] >= 10 else 'NOT reproduced'}), "
                 f"{ic['ratio_over_rounds']:.2f}x over {ic['rounds']} rounds with tau=0"
             )
@@ -228,20 +230,23 @@ def rnd_claims(rnd: dict[str, Any] | None, prof: Profile | None) -> list[str]:
 
 
 def rnd_section(out: Path, rnd: dict[str, Any] | None) -> list[str]:
-    """Report section of the RND experiment (ARI per seed and per eps, image-policy cost, novelty matrix)."""
+    """Report section of the RND experiment (ARI per seed and per eps, image-policy cost, novelty
+    matrix)."""
     md: list[str] = []
     if rnd and rnd.get("runs"):
         md += [
             "",
             "## RND federations on clustered feature skew",
             "",
-            f"| seed | ARI (eps={RND_EPS_SWEEP[0]:g}) | clusters | RND clustering CPU s | IFCA clustering CPU s / round | ratio per round |",
+            f"| seed | ARI (eps={RND_EPS_SWEEP[0]:g}) | clusters | RND clustering CPU s | IFCA "
+            "clustering CPU s / round | ratio per round |",
             "|---|---|---|---|---|---|",
         ]
         for r in rnd["runs"]:
             md.append(
                 f"| {r['seed']} | {r['ari']:.3f} | {r['clusters']} | {r['rnd_cluster_s']:.2f} | "
-                f"{r['ifca_cluster_s_per_round']:.2f} | {r['ifca_cluster_s_per_round'] / max(r['rnd_cluster_s'], 1e-9):.2f}x |"
+                f"{r['ifca_cluster_s_per_round']:.2f} | "
+                f"{r['ifca_cluster_s_per_round'] / max(r['rnd_cluster_s'], 1e-9):.2f}x |"
             )
         md += [
             "",
@@ -255,15 +260,17 @@ def rnd_section(out: Path, rnd: dict[str, Any] | None) -> list[str]:
         if ic:
             md += [
                 "",
-                f"Clustering cost at the fleet's image policy (one robot, {ic['frames']} synthetic frames, "
-                f"C={ic['num_clusters']} IFCA cluster models vs RND fit + {ic['num_robots'] - 1} peer predictors, "
-                f"CPU s, one process, {ic['torch_threads']} torch threads):",
+                f"Clustering cost at the fleet's image policy (one robot, {ic['frames']} synthetic "
+                f"frames, C={ic['num_clusters']} IFCA cluster models vs RND fit + "
+                f"{ic['num_robots'] - 1} peer predictors, CPU s, one process, "
+                f"{ic['torch_threads']} torch threads):",
                 "",
-                "| policy params | RND predictor params | IFCA / round | RND once (training) | ratio / round | "
-                f"ratio over {ic['rounds']} rounds (tau=0) |",
+                "| policy params | RND predictor params | IFCA / round | RND once (training) | "
+                f"ratio / round | ratio over {ic['rounds']} rounds (tau=0) |",
                 "|---|---|---|---|---|---|",
-                f"| {ic['policy_params']} | {ic['rnd_predictor_params']} | {ic['ifca_cpu_s_per_round']:.2f} | "
-                f"{ic['rnd_cpu_s_once']:.2f} ({ic['rnd_train_cpu_s']:.2f}) | {ic['ratio_per_round']:.2f}x | "
+                f"| {ic['policy_params']} | {ic['rnd_predictor_params']} | "
+                f"{ic['ifca_cpu_s_per_round']:.2f} | {ic['rnd_cpu_s_once']:.2f} "
+                f"({ic['rnd_train_cpu_s']:.2f}) | {ic['ratio_per_round']:.2f}x | "
                 f"{ic['ratio_over_rounds']:.2f}x |",
             ]
         if rnd["runs"][0].get("scores"):

@@ -104,7 +104,7 @@ def ros_domain(env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 
 def _row(fleet: AttackedFleet, spec: str, round_idx: int, reference, rss_mb) -> ProtocolRow:
-    from fed_ros.ros.fleet.scripted import committed_models
+    from fed_ros.ros.fleet.reference_federation import committed_models
 
     name, _, count = spec.partition(":")
     fleet.wait(
@@ -199,7 +199,8 @@ def run_protocol(
     signed: bool = True,
 ) -> tuple[list[ProtocolRow], dict]:
     """Run the fleet, one attack per round after a clean round 0; (rows, run facts)."""
-    from fed_ros.ros.fleet.scripted import ROBOTS, initial_model, reference_models, rss_mb
+    from fed_ros.ros.fleet.reference_federation import reference_models
+    from fed_ros.ros.fleet.scripted import ROBOTS, initial_model, rss_mb
     from fed_ros.ros.wire.register import register_request
 
     out.mkdir(parents=True, exist_ok=True)

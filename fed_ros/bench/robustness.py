@@ -1,4 +1,5 @@
-"""`fed-ros bench robustness`: one malicious robot of five under each attack, with and without robust rules.
+"""`fed-ros bench robustness`: one malicious robot of five under each attack, with and without
+robust rules.
 
 Two in-process settings, both measured (nothing here is a stated number):
 
@@ -13,8 +14,9 @@ Two in-process settings, both measured (nothing here is a stated number):
 
 Every update first passes `validate_update` (as on the server), so NaN injection is rejected
 there; the table shows what each rule would do with and without that check. Distances are
-relative: ||aggregate(attacked) - aggregate_mean(no attack)|| / ||aggregate_mean(no attack) - reference||.
-The clip rule's bound (one client moves the aggregate by at most clip/n) is printed beside it.
+relative: ||aggregate(attacked) - aggregate_mean(no attack)|| / ||aggregate_mean(no attack) -
+reference||. The clip rule's bound (one client moves the aggregate by at most clip/n) is printed
+beside it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ RULE_SETTINGS = {
 
 @dataclass
 class AttackRow:
-    """One line of the attack table: per rule, relative distance (None = the rule refused the input)."""
+    """One line of the attack table: per rule, relative distance (None = the rule refused the
+    input)."""
 
     setting: str
     attack: str
@@ -98,7 +101,8 @@ def attack_table(
     quality: Callable[[np.ndarray], float] | None = None,
     clip_factor: float = 1.0,
 ) -> list[AttackRow]:
-    """Rows for one setting: `honest` (n, P) with the attacker at row 0; `attacked(attack)` its poisoned row."""
+    """Rows for one setting: `honest` (n, P) with the attacker at row 0; `attacked(attack)` its
+    poisoned row."""
     n = honest.shape[0]
     manifest = (TensorSpec("params", (honest.shape[1],)),)
     baseline = aggregate_robust(honest, np.ones(n), "mean")
@@ -136,7 +140,7 @@ def _distance(agg: np.ndarray | None, baseline: np.ndarray, step: float) -> floa
     return None if agg is None else float(np.linalg.norm(agg.astype(np.float64) - baseline)) / step
 
 
-# ----------------------------------------------------------------------------- setting 1: synthetic updates
+# -------------------------------------------------------------------- setting 1: synthetic updates
 
 
 def synthetic_updates(
@@ -150,7 +154,7 @@ def synthetic_updates(
     return honest.astype(np.float32), reference
 
 
-# ----------------------------------------------------------------------------- setting 2: linear BC on demos
+# -------------------------------------------------------------------- setting 2: linear BC on demos
 
 
 def linear_expert_demos(
@@ -178,7 +182,8 @@ def linear_expert_demos(
 def train_linear_bc(
     start: np.ndarray, episodes: Sequence[Episode], epochs: int = 20, lr: float = 0.05
 ) -> np.ndarray:
-    """Local training of a linear policy a = W s (flat W, ACTION_DIM x 32) by full-batch gradient descent."""
+    """Local training of a linear policy a = W s (flat W, ACTION_DIM x 32) by full-batch gradient
+    descent."""
     states = np.concatenate([ep.observations[OBJECT_STATE] for ep in episodes]).astype(np.float64)
     actions = np.concatenate([ep.actions for ep in episodes]).astype(np.float64)
     w = start.reshape(ACTION_DIM, OBJECT_STATE_DIM).astype(np.float64).copy()
@@ -199,7 +204,8 @@ def action_mse(flat_w: np.ndarray, episodes: Sequence[Episode]) -> float:
 def linear_bc_setting(
     n: int, seed: int, episodes: int, steps: int
 ) -> tuple[np.ndarray, np.ndarray, Callable[[str], np.ndarray], Callable[[np.ndarray], float]]:
-    """Honest trained updates, reference, attacker factory and quality metric for the linear-BC setting."""
+    """Honest trained updates, reference, attacker factory and quality metric for the linear-BC
+    setting."""
     rng = np.random.default_rng(seed)
     expert = rng.normal(0, 0.3, (ACTION_DIM, OBJECT_STATE_DIM))
     reference = np.zeros(
@@ -220,7 +226,7 @@ def linear_bc_setting(
     return honest, reference, attacked, lambda w: action_mse(w, held_out)
 
 
-# ----------------------------------------------------------------------------- output
+# -------------------------------------------------------------------- output
 
 
 def _fmt(x: float | None) -> str:
@@ -295,7 +301,8 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `fed-ros bench robustness` (`--protocol`: the protocol-attack table instead)."""
+    """Entry point of `fed-ros bench robustness` (`--protocol`: the protocol-attack table
+    instead)."""
     argv = list(argv) if argv is not None else sys.argv[1:]
     if (
         "--protocol" in argv
@@ -330,9 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(rows))
     print(
         f"\n({time.perf_counter() - t0:.1f} s; rejected updates are dropped before aggregation; "
-        f"trimmed_mean trims 20%, multi_krum f=1, clip at the median honest step norm c; clip shift = "
-        f"||clip(attacked) - clip(no attack)||, at most 2c/n; "
-        f"refused = the rule rejects the input, e.g. Multi-Krum with n < 2f+3 after a rejection)"
+        "trimmed_mean trims 20%, multi_krum f=1, clip at the median honest step norm c; clip "
+        "shift = ||clip(attacked) - clip(no attack)||, at most 2c/n; refused = the rule rejects "
+        "the input, e.g. Multi-Krum with n < 2f+3 after a rejection)"
     )
     if args.json:
         with open(args.json, "w") as f:

@@ -1,6 +1,7 @@
 """Federated core (numpy/scipy only; no ROS, no torch), one folder per concept:
 
-strategies/  the Strategy interface and registry, data types, aggregation, robust rules, one module per strategy
+strategies/  the Strategy interface and registry, data types, aggregation, robust rules, one
+             module per strategy
 clustering/  CUA, SRB, FeDepth's Jeffreys clusters, RND federations, k-means
 rounds/      the round state machine, stage answers, round config, report, roster, store, delivery
 checks/      Decision and every input check, bounds, the audit log

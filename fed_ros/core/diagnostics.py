@@ -75,6 +75,9 @@ def adapter_status(
     done: bool,
     lockstep: bool = False,
     watchdog_holding: bool = False,
+    human_control: bool = False,
+    interventions: int = 0,
+    dropped_for_human: int = 0,
 ) -> Status:
     """Arm adapter: WARN while held, while the watchdog holds an active episode or after a
     trip in the last period, or while arm topics are missing; the safety counters as values."""
@@ -91,7 +94,7 @@ def adapter_status(
         name,
         profile,
         problems,
-        "ok",
+        "ok, a human drives (teleop)" if human_control else "ok",
         {
             "profile": profile,
             "hold": hold,
@@ -107,6 +110,9 @@ def adapter_status(
             "episode_done": done,
             "lockstep": lockstep,
             "watchdog_holding": watchdog_holding,
+            "human_control": human_control,
+            "episode_interventions": interventions,
+            "policy_commands_dropped_for_human": dropped_for_human,
         },
     )
 
@@ -128,10 +134,13 @@ def robot_status(
     train_seconds: float,
     busy: str,
     waiting_for_demos: str = "",
+    interventions: tuple[float, float] = (math.nan, math.nan),
+    intervention_segments: int = 0,
 ) -> Status:
     """Robot node: ERROR after a failed start-up, WARN while learning is gated off, while it waits
     for demonstrations or the server rejected our last update; round state, model age and
-    training throughput."""
+    training throughput; the last evaluation's human interventions (takeovers and human seconds
+    per episode, NaN before any) and the segments recorded as corrective demonstrations."""
     problems: list[tuple[int, str]] = []
     if failed:
         problems.append((ERROR, failed))
@@ -163,6 +172,9 @@ def robot_status(
             "last_train_steps": train_steps,
             "train_steps_per_s": throughput,
             "waiting_for_demonstrations": waiting_for_demos,
+            "interventions_per_episode": interventions[0],
+            "human_seconds_per_episode": interventions[1],
+            "intervention_segments_recorded": intervention_segments,
         },
     )
 

@@ -222,7 +222,8 @@ def _address(arr: np.ndarray) -> int:
 def shared_buffer_rows(
     sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest
 ) -> tuple[np.ndarray, list[int]] | None:
-    """If every state dict is a row view of one (R, P) buffer (see UpdateBuffer), return it and the rows."""
+    """If every state dict is a row view of one (R, P) buffer (see UpdateBuffer), return it and the
+    rows."""
     if not sds or not manifest:
         return None
     first = next(iter(sds[0].values()))
@@ -316,7 +317,8 @@ class UpdateBuffer:
         return views
 
     def clear(self) -> None:
-        """Reuse the buffer for the next round (views handed out before stay valid but get overwritten)."""
+        """Reuse the buffer for the next round (views handed out before stay valid but get
+        overwritten)."""
         self._used = 0
 
 

@@ -70,7 +70,8 @@ class StartChoice:
 
 
 def no_cluster_error(membership: Membership) -> ValueError:
-    """The error of a membership that names no cluster to start from (the aggregation's own wording)."""
+    """The error of a membership that names no cluster to start from (the aggregation's own
+    wording)."""
     return ValueError(f"membership {list(membership)} has no cluster with weight > 0")
 
 
@@ -87,7 +88,8 @@ def choose_start(
     config: RoundConfig,
     pick: Callable[[Mapping[int, StateDict]], int],
 ) -> StartChoice:
-    """The cluster a robot trains for and its start model, from its membership and the cluster models.
+    """The cluster a robot trains for and its start model, from its membership and the cluster
+    models.
 
     ``model_of(membership)`` is the weighted mean of the listed cluster models (the robot node
     waits there for models still on their way; the benchmark averages the strategy's). With
@@ -121,14 +123,16 @@ def evaluate_policy(
     device: str,
     **runner_kw: Any,
 ) -> Any:
-    """``rollout(runner)`` of ``model`` acting as a `PolicyRunner` (success rates, or a sim result)."""
+    """``rollout(runner)`` of ``model`` acting as a `PolicyRunner` (success rates, or a sim
+    result)."""
     from fed_ros.learning.runner import PolicyRunner
 
     return rollout(PolicyRunner(model, policy_cfg, device=device, **runner_kw))
 
 
 class RobotClient:
-    """One robot's learning: start choice, fit, describe, score, IFCA pick, evaluate (no ROS, no simulator).
+    """One robot's learning: start choice, fit, describe, score, IFCA pick, evaluate (no ROS, no
+    simulator).
 
     ``local`` holds the robot's own TrainerConfig settings (``lr``, ``batch_size``,
     ``max_steps``, ``val_fraction``, ...); the round config overrides ``lr`` when it sets
@@ -157,8 +161,8 @@ class RobotClient:
         decided = sorted(set(self.local) & _DECIDED_FIELDS)
         if decided:
             raise ValueError(
-                f"robot {robot_id!r}: local trainer setting(s) {decided} are decided by the strategy's "
-                "round config (set them as strategy settings in the fleet file)"
+                f"robot {robot_id!r}: local trainer setting(s) {decided} are decided by the "
+                "strategy's round config (set them as strategy settings in the fleet file)"
             )
         TrainerConfig(**self.local, device=device)  # fail at start on a bad local setting
         # Placeholder normalisation of the fleet's initial model (what round 0 replaces).
@@ -234,7 +238,8 @@ class RobotClient:
         round_idx: int,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
     ) -> FitResult:
-        """Train ``start_model`` on the local episodes as ``config`` says: (params, samples, metrics).
+        """Train ``start_model`` on the local episodes as ``config`` says: (params, samples,
+        metrics).
 
         ``on_step(step, losses)`` runs between optimiser steps (progress; an exception it raises,
         e.g. on shutdown, ends training there).
@@ -255,7 +260,8 @@ class RobotClient:
     def pick_cluster(
         self, candidate_models: Mapping[int, StateDict], episodes: Sequence[Episode]
     ) -> int:
-        """IFCA: id of the cluster whose model has the lowest NLL on local data (as it would be trained)."""
+        """IFCA: id of the cluster whose model has the lowest NLL on local data (as it would be
+        trained)."""
         from fed_ros.core.strategies.ifca import ifca_select
         from fed_ros.learning.dataset import DemoDataset
         from fed_ros.learning.modeling_policy import build_policy
@@ -284,8 +290,9 @@ class RobotClient:
         episodes: Sequence[Episode],
         peer_predictors: Mapping[str, bytes] | None = None,
     ) -> ClientDescriptor:
-        """This robot's answer to a DESCRIBE stage (the round config's kind) or a SCORE stage (RND phase
-        two: the peers' predictors scored on local data; its own, if listed, is never scored)."""
+        """This robot's answer to a DESCRIBE stage (the round config's kind) or a SCORE stage (RND
+        phase two: the peers' predictors scored on local data; its own, if listed, is never
+        scored)."""
         if stage == DESCRIBE:
             return self.describe(config.descriptor_kind, episodes)
         if stage == SCORE:
@@ -323,7 +330,8 @@ class RobotClient:
     def score(
         self, peer_predictors: Mapping[str, bytes], episodes: Sequence[Episode]
     ) -> ClientDescriptor:
-        """RND phase two: novelty of every peer's predictor on local data, plus the held-out own one."""
+        """RND phase two: novelty of every peer's predictor on local data, plus the held-out own
+        one."""
         from fed_ros.learning.rnd_descriptor import rnd_novelty
 
         if self.rnd_fit is None:

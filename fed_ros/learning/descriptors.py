@@ -164,7 +164,8 @@ def lowdim_state_scale(
 
 
 class RandomFourierFeatures(nn.Module):
-    """cos(W (x / scale) + b), W ~ N(0, 1/L^2), b ~ U[0, 2 pi): (n, 53) -> (n, width), in [-1, 1]."""
+    """cos(W (x / scale) + b), W ~ N(0, 1/L^2), b ~ U[0, 2 pi): (n, 53) -> (n, width),
+    in [-1, 1]."""
 
     def __init__(
         self, scale: np.ndarray, width: int, lengthscale: float, gen: torch.Generator
@@ -202,7 +203,8 @@ def frozen_image_encoder(seed: int = DESCRIPTOR_SEED) -> nn.Module:
 
 
 def frozen_lowdim_encoder(seed: int = DESCRIPTOR_SEED, width: int = 64) -> nn.Module:
-    """Fixed random Fourier features of the scaled low-dim state: (n, 53) -> (n, width) in [-1, 1]."""
+    """Fixed random Fourier features of the scaled low-dim state: (n, 53) -> (n, width)
+    in [-1, 1]."""
     return RandomFourierFeatures(lowdim_state_scale(), width, RFF_LENGTHSCALE, _gen(seed)).eval()
 
 
@@ -249,7 +251,8 @@ def descriptor_features(
 
 
 def variance_floor(mode: str, image_hw: tuple[int, int] | None = None, p: float = 3.0) -> float:
-    """Per-channel variance floor: VARIANCE_FLOOR_FRACTION of the encoder's nominal feature power."""
+    """Per-channel variance floor: VARIANCE_FLOOR_FRACTION of the encoder's nominal feature
+    power."""
     if mode == "lowdim":
         power = 0.5  # E[cos^2(u + b)] for a uniform random phase b
     elif mode == "image":
@@ -306,7 +309,8 @@ def penultimate_embeddings(
     """(n, embed_dim) action-token embeddings (input of the GMM head) of windows of episodes.
 
     Windows are all frames of the episodes, failed ones included (or ``max_windows``
-    sampled ones, in frame order). The argument order ``(state_dict, episodes, policy_cfg)`` is also accepted.
+    sampled ones, in frame order). The argument order ``(state_dict, episodes, policy_cfg)`` is also
+    accepted.
     """
     from fed_ros.learning.dataset import DemoDataset
     from fed_ros.learning.modeling_policy import build_policy

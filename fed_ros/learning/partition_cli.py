@@ -54,7 +54,8 @@ def list_episodes(
 def episode_embeddings(
     paths: Sequence[Path], checkpoint: str | Path, policy_config: str | Path | None = None
 ) -> np.ndarray:
-    """(N, D) per-episode penultimate-layer embeddings (mean over its windows) of a trained policy."""
+    """(N, D) per-episode penultimate-layer embeddings (mean over its windows) of a trained
+    policy."""
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.descriptors import penultimate_embeddings
     from fed_ros.learning.weights import load_checkpoint, read_checkpoint_config

@@ -45,7 +45,8 @@ class TrainerConfig:
     """Local-training settings; defaults are the FedDRMan paper's (Sec. IV).
 
     Attributes:
-        lambda_sub: weight lambda_m of every modality's L_sub (default: the paper's, PAPER_LAMBDA_SUB).
+        lambda_sub: weight lambda_m of every modality's L_sub (default: the paper's,
+            PAPER_LAMBDA_SUB).
         lambda_modality: per-modality overrides of lambda_sub, e.g. {"text": 0.0}.
         lambda_act: weight of L_act (default: the paper's, PAPER_LAMBDA_ACT).
         rank: subspace rank r (paper: 48), capped at min(d_m, N) per modality.

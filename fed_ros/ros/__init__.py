@@ -1,1 +1,2 @@
-"""ROS 2 layer: message conversions, QoS, transport, nodes, fleet plan. The only layer importing rclpy."""
+"""ROS 2 layer: message conversions, QoS, transport, nodes, fleet plan. The only layer importing
+rclpy."""

@@ -59,7 +59,8 @@ def requested() -> bool:
 
 
 def check(stop: threading.Event | None = None) -> None:
-    """Raise :class:`ShutdownRequested` if the process (or ``stop``, a node's own flag) is stopping."""
+    """Raise :class:`ShutdownRequested` if the process (or ``stop``, a node's own flag) is
+    stopping."""
     if _REQUESTED.is_set() or (stop is not None and stop.is_set()):
         raise ShutdownRequested()
 
@@ -136,7 +137,8 @@ def flush_outputs() -> None:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End the process now with ``code``: flush outputs, then ``os._exit`` (no interpreter finalization).
+    """End the process now with ``code``: flush outputs, then ``os._exit`` (no interpreter
+    finalization).
 
     Call only after the node's own teardown (node destroyed, rclpy shut down, files closed,
     worker threads told to stop): nothing after this runs, not atexit hooks nor finalizers.

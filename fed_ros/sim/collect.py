@@ -39,7 +39,8 @@ def episode_seed(seed: int, index: int, stream: int = STREAM_COLLECT) -> int:
 def run_episode(
     env: ArmEnv, policy, reset_seed: int, max_steps: int | None = None, record: bool = True
 ) -> tuple[dict[str, np.ndarray], np.ndarray, bool]:
-    """Roll ``policy`` (``reset()``, ``act(obs)``) once; returns (observations, actions, success)."""
+    """Roll ``policy`` (``reset()``, ``act(obs)``) once; returns (observations, actions,
+    success)."""
     limit = env.horizon if max_steps is None else int(max_steps)
     if limit <= 0:
         raise ValueError(f"max_steps must be positive, got {max_steps!r}")

@@ -1,6 +1,8 @@
-"""Contact sheets of scenes: one tile per variation (agent view over wrist view).
+r"""Contact sheets of scenes: one tile per variation (agent view over wrist view).
 
-``python -m fed_ros.sim.render --task stack --variations default,dim_light,random:3 --out sheet.png``
+    python -m fed_ros.sim.render --task stack --variations default,dim_light,random:3 \
+        --out sheet.png
+
 shows at a glance how different the robots of a fleet see their worlds.
 """
 

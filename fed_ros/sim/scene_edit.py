@@ -5,7 +5,8 @@
 bounding volumes, the objects' Python-side sizes robosuite places them with), and
 :meth:`SceneEditor.apply` edits the model to match a variation, always starting from those
 originals: idempotent, no XML is regenerated, and soft resets keep it.
-:class:`fed_ros.sim.envs.ArmEnv` owns one per environment (and rebuilds its renderer after each change).
+:class:`fed_ros.sim.envs.ArmEnv` owns one per environment (and rebuilds its renderer after each
+change).
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ class Variation:
     camera_pos_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
     camera_rot_offset: tuple[float, float, float] = (0.0, 0.0, 0.0)
     # Lighting: diffuse/specular multiplier of scene light and headlight, an RGB tint
-    # multiplied into the diffuse colour, ambient level (None = unchanged), light position offset (m).
+    # multiplied into the diffuse colour, ambient level (None = unchanged), light position offset
+    # (m).
     light_scale: float = 1.0
     light_tint: tuple[float, float, float] = (1.0, 1.0, 1.0)
     light_ambient: float | None = None
@@ -134,11 +135,13 @@ class Variation:
             not isinstance(self.object_material, str) or self.object_material not in TABLE_MATERIALS
         ):
             raise ValueError(
-                f"Variation.object_material {self.object_material!r} not in {sorted(TABLE_MATERIALS)}"
+                f"Variation.object_material {self.object_material!r} not in "
+                f"{sorted(TABLE_MATERIALS)}"
             )
         if not isinstance(self.object_colors, (tuple, list)):
             raise ValueError(
-                f"Variation.object_colors must be a sequence of colour names, got {self.object_colors!r}"
+                "Variation.object_colors must be a sequence of colour names, got "
+                f"{self.object_colors!r}"
             )
         for colour in self.object_colors:
             if not isinstance(colour, str) or colour not in PALETTE:
@@ -258,7 +261,8 @@ def random_variation(seed: int, name: str | None = None) -> Variation:
 
 
 def resolve_variation(variation: "str | Variation | dict") -> Variation:
-    """A preset name, ``"random:<seed>"``, a field dict or a Variation -> Variation (ValueError otherwise)."""
+    """A preset name, ``"random:<seed>"``, a field dict or a Variation -> Variation (ValueError
+    otherwise)."""
     if isinstance(variation, Variation):
         return variation
     if isinstance(variation, dict):

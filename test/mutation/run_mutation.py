@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Mutation testing of the ROS-free decision code with mutmut, in a private copy.
+r"""Mutation testing of the ROS-free decision code with mutmut, in a private copy.
 
-    python test/mutation/run_mutation.py [--modules update_checks,rounds,...|all] [--dir DIR] [--jobs N]
+    python test/mutation/run_mutation.py [--modules update_checks,rounds,...|all] [--dir DIR] \
+        [--jobs N]
 
 mutmut 3 rewrites the files it mutates, so this never runs in the source tree: it copies
 fed_ros/ and the fast tests that exercise the chosen modules into DIR (default
@@ -324,13 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     killed = total["killed"] + total["timeout"]
     tested = sum(total.values()) - total["skipped"] - total["not checked"]
     lines.append(
-        f"| **all** | {tested} | {killed} | {total['survived']} | {tested - killed - total['survived']} | "
-        f"**{100 * killed / max(tested, 1):.1f} %** |"
+        f"| **all** | {tested} | {killed} | {total['survived']} | "
+        f"{tested - killed - total['survived']} | **{100 * killed / max(tested, 1):.1f} %** |"
     )
     survivors = sorted(n for n, v in status.items() if v == "survived")
     lines += [
         "",
-        f"Surviving mutants ({len(survivors)}; `cd {work} && {mutmut} show <name>` shows the diff):",
+        f"Surviving mutants ({len(survivors)}; `cd {work} && {mutmut} show <name>` shows the "
+        "diff):",
     ]
     lines += [f"- `{n}`" for n in survivors]
     text = "\n".join(lines) + "\n"

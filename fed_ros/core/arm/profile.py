@@ -289,7 +289,8 @@ def profile_from_dict(data: Any, overrides: Mapping[str, Any] | None = None) -> 
 
 
 def config_dir(name: str) -> Path:
-    """config/<name> (arm_profiles, teleop): from the installed share directory, else the source tree."""
+    """config/<name> (arm_profiles, teleop): from the installed share directory, else the source
+    tree."""
     try:  # a colcon install: share/fed_ros/config/<name>
         from ament_index_python.packages import get_package_share_directory
 

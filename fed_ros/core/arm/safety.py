@@ -69,7 +69,8 @@ class Watchdog:
         self._tripped = False
 
     def silent(self, now_s: float) -> bool:
-        """Whether the last command is older than the timeout, without counting a trip (for reports)."""
+        """Whether the last command is older than the timeout, without counting a trip (for
+        reports)."""
         return self._last is None or now_s - self._last > self.timeout_s
 
     def expired(self, now_s: float) -> bool:

@@ -1,4 +1,5 @@
-"""The arm adapter's view of the arm's state: the newest sample of each part, when it came, its stamp.
+"""The arm adapter's view of the arm's state: the newest sample of each part, when it came, its
+stamp.
 
 ROS-free. Parts are ``joints``, ``fingers``, ``pose``, ``object_state`` and one per camera. A
 part is *fresh* when it came within ``state_timeout_s``. A tick acts on the *current* state: for a

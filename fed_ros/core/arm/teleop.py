@@ -1,4 +1,5 @@
-"""Teleoperation mapping: a SpaceMouse or a gamepad (sensor_msgs/Joy, geometry_msgs/Twist) to arm commands.
+"""Teleoperation mapping: a SpaceMouse or a gamepad (sensor_msgs/Joy, geometry_msgs/Twist) to arm
+commands.
 
 ROS-free (numpy + YAML) so every rule is unit-tested without DDS; the teleop node
 (``fed_ros.ros.nodes.teleop_node``) converts messages and calls :class:`TeleopMapper`.
@@ -142,7 +143,8 @@ def profile_from_dict(data: Mapping[str, Any]) -> TeleopProfile:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(
-            f"teleop profile {name!r}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})"
+            f"teleop profile {name!r}: unknown key {unknown[0]!r} (known: "
+            f"{', '.join(sorted(known))})"
         )
     axes: dict[str, AxisMap] = {}
     for axis_name, spec in dict(data.get("axes") or {}).items():
@@ -191,7 +193,8 @@ def load_teleop_profile(name_or_path: str) -> TeleopProfile:
 
 
 def apply_deadzone(value: float, deadzone: float) -> float:
-    """0 inside the deadzone; outside it, rescaled so the output starts at 0 and reaches 1 at full travel."""
+    """0 inside the deadzone; outside it, rescaled so the output starts at 0 and reaches 1 at full
+    travel."""
     magnitude = abs(value)
     if magnitude <= deadzone:
         return 0.0
@@ -207,7 +210,8 @@ class TeleopOutput:
 
 
 class TeleopMapper:
-    """Turns device messages into commands; call :meth:`joy` / :meth:`twist` per message, :meth:`command` per tick."""
+    """Turns device messages into commands; call :meth:`joy` / :meth:`twist` per message,
+    :meth:`command` per tick."""
 
     def __init__(self, profile: TeleopProfile) -> None:
         self.profile = profile
@@ -221,7 +225,8 @@ class TeleopMapper:
 
     # ------------------------------------------------------------------ device messages in
     def joy(self, axes, buttons, now_s: float) -> list[str]:
-        """Take one Joy (receive time ``now_s``); returns the named buttons that went down (rising edges)."""
+        """Take one Joy (receive time ``now_s``); returns the named buttons that went down (rising
+        edges)."""
         p = self.profile
         try:
             values = np.asarray(axes, dtype=np.float64).reshape(-1)
@@ -290,12 +295,18 @@ class TeleopMapper:
         if self._joy_at is None or self._buttons is None:
             return "no Joy from the device yet"
         if now_s - self._joy_at > p.watchdog_timeout_s:
-            return f"device stale: no Joy for {now_s - self._joy_at:.2f} s (> {p.watchdog_timeout_s:g} s)"
+            return (
+                f"device stale: no Joy for {now_s - self._joy_at:.2f} s "
+                f"(> {p.watchdog_timeout_s:g} s)"
+            )
         if p.input == "twist":
             if self._twist_at is None:
                 return "no Twist from the device yet"
             if now_s - self._twist_at > p.watchdog_timeout_s:
-                return f"device stale: no Twist for {now_s - self._twist_at:.2f} s (> {p.watchdog_timeout_s:g} s)"
+                return (
+                    f"device stale: no Twist for {now_s - self._twist_at:.2f} s "
+                    f"(> {p.watchdog_timeout_s:g} s)"
+                )
         if not self._buttons[p.buttons["deadman"]]:
             return "deadman released"
         return ""

@@ -11,8 +11,8 @@ one was due; an arm message is taken once it comes no earlier than half a period
 time, and the timer fires a tick once the due time is half a period past. The next due time is
 one period after the previous due time, its phase nudged by a fifth of the message's offset
 from it (so the schedule settles on the arm's mean phase, within half a period), and the next
-message is not dropped because one came early or late (after a silence of more than half a period the
-schedule starts again from the message). Two arm ticks are at least a quarter period apart and
+message is not dropped because one came early or late (after a silence of more than half a period
+the schedule starts again from the message). Two arm ticks are at least a quarter period apart and
 each takes one due time, so a burst (an arm publishing twice as fast, or a backlog delivered at
 once) still gives at most the control rate. While the arm is silent the timer ticks once per
 timer period.

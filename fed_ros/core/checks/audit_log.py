@@ -1,4 +1,5 @@
-"""The audit log: one JSON line per accept/reject decision, plus per-round counters for round reports."""
+"""The audit log: one JSON line per accept/reject decision, plus per-round counters for round
+reports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Length bounds of every field a peer controls, checked before anything is stored, logged or audited.
+"""Length bounds of every field a peer controls, checked before anything is stored, logged or
+audited.
 
 The .msg/.srv files declare the same bounds (``string<=256 robot_id``), but DDS does not
 enforce them: measured with rclpy + Fast DDS (Kilted wheels), a publisher that bypasses the
@@ -36,7 +37,8 @@ def clip(text: Any, limit: int = 80) -> str:
 
 
 def oversized(fields: Mapping[str, tuple[Any, int]]) -> str | None:
-    """None if every ``name: (value, limit)`` has ``len(value) <= limit``, else a reason naming the first."""
+    """None if every ``name: (value, limit)`` has ``len(value) <= limit``, else a reason naming the
+    first."""
     for name, (value, limit) in fields.items():
         try:
             n = len(value)
@@ -48,7 +50,8 @@ def oversized(fields: Mapping[str, tuple[Any, int]]) -> str | None:
 
 
 def oversized_items(name: str, values: Iterable[Any], count: int, limit: int) -> str | None:
-    """As :func:`oversized` for a sequence of strings: at most ``count`` items of at most ``limit``."""
+    """As :func:`oversized` for a sequence of strings: at most ``count`` items of at most
+    ``limit``."""
     values = list(values) if not isinstance(values, (list, tuple)) else values
     if len(values) > count:
         return f"field {name} has {len(values)} items > bound {count}"

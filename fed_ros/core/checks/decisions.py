@@ -1,7 +1,8 @@
-"""What a check returns: :class:`Decision` (accept, or reject with a stable code and a reason), the reject codes, and the :class:`Limits` every check applies.
+"""What a check returns: :class:`Decision` (accept, or reject with a stable code and a reason), the
+reject codes, and the :class:`Limits` every check applies.
 
-The checks themselves live in :mod:`fed_ros.core.checks.sender_checks` (who, when, signature, replay),
-:mod:`fed_ros.core.checks.payload_checks` (manifest, tensors, cluster models),
+The checks themselves live in :mod:`fed_ros.core.checks.sender_checks` (who, when, signature,
+replay), :mod:`fed_ros.core.checks.payload_checks` (manifest, tensors, cluster models),
 :mod:`fed_ros.core.checks.update_checks` and :mod:`fed_ros.core.checks.descriptor_checks`;
 and :mod:`fed_ros.core.checks.audit_log` records them. ``_reject``, ``_is_int`` and ``_short`` are
 shared by those modules only.

@@ -185,7 +185,8 @@ def _validate_descriptor(
         residual, (int, float, np.floating, np.integer)
     ):
         return _reject(MALFORMED, f"robot {rid!r}: residual_std {_short(residual)} is not a number")
-    # RND federations divide by sigma_i, so an RND descriptor needs a real one; others may omit it (NaN).
+    # RND federations divide by sigma_i, so an RND descriptor needs a real one; others may omit it
+    # (NaN).
     if (kind == "rnd" or not math.isnan(float(residual))) and not (
         math.isfinite(float(residual)) and float(residual) >= 0
     ):

@@ -1,4 +1,5 @@
-"""Checks on a payload's shape and values: the announced manifest, the decoded tensors, and a received cluster model.
+"""Checks on a payload's shape and values: the announced manifest, the decoded tensors, and a
+received cluster model.
 
 ``check_payload_manifest`` compares an announced manifest with the expected one exactly (names,
 order, shapes, dtypes) and the size it implies; ``check_tensors`` checks decoded tensors (schema,
@@ -67,7 +68,8 @@ def _spec_fields(spec: Any) -> tuple[str, tuple[int, ...], str]:
 
 
 def compare_manifest(announced: Sequence[Any], expected: Manifest) -> str | None:
-    """None if `announced` equals `expected` exactly (names, order, shapes, dtypes), else why not."""
+    """None if `announced` equals `expected` exactly (names, order, shapes, dtypes), else why
+    not."""
     try:
         n = len(announced)
     except TypeError:

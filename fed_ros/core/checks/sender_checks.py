@@ -3,8 +3,8 @@
 :class:`ValidationContext` is the server's view of the open round. ``_check_sender`` (well-formed
 robot id and round, the round open, before the deadline, a participant), ``_check_num_samples``
 (the sample-count cap) and ``_check_auth`` (allow-listed key, signature, fresh nonce) are shared
-by :mod:`fed_ros.core.checks.update_checks` and :mod:`fed_ros.core.checks.descriptor_checks`. Nothing here
-changes state: the replay guard is only asked, never written.
+by :mod:`fed_ros.core.checks.update_checks` and :mod:`fed_ros.core.checks.descriptor_checks`.
+Nothing here changes state: the replay guard is only asked, never written.
 """
 
 from __future__ import annotations

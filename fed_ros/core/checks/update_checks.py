@@ -60,8 +60,9 @@ class UpdateEnvelope:
     cluster_id: int = -1
     nonce: bytes = b""
     signature: bytes = b""
-    # signed_messages.transfer_digest of the payload header (payload id, manifest, chunk list, bulk address);
-    # the ROS layer computes it from the message, so a header the robot did not sign fails.
+    # signed_messages.transfer_digest of the payload header (payload id, manifest, chunk list, bulk
+    # address); the ROS layer computes it from the message, so a header the robot did not sign
+    # fails.
     transfer: bytes = b""
 
     def signed(self, signer: Signer) -> "UpdateEnvelope":

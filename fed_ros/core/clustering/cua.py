@@ -82,7 +82,8 @@ def _triu(C: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _objective_from_blocks(A: np.ndarray, n: np.ndarray, singleton_intra: float) -> np.ndarray:
-    """J for a batch: A (B, C, C) ordered-pair sums of S with zero diagonal, n (B, C) group sizes."""
+    """J for a batch: A (B, C, C) ordered-pair sums of S with zero diagonal, n (B, C) group
+    sizes."""
     C = A.shape[-1]
     diag = np.diagonal(A, axis1=-2, axis2=-1)
     pairs = n * (n - 1)
@@ -108,7 +109,8 @@ def _blocks(S0: np.ndarray, labels: np.ndarray, C: int) -> tuple[np.ndarray, np.
 def cua_objective(
     S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 0.0
 ) -> float:
-    """Objective J of one partition given as labels (K,) with values 0..C-1 (all groups non-empty)."""
+    """Objective J of one partition given as labels (K,) with values 0..C-1 (all groups
+    non-empty)."""
     labels = np.asarray(labels, dtype=np.int64)
     C = int(labels.max()) + 1 if C is None else int(C)
     S = _check_similarity(S, C)
@@ -126,7 +128,8 @@ def cua_objective(
 
 
 def enumerate_partitions(K: int, C: int) -> np.ndarray:
-    """All partitions of K items into exactly C non-empty groups as canonical labels (S(K,C), K) int8."""
+    """All partitions of K items into exactly C non-empty groups as canonical labels (S(K,C), K)
+    int8."""
     if K < C or C < 1:
         raise ValueError(f"cannot enumerate partitions of K={K} into C={C} groups")
     # Restricted growth strings: label_0 = 0, label_i <= max(label_<i) + 1, built level by level.
@@ -165,7 +168,8 @@ def cua_exact(
     count = stirling2(K, C)
     if count > max_partitions:
         raise ValueError(
-            f"exact CUA over S({K},{C}) = {count} partitions exceeds max_partitions={max_partitions}"
+            f"exact CUA over S({K},{C}) = {count} partitions exceeds "
+            f"max_partitions={max_partitions}"
         )
     parts = enumerate_partitions(K, C)
     S0 = S.copy()
@@ -214,7 +218,8 @@ def _local_search(
     for _ in range(max_moves):
         es = eye[labels]  # (K, C) one-hot of current group
         d = eye[None, :, :] - es[:, None, :]  # (K, T, C): +1 at target t, -1 at s
-        # Moving i from s to t: A' = A + d r^T + r d^T (rank-2), n' = n + d; all K x C moves at once.
+        # Moving i from s to t: A' = A + d r^T + r d^T (rank-2), n' = n + d; all K x C moves at
+        # once.
         Ri = R[:, None, :]
         A_new = A + d[..., :, None] * Ri[..., None, :] + Ri[..., :, None] * d[..., None, :]
         vals = _objective_from_blocks(A_new, n + d, singleton_intra)  # (K, T)
@@ -366,7 +371,8 @@ def cua_partition(
     exact_max_k: int = 12,
     exact_max_partitions: int = 3_000_000,
 ) -> CUAResult:
-    """Partition by `method` in {auto, exact, scalable}; auto = exact when K <= exact_max_k and feasible."""
+    """Partition by `method` in {auto, exact, scalable}; auto = exact when K <= exact_max_k and
+    feasible."""
     if method not in ("auto", "exact", "scalable"):
         raise ValueError(f"CUA method {method!r} not in ('auto', 'exact', 'scalable')")
     S = _check_similarity(S, C)

@@ -105,7 +105,8 @@ def eligible_blocks(
     min_dim: int = 2,
     exclude: Sequence[str] = (),
 ) -> list[str]:
-    """Names of 2-D weight matrices SRB applies to (both dims >= min_dim, optional name prefixes)."""
+    """Names of 2-D weight matrices SRB applies to (both dims >= min_dim, optional name
+    prefixes)."""
     pre = tuple(prefixes) if prefixes else None
     exc = tuple(exclude)
     out = []

@@ -203,7 +203,8 @@ def dirichlet_split(
         sizes_arr = np.asarray(list(sizes), dtype=np.int64)
         if sizes_arr.shape != (num_robots,) or np.any(sizes_arr < 0) or sizes_arr.sum() > n_items:
             raise ValueError(
-                f"sizes must be {num_robots} non-negative counts summing to <= {n_items}, got {list(sizes)}"
+                f"sizes must be {num_robots} non-negative counts summing to <= {n_items}, got "
+                f"{list(sizes)}"
             )
     rng = np.random.default_rng(seed)
     n_groups = len(names)
@@ -280,7 +281,8 @@ def embedding_split(
     sizes: Sequence[int] | None = None,
     n_init: int = 4,
 ) -> tuple[Partition, "KMeansResult"]:
-    """Embedding-based split: k-means over (N, D) embeddings, then Dir(alpha * p_hat) over clusters."""
+    """Embedding-based split: k-means over (N, D) embeddings, then Dir(alpha * p_hat) over
+    clusters."""
     km = kmeans(embeddings, k, seed=seed, n_init=n_init)
     part = dirichlet_split(km.labels, num_robots, alpha, seed=seed, sizes=sizes, kind="embedding")
     # Group names from encode_groups are the sorted cluster ids as strings; keep them.

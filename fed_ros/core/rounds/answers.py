@@ -18,6 +18,7 @@ of an answer and a stage.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -114,10 +115,25 @@ def admit_descriptor(
     return ACCEPTED
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """A robot's answer to an EVALUATE stage: its closed-loop success rate, and how often a human
+    took over during those episodes (per episode; NaN: not reported)."""
+
+    success_rate: float
+    interventions_per_episode: float = math.nan
+    human_seconds_per_episode: float = math.nan
+
+
 def admit_metrics(
-    col: StageCollector | None, robot_id: str, success_rate: float, now: float
+    col: StageCollector | None,
+    robot_id: str,
+    success_rate: float,
+    now: float,
+    interventions: tuple[float, float] = (math.nan, math.nan),
 ) -> Decision:
-    """Record a robot's closed-loop success rate answering an EVALUATE stage."""
+    """Record a robot's closed-loop success rate answering an EVALUATE stage, with its
+    ``interventions`` (takeovers, human seconds) per episode: NaN (not reported) or >= 0."""
     if col is None or col.plan.stage != EVALUATE:
         stage = col.plan.stage if col else "none"
         return Decision(
@@ -134,9 +150,19 @@ def admit_metrics(
             reason=f"success rate {success_rate!r} from {robot_id!r} is not in [0, 1]",
             code=OUT_OF_RANGE,
         )
+    per_episode, seconds = (float(v) for v in interventions)
+    if verdict.accepted and not all(math.isnan(v) or 0.0 <= v < math.inf for v in interventions):
+        verdict = Decision(
+            False,
+            reason=(
+                f"interventions {per_episode!r}/episode, {seconds!r} s/episode from {robot_id!r} "
+                "must be >= 0 (or NaN: not reported)"
+            ),
+            code=OUT_OF_RANGE,
+        )
     if not verdict.accepted:
         return col.reject(robot_id, verdict.reason, verdict.code)
-    col.accept(robot_id, float(success_rate))
+    col.accept(robot_id, Evaluation(float(success_rate), per_episode, seconds))
     return ACCEPTED
 
 
@@ -186,11 +212,15 @@ def drop_updates_without_descriptor(
     return answered
 
 
-def record_success_rates(outcome: RoundOutcome, answers: Mapping[str, Any]) -> None:
-    """Fill an EVALUATE stage's success rates into the report of the round it evaluated."""
+def record_success_rates(outcome: RoundOutcome, answers: Mapping[str, Evaluation]) -> None:
+    """Fill an EVALUATE stage's success rates and interventions into the report of the round
+    it evaluated."""
     for robot in outcome.robots:
         if robot.robot_id in answers:
-            robot.success_rate = float(answers[robot.robot_id])
+            answer = answers[robot.robot_id]
+            robot.success_rate = float(answer.success_rate)
+            robot.interventions_per_episode = float(answer.interventions_per_episode)
+            robot.human_seconds_per_episode = float(answer.human_seconds_per_episode)
 
 
 class CarriedAnswers:

@@ -31,7 +31,8 @@ STAGES = (TRAIN, DESCRIBE, SCORE, EVALUATE, DONE)
 
 
 def quorum_for(participants: int, fraction: float, minimum: int) -> int:
-    """Updates needed to aggregate: ceil(fraction * participants), at least ``minimum``, at most all."""
+    """Updates needed to aggregate: ceil(fraction * participants), at least ``minimum``, at most
+    all."""
     if participants < 0:
         raise ValueError(f"participants must be >= 0, got {participants}")
     if not 0.0 < fraction <= 1.0:

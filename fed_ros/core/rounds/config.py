@@ -19,10 +19,11 @@ from typing import Any, Mapping
 ROUND_CONFIG_VERSION = 1
 DESCRIBE_KINDS = ("gaussian", "rnd")  # what a robot can compute in a DESCRIBE stage
 
-# FedDRMan's local objective as the paper sets it (Sec. IV): L_sub and L_act on, weighted 0.03 / 0.005.
-# Written only here: `TrainerConfig` (fed_ros.learning.trainer) and `FedDRManStrategy` default to it.
-# A RoundConfig takes the weights but leaves both terms off by default (ROUND_CONFIG_DISTILLS): it is
-# what every strategy sends, and only FedDRMan asks for distillation (explicitly, from these defaults).
+# FedDRMan's local objective as the paper sets it (Sec. IV): L_sub and L_act on, weighted
+# 0.03 / 0.005. Written only here: `TrainerConfig` (fed_ros.learning.trainer) and `FedDRManStrategy`
+# default to it. A RoundConfig takes the weights but leaves both terms off by default
+# (ROUND_CONFIG_DISTILLS): it is what every strategy sends, and only FedDRMan asks for distillation
+# (explicitly, from these defaults).
 PAPER_USE_SUB = True
 PAPER_USE_ACT = True
 PAPER_LAMBDA_SUB = 0.03

@@ -16,9 +16,10 @@ beside it: ``settings`` (RoundSettings), ``answers`` (each answer's admission),
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -45,29 +46,14 @@ from fed_ros.core.rounds.collect import (
     StageDecision,
     TRAIN,
 )
-from fed_ros.core.rounds.config import Membership, RobotInstruction, RoundConfig
+from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.report import RoundOutcome, completed_outcome, round_outcome
 from fed_ros.core.rounds.roster import Roster
 from fed_ros.core.rounds.settings import RoundSettings
+from fed_ros.core.rounds.strategy_like import StrategyLike
 
 
 # ------------------------------------------------------------------- coordinator
-
-
-class StrategyLike(Protocol):
-    """The part of fed_ros.core.strategies.base.Strategy the coordinator uses."""
-
-    name: str
-
-    def initialize(self, initial: Mapping[str, np.ndarray], robot_ids: Sequence[str]) -> None: ...
-    def configure_round(
-        self, round_idx: int, robot_ids: Sequence[str]
-    ) -> dict[str, RobotInstruction]: ...
-    def needs_descriptors(self, round_idx: int) -> set[str]: ...
-    def cluster_models(self) -> dict[int, Mapping[str, np.ndarray]]: ...
-    def aggregate_round(self, round_idx: int, updates: list, descriptors: dict) -> Any: ...
-    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
-    def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None: ...
 
 
 class RoundCoordinator:
@@ -264,11 +250,16 @@ class RoundCoordinator:
         )
 
     def offer_metrics(
-        self, robot_id: str, success_rate: float, now: float | None = None
+        self,
+        robot_id: str,
+        success_rate: float,
+        now: float | None = None,
+        interventions: tuple[float, float] = (math.nan, math.nan),
     ) -> Decision:
-        """Record a robot's closed-loop success rate answering an EVALUATE stage."""
+        """Record a robot's closed-loop success rate (and its human interventions per episode)
+        answering an EVALUATE stage."""
         now = self.clock() if now is None else now
-        return admit_metrics(self.collector, robot_id, success_rate, now)
+        return admit_metrics(self.collector, robot_id, success_rate, now, interventions)
 
     def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Decision:
         """A participant's answer that it will not answer the open stage, with why

@@ -36,7 +36,8 @@ def parse(spec: str) -> list[tuple[str, int, int]]:
 
 
 def reach(step: str, round_idx: int, environ=os.environ) -> None:
-    """Mark ``step`` of ``round_idx`` reached; SIGKILL this process if the environment asks for it."""
+    """Mark ``step`` of ``round_idx`` reached; SIGKILL this process if the environment asks for
+    it."""
     spec = environ.get(ENV)
     if not spec:
         return

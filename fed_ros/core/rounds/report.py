@@ -30,6 +30,9 @@ class RobotOutcome:
     success_rate: float = float("nan")
     accepted: bool = False
     reason: str = ""
+    # Human interventions during the evaluation (per episode; NaN: not evaluated or reported).
+    interventions_per_episode: float = float("nan")
+    human_seconds_per_episode: float = float("nan")
 
 
 @dataclass
@@ -215,3 +218,14 @@ def robot_report_cells(robot: Mapping[str, Any]) -> tuple[str, str, str]:
     loss = "-" if np.isnan(robot["train_loss"]) else f"{robot['train_loss']:.3f}"
     clusters = ",".join(str(c) for c in robot["cluster_ids"]) or "-"
     return success, loss, clusters
+
+
+def intervention_cell(robot: Mapping[str, Any]) -> str:
+    """Human interventions of one robot line of a report dict: "<n>/ep <s> s/ep", or "-" when
+    the round did not evaluate it or the robot reported none (NaN; a report from before the
+    field existed has no key)."""
+    per_episode = float(robot.get("interventions_per_episode", math.nan))
+    seconds = float(robot.get("human_seconds_per_episode", math.nan))
+    if math.isnan(per_episode):
+        return "-"
+    return f"{per_episode:.2f}/ep {seconds:.1f} s/ep"

@@ -72,7 +72,8 @@ class RegistrationClaim:
             raise ValueError(f"timestamp_ns must be an int in [0, 2**63), got {timestamp_ns!r}")
         if not isinstance(nonce, (bytes, bytearray)) or len(nonce) != NONCE_BYTES:
             raise ValueError(
-                f"nonce must be {NONCE_BYTES} bytes, got {len(nonce) if isinstance(nonce, (bytes, bytearray)) else type(nonce).__name__}"
+                f"nonce must be {NONCE_BYTES} bytes, got "
+                f"{len(nonce) if isinstance(nonce, (bytes, bytearray)) else type(nonce).__name__}"
             )
         if not 0 <= int(self.action_dim) < 2**32 or not 0 <= int(self.num_samples) < 2**64:
             raise ValueError(

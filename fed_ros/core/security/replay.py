@@ -38,7 +38,10 @@ class ReplayGuard:
     def check(self, robot_id: str, round_idx: int, nonce: bytes) -> str | None:
         """None if (round, nonce) is fresh, else the reject reason; changes nothing."""
         if round_idx < self.floor:
-            return f"robot {robot_id!r}: round {round_idx} is older than the oldest open round {self.floor}"
+            return (
+                f"robot {robot_id!r}: round {round_idx} is older than the oldest open round "
+                f"{self.floor}"
+            )
         key = bytes(nonce)
         if len(key) != NONCE_BYTES:
             return f"robot {robot_id!r}: nonce must be {NONCE_BYTES} bytes, got {len(key)}"
@@ -47,7 +50,8 @@ class ReplayGuard:
         return None
 
     def record(self, robot_id: str, round_idx: int, nonce: bytes) -> None:
-        """Remember an accepted nonce; evicts the oldest beyond `max_nonces` and raises the floor."""
+        """Remember an accepted nonce; evicts the oldest beyond `max_nonces` and raises the
+        floor."""
         self._nonces[bytes(nonce)] = int(round_idx)
         while len(self._nonces) > self.max_nonces:
             _, evicted_round = self._nonces.popitem(last=False)

@@ -1,4 +1,5 @@
-"""What the fleet signs: canonical byte strings and digests (the encoding half of :mod:`fed_ros.core.security.auth`).
+"""What the fleet signs: canonical byte strings and digests (the encoding half
+of :mod:`fed_ros.core.security.auth`).
 
 Each message starts with a domain-separation tag (a signature made for one kind of message
 is never valid as another kind), then fixed-width big-endian fields: round, robot id,
@@ -186,7 +187,8 @@ def update_message(
 def descriptor_message(
     round_idx: int, robot_id: str, nonce: bytes, descriptor_sha256: str | bytes
 ) -> bytes:
-    """Canonical bytes a robot signs for a descriptor: (round, robot id, nonce, descriptor digest)."""
+    """Canonical bytes a robot signs for a descriptor: (round, robot id, nonce, descriptor
+    digest)."""
     rid = robot_id_bytes(robot_id)
     return b"".join(
         (

@@ -56,7 +56,8 @@ def membership_matrix(
 
 
 def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop), into `out` if given."""
+    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop), into `out` if
+    given."""
     if stacked.ndim != 2 or stacked.dtype != np.float32:
         raise ValueError(f"stacked must be (K, P) float32, got {stacked.shape} {stacked.dtype}")
     W = np.ascontiguousarray(W, dtype=np.float32)
@@ -72,7 +73,8 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = N
         or not out.flags.writeable
     ):
         raise ValueError(
-            f"out must be a writeable C-contiguous {shape} float32 array, got {out.shape} {out.dtype}"
+            f"out must be a writeable C-contiguous {shape} float32 array, got {out.shape} "
+            f"{out.dtype}"
         )
     if out is None:
         out = np.empty(shape, dtype=np.float32)  # owns its memory (callers may recycle it)
@@ -158,7 +160,8 @@ def gram_to_cosine(G: np.ndarray) -> np.ndarray:
 
 
 def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
-    """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
+    """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal,
+    S_ii = 1."""
     V = np.asarray(V)
     if V.ndim != 2:
         raise ValueError(f"cosine_similarity_matrix expects (K, D), got shape {V.shape}")

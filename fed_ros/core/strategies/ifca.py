@@ -23,7 +23,8 @@ from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundR
 
 
 def ifca_select(losses: Sequence[float]) -> int:
-    """Index of the smallest loss (first on ties); raises ValueError on empty or non-finite losses."""
+    """Index of the smallest loss (first on ties); raises ValueError on empty or non-finite
+    losses."""
     arr = np.asarray(list(losses), dtype=np.float64)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError("ifca_select: need at least one loss")

@@ -37,7 +37,8 @@ class LocalStrategy(Strategy):
         updates: list[ClientUpdate],
         descriptors: Mapping[str, ClientDescriptor] | None = None,
     ) -> RoundResult:
-        """Each robot's cluster model becomes its own update (copied: inputs may be reused buffers)."""
+        """Each robot's cluster model becomes its own update (copied: inputs may be reused
+        buffers)."""
         prep = self._prepare(round_idx, updates)
         for k, rid in enumerate(prep.robot_ids):
             if rid not in self._assign:

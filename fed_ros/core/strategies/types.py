@@ -89,8 +89,8 @@ class ClientDescriptor:
             v = np.asarray(self.variance, dtype=np.float64)
             if m.ndim != 1 or v.shape != m.shape or m.size == 0:
                 raise ValueError(
-                    f"gaussian descriptor of {self.robot_id!r}: mean {m.shape} / variance {v.shape} "
-                    "must be equal-length 1-D"
+                    f"gaussian descriptor of {self.robot_id!r}: mean {m.shape} / variance "
+                    f"{v.shape} must be equal-length 1-D"
                 )
             if not (np.isfinite(m).all() and np.isfinite(v).all()):
                 raise ValueError(f"gaussian descriptor of {self.robot_id!r} holds NaN/Inf")

@@ -19,6 +19,7 @@ from typing import Callable
 
 import numpy as np
 
+from fed_ros.core.arm.interventions import is_teleop
 from fed_ros.core.arm.profile import ArmProfile
 from fed_ros.core.arm.safety import MODE_HOLD, SafetyFilter, TickOutput
 from fed_ros.core.arm.state import ArmStateStore
@@ -56,34 +57,51 @@ class ArmControlLoop:
         self.overruns = 0
         self.stopped = ""  # why the arm was stopped for good (shutdown): nothing moves it again
         self._zeroed_trips = 0  # watchdog trips answered with the full zero
+        self.source = "policy"  # ArmCommand.source of the command in effect (applied commands)
 
     # ------------------------------------------------------------------ policy commands in
     def on_command(self, msg) -> None:
+        hold = int(msg.mode) == MODE_HOLD
         with self.lock:
+            # A human at a teleop device takes over from the policy with the deadman; while
+            # the human drives, the policy's commands are dropped (core.arm.interventions).
+            if not self.episode.control.admit(msg.source, hold, self._clock()):
+                return
             reason = self.safety.command(
                 np.asarray(msg.action), float(msg.gripper), int(msg.mode), self._clock()
             )
+            if not reason:
+                self.source = msg.source or "policy"  # who produced the command in effect
         if reason and reason != "hold requested":
             self._logger.warning(
                 f"ArmCommand refused ({self.safety.counters.rejected} so far): {reason}; holding",
                 throttle_duration_sec=1.0,
             )
-        if not reason and int(msg.mode) == MODE_HOLD:
+        if not reason and hold:
             # The policy side stops the arm (its node shutting down, learning switched off):
             # the zero goes at once, whatever observation the HOLD answers.
             with self.lock:
                 self._send_zero()
+                if is_teleop(msg.source) and self._answers_current(msg):
+                    # A human's HOLD (deadman released) also answers the observation, so a
+                    # lockstep arm steps (still) and the policy, in control again, gets a fresh
+                    # observation to act on.
+                    self._guarded(self._apply, self._clock(), answer=True)
             return
         # A command answering the current observation goes to the arm at once (no wait for
         # the next tick: one tick less latency, as a teleoperated Servo would see it).
         with self.lock:
-            if (
-                at.stamp_to_ns(msg.header.stamp) == self.observations.stamp_ns
-                and not self.observations.answered
-                and not self.episode.done
-                and not self.episode.resetting
-            ):
+            if self._answers_current(msg):
                 self._guarded(self._apply, self._clock(), answer=True)
+
+    def _answers_current(self, msg) -> bool:
+        """Whether ``msg`` answers the current, unanswered observation of a running episode."""
+        return (
+            at.stamp_to_ns(msg.header.stamp) == self.observations.stamp_ns
+            and not self.observations.answered
+            and not self.episode.done
+            and not self.episode.resetting
+        )
 
     def on_hold(self, msg) -> None:
         if msg.data:
@@ -162,7 +180,7 @@ class ArmControlLoop:
             out = TickOutput("hold", applied_gripper=out.applied_gripper, reason="no episode")
         self._send(out, self.observations.arm_stamp_ns, answer)
         if active and not self.observations.answered:
-            self.observations.publish_applied(out)
+            self.observations.publish_applied(out, self.source)
 
     def _guarded(self, step, *args, **kwargs) -> None:
         """Run one step of the control loop (a tick, or applying a command); any fault stops

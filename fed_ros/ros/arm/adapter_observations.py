@@ -119,16 +119,25 @@ class ObservationPublisher:
         )
         status.episode, status.step, status.success = episode.number, episode.step, episode.success
         status.done, status.overruns = episode.done, overruns
+        control = episode.control
+        status.human_control = control.human_active(now)
+        status.interventions = control.interventions
+        status.human_seconds = float(control.human_seconds(now))
         self._status.publish(status)
         self._messages.append((self._status, status))
         self._published_at = self._clock()
         return True
 
-    def publish_applied(self, out: TickOutput) -> None:
-        """Publish the command applied in answer to the current observation (stamped with it)."""
-        self._applied.publish(
-            at.applied_command_msg(self._ArmCommand(), out, self.stamp_ns, self.profile.frames.base)
+    def publish_applied(self, out: TickOutput, source: str) -> None:
+        """Publish the command applied in answer to the current observation (stamped with it);
+        ``source`` is who produced it (``policy:<sha>``, ``teleop``...), so a recording says
+        which steps a human drove."""
+        msg = at.applied_command_msg(
+            self._ArmCommand(), out, self.stamp_ns, self.profile.frames.base
         )
+        if out.kind != "hold":
+            msg.source = source
+        self._applied.publish(msg)
         self.applied_ns = self.stamp_ns
 
     def resend_unanswered(self) -> None:

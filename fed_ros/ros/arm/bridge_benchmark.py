@@ -3,7 +3,7 @@ ROS, for ``fed-ros bench sim`` (``bridge_steps_per_second``).
 
 It starts its own bridge in a private ROS domain, drives it with :class:`ArmClient` like any
 policy would, and reads the rate from the bridge's own episode-status stamps. Measuring a bridge
-is not evaluating a policy through one (:mod:`fed_ros.ros.arm.bridge_eval`): it owns a child
+is not evaluating a policy through one (:mod:`fed_ros.ros.arm.bridge_evaluation`): it owns a child
 process, an environment of its own and a timing method, so it stands apart.
 """
 

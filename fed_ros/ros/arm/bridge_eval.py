@@ -1,6 +1,5 @@
-"""Driving an arm over ROS: :class:`ArmClient` (reset, observe, command) and closed-loop
-evaluation of a policy through a bridge (the real path; ``fed_ros.sim.evaluate`` is the
-in-process fast path).
+"""Driving an arm over ROS: :class:`ArmClient` (reset, observe, command, run an episode; the
+evaluation of a policy through a bridge built on it is :mod:`fed_ros.ros.arm.bridge_evaluation`).
 
 A policy (``reset()`` / ``act(obs) -> (4,)``, e.g. a ``PolicyRunner`` or a scripted
 expert) sees the same observation dict as in-process, assembled from one control tick's
@@ -14,7 +13,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +21,8 @@ from fed_ros.core.arm.safety import MODE_HOLD
 from fed_ros.core.data.episode import AGENTVIEW_IMAGE, OBJECT_STATE, WRIST_IMAGE
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
+from fed_ros.ros.arm.interventions import HandoverWatch
 from fed_ros.ros.arm.observation_assembly import ObservationAssembler
-from fed_ros.ros.spun_node import spun_node
 
 STATUS_PART = "status"
 
@@ -42,6 +41,8 @@ class EpisodeOutcome:
     steps: int
     overruns: int
     timed_out: bool = False
+    interventions: int = 0  # human takeovers in the episode (the adapter's count)
+    human_seconds: float = 0.0  # seconds a human drove the arm in the episode
 
 
 class ArmClient:
@@ -259,6 +260,7 @@ class ArmClient:
         timeout: float = 120.0,
         max_steps: int | None = None,
         source: str | None = None,
+        handover: Any = None,
     ) -> EpisodeOutcome:
         """Drive ``policy`` on the arm's current episode until it reports done.
 
@@ -268,13 +270,17 @@ class ArmClient:
 
         Always acts on the newest complete observation (a slow policy skips ticks rather
         than lagging behind them). The action is clipped to [-1, 1] like the in-process
-        path; a non-finite action is sent as is and the arm rejects it.
+        path; a non-finite action is sent as is and the arm rejects it. While a human drives
+        the arm (EpisodeStatus.human_control) the policy does not act; ``handover`` (hooks with
+        ``takeover(status)`` / ``handback(status)``, :mod:`fed_ros.ros.arm.interventions`) is
+        told of each change.
         """
         policy.reset()
         if source is None:
             source = getattr(policy, "source", None) or self.source
         deadline = time.monotonic() + timeout
         steps = overruns = 0
+        watch, status = HandoverWatch(handover), None
         while True:
             if self.halted:
                 raise EpisodeInterrupted(
@@ -284,10 +290,16 @@ class ArmClient:
             try:
                 stamp_ns, obs, status = self.next_observation(episode, max(remaining, 0.0))
             except TimeoutError:
-                return EpisodeOutcome(episode, False, steps, overruns, timed_out=True)
+                watch.end(status)
+                return EpisodeOutcome(episode, False, steps, overruns, True, *_human(status))
             steps, overruns = int(status.step), int(status.overruns)
             if status.done or (max_steps is not None and steps >= max_steps):
-                return EpisodeOutcome(episode, bool(status.success), steps, overruns)
+                watch.end(status)
+                return EpisodeOutcome(
+                    episode, bool(status.success), steps, overruns, False, *_human(status)
+                )
+            if watch.update(status):
+                continue  # a human drives: the adapter would drop the policy's command
             obs["instruction"] = self.instruction
             action = np.asarray(policy.act(obs), dtype=np.float32)
             if action.shape == (4,) and np.all(np.isfinite(action)):
@@ -329,60 +341,8 @@ class ArmClient:
         self.node.destroy_client(self._reset_client)
 
 
-def _as_policy(policy: Any):
-    if hasattr(policy, "act"):
-        return policy
-    if callable(policy):
-        return policy()
-    raise ValueError(f"policy must have act()/reset() or be a factory, got {policy!r}")
-
-
-def evaluate_through_bridge(
-    policy: Any,
-    task: str,
-    variation: str = "default",
-    episodes: int = 10,
-    seed: int = 0,
-    namespace: str = "",
-    cameras: bool = True,
-    episode_timeout: float = 120.0,
-    connect_timeout: float = 60.0,
-    progress: Callable[[int, EpisodeOutcome], None] | None = None,
-):
-    """Evaluate ``policy`` closed loop through a running bridge; returns an ``EvalResult``.
-
-    Episode seeds are the ones ``fed_ros.sim.evaluate.evaluate`` uses, so with a lockstep
-    bridge the two paths run the same episodes.
-    """
-    from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
-    from fed_ros.sim.evaluate import EvalResult
-
-    if not isinstance(episodes, int) or episodes <= 0:
-        raise ValueError(f"episodes must be a positive int, got {episodes!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed!r}")
-    policy = _as_policy(policy)
-    successes, lengths, seeds = [], [], []
-    with spun_node("bridge_eval") as node:
-        client = ArmClient(node, namespace=namespace, cameras=cameras, source="policy")
-        try:
-            client.wait_for_arm(connect_timeout)
-            for i in range(episodes):
-                reset_seed = episode_seed(seed, i, STREAM_EVALUATE)
-                _, episode = client.reset(task=task, variation=variation, seed=reset_seed)
-                outcome = client.run_episode(policy, episode, timeout=episode_timeout)
-                successes.append(outcome.success)
-                lengths.append(outcome.steps)
-                seeds.append(reset_seed)
-                if progress is not None:
-                    progress(i, outcome)
-        finally:
-            client.destroy()
-    return EvalResult(
-        task=task,
-        variation=variation,
-        success_rate=float(np.mean(successes)),
-        successes=successes,
-        episode_lengths=lengths,
-        seeds=seeds,
-    )
+def _human(status: Any) -> tuple[int, float]:
+    """(takeovers, human seconds) an EpisodeStatus reports for its episode so far."""
+    if status is None:
+        return 0, 0.0
+    return int(status.interventions), float(status.human_seconds)

@@ -114,10 +114,14 @@ def run_policy(
     seed: int,
     max_steps: int,
     source: str | None = None,
+    handover: Any = None,
+    tally: Any = None,
 ) -> dict[str, float]:
     """Closed-loop success rate per task of ``runner`` on the arm (seeded resets).
 
-    ``source`` labels the commands (e.g. ``policy:<model sha256 prefix>``).
+    ``source`` labels the commands (e.g. ``policy:<model sha256 prefix>``); ``handover`` is told
+    of each human takeover (:mod:`fed_ros.ros.arm.interventions`); ``tally`` (an
+    ``InterventionTally``) adds each episode's takeovers and human seconds.
     """
     from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed
 
@@ -128,9 +132,11 @@ def run_policy(
         for i in range(episodes):
             _, episode = arm.reset(task, variation, episode_seed(seed, i, STREAM_EVALUATE))
             outcome = arm.run_episode(
-                runner, episode, timeout=300.0, max_steps=max_steps, source=source
+                runner, episode, 300.0, max_steps, source=source, handover=handover
             )
             wins += int(outcome.success)
+            if tally is not None:
+                tally.add_episode(outcome.interventions, outcome.human_seconds)
         rates[task] = wins / episodes
     return rates
 
@@ -168,7 +174,8 @@ class InputTally:
 
 
 def local_episodes(demo_dir: Path) -> list:
-    """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there."""
+    """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files
+    there."""
     from fed_ros.core.data.episode import Episode
     from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
 
@@ -178,7 +185,8 @@ def local_episodes(demo_dir: Path) -> list:
 
 
 def answer_record(recorder: Any, request: Any, response: Any, task: str, variation: str) -> Any:
-    """The Record service (teleop): START / STOP / DISCARD a demonstration; errors become messages."""
+    """The Record service (teleop): START / STOP / DISCARD a demonstration; errors become
+    messages."""
     from fed_ros.srv import Record
 
     try:

@@ -3,7 +3,8 @@
 :class:`Recorder` subscribes to an arm's topics (raw CDR, see
 :mod:`fed_ros.ros.arm.recording_topics`) and writes one rosbag2/MCAP directory per episode
 (:mod:`fed_ros.ros.arm.rosbag2_mcap`); a successful one is converted to an :class:`Episode`
-right away (:mod:`fed_ros.ros.arm.recorded_episodes`, which also loads recordings from disk). ``handle_record_request`` serves ``fed_ros/srv/Record`` with a recorder.
+right away (:mod:`fed_ros.ros.arm.recorded_episodes`, which also loads recordings from disk).
+``handle_record_request`` serves ``fed_ros/srv/Record`` with a recorder.
 """
 
 from __future__ import annotations

@@ -191,9 +191,9 @@ class FleetProcesses:
 # registration, training, evaluation, rounds. Each node writes one line per event, so following
 # the log files costs a read per poll and needs no extra topic.
 PROGRESS_LINE = re.compile(
-    r"recording \d+ demonstration|demonstration \d+ \(|recorded \d+/\d+ successful|registered with the fleet"
-    r"|: training, step|: trained \d+ steps|: evaluated|announced round \d+ stage|federation finished"
-    r"|^\[(?:ERROR|FATAL)\]"
+    r"recording \d+ demonstration|demonstration \d+ \(|recorded \d+/\d+ successful|registered with "
+    r"the fleet|: training, step|: trained \d+ steps|: evaluated|announced round \d+ "
+    r"stage|federation finished|^\[(?:ERROR|FATAL)\]"
 )
 
 

@@ -16,7 +16,7 @@ from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPo
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
 from fed_ros.ros.wire.round_msgs import STAGE_NAMES
-from fed_ros.core.rounds.report import robot_report_cells
+from fed_ros.core.rounds.report import intervention_cell, robot_report_cells
 
 
 def _latched_reader(depth: int) -> QoSProfile:
@@ -49,6 +49,8 @@ def report_to_dict(msg: Any) -> dict[str, Any]:
                 "train_loss": float(r.train_loss),
                 "val_loss": float(r.val_loss),
                 "success_rate": float(r.success_rate),
+                "interventions_per_episode": float(r.interventions_per_episode),
+                "human_seconds_per_episode": float(r.human_seconds_per_episode),
                 "accepted": bool(r.accepted),
                 "reason": r.reason,
             }
@@ -193,17 +195,18 @@ def format_report(report: dict) -> str:
         f"{report['updates_rejected']} rejected, aggregation {report['aggregation_seconds']:.2f} s"
     ]
     lines.append(
-        f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8}  note"
+        f"  {'robot':<12} {'clusters':<10} {'samples':>8} {'train_loss':>10} {'success':>8} "
+        f"{'interventions':>18}  note"
     )
     for r in report["robots"]:
         success, loss, clusters = robot_report_cells(r)
         lines.append(
-            f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8}  "
-            f"{r['reason']}"
+            f"  {r['robot_id']:<12} {clusters:<10} {r['num_samples']:>8} {loss:>10} {success:>8} "
+            f"{intervention_cell(r):>18}  {r['reason']}"
         )
     for c in report["clusters"]:
         lines.append(
-            f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  |dtheta|={c['update_norm']:.4g}  "
-            f"update cosine {c['intra_similarity']:.2f}"
+            f"  cluster {c['cluster_id']}: {', '.join(c['members'])}  "
+            f"|dtheta|={c['update_norm']:.4g}  update cosine {c['intra_similarity']:.2f}"
         )
     return "\n".join(lines)

@@ -190,7 +190,8 @@ class Network:
         _ip("-n", ns, "route", "replace", MULTICAST_ROUTE, "dev", IFACE)
 
     def command(self, name: str, argv: list[str]) -> list[str]:
-        """``argv`` run as a process of host ``name``: its namespace, hostname, /dev/shm, machine-id.
+        """``argv`` run as a process of host ``name``: its namespace, hostname, /dev/shm,
+        machine-id.
 
         ``ip netns exec`` gives a private mount namespace, so the tmpfs and the bind mount stay
         inside; every step execs, so the returned process is ``argv`` itself (signals reach it).
@@ -223,7 +224,8 @@ class Network:
         return out
 
     def close(self, grace_s: float = 5.0) -> None:
-        """Stop what runs in our namespaces (SIGINT, then SIGKILL), delete them and our temp files."""
+        """Stop what runs in our namespaces (SIGINT, then SIGKILL), delete them and our temp
+        files."""
         if self._closed:
             return
         self._closed = True

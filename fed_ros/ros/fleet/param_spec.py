@@ -22,7 +22,8 @@ PARAM_TYPES = (bool, int, float, str, list)  # list = list of strings (ROS STRIN
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One parameter: name, type, default, unit, description, bounds and whether it may change live."""
+    """One parameter: name, type, default, unit, description, bounds and whether it may change
+    live."""
 
     name: str
     type: type

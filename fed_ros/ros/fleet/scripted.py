@@ -1,8 +1,9 @@
 """A signed fleet over real DDS with scripted honest robots, shared by the hostile-peer suite
 (test/test_hostile_peers.py) and `fed-ros bench robustness --protocol`:
 keys + allow-list, the real server process's argv, scripted honest robots (signed registration,
-deterministic signed chunked updates), the reference result of the same federation without any
-attacker, and a process's resident memory.
+deterministic signed chunked updates) and a process's resident memory. The reference result of
+the same federation without any attacker, and what the server committed, are in
+:mod:`fed_ros.ros.fleet.reference_federation`.
 
     keys = make_keys(tmp_path, ROBOTS)
     server = <start> server_argv(tmp_path, ROBOTS, rounds=3)
@@ -92,40 +93,6 @@ def honest_update(initial: dict, round_idx: int, k: int) -> dict[str, np.ndarray
     return {n: (a + rng.normal(0, 0.01, a.shape)).astype(np.float32) for n, a in initial.items()}
 
 
-def reference_models(initial: dict, robots=ROBOTS, rounds: int = 3) -> dict[int, dict[str, bytes]]:
-    """Final cluster models of the same FedAvg federation computed in-process (no DDS, no attacker)."""
-    from fed_ros.core.strategies.base import make_strategy
-    from fed_ros.core.strategies.types import ClientUpdate
-
-    strategy = make_strategy("fedavg")
-    strategy.initialize(initial, list(robots))
-    result = None
-    for r in range(rounds):
-        strategy.configure_round(r, list(robots))
-        ups = [
-            ClientUpdate(
-                robot_id=rid,
-                params=honest_update(initial, r, k),
-                num_samples=100 + 10 * k,
-                base_round=r,
-            )
-            for k, rid in enumerate(robots)
-        ]
-        result = strategy.aggregate_round(r, ups, {})
-    return {c: {n: a.tobytes() for n, a in m.items()} for c, m in result.cluster_models.items()}
-
-
-def committed_models(state_dir: Path) -> tuple[int, dict[int, dict[str, bytes]]]:
-    """(round, cluster models as bytes) of the server's last committed round."""
-    from fed_ros.core.rounds.store import ModelStore
-
-    snap = ModelStore(state_dir).load_latest()
-    assert snap is not None, f"nothing committed in {state_dir}"
-    return snap.round_idx, {
-        c: {n: a.tobytes() for n, a in m.items()} for c, m in snap.cluster_models.items()
-    }
-
-
 def rss_mb(pid: int) -> float:
     """Resident set size of a process in MiB (/proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -135,7 +102,8 @@ def rss_mb(pid: int) -> float:
 
 
 def wait_for(predicate, timeout: float, what: str, poll=None, alive=None) -> None:
-    """Wait on a condition with a deadline (``poll()`` is called while waiting; ``alive()`` must stay true)."""
+    """Wait on a condition with a deadline (``poll()`` is called while waiting; ``alive()`` must
+    stay true)."""
     end = time.monotonic() + timeout
     while not predicate():
         if alive is not None:
@@ -246,7 +214,8 @@ class ScriptedRobots:
                         self.pub.publish(model_update_msg(chunk, **fields))
 
     def call(self, request, timeout: float = 60.0):
-        """A Register call, asked again while unanswered (fed_ros.ros.wire.service_calls); the response.
+        """A Register call, asked again while unanswered (fed_ros.ros.wire.service_calls); the
+        response.
 
         ``request``: a Register.Request, or a function building one per try (a signed request
         needs a fresh nonce: the server refuses the same one twice as a replay).

@@ -74,7 +74,7 @@ class ArmAdapterNode(Node):
             return time.monotonic()
 
         self.state = ArmStateStore(p.state_timeout_s, self.lockstep, clock=clock)
-        self.episode = AdapterEpisode(p.task, p.instruction_by_task, p.max_episode_steps)
+        self.episode = AdapterEpisode(p.task, p.instruction_by_task, p.max_episode_steps, clock)
 
         from fed_ros.msg import ArmCommand
         from fed_ros.srv import ResetEpisode

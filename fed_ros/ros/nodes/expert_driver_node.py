@@ -42,7 +42,8 @@ class ExpertDriverNode(Node):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("expert_driver", **kwargs)
-        # Typed, described parameters (ExpertDriverParams); a live `ros2 param set` is applied or refused.
+        # Typed, described parameters (ExpertDriverParams); a live `ros2 param set` is applied or
+        # refused.
         self.params = p = declare_typed_parameters(
             self, ExpertDriverParams, self._on_params_changed
         )
@@ -73,7 +74,8 @@ class ExpertDriverNode(Node):
         self.results: list[DemoResult] = []
 
     def _on_params_changed(self, params: ExpertDriverParams) -> None:
-        """A live `ros2 param set` (episode_timeout_s): run() gives the next episode the new timeout."""
+        """A live `ros2 param set` (episode_timeout_s): run() gives the next episode the new
+        timeout."""
         self.params, self.episode_timeout = params, params.episode_timeout_s
         self.get_logger().info(
             f"parameters applied: the next episode is given up after {self.episode_timeout:g} s"

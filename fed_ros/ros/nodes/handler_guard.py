@@ -34,7 +34,8 @@ class HandlerGuard:
         fn: Callable[..., Any],
         fallback: Callable[[tuple, BaseException], Any] | None = None,
     ) -> Callable[..., Any]:
-        """``fn`` that logs, counts and survives any Exception (``fallback(args, exc)`` is returned then)."""
+        """``fn`` that logs, counts and survives any Exception (``fallback(args, exc)`` is returned
+        then)."""
 
         def guarded(*args: Any) -> Any:
             try:
@@ -74,7 +75,8 @@ class HandlerGuard:
 
 
 def refuse_service(args: tuple, exc: BaseException) -> Any:
-    """Service fallback for responses with ``ok``/``message`` (Record, EvaluatePolicy): refused, with the type."""
+    """Service fallback for responses with ``ok``/``message`` (Record, EvaluatePolicy): refused,
+    with the type."""
     response = args[1]
     response.ok = False
     response.message = f"handler failed ({type(exc).__name__}): {str(exc)[:MAX_LOGGED_CHARS]}"

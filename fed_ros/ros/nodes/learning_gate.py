@@ -7,8 +7,9 @@ as absent and its quorum rules decide), start-up demonstrations wait, and Evalua
 refused. Switching off lets a training stage already running end, then the robot pauses; an
 arm episode being driven (a demonstration or an evaluation) is stopped at once instead:
 ``on_change(False)`` halts the robot's arm client, which sends the arm a HOLD after the policy's
-last command (the arm must not keep executing a command nobody follows any more). Set it with ``ros2 param set /<robot>/robot learning_enabled false`` or the
-std_srvs/SetBool service ``/<robot>/robot/set_learning``.
+last command (the arm must not keep executing a command nobody follows any more). Set it with
+``ros2 param set /<robot>/robot learning_enabled false`` or the std_srvs/SetBool service
+``/<robot>/robot/set_learning``.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ class ModelCache:
         server_public_key: bytes | None,
         transfer: bytes = b"",
     ) -> Decision:
-        """Keep a received cluster model if it is newer, signed when a server key is set, and its digest matches.
+        """Keep a received cluster model if it is newer, signed when a server key is set, and its
+        digest matches.
 
         (The transfer receiver already checked size, manifest and values.)
         """
@@ -75,7 +76,8 @@ class ModelCache:
     def for_round(
         self, round_idx: int, membership: list[tuple[int, float]], timeout: float = 60.0
     ) -> StateDict:
-        """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their mean."""
+        """Wait until every cluster model of ``membership`` for ``round_idx`` arrived; their
+        mean."""
         needed = [c for c, w in membership if w > 0]
         deadline = time.monotonic() + timeout
         with self.lock:

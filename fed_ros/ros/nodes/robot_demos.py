@@ -1,5 +1,7 @@
 """A robot's demonstrations: what it has on disk, what it still needs, and the start-up collection.
 
+The Record service (teleop: START / STOP / DISCARD a demonstration) is answered here too.
+
 Demonstrations are ROS recordings under ``demos/`` plus Episode ``.npz`` files there (only the
 successful ones are trained on). A robot trains once it has ``min_demos`` of them; before that
 it answers TRAIN / DESCRIBE / SCORE with "waiting for demonstrations (have k of N)", which its
@@ -57,8 +59,20 @@ class RobotDemonstrations:
         self.waiting = "" if have >= need else f"waiting for demonstrations (have {have} of {need})"
         return self.waiting
 
+    def answer_record(self, request: Any, response: Any, task: str) -> Any:
+        """The Record service (teleop) for ``task``: START / STOP / DISCARD a demonstration; after
+        a STOP, the status says whether the robot still waits for demonstrations."""
+        from fed_ros.ros.arm.driving import answer_record
+        from fed_ros.srv import Record
+
+        response = answer_record(self.recorder, request, response, task, self._params().variation)
+        if request.command == Record.Request.STOP:
+            self.status()
+        return response
+
     def collect_on_start(self, stop: threading.Event) -> None:
-        """Record ``collect_demos_on_start`` demonstrations (minus those on disk) while learning is on."""
+        """Record ``collect_demos_on_start`` demonstrations (minus those on disk) while learning is
+        on."""
         wanted = self._params().collect_demos_on_start
         while wanted:
             have = len(self.episodes())
@@ -71,11 +85,13 @@ class RobotDemonstrations:
                 self.log.info(f"demonstrations: {exc}")
         if self.status():
             self.log.info(
-                f"{self.waiting}: record some (the Record service); training starts once there are enough"
+                f"{self.waiting}: record some (the Record service); training starts once there are "
+                "enough"
             )
 
     def collect(self, count: int, first_index: int = 0) -> None:
-        """Drive the arm with the scripted expert over ROS and record each episode (the ROS path)."""
+        """Drive the arm with the scripted expert over ROS and record each episode (the ROS
+        path)."""
         from fed_ros.ros.arm.driving import record_expert_demos
 
         p = self._params()

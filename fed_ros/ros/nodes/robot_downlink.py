@@ -19,7 +19,8 @@ from fed_ros.ros.wire.transfer_receiver import Received
 
 
 class RobotDownlink:
-    """Cluster models in (signature, assembly, validation, cache) and update-resend requests answered."""
+    """Cluster models in (signature, assembly, validation, cache) and update-resend requests
+    answered."""
 
     def __init__(
         self,
@@ -47,7 +48,8 @@ class RobotDownlink:
         self._resend_limit = RateLimiter(per_s=10.0, burst=20)  # update_resend requests answered
 
     def refuse(self, kind: str, reason: str) -> None:
-        """A control message not from our server (or over its bounds): counted, logged at a bounded rate."""
+        """A control message not from our server (or over its bounds): counted, logged at a bounded
+        rate."""
         self.refused_control[kind] = self.refused_control.get(kind, 0) + 1
         if self._refusal_log.allow(time.monotonic()):
             self.log.warning(
@@ -55,7 +57,8 @@ class RobotDownlink:
             )
 
     def on_update_resend(self, msg) -> None:
-        """The server misses chunks of our update: answered when signed by the server, at a bounded rate."""
+        """The server misses chunks of our update: answered when signed by the server, at a bounded
+        rate."""
         from fed_ros.ros.wire.signed import verify_json
 
         if len(msg.data) > bounds.MAX_RESEND_REQUEST_CHARS:
@@ -89,7 +92,8 @@ class RobotDownlink:
             self.store_model(result)
 
     def check_model_header(self, msg) -> str | None:
-        """Why a model's first chunk is refused (bounds, server signature over its header), or None."""
+        """Why a model's first chunk is refused (bounds, server signature over its header), or
+        None."""
         from fed_ros.core.checks.payload_checks import validate_cluster_model
         from fed_ros.ros.wire.chunk_sender import transfer_digest_of
 
@@ -124,7 +128,8 @@ class RobotDownlink:
         )
 
     def store_model(self, result: Received) -> None:
-        """An assembled model: validated and cached (ModelCache.store), or refused with its reason."""
+        """An assembled model: validated and cached (ModelCache.store), or refused with its
+        reason."""
         from fed_ros.ros.wire.chunk_sender import transfer_digest_of
 
         msg = result.tag

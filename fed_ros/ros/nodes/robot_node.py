@@ -48,7 +48,8 @@ from fed_ros.srv import EvaluatePolicy, Record
 
 
 class RobotNode(Node):
-    """Onboard fleet client of one robot (thin: `RobotClient` learns, arm.driving drives the arm)."""
+    """Onboard fleet client of one robot (thin: `RobotClient` learns, arm.driving drives the
+    arm)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__("robot", **kwargs)
@@ -129,7 +130,8 @@ class RobotNode(Node):
         )
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
         diagnostics.attach(self, "robot", callback_group=io_group)  # /diagnostics, 1 Hz
-        # ~/set_learning; switching off stops an arm episode being driven (a HOLD after its last command)
+        # ~/set_learning; switching off stops an arm episode being driven (a HOLD after its last
+        # command)
         self.gate = LearningGate(
             self, p.learning_enabled, callback_group=io_group, on_change=self._on_learning_changed
         )
@@ -187,7 +189,8 @@ class RobotNode(Node):
             self.get_logger().warning("learning switched off: arm episode stopped, HOLD sent")
 
     def _on_params_changed(self, params: RobotParams) -> None:
-        """A live parameter change (already checked): training settings reach the next round's fit."""
+        """A live parameter change (already checked): training settings reach the next round's
+        fit."""
         self.params = params
         self.client.local.update(params.local_training())
         self.get_logger().info(
@@ -236,14 +239,7 @@ class RobotNode(Node):
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):
-        from fed_ros.ros.arm.driving import answer_record
-
-        response = answer_record(
-            self.recorder, request, response, self.tasks[0], self.params.variation
-        )
-        if request.command == Record.Request.STOP:
-            self.demos.status()
-        return response
+        return self.demos.answer_record(request, response, self.tasks[0])
 
     def _on_evaluate(self, request, response):
         if self.gate.skip("EvaluatePolicy"):
@@ -252,7 +248,8 @@ class RobotNode(Node):
         return self.rounds.answer_evaluate(request, response)
 
     def destroy_node(self) -> None:
-        """Stop driving the arm (a HOLD after the last command), then the worker, the bulk server, the recorder."""
+        """Stop driving the arm (a HOLD after the last command), then the worker, the bulk server,
+        the recorder."""
         # Defensive: also called by rclpy's context clean-up after a failed constructor.
         if getattr(self, "arm", None) is not None and self.context.ok():
             if self.arm.halt("robot node shutting down"):

@@ -28,6 +28,7 @@ from fed_ros.ros import shutdown
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
 from fed_ros.ros.wire.tensors import encode_state_dict
+from fed_ros.core.arm.interventions import InterventionTally
 
 # Bounds on the peers' RND predictors a robot keeps for the SCORE stage.
 MAX_PREDICTOR_BYTES = 16 << 20
@@ -85,10 +86,11 @@ class RobotRounds:
         )
         self.robot_id: str = client.robot_id
         self.peer_predictors: dict[tuple[int, str], bytes] = {}  # RND: (round, robot) -> predictor
-        self.last_train: tuple[int, float] = (
-            0,
-            0.0,
-        )  # steps and seconds of the last fit (diagnostics)
+        # Steps and seconds of the last fit (diagnostics).
+        self.last_train: tuple[int, float] = (0, 0.0)
+        # The last evaluation's human takeovers, and the segments recorded as demonstrations.
+        self.last_interventions = InterventionTally()
+        self.segments_recorded = 0
 
     def on_peer_descriptor(self, msg) -> None:
         """Keep the peers' RND predictors (the SCORE stage scores them on local data)."""
@@ -148,7 +150,8 @@ class RobotRounds:
         cached = self.uplink.cached(ann.round_idx)
         if cached is not None:
             # Re-announced (server restarted or the round was retried): the cached update goes
-            # again under a fresh nonce and id (the round's earlier nonce may be spent); no retraining.
+            # again under a fresh nonce and id (the round's earlier nonce may be spent); no
+            # retraining.
             self.uplink.offer(cached.item, ann, dict(cached.item.meta))
             self.log.info(f"round {ann.round_idx}: re-sent the update already trained")
             return
@@ -181,12 +184,14 @@ class RobotRounds:
         )
         out = self.uplink.offer(encode_state_dict(result.params), ann, fields)
         self.log.info(
-            f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in {time.monotonic() - t0:.1f} s "
-            f"(bc {fields['train_loss']:.3f}), sent update {out.encoded.total_bytes} B {out.encoded.sha256[:12]}"
+            f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in "
+            f"{time.monotonic() - t0:.1f} s (bc {fields['train_loss']:.3f}), sent update "
+            f"{out.encoded.total_bytes} B {out.encoded.sha256[:12]}"
         )
 
     def decline(self, ann: Announcement, membership: Membership, reason: str) -> None:
-        """Tell the server this robot will not answer the stage, and why (RobotMetrics, accepted false)."""
+        """Tell the server this robot will not answer the stage, and why (RobotMetrics, accepted
+        false)."""
         msg = RobotMetrics(
             robot_id=self.robot_id,
             cluster_ids=[int(c) for c, w in membership if w > 0],
@@ -208,14 +213,16 @@ class RobotRounds:
             if time.monotonic() - last[0] >= 10.0:
                 last[0] = time.monotonic()
                 self.log.info(
-                    f"round {round_idx}: training, step {step} (bc {values.get('bc', math.nan):.3f})"
+                    f"round {round_idx}: training, step {step} (bc "
+                    f"{values.get('bc', math.nan):.3f})"
                 )
 
         return on_step
 
     # ------------------------------------------------------------------ DESCRIBE / SCORE
     def score(self, ann: Announcement, config: RoundConfig) -> None:
-        """RND phase two: wait (bounded) for the peers' predictors, then score them on local data."""
+        """RND phase two: wait (bounded) for the peers' predictors, then score them on local
+        data."""
         deadline = time.monotonic() + PEER_WAIT_S
         peers = [r for r in ann.participants if r != self.robot_id]
         have = self.peer_predictors
@@ -249,8 +256,10 @@ class RobotRounds:
     def evaluate_model(
         self, model: dict[str, np.ndarray], episodes: int, seed: int
     ) -> dict[str, float]:
-        """Closed-loop success rate per task, driving this robot's arm over ROS (one driver at a time)."""
+        """Closed-loop success rate per task, driving this robot's arm over ROS (one driver at a
+        time)."""
         from fed_ros.ros.arm.driving import InputTally, run_policy
+        from fed_ros.ros.arm.interventions import InterventionRecorder
 
         p = self.params()
         deadline = time.monotonic() + ARM_WAIT_S
@@ -262,6 +271,10 @@ class RobotRounds:
             # Commands name the model that produced them (its wire sha256, as in the cluster model).
             source = f"policy:{encode_state_dict(model).sha256[:12]}"
             tallies: list[InputTally] = []
+            # A human may take over (the deadman of a teleop device): each segment becomes a
+            # corrective demonstration, and the takeovers are counted (human-gated DAgger).
+            human = InterventionRecorder(self.demos.recorder, p.variation, self.log)
+            interventions = InterventionTally()
 
             def rollout(runner):
                 tallies.append(InputTally(runner))  # what the policy was fed (camera frames or not)
@@ -274,9 +287,15 @@ class RobotRounds:
                     seed,
                     p.max_episode_steps,
                     source=source,
+                    handover=human,
+                    tally=interventions,
                 )
 
-            rates = self.client.evaluate(model, rollout)
+            try:
+                rates = self.client.evaluate(model, rollout)
+            finally:
+                self.last_interventions = interventions
+                self.segments_recorded += human.recorded
             self.log_transfer(
                 kind="rollout_inputs", source=source, episodes=episodes, **tallies[-1].summary()
             )
@@ -301,11 +320,18 @@ class RobotRounds:
             train_loss=math.nan,
             val_loss=math.nan,
             success_rate=mean,
+            interventions_per_episode=self.last_interventions.per_episode,
+            human_seconds_per_episode=self.last_interventions.human_seconds_per_episode,
             accepted=True,
             reason=json.dumps(rates),
         )
         self.publish_metrics(msg)
-        self.log_transfer(kind="evaluation", round=ann.round_idx, success=rates)
+        self.log_transfer(
+            kind="evaluation",
+            round=ann.round_idx,
+            success=rates,
+            interventions=self.last_interventions.summary(),
+        )
         self.log.info(f"round {ann.round_idx}: evaluated {rates} in {time.monotonic() - t0:.1f} s")
 
     def answer_evaluate(self, request, response):

@@ -20,8 +20,8 @@ from fed_ros.ros.wire.transfer import Outgoing, TransferSender
 
 
 class UpdateUplink:
-    """Updates out of one robot node: ``publisher`` sends them, ``wait_for_server()`` blocks until the
-    server's subscription is matched (TimeoutError when it is not)."""
+    """Updates out of one robot node: ``publisher`` sends them, ``wait_for_server()`` blocks until
+    the server's subscription is matched (TimeoutError when it is not)."""
 
     def __init__(
         self,
@@ -52,7 +52,8 @@ class UpdateUplink:
         return self.outbox.for_round(round_idx)
 
     def offer(self, payload, ann: Announcement, fields: dict[str, Any]) -> Outgoing:
-        """Sign and send an update (new bytes, or a cached Outgoing's); keep it until acknowledged."""
+        """Sign and send an update (new bytes, or a cached Outgoing's); keep it until
+        acknowledged."""
         nonce = secrets.token_bytes(16)
         pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
         header = dict(
@@ -129,7 +130,8 @@ class UpdateUplink:
             self.log.info(f"resent {len(chunks)} chunk(s) of {out.payload_id}")
 
     def on_ack(self, msg) -> None:
-        """The server's decision on our update: stop re-sending it; a rejection's reason is logged."""
+        """The server's decision on our update: stop re-sending it; a rejection's reason is
+        logged."""
         if msg.robot_id != self.robot_id:
             return
         decision = Decision(bool(msg.accepted), str(msg.code), str(msg.reason))

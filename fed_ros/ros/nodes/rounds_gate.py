@@ -1,4 +1,5 @@
-"""When the fleet server may start rounds: ``rounds_enabled`` (parameter + ``~/set_rounds``) and ``~/end_fleet``.
+"""When the fleet server may start rounds: ``rounds_enabled`` (parameter + ``~/set_rounds``) and
+``~/end_fleet``.
 
 The server's counterpart of the robot's learning gate (learning_gate.py). With
 ``rounds_enabled`` false the server finishes the round in progress (collects, aggregates,
@@ -86,7 +87,8 @@ class RoundsGate:
         coord = self.node.coord
         coord.end_requested = True
         # The server exits 0 once STAGE_DONE is out, as after the last round with exit_when_done
-        # (set through the parameter, so `ros2 param get` shows it; also ends a server that stays up).
+        # (set through the parameter, so `ros2 param get` shows it; also ends a server that stays
+        # up).
         self.node.set_parameters([Parameter("exit_when_done", Parameter.Type.BOOL, True)])
         where = (
             "federation already finished"
@@ -112,7 +114,8 @@ class RoundsGate:
 
     def deliver_done(self, timeout_s: float = DONE_ACK_TIMEOUT_S) -> None:
         """Before the exit 0 after STAGE_DONE (not on Ctrl-C), wait (bounded) until the robots'
-        readers acknowledged the announcement, so the last thing they see is the end of the federation."""
+        readers acknowledged the announcement, so the last thing they see is the end of the
+        federation."""
         if self.node.exit_code == 0 and self.node.coord.finished:
             from rclpy.duration import Duration
 

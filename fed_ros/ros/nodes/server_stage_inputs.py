@@ -84,6 +84,13 @@ class StageInputs:
                 + ("" if verdict.accepted else f" ({verdict.reason})")
             )
             return
-        verdict = self.coord.offer_metrics(str(msg.robot_id), float(msg.success_rate))
+        verdict = self.coord.offer_metrics(
+            str(msg.robot_id),
+            float(msg.success_rate),
+            interventions=(
+                float(msg.interventions_per_episode),
+                float(msg.human_seconds_per_episode),
+            ),
+        )
         if not verdict.accepted:
             self.log.warning(f"metrics from {msg.robot_id}: {verdict.reason}")

@@ -59,7 +59,8 @@ def descriptor_for(spec: ParamSpec) -> ParameterDescriptor:
 
 
 def _override_value(node: Node, spec: ParamSpec):
-    """The launch/params-file value of a parameter (an integer given for a double becomes a float)."""
+    """The launch/params-file value of a parameter (an integer given for a double becomes a
+    float)."""
     override = node._parameter_overrides.get(spec.name)  # rclpy keeps --ros-args overrides here
     if override is None:
         return None
@@ -74,7 +75,8 @@ def _override_value(node: Node, spec: ParamSpec):
 def declare_typed_parameters(
     node: Node, cls: type[P], on_change: Callable[[P], None], **context
 ) -> P:
-    """Declare ``cls``'s parameters on ``node``, validate them, and install the live-change callback.
+    """Declare ``cls``'s parameters on ``node``, validate them, and install the live-change
+    callback.
 
     Returns the validated parameters; ``on_change(new_params)`` runs after every accepted
     ``ros2 param set``. ValueError (naming the parameter and value) on a bad or unknown one.

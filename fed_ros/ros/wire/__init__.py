@@ -1,1 +1,2 @@
-"""What crosses the wire: message conversions, chunked/bulk transfer, QoS profiles, image encoding."""
+"""What crosses the wire: message conversions, chunked/bulk transfer, QoS profiles, image
+encoding."""

@@ -38,7 +38,8 @@ DEFAULT_MAX_MANIFEST_TENSORS = 100_000
 
 
 class PayloadRejected(ValueError):
-    """A chunk or payload failed a size, schema, consistency or integrity check (``code`` says which)."""
+    """A chunk or payload failed a size, schema, consistency or integrity check (``code`` says
+    which)."""
 
     def __init__(self, reason: str, code: str = "transfer") -> None:
         super().__init__(reason)
@@ -228,7 +229,8 @@ class PayloadAssembler:
         self._finished_set.discard(payload_id)
 
     def is_finished(self, payload_id: str) -> bool:
-        """Whether the payload completed, failed or was discarded recently (its chunks are ignored)."""
+        """Whether the payload completed, failed or was discarded recently (its chunks are
+        ignored)."""
         return payload_id in self._finished_set
 
     def add(self, msg: TensorPayload) -> CompletePayload | None:

@@ -49,7 +49,8 @@ def chunk_digests(data: np.ndarray | bytes, total_bytes: int, chunk_bytes: int) 
 
 
 def transfer_digest_of(msg: TensorPayload) -> bytes:
-    """signed_messages.transfer_digest of a chunk's header: what the sender's signature must cover."""
+    """signed_messages.transfer_digest of a chunk's header: what the sender's signature must
+    cover."""
     from fed_ros.core.security.signed_messages import transfer_digest
 
     return transfer_digest(

@@ -11,6 +11,7 @@ or directly); status names are ``fed_ros/<node namespace>/<role>`` so robots do 
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -42,6 +43,13 @@ def to_msg(statuses: list[D.Status], stamp) -> Any:
 def _name(node, role: str) -> str:
     ns = node.get_namespace().strip("/")
     return f"fed_ros/{ns}/{role}" if ns else f"fed_ros/{role}"
+
+
+def _interventions(tally) -> tuple[float, float]:
+    """(takeovers, human seconds) per episode of the last evaluation; NaN before any."""
+    if tally is None or not tally.episodes:
+        return math.nan, math.nan
+    return tally.per_episode, tally.human_seconds_per_episode
 
 
 class _RobotGauge:
@@ -82,6 +90,8 @@ class _RobotGauge:
             train_seconds=seconds,
             busy=busy,
             waiting_for_demos=n.demos.waiting,
+            interventions=_interventions(getattr(rounds, "last_interventions", None)),
+            intervention_segments=int(getattr(rounds, "segments_recorded", 0)),
         )
 
 
@@ -148,6 +158,9 @@ class _AdapterGauge:
                 episode=n.episode.number,
                 step=n.episode.step,
                 done=n.episode.done,
+                human_control=n.episode.control.human_active(time.monotonic()),
+                interventions=n.episode.control.interventions,
+                dropped_for_human=n.episode.control.dropped,
             )
             # An episode running without policy commands: the watchdog holds the arm now.
             values["watchdog_holding"] = bool(

@@ -81,7 +81,8 @@ def _own_decode(msg: Image, copy: bool) -> np.ndarray:
     row_bytes = width * channels * dtype.itemsize
     if step < row_bytes:
         raise ValueError(
-            f"image step {step} < width*channels*itemsize = {row_bytes} ({msg.encoding}, {width} px)"
+            f"image step {step} < width*channels*itemsize = {row_bytes} ({msg.encoding}, {width} "
+            "px)"
         )
     if len(msg.data) < step * height:
         raise ValueError(f"image data has {len(msg.data)} bytes, step*height = {step * height}")

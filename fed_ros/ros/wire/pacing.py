@@ -57,11 +57,13 @@ def paced_bytes_per_period(
 def paced_fastdds_profile(
     rate_mbit: float, fraction: float = DEFAULT_FRACTION, period_ms: int | None = None
 ) -> str:
-    """Fast DDS XML: default participant with one FIFO flow controller; every writer asynchronous on it."""
+    """Fast DDS XML: default participant with one FIFO flow controller; every writer asynchronous on
+    it."""
     period_ms = paced_period_ms(rate_mbit, fraction) if period_ms is None else period_ms
     per_period = paced_bytes_per_period(rate_mbit, fraction, period_ms)
     return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!-- fed_ros: ROS chunks paced to {fraction:g} x {rate_mbit:g} Mbit/s ({per_period} bytes every {period_ms} ms).
+<!-- fed_ros: ROS chunks paced to {fraction:g} x {rate_mbit:g} Mbit/s \
+({per_period} bytes every {period_ms} ms).
      Needs RMW_FASTRTPS_PUBLICATION_MODE=AUTO (fed_ros/ros/wire/pacing.py). -->
 <dds xmlns="http://www.eprosima.com">
   <profiles>

@@ -29,7 +29,8 @@ def register_request(
     signer: Signer | None = None,
     timestamp_ns: int | None = None,
 ) -> Register.Request:
-    """A Register request for ``robot_id``; signed (key, timestamp, nonce, signature) when ``signer``."""
+    """A Register request for ``robot_id``; signed (key, timestamp, nonce, signature) when
+    ``signer``."""
     request = Register.Request(
         robot_id=robot_id,
         tasks=list(tasks),
@@ -59,7 +60,8 @@ def register_request(
 def register_with_fleet(
     client, make_request: Callable[[], Register.Request], *, timeout_s: float, stop: threading.Event
 ) -> Register.Response:
-    """Register (retrying until a server answers); RuntimeError if refused, TimeoutError after ``timeout_s``.
+    """Register (retrying until a server answers); RuntimeError if refused, TimeoutError after
+    ``timeout_s``.
 
     ``make_request`` builds each attempt afresh: a signed request needs a fresh timestamp and nonce.
     """

@@ -209,7 +209,8 @@ def descriptor_from_msg(
         raise ValueError(f"descriptor from {msg.robot_id!r}: non-finite score")
     if len(msg.payload) > max_payload_bytes:
         raise ValueError(
-            f"descriptor from {msg.robot_id!r}: payload {len(msg.payload)} B > cap {max_payload_bytes}"
+            f"descriptor from {msg.robot_id!r}: payload {len(msg.payload)} B > cap "
+            f"{max_payload_bytes}"
         )
     return CoreDescriptor(
         robot_id=str(msg.robot_id),
@@ -331,7 +332,8 @@ def announcement_from_msg(msg: RoundAnnouncement) -> Announcement:
     for m in msg.memberships:
         if len(m.cluster_ids) != len(m.weights):
             raise ValueError(
-                f"membership of {m.robot_id!r}: {len(m.cluster_ids)} clusters, {len(m.weights)} weights"
+                f"membership of {m.robot_id!r}: {len(m.cluster_ids)} clusters, {len(m.weights)} "
+                "weights"
             )
         membership = [(int(c), float(w)) for c, w in zip(m.cluster_ids, m.weights)]
         _check_membership(m.robot_id, membership)
@@ -374,6 +376,8 @@ def round_report_to_msg(outcome: "RoundOutcome", stamp) -> RoundReport:
             train_loss=r.train_loss,
             val_loss=r.val_loss,
             success_rate=r.success_rate,
+            interventions_per_episode=r.interventions_per_episode,
+            human_seconds_per_episode=r.human_seconds_per_episode,
             accepted=r.accepted,
             reason=r.reason[: bounds.MAX_REASON_CHARS],
         )

@@ -9,8 +9,9 @@ which then waits for ever (ros2/rmw_fastrtps#704, ros2/rclcpp#2760). ``wait_for_
 prevent it: it reports what the *client* has discovered. Seen in CI under load: a
 ``set_parameters`` call went unanswered for 30 s while the server had applied it.
 
-Asking again is only for requests whose repetition is harmless: idempotent ones (set a value, enable, query),
-or ones built afresh per attempt (a signed registration needs a fresh nonce each time).
+Asking again is only for requests whose repetition is harmless: idempotent ones (set a value,
+enable, query), or ones built afresh per attempt (a signed registration needs a fresh nonce each
+time).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ Wait = Callable[[Future, float], bool]
 
 
 def threaded(stop: threading.Event | None = None) -> Wait:
-    """A `Wait` for nodes an executor spins in another thread (Ctrl-C or ``stop`` end it: ShutdownRequested)."""
+    """A `Wait` for nodes an executor spins in another thread (Ctrl-C or ``stop`` end it:
+    ShutdownRequested)."""
 
     def wait(future: Future, seconds: float) -> bool:
         done = threading.Event()
@@ -39,7 +41,8 @@ def threaded(stop: threading.Event | None = None) -> Wait:
 
 
 def spinning(spin_once: Callable[[float], object]) -> Wait:
-    """A `Wait` for callers that spin the node themselves (``executor.spin_once`` as ``spin_once``)."""
+    """A `Wait` for callers that spin the node themselves (``executor.spin_once`` as
+    ``spin_once``)."""
 
     def wait(future: Future, seconds: float) -> bool:
         end = time.monotonic() + seconds
@@ -51,7 +54,8 @@ def spinning(spin_once: Callable[[float], object]) -> Wait:
 
 
 def call_service(client, request, timeout_s: float, stop: threading.Event | None = None):
-    """One call from a node spun in another thread; the response, or None (the try dropped) after ``timeout_s``."""
+    """One call from a node spun in another thread; the response, or None (the try dropped) after
+    ``timeout_s``."""
     future = client.call_async(request)
     try:
         answered = threaded(stop)(future, timeout_s)
@@ -70,7 +74,8 @@ def call_until_answered(
     what: str,
     abandon: Callable[[Future], object] | None = None,
 ):
-    """``send()`` a request until one is answered; the response, or TimeoutError after ``timeout_s``.
+    """``send()`` a request until one is answered; the response, or TimeoutError after
+    ``timeout_s``.
 
     Each try waits ``attempt_s`` (longer than the service takes to answer, or a slow answer is
     asked for again); ``abandon`` (e.g. ``client.remove_pending_request``) drops an unanswered

@@ -57,7 +57,8 @@ def sign_msg(msg: Any, kind: str, signer: auth.Signer | None) -> Any:
 
 
 def verify_msg(msg: Any, kind: str, server_key: bytes | None) -> str | None:
-    """None when ``msg`` carries the server's signature (or no server key is configured), else why not."""
+    """None when ``msg`` carries the server's signature (or no server key is configured), else why
+    not."""
     if server_key is None:
         return None
     if len(msg.signature) > auth.SIGNATURE_BYTES:
@@ -72,7 +73,8 @@ def _canonical(obj: dict[str, Any]) -> bytes:
 
 
 def sign_json(text: str, kind: str, signer: auth.Signer | None, robot_id: str | None = None) -> str:
-    """A JSON request with ``sig`` (and ``robot_id`` when a robot signs) added; unchanged without a key."""
+    """A JSON request with ``sig`` (and ``robot_id`` when a robot signs) added; unchanged without a
+    key."""
     if signer is None:
         return text
     obj = json.loads(text)

@@ -205,7 +205,8 @@ def decode_state_dict(
     scales: Sequence[float] | np.ndarray = (),
     copy: bool = False,
 ) -> StateDict:
-    """Unpack payload bytes into a state dict; float32 tensors are zero-copy views unless ``copy``."""
+    """Unpack payload bytes into a state dict; float32 tensors are zero-copy views unless
+    ``copy``."""
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
     buf = bytes_view(data) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)

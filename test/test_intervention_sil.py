@@ -1,0 +1,207 @@
+"""Interventions in the loop (issue 24, item 5: human-gated DAgger): a scripted "human" pressing
+a gamepad's deadman takes the arm over from the robot's policy mid-episode, hands it back, and
+the next round trains on the human's segment.
+
+Fleet of one (server + sim bridge + arm adapter + robot node, lockstep, panda_sim) plus a real
+teleop node reading the scripted pad's sensor_msgs/Joy. Checked: the adapter drops the policy
+while the human drives and labels the applied commands ``teleop``; the robot records the
+segment as a corrective demonstration (``source=intervention``); the round report carries the
+robot's interventions per episode; round 1 trains on more samples than round 0 by the segment.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import yaml
+
+from conftest import wait_until
+from fed_ros.core.arm.teleop import teleop_profile_dir
+from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+from fed_ros.ros.fleet.launcher import build_commands, fleet_env
+from fed_ros.ros.fleet.plan import plan_fleet
+
+rclpy = pytest.importorskip("rclpy")
+
+from test_arm_stop_paths import Spun  # noqa: E402
+
+NS = "/robot_0"
+DEADMAN, STICK_Z = 9, 3  # xbox profile: LEFTSHOULDER, right stick up = +z
+EVAL_EPISODE = 3  # episodes 1 and 2 are the start-up demonstrations
+
+
+def _fleet(tmp_path):
+    return fleet_config_from_dict(
+        {
+            "fleet": {
+                "name": "interventions",
+                "algorithm": "fedavg",
+                "rounds": 2,
+                "run_dir": str(tmp_path),
+                "seed": 0,
+                "server": {
+                    "round_timeout_s": 300.0,
+                    "exit_when_done": True,
+                    "evaluate_every": 1,
+                    "eval_episodes": 1,
+                },
+                "robot_defaults": {
+                    "collect_demos_on_start": 2,
+                    "train_max_steps": 3,
+                    "register_timeout_s": 300.0,
+                    "max_episode_steps": 120,
+                    "trainer.val_fraction": 0.0,
+                    "device": "cpu",
+                },
+                "bridge": {"lockstep": True, "cameras": False},
+                "robots": [{"id": "robot_0", "task": "lift", "profile": "panda_sim"}],
+            }
+        }
+    )
+
+
+class Human:
+    """A gamepad on /robot_0/joy (20 Hz) and a watch on the arm's episode status and the fleet's
+    round reports; ``drive(steps)`` holds the deadman with the stick pushed for that many steps
+    of the evaluation episode."""
+
+    def __init__(self, node) -> None:
+        from fed_ros.msg import EpisodeStatus, RoundReport
+        from fed_ros.ros.arm import topics as at
+        from fed_ros.ros.fleet.monitor import report_to_dict
+        from fed_ros.ros.wire import qos
+        from sensor_msgs.msg import Joy
+
+        self._Joy, self._to_dict = Joy, report_to_dict
+        self.lock = threading.Lock()
+        self.axes, self.buttons = [0.0] * 6, [0] * 21
+        self.status = None
+        self.human_steps: set[tuple[int, int]] = set()  # (episode, step) the human drove
+        self.reports: list[dict] = []
+        self._pub = node.create_publisher(Joy, f"{NS}/joy", 10)
+        node.create_timer(0.05, self._publish)
+        node.create_subscription(
+            EpisodeStatus,
+            f"{NS}/{at.EPISODE_STATUS_TOPIC}",
+            self._on_status,
+            at.qos_for(at.EPISODE_STATUS_TOPIC),
+        )
+        node.create_subscription(
+            RoundReport, "/fleet/round_report", self._on_report, qos.model_state_qos(16)
+        )
+
+    def _publish(self) -> None:
+        with self.lock:
+            msg = self._Joy(axes=list(self.axes), buttons=list(self.buttons))
+        self._pub.publish(msg)
+
+    def _on_status(self, msg) -> None:
+        with self.lock:
+            self.status = msg
+            if msg.human_control:
+                self.human_steps.add((int(msg.episode), int(msg.step)))
+
+    def _on_report(self, msg) -> None:
+        with self.lock:
+            self.reports.append(self._to_dict(msg))
+
+    def set(self, deadman: bool, stick: float = 0.0) -> None:
+        with self.lock:
+            self.axes[STICK_Z] = stick
+            self.buttons[DEADMAN] = int(deadman)
+
+    def step(self) -> tuple[int, int]:
+        with self.lock:
+            s = self.status
+        return (-1, -1) if s is None else (int(s.episode), int(s.step))
+
+
+@pytest.mark.timeout(600)
+def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment(
+    tmp_path, ros_env, processes
+):
+    env = fleet_env(base=ros_env)
+    commands = build_commands(plan_fleet(_fleet(tmp_path)), tmp_path)
+    procs = {c.spec.executable: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
+    logs = {c.spec.executable: c.log_path for c in commands}
+    pad_profile = yaml.safe_load((teleop_profile_dir() / "xbox.yaml").read_text())
+    pad_profile["watchdog_timeout_s"] = 2.0  # a loaded CI machine may pause the pad's publisher
+    (tmp_path / "pad.yaml").write_text(yaml.safe_dump(pad_profile))
+    teleop_log = tmp_path / "teleop.log"
+    processes.python(
+        ["-m", "fed_ros.ros.nodes.teleop_node", "--ros-args", "-r", f"__ns:={NS}"]
+        + ["-p", f"profile:={tmp_path / 'pad.yaml'}"],
+        env,
+        log_path=teleop_log,
+    )
+    spun = Spun("human")
+    human = Human(spun.node)
+    try:
+        # The evaluation of round 0 drives episode 3; the human steps in at its step 5.
+        wait_until(
+            lambda: human.step() >= (EVAL_EPISODE, 5),
+            420,
+            "the evaluation episode of round 0",
+            diagnostics=lambda: logs["robot_node"].read_text()[-2000:],
+        )
+        human.set(deadman=True, stick=0.8)  # right stick up: +z, the hand lifts
+        wait_until(
+            lambda: len([s for s in human.human_steps if s[0] == EVAL_EPISODE]) >= 8,
+            60,
+            "eight steps driven by the human",
+            diagnostics=lambda: teleop_log.read_text()[-2000:],
+        )
+        human.set(deadman=False)  # released: the policy drives again
+        first = human.step()
+        wait_until(
+            lambda: human.step()[0] > EVAL_EPISODE or human.step()[1] > first[1] + 5,
+            120,
+            "the policy driving after the hand-back",
+        )
+        assert procs["server_node"].wait(timeout=420) == 0, logs["server_node"].read_text()[-3000:]
+        robot_log = logs["robot_node"].read_text()
+        assert "human took over at step" in robot_log, robot_log[-3000:]
+        assert "recorded as a corrective demonstration" in robot_log, robot_log[-3000:]
+
+        # The report of the evaluated round says one takeover in its one episode; the next
+        # round's evaluation had no human (0 per episode).
+        def evaluated():
+            with human.lock:
+                lines = {
+                    r["round"]: r["robots"][0]
+                    for r in human.reports
+                    if r["robots"] and r["robots"][0]["success_rate"] >= 0.0  # NaN: not evaluated
+                }
+            return lines if len(lines) >= 2 else None
+
+        lines = wait_until(
+            evaluated, 30, "two evaluated round reports", diagnostics=lambda: human.reports
+        )
+        first, second = (lines[r] for r in sorted(lines)[:2])
+        assert first["interventions_per_episode"] == 1.0, lines
+        assert first["human_seconds_per_episode"] > 0.0, lines
+        assert second["interventions_per_episode"] == 0.0, lines
+        trained = sorted(lines)[:2]
+        samples = [lines[r]["num_samples"] for r in trained]
+    finally:
+        spun.close()
+
+    import json
+
+    from fed_ros.ros.arm.recorded_episodes import (
+        load_recorded_episodes,
+        read_recording_metadata,
+    )
+
+    episodes = load_recorded_episodes(tmp_path / "robot_0" / "demos")
+    corrective = [e for e in episodes if e.metadata["source"] == "intervention"]
+    assert len(episodes) == 3 and len(corrective) == 1, [e.metadata for e in episodes]
+    segment = corrective[0]
+    # The human's steps, labelled teleop by the adapter (not "policy"); the hand moved up.
+    custom = read_recording_metadata(segment.metadata["recording"])["custom_data"]
+    assert json.loads(custom["command_sources"]).get("teleop", 0) >= 5, custom
+    assert len(segment) >= 5 and (segment.actions[:, 2] > 0).sum() >= 5, segment.actions
+    # Round 1 trained on the demonstrations plus the segment.
+    assert samples[1] == samples[0] + len(segment), samples
+    assert "[ERROR]" not in logs["robot_node"].read_text()
