@@ -1591,6 +1591,50 @@ def test_replay_guard_bad_state_is_refused_and_changes_nothing(state):
     assert guard.state() == before
 
 
+def test_replay_guard_on_change_runs_after_each_change_only():
+    seen = []
+    guard = ReplayGuard(max_nonces=2, on_change=lambda g: seen.append(g.state()))
+    guard.advance(0)  # the floor stays 0: nothing changed
+    assert seen == []
+    guard.record("r", 0, b"a" * 16)
+    assert seen == [{"floor": 0, "nonces": [[(b"a" * 16).hex(), 0]]}]
+    guard.advance(1)  # the floor rises and round 0's nonce goes
+    assert seen[-1] == {"floor": 1, "nonces": []} and len(seen) == 2
+    guard.advance(1)
+    assert len(seen) == 2
+    guard.check("r", 1, b"b" * 16)  # a check changes nothing
+    assert len(seen) == 2
+
+
+def test_persistent_guard_survives_a_restart_and_refuses_a_bad_file(tmp_path):
+    import json
+
+    from fed_ros.core.security.replay_file import GUARD_FILE, persistent_guard
+
+    state_dir = tmp_path / "state"
+    guard = persistent_guard(state_dir, window_rounds=2)
+    assert guard.window_rounds == 2 and not (state_dir / GUARD_FILE).exists()
+    guard.advance(3)
+    guard.record("r", 3, b"a" * 16)
+    on_disk = json.loads((state_dir / GUARD_FILE).read_text())
+    assert on_disk == guard.state() == {"floor": 2, "nonces": [[(b"a" * 16).hex(), 3]]}
+    assert not (state_dir / (GUARD_FILE + ".tmp")).exists()
+    restarted = persistent_guard(state_dir, window_rounds=2)  # the server after a restart
+    assert restarted.state() == guard.state()
+    assert restarted.check("r", 3, b"a" * 16) == (
+        f"robot 'r': nonce {(b'a' * 16).hex()} already used (replay)"
+    )
+    restarted.record("r", 3, b"b" * 16)  # the restarted guard keeps saving
+    assert len(json.loads((state_dir / GUARD_FILE).read_text())["nonces"]) == 2
+    for bad in ("not json", '{"floor": 1}', "[1, 2]", '{"floor": 1, "nonces": [["zz", 1]]}'):
+        (state_dir / GUARD_FILE).write_text(bad)
+        with pytest.raises(ValueError) as err:
+            persistent_guard(state_dir)
+        assert str(err.value).startswith(
+            f"replay guard file {state_dir / GUARD_FILE} is unreadable: "
+        )
+
+
 # ===================================================== regressions (bugs found here)
 
 

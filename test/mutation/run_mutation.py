@@ -140,7 +140,8 @@ PATHS: dict[str, tuple[str, ...]] = {
         )
     },
     "auth": ("security/auth.py", "security/keys.py", "security/keys_cli.py"),
-    **{m: (f"security/{m}.py",) for m in ("signed_messages", "replay")},
+    "signed_messages": ("security/signed_messages.py",),
+    "replay": ("security/replay.py", "security/replay_file.py"),
     "rounds": (
         "rounds/coordinator.py",
         "rounds/settings.py",

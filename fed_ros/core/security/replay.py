@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fed_ros.core.security.signed_messages import NONCE_BYTES
@@ -15,9 +15,16 @@ class ReplayGuard:
     ``check`` is pure; ``record`` stores an accepted nonce. Nonces of rounds below the floor are
     forgotten because such rounds are rejected anyway. When more than ``max_nonces`` are held the
     oldest are evicted and the floor rises past them, so an evicted nonce can never be replayed.
+    ``on_change(guard)`` runs after every change of the state (a recorded nonce, a raised floor):
+    a server persists the guard there (``replay_file``), so a restart keeps refusing replays.
     """
 
-    def __init__(self, max_nonces: int = 100_000, window_rounds: int = 1):
+    def __init__(
+        self,
+        max_nonces: int = 100_000,
+        window_rounds: int = 1,
+        on_change: Callable[["ReplayGuard"], None] | None = None,
+    ):
         if max_nonces < 1:
             raise ValueError(f"max_nonces must be >= 1, got {max_nonces}")
         if window_rounds < 1:
@@ -26,6 +33,7 @@ class ReplayGuard:
         self.window_rounds = int(window_rounds)
         self.floor = 0  # lowest round still accepted
         self._nonces: OrderedDict[bytes, int] = OrderedDict()  # nonce -> round, insertion order
+        self.on_change = on_change
 
     def advance(self, current_round: int) -> None:
         """Start `current_round`: rounds older than the window are rejected from now on."""
@@ -34,6 +42,7 @@ class ReplayGuard:
             self.floor = new_floor
             for nonce in [n for n, r in self._nonces.items() if r < new_floor]:
                 del self._nonces[nonce]
+            self._changed()
 
     def check(self, robot_id: str, round_idx: int, nonce: bytes) -> str | None:
         """None if (round, nonce) is fresh, else the reject reason; changes nothing."""
@@ -56,6 +65,11 @@ class ReplayGuard:
         while len(self._nonces) > self.max_nonces:
             _, evicted_round = self._nonces.popitem(last=False)
             self.floor = max(self.floor, evicted_round + 1)
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
 
     def __len__(self) -> int:
         return len(self._nonces)

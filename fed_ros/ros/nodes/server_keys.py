@@ -2,14 +2,16 @@
 
 Built once from the server parameters (``allowed_keys_file``, ``private_key_file``,
 ``require_signatures``): the allow list and the robots' public keys for the roster, the replay
-guard for signed robot messages, the server's signer, and the registration guard that makes a
-Register prove possession of its allow-listed key. The update intake, the registration desk and
-the model publisher share this one object, so every check uses the same keys.
+guard for signed robot messages (persisted in ``state_dir``), the server's signer, and the
+registration guard that makes a Register prove possession of its allow-listed key. The update
+intake, the registration desk and the model publisher share this one object, so every check
+uses the same keys.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fed_ros.ros.fleet.params import ServerParams
@@ -32,11 +34,13 @@ def load_server_keys(params: ServerParams) -> ServerKeys:
     allow_list = allowed_keys = replay_guard = signer = registration_guard = None
     if params.allowed_keys_file:
         from fed_ros.core.security.auth import AllowList
-        from fed_ros.core.security.replay import ReplayGuard
+        from fed_ros.core.security.replay_file import persistent_guard
 
         allow_list = AllowList.from_yaml(params.allowed_keys_file)
         allowed_keys = {rid: allow_list.public_key(rid) for rid in allow_list.robot_ids}
-        replay_guard = ReplayGuard()
+        # Kept in the state directory with the round state: a restarted server still refuses
+        # the nonces it accepted before (a captured update replayed after a crash).
+        replay_guard = persistent_guard(Path(params.state_dir))
     if params.private_key_file:
         from fed_ros.core.security.auth import Signer
 
