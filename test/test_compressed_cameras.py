@@ -63,13 +63,16 @@ class CompressedArm:
         self.pubs[at.TASK_TOPIC].publish(String(data="lift the red cube"))
         self.sent: dict[str, list] = {key: [] for key in CAMERAS}
 
-    def wait_for_subscribers(self, timeout: float = 10.0) -> None:
+    def wait_for_subscribers(self, reader_node, timeout: float = 10.0) -> None:
         """Recorder and ArmClient both subscribe to the observation topics; only the recorder
-        to the applied commands."""
+        to the applied commands. ``reader_node`` (theirs) must see every publisher too:
+        matching is asymmetric, and a best-effort sample sent before the reader knows the
+        writer is lost."""
 
         def matched() -> bool:
             return all(
                 p.get_subscription_count() >= (1 if rel == at.APPLIED_COMMAND_TOPIC else 2)
+                and reader_node.count_publishers(p.topic_name) >= 1
                 for rel, p in self.pubs.items()
                 if rel != at.TASK_TOPIC
             )
@@ -116,7 +119,7 @@ def test_compressed_cameras_recorded_and_trained_on(ros_context, tmp_path):  # n
     )
     client = ArmClient(robot, camera_transport="compressed", image_size=SIZE)
     arm = CompressedArm(ros_context("ur5e_arm"))
-    arm.wait_for_subscribers()
+    arm.wait_for_subscribers(robot)
     wait_until(
         lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder"
     )

@@ -230,9 +230,16 @@ class TinyArm:
         }
         self.pubs[at.TASK_TOPIC].publish(String(data="lift the red cube"))
 
-    def wait_for_subscribers(self, timeout=10.0):
+    def wait_for_subscribers(self, reader_node=None, timeout=10.0):
+        """Until every publisher has a subscriber and, with ``reader_node``, that node sees
+        every publisher too: matching is asymmetric, the writers can list the recorder's
+        readers before those readers know the writers, and a best-effort sample sent then is
+        lost (it happened: no joint_states at all in 2 of 5 runs)."""
         deadline = time.monotonic() + timeout
-        while any(p.get_subscription_count() == 0 for p in self.pubs.values()):
+        while any(p.get_subscription_count() == 0 for p in self.pubs.values()) or (
+            reader_node is not None
+            and any(reader_node.count_publishers(p.topic_name) == 0 for p in self.pubs.values())
+        ):
             assert time.monotonic() < deadline, "recorder subscriptions never matched"
             time.sleep(0.05)
 
@@ -275,7 +282,7 @@ def test_recorder_over_dds_records_what_was_applied(ros_context, tmp_path):
     ticks = synthetic_ticks(12, seed=3)
     recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")
     arm = TinyArm(ros_context("tiny_arm"))
-    arm.wait_for_subscribers()
+    arm.wait_for_subscribers(recorder.node)
     wait_until(
         lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder"
     )
@@ -306,7 +313,7 @@ def test_recorder_over_dds_records_what_was_applied(ros_context, tmp_path):
 def test_recording_with_missing_topic_fails_clearly(ros_context, tmp_path):
     recorder = Recorder(ros_context("robot"), tmp_path)
     arm = TinyArm(ros_context("tiny_arm"), omit=(at.WRIST_TOPIC,))
-    arm.wait_for_subscribers()
+    arm.wait_for_subscribers(recorder.node)
     recorder.start("lift")
     arm.publish(synthetic_ticks(3))
     # Every topic the arm did publish is in before STOP, so the one missing is the omitted one
@@ -334,7 +341,7 @@ def test_record_service_body_start_stop_discard(ros_context, tmp_path):
 
     recorder = Recorder(ros_context("robot"), tmp_path)
     arm = TinyArm(ros_context("tiny_arm"))
-    arm.wait_for_subscribers()
+    arm.wait_for_subscribers(recorder.node)
     ticks = synthetic_ticks(4, seed=9)
 
     def call(**fields):
@@ -398,7 +405,7 @@ def test_recorder_loses_no_step_while_its_executor_stalls(ros_env, ros_context, 
         ticks = synthetic_ticks(40, seed=5)
         recorder = Recorder(node, tmp_path, robot_id="robot_7")
         arm = TinyArm(ros_context("tiny_arm"))
-        arm.wait_for_subscribers()
+        arm.wait_for_subscribers(recorder.node)
         wait_until(
             lambda: at.TASK_TOPIC in recorder._latest, 10, "the latched instruction at the recorder"
         )
