@@ -1611,7 +1611,7 @@ def test_persistent_guard_survives_a_restart_and_refuses_a_bad_file(tmp_path):
 
     from fed_ros.core.security.replay_file import GUARD_FILE, persistent_guard
 
-    state_dir = tmp_path / "state"
+    state_dir = tmp_path / "run" / "state"  # created with its parents on first use
     guard = persistent_guard(state_dir, window_rounds=2)
     assert guard.window_rounds == 2 and not (state_dir / GUARD_FILE).exists()
     guard.advance(3)

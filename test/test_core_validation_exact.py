@@ -53,6 +53,7 @@ from fed_ros.core.checks.payload_checks import (
     ENCODING_FLOAT16,
     ENCODING_FLOAT32,
     ENCODING_INT8,
+    ENCODING_INT8_BLOCK,
     check_payload_manifest,
     check_tensors,
     compare_manifest,
@@ -455,8 +456,8 @@ def test_auth_checks_signature_before_the_replay_guard():
 
 
 def test_encoding_constants_are_the_wire_values():
-    assert (ENCODING_FLOAT32, ENCODING_FLOAT16, ENCODING_INT8) == (0, 1, 2)
-    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1}
+    assert (ENCODING_FLOAT32, ENCODING_FLOAT16, ENCODING_INT8, ENCODING_INT8_BLOCK) == (0, 1, 2, 3)
+    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1}
 
 
 def test_encoding_constants_mirror_the_message_definition():
@@ -469,6 +470,7 @@ def test_encoding_constants_mirror_the_message_definition():
         "ENCODING_FLOAT32": ENCODING_FLOAT32,
         "ENCODING_FLOAT16": ENCODING_FLOAT16,
         "ENCODING_INT8": ENCODING_INT8,
+        "ENCODING_INT8_BLOCK": ENCODING_INT8_BLOCK,
     }
 
 
@@ -478,9 +480,15 @@ def test_expected_payload_bytes_per_encoding_and_unknown_encoding():
     assert expected_payload_bytes((TensorSpec("s", ()),)) == 4  # a scalar holds one value
     assert expected_payload_bytes((TensorSpec("e", (0, 5)), TensorSpec("x", (2,)))) == 8
     assert expected_payload_bytes(()) == 0
+    # int8_block: per tensor one float32 scale per 128 values, then one byte per value.
+    assert expected_payload_bytes(MANIFEST, 3) == sum(
+        4 * -(-math.prod(s.shape) // 128) + math.prod(s.shape) for s in MANIFEST
+    )
+    big = (TensorSpec("w", (128,)), TensorSpec("b", (129,)), TensorSpec("e", (0,)))
+    assert expected_payload_bytes(big, 3) == (4 + 128) + (8 + 129) + 0
     with pytest.raises(ValueError) as err:
-        expected_payload_bytes(MANIFEST, 3)
-    assert str(err.value) == "unknown encoding 3; known [0, 1, 2]"
+        expected_payload_bytes(MANIFEST, 4)
+    assert str(err.value) == "unknown encoding 4; known [0, 1, 2, 3]"
 
 
 @PROPS
@@ -729,7 +737,7 @@ def test_update_envelope_defaults():
             OVERSIZE,
             "robot 'robot_0': update of 37 bytes exceeds the cap 36 bytes",
         ),
-        (dict(encoding=3), MALFORMED, "robot 'robot_0': unknown encoding 3"),
+        (dict(encoding=4), MALFORMED, "robot 'robot_0': unknown encoding 4"),
         (dict(encoding=-1), MALFORMED, "robot 'robot_0': unknown encoding -1"),
         (dict(encoding=0.0), MALFORMED, "robot 'robot_0': unknown encoding 0.0"),
         (dict(encoding=False), MALFORMED, "robot 'robot_0': unknown encoding False"),

@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_cells import run_settings
 from fed_ros.bench.federation_demos import DemoCache
@@ -102,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         default=min(2, os.cpu_count() or 1),
         help="cells run side by side in this many worker processes (default: min(2, cores))",
     )
+    ap.add_argument(
+        "--encoding",
+        choices=ENCODING_NAMES,
+        help="how updates and cluster models travel (float32 exact; float16; int8; int8_block): "
+        "the robots train and are evaluated on decoded models, bytes per round are recorded",
+    )
     ap.add_argument("--cells", help=argparse.SUPPRESS)  # worker: comma-separated cell keys
     ap.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     return ap
@@ -118,6 +125,7 @@ def _profile(args: argparse.Namespace) -> Profile:
         eval_episodes=args.eval_episodes,
         seeds=tuple(args.seeds) if args.seeds else None,
         overlaps=tuple(args.overlaps) if args.overlaps else None,
+        encoding=args.encoding,
     )
     bad = [o for o in prof.overlaps if not 0.0 <= o <= 1.0]
     if bad:

@@ -154,19 +154,28 @@ class RoundRun:
 
 
 def federation_round(
-    strategy: Any, clients: dict[str, Any], data: dict[str, list[Episode]], round_idx: int
+    strategy: Any,
+    clients: dict[str, Any],
+    data: dict[str, list[Episode]],
+    round_idx: int,
+    encoding: str = "float32",
 ) -> RoundRun:
     """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
     asked -> each RobotClient chooses its start (IFCA: picks) and fits obeying its round config
-    -> aggregate."""
+    -> aggregate. ``encoding``: cluster models and updates travel under it (the robots start
+    from the decoded models, the server aggregates the decoded updates), bytes counted."""
+    from fed_ros.core.compression import encoded_nbytes, roundtrip
     from fed_ros.core.strategies.aggregate import weighted_model
     from fed_ros.core.strategies.types import ClientUpdate
 
     ids = sorted(clients)
     instructions = strategy.configure_round(round_idx, ids)
-    models = strategy.cluster_models()
+    models = {c: roundtrip(m, encoding) for c, m in strategy.cluster_models().items()}
     descs: dict[str, Any] = {}
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {
+        "model_bytes": sum(encoded_nbytes(m, encoding) for m in models.values()),
+        "update_bytes": 0,
+    }
     cost = 0.0
     if strategy.needs_descriptors(round_idx):
         t0 = time.process_time()
@@ -186,10 +195,11 @@ def federation_round(
             cost += time.process_time() - t0
         starts[rid] = start.model
         res = clients[rid].fit(start.model, config, data[rid], round_idx)
+        extra["update_bytes"] += encoded_nbytes(res.params, encoding)
         updates.append(
             ClientUpdate(
                 robot_id=rid,
-                params=res.params,
+                params=roundtrip(res.params, encoding),
                 num_samples=res.num_samples,
                 base_round=round_idx,
                 cluster_id=start.cluster_id,
@@ -216,8 +226,10 @@ class CellSpec:
 
     @property
     def key(self) -> str:
-        """File-name key."""
-        return f"{self.setting.name}__{self.method.name}__s{self.seed}"
+        """File-name key (a compressed run's cells are its own: ``__<encoding>``)."""
+        enc = self.profile.encoding
+        suffix = "" if enc == "float32" else f"__{enc}"
+        return f"{self.setting.name}__{self.method.name}__s{self.seed}{suffix}"
 
 
 def eval_horizons(
@@ -252,6 +264,7 @@ def run_cell(
     """Run one (setting, method, seed) federation and return its JSON record."""
     import torch
 
+    from fed_ros.core.compression import roundtrip
     from fed_ros.core.params import flatten
     from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.core.strategies.base import make_strategy
@@ -259,6 +272,7 @@ def run_cell(
 
     torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
     setting, method, profile, seed = spec.setting, spec.method, spec.profile, spec.seed
+    enc = profile.encoding
     policy_cfg = profile.policy_config()
     data = cache.robot_data(setting)
     ids = setting.robot_ids
@@ -320,7 +334,7 @@ def run_cell(
             for r in range(profile.rounds):
                 row: dict[str, Any] = {"round": r}
                 t_train = time.perf_counter()
-                run = federation_round(strategy, clients, data, r)
+                run = federation_round(strategy, clients, data, r, profile.encoding)
                 row["train_s"] = time.perf_counter() - t_train
                 result = run.result
                 row.update({k: v for k, v in run.extra.items() if k != "aggregate_cpu_s"})
@@ -347,7 +361,8 @@ def run_cell(
                 )
                 record["rounds"].append(row)
                 if r in eval_rounds:
-                    models = {rid: strategy.model_for(rid) for rid in ids}
+                    # Each robot evaluates the model it decoded from the wire.
+                    models = {rid: roundtrip(strategy.model_for(rid), enc) for rid in ids}
                     ev = evaluator.evaluate_fleet(setting, models)
                     record["evals"].append({"round": r, **ev})
                 if progress:

@@ -20,6 +20,7 @@ from fed_ros.bench.federation_methods import (
     fedepth_method,
     method_by_name,
 )
+from fed_ros.core.compression import check_encoding
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 
@@ -135,6 +136,12 @@ class Profile:
     partition_rounds: int = 4
     policy: dict[str, Any] = field(default_factory=dict)
     noise_std: float = 0.05
+    # How updates and cluster models travel (fed_ros.core.compression): the robots start from
+    # and are evaluated on the decoded models, the server aggregates the decoded updates.
+    encoding: str = "float32"
+
+    def __post_init__(self) -> None:
+        check_encoding(self.encoding)
 
     def policy_config(self) -> PolicyConfig:
         """The benchmark's low-dim policy (small enough for CPU rounds)."""

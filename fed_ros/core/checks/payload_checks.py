@@ -36,13 +36,20 @@ from fed_ros.core.checks.decisions import (
     _reject,
     _short,
 )
+from fed_ros.core.compression import block_nbytes
 from fed_ros.core.params import Manifest
 
 # TensorPayload.encoding constants (mirrors msg/TensorPayload.msg) -> bytes per value on the wire.
 ENCODING_FLOAT32 = 0
 ENCODING_FLOAT16 = 1
 ENCODING_INT8 = 2
-BYTES_PER_VALUE = {ENCODING_FLOAT32: 4, ENCODING_FLOAT16: 2, ENCODING_INT8: 1}
+ENCODING_INT8_BLOCK = 3  # block scales inside the payload (fed_ros.core.compression)
+BYTES_PER_VALUE = {
+    ENCODING_FLOAT32: 4,
+    ENCODING_FLOAT16: 2,
+    ENCODING_INT8: 1,
+    ENCODING_INT8_BLOCK: 1,
+}
 
 
 def _spec_fields(spec: Any) -> tuple[str, tuple[int, ...], str]:
@@ -94,6 +101,8 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
     """Encoded size in bytes of a payload with this manifest and encoding."""
     if encoding not in BYTES_PER_VALUE:
         raise ValueError(f"unknown encoding {encoding!r}; known {sorted(BYTES_PER_VALUE)}")
+    if encoding == ENCODING_INT8_BLOCK:
+        return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
     return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
 
 

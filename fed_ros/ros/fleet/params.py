@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.ros.fleet.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
 
@@ -113,6 +114,13 @@ class ServerParams(NodeParams):
     )
     bulk_threshold_bytes: int = param(
         1 << 20, "with transfer_channel auto, payloads this large go over zmq", unit="bytes", ge=0
+    )
+    model_encoding: str = param(
+        "float32",
+        "how cluster models travel: float32 (exact), float16, int8 (a scale per tensor), "
+        "int8_block (a scale per 128 values); the server keeps float32",
+        live=True,
+        choices=ENCODING_NAMES,
     )
     exit_when_done: bool = param(
         False, "exit 0 after the last round instead of staying up", live=True
@@ -230,6 +238,13 @@ class RobotParams(NodeParams):
     )
     bulk_threshold_bytes: int = param(
         1 << 20, "with transfer_channel auto, payloads this large go over zmq", unit="bytes", ge=0
+    )
+    update_encoding: str = param(
+        "float32",
+        "how updates travel: float32 (exact), float16, int8 (a scale per tensor), int8_block "
+        "(a scale per 128 values)",
+        live=True,
+        choices=ENCODING_NAMES,
     )
     update_retry_s: float = param(
         2.0,

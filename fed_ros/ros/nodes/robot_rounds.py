@@ -182,7 +182,8 @@ class RobotRounds:
             train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
             val_loss=float(metrics.get("val_nll", math.nan)),
         )
-        out = self.uplink.offer(encode_state_dict(result.params), ann, fields)
+        encoded = encode_state_dict(result.params, self.params().update_encoding)
+        out = self.uplink.offer(encoded, ann, fields)
         self.log.info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in "
             f"{time.monotonic() - t0:.1f} s (bc {fields['train_loss']:.3f}), sent update "

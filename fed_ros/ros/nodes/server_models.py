@@ -55,7 +55,7 @@ class ClusterModelPublisher:
         self.models_out.withdraw_all()  # the previous round's models stop being served
         stamp = self.now_msg()
         for cid, model in sorted(self.coord.cluster_models.items()):
-            encoded = encode_state_dict(model)
+            encoded = encode_state_dict(model, self.params().model_encoding)
             out = self.models_out.prepare(
                 encoded,
                 f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}",

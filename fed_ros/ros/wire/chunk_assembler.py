@@ -148,9 +148,12 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
         raise PayloadRejected(
             f"payload {pid!r}: manifest implies {expected} bytes, total_bytes says {total}"
         )
-    if int(msg.encoding) == TensorPayload.ENCODING_INT8 and len(msg.scales) != len(manifest):
+    # Only int8 carries scales beside the payload (one per tensor; int8_block's are inside).
+    want = len(manifest) if int(msg.encoding) == TensorPayload.ENCODING_INT8 else 0
+    if len(msg.scales) != want:
         raise PayloadRejected(
-            f"payload {pid!r}: int8 needs {len(manifest)} scales, got {len(msg.scales)}"
+            f"payload {pid!r}: {ENCODING_NAMES[int(msg.encoding)]} needs {want} scales, "
+            f"got {len(msg.scales)}"
         )
     return manifest
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fed_ros.core.compression import block_count, block_nbytes, dequantize_blocks, quantize_blocks
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
 from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
 
@@ -30,6 +31,7 @@ ENCODINGS: dict[str, int] = {
     "float32": TensorPayload.ENCODING_FLOAT32,
     "float16": TensorPayload.ENCODING_FLOAT16,
     "int8": TensorPayload.ENCODING_INT8,
+    "int8_block": TensorPayload.ENCODING_INT8_BLOCK,
 }
 ENCODING_NAMES: dict[int, str] = {v: k for k, v in ENCODINGS.items()}
 # Bytes per element on the wire, per encoding (little-endian, no padding).
@@ -37,6 +39,7 @@ _WIRE_DTYPE: dict[int, np.dtype] = {
     TensorPayload.ENCODING_FLOAT32: np.dtype("<f4"),
     TensorPayload.ENCODING_FLOAT16: np.dtype("<f2"),
     TensorPayload.ENCODING_INT8: np.dtype("i1"),
+    TensorPayload.ENCODING_INT8_BLOCK: np.dtype("i1"),  # plus its block scales (tensor_nbytes)
 }
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 # Model dtypes a manifest may name (core state dicts are float32; see core/params.py).
@@ -120,11 +123,18 @@ def _numel(shape: Sequence[int]) -> int:
     return math.prod(int(d) for d in shape)
 
 
+def tensor_nbytes(n: int, encoding: int) -> int:
+    """Payload bytes of one tensor of ``n`` values under ``encoding``."""
+    if encoding == TensorPayload.ENCODING_INT8_BLOCK:
+        return block_nbytes(n)
+    return n * _WIRE_DTYPE[encoding].itemsize
+
+
 def encoded_size(manifest: Sequence[TensorSpec], encoding: int) -> int:
     """Number of payload bytes the manifest implies under ``encoding``."""
     if encoding not in _WIRE_DTYPE:
         raise ValueError(f"unknown payload encoding {encoding!r}")
-    return sum(_numel(s.shape) for s in manifest) * _WIRE_DTYPE[encoding].itemsize
+    return sum(tensor_nbytes(_numel(s.shape), encoding) for s in manifest)
 
 
 def _encoding_id(encoding: int | str) -> int:
@@ -170,6 +180,15 @@ def encode_state_dict(
     for i, (name, value) in enumerate(sd.items()):
         arr = np.asarray(value)
         n = arr.size
+        if enc == TensorPayload.ENCODING_INT8_BLOCK:
+            block_scales, q = quantize_blocks(arr, name)
+            head = 4 * block_scales.size
+            data[offset : offset + head] = np.frombuffer(
+                block_scales.astype("<f4").tobytes(), np.uint8
+            )
+            data[offset + head : offset + head + n] = q.view(np.uint8)
+            offset += head + n
+            continue
         dest = data[offset : offset + n * wire.itemsize].view(wire)
         if enc == TensorPayload.ENCODING_INT8:
             peak = float(np.max(np.abs(arr))) if n else 0.0
@@ -226,6 +245,17 @@ def decode_state_dict(
     offset = 0
     for i, spec in enumerate(manifest):
         n = _numel(spec.shape)
+        if enc == TensorPayload.ENCODING_INT8_BLOCK:
+            head = 4 * block_count(n)
+            block_scales = buf[offset : offset + head].view("<f4")
+            q = buf[offset + head : offset + head + n].view(np.int8)
+            offset += head + n
+            try:
+                value = dequantize_blocks(block_scales, q)
+            except ValueError as err:
+                raise ValueError(f"tensor {spec.name!r}: {err}") from None
+            out[spec.name] = value.astype(spec.dtype).reshape(spec.shape)
+            continue
         raw = buf[offset : offset + n * wire.itemsize].view(wire)
         offset += n * wire.itemsize
         if enc == TensorPayload.ENCODING_INT8:
