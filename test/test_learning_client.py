@@ -95,3 +95,20 @@ def test_score_needs_a_describe_first():
         fresh.score({}, synthetic_episodes(1, 10))
     desc = fresh.describe("gaussian", synthetic_episodes(2, 10))
     assert desc.kind == "gaussian" and desc.robot_id == "robot_1" and desc.num_samples == 20
+
+
+@pytest.mark.parametrize("encoding", ["float32", "float16", "int8", "int8_block"])
+def test_the_placeholder_is_recognised_after_any_wire_encoding(encoding):
+    """A fleet may send its cluster models float16 or int8: the initial model's placeholder
+    normalisation must still be replaced by the robot's own (it was missed with float16, and
+    the robots learned nothing); a model that already carries statistics is left alone."""
+    from fed_ros.core.compression import roundtrip
+
+    cfg = PolicyConfig(kind="lowdim")
+    robot = RobotClient("robot_0", cfg, robot_seed=0, device="cpu")
+    episodes = synthetic_episodes(2, length=20, seed=0)
+    received = roundtrip(initial_state_dict(cfg, seed=0), encoding)
+    filled = robot.with_local_normalization(received, episodes)
+    assert not np.allclose(filled["normalizer.eef_pos_std"], received["normalizer.eef_pos_std"])
+    again = roundtrip(filled, encoding)
+    assert robot.with_local_normalization(again, episodes) is again
