@@ -114,7 +114,7 @@ def _rounds(tmp_path: Path, client: Client, waiting: str = "", peers: dict | Non
         demos,
         arm=None,
         arm_lock=threading.Lock(),
-        params=lambda: types.SimpleNamespace(eval_episodes=1, seed=0),
+        params=lambda: types.SimpleNamespace(eval_episodes=1, seed=0, update_encoding="float32"),
         log=log,
         stop=threading.Event(),
         latest=lambda: None,

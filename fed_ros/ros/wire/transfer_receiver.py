@@ -33,9 +33,9 @@ from fed_ros.ros.wire.chunk_assembler import (
     PayloadRejected,
     TransferLimits,
     check_header,
-    encode_resend_request,
 )
 from fed_ros.ros.wire.channels import bulk_channel_for
+from fed_ros.ros.wire.resend_requests import encode_resend_request
 from fed_ros.ros.wire.tensors import StateDict, decode_state_dict
 
 
