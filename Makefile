@@ -17,7 +17,7 @@ MSGS_STAMP := $(VENV)/.stamp-msgs
 PKG_STAMP := $(VENV)/.stamp-pkg
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
-.PHONY: setup lint format test test-fast mutation demo clean colcon-check
+.PHONY: setup extras lint format test test-fast mutation demo clean colcon-check
 
 setup: $(MSGS_STAMP)
 
@@ -66,6 +66,14 @@ ORDER ?= -p no:randomly
 # worker leaves a core idle half the time. One torch/OpenMP thread per process, so two
 # workers' training does not spin four threads on two cores. TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
+# Optional extras (requirements-extras.txt: TensorBoard, pyarrow, Ray): the fleet runs without
+# them; the tests of each integration need the real library, so `make test` installs them.
+EXTRAS_STAMP := $(VENV)/.stamp-extras
+$(EXTRAS_STAMP): $(DEPS_STAMP) requirements-extras.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-extras.txt
+	@touch $@
+extras: $(EXTRAS_STAMP)
+
 # Lint (pyproject.toml [tool.ruff]): the tree is `ruff format`ted (line length 100) and passes
 # the pyflakes, syntax and line-length checks over the package, tests, tools and launch files;
 # `make test` runs it first, so CI fails on an unformatted file, a line over 100 characters or an
@@ -78,7 +86,7 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format --no-cache $(RUFF_PATHS)
 
-test: setup lint $(LAUNCH_STAMP)
+test: setup lint $(LAUNCH_STAMP) $(EXTRAS_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;

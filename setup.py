@@ -14,6 +14,13 @@ setup(
     package_dir={"": "."},
     packages=find_packages(where=".", include=["fed_ros", "fed_ros.*"]),
     python_requires=">=3.10",
+    # Optional integrations; the core install (a fleet) needs none of them.
+    extras_require={
+        "tracking": ["tensorboard"],
+        "mlflow": ["mlflow"],
+        "dataset": ["pyarrow"],
+        "ray": ["ray"],
+    },
     entry_points={
         "console_scripts": [
             "fed-ros = fed_ros.cli:main",

@@ -66,8 +66,9 @@ class Client(RobotClient):
         self.picked_from = sorted(candidate_models)
         return self.pick
 
-    def fit(self, start_model, config, episodes, round_idx, on_step=None):
+    def fit(self, start_model, config, episodes, round_idx, on_step=None, on_start=None):
         self.fitted.append((start_model, config, round_idx))
+        on_start(1)
         on_step(1, {"bc": 0.5})
         return LocalResult(
             params=start_model, num_samples=7, metrics={"steps": 1.0, "loss_bc": 0.5}
@@ -97,7 +98,7 @@ class Uplink:
     def cached(self, round_idx):
         return None
 
-    def offer(self, payload, ann, fields):
+    def offer(self, payload, ann, fields, grace_s=0.0):
         self.offers.append((payload, ann.round_idx, fields))
         return types.SimpleNamespace(encoded=payload)
 
@@ -114,7 +115,13 @@ def _rounds(tmp_path: Path, client: Client, waiting: str = "", peers: dict | Non
         demos,
         arm=None,
         arm_lock=threading.Lock(),
-        params=lambda: types.SimpleNamespace(eval_episodes=1, seed=0, update_encoding="float32"),
+        params=lambda: types.SimpleNamespace(
+            eval_episodes=1,
+            seed=0,
+            update_encoding="float32",
+            heartbeat_period_s=5.0,
+            train_step_delay_s=0.0,
+        ),
         log=log,
         stop=threading.Event(),
         latest=lambda: None,

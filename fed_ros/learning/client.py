@@ -244,12 +244,13 @@ class RobotClient:
         episodes: Sequence[Episode],
         round_idx: int,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> FitResult:
         """Train ``start_model`` on the local episodes as ``config`` says: (params, samples,
         metrics).
 
         ``on_step(step, losses)`` runs between optimiser steps (progress; an exception it raises,
-        e.g. on shutdown, ends training there).
+        e.g. on shutdown, ends training there); ``on_start(total_steps)`` once before them.
         """
         from fed_ros.learning.trainer import train_local
 
@@ -262,6 +263,7 @@ class RobotClient:
             self.policy_cfg,
             self.trainer_config(config, round_idx),
             on_step=on_step,
+            on_start=on_start,
         )
 
     def pick_cluster(

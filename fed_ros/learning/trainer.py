@@ -254,15 +254,24 @@ class LocalTrainer:
         return values
 
     def run(
-        self, data: DemoDataset, on_step: Callable[[int, dict[str, float]], None] | None = None
+        self,
+        data: DemoDataset,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> dict[str, float]:
-        """Optimise for ``epochs`` (or ``max_steps``); returns mean loss values and timing."""
+        """Optimise for ``epochs`` (or ``max_steps``); returns mean loss values and timing.
+
+        ``on_start(total_steps)`` runs once before the first step (a robot's heartbeats say how
+        many steps it expects), ``on_step(step, losses)`` after each.
+        """
         tc = self.tc
         rng = np.random.default_rng(tc.seed)
         steps_per_epoch = math.ceil(len(data) / tc.batch_size)
         total_steps = steps_per_epoch * tc.epochs
         if tc.max_steps is not None:
             total_steps = min(total_steps, tc.max_steps)
+        if on_start is not None:
+            on_start(total_steps)
         sums: dict[str, float] = {}
         step = 0
         t0 = time.perf_counter()
@@ -325,6 +334,7 @@ def train_local(
     trainer_cfg: TrainerConfig | None = None,
     val_episodes: Sequence[Episode] | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> LocalResult:
     """Train the student from ``start`` on local episodes; returns params, samples, metrics.
 
@@ -339,7 +349,7 @@ def train_local(
         train_eps, val_eps = [e for e in episodes if e.success], list(val_episodes)
     data = DemoDataset(train_eps, policy_cfg)
     trainer = LocalTrainer(start, policy_cfg, tc)
-    metrics = trainer.run(data, on_step)
+    metrics = trainer.run(data, on_step, on_start)
     if val_eps and any(e.success for e in val_eps):
         metrics["val_nll"] = evaluate_nll(
             trainer.student, DemoDataset(val_eps, policy_cfg), device=trainer.device

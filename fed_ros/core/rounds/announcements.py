@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from fed_ros.core.rounds.collect import EVALUATE, RoundPlan, quorum_for
+from fed_ros.core.rounds.collect import DONE, EVALUATE, RoundPlan, quorum_for
 from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.settings import RoundSettings
 
@@ -63,4 +63,24 @@ def evaluation_plan(
         memberships={r: memberships[r] for r in participants},
         quorum=0,
         configs={r: replace(configs[r], eval_episodes=episodes) for r in participants},
+    )
+
+
+def done_plan(
+    settings: RoundSettings,
+    round_idx: int,
+    robot_ids: Sequence[str],
+    memberships: Mapping[str, Membership],
+    now: float,
+) -> RoundPlan:
+    """The STAGE_DONE announcement to every registered robot (federation finished)."""
+    return RoundPlan(
+        round_idx=round_idx,
+        stage=DONE,
+        attempt=0,
+        deadline_s=now,
+        algorithm=settings.algorithm,
+        participants=tuple(robot_ids),
+        memberships={r: memberships[r] for r in robot_ids if r in memberships},
+        quorum=0,
     )

@@ -83,6 +83,15 @@ class StageCollector:
         # Participants that said why they will not answer (e.g. a new arm still waiting for its
         # demonstrations): shown in the report, not counted as rejections, no answer either.
         self.declined: dict[str, str] = {}
+        # TRAIN stages: robots whose heartbeats show progress have later deadlines of their own
+        # (fed_ros.core.rounds.liveness); None = every robot has the announced deadline.
+        self.ledger: Any = None
+
+    def deadline_for(self, robot_id: str) -> float:
+        """The robot's deadline: the announced one, or its heartbeat extension."""
+        if self.ledger is None:
+            return self.plan.deadline_s
+        return max(self.plan.deadline_s, self.ledger.deadline_for(robot_id))
 
     def check(
         self, robot_id: str, round_idx: int, now: float, base_round: int | None = None
@@ -114,10 +123,11 @@ class StageCollector:
                 f"round {plan.round_idx} starts from version {plan.round_idx}",
                 code=STALE_BASE,
             )
-        if now > plan.deadline_s:
+        deadline = self.deadline_for(robot_id)
+        if now > deadline:
             return Decision(
                 False,
-                reason=f"late: arrived {now - plan.deadline_s:.1f} s after the deadline "
+                reason=f"late: arrived {now - deadline:.1f} s after the deadline "
                 f"of round {plan.round_idx}",
                 code=LATE,
             )
@@ -155,7 +165,9 @@ class StageCollector:
         missing = tuple(r for r in plan.participants if r not in self.answers)
         if not missing:
             return StageDecision("proceed", answered)
-        if now <= plan.deadline_s:
+        if now <= plan.deadline_s or any(now <= self.deadline_for(r) for r in missing):
+            # A straggler whose heartbeats still show progress keeps the stage open (up to the
+            # fleet's cap, see fed_ros.core.rounds.liveness).
             return StageDecision("wait", answered, missing)
         if len(answered) >= plan.quorum:
             return StageDecision(

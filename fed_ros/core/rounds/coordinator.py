@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from fed_ros.core.checks.decisions import Decision
-from fed_ros.core.rounds.announcements import evaluation_plan, stage_plan
+from fed_ros.core.rounds.announcements import done_plan, evaluation_plan, stage_plan
 from fed_ros.core.rounds.answers import (
     CarriedAnswers,
     admit_decline,
@@ -38,7 +38,6 @@ from fed_ros.core.rounds.answers import (
 )
 from fed_ros.core.rounds.collect import (
     DESCRIBE,
-    DONE,
     EVALUATE,
     RoundPlan,
     SCORE,
@@ -47,6 +46,7 @@ from fed_ros.core.rounds.collect import (
     TRAIN,
 )
 from fed_ros.core.rounds.config import Membership, RoundConfig
+from fed_ros.core.rounds.liveness import LivenessSettings, admit_heartbeat, attach_ledger
 from fed_ros.core.rounds.report import RoundOutcome, completed_outcome, round_outcome
 from fed_ros.core.rounds.roster import Roster
 from fed_ros.core.rounds.settings import RoundSettings
@@ -74,6 +74,7 @@ class RoundCoordinator:
         roster: Roster | None = None,
         clock=time.time,
         roster_file: str | Path | None = None,
+        liveness: LivenessSettings | None = None,
     ) -> None:
         self.strategy = strategy
         self.store = store
@@ -83,6 +84,7 @@ class RoundCoordinator:
         # allow-list roster replaced by an open one accepted any robot id (issue 13).
         self.roster = roster if roster is not None else Roster(max_samples=settings.max_samples)
         self.clock = clock
+        self.liveness = liveness or LivenessSettings()  # heartbeats extend TRAIN deadlines
         # Robots register once, at start-up. Until the first commit carries the roster, it is
         # kept in this file, so a server killed before committing round 0 still knows them
         # after a restart (otherwise the restarted server waited for registrations forever).
@@ -196,21 +198,12 @@ class RoundCoordinator:
             now,
         )
         self.collector = StageCollector(plan, self.carried.for_plan(plan))
+        attach_ledger(self.collector, self.liveness)
         return plan
 
     def done_plan(self, now: float) -> RoundPlan:
         """The STAGE_DONE announcement (federation finished; robots keep their models)."""
-        ids = self.roster.ids
-        return RoundPlan(
-            round_idx=self.round_idx,
-            stage=DONE,
-            attempt=0,
-            deadline_s=now,
-            algorithm=self.settings.algorithm,
-            participants=tuple(ids),
-            memberships={r: self.memberships[r] for r in ids if r in self.memberships},
-            quorum=0,
-        )
+        return done_plan(self.settings, self.round_idx, self.roster.ids, self.memberships, now)
 
     @property
     def current_plan(self) -> RoundPlan | None:
@@ -260,6 +253,19 @@ class RoundCoordinator:
         answering an EVALUATE stage."""
         now = self.clock() if now is None else now
         return admit_metrics(self.collector, robot_id, success_rate, now, interventions)
+
+    def offer_heartbeat(
+        self,
+        robot_id: str,
+        round_idx: int,
+        seq: int,
+        steps: tuple[int, int],
+        now: float | None = None,
+    ) -> Decision:
+        """A (signature-checked) training heartbeat: ``steps`` = (done, expected); progress
+        extends the robot's deadline (``liveness.admit_heartbeat``)."""
+        now = self.clock() if now is None else now
+        return admit_heartbeat(self.collector, robot_id, round_idx, seq, *steps, now)
 
     def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Decision:
         """A participant's answer that it will not answer the open stage, with why

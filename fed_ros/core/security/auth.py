@@ -41,6 +41,7 @@ from fed_ros.core.security.signed_messages import (
     cluster_model_message,
     control_message,
     descriptor_message,
+    progress_message,
     robot_id_bytes,
     update_message,
 )
@@ -131,6 +132,12 @@ class Signer:
     ) -> bytes:
         """Signature for ClientDescriptor.signature (digest from ``descriptor_digest``)."""
         return self.sign(descriptor_message(round_idx, robot_id, nonce, digest))
+
+    def sign_progress(
+        self, round_idx: int, robot_id: str, seq: int, steps_done: int, expected_steps: int
+    ) -> bytes:
+        """Signature for TrainingProgress.signature (see ``progress_message``)."""
+        return self.sign(progress_message(round_idx, robot_id, seq, steps_done, expected_steps))
 
     def sign_cluster_model(
         self,
@@ -293,6 +300,22 @@ class AllowList:
         """None if the descriptor signature is valid, else the reject reason."""
         return self._verify(
             robot_id, signature, lambda: descriptor_message(round_idx, robot_id, nonce, digest)
+        )
+
+    def verify_progress(
+        self,
+        robot_id: str,
+        round_idx: int,
+        seq: int,
+        steps_done: int,
+        expected_steps: int,
+        signature: bytes,
+    ) -> str | None:
+        """None if the heartbeat signature is valid, else the reject reason."""
+        return self._verify(
+            robot_id,
+            signature,
+            lambda: progress_message(round_idx, robot_id, seq, steps_done, expected_steps),
         )
 
     def _verify(self, robot_id: str, signature: bytes, build) -> str | None:

@@ -28,6 +28,7 @@ _TAG_DESCRIPTOR = b"fed_ros/descriptor/v1"
 _TAG_CLUSTER_MODEL = b"fed_ros/cluster_model/v2"
 _TAG_TRANSFER = b"fed_ros/transfer/v1"
 _TAG_CONTROL = b"fed_ros/control/v1"
+_TAG_PROGRESS = b"fed_ros/progress/v1"
 _MAX_ID_BYTES = 255  # robot ids are short names; longer ones are refused, not truncated
 
 
@@ -222,6 +223,34 @@ def cluster_model_message(
             _bytes_blob(transfer, "transfer"),
             struct.pack("<Q", len(members)),
             *(_blob(str(m)) for m in members),
+        )
+    )
+
+
+def progress_message(
+    round_idx: int, robot_id: str, seq: int, steps_done: int, expected_steps: int
+) -> bytes:
+    """Canonical bytes a robot signs for a training-progress heartbeat.
+
+    (round, robot id, sequence number, steps done, steps expected). The sequence number, which
+    rises with every heartbeat of a round, is what makes a replay useless (the server keeps the
+    last one per robot and round), so heartbeats need no nonce and add nothing to the replay
+    guard's file.
+    """
+    rid = robot_id_bytes(robot_id)
+    for what, value in (
+        ("seq", seq),
+        ("steps_done", steps_done),
+        ("expected_steps", expected_steps),
+    ):
+        if not _is_int(value) or not 0 <= int(value) < 2**64:
+            raise ValueError(f"{what} must be a uint64, got {value!r}")
+    return b"".join(
+        (
+            _TAG_PROGRESS,
+            struct.pack("<IB", _check_round(round_idx), len(rid)),
+            rid,
+            struct.pack("<QQQ", int(seq), int(steps_done), int(expected_steps)),
         )
     )
 

@@ -89,6 +89,24 @@ class ServerParams(NodeParams):
         live=True,
     )
     max_attempts: int = param(3, "announcements of one round before the server gives up", ge=1)
+    heartbeat_timeout_s: float = param(
+        15.0,
+        "a training robot's deadline extension runs out this long after its last heartbeat",
+        unit="s",
+        gt=0.0,
+        live=True,
+    )
+    max_deadline_extension_s: float = param(
+        600.0,
+        "cap on heartbeat extensions: no deadline moves past the announced one + this "
+        "(0 = heartbeats extend nothing)",
+        unit="s",
+        ge=0.0,
+        live=True,
+    )
+    max_train_steps: int = param(
+        1_000_000, "step budget a heartbeat may claim when the round sets no local_steps", ge=1
+    )
     state_dir: str = param(
         "runs/server", "ModelStore directory (committed rounds)", check=not_empty
     )
@@ -251,6 +269,22 @@ class RobotParams(NodeParams):
         "time before an unacknowledged update is re-sent (doubling, max 10 s)",
         unit="s",
         gt=0.0,
+    )
+    heartbeat_period_s: float = param(
+        5.0,
+        "while training, tell the server how far it has got this often: it extends the "
+        "robot's deadline while steps advance (0 = off)",
+        unit="s",
+        ge=0.0,
+        live=True,
+    )
+    train_step_delay_s: float = param(
+        0.0,
+        "extra seconds after every optimiser step: emulates a slower onboard computer (SIL "
+        "tests, capacity planning); 0 on a real robot",
+        unit="s",
+        ge=0.0,
+        live=True,
     )
     private_key_file: str = param("", "Ed25519 key (fed-ros keys) to sign updates, '' = unsigned")
     allowed_keys_file: str = param("", "allow-list YAML whose `server:` key signs cluster models")

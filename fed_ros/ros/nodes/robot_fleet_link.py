@@ -19,6 +19,7 @@ from fed_ros.msg import (
     ModelUpdate,
     RobotMetrics,
     RoundAnnouncement,
+    TrainingProgress,
     UpdateAck,
 )
 from fed_ros.ros.wire import qos
@@ -55,6 +56,9 @@ class RobotFleetTopics:
         )
         self.model_resend_pub = node.create_publisher(
             String, f"{fleet}/model_resend", qos.control_qos()
+        )
+        self.progress_pub = node.create_publisher(
+            TrainingProgress, f"{fleet}/training_progress", qos.heartbeat_qos()
         )
         self.register_client = node.create_client(
             Register, f"{fleet}/register", callback_group=register_group

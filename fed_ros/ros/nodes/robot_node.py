@@ -175,6 +175,7 @@ class RobotNode(Node):
             self.descriptor_pub,
             self.metrics_pub,
             lambda p, w: wait_for_subscribers(self, p, w),
+            progress_pub=self.fleet_topics.progress_pub,
         )
         self.worker.start()
         self.worker.put(STARTUP)

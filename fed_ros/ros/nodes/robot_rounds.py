@@ -23,8 +23,9 @@ import numpy as np
 
 from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.collect import DESCRIBE, EVALUATE, SCORE, TRAIN
-from fed_ros.msg import ClientDescriptor as DescriptorMsg, RobotMetrics
+from fed_ros.msg import ClientDescriptor as DescriptorMsg, RobotMetrics, TrainingProgress
 from fed_ros.ros import shutdown
+from fed_ros.ros.nodes.robot_heartbeat import TrainingHeartbeat
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
 from fed_ros.ros.wire.tensors import encode_state_dict
@@ -49,7 +50,8 @@ class RobotRounds:
     ``log`` is the node's logger, ``stop`` its stop flag, ``latest()`` the newest announcement
     received; ``signer`` signs descriptors (None: unsigned), ``model_dir`` keeps local updates,
     ``log_transfer(**entry)`` writes the transfer log; ``descriptor_pub`` / ``metrics_pub`` are the
-    fleet's topics, published once ``wait_matched(pub, what)`` returns (the server subscribes).
+    fleet's topics, published once ``wait_matched(pub, what)`` returns (the server subscribes);
+    ``progress_pub`` carries the training heartbeats (None: none are sent).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class RobotRounds:
         descriptor_pub: Any,
         metrics_pub: Any,
         wait_matched: Callable[[Any, str], None],
+        progress_pub: Any = None,
     ) -> None:
         self.client, self.models, self.uplink, self.demos = client, models, uplink, demos
         self.arm, self.arm_lock, self.params, self.log, self.stop = arm, arm_lock, params, log, stop
@@ -85,6 +88,13 @@ class RobotRounds:
             wait_matched,
         )
         self.robot_id: str = client.robot_id
+        self.heartbeat = TrainingHeartbeat(
+            self.robot_id,
+            progress_pub.publish if progress_pub is not None else lambda msg: None,
+            TrainingProgress,
+            signer,
+            lambda: params().heartbeat_period_s if progress_pub is not None else 0.0,
+        )
         self.peer_predictors: dict[tuple[int, str], bytes] = {}  # RND: (round, robot) -> predictor
         # Steps and seconds of the last fit (diagnostics).
         self.last_train: tuple[int, float] = (0, 0.0)
@@ -164,7 +174,12 @@ class RobotRounds:
         )
         t0 = time.monotonic()
         result = self.client.fit(
-            start.model, config, episodes, ann.round_idx, on_step=self._on_train_step(ann.round_idx)
+            start.model,
+            config,
+            episodes,
+            ann.round_idx,
+            on_step=self._on_train_step(ann.round_idx),
+            on_start=lambda total: self.heartbeat.start(ann.round_idx, total),
         )
         metrics = result.metrics
         self.last_train = (
@@ -183,7 +198,9 @@ class RobotRounds:
             val_loss=float(metrics.get("val_nll", math.nan)),
         )
         encoded = encode_state_dict(result.params, self.params().update_encoding)
-        out = self.uplink.offer(encoded, ann, fields)
+        # Re-sent until acknowledged for as long as the server's heartbeat extension typically
+        # lasts (3 periods: fed_ros.core.rounds.liveness), when heartbeats are on.
+        out = self.uplink.offer(encoded, ann, fields, grace_s=3.0 * self.heartbeat.period_s())
         self.log.info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in "
             f"{time.monotonic() - t0:.1f} s (bc {fields['train_loss']:.3f}), sent update "
@@ -206,11 +223,16 @@ class RobotRounds:
         self.publish_metrics(msg)
 
     def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
-        """Called between optimiser steps: stops training on shutdown; logs progress every ~10 s."""
+        """Called between optimiser steps: stops training on shutdown, sends the heartbeat, logs
+        progress every ~10 s."""
         last = [time.monotonic()]
 
         def on_step(step: int, values: dict[str, float]) -> None:
             shutdown.check(self.stop)
+            delay = self.params().train_step_delay_s  # a slower computer, emulated (SIL tests)
+            if delay > 0:
+                shutdown.sleep(delay, self.stop)
+            self.heartbeat.step(step)
             if time.monotonic() - last[0] >= 10.0:
                 last[0] = time.monotonic()
                 self.log.info(

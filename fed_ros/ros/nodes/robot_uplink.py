@@ -51,9 +51,12 @@ class UpdateUplink:
         """The update already trained for ``round_idx`` (its outbox entry), or None."""
         return self.outbox.for_round(round_idx)
 
-    def offer(self, payload, ann: Announcement, fields: dict[str, Any]) -> Outgoing:
+    def offer(
+        self, payload, ann: Announcement, fields: dict[str, Any], grace_s: float = 0.0
+    ) -> Outgoing:
         """Sign and send an update (new bytes, or a cached Outgoing's); keep it until
-        acknowledged."""
+        acknowledged, or until the round's deadline, or ``grace_s`` from now if later (a robot
+        whose heartbeats extended its deadline finishes after the announced one)."""
         nonce = secrets.token_bytes(16)
         pid = f"{self.robot_id}/r{ann.round_idx}/update/{nonce.hex()[:8]}"
         header = dict(
@@ -96,7 +99,7 @@ class UpdateUplink:
             )
             sent = False
         # The announcement's deadline is wall-clock time; the outbox runs on the monotonic clock.
-        deadline = time.monotonic() + (ann.deadline_s - time.time())
+        deadline = time.monotonic() + max(ann.deadline_s - time.time(), grace_s)
         entry = self.outbox.reopen(ann.round_idx, pid, out, deadline) or self.outbox.add(
             ann.round_idx, pid, out, deadline
         )

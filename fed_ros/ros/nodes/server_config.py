@@ -12,6 +12,7 @@ import dataclasses
 import inspect
 from typing import Any
 
+from fed_ros.core.rounds.liveness import LivenessSettings
 from fed_ros.core.rounds.settings import RoundSettings
 from fed_ros.core.strategies.base import STRATEGIES
 from fed_ros.ros.fleet.params import ServerParams
@@ -52,6 +53,15 @@ def round_settings(params: ServerParams) -> RoundSettings:
         evaluate_every=params.evaluate_every,
         eval_timeout_s=params.eval_timeout_s,
         eval_episodes=params.eval_episodes,
+    )
+
+
+def liveness_settings(params: ServerParams) -> LivenessSettings:
+    """The heartbeat rules (deadline extensions) from the server parameters."""
+    return LivenessSettings(
+        heartbeat_timeout_s=params.heartbeat_timeout_s,
+        max_extension_s=params.max_deadline_extension_s,
+        max_train_steps=params.max_train_steps,
     )
 
 

@@ -11,6 +11,8 @@ live there and are unit-tested without ROS). Interfaces, in the server namespace
     update_resend   std_msgs/String               server -> robots: missing update chunks
     model_resend    std_msgs/String               robots -> server: missing model chunks
     descriptors     fed_ros/msg/ClientDescriptor  robots -> server (DESCRIBE / SCORE stages)
+    training_progress  fed_ros/msg/TrainingProgress  robots -> server, best effort: heartbeats
+                                                  that extend a slow robot's deadline
     robot_metrics   fed_ros/msg/RobotMetrics      robots -> server (EVALUATE; accepted false:
                                                   sits a stage out, why)
     round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL, last 16
@@ -43,6 +45,7 @@ from fed_ros.msg import (
     RobotMetrics,
     RoundAnnouncement,
     RoundReport,
+    TrainingProgress,
     UpdateAck,
 )
 from fed_ros.ros import shutdown
@@ -55,7 +58,8 @@ from fed_ros.ros.wire.chunk_assembler import TransferLimits
 from fed_ros.srv import Register
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.rounds_gate import RoundsGate
-from fed_ros.ros.nodes.server_config import live_round_settings
+from fed_ros.ros.nodes.server_config import live_round_settings, liveness_settings
+from fed_ros.ros.nodes.server_heartbeats import HeartbeatIntake
 from fed_ros.ros.nodes.server_keys import load_server_keys
 from fed_ros.ros.nodes.server_models import ClusterModelPublisher
 from fed_ros.ros.nodes.server_registration import RegistrationDesk
@@ -117,6 +121,9 @@ class FleetServer(Node):
         )
         self.stage_inputs = StageInputs(
             coord=self.coord, intake=self.intake, audit=self.audit, log=log
+        )
+        self.heartbeats = HeartbeatIntake(
+            coord=self.coord, allow_list=keys.allow_list, audit=self.audit, log=log
         )
         self.registration = RegistrationDesk(
             coord=self.coord, registration_guard=keys.registration_guard, audit=self.audit, log=log
@@ -188,6 +195,13 @@ class FleetServer(Node):
             callback_group=group,
         )
         self.create_subscription(
+            TrainingProgress,
+            "training_progress",
+            guard.wrap("training_progress", self.heartbeats.on_progress),
+            qos.heartbeat_qos(),
+            callback_group=group,
+        )
+        self.create_subscription(
             String,
             "model_resend",
             guard.wrap("model_resend", self.models.on_model_resend),
@@ -216,16 +230,12 @@ class FleetServer(Node):
         """None while serving; the process exit status once the round driver decided it."""
         return self.rounds.exit_code
 
-    @property
-    def resend_refused(self) -> int:
-        """model_resend requests refused: unsigned, forged or over the rate limit."""
-        return self.models.resend_refused
-
     def _on_params_changed(self, params: ServerParams) -> None:
         """A live parameter change (already checked): round timing and evaluation from the next
         stage on."""
         self.params = params
         self.coord.settings = live_round_settings(self.coord.settings, params)
+        self.coord.liveness = liveness_settings(params)  # from the next TRAIN stage on
         self.get_logger().info(f"parameters changed live: {self.coord.settings}")
 
     def _now(self) -> float:

@@ -51,7 +51,7 @@ class StageInputs:
             return
         decision = validate_descriptor(
             desc,
-            self.intake.validation_ctx(),
+            self.intake.validation_ctx(rid),
             round_idx=int(msg.round),
             nonce=bytes(msg.nonce),
             signature=bytes(msg.signature),

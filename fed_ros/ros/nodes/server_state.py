@@ -22,7 +22,7 @@ from fed_ros.core.rounds.coordinator import RoundCoordinator
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
 from fed_ros.ros.fleet.params import ServerParams
-from fed_ros.ros.nodes.server_config import round_settings, strategy_settings
+from fed_ros.ros.nodes.server_config import liveness_settings, round_settings, strategy_settings
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ def open_round_state(
             Roster(allowed_keys=allowed_keys, max_samples=p.max_samples),
             clock=clock,
             roster_file=Path(p.state_dir) / "roster.json",
+            liveness=liveness_settings(p),
         )
         resumed = coord.resume()
     except BaseException:

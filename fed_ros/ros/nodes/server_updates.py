@@ -67,16 +67,20 @@ class UpdateIntake:
         ] = {}  # closed id -> when a re-send of it was last acknowledged
         self.completed = 0  # updates the round accepted
 
-    def validation_ctx(self) -> ValidationContext:
+    def validation_ctx(self, robot_id: str = "") -> ValidationContext:
+        """The open round as the checks see it; ``robot_id``'s own deadline (a heartbeat may have
+        extended it, fed_ros.core.rounds.liveness) decides whether its answer is late."""
         plan = self.coord.current_plan
         round_idx = plan.round_idx if plan else self.coord.round_idx
+        col = self.coord.collector
+        deadline = col.deadline_for(robot_id) if col is not None and plan is not None else 0.0
         return ValidationContext(
             # expected_manifest None: a payload's content is checked once, by the transfer receiver.
             current_round=round_idx,
             expected_manifest=None,
             base_rounds={round_idx},
             participants=set(plan.participants) if plan else set(),
-            deadline_passed=bool(plan and self.now() > plan.deadline_s),
+            deadline_passed=bool(plan and self.now() > deadline),
             limits=Limits(
                 max_update_bytes=self.params().max_update_bytes,
                 max_num_samples=max(self.params().max_samples, 1) * 10,
@@ -196,7 +200,9 @@ class UpdateIntake:
             # Cheap checks on the first chunk, before any payload byte is collected (V1, V2).
             verdict = self.coord.check_update(rid, round_idx, int(msg.base_round))
             decision = (
-                check_update_envelope(env, self.validation_ctx()) if verdict.accepted else verdict
+                check_update_envelope(env, self.validation_ctx(rid))
+                if verdict.accepted
+                else verdict
             )
             if not decision:
                 if not self._authentic(env):

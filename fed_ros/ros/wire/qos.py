@@ -104,6 +104,23 @@ def command_qos(depth: int = 10) -> QoSProfile:
     )
 
 
+def heartbeat_qos(depth: int = 8) -> QoSProfile:
+    """BEST_EFFORT + VOLATILE + KEEP_LAST(depth) for training heartbeats (robots -> server).
+
+    A heartbeat is worth something only while it is fresh: one lost on a bad link is replaced by
+    the next (every ``heartbeat_period_s``), and a reliable writer would queue and re-send stale
+    ones after an outage. KEEP_LAST bounds what any DDS participant can queue at the server.
+    """
+    if depth < 1:
+        raise ValueError(f"heartbeat QoS depth must be >= 1, got {depth}")
+    return QoSProfile(
+        reliability=ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.VOLATILE,
+        history=HistoryPolicy.KEEP_LAST,
+        depth=depth,
+    )
+
+
 # Stream name -> profile factory, for nodes that configure topics from a table.
 PROFILES = {
     "sensor": sensor_qos,
@@ -112,4 +129,5 @@ PROFILES = {
     "control": control_qos,
     "command": command_qos,
     "inbox": inbox_qos,
+    "heartbeat": heartbeat_qos,
 }
