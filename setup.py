@@ -18,7 +18,7 @@ setup(
     extras_require={
         "tracking": ["tensorboard"],
         "mlflow": ["mlflow"],
-        "dataset": ["pyarrow"],
+        "dataset": ["pyarrow<21"],  # 21+ wants NumPy 2; robosuite needs NumPy < 2
         "ray": ["ray"],
     },
     entry_points={
