@@ -21,9 +21,7 @@ Skipped (with the reason) only where namespaces cannot be made: not root, no ipr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -32,13 +30,13 @@ import yaml
 
 from conftest import wait_until
 from fed_ros.ros.fleet.netns import Network, unavailable_reason
+from fleet_hosts import host_env, node_log, tail, up_argv
 
 ROBOTS = ("robot_0", "robot_1")
 ROUNDS = 2
 RATE_MBIT = 20
 OUTAGE_S = 30.0
 ROUND_TIMEOUT_S = 150.0  # liveness bound on 2 loaded cores, never a speed assertion
-FED_ROS = str(Path(sys.executable).parent / "fed-ros")
 
 
 @pytest.fixture
@@ -90,68 +88,23 @@ def _write_fleet(tmp: Path, channel: str) -> Path:
     return path
 
 
-def _host_env(address: str) -> dict[str, str]:
-    env = dict(os.environ)
-    for key in (
-        "ROS_AUTOMATIC_DISCOVERY_RANGE",
-        "ROS_LOCALHOST_ONLY",
-        "FASTDDS_DEFAULT_PROFILES_FILE",
-        "FED_ROS_BULK_BIND",
-        "ROS_DOMAIN_ID",
-    ):
-        env.pop(key, None)  # only what the docs tell a machine to set
-    repo = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-    env["FED_ROS_BULK_HOST"] = address  # docs/fleet.md: an address of this machine the others reach
-    return env
-
-
-def _up_argv(fleet: Path, host: str, domain: int, run_dir: Path) -> list[str]:
-    """docs/fleet.md, "Across machines": the server's and each robot's `fed-ros up`."""
-    where = ["--robots", ""] if host == "server" else ["--no-server", "--robots", host]
-    return [
-        FED_ROS,
-        "up",
-        str(fleet),
-        *where,
-        "--discovery-range",
-        "SUBNET",
-        "--domain-id",
-        str(domain),
-        "--run-dir",
-        str(run_dir),
-    ]
-
-
-def _log(tmp: Path, host: str) -> Path:
-    node = "fleet__server" if host == "server" else f"{host}__robot"
-    return tmp / "hosts" / host / "logs" / f"{node}.log"
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        return f"--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-n:])
-    except OSError:
-        return f"--- {path}: none"
-
-
 def _run_fleet(
     tmp: Path, network: Network, domain: int, channel: str, outage: str | None = None
 ) -> dict:
     """Start the three hosts; with ``outage``, cut that robot's link when it starts round 0."""
     fleet = _write_fleet(tmp, channel)
     ups: dict[str, subprocess.Popen] = {}
-    diag = lambda: "\n".join(_tail(_log(tmp, h)) for h in ("server", *ROBOTS))  # noqa: E731
+    diag = lambda: "\n".join(tail(node_log(tmp, h)) for h in ("server", *ROBOTS))  # noqa: E731
     timing: dict = {}
     try:
         for host in ("server", *ROBOTS):
             run_dir = tmp / "hosts" / host
             run_dir.mkdir(parents=True)
-            argv = network.command(host, _up_argv(fleet, host, domain, run_dir))
+            argv = network.command(host, up_argv(fleet, host, domain, run_dir))
             with open(run_dir / "up.log", "wb") as out:
                 ups[host] = subprocess.Popen(
                     argv,
-                    env=_host_env(network.hosts[host].address),
+                    env=host_env(network.hosts[host].address),
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -267,7 +220,9 @@ def test_ros_chunks_across_hosts_survive_a_30s_link_outage(
     _robots_on_network(tmp_path, "ros")
     # The update really went out into the dead link (else this tests nothing about outages).
     assert timing["down"] - timing["ready"] < 1.0, timing  # cut while (or right before) it was sent
-    resends = _tail(_log(tmp_path, "robot_1"), 10_000).count("update not acknowledged; re-sending")
+    resends = tail(node_log(tmp_path, "robot_1"), 10_000).count(
+        "update not acknowledged; re-sending"
+    )
     with capsys.disabled():
         print(
             f"\n[multihost ros] {ROUNDS} rounds over {RATE_MBIT} Mbit/s links in "

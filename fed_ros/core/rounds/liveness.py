@@ -47,13 +47,14 @@ class LivenessSettings:
     """The fleet's heartbeat rules (server parameters).
 
     heartbeat_timeout_s: silence after a heartbeat before its extension runs out (robots send
-        one every ``heartbeat_period_s``; 3 periods tolerate two lost heartbeats).
+        one every ``heartbeat_period_s``, 5 s by default: 4 periods tolerate a link outage of
+        2 periods wherever it falls between two heartbeats).
     max_extension_s: the cap: no robot's deadline moves past announced deadline + this
         (0 = heartbeats extend nothing: every robot keeps the announced deadline).
     max_train_steps: the step budget when the round config sets no ``local_steps``.
     """
 
-    heartbeat_timeout_s: float = 15.0
+    heartbeat_timeout_s: float = 20.0
     max_extension_s: float = 600.0
     max_train_steps: int = 1_000_000
 

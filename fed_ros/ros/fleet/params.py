@@ -90,7 +90,7 @@ class ServerParams(NodeParams):
     )
     max_attempts: int = param(3, "announcements of one round before the server gives up", ge=1)
     heartbeat_timeout_s: float = param(
-        15.0,
+        20.0,
         "a training robot's deadline extension runs out this long after its last heartbeat",
         unit="s",
         gt=0.0,

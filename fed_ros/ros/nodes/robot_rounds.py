@@ -199,8 +199,8 @@ class RobotRounds:
         )
         encoded = encode_state_dict(result.params, self.params().update_encoding)
         # Re-sent until acknowledged for as long as the server's heartbeat extension typically
-        # lasts (3 periods: fed_ros.core.rounds.liveness), when heartbeats are on.
-        out = self.uplink.offer(encoded, ann, fields, grace_s=3.0 * self.heartbeat.period_s())
+        # lasts (4 periods by default: fed_ros.core.rounds.liveness), when heartbeats are on.
+        out = self.uplink.offer(encoded, ann, fields, grace_s=4.0 * self.heartbeat.period_s())
         self.log.info(
             f"round {ann.round_idx}: trained {int(metrics.get('steps', 0))} steps in "
             f"{time.monotonic() - t0:.1f} s (bc {fields['train_loss']:.3f}), sent update "
