@@ -6,6 +6,7 @@ test_heartbeats_outage.py."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,3 +56,16 @@ def tail(path: Path, n: int = 40) -> str:
         return f"--- {path}\n" + "\n".join(path.read_text(errors="replace").splitlines()[-n:])
     except OSError:
         return f"--- {path}: none"
+
+
+def stop_hosts(ups: dict[str, subprocess.Popen]) -> None:
+    """SIGINT every host's `fed-ros up` (it stops its nodes), then reap; SIGKILL after 20 s."""
+    for proc in ups.values():
+        if proc.poll() is None:
+            proc.send_signal(2)
+    for proc in ups.values():
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

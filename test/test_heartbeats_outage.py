@@ -25,7 +25,7 @@ import yaml
 
 from conftest import wait_until
 from fed_ros.ros.fleet.netns import Network, unavailable_reason
-from fleet_hosts import host_env, node_log, tail, up_argv
+from fleet_hosts import host_env, node_log, stop_hosts, tail, up_argv
 
 ROBOT = "robot_0"
 PERIOD_S = 1.0
@@ -136,15 +136,7 @@ def test_a_link_outage_of_two_heartbeat_periods_is_survived(
         )
         assert ups["server"].returncode == 0, diag()
     finally:
-        for proc in ups.values():
-            if proc.poll() is None:
-                proc.send_signal(2)  # SIGINT: fed-ros up stops its nodes
-        for proc in ups.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_hosts(ups)
     audit = [
         json.loads(line)
         for line in (tmp_path / "fleet" / "server" / "audit.jsonl").read_text().splitlines()

@@ -30,7 +30,7 @@ import yaml
 
 from conftest import wait_until
 from fed_ros.ros.fleet.netns import Network, unavailable_reason
-from fleet_hosts import host_env, node_log, tail, up_argv
+from fleet_hosts import host_env, node_log, stop_hosts, tail, up_argv
 
 ROBOTS = ("robot_0", "robot_1")
 ROUNDS = 2
@@ -169,15 +169,7 @@ def _run_fleet(
             f"server host's fed-ros up exited {ups['server'].returncode}\n{diag()}"
         )
     finally:
-        for proc in ups.values():
-            if proc.poll() is None:
-                proc.send_signal(2)  # SIGINT: fed-ros up stops its nodes
-        for proc in ups.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_hosts(ups)
     return timing
 
 
