@@ -133,7 +133,7 @@ class _ServerGauge:
             rounds_enabled=not n.coord.paused,
             held=held,
             ending=bool(n.coord.end_requested),
-            resend_refused=int(n.resend_refused),
+            resend_refused=int(n.models.resend_refused),
         )
 
 
