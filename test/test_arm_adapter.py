@@ -315,7 +315,8 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(
     sim bridge (interface ros2_control). The robot node drives exactly these objects."""
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.runner import PolicyRunner
-    from fed_ros.learning.trainer import TrainerConfig, initial_state_dict, train_local
+    from fed_ros.learning.configuration_trainer import TrainerConfig
+    from fed_ros.learning.trainer import initial_state_dict, train_local
     from fed_ros.ros.arm.bridge_eval import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
     from fed_ros.sim.experts import make_expert

@@ -12,7 +12,8 @@ from fed_ros.bench.federation_partition import _segments, fedavg_on_split, parti
 from fed_ros.core.params import flatten
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
-from fed_ros.learning.trainer import TrainerConfig, initial_state_dict, train_local
+from fed_ros.learning.configuration_trainer import TrainerConfig
+from fed_ros.learning.trainer import initial_state_dict, train_local
 
 CFG = PolicyConfig(
     kind="lowdim",

@@ -109,7 +109,8 @@ def real_arm_ticks(n: int):
 
 def test_compressed_cameras_recorded_and_trained_on(ros_context, tmp_path):  # noqa: F811 - the fixture
     from fed_ros.learning.configuration_policy import PolicyConfig
-    from fed_ros.learning.trainer import TrainerConfig, initial_state_dict, train_local
+    from fed_ros.learning.configuration_trainer import TrainerConfig
+    from fed_ros.learning.trainer import initial_state_dict, train_local
     from fed_ros.ros.arm.bridge_eval import ArmClient
     from fed_ros.ros.wire.images import decode_camera
 

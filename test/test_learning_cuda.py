@@ -10,7 +10,8 @@ from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
 from fed_ros.learning.device import resolve_device
 from fed_ros.learning.runner import PolicyRunner
-from fed_ros.learning.trainer import TrainerConfig, initial_state_dict, train_local
+from fed_ros.learning.configuration_trainer import TrainerConfig
+from fed_ros.learning.trainer import initial_state_dict, train_local
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -206,7 +206,8 @@ def test_film_conditions_image_features_on_the_instruction():
 
 
 def test_image_trainer_shares_augmented_inputs_between_teacher_and_student():
-    from fed_ros.learning.trainer import LocalTrainer, TrainerConfig
+    from fed_ros.learning.configuration_trainer import TrainerConfig
+    from fed_ros.learning.trainer import LocalTrainer
 
     cfg = tiny("image", random_shift=4)
     eps = synthetic_episodes(2, 6, "image", image_size=32)

@@ -16,9 +16,9 @@ from fed_ros.learning.dataset import (
 )
 from fed_ros.learning.device import seed_everything
 from fed_ros.learning.modeling_policy import build_policy
+from fed_ros.learning.configuration_trainer import TrainerConfig, lr_factor
 from fed_ros.learning.trainer import (
     LocalTrainer,
-    TrainerConfig,
     evaluate_nll,
     initial_state_dict,
     train_local,
@@ -220,3 +220,37 @@ def test_mixed_precision_path_runs_with_bf16_autocast(demos, start, monkeypatch)
     assert all(p.dtype == torch.float32 for p in t.student.parameters())
     out_s, _ = t.forward(t.process_batch(DemoDataset(demos, CFG), np.arange(4)))
     assert out_s.gmm.means.dtype == torch.float32
+
+
+def test_lr_factor_warms_up_then_decays_by_half_cosine_to_the_final_ratio():
+    assert lr_factor("constant", 7, 10, 0, 0.0) == 1.0
+    assert [lr_factor("constant", s, 10, 2, 0.0) for s in (0, 1, 2)] == [0.5, 1.0, 1.0]
+    cos = [lr_factor("cosine", s, 11, 0, 0.1) for s in range(11)]
+    assert cos[0] == pytest.approx(1.0) and cos[-1] == pytest.approx(0.1)
+    assert cos[5] == pytest.approx(0.55)  # halfway down
+    assert all(a > b for a, b in zip(cos, cos[1:]))
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("lr_schedule", "step"), ("lr_warmup_steps", -1), ("lr_final_ratio", 1.5)],
+)
+def test_lr_schedule_settings_are_validated_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainerConfig(**{field: value})
+
+
+def test_cosine_schedule_reaches_the_final_rate_at_the_last_step(demos, start):
+    trainer = LocalTrainer(
+        start,
+        CFG,
+        tc(lr=1e-3, lr_schedule="cosine", lr_final_ratio=0.1, max_steps=5, use_sub=False),
+    )
+    seen = []
+    trainer.run(
+        DemoDataset(demos, CFG),
+        on_step=lambda s, v: seen.append(trainer.optimizer.param_groups[0]["lr"]),
+    )
+    # on_step runs after the scheduler stepped: the rate the next step would use.
+    assert seen[-2] == pytest.approx(1e-4)
+    assert seen[0] < 1e-3 and all(a >= b for a, b in zip(seen, seen[1:]))

@@ -26,7 +26,8 @@ from fed_ros.learning.configuration_policy import IMAGE_PROFILES, PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.device import peak_memory_bytes, resolve_device
 from fed_ros.learning.losses import subspace_losses
-from fed_ros.learning.trainer import LocalTrainer, TrainerConfig, initial_state_dict
+from fed_ros.learning.configuration_trainer import LR_SCHEDULES, TrainerConfig
+from fed_ros.learning.trainer import LocalTrainer, initial_state_dict
 
 TARGET_RATIO = 1.5
 
@@ -230,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demos", type=int, default=20, help="--lift: expert demonstrations")
     ap.add_argument("--train-steps", type=int, default=1500, help="--lift: BC optimiser steps")
     ap.add_argument("--lr", type=float, default=1e-3, help="--lift: AdamW learning rate")
+    ap.add_argument(
+        "--lr-schedule",
+        choices=LR_SCHEDULES,
+        default="constant",
+        help="--lift: constant, or cosine decay to 0 over the run",
+    )
     ap.add_argument("--eval-episodes", type=int, default=20, help="--lift: seeded episodes")
     ap.add_argument("--seed", type=int, default=0, help="--lift: demo/train/eval seed")
     args = ap.parse_args(argv)
@@ -252,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             args.batch,
             args.image_profile,
             device,
+            args.lr_schedule,
         )
         if args.json:
             with open(args.json, "w") as f:

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from fed_ros.learning.configuration_policy import PolicyConfig
-from fed_ros.learning.trainer import TrainerConfig, initial_state_dict
+from fed_ros.learning.configuration_trainer import TrainerConfig
+from fed_ros.learning.trainer import initial_state_dict
 
 
 def lift_from_images(
@@ -28,6 +29,7 @@ def lift_from_images(
     batch_size: int = 32,
     image_profile: str = "lite",
     device: torch.device | None = None,
+    lr_schedule: str = "constant",
 ) -> dict[str, Any]:
     """Collect camera demos of Lift, train BC from the images, evaluate in closed loop.
 
@@ -64,6 +66,7 @@ def lift_from_images(
     tc = TrainerConfig(
         device=str(device),
         lr=lr,
+        lr_schedule=lr_schedule,
         batch_size=batch_size,
         epochs=1_000_000,
         max_steps=steps,
@@ -102,6 +105,7 @@ def lift_from_images(
         "frames": frames,
         "steps": steps,
         "lr": lr,
+        "lr_schedule": lr_schedule,
         "batch": batch_size,
         "train_steps_per_s": result.metrics["steps_per_s"],
         "loss_bc": result.metrics["loss_bc"],

@@ -29,7 +29,8 @@ from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.collect import DESCRIBE, SCORE
 from fed_ros.core.strategies.types import ClientDescriptor
 from fed_ros.learning.configuration_policy import PolicyConfig
-from fed_ros.learning.trainer import LocalResult, TrainerConfig
+from fed_ros.learning.configuration_trainer import TrainerConfig
+from fed_ros.learning.trainer import LocalResult
 
 log = logging.getLogger("fed_ros.learning.client")
 

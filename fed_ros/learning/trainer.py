@@ -13,10 +13,9 @@ the others: batch order (numpy, ``seed``), augmentation (``seed + 1``), pre-SVD 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -25,108 +24,14 @@ from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
-from fed_ros.core.rounds.config import (
-    PAPER_LAMBDA_ACT,
-    PAPER_LAMBDA_SUB,
-    PAPER_USE_ACT,
-    PAPER_USE_SUB,
-)
 from fed_ros.learning.configuration_policy import PolicyConfig
+from fed_ros.learning.configuration_trainer import TrainerConfig, lr_factor
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
 from fed_ros.learning.losses import action_distillation_loss, bc_nll, proximal_term, subspace_losses
 from fed_ros.learning.augmentation import random_shift
 from fed_ros.learning.modeling_policy import GMMPolicy, PolicyOutput, build_policy
 from fed_ros.learning.weights import StateDict, load_state_dict_into, policy_to_state_dict
-
-
-@dataclass
-class TrainerConfig:
-    """Local-training settings; defaults are the FedDRMan paper's (Sec. IV).
-
-    Attributes:
-        lambda_sub: weight lambda_m of every modality's L_sub (default: the paper's,
-            PAPER_LAMBDA_SUB).
-        lambda_modality: per-modality overrides of lambda_sub, e.g. {"text": 0.0}.
-        lambda_act: weight of L_act (default: the paper's, PAPER_LAMBDA_ACT).
-        rank: subspace rank r (paper: 48), capped at min(d_m, N) per modality.
-        sub_noise_std: pre-SVD perturbation std (paper: 0.01).
-        sub_reduction: "sum" = Frobenius norm as in Eq. 6; "mean" divides by N = B*T.
-        sub_grad_through_projector: differentiate the student projector P^k (paper: yes,
-            gradients propagate through everything the student computes).
-        act_logp_clamp: |log pi| clamp for L_act.
-        lr / weight_decay / clip / batch_size / epochs: AdamW, grad-norm clip, batch, epochs.
-        max_steps: stop after this many optimiser steps (None: full epochs).
-        prox_mu: FedProx mu (0: off; paper baseline 1e-3).
-        use_sub / use_act: ablation switches (default: on, the paper's objective).
-        val_fraction: episodes held out to report val_nll (0: none).
-        device: "auto" (CUDA with bf16 autocast when present), "cpu" or "cuda[:i]".
-        amp: allow autocast on CUDA.
-        seed: all random streams derive from it.
-        progress: show a tqdm bar.
-    """
-
-    lambda_sub: float = PAPER_LAMBDA_SUB
-    lambda_modality: dict[str, float] = field(default_factory=dict)
-    lambda_act: float = PAPER_LAMBDA_ACT
-    rank: int = 48
-    sub_noise_std: float = 0.01
-    sub_reduction: str = "sum"
-    sub_grad_through_projector: bool = True
-    act_logp_clamp: float = 50.0
-    lr: float = 1e-4
-    weight_decay: float = 1e-4
-    clip: float = 100.0
-    batch_size: int = 32
-    epochs: int = 1
-    max_steps: int | None = None
-    prox_mu: float = 0.0
-    use_sub: bool = PAPER_USE_SUB
-    use_act: bool = PAPER_USE_ACT
-    val_fraction: float = 0.1
-    device: str = "auto"
-    amp: bool = True
-    seed: int = 0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("lambda_sub", "lambda_act", "sub_noise_std", "weight_decay", "prox_mu"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        for name in ("lr", "clip", "act_logp_clamp"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        for name in ("rank", "batch_size", "epochs"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.max_steps is not None and (
-            not isinstance(self.max_steps, int) or self.max_steps < 1
-        ):
-            raise ValueError(f"max_steps must be None or a positive int, got {self.max_steps!r}")
-        if self.sub_reduction not in ("sum", "mean"):
-            raise ValueError(f"sub_reduction must be 'sum' or 'mean', got {self.sub_reduction!r}")
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction!r}")
-        for key, value in self.lambda_modality.items():
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"lambda_modality[{key!r}] must be >= 0, got {value!r}")
-        resolve_device(self.device)  # raises ValueError on a bad name
-
-    @property
-    def uses_teacher(self) -> bool:
-        """Whether any distillation term needs the frozen teacher."""
-        return self.use_sub or self.use_act
-
-    def weight_of(self, modality: str) -> float:
-        """lambda_m for one modality."""
-        return float(self.lambda_modality.get(modality, self.lambda_sub))
-
-    def replace(self, **changes: Any) -> "TrainerConfig":
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
@@ -274,6 +179,12 @@ class LocalTrainer:
             on_start(total_steps)
         sums: dict[str, float] = {}
         step = 0
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(
+                tc.lr_schedule, s, total_steps, tc.lr_warmup_steps, tc.lr_final_ratio
+            ),
+        )
         t0 = time.perf_counter()
         bar = tqdm(total=total_steps, disable=not tc.progress, desc="local training", leave=False)
         try:
@@ -283,6 +194,7 @@ class LocalTrainer:
                     if step >= total_steps:
                         break
                     values = self.train_step(data, order[start : start + tc.batch_size])
+                    scheduler.step()
                     if not math.isfinite(values["total"]):
                         raise FloatingPointError(f"non-finite loss at step {step}: {values}")
                     for k, v in values.items():
