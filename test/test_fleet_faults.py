@@ -1,5 +1,6 @@
-"""Fleet fault tolerance with real processes: a robot killed mid-round, the server killed
-and restarted, `fed-ros up` noticing a dead node and shutting down cleanly on Ctrl-C.
+"""Fleet fault tolerance with real processes: a robot killed mid-round, a robot killed
+mid-training and restarted, the server killed and restarted, `fed-ros up` noticing a dead node
+and shutting down cleanly on Ctrl-C.
 
 Robots here train on small synthetic demonstration files (no simulator) so the tests
 spend their time on the protocol, not on MuJoCo.
@@ -30,6 +31,7 @@ def _fleet(
     rounds: int,
     algorithm: str = "fedavg",
     channel: str = "auto",
+    robot_params: dict[str, dict] | None = None,
     **server,
 ) -> list:
     from fed_ros.learning.dataset import synthetic_episodes
@@ -50,7 +52,13 @@ def _fleet(
                     "transfer_channel": channel,
                 },
                 "robots": [
-                    {"id": f"robot_{i}", "task": "lift", "sim": False} for i in range(robots)
+                    {
+                        "id": f"robot_{i}",
+                        "task": "lift",
+                        "sim": False,
+                        "parameters": (robot_params or {}).get(f"robot_{i}", {}),
+                    }
+                    for i in range(robots)
                 ],
             }
         }
@@ -111,6 +119,61 @@ def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, pro
     assert not robots["robot_2"]["accepted"] and "straggler" in robots["robot_2"]["reason"]
     assert robots["robot_0"]["accepted"] and robots["robot_1"]["accepted"]
     assert ModelStore(tmp_path / "server").load_latest().round_idx == 0
+
+
+def _log_has(path: Path, text: str) -> bool:
+    return path.exists() and text in path.read_text(errors="replace")
+
+
+@pytest.mark.timeout(300)
+def test_robot_killed_mid_training_and_restarted_rejoins_with_its_key(tmp_path, ros_env, processes):
+    # robot_1's 2 steps take 4 s each, so the kill lands inside its training, not after its
+    # update was sent; the round waits 60 s, long enough for the restarted robot to answer.
+    commands = _fleet(
+        tmp_path,
+        robots=2,
+        rounds=2,
+        quorum_fraction=0.5,
+        robot_params={"robot_1": {"train_step_delay_s": 4.0}},
+    )
+    env = fleet_env(base=ros_env)
+    procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
+    robot_1 = next(c for c in commands if c.spec.fqn == "/robot_1/robot")
+    server_log = next(c.log_path for c in commands if c.spec.fqn == "/fleet/server")
+    from fed_ros.ros.fleet.monitor import FleetMonitor
+
+    with FleetMonitor(track_models=False) as monitor:
+        _wait(  # its first heartbeat: sent when training starts
+            monitor,
+            lambda: _log_has(server_log, "round 0: robot_1 at step 0 of 2"),
+            120,
+            procs,
+            "robot_1 to start training in round 0",
+        )
+        os.killpg(procs["/robot_1/robot"].pid, signal.SIGKILL)  # power loss while training
+        procs["/robot_1/robot"].wait(timeout=10)
+        restart_log = tmp_path / "logs" / "robot_1_restart.log"
+        procs["/robot_1/robot"] = processes.start(robot_1.argv, env, log_path=restart_log)
+        _wait(
+            monitor,
+            lambda: any(r["round"] == 1 and r["completed"] for r in monitor.reports),
+            240,
+            procs,
+            "both rounds after the restart",
+        )
+    assert "trained" not in robot_1.log_path.read_text()  # killed before its update left
+    reports = {r["round"]: {x["robot_id"]: x for x in r["robots"]} for r in monitor.reports}
+    # Round 0 resumes: the restarted robot sees the round still open (the announcement is
+    # TRANSIENT_LOCAL), re-registers, trains again and its update is accepted in that round.
+    assert reports[0]["robot_1"]["accepted"], reports[0]
+    # Round 1: a full participant again, its update accepted under its own key.
+    assert reports[1]["robot_1"]["accepted"], reports[1]
+    assert reports[1]["robot_0"]["accepted"], reports[1]
+    text = restart_log.read_text(errors="replace")
+    assert "ERROR" not in text and "Traceback" not in text, text[-3000:]
+    registrations = server_log.read_text().count("register 'robot_1': accepted")
+    assert registrations == 2, server_log.read_text()[-3000:]
+    assert ModelStore(tmp_path / "server").load_latest().round_idx == 1
 
 
 @pytest.mark.timeout(300)
