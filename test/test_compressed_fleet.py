@@ -95,3 +95,87 @@ def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, proce
     assert snap is not None and snap.round_idx == 1
     for model in snap.cluster_models.values():
         assert all(v.dtype == np.float32 and np.all(np.isfinite(v)) for v in model.values())
+
+
+@pytest.mark.timeout(300)
+def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, processes):
+    """Robots send 5 % of each tensor's changes (topk) against float16 cluster models: the
+    server adds each delta to the model as the robots decoded it, so between two committed
+    rounds a tensor changes in at most 2 k entries (two robots' kept sets), and nowhere else."""
+    from fed_ros.core import sparse_deltas
+    from fed_ros.core.compression import encoded_nbytes, roundtrip
+    from fed_ros.core.rounds.store import ModelStore
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.learning.dataset import synthetic_episodes
+    from fed_ros.learning.trainer import initial_state_dict
+    from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+    from fed_ros.ros.fleet.launcher import build_commands, fleet_env
+    from fed_ros.ros.fleet.plan import plan_fleet
+
+    fraction = 0.05
+    robots = ("robot_0", "robot_1")
+    config = fleet_config_from_dict(
+        {
+            "fleet": {
+                "name": "topk",
+                "algorithm": "fedavg",
+                "rounds": 2,
+                "run_dir": str(tmp_path),
+                "server": {
+                    "round_timeout_s": 120.0,
+                    "exit_when_done": True,
+                    "model_encoding": "float16",
+                },
+                "robot_defaults": {
+                    "train_max_steps": 2,
+                    "torch_threads": 1,
+                    "trainer.val_fraction": 0.0,
+                    "update_encoding": "topk",
+                    "update_topk_fraction": fraction,
+                },
+                "robots": [{"id": r, "task": "lift", "sim": False} for r in robots],
+            }
+        }
+    )
+    for k, rid in enumerate(robots):
+        (tmp_path / rid / "demos").mkdir(parents=True)
+        for j, episode in enumerate(synthetic_episodes(2, length=20, seed=k)):
+            episode.save(tmp_path / rid / "demos" / f"synthetic_{j}.npz")
+    env = fleet_env(base=ros_env)
+    commands = [
+        c
+        for c in build_commands(plan_fleet(config, include_server=True), tmp_path)
+        if c.spec.executable != "arm_adapter_node"
+    ]
+    procs = {c.spec.executable: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
+    server = procs["server_node"]
+    server_log = next(c.log_path for c in commands if c.spec.executable == "server_node")
+    wait_until(
+        lambda: server.poll() is not None,
+        240,
+        "the topk federation to finish",
+        diagnostics=lambda: server_log.read_text()[-3000:],
+    )
+    log = server_log.read_text()
+    assert server.returncode == 0, log[-3000:]
+
+    initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
+    sizes = [v.size for v in initial.values()]
+    expected = sparse_deltas.payload_nbytes(sizes, fraction)
+    got = [int(b) for b in re.findall(r"update from robot_\d for round \d accepted \((\d+) B", log)]
+    assert got == [expected] * 4, (got, expected)
+    assert encoded_nbytes(initial, "float32") / expected > 9.5
+    for rid in robots:  # error feedback: what was left out waits on the robot, on disk
+        residual = sparse_deltas.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
+        assert set(residual.residual) == set(initial) and residual.norm() > 0
+    store = ModelStore(tmp_path / "server")
+    before, after = store.load_round(0), store.load_round(1)
+    for cid, model in after.cluster_models.items():
+        base = roundtrip(before.cluster_models[cid], "float16")  # what the robots started from
+        changed = 0
+        for name, value in model.items():
+            assert value.dtype == np.float32 and np.all(np.isfinite(value))
+            moved = np.count_nonzero(value - base[name])
+            assert moved <= 2 * sparse_deltas.topk_count(value.size, fraction), name
+            changed += moved
+        assert changed > 0

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fed_ros.core.compression import ENCODING_NAMES
+from fed_ros.core.sparse_deltas import parse_topk
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_cells import run_settings
 from fed_ros.bench.federation_demos import DemoCache
@@ -105,13 +106,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--encoding",
-        choices=ENCODING_NAMES,
-        help="how updates and cluster models travel (float32 exact; float16; int8; int8_block): "
+        type=_encoding,
+        help="how updates and cluster models travel (float32 exact; float16; int8; int8_block; "
+        "topk or topk:<fraction>: sparse update deltas with error feedback, float32 models): "
         "the robots train and are evaluated on decoded models, bytes per round are recorded",
     )
     ap.add_argument("--cells", help=argparse.SUPPRESS)  # worker: comma-separated cell keys
     ap.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
     return ap
+
+
+def _encoding(name: str) -> str:
+    """An --encoding value: a compression encoding or topk[:fraction] (argparse names it)."""
+    try:
+        topk = parse_topk(name)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if topk is None and name not in ENCODING_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown encoding {name!r}; expected one of {list(ENCODING_NAMES)} or topk[:fraction]"
+        )
+    return name
 
 
 def _profile(args: argparse.Namespace) -> Profile:

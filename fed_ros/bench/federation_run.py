@@ -22,50 +22,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from fed_ros.bench.federation_demos import DemoCache
+from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
+from fed_ros.bench.federation_wire import model_encoding, send_update
+from fed_ros.core import sparse_deltas
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
 from fed_ros.bench.federation_settings import Profile, Setting
 from fed_ros.core.data.episode import Episode
-
-
-# --------------------------------------------------------------------------- round metrics
-
-
-def _cos(m: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(m, axis=1, keepdims=True)
-    u = m / np.maximum(n, 1e-12)
-    return u @ u.T
-
-
-def intra_inter(sim: np.ndarray, groups: Sequence[str]) -> tuple[float, float]:
-    """Mean pairwise similarity within and across latent groups (distinct pairs)."""
-    g = np.asarray(groups)
-    same = g[:, None] == g[None, :]
-    off = ~np.eye(len(g), dtype=bool)
-    intra = sim[same & off]
-    inter = sim[~same]
-    return (
-        float(intra.mean()) if intra.size else math.nan,
-        float(inter.mean()) if inter.size else math.nan,
-    )
-
-
-def hard_clusters(
-    assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]
-) -> list[int]:
-    """Cluster of largest weight per robot (`primary_cluster`: what its update is for; -1
-    without any)."""
-    from fed_ros.learning.client import primary_cluster
-
-    return [primary_cluster(mem) if (mem := assignments.get(rid)) else -1 for rid in robot_ids]
-
-
-def coassignment(
-    assignments: dict[str, Sequence[Sequence[float]]], robot_ids: Sequence[str]
-) -> np.ndarray:
-    """(K, K) 1 where two robots share a cluster with positive weight (soft memberships count)."""
-    sets = [{int(c) for c, w in (assignments.get(r) or []) if w > 0} for r in robot_ids]
-    return np.array([[1.0 if a & b else 0.0 for b in sets] for a in sets])
 
 
 def _jsonable(x: Any, depth: int = 0) -> Any:
@@ -159,28 +122,35 @@ def federation_round(
     data: dict[str, list[Episode]],
     round_idx: int,
     encoding: str = "float32",
+    feedback: dict[str, Any] | None = None,
 ) -> RoundRun:
     """One round exactly as a fleet runs it (robot-id order): configure -> describe/score when
     asked -> each RobotClient chooses its start (IFCA: picks) and fits obeying its round config
     -> aggregate. ``encoding``: cluster models and updates travel under it (the robots start
-    from the decoded models, the server aggregates the decoded updates), bytes counted."""
+    from the decoded models, the server aggregates the decoded updates), bytes counted. Under
+    ``topk[:fraction]`` the updates are sparse deltas against the start model with each robot's
+    error feedback kept in ``feedback`` (robot id -> ErrorFeedback, across rounds), models as
+    float32 (`federation_wire`)."""
     from fed_ros.core.compression import encoded_nbytes, roundtrip
     from fed_ros.core.strategies.aggregate import weighted_model
     from fed_ros.core.strategies.types import ClientUpdate
 
+    models_as = model_encoding(encoding)
+    feedback = {} if feedback is None else feedback
     ids = sorted(clients)
     instructions = strategy.configure_round(round_idx, ids)
-    models = {c: roundtrip(m, encoding) for c, m in strategy.cluster_models().items()}
+    models = {c: roundtrip(m, models_as) for c, m in strategy.cluster_models().items()}
     descs: dict[str, Any] = {}
     extra: dict[str, Any] = {
-        "model_bytes": sum(encoded_nbytes(m, encoding) for m in models.values()),
+        "model_bytes": sum(encoded_nbytes(m, models_as) for m in models.values()),
         "update_bytes": 0,
     }
     cost = 0.0
     if strategy.needs_descriptors(round_idx):
         t0 = time.process_time()
-        descs, extra = describe_round(clients, data, {r: instructions[r].config for r in ids})
-        extra["descriptor_cpu_s"] = time.process_time() - t0
+        # The stage's extras join the round's (bytes counted above stay).
+        descs, more = describe_round(clients, data, {r: instructions[r].config for r in ids})
+        extra.update(more, descriptor_cpu_s=time.process_time() - t0)
         cost += extra["descriptor_cpu_s"]
     updates, starts = [], {}
     for rid in ids:
@@ -195,11 +165,20 @@ def federation_round(
             cost += time.process_time() - t0
         starts[rid] = start.model
         res = clients[rid].fit(start.model, config, data[rid], round_idx)
-        extra["update_bytes"] += encoded_nbytes(res.params, encoding)
+        received, nbytes = send_update(
+            res.params,
+            start.model,
+            start.cluster_id,
+            membership,
+            start.picked,
+            encoding,
+            feedback.setdefault(rid, sparse_deltas.ErrorFeedback()),
+        )
+        extra["update_bytes"] += nbytes
         updates.append(
             ClientUpdate(
                 robot_id=rid,
-                params=roundtrip(res.params, encoding),
+                params=received,
                 num_samples=res.num_samples,
                 base_round=round_idx,
                 cluster_id=start.cluster_id,
@@ -228,7 +207,7 @@ class CellSpec:
     def key(self) -> str:
         """File-name key (a compressed run's cells are its own: ``__<encoding>``)."""
         enc = self.profile.encoding
-        suffix = "" if enc == "float32" else f"__{enc}"
+        suffix = "" if enc == "float32" else f"__{enc.replace(':', '-')}"
         return f"{self.setting.name}__{self.method.name}__s{self.seed}{suffix}"
 
 
@@ -272,7 +251,7 @@ def run_cell(
 
     torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
     setting, method, profile, seed = spec.setting, spec.method, spec.profile, spec.seed
-    enc = profile.encoding
+    enc = profile.model_encoding  # what the robots decode cluster models from
     policy_cfg = profile.policy_config()
     data = cache.robot_data(setting)
     ids = setting.robot_ids
@@ -331,10 +310,11 @@ def run_cell(
             )
             strategy.initialize(theta0_sd, ids)
             clients = make_clients(ids, policy_cfg, seed)
+            feedback: dict[str, Any] = {}  # topk: each robot's residual, across rounds
             for r in range(profile.rounds):
                 row: dict[str, Any] = {"round": r}
                 t_train = time.perf_counter()
-                run = federation_round(strategy, clients, data, r, profile.encoding)
+                run = federation_round(strategy, clients, data, r, profile.encoding, feedback)
                 row["train_s"] = time.perf_counter() - t_train
                 result = run.result
                 row.update({k: v for k, v in run.extra.items() if k != "aggregate_cpu_s"})
@@ -344,7 +324,7 @@ def run_cell(
                 row["cluster_cpu_s"] = run.cluster_cpu_s
                 vecs = [flatten(u.params) - theta0 for u in run.updates]
                 deltas = [flatten(u.params) - flatten(run.starts[u.robot_id]) for u in run.updates]
-                acc, step = _cos(np.stack(vecs)), _cos(np.stack(deltas))
+                acc, step = cosine_matrix(np.stack(vecs)), cosine_matrix(np.stack(deltas))
                 row["acc_intra"], row["acc_inter"] = intra_inter(acc, groups)
                 row["step_intra"], row["step_inter"] = intra_inter(step, groups)
                 row["loss_bc"] = float(

@@ -37,6 +37,7 @@ from fed_ros.core.checks.decisions import (
     _short,
 )
 from fed_ros.core.compression import block_nbytes
+from fed_ros.core.sparse_deltas import payload_bounds
 from fed_ros.core.params import Manifest
 
 # TensorPayload.encoding constants (mirrors msg/TensorPayload.msg) -> bytes per value on the wire.
@@ -44,11 +45,13 @@ ENCODING_FLOAT32 = 0
 ENCODING_FLOAT16 = 1
 ENCODING_INT8 = 2
 ENCODING_INT8_BLOCK = 3  # block scales inside the payload (fed_ros.core.compression)
+ENCODING_TOPK = 4  # updates only: a sparse delta, size set by the sender (core.sparse_deltas)
 BYTES_PER_VALUE = {
     ENCODING_FLOAT32: 4,
     ENCODING_FLOAT16: 2,
     ENCODING_INT8: 1,
     ENCODING_INT8_BLOCK: 1,
+    ENCODING_TOPK: 8,  # per kept value (uint32 index + float32), plus a count per tensor
 }
 
 
@@ -98,12 +101,22 @@ def compare_manifest(announced: Sequence[Any], expected: Manifest) -> str | None
 
 
 def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> int:
-    """Encoded size in bytes of a payload with this manifest and encoding."""
+    """Encoded size in bytes of a payload with this manifest and a dense encoding."""
     if encoding not in BYTES_PER_VALUE:
         raise ValueError(f"unknown encoding {encoding!r}; known {sorted(BYTES_PER_VALUE)}")
+    if encoding == ENCODING_TOPK:
+        raise ValueError("a topk payload has no fixed size; use payload_size_range")
     if encoding == ENCODING_INT8_BLOCK:
         return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
     return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
+
+
+def payload_size_range(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> tuple[int, int]:
+    """(smallest, largest) payload bytes: one size for a dense encoding, a range for topk."""
+    if encoding == ENCODING_TOPK:
+        return payload_bounds([math.prod(s.shape) for s in manifest])
+    size = expected_payload_bytes(manifest, encoding)
+    return size, size
 
 
 def check_payload_manifest(
@@ -113,12 +126,12 @@ def check_payload_manifest(
     why = compare_manifest(announced, expected)
     if why is not None:
         return _reject(SCHEMA, why)
-    size = expected_payload_bytes(expected, encoding)
-    if total_bytes != size:
+    lo, hi = payload_size_range(expected, encoding)
+    if not lo <= total_bytes <= hi:
         return _reject(
             SIZE_MISMATCH,
-            f"total_bytes {total_bytes} != {size} bytes implied by the manifest "
-            f"and encoding {encoding}",
+            f"total_bytes {total_bytes} != {lo if lo == hi else f'{lo}..{hi}'} bytes implied "
+            f"by the manifest and encoding {encoding}",
         )
     return ACCEPTED
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fed_ros.core.compression import ENCODING_NAMES
+from fed_ros.core.sparse_deltas import DEFAULT_FRACTION, TOPK
 from fed_ros.ros.fleet.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
 
@@ -260,9 +261,17 @@ class RobotParams(NodeParams):
     update_encoding: str = param(
         "float32",
         "how updates travel: float32 (exact), float16, int8 (a scale per tensor), int8_block "
-        "(a scale per 128 values)",
+        "(a scale per 128 values), topk (the update_topk_fraction largest changes per tensor, "
+        "the rest kept on the robot for the next round)",
         live=True,
-        choices=ENCODING_NAMES,
+        choices=ENCODING_NAMES + (TOPK,),
+    )
+    update_topk_fraction: float = param(
+        DEFAULT_FRACTION,
+        "with update_encoding topk: fraction of each tensor's entries sent (8 bytes each)",
+        live=True,
+        gt=0.0,
+        le=1.0,
     )
     update_retry_s: float = param(
         2.0,

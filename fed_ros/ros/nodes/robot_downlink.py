@@ -15,6 +15,7 @@ from typing import Any
 
 from fed_ros.core.checks import bounds
 from fed_ros.core.checks.bounds import RateLimiter
+from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.transfer_receiver import Received
 
 
@@ -109,6 +110,11 @@ class RobotDownlink:
         )
         if why is not None:
             return why
+        if int(msg.payload.encoding) == TensorPayload.ENCODING_TOPK:
+            return (
+                f"cluster {int(msg.cluster_id)} round {int(msg.round)}: encoding topk is a sparse "
+                "delta, for updates only; a cluster model is a whole model"
+            )
         d = validate_cluster_model(
             cluster_id=int(msg.cluster_id),
             round_idx=int(msg.round),

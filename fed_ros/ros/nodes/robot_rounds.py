@@ -28,6 +28,8 @@ from fed_ros.ros import shutdown
 from fed_ros.ros.nodes.robot_heartbeat import TrainingHeartbeat
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
+from fed_ros.core.sparse_deltas import starts_from_one_cluster
+from fed_ros.ros.nodes.robot_update_encoding import UpdateEncoder
 from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.core.arm.interventions import InterventionTally
 
@@ -95,6 +97,7 @@ class RobotRounds:
             signer,
             lambda: params().heartbeat_period_s if progress_pub is not None else 0.0,
         )
+        self.encoder = UpdateEncoder(model_dir, log)  # update_encoding, topk's residual
         self.peer_predictors: dict[tuple[int, str], bytes] = {}  # RND: (round, robot) -> predictor
         # Steps and seconds of the last fit (diagnostics).
         self.last_train: tuple[int, float] = (0, 0.0)
@@ -197,7 +200,12 @@ class RobotRounds:
             train_loss=float(metrics.get("loss_bc", metrics.get("loss_total", math.nan))),
             val_loss=float(metrics.get("val_nll", math.nan)),
         )
-        encoded = encode_state_dict(result.params, self.params().update_encoding)
+        encoded = self.encoder.encode(
+            result.params,
+            start.model,
+            starts_from_one_cluster(membership, start.picked),
+            self.params(),
+        )
         # Re-sent until acknowledged for as long as the server's heartbeat extension typically
         # lasts (4 periods by default: fed_ros.core.rounds.liveness), when heartbeats are on.
         out = self.uplink.offer(encoded, ann, fields, grace_s=4.0 * self.heartbeat.period_s())

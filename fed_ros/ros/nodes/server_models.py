@@ -18,7 +18,7 @@ from typing import Any
 from fed_ros.core.checks import bounds
 from fed_ros.ros.wire.round_msgs import cluster_model_msg
 from fed_ros.ros.wire.signed import verify_json
-from fed_ros.ros.wire.tensors import encode_state_dict
+from fed_ros.ros.wire.tensors import StateDict, decode_state_dict, encode_state_dict
 
 
 class ClusterModelPublisher:
@@ -43,6 +43,8 @@ class ClusterModelPublisher:
         # model_resend requests refused: unsigned, forged or over the rate limit
         self.resend_refused = 0
         self.published_round = -1  # the round whose models are on the topic (-1: none yet)
+        # The published round's models as the robots decode them (the topk delta bases).
+        self._sent: dict[int, StateDict] = {}
 
     def publish_models(self) -> None:
         """Every cluster's current model, for the coordinator's round."""
@@ -54,8 +56,12 @@ class ClusterModelPublisher:
                     members.setdefault(int(cid), []).append(rid)
         self.models_out.withdraw_all()  # the previous round's models stop being served
         stamp = self.now_msg()
+        self._sent = {}
         for cid, model in sorted(self.coord.cluster_models.items()):
             encoded = encode_state_dict(model, self.params().model_encoding)
+            self._sent[int(cid)] = decode_state_dict(
+                encoded.manifest, encoded.encoding, encoded.data, encoded.scales, copy=True
+            )
             out = self.models_out.prepare(
                 encoded,
                 f"cluster_{cid}/r{round_idx}/{encoded.sha256[:12]}",
@@ -78,6 +84,13 @@ class ClusterModelPublisher:
             for chunk in out.chunks():
                 self.publish(cluster_model_msg(chunk, stamp=stamp, **out.meta))
         self.published_round = round_idx
+
+    def sent_model(self, round_idx: int, cluster_id: int) -> StateDict | None:
+        """Cluster ``cluster_id``'s model of ``round_idx`` as the robots decoded it, if this
+        server published it (the base of a topk update)."""
+        if round_idx != self.published_round:
+            return None
+        return self._sent.get(int(cluster_id))
         self.log.info(
             f"published {len(self.coord.cluster_models)} cluster model(s) for round {round_idx}"
         )

@@ -118,6 +118,7 @@ class FleetServer(Node):
             now=self._now,
             now_msg=self._now_msg,
             log=log,
+            delta_base=lambda round_idx, cid: self.models.sent_model(round_idx, cid),
         )
         self.stage_inputs = StageInputs(
             coord=self.coord, intake=self.intake, audit=self.audit, log=log

@@ -18,7 +18,9 @@ from typing import Any
 
 from fed_ros.core.checks import bounds
 from fed_ros.core.rounds import faults
-from fed_ros.core.checks.decisions import Decision, Limits
+from fed_ros.core.checks.decisions import SCHEMA, Decision, Limits
+from fed_ros.core.checks.payload_checks import ENCODING_TOPK
+from fed_ros.core.sparse_deltas import apply_delta
 from fed_ros.core.rounds.delivery import Ledger
 from fed_ros.core.rounds.collect import RoundPlan, TRAIN
 from fed_ros.core.checks.sender_checks import ValidationContext
@@ -46,6 +48,7 @@ class UpdateIntake:
         now: Callable[[], float],
         now_msg: Callable[[], Any],
         log: Any,
+        delta_base: Callable[[int, int], Any] = lambda round_idx, cluster_id: None,
     ) -> None:
         self.coord, self.updates_in, self.audit, self.publish_ack = (
             coord,
@@ -55,6 +58,9 @@ class UpdateIntake:
         )
         self.manifest, self.allow_list, self.replay_guard = manifest, allow_list, replay_guard
         self.params, self.now, self.now_msg, self.log = params, now, now_msg, log
+        # (round, cluster) -> that cluster model as the robots decoded it (None: not sent): the
+        # base a topk update's delta is added to.
+        self.delta_base = delta_base
         # The decision on every update payload id: a re-send is acknowledged again, never applied
         # twice.
         self.ledger = Ledger()
@@ -313,11 +319,20 @@ class UpdateIntake:
         extra = {"sha256": result.sha256, "bytes": result.nbytes} if result.sha256 else {}
         if not result.decision:
             return self._decide(pid, env, result.decision, **extra)
+        params = result.params
+        if env.encoding == ENCODING_TOPK:
+            params, why = apply_delta(
+                self.delta_base(env.round_idx, env.cluster_id), params, env.cluster_id
+            )
+            if why:
+                return self._decide(
+                    pid, env, Decision(False, SCHEMA, f"robot {env.robot_id!r}: {why}"), **extra
+                )
         if self.replay_guard is not None:
             self.replay_guard.record(env.robot_id, env.round_idx, bytes(env.nonce))
         update = ClientUpdate(
             robot_id=env.robot_id,
-            params=result.params,
+            params=params,
             num_samples=int(env.num_samples),
             base_round=int(env.base_round),
             cluster_id=int(env.cluster_id),

@@ -25,7 +25,7 @@ from fed_ros.ros.wire.tensors import (
     StateDict,
     bytes_view,
     decode_state_dict,
-    encoded_size,
+    size_range,
     manifest_from_msgs,
 )
 
@@ -142,10 +142,11 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
         manifest = manifest_from_msgs(msg.manifest)
     except ValueError as exc:
         raise PayloadRejected(f"payload {pid!r}: {exc}") from exc
-    expected = encoded_size(manifest, int(msg.encoding))
-    if expected != total:
+    lo, hi = size_range(manifest, int(msg.encoding))
+    if not lo <= total <= hi:
+        implied = lo if lo == hi else f"{lo}..{hi}"
         raise PayloadRejected(
-            f"payload {pid!r}: manifest implies {expected} bytes, total_bytes says {total}"
+            f"payload {pid!r}: manifest implies {implied} bytes, total_bytes says {total}"
         )
     # Only int8 carries scales beside the payload (one per tensor; int8_block's are inside).
     want = len(manifest) if int(msg.encoding) == TensorPayload.ENCODING_INT8 else 0

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fed_ros.core import sparse_deltas
 from fed_ros.core.compression import block_count, block_nbytes, dequantize_blocks, quantize_blocks
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
 from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
@@ -32,6 +33,7 @@ ENCODINGS: dict[str, int] = {
     "float16": TensorPayload.ENCODING_FLOAT16,
     "int8": TensorPayload.ENCODING_INT8,
     "int8_block": TensorPayload.ENCODING_INT8_BLOCK,
+    "topk": TensorPayload.ENCODING_TOPK,
 }
 ENCODING_NAMES: dict[int, str] = {v: k for k, v in ENCODINGS.items()}
 # Bytes per element on the wire, per encoding (little-endian, no padding).
@@ -40,6 +42,7 @@ _WIRE_DTYPE: dict[int, np.dtype] = {
     TensorPayload.ENCODING_FLOAT16: np.dtype("<f2"),
     TensorPayload.ENCODING_INT8: np.dtype("i1"),
     TensorPayload.ENCODING_INT8_BLOCK: np.dtype("i1"),  # plus its block scales (tensor_nbytes)
+    TensorPayload.ENCODING_TOPK: np.dtype("<f4"),  # values; plus count and indices (sparse_deltas)
 }
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 # Model dtypes a manifest may name (core state dicts are float32; see core/params.py).
@@ -131,10 +134,22 @@ def tensor_nbytes(n: int, encoding: int) -> int:
 
 
 def encoded_size(manifest: Sequence[TensorSpec], encoding: int) -> int:
-    """Number of payload bytes the manifest implies under ``encoding``."""
+    """Number of payload bytes the manifest implies under a dense ``encoding`` (a topk
+    payload's size depends on the sender's fraction: see :func:`size_range`)."""
     if encoding not in _WIRE_DTYPE:
         raise ValueError(f"unknown payload encoding {encoding!r}")
+    if encoding == TensorPayload.ENCODING_TOPK:
+        raise ValueError("a topk payload has no fixed size; use size_range")
     return sum(tensor_nbytes(_numel(s.shape), encoding) for s in manifest)
+
+
+def size_range(manifest: Sequence[TensorSpec], encoding: int) -> tuple[int, int]:
+    """(smallest, largest) payload bytes the manifest allows under ``encoding``: one size for
+    the dense encodings; for topk, from no entry to every entry kept (decoding checks the rest)."""
+    if encoding == TensorPayload.ENCODING_TOPK:
+        return sparse_deltas.payload_bounds([_numel(s.shape) for s in manifest])
+    size = encoded_size(manifest, encoding)
+    return size, size
 
 
 def _encoding_id(encoding: int | str) -> int:
@@ -167,12 +182,27 @@ class EncodedPayload:
 
 
 def encode_state_dict(
-    sd: Mapping[str, np.ndarray], encoding: int | str = "float32"
+    sd: Mapping[str, np.ndarray],
+    encoding: int | str = "float32",
+    topk_fraction: float = sparse_deltas.DEFAULT_FRACTION,
 ) -> EncodedPayload:
-    """Pack a state dict into one buffer (one pass over the tensors) and hash it."""
+    """Pack a state dict into one buffer (one pass over the tensors) and hash it.
+
+    Under ``topk``, ``sd`` is a delta (what to add to the start model) and ``topk_fraction`` of
+    each tensor's entries travel."""
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
     specs = manifest_of(sd)  # validates: ndarray, float32, non-empty unique names
+    if enc == TensorPayload.ENCODING_TOPK:
+        packed = b"".join(sparse_deltas.encode_tensor(v, topk_fraction, k) for k, v in sd.items())
+        data = np.frombuffer(packed, dtype=np.uint8).copy()
+        return EncodedPayload(
+            manifest=tuple(specs),
+            encoding=enc,
+            scales=np.zeros(0, np.float32),
+            data=data,
+            sha256=sha256_hex(data),
+        )
     total = encoded_size(specs, enc)
     data = np.empty(total, dtype=np.uint8)
     scales = np.zeros(len(specs) if enc == TensorPayload.ENCODING_INT8 else 0, dtype=np.float32)
@@ -229,12 +259,17 @@ def decode_state_dict(
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
     buf = bytes_view(data) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
-    expected = encoded_size(manifest, enc)
-    if buf.nbytes != expected:
+    lo, hi = size_range(manifest, enc)
+    if not lo <= buf.nbytes <= hi:
         raise ValueError(
             f"payload has {buf.nbytes} bytes; manifest and encoding "
-            f"{ENCODING_NAMES[enc]} imply {expected}"
+            f"{ENCODING_NAMES[enc]} imply {lo if lo == hi else f'{lo}..{hi}'}"
         )
+    if enc == TensorPayload.ENCODING_TOPK:  # a dense delta per tensor (zeros where none sent)
+        dense = sparse_deltas.decode_payload(
+            buf, [_numel(s.shape) for s in manifest], [s.name for s in manifest]
+        )
+        return {s.name: v.astype(s.dtype).reshape(s.shape) for s, v in zip(manifest, dense)}
     scale_arr = np.asarray(scales, dtype=np.float32).reshape(-1)
     if enc == TensorPayload.ENCODING_INT8:
         if scale_arr.size != len(manifest):
