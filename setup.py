@@ -17,7 +17,7 @@ setup(
     # Optional integrations; the core install (a fleet) needs none of them.
     extras_require={
         "tracking": ["tensorboard"],
-        "mlflow": ["mlflow"],
+        "mlflow": ["mlflow-skinny"],  # the client: a file store or a tracking server
         "dataset": ["pyarrow<21"],  # 21+ wants NumPy 2; robosuite needs NumPy < 2
         "ray": ["ray"],
     },

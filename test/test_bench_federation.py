@@ -386,6 +386,13 @@ def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path
     for row in cell["rounds"]:
         assert row["update_bytes"] == 2 * sparse_deltas.payload_nbytes(sizes, 0.05)
         assert row["model_bytes"] == encoded_nbytes(model, "float32")
+    # The cell is a TensorBoard run too (auto: installed here), with its bytes and success.
+    from tb_events import read_scalars
+
+    tb = read_scalars(out / "tb" / "cross_family__fedavg__s0__topk-0.05")
+    sent = 2.0 * sparse_deltas.payload_nbytes(sizes, 0.05)
+    assert tb["bytes/updates"] == [(0, sent), (1, sent)]
+    assert [step for step, _ in tb["eval/success_mean"]] == [e["round"] for e in cell["evals"]]
     # (small tensors keep at least one entry and a count: 9.5x on this tiny model)
     assert encoded_nbytes(model, "float32") / sparse_deltas.payload_nbytes(sizes, 0.05) > 9.4
     with pytest.raises(ValueError, match="top-k fraction"):

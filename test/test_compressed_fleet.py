@@ -4,7 +4,8 @@ server sends float16 cluster models, over real DDS with real robot nodes trainin
 Checked: every round completes with both updates accepted; each update is the size
 int8_block implies for the policy's manifest (about 3.9x fewer bytes than float32); the robots
 received their cluster models as float16 (half the float32 bytes); the server stored float32
-models, equal to the mean of the decoded updates the strategy saw (FedAvg).
+models, equal to the mean of the decoded updates the strategy saw (FedAvg); the server's
+rounds and the robots' losses are in the run's TensorBoard tree.
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, proce
     assert snap is not None and snap.round_idx == 1
     for model in snap.cluster_models.values():
         assert all(v.dtype == np.float32 and np.all(np.isfinite(v)) for v in model.values())
+    # Tracking (auto: TensorBoard, installed here) in the run's tb tree: the server's rounds
+    # with the bytes it accepted, each robot's training loss per optimiser step.
+    from tb_events import read_scalars
+
+    server_tb = read_scalars(tmp_path / "tb" / "server")
+    assert server_tb["round/updates_accepted"] == [(0, 2.0), (1, 2.0)]
+    assert server_tb["round/update_bytes"] == [(0, 2.0 * block), (1, 2.0 * block)]
+    for rid in robots:
+        steps = [step for step, _ in read_scalars(tmp_path / "tb" / rid)["train/bc"]]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 2, steps
 
 
 @pytest.mark.timeout(300)

@@ -44,6 +44,8 @@ class Log:
     def info(self, text: str, **_kw) -> None:
         self.lines.append(text)
 
+    warning = warn = info
+
 
 class Publisher:
     def __init__(self) -> None:
@@ -121,6 +123,8 @@ def _rounds(tmp_path: Path, client: Client, waiting: str = "", peers: dict | Non
             update_encoding="float32",
             heartbeat_period_s=5.0,
             train_step_delay_s=0.0,
+            tracking="tensorboard",
+            tracking_dir=str(tmp_path / "tb"),
         ),
         log=log,
         stop=threading.Event(),
@@ -164,6 +168,10 @@ def test_train_starts_from_the_weighted_membership_model_and_reports_its_heavies
     assert offered_round == 3 and fields["cluster_id"] == 1 and fields["num_samples"] == 7
     assert rounds.last_train[0] == 1 and (tmp_path / "local_round_0003.safetensors").is_file()
     assert any("trained 1 steps" in line for line in log.lines)
+    # Its loss at each optimiser step went to TensorBoard, read back as TensorBoard reads it.
+    from tb_events import read_scalars
+
+    assert read_scalars(tmp_path / "tb")["train/bc"] == [(1, 0.5)]
 
 
 def test_train_with_pick_cluster_waits_for_every_listed_model_and_trains_the_chosen_one(tmp_path):

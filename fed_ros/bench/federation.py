@@ -38,7 +38,9 @@ from typing import Any, Sequence
 
 from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.core.sparse_deltas import parse_topk
+from fed_ros.core.tracking import TRACKING_KINDS, MissingExtra
 from fed_ros.bench import federation_report as R
+from fed_ros.bench.federation_tracking import track_cells
 from fed_ros.bench.federation_cells import run_settings
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.federation_methods import METHODS
@@ -110,6 +112,13 @@ def _parser() -> argparse.ArgumentParser:
         help="how updates and cluster models travel (float32 exact; float16; int8; int8_block; "
         "topk or topk:<fraction>: sparse update deltas with error feedback, float32 models): "
         "the robots train and are evaluated on decoded models, bytes per round are recorded",
+    )
+    ap.add_argument(
+        "--tracking",
+        choices=TRACKING_KINDS,
+        default="auto",
+        help="each cell's rounds as a TensorBoard (or MLflow) run under <out>/tb "
+        "(auto: TensorBoard when installed)",
     )
     ap.add_argument("--cells", help=argparse.SUPPRESS)  # worker: comma-separated cell keys
     ap.add_argument("--no-report", action="store_true", help=argparse.SUPPRESS)
@@ -325,6 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cells = run_settings(
         prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv, image_prof=iprof
     )
+    try:
+        tracked = track_cells(out / "tb", cells, args.tracking)
+    except MissingExtra as err:  # asked for by name: one line, the report still comes
+        log.warning("tracking off: %s", err)
+    else:
+        if tracked:
+            print(f"{tracked} cell(s) in TensorBoard: tensorboard --logdir {out / 'tb'}")
     rnd = part = None
     if "rnd" in experiments:
         try:

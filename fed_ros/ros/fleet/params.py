@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.core.sparse_deltas import DEFAULT_FRACTION, TOPK
+from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.ros.fleet.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
 
@@ -141,6 +142,14 @@ class ServerParams(NodeParams):
         live=True,
         choices=ENCODING_NAMES,
     )
+    tracking: str = param(
+        "auto",
+        "each round's outcome to TensorBoard (auto: when installed; tensorboard, mlflow, none)",
+        choices=TRACKING_KINDS,
+    )
+    tracking_dir: str = param(
+        "", "where the tracking files go (empty: <state_dir>/../tb/server, the run's tb tree)"
+    )
     exit_when_done: bool = param(
         False, "exit 0 after the last round instead of staying up", live=True
     )
@@ -265,6 +274,15 @@ class RobotParams(NodeParams):
         "the rest kept on the robot for the next round)",
         live=True,
         choices=ENCODING_NAMES + (TOPK,),
+    )
+    tracking: str = param(
+        "auto",
+        "training losses per step and evaluations to TensorBoard (auto: when installed; "
+        "tensorboard, mlflow, none)",
+        choices=TRACKING_KINDS,
+    )
+    tracking_dir: str = param(
+        "", "where the tracking files go (empty: <data_dir>/../tb/<robot_id>, the run's tb tree)"
     )
     update_topk_fraction: float = param(
         DEFAULT_FRACTION,

@@ -257,6 +257,8 @@ class RobotNode(Node):
                 self.get_logger().info("shutting down: HOLD sent to the arm after its last command")
         if getattr(self, "worker", None) is not None:
             self.worker.stop()
+        if getattr(self, "rounds", None) is not None:
+            self.rounds.tracker.close()  # after the worker: no step writes to a closed file
         if getattr(self, "transfer", None) is not None:
             self.transfer.close()
         if getattr(self, "recorder", None) is not None:

@@ -29,6 +29,7 @@ from fed_ros.ros.nodes.robot_heartbeat import TrainingHeartbeat
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
 from fed_ros.core.sparse_deltas import starts_from_one_cluster
+from fed_ros.learning.tracking import open_tracker_or_warn
 from fed_ros.ros.nodes.robot_update_encoding import UpdateEncoder
 from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.core.arm.interventions import InterventionTally
@@ -98,6 +99,14 @@ class RobotRounds:
             lambda: params().heartbeat_period_s if progress_pub is not None else 0.0,
         )
         self.encoder = UpdateEncoder(model_dir, log)  # update_encoding, topk's residual
+        p = params()  # losses per step and evaluations, in the run's tb tree (data_dir/..)
+        self.tracker = open_tracker_or_warn(
+            p.tracking,
+            p.tracking_dir or Path(model_dir).parent.parent / "tb" / client.robot_id,
+            client.robot_id,
+            log.warning,
+        )
+        self.steps_tracked = 0  # optimiser steps of earlier rounds (the tracker's step axis)
         self.peer_predictors: dict[tuple[int, str], bytes] = {}  # RND: (round, robot) -> predictor
         # Steps and seconds of the last fit (diagnostics).
         self.last_train: tuple[int, float] = (0, 0.0)
@@ -185,6 +194,8 @@ class RobotRounds:
             on_start=lambda total: self.heartbeat.start(ann.round_idx, total),
         )
         metrics = result.metrics
+        self.steps_tracked += int(metrics.get("steps", 0))
+        self.tracker.flush()
         self.last_train = (
             int(metrics.get("steps", 0)),
             time.monotonic() - t0,
@@ -234,6 +245,7 @@ class RobotRounds:
         """Called between optimiser steps: stops training on shutdown, sends the heartbeat, logs
         progress every ~10 s."""
         last = [time.monotonic()]
+        base = self.steps_tracked
 
         def on_step(step: int, values: dict[str, float]) -> None:
             shutdown.check(self.stop)
@@ -241,6 +253,7 @@ class RobotRounds:
             if delay > 0:
                 shutdown.sleep(delay, self.stop)
             self.heartbeat.step(step)
+            self.tracker.scalars({f"train/{k}": v for k, v in values.items()}, base + step)
             if time.monotonic() - last[0] >= 10.0:
                 last[0] = time.monotonic()
                 self.log.info(
@@ -357,6 +370,11 @@ class RobotRounds:
             reason=json.dumps(rates),
         )
         self.publish_metrics(msg)
+        self.tracker.scalars(
+            {"eval/success_mean": mean, **{f"eval/success/{t}": r for t, r in rates.items()}},
+            ann.round_idx,
+        )
+        self.tracker.flush()
         self.log_transfer(
             kind="evaluation",
             round=ann.round_idx,

@@ -262,6 +262,8 @@ class FleetServer(Node):
             self.models_out.close()
         if getattr(self, "audit", None) is not None:
             self.audit.close()
+        if getattr(self, "rounds", None) is not None:
+            self.rounds.tracker.close()
         super().destroy_node()
 
 

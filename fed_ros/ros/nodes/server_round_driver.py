@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from std_msgs.msg import String
 
 from fed_ros.core.rounds.collect import DONE, RoundPlan
 from fed_ros.core.rounds.report import RoundOutcome
+from fed_ros.core.rounds.round_scalars import outcome_scalars
+from fed_ros.learning.tracking import open_tracker_or_warn
 from fed_ros.core.rounds.roster import ready_to_start
 from fed_ros.ros import shutdown
 from fed_ros.ros.wire.round_msgs import Announcement, announcement_to_msg, round_report_to_msg
@@ -53,6 +56,16 @@ class RoundDriver:
         self.publish_resend = publish_resend
         self.keys, self.after_round, self.params = keys, after_round, params
         self.resumed, self.now_msg, self.log = resumed, now_msg, log
+        p = params()
+        # Each round's outcome as scalars (TensorBoard by default when installed), in the run's
+        # tb tree beside the robots' (state_dir is <run_dir>/server in a fleet).
+        self.tracker = open_tracker_or_warn(
+            p.tracking,
+            p.tracking_dir or Path(p.state_dir).parent / "tb" / "server",
+            "server",
+            log.warning,
+        )
+        self._bytes_tracked = 0  # accepted update bytes already charged to an earlier round
         self.started = False  # round 0 was let go (the robots it waits for registered)
         self.start_time = time.monotonic()
         self.exit_code: int | None = None
@@ -104,6 +117,16 @@ class RoundDriver:
             self.log.fatal(f"server failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
             self.exit_code = 3
 
+    def track(self, outcome: RoundOutcome) -> None:
+        """The closed round's scalars to the tracker (never fails the round)."""
+        update_bytes = self.intake.bytes_accepted - self._bytes_tracked
+        self._bytes_tracked = self.intake.bytes_accepted
+        try:
+            self.tracker.scalars(outcome_scalars(outcome, update_bytes), outcome.round_idx)
+            self.tracker.flush()
+        except Exception as exc:  # noqa: BLE001 - a full disk must not stop the fleet
+            self.log.warning(f"tracking round {outcome.round_idx} failed: {exc}")
+
     def publish_plan(self, plan: RoundPlan | None, outcome: RoundOutcome | None) -> None:
         """Models (when they changed), then the report, then the announcement."""
         if self.coord.round_idx != self.models.published_round:
@@ -116,6 +139,7 @@ class RoundDriver:
                 "refused)"
             )  # exact, unthrottled
             self.after_round(plan)  # logs a round held back by the pause
+            self.track(outcome)
         if plan is not None:
             ann = Announcement(
                 round_idx=plan.round_idx,

@@ -72,6 +72,7 @@ class UpdateIntake:
             str, float
         ] = {}  # closed id -> when a re-send of it was last acknowledged
         self.completed = 0  # updates the round accepted
+        self.bytes_accepted = 0  # their payload bytes, over the run (tracking)
 
     def validation_ctx(self, robot_id: str = "") -> ValidationContext:
         """The open round as the checks see it; ``robot_id``'s own deadline (a heartbeat may have
@@ -342,3 +343,4 @@ class UpdateIntake:
         verdict = self.coord.offer_update(update)  # counts its own rejection
         self._decide(pid, env, verdict, counted=True, **extra)
         self.completed += int(verdict.accepted)
+        self.bytes_accepted += int(result.nbytes) if verdict.accepted else 0

@@ -1,0 +1,119 @@
+"""Experiment tracking: scalars to TensorBoard event files (or MLflow) behind one small interface.
+
+A server writes each round's outcome, a robot its training losses per step and its evaluations,
+``fed-ros bench federation`` each cell's rounds. A fleet's runs land in one tree,
+``<run_dir>/tb/<server|robot id>``, so ``tensorboard --logdir runs`` shows every run of every
+fleet side by side. Both backends are optional extras: ``open_tracker("auto", ...)`` uses
+TensorBoard when it is installed and tracks nothing otherwise; asking for a missing backend by
+name raises :class:`MissingExtra`, one line naming the install command.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from fed_ros.core.tracking import (
+    INSTALL_COMMANDS,
+    MissingExtra,
+    Tracker,
+    TRACKING_KINDS,
+    finite_items,
+)
+
+
+class TensorBoardTracker(Tracker):
+    """Event files in ``logdir`` (torch.utils.tensorboard's SummaryWriter)."""
+
+    kind = "tensorboard"
+
+    def __init__(self, logdir: Path | str) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise MissingExtra(
+                "TensorBoard tracking needs the tensorboard package: "
+                + INSTALL_COMMANDS["tensorboard"]
+            ) from None
+        self.location = str(logdir)
+        Path(logdir).mkdir(parents=True, exist_ok=True)
+        self._writer = SummaryWriter(log_dir=str(logdir), flush_secs=10)
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        for tag, number in finite_items(values):
+            self._writer.add_scalar(tag, number, global_step=int(step))
+
+    def flush(self) -> None:
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class MLflowTracker(Tracker):
+    """One MLflow run (``tracking_uri``: a server, or a local ``file:`` store by default)."""
+
+    kind = "mlflow"
+
+    def __init__(self, run_name: str, logdir: Path | str, tracking_uri: str = "") -> None:
+        try:
+            import mlflow
+        except ImportError:
+            raise MissingExtra(
+                f"MLflow tracking needs mlflow: {INSTALL_COMMANDS['mlflow']}"
+            ) from None
+        self._mlflow = mlflow
+        uri = tracking_uri or Path(logdir).resolve().as_uri()
+        if not tracking_uri:
+            # The local file store needs no database or server (MLflow 3 keeps it, in
+            # maintenance mode, behind this opt-in); point tracking_uri at a server otherwise.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.location = uri
+        self._client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+        experiment = self._client.get_experiment_by_name("fed_ros")
+        exp_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else self._client.create_experiment("fed_ros")
+        )
+        self._run_id = self._client.create_run(exp_id, run_name=run_name).info.run_id
+
+    def scalars(self, values: Mapping[str, float], step: int) -> None:
+        for tag, number in finite_items(values):
+            # MLflow metric names allow '/', '.', '_', '-', ' ' and alphanumerics.
+            self._client.log_metric(self._run_id, tag, number, step=int(step))
+
+    def close(self) -> None:
+        self._client.set_terminated(self._run_id)
+
+
+def open_tracker(
+    kind: str, logdir: Path | str, run_name: str = "", tracking_uri: str = ""
+) -> Tracker:
+    """The tracker for ``kind`` (see TRACKING_KINDS); ``auto`` is TensorBoard when installed,
+    else none. ValueError names an unknown kind; MissingExtra a backend that is not installed."""
+    if kind not in TRACKING_KINDS:
+        raise ValueError(f"unknown tracking {kind!r}; expected one of {list(TRACKING_KINDS)}")
+    if kind == "none":
+        return Tracker()
+    if kind == "auto":
+        try:
+            return TensorBoardTracker(logdir)
+        except MissingExtra:
+            return Tracker()
+    if kind == "tensorboard":
+        return TensorBoardTracker(logdir)
+    return MLflowTracker(run_name or Path(logdir).name, logdir, tracking_uri)
+
+
+def open_tracker_or_warn(
+    kind: str, logdir: Path | str, run_name: str, warn: Callable[[str], None]
+) -> Tracker:
+    """`open_tracker` for a node: a missing backend is one warning line (naming the install
+    command) and no tracking, never a failed start of a robot or a server."""
+    try:
+        return open_tracker(kind, logdir, run_name)
+    except MissingExtra as err:
+        warn(f"tracking off: {err}")
+        return Tracker()

@@ -1,0 +1,92 @@
+"""Experiment tracking (fed_ros.core.tracking, fed_ros.learning.tracking): scalars written to
+TensorBoard event files and to an MLflow file store, read back with each tool's own reader; a
+missing backend is one line naming the install command; a round's outcome as scalars."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from fed_ros.core.rounds.report import RobotOutcome, RoundOutcome
+from fed_ros.core.rounds.round_scalars import outcome_scalars
+from fed_ros.core.tracking import MissingExtra, Tracker
+from fed_ros.learning.tracking import open_tracker, open_tracker_or_warn
+from tb_events import read_scalars
+
+
+def test_tensorboard_event_files_hold_every_finite_scalar_at_its_step(tmp_path):
+    tracker = open_tracker("tensorboard", tmp_path / "tb")
+    tracker.scalars({"train/bc": 1.5, "train/total": 2.0, "eval/success": math.nan}, 1)
+    tracker.scalars({"train/bc": 1.25, "note": "text"}, 2)
+    tracker.close()
+    scalars = read_scalars(tmp_path / "tb")
+    assert scalars == {"train/bc": [(1, 1.5), (2, 1.25)], "train/total": [(1, 2.0)]}
+    assert open_tracker("auto", tmp_path / "auto").kind == "tensorboard"  # installed here
+
+
+def test_mlflow_run_holds_the_metrics(tmp_path):
+    tracker = open_tracker("mlflow", tmp_path / "mlruns", run_name="robot_0")
+    tracker.scalars({"train/bc": 0.75, "skip": math.inf}, 3)
+    tracker.close()
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=tracker.location)
+    (run,) = client.search_runs([client.get_experiment_by_name("fed_ros").experiment_id])
+    assert run.info.run_name == "robot_0" and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "train/bc")
+    assert [(m.step, m.value) for m in history] == [(3, 0.75)]
+    assert "skip" not in run.data.metrics
+
+
+def test_unknown_kind_and_none(tmp_path):
+    with pytest.raises(ValueError, match="unknown tracking 'wandb'"):
+        open_tracker("wandb", tmp_path)
+    tracker = open_tracker("none", tmp_path / "none")
+    tracker.scalars({"a": 1.0}, 0)
+    tracker.close()
+    assert type(tracker) is Tracker and not (tmp_path / "none").exists()
+
+
+def test_a_missing_backend_is_one_line_naming_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    with pytest.raises(MissingExtra) as err:
+        open_tracker("tensorboard", tmp_path)
+    assert str(err.value) == (
+        "TensorBoard tracking needs the tensorboard package: "
+        "pip install 'fed_ros[tracking]' (or: pip install tensorboard)"
+    )
+    assert type(open_tracker("auto", tmp_path)) is Tracker  # auto: quietly none
+    warned: list[str] = []
+    tracker = open_tracker_or_warn("tensorboard", tmp_path, "server", warned.append)
+    assert type(tracker) is Tracker and warned == [f"tracking off: {err.value}"]
+
+
+def test_a_round_outcome_as_scalars():
+    outcome = RoundOutcome(
+        round_idx=4,
+        algorithm="feddrman",
+        completed=True,
+        status="completed",
+        updates_received=3,
+        updates_accepted=2,
+        updates_rejected=1,
+        aggregation_seconds=0.5,
+        robots=[
+            RobotOutcome("robot_0", [0], 7, train_loss=1.0, success_rate=0.5, accepted=True),
+            RobotOutcome("robot_1", [1], 7, train_loss=2.0, success_rate=1.0, accepted=True),
+            RobotOutcome("robot_2", [1], 0, accepted=False, reason="late"),
+        ],
+        clusters={0: ["robot_0"], 1: ["robot_1", "robot_2"]},
+        cluster_update_norms={0: 0.25},
+        diagnostics={"num_clusters": 2.0},
+    )
+    s = outcome_scalars(outcome, update_bytes=1000)
+    assert s["round/updates_accepted"] == 2.0 and s["round/updates_rejected"] == 1.0
+    assert s["round/update_bytes"] == 1000.0 and s["round/completed"] == 1.0
+    assert s["clusters/count"] == 2.0 and s["clusters/1/members"] == 2.0
+    assert s["clusters/0/update_norm"] == 0.25 and s["strategy/num_clusters"] == 2.0
+    assert s["robots/robot_1/success"] == 1.0 and s["robots/robot_2/accepted"] == 0.0
+    assert s["success/mean"] == 0.75  # robot_2 did not evaluate: not in the mean
+    assert math.isnan(s["robots/robot_2/success"])
