@@ -73,6 +73,15 @@ $(EXTRAS_STAMP): $(DEPS_STAMP) requirements-extras.txt
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements-extras.txt
 	@touch $@
 extras: $(EXTRAS_STAMP)
+# A real headless browser for the live fleet view's test (test_web_status_browser.py): Debian's
+# chromium, installed when the machine lacks one and `make test` runs as root with apt; otherwise
+# that one test skips, naming why (README, "Tests and what skips where").
+BROWSER_STAMP := $(VENV)/.stamp-browser
+$(BROWSER_STAMP): $(DEPS_STAMP)
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+	  >$(VENV)/apt-chromium.log 2>&1; } || echo "chromium not installed: the browser test will skip (see $(VENV)/apt-chromium.log)"
+	@touch $@
 
 # Lint (pyproject.toml [tool.ruff]): the tree is `ruff format`ted (line length 100) and passes
 # the pyflakes, syntax and line-length checks over the package, tests, tools and launch files;
@@ -86,7 +95,7 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format --no-cache $(RUFF_PATHS)
 
-test: setup lint $(LAUNCH_STAMP) $(EXTRAS_STAMP)
+test: setup lint $(LAUNCH_STAMP) $(EXTRAS_STAMP) $(BROWSER_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;

@@ -174,6 +174,18 @@ def status_main(argv: list[str]) -> int:
     )
     parser.add_argument("--watch", action="store_true", help="keep printing new round reports")
     parser.add_argument(
+        "--web",
+        nargs="?",
+        type=int,
+        const=8765,
+        default=None,
+        metavar="PORT",
+        help="serve a live status page on http://HOST:PORT/ (default port 8765) until Ctrl-C",
+    )
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="--web: address to bind (127.0.0.1: this machine only)"
+    )
+    parser.add_argument(
         "--discovery-range",
         default=None,
         choices=DISCOVERY_RANGES,
@@ -202,6 +214,8 @@ def status_main(argv: list[str]) -> int:
     )
     from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
 
+    if args.web is not None:
+        return _serve_web(args.host, args.web)
     # Metadata only: announcement and round reports. The cluster models (latched, with a
     # deep history) are not subscribed: from a robot host over a slow link that pulled ~16 MB.
     try:
@@ -238,6 +252,32 @@ def status_main(argv: list[str]) -> int:
                     print(format_report(monitor.last_report), flush=True)
     except KeyboardInterrupt:  # Ctrl-C ends --watch
         pass
+    return 0
+
+
+def _serve_web(host: str, port: int) -> int:
+    """`fed-ros status --web`: the monitor spins here, the page is served from a thread."""
+    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
+
+    with FleetMonitor(track_models=False) as monitor:
+        try:
+            web = StatusWebServer(
+                lambda: fleet_snapshot(monitor.announcement, list(monitor.reports), time.time()),
+                host,
+                port,
+            ).start()
+        except OSError as exc:  # e.g. the port is taken
+            print(f"fed-ros status: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+            return 2
+        print(f"fed-ros status: live fleet view at {web.url} (Ctrl-C stops)", flush=True)
+        try:
+            while True:
+                monitor.spin_once(0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            web.close()
     return 0
 
 

@@ -1,0 +1,86 @@
+"""`fed-ros status --web` without ROS: the snapshot the page draws, and the HTTP server."""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+
+import pytest
+
+from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
+
+ANNOUNCEMENT = {
+    "round": 2,
+    "stage": "train",
+    "algorithm": "feddrman",
+    "participants": ["robot_0", "robot_1"],
+    "quorum": 2,
+    "deadline": 1000.0,
+    "memberships": {"robot_0": [(0, 1.0)], "robot_1": [(1, 1.0)]},
+}
+
+
+def _report(round_idx: int, success: float) -> dict:
+    line = dict(cluster_ids=[0], train_loss=0.5, interventions_per_episode=math.nan, reason="")
+    return {
+        "round": round_idx,
+        "status": "completed",
+        "completed": True,
+        "updates_received": 3,
+        "updates_accepted": 2,
+        "updates_rejected": 1,
+        "robots": [
+            {**line, "robot_id": "robot_0", "accepted": True, "success_rate": success},
+            {**line, "robot_id": "robot_1", "accepted": True, "success_rate": math.nan},
+            {
+                **line,
+                "robot_id": "robot_2",
+                "accepted": False,
+                "reason": "straggler: no update by the deadline",
+                "success_rate": math.nan,
+            },
+        ],
+    }
+
+
+def test_snapshot_has_each_robots_state_clusters_success_and_the_timeline():
+    snap = fleet_snapshot(ANNOUNCEMENT, [_report(0, 0.25), _report(1, math.nan)], now=990.0)
+    assert (snap["round"], snap["stage"], snap["deadline_in_s"]) == (2, "train", 10.0)
+    robots = {r["robot_id"]: r for r in snap["robots"]}
+    assert robots["robot_0"]["state"] == "train round 2" and robots["robot_0"]["clusters"] == [0]
+    # The newest measured success stays on the page when a later round did not evaluate.
+    assert robots["robot_0"]["success"] == 0.25 and robots["robot_1"]["success"] is None
+    assert robots["robot_2"]["state"] == "sat the round out"
+    assert not robots["robot_2"]["accepted"] and "straggler" in robots["robot_2"]["reason"]
+    assert snap["clusters"] == [
+        {"cluster_id": 0, "members": ["robot_0", "robot_2"]},
+        {"cluster_id": 1, "members": ["robot_1"]},
+    ]
+    assert [t["round"] for t in snap["timeline"]] == [0, 1]
+    json.dumps(snap, allow_nan=False)  # NaN became null: valid JSON for the browser
+
+
+def test_a_finished_fleet_has_no_deadline():
+    snap = fleet_snapshot({**ANNOUNCEMENT, "stage": "done"}, [], now=990.0)
+    assert snap["deadline_in_s"] is None and snap["robots"][0]["state"] == "done"
+
+
+def test_snapshot_before_the_server_answers():
+    snap = fleet_snapshot(None, [], now=0.0)
+    assert snap["stage"] == "waiting" and snap["robots"] == [] and snap["deadline_in_s"] is None
+
+
+def test_server_serves_the_page_and_the_snapshot_and_nothing_else():
+    web = StatusWebServer(lambda: {"round": 7}, port=0).start()
+    try:
+        page = urllib.request.urlopen(web.url, timeout=10).read().decode()
+        assert "<title>fed_ros fleet</title>" in page and "status.json" in page
+        data = json.loads(urllib.request.urlopen(web.url + "status.json", timeout=10).read())
+        assert data == {"round": 7}
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(web.url + "../etc/passwd", timeout=10)
+        assert err.value.code == 404
+    finally:
+        web.close()
