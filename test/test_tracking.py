@@ -11,7 +11,8 @@ import pytest
 
 from fed_ros.core.rounds.report import RobotOutcome, RoundOutcome
 from fed_ros.core.rounds.round_scalars import outcome_scalars
-from fed_ros.core.tracking import MissingExtra, Tracker
+from fed_ros.core.extras import MissingExtra
+from fed_ros.core.tracking import Tracker
 from fed_ros.learning.tracking import open_tracker, open_tracker_or_warn
 from tb_events import read_scalars
 

@@ -20,10 +20,11 @@ Demonstrations come from the scripted experts without cameras and are cached as 
 
 This module is the command: profile, the experiments in order, the report. Each experiment's
 own code and report lines live beside it: `federation_overlap`, `federation_rnd`,
-`federation_partition`, `federation_image`; the method-grid cells (which exist, cached or run in
-worker processes) in `federation_cells`, one cell's rounds in `federation_run`, its demos in
-`federation_demos` and rollouts in `federation_eval`, fleets in `federation_settings`, methods in
-`federation_methods`, tables and plots in `federation_report`.
+`federation_partition`, `federation_image`; the method-grid cells (which exist, cached, and the
+executors that run the rest) in `federation_cells`, run side by side by `federation_shards`
+(``--jobs``) or as Ray tasks by `federation_ray` (``--ray``); one cell's rounds in
+`federation_run`, its demos in `federation_demos` and rollouts in `federation_eval`, fleets in
+`federation_settings`, methods in `federation_methods`, tables and plots in `federation_report`.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ from typing import Any, Sequence
 
 from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.core.sparse_deltas import parse_topk
-from fed_ros.core.tracking import TRACKING_KINDS, MissingExtra
+from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
+from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_tracking import track_cells
-from fed_ros.bench.federation_cells import run_settings
+from fed_ros.bench.federation_cells import CellExecutor, SerialExecutor, run_settings
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.federation_methods import METHODS
 from fed_ros.bench.federation_overlap import (
@@ -52,6 +54,7 @@ from fed_ros.bench.federation_overlap import (
     variant_overlaps,
 )
 from fed_ros.bench.federation_partition import partition_claims, partition_section, run_partition
+from fed_ros.bench.federation_ray import LOCAL, RayExecutor, import_ray
 from fed_ros.bench.federation_rnd import rnd_claims, rnd_section, run_rnd
 from fed_ros.bench.federation_settings import (
     PROFILES,
@@ -103,8 +106,17 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--jobs",
         type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="cells run side by side in this many worker processes (default: min(2, cores))",
+        help="cells run side by side in this many worker processes (default: min(2, cores)); "
+        "with --ray and no address: the local Ray instance's CPUs (default: all cores)",
+    )
+    ap.add_argument(
+        "--ray",
+        nargs="?",
+        const=LOCAL,
+        metavar="ADDRESS",
+        help="run the cells as Ray tasks: on a fresh local Ray instance without ADDRESS, else on "
+        "the Ray cluster at ADDRESS (auto, or HOST:PORT of `ray start --head`); needs "
+        + INSTALL_COMMANDS["ray"],
     )
     ap.add_argument(
         "--encoding",
@@ -174,6 +186,17 @@ def _profile(args: argparse.Namespace) -> Profile:
             f"rounds/local-steps/eval-episodes must be >= 1 and demos >= 2, got {prof}"
         )
     return prof
+
+
+def _executor(args: argparse.Namespace, worker_argv: Sequence[str]) -> CellExecutor:
+    """Who runs the cells still to run: Ray tasks (--ray), worker processes, or this process."""
+    if args.ray is not None:
+        import_ray()  # a missing extra is one clear line before any work, not a late trace
+        return RayExecutor(args.ray, num_cpus=args.jobs)
+    from fed_ros.bench.federation_shards import ShardExecutor
+
+    jobs = args.jobs if args.jobs is not None else min(2, os.cpu_count() or 1)
+    return ShardExecutor(jobs, worker_argv) if jobs > 1 else SerialExecutor()
 
 
 def _claims(
@@ -306,18 +329,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fed_ros.bench.federation_image import image_profile
 
     iprof = image_profile(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cache = DemoCache(out / "demos", noise_std=prof.noise_std)
-    t0 = time.perf_counter()
-    cpu0 = time.process_time()
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         print(
             f"fed-ros bench federation: error: --jobs must be >= 1, got {args.jobs}",
             file=sys.stderr,
         )
         return 2
     raw_argv = list(argv) if argv is not None else sys.argv[1:]
+    try:
+        executor = _executor(args, raw_argv)
+    except MissingExtra as exc:  # checked before anything is written under --out
+        print(f"fed-ros bench federation: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = DemoCache(out / "demos", noise_std=prof.noise_std)
+    t0 = time.perf_counter()
+    cpu0 = time.process_time()
     if args.cells is not None:
         # Worker mode: run exactly these cells, no other experiment, no report.
         run_settings(
@@ -326,14 +354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache,
             experiments,
             args.force,
-            1,
+            SerialExecutor(),
             only_cells=set(args.cells.split(",")),
             image_prof=iprof,
         )
         return 0
-    cells = run_settings(
-        prof, out, cache, experiments, args.force, args.jobs, worker_argv=raw_argv, image_prof=iprof
-    )
+    cells = run_settings(prof, out, cache, experiments, args.force, executor, image_prof=iprof)
     try:
         tracked = track_cells(out / "tb", cells, args.tracking)
     except MissingExtra as err:  # asked for by name: one line, the report still comes

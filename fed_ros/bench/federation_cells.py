@@ -2,21 +2,19 @@
 
 The cross/same/overlap experiments (and the image cells) are grids of (setting, method, seed)
 cells. Each finished cell is one JSON file, so a rerun loads it instead of recomputing; the
-missing ones run here in this process or, side by side, in worker processes of the same command
-restricted to their cells (results travel as the cells' JSON files, nothing is pickled). A cell
-whose method fails is reported in its record (not saved), not fatal. Scheduling and caching stand
-apart from the command's options and report (`federation`).
+missing ones are run by an executor: here in this process (`SerialExecutor`), side by side in
+worker processes of the same command (`federation_shards`), or as Ray tasks (`federation_ray`),
+each calling the one cell function `compute_cell`. A cell whose method fails is reported in its
+record (not saved), not fatal. Scheduling and caching stand apart from the command's options and
+report (`federation`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
@@ -36,16 +34,16 @@ from fed_ros.bench.federation_settings import (
 log = logging.getLogger("fed_ros.bench.federation")
 
 
-def _run_or_load(
-    spec: CellSpec, out: Path, cache: DemoCache, force: bool, bar: Any
+def compute_cell(
+    spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    path = cell_path(out, spec)
-    if path.is_file() and not force:
-        bar.set_postfix_str(f"cached {spec.key}")
-        return json.loads(path.read_text())
-    bar.set_postfix_str(spec.key)
+    """One cell's record, as every executor runs it (in process, shard worker or Ray task).
+
+    A method whose component is unavailable or misconfigured gives a record with ``error``
+    (not fatal, so the rest of the table is still produced); anything else propagates.
+    """
     try:
-        rec = run_cell(spec, cache, progress=lambda s: bar.set_postfix_str(s))
+        return run_cell(spec, cache, progress=progress)
     except (
         ValueError,
         ImportError,
@@ -54,8 +52,6 @@ def _run_or_load(
         TypeError,
         KeyError,
     ) as exc:
-        # A method whose component is unavailable or misconfigured is reported, not fatal,
-        # so the rest of the table is still produced; the cell is not saved (retried later).
         log.warning("cell %s failed: %s", spec.key, exc)
         return {
             "setting": spec.setting.name,
@@ -66,8 +62,45 @@ def _run_or_load(
             "evals": [],
             "final": {},
         }
-    save_json(path, rec)
-    return rec
+
+
+def store_cell(out: Path, spec: CellSpec, rec: dict[str, Any]) -> None:
+    """Cache a finished cell; a failed one is not saved, so the next run retries it."""
+    if not rec.get("error"):
+        save_json(cell_path(out, spec), rec)
+
+
+def prepare_demos(todo: Sequence[CellSpec], cache: DemoCache) -> None:
+    """Generate the demos of every setting in ``todo`` once, before cells run side by side
+    (workers then only read them: from disk, or from ``cache`` itself when it is shipped)."""
+    for setting in {s.setting.name: s.setting for s in todo}.values():
+        cache.robot_data(setting)
+
+
+class CellExecutor(Protocol):
+    """Runs cells that are not cached: serially here, in shard processes, or as Ray tasks."""
+
+    def run(
+        self, todo: Sequence[CellSpec], out: Path, cache: DemoCache, bar: Any
+    ) -> dict[str, dict[str, Any]]:
+        """Each cell's record by key, finished cells stored (`store_cell`), ``bar`` advanced."""
+        ...
+
+
+class SerialExecutor:
+    """Every cell in this process, one after the other (``--jobs 1``, and each shard worker)."""
+
+    def run(
+        self, todo: Sequence[CellSpec], out: Path, cache: DemoCache, bar: Any
+    ) -> dict[str, dict[str, Any]]:
+        """Run the cells here, in order."""
+        done = {}
+        for spec in todo:
+            bar.set_postfix_str(spec.key)
+            done[spec.key] = rec = compute_cell(spec, cache, lambda s: bar.set_postfix_str(s))
+            store_cell(out, spec, rec)
+            bar.update(1)
+        return done
 
 
 def cell_specs(
@@ -102,12 +135,12 @@ def run_settings(
     cache: DemoCache,
     experiments: Sequence[str],
     force: bool,
-    jobs: int = 1,
-    worker_argv: Sequence[str] | None = None,
+    executor: CellExecutor | None = None,
     only_cells: set[str] | None = None,
     image_prof: Profile | None = None,
 ) -> list[dict[str, Any]]:
-    """Cross/same-family method grids, the FeDepth overlap sweep and the image cells."""
+    """Cross/same-family method grids, the FeDepth overlap sweep and the image cells: cached
+    cells are loaded, the rest run by ``executor`` (default: serially in this process)."""
     specs = cell_specs(prof, experiments, image_prof)
     if only_cells is not None:
         specs = [s for s in specs if s.key in only_cells]
@@ -120,50 +153,5 @@ def run_settings(
         else:
             todo.append(spec)
     with tqdm(total=len(specs), initial=len(done), desc="federation cells", unit="cell") as bar:
-        if jobs <= 1 or len(todo) <= 1:
-            for spec in todo:
-                done[spec.key] = _run_or_load(spec, out, cache, True, bar)
-                bar.update(1)
-        else:
-            # Demos are generated once here, so workers only read the cache.
-            for setting in {s.setting.name: s.setting for s in todo}.values():
-                cache.robot_data(setting)
-            # Workers are plain subprocesses of this same command restricted to their cells:
-            # results travel as the cells' JSON files, nothing is pickled between processes.
-            shards = [todo[i::jobs] for i in range(jobs)]
-            procs = []
-            for shard in shards:
-                if not shard:
-                    continue
-                cmd = [
-                    sys.executable,
-                    "-c",
-                    "import sys; from fed_ros.bench.federation import main; "
-                    "sys.exit(main(sys.argv[1:]))",
-                    *(worker_argv or []),
-                    "--jobs",
-                    "1",
-                    "--no-report",
-                    "--cells",
-                    ",".join(spec.key for spec in shard),
-                ]
-                procs.append(
-                    subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                )
-            pending = {spec.key: spec for spec in todo}
-            while pending:
-                for key in list(pending):
-                    path = cell_path(out, pending[key])
-                    if path.is_file():
-                        done[key] = json.loads(path.read_text())
-                        bar.set_postfix_str(f"done {key}")
-                        bar.update(1)
-                        del pending[key]
-                if all(p.poll() is not None for p in procs):
-                    for key, spec in pending.items():
-                        # A worker reported it as failed (not saved): run it here to get the error.
-                        done[key] = _run_or_load(spec, out, cache, True, bar)
-                        bar.update(1)
-                    pending = {}
-                time.sleep(1.0)
+        done.update((executor or SerialExecutor()).run(todo, out, cache, bar))
     return [done[spec.key] for spec in specs]

@@ -10,14 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 TRACKING_KINDS = ("auto", "tensorboard", "mlflow", "none")
-INSTALL_COMMANDS = {
-    "tensorboard": "pip install 'fed_ros[tracking]' (or: pip install tensorboard)",
-    "mlflow": "pip install 'fed_ros[mlflow]' (or: pip install mlflow-skinny)",
-}
-
-
-class MissingExtra(RuntimeError):
-    """An optional backend is not installed; the message is the one line to show."""
 
 
 class Tracker:

@@ -14,13 +14,8 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from fed_ros.core.tracking import (
-    INSTALL_COMMANDS,
-    MissingExtra,
-    Tracker,
-    TRACKING_KINDS,
-    finite_items,
-)
+from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
+from fed_ros.core.tracking import TRACKING_KINDS, Tracker, finite_items
 
 
 class TensorBoardTracker(Tracker):
@@ -34,7 +29,7 @@ class TensorBoardTracker(Tracker):
         except ImportError:
             raise MissingExtra(
                 "TensorBoard tracking needs the tensorboard package: "
-                + INSTALL_COMMANDS["tensorboard"]
+                + INSTALL_COMMANDS["tracking"]
             ) from None
         self.location = str(logdir)
         Path(logdir).mkdir(parents=True, exist_ok=True)
@@ -61,7 +56,7 @@ class MLflowTracker(Tracker):
             import mlflow
         except ImportError:
             raise MissingExtra(
-                f"MLflow tracking needs mlflow: {INSTALL_COMMANDS['mlflow']}"
+                "MLflow tracking needs mlflow: " + INSTALL_COMMANDS["mlflow"]
             ) from None
         self._mlflow = mlflow
         uri = tracking_uri or Path(logdir).resolve().as_uri()
