@@ -18,7 +18,8 @@ setup(
     extras_require={
         "tracking": ["tensorboard"],
         "mlflow": ["mlflow-skinny"],  # the client: a file store or a tracking server
-        "dataset": ["pyarrow<21"],  # 21+ wants NumPy 2; robosuite needs NumPy < 2
+        # 21+ / pandas 3 want NumPy 2; robosuite needs NumPy < 2
+        "dataset": ["pyarrow<21", "pandas<2.3", "Pillow"],
         "ray": ["ray"],
     },
     entry_points={

@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "fed_ros.core.security.keys_cli:keys_main",
         "create robot / server Ed25519 key pairs and allow-lists",
     ),
+    "dataset": (
+        "fed_ros.ros.arm.dataset_cli:main",
+        "export demonstrations as a LeRobot dataset, or import one",
+    ),
     "partition": (
         "fed_ros.learning.partition_cli:main",
         "partition a recorded demonstration set across robots",
