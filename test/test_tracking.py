@@ -91,3 +91,12 @@ def test_a_round_outcome_as_scalars():
     assert s["robots/robot_1/success"] == 1.0 and s["robots/robot_2/accepted"] == 0.0
     assert s["success/mean"] == 0.75  # robot_2 did not evaluate: not in the mean
     assert math.isnan(s["robots/robot_2/success"])
+
+
+def test_progress_text_gives_the_eta_at_the_pace_so_far():
+    from fed_ros.core.progress import eta_seconds, progress_text
+
+    assert progress_text(100, 400, 50.0) == "step 100 of 400, about 150 s left"
+    assert progress_text(0, 400, 0.0) == "step 0 of 400"  # no pace yet
+    assert progress_text(7, 0, 3.0) == "step 7"  # total unknown
+    assert eta_seconds(400, 400, 80.0) == 0.0 and eta_seconds(5, 4, 1.0) == 0.0

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from fed_ros.core.data.episode import Episode, IMAGE_KEYS, LOWDIM_KEYS
 from fed_ros.sim.envs import TASKS, ArmEnv, Variation, make_env
@@ -90,6 +91,8 @@ def collect_demos(
         raise ValueError(f"env runs task {env.task!r} but {task!r} was requested")
     expert = make_expert(task, noise_std=noise_std, seed=seed, variation=env.variation)
     episodes: list[Episode] = []
+    # A bar with an ETA in a terminal; nothing in logs and CI (tqdm's disable=None: not a TTY).
+    bar = tqdm(total=n, desc=f"demonstrations {task}", unit="demo", leave=False, disable=None)
     try:
         for i in range(n):
             reset_seed = episode_seed(seed, i)
@@ -115,9 +118,11 @@ def collect_demos(
                 },
             )
             episodes.append(episode)
+            bar.update(1)
             if progress is not None:
                 progress(i, episode)
     finally:
+        bar.close()
         if own_env:
             env.close()
     return episodes

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from fed_ros.sim.collect import STREAM_EVALUATE, episode_seed, run_episode
 from fed_ros.sim.envs import TASKS, ArmEnv, Variation, make_env
@@ -79,6 +80,8 @@ def evaluate(
     successes: list[bool] = []
     lengths: list[int] = []
     seeds: list[int] = []
+    # A bar with an ETA in a terminal; nothing in logs and CI (tqdm's disable=None: not a TTY).
+    bar = tqdm(total=int(episodes), desc=f"evaluation {task}", unit="ep", leave=False, disable=None)
     try:
         for i in range(int(episodes)):
             reset_seed = episode_seed(seed, i, STREAM_EVALUATE)
@@ -86,7 +89,9 @@ def evaluate(
             successes.append(bool(success))
             lengths.append(env.steps)
             seeds.append(reset_seed)
+            bar.update(1)
     finally:
+        bar.close()
         if own_env:
             env.close()
     return EvalResult(

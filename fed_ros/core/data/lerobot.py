@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
@@ -156,7 +157,9 @@ def export_lerobot(
         )
     }
     index = 0
-    for e_idx, episode in enumerate(episodes):
+    # A bar with an ETA in a terminal (tqdm's disable=None: silent when not a TTY).
+    bar = tqdm(episodes, desc="export episodes", unit="episode", leave=False, disable=None)
+    for e_idx, episode in enumerate(bar):
         n = len(episode)
         state = np.concatenate(
             [episode.observations[k].astype(np.float32) for k in STATE_KEYS], axis=1

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
@@ -108,7 +109,9 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
     names = state_names(profile)
     widths = [len(profile.joints.names), len(profile.gripper.joint_names), 3, 4]
     out = []
-    for i, e_idx in enumerate(episodes_meta.get("episode_index", [])):
+    indices = episodes_meta.get("episode_index", [])
+    bar = tqdm(indices, desc="import episodes", unit="episode", leave=False, disable=None)
+    for i, e_idx in enumerate(bar):
         lo, hi = episodes_meta["dataset_from_index"][i], episodes_meta["dataset_to_index"][i]
         rows = [r for r in range(lo, hi)]
         if hi > table.num_rows or lo >= hi or any(cols["episode_index"][r] != e_idx for r in rows):

@@ -23,20 +23,19 @@ import numpy as np
 
 from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.collect import DESCRIBE, EVALUATE, SCORE, TRAIN
-from fed_ros.msg import ClientDescriptor as DescriptorMsg, RobotMetrics, TrainingProgress
+from fed_ros.msg import RobotMetrics, TrainingProgress
 from fed_ros.ros import shutdown
 from fed_ros.ros.nodes.robot_heartbeat import TrainingHeartbeat
+from fed_ros.ros.nodes.robot_peer_predictors import keep_peer_predictor
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
+from fed_ros.core.progress import progress_text
 from fed_ros.core.sparse_deltas import starts_from_one_cluster
 from fed_ros.learning.tracking import open_tracker_or_warn
 from fed_ros.ros.nodes.robot_update_encoding import UpdateEncoder
 from fed_ros.ros.wire.tensors import encode_state_dict
 from fed_ros.core.arm.interventions import InterventionTally
 
-# Bounds on the peers' RND predictors a robot keeps for the SCORE stage.
-MAX_PREDICTOR_BYTES = 16 << 20
-MAX_PEER_PREDICTORS = 256
 PEER_WAIT_S = 30.0  # how long SCORE waits for the other participants' predictors
 ARM_WAIT_S = (
     600.0  # how long an evaluation waits for the arm (another evaluation or demonstration run)
@@ -116,31 +115,7 @@ class RobotRounds:
 
     def on_peer_descriptor(self, msg) -> None:
         """Keep the peers' RND predictors (the SCORE stage scores them on local data)."""
-        # Capped (anyone on the domain can publish descriptors; only the server checks them): RND
-        # predictors of participants of the current round (or of the next, which may arrive before
-        # its announcement), at most MAX_PREDICTOR_BYTES each and MAX_PEER_PREDICTORS in all.
-        ann = self.latest()
-        rid, round_idx = str(msg.robot_id), int(msg.round)
-        if (
-            int(msg.kind) != DescriptorMsg.KIND_RND
-            or not len(msg.payload)
-            or len(msg.payload) > MAX_PREDICTOR_BYTES
-            or len(rid) > 256
-            or rid == self.robot_id
-        ):
-            return
-        if ann is not None:
-            if not ann.round_idx <= round_idx <= ann.round_idx + 1:
-                return
-            if round_idx == ann.round_idx and rid not in ann.participants:
-                return
-            for key in [k for k in self.peer_predictors if k[0] < ann.round_idx]:
-                del self.peer_predictors[key]
-        if (round_idx, rid) not in self.peer_predictors and len(
-            self.peer_predictors
-        ) >= MAX_PEER_PREDICTORS:
-            return
-        self.peer_predictors[(round_idx, rid)] = bytes(msg.payload)
+        keep_peer_predictor(self.peer_predictors, msg, self.latest(), self.robot_id)
 
     def run_stage(self, ann: Announcement) -> None:
         """Obey the round config the announcement carries for this robot, for its stage."""
@@ -244,7 +219,7 @@ class RobotRounds:
     def _on_train_step(self, round_idx: int) -> Callable[[int, dict[str, float]], None]:
         """Called between optimiser steps: stops training on shutdown, sends the heartbeat, logs
         progress every ~10 s."""
-        last = [time.monotonic()]
+        last = [time.monotonic()] * 2  # last log, start
         base = self.steps_tracked
 
         def on_step(step: int, values: dict[str, float]) -> None:
@@ -256,9 +231,9 @@ class RobotRounds:
             self.tracker.scalars({f"train/{k}": v for k, v in values.items()}, base + step)
             if time.monotonic() - last[0] >= 10.0:
                 last[0] = time.monotonic()
+                done = progress_text(step, self.heartbeat.expected_steps, last[0] - last[1])
                 self.log.info(
-                    f"round {round_idx}: training, step {step} (bc "
-                    f"{values.get('bc', math.nan):.3f})"
+                    f"round {round_idx}: training, {done} (bc {values.get('bc', math.nan):.3f})"
                 )
 
         return on_step
