@@ -369,8 +369,8 @@ def test_a_compressed_cell_counts_its_bytes_and_is_its_own_cell(tmp_path):
 
 @pytest.mark.sim
 def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path):
-    """--encoding topk:0.05: updates are 5 % of each tensor's changes (about 10x fewer bytes
-    than float32) in every round, models float32, and the cell file is its own."""
+    """--encoding topk:0.05: updates are 5 % of each large tensor's changes in every round,
+    models float32, and the cell file is its own."""
     from fed_ros.core import sparse_deltas
     from fed_ros.core.compression import encoded_nbytes
     from fed_ros.learning.trainer import initial_state_dict
@@ -393,8 +393,8 @@ def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path
     sent = 2.0 * sparse_deltas.payload_nbytes(sizes, 0.05)
     assert tb["bytes/updates"] == [(0, sent), (1, sent)]
     assert [step for step, _ in tb["eval/success_mean"]] == [e["round"] for e in cell["evals"]]
-    # (small tensors keep at least one entry and a count: 9.5x on this tiny model)
-    assert encoded_nbytes(model, "float32") / sparse_deltas.payload_nbytes(sizes, 0.05) > 9.4
+    # (9 % of this tiny model's values are in tensors sent whole: 5.4x, 8.5x on a fleet's policy)
+    assert encoded_nbytes(model, "float32") / sparse_deltas.payload_nbytes(sizes, 0.05) > 5.0
     with pytest.raises(ValueError, match="top-k fraction"):
         with_overrides(PROFILES["quick"], encoding="topk:2")
 

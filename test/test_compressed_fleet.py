@@ -110,9 +110,10 @@ def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, proce
 
 @pytest.mark.timeout(300)
 def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, processes):
-    """Robots send 5 % of each tensor's changes (topk) against float16 cluster models: the
-    server adds each delta to the model as the robots decoded it, so between two committed
-    rounds a tensor changes in at most 2 k entries (two robots' kept sets), and nowhere else."""
+    """Robots send 5 % of each large tensor's changes (topk; small tensors whole) against float16
+    cluster models: the server adds each delta to the model as the robots decoded it, so between
+    two committed rounds a tensor changes in at most 2 k entries (two robots' kept sets), and
+    nowhere else."""
     from fed_ros.core import sparse_deltas
     from fed_ros.core.compression import encoded_nbytes, roundtrip
     from fed_ros.core.rounds.store import ModelStore
@@ -175,7 +176,8 @@ def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, proc
     expected = sparse_deltas.payload_nbytes(sizes, fraction)
     got = [int(b) for b in re.findall(r"update from robot_\d for round \d accepted \((\d+) B", log)]
     assert got == [expected] * 4, (got, expected)
-    assert encoded_nbytes(initial, "float32") / expected > 9.5
+    # 8.5x: the tensors of up to DENSE_MAX values (2 % of the policy) travel whole
+    assert encoded_nbytes(initial, "float32") / expected > 8.0
     for rid in robots:  # error feedback: what was left out waits on the robot, on disk
         residual = sparse_deltas.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
         assert set(residual.residual) == set(initial) and residual.norm() > 0

@@ -18,17 +18,28 @@ def _payload(tensors: dict[str, np.ndarray], fraction: float) -> np.ndarray:
 
 
 def test_keeps_the_largest_entries_exactly_and_zeros_the_rest():
-    x = np.array([0.1, -5.0, 0.2, 3.0, -0.3, 0.0, 4.0, -0.01], np.float32)
-    out = sd.roundtrip({"w": x}, 0.3)["w"]  # k = ceil(8 * 0.3) = 3
-    assert out.tolist() == [0.0, -5.0, 0.0, 3.0, 0.0, 0.0, 4.0, 0.0]
-    assert sd.topk_count(8, 0.3) == 3 and sd.topk_count(1, 0.01) == 1 and sd.topk_count(0, 0.5) == 0
+    x = np.zeros(300, np.float32)
+    x[[1, 3, 6, 7]] = [-5.0, 3.0, 4.0, -0.01]
+    out = sd.roundtrip({"w": x}, 0.01)["w"]  # k = ceil(300 * 0.01) = 3
+    expected = np.zeros(300, np.float32)
+    expected[[1, 3, 6]] = [-5.0, 3.0, 4.0]
+    assert np.array_equal(out, expected)
+    assert sd.topk_count(300, 0.01) == 3 and sd.topk_count(1000, 0.0001) == 1
     assert np.array_equal(sd.roundtrip({"w": x}, 1.0)["w"], x)
+
+
+def test_small_tensors_travel_whole_without_indices():
+    small = np.arange(sd.DENSE_MAX, dtype=np.float32)  # e.g. a normaliser's statistics
+    assert sd.topk_count(sd.DENSE_MAX, 0.05) == sd.DENSE_MAX
+    assert np.array_equal(sd.roundtrip({"s": small}, 0.05)["s"], small)
+    assert len(sd.encode_tensor(small, 0.05)) == 4 + 4 * sd.DENSE_MAX  # values only
+    assert sd.topk_count(sd.DENSE_MAX + 1, 0.05) == 13
 
 
 def test_bytes_are_eight_per_kept_value_plus_a_count_per_tensor():
     tensors = {"a": np.ones((40, 25), np.float32), "b": np.ones(7, np.float32)}
     buf = _payload(tensors, 0.05)
-    assert buf.size == sd.payload_nbytes([1000, 7], 0.05) == (4 + 8 * 50) + (4 + 8 * 1)
+    assert buf.size == sd.payload_nbytes([1000, 7], 0.05) == (4 + 8 * 50) + (4 + 4 * 7)
     lo, hi = sd.payload_bounds([1000, 7])
     assert lo <= buf.size <= hi and hi > 4 * 1007  # dense topk is larger than float32
 
@@ -68,16 +79,16 @@ def test_residual_of_another_model_is_not_added_and_a_torn_file_is_ignored(tmp_p
 
 
 def _bad(kind: str) -> bytes:
-    good = sd.encode_tensor(np.arange(10, dtype=np.float32), 0.3, "w")  # k = 3
+    good = sd.encode_tensor(np.arange(300, dtype=np.float32), 0.01, "w")  # k = 3 of 300
     count, idx, vals = good[:4], good[4:16], good[16:]
     if kind == "count_over_n":
-        return np.uint32(11).tobytes() + idx + vals
+        return np.uint32(301).tobytes() + idx + vals
     if kind == "unsorted":
-        return count + np.array([9, 7, 8], "<u4").tobytes() + vals
+        return count + np.array([299, 297, 298], "<u4").tobytes() + vals
     if kind == "repeated":
-        return count + np.array([7, 7, 9], "<u4").tobytes() + vals
+        return count + np.array([297, 297, 299], "<u4").tobytes() + vals
     if kind == "out_of_range":
-        return count + np.array([7, 8, 10], "<u4").tobytes() + vals
+        return count + np.array([297, 298, 300], "<u4").tobytes() + vals
     if kind == "nan":
         return count + idx + np.array([1, np.nan, 2], "<f4").tobytes()
     if kind == "trailing":
@@ -90,10 +101,10 @@ def _bad(kind: str) -> bytes:
 @pytest.mark.parametrize(
     "kind,match",
     [
-        ("count_over_n", "count 11 > its 10"),
+        ("count_over_n", "count 301 > its 300"),
         ("unsorted", "strictly increasing"),
         ("repeated", "strictly increasing"),
-        ("out_of_range", "< 10"),
+        ("out_of_range", "< 300"),
         ("nan", "not finite"),
         ("trailing", "after the last tensor"),
         ("truncated", "ends inside tensor"),
@@ -101,7 +112,7 @@ def _bad(kind: str) -> bytes:
 )
 def test_hostile_payloads_are_refused_naming_the_tensor(kind, match):
     with pytest.raises(ValueError, match=match) as err:
-        sd.decode_payload(np.frombuffer(_bad(kind), np.uint8), [10], ["w"])
+        sd.decode_payload(np.frombuffer(_bad(kind), np.uint8), [300], ["w"])
     assert "'w'" in str(err.value) or kind == "trailing"
 
 
