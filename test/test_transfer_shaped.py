@@ -132,3 +132,37 @@ def test_paced_profile_names_one_controller_every_writer_uses(tmp_path: Path) ->
     assert root.find(".//d:data_writer", ns).get("is_default_profile") == "true"
     with pytest.raises(ValueError):
         pacing.paced_bytes_per_period(0)
+
+
+@pytest.mark.ros
+@pytest.mark.timeout(300)
+def test_bench_transfer_shaped_per_encoding_times_a_real_update_end_to_end(
+    ros_env, tmp_path: Path, capsys
+) -> None:
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"separate hosts need network namespaces: {reason}")
+    from fed_ros.core import sparse_deltas
+    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.learning.trainer import initial_state_dict
+    from fed_ros.ros.bench.transfer import main
+
+    out = tmp_path / "transfer.json"
+    argv = ["--methods", "memcpy", "--repeats", "1", "--warmup", "0", "--shaped", str(RATE_MBIT)]
+    argv += ["--shaped-encodings", "float32,topk:0.05", "--shaped-policy", "lowdim"]
+    argv += ["--shaped-methods", "zmq_bulk", "--transfer-timeout", "30", "--json", str(out)]
+    assert main(argv) == 0
+    rows = json.loads(out.read_text())["shaped"]
+    model = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
+    sizes = [v.size for v in model.values()]
+    assert [(r["encoding"], r["bytes"]) for r in rows] == [
+        ("float32", encoded_nbytes(model, "float32")),
+        ("topk:0.05", sparse_deltas.payload_nbytes(sizes, 0.05)),
+    ]
+    for row in rows:
+        assert row["median_s"] is not None and row["median_s"] > 0, row
+        assert row["end_to_end_s"] == pytest.approx(
+            row["encode_s"] + row["median_s"] + row["decode_s"]
+        )
+    assert "end to end (encode + transfer + decode)" in capsys.readouterr().out

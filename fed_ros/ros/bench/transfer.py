@@ -214,6 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma list of {SHAPED_METHODS} for --shaped",
     )
     parser.add_argument(
+        "--shaped-encodings",
+        default="",
+        help="instead of --shaped-mb: a real policy update per encoding, e.g. "
+        "float32,int8_block,topk:0.05 (end to end: encode + transfer + decode)",
+    )
+    parser.add_argument("--shaped-policy", choices=("lowdim", "image"), default="image")
+    parser.add_argument(
         "--transfer-timeout",
         type=float,
         default=30.0,
@@ -298,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
                 "ratio_vs_raw_zmq": rate / ref if raw else None,
             }
         )
-    shaped = _shaped(args) if args.shaped else []
+    shaped = _shaped(args) if args.shaped and not args.shaped_encodings else []
+    if args.shaped and args.shaped_encodings:
+        from fed_ros.ros.bench.transfer_encodings import shaped_per_encoding
+
+        shaped = shaped_per_encoding(args, _shaped)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
