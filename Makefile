@@ -79,7 +79,7 @@ extras: $(EXTRAS_STAMP)
 BROWSER_STAMP := $(VENV)/.stamp-browser
 $(BROWSER_STAMP): $(DEPS_STAMP)
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
-	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium \
+	  && DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -q --no-install-recommends chromium \
 	  >$(VENV)/apt-chromium.log 2>&1; } || echo "chromium not installed: the browser test will skip (see $(VENV)/apt-chromium.log)"
 	@touch $@
 
