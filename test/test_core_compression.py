@@ -76,7 +76,7 @@ def test_bad_values_scales_and_names_are_refused_naming_them():
         dequantize_blocks(np.array([math.inf], np.float32), np.zeros(3, np.int8))
     with pytest.raises(ValueError, match=r"unknown encoding 'int4'; expected one of"):
         check_encoding("int4")
-    assert ENCODING_NAMES == ("float32", "float16", "int8", "int8_block")
+    assert ENCODING_NAMES == ("float32", "float16", "int8", "int8_block", "int4_block")
 
 
 def test_the_wire_format_carries_int8_block_and_refuses_a_bad_scale():
@@ -101,3 +101,46 @@ def test_the_wire_format_carries_int8_block_and_refuses_a_bad_scale():
         decode_state_dict(enc.manifest, "int8_block", bad)
     with pytest.raises(ValueError, match="payload has"):
         decode_state_dict(enc.manifest, "int8_block", enc.data[:-1])
+
+
+def test_int4_block_packs_two_values_a_byte_within_half_a_step_of_its_block():
+    from fed_ros.core.compression import BLOCK4, decode_block_tensor, encode_block_tensor
+
+    assert BLOCK4 == 64 and "int4_block" in ENCODING_NAMES
+    assert [block_nbytes(n, "int4_block") for n in (0, 1, 2, 64, 65)] == [0, 5, 5, 36, 41]
+    sd = _model()
+    assert encoded_nbytes(sd, "float32") / encoded_nbytes(sd, "int4_block") > 7.0
+    out = roundtrip(sd, "int4_block")
+    for name, value in sd.items():
+        flat, dec = value.reshape(-1), out[name].reshape(-1)
+        for start in range(0, flat.size, BLOCK4):  # each value within half its block's step
+            block = flat[start : start + BLOCK4]
+            step = np.abs(block).max() / 7.0
+            assert np.all(np.abs(dec[start : start + BLOCK4] - block) <= step / 2 + 1e-7), name
+    # Odd lengths: the padding nibble never becomes a value; every level -7..7 survives.
+    levels = np.arange(-7, 8, dtype=np.float32)
+    raw = np.frombuffer(encode_block_tensor(levels, "int4_block"), np.uint8)
+    assert raw.size == 4 + 8 and np.array_equal(decode_block_tensor(raw, 15, "int4_block"), levels)
+
+
+def test_the_wire_format_carries_int4_block_and_refuses_a_bad_scale():
+    pytest.importorskip("rclpy")
+    from fed_ros.core.params import manifest_of
+    from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict, encoded_size
+
+    sd = _model()
+    enc = encode_state_dict(sd, "int4_block")
+    assert (
+        enc.total_bytes
+        == encoded_nbytes(sd, "int4_block")
+        == encoded_size(manifest_of(sd), enc.encoding)
+    )
+    out = decode_state_dict(enc.manifest, "int4_block", enc.data)
+    for name in sd:
+        assert np.array_equal(out[name], roundtrip(sd, "int4_block")[name]), name
+    bad = enc.data.copy()
+    bad[0:4] = np.frombuffer(np.float32(math.nan).tobytes(), np.uint8)  # tensor w's 1st scale
+    with pytest.raises(ValueError, match="tensor 'w': int4_block: a block scale is not finite"):
+        decode_state_dict(enc.manifest, "int4_block", bad)
+    with pytest.raises(ValueError, match="payload has"):
+        decode_state_dict(enc.manifest, "int4_block", enc.data[:-1])

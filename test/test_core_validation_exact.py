@@ -53,6 +53,7 @@ from fed_ros.core.checks.payload_checks import (
     ENCODING_FLOAT16,
     ENCODING_FLOAT32,
     ENCODING_INT8,
+    ENCODING_INT4_BLOCK,
     ENCODING_INT8_BLOCK,
     ENCODING_TOPK,
     check_payload_manifest,
@@ -463,8 +464,9 @@ def test_encoding_constants_are_the_wire_values():
         ENCODING_INT8,
         ENCODING_INT8_BLOCK,
         ENCODING_TOPK,
-    ) == (0, 1, 2, 3, 4)
-    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1, 4: 8}
+        ENCODING_INT4_BLOCK,
+    ) == (0, 1, 2, 3, 4, 5)
+    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1, 4: 8, 5: 0.5}
 
 
 def test_encoding_constants_mirror_the_message_definition():
@@ -479,6 +481,7 @@ def test_encoding_constants_mirror_the_message_definition():
         "ENCODING_INT8": ENCODING_INT8,
         "ENCODING_INT8_BLOCK": ENCODING_INT8_BLOCK,
         "ENCODING_TOPK": ENCODING_TOPK,
+        "ENCODING_INT4_BLOCK": ENCODING_INT4_BLOCK,
     }
 
 
@@ -495,8 +498,8 @@ def test_expected_payload_bytes_per_encoding_and_unknown_encoding():
     big = (TensorSpec("w", (128,)), TensorSpec("b", (129,)), TensorSpec("e", (0,)))
     assert expected_payload_bytes(big, 3) == (4 + 128) + (8 + 129) + 0
     with pytest.raises(ValueError) as err:
-        expected_payload_bytes(MANIFEST, 5)
-    assert str(err.value) == "unknown encoding 5; known [0, 1, 2, 3, 4]"
+        expected_payload_bytes(MANIFEST, 6)
+    assert str(err.value) == "unknown encoding 6; known [0, 1, 2, 3, 4, 5]"
     with pytest.raises(ValueError, match="topk payload has no fixed size"):
         expected_payload_bytes(MANIFEST, 4)  # topk: payload_size_range gives its bounds
 
@@ -747,7 +750,7 @@ def test_update_envelope_defaults():
             OVERSIZE,
             "robot 'robot_0': update of 37 bytes exceeds the cap 36 bytes",
         ),
-        (dict(encoding=5), MALFORMED, "robot 'robot_0': unknown encoding 5"),
+        (dict(encoding=6), MALFORMED, "robot 'robot_0': unknown encoding 6"),
         (dict(encoding=-1), MALFORMED, "robot 'robot_0': unknown encoding -1"),
         (dict(encoding=0.0), MALFORMED, "robot 'robot_0': unknown encoding 0.0"),
         (dict(encoding=False), MALFORMED, "robot 'robot_0': unknown encoding False"),

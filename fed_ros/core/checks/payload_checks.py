@@ -46,12 +46,14 @@ ENCODING_FLOAT16 = 1
 ENCODING_INT8 = 2
 ENCODING_INT8_BLOCK = 3  # block scales inside the payload (fed_ros.core.compression)
 ENCODING_TOPK = 4  # updates only: a sparse delta, size set by the sender (core.sparse_deltas)
+ENCODING_INT4_BLOCK = 5  # 4-bit values, block scales inside the payload (core.compression)
 BYTES_PER_VALUE = {
     ENCODING_FLOAT32: 4,
     ENCODING_FLOAT16: 2,
     ENCODING_INT8: 1,
     ENCODING_INT8_BLOCK: 1,
     ENCODING_TOPK: 8,  # per kept value (uint32 index + float32), plus a count per tensor
+    ENCODING_INT4_BLOCK: 0.5,  # plus a float32 scale per 64 values
 }
 
 
@@ -108,6 +110,8 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
         raise ValueError("a topk payload has no fixed size; use payload_size_range")
     if encoding == ENCODING_INT8_BLOCK:
         return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
+    if encoding == ENCODING_INT4_BLOCK:
+        return sum(block_nbytes(math.prod(s.shape), "int4_block") for s in manifest)
     return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
 
 

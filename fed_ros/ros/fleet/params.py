@@ -138,7 +138,8 @@ class ServerParams(NodeParams):
     model_encoding: str = param(
         "float32",
         "how cluster models travel: float32 (exact), float16, int8 (a scale per tensor), "
-        "int8_block (a scale per 128 values); the server keeps float32",
+        "int8_block (a scale per 128 values), int4_block (4 bits, a scale per 64); the server "
+        "keeps float32",
         live=True,
         choices=ENCODING_NAMES,
     )
@@ -270,8 +271,9 @@ class RobotParams(NodeParams):
     update_encoding: str = param(
         "float32",
         "how updates travel: float32 (exact), float16, int8 (a scale per tensor), int8_block "
-        "(a scale per 128 values), topk (the update_topk_fraction largest changes per tensor, "
-        "the rest kept on the robot for the next round)",
+        "(a scale per 128 values), int4_block (4 bits, a scale per 64), topk (the "
+        "update_topk_fraction largest changes per tensor, the rest kept on the robot for the next "
+        "round)",
         live=True,
         choices=ENCODING_NAMES + (TOPK,),
     )

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core import sparse_deltas
-from fed_ros.core.compression import block_count, block_nbytes, dequantize_blocks, quantize_blocks
+from fed_ros.core.compression import block_nbytes, decode_block_tensor, encode_block_tensor
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
 from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
 
@@ -34,6 +34,7 @@ ENCODINGS: dict[str, int] = {
     "int8": TensorPayload.ENCODING_INT8,
     "int8_block": TensorPayload.ENCODING_INT8_BLOCK,
     "topk": TensorPayload.ENCODING_TOPK,
+    "int4_block": TensorPayload.ENCODING_INT4_BLOCK,
 }
 ENCODING_NAMES: dict[int, str] = {v: k for k, v in ENCODINGS.items()}
 # Bytes per element on the wire, per encoding (little-endian, no padding).
@@ -43,6 +44,12 @@ _WIRE_DTYPE: dict[int, np.dtype] = {
     TensorPayload.ENCODING_INT8: np.dtype("i1"),
     TensorPayload.ENCODING_INT8_BLOCK: np.dtype("i1"),  # plus its block scales (tensor_nbytes)
     TensorPayload.ENCODING_TOPK: np.dtype("<f4"),  # values; plus count and indices (sparse_deltas)
+    TensorPayload.ENCODING_INT4_BLOCK: np.dtype("u1"),  # two values a byte, plus block scales
+}
+# The blockwise encodings (block scales inside the payload: fed_ros.core.compression).
+_BLOCKWISE = {
+    TensorPayload.ENCODING_INT8_BLOCK: "int8_block",
+    TensorPayload.ENCODING_INT4_BLOCK: "int4_block",
 }
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 # Model dtypes a manifest may name (core state dicts are float32; see core/params.py).
@@ -128,8 +135,8 @@ def _numel(shape: Sequence[int]) -> int:
 
 def tensor_nbytes(n: int, encoding: int) -> int:
     """Payload bytes of one tensor of ``n`` values under ``encoding``."""
-    if encoding == TensorPayload.ENCODING_INT8_BLOCK:
-        return block_nbytes(n)
+    if encoding in _BLOCKWISE:
+        return block_nbytes(n, _BLOCKWISE[encoding])
     return n * _WIRE_DTYPE[encoding].itemsize
 
 
@@ -210,14 +217,10 @@ def encode_state_dict(
     for i, (name, value) in enumerate(sd.items()):
         arr = np.asarray(value)
         n = arr.size
-        if enc == TensorPayload.ENCODING_INT8_BLOCK:
-            block_scales, q = quantize_blocks(arr, name)
-            head = 4 * block_scales.size
-            data[offset : offset + head] = np.frombuffer(
-                block_scales.astype("<f4").tobytes(), np.uint8
-            )
-            data[offset + head : offset + head + n] = q.view(np.uint8)
-            offset += head + n
+        if enc in _BLOCKWISE:
+            packed = encode_block_tensor(arr, _BLOCKWISE[enc], name)
+            data[offset : offset + len(packed)] = np.frombuffer(packed, np.uint8)
+            offset += len(packed)
             continue
         dest = data[offset : offset + n * wire.itemsize].view(wire)
         if enc == TensorPayload.ENCODING_INT8:
@@ -280,13 +283,12 @@ def decode_state_dict(
     offset = 0
     for i, spec in enumerate(manifest):
         n = _numel(spec.shape)
-        if enc == TensorPayload.ENCODING_INT8_BLOCK:
-            head = 4 * block_count(n)
-            block_scales = buf[offset : offset + head].view("<f4")
-            q = buf[offset + head : offset + head + n].view(np.int8)
-            offset += head + n
+        if enc in _BLOCKWISE:
+            size = block_nbytes(n, _BLOCKWISE[enc])
+            part = buf[offset : offset + size]
+            offset += size
             try:
-                value = dequantize_blocks(block_scales, q)
+                value = decode_block_tensor(part, n, _BLOCKWISE[enc])
             except ValueError as err:
                 raise ValueError(f"tensor {spec.name!r}: {err}") from None
             out[spec.name] = value.astype(spec.dtype).reshape(spec.shape)
