@@ -1,5 +1,6 @@
-"""A fleet whose bytes are compressed (issue 26, item 1): robots send int8_block updates, the
-server sends float16 cluster models, over real DDS with real robot nodes training.
+"""A fleet whose bytes are compressed (issue 26, item 1): robots send int8_block updates and the
+server float16 cluster models, or both int4_block, over real DDS with real robot nodes training;
+and robots that send topk sparse deltas.
 
 Checked: every round completes with both updates accepted; each update is the size
 int8_block implies for the policy's manifest (about 3.9x fewer bytes than float32); the robots
@@ -21,7 +22,12 @@ rclpy = pytest.importorskip("rclpy")
 
 
 @pytest.mark.timeout(300)
-def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, processes):
+@pytest.mark.parametrize(
+    "update_encoding,model_encoding", [("int8_block", "float16"), ("int4_block", "int4_block")]
+)
+def test_blockwise_updates_and_compressed_models_federate(
+    tmp_path, ros_env, processes, update_encoding, model_encoding
+):
     from fed_ros.core.compression import encoded_nbytes
     from fed_ros.core.rounds.store import ModelStore
     from fed_ros.learning.configuration_policy import PolicyConfig
@@ -42,13 +48,13 @@ def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, proce
                 "server": {
                     "round_timeout_s": 120.0,
                     "exit_when_done": True,
-                    "model_encoding": "float16",
+                    "model_encoding": model_encoding,
                 },
                 "robot_defaults": {
                     "train_max_steps": 2,
                     "torch_threads": 1,
                     "trainer.val_fraction": 0.0,
-                    "update_encoding": "int8_block",
+                    "update_encoding": update_encoding,
                 },
                 "robots": [{"id": r, "task": "lift", "sim": False} for r in robots],
             }
@@ -77,12 +83,13 @@ def test_int8_block_updates_and_float16_models_federate(tmp_path, ros_env, proce
     assert server.returncode == 0, log[-3000:]
 
     initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
-    fp32, block, f16 = (encoded_nbytes(initial, e) for e in ("float32", "int8_block", "float16"))
+    fp32 = encoded_nbytes(initial, "float32")
+    block, f16 = encoded_nbytes(initial, update_encoding), encoded_nbytes(initial, model_encoding)
     sizes = [
         int(b) for b in re.findall(r"update from robot_\d for round \d accepted \((\d+) B", log)
     ]
     assert sorted(sizes) == [block] * 4, (sizes, block)
-    assert fp32 / block > 3.8, (fp32, block)
+    assert fp32 / block > {"int8_block": 3.8, "int4_block": 7.0}[update_encoding], (fp32, block)
     # The robots logged the cluster models they received: float16 bytes.
     for rid in robots:
         transfers = (tmp_path / rid / "transfers.jsonl").read_text()
