@@ -365,6 +365,20 @@ def test_a_compressed_cell_counts_its_bytes_and_is_its_own_cell(tmp_path):
     assert not (out / "cells" / "cross_family__fedavg__s0.json").exists()
     with pytest.raises(ValueError, match="unknown encoding 'int4'"):
         with_overrides(PROFILES["quick"], encoding="int4")
+    with pytest.raises(ValueError, match="unknown model encoding 'topk'"):
+        with_overrides(PROFILES["quick"], encoding="int4_block/topk")
+
+
+def test_a_benchmark_encoding_names_updates_and_models_apart():
+    from fed_ros.bench.federation_wire import encoding_suffix, split_encoding
+
+    assert split_encoding("int8_block") == ("int8_block", "int8_block")
+    assert split_encoding("topk:0.05") == ("topk:0.05", "float32")  # models never sparse
+    assert split_encoding("int4_block/float32") == ("int4_block", "float32")
+    assert encoding_suffix("int4_block/float32") == "int4_block+float32"
+    assert with_overrides(PROFILES["quick"], encoding="int4_block/float32").model_encoding == (
+        "float32"
+    )
 
 
 @pytest.mark.sim

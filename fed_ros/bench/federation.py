@@ -37,12 +37,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fed_ros.core.compression import ENCODING_NAMES
-from fed_ros.core.sparse_deltas import parse_topk
 from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_tracking import track_cells
+from fed_ros.bench.federation_wire import check_bench_encoding
 from fed_ros.bench.federation_cells import CellExecutor, SerialExecutor, run_settings
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.federation_methods import METHODS
@@ -121,8 +120,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--encoding",
         type=_encoding,
-        help="how updates and cluster models travel (float32 exact; float16; int8; int8_block; "
-        "topk or topk:<fraction>: sparse update deltas with error feedback, float32 models): "
+        help="how updates and cluster models travel, UPDATE[/MODEL] (float32 exact; float16; "
+        "int8; int8_block; int4_block; topk or topk:<fraction>: sparse update deltas with error "
+        "feedback, float32 models unless named, e.g. int4_block/float32): "
         "the robots train and are evaluated on decoded models, bytes per round are recorded",
     )
     ap.add_argument(
@@ -138,16 +138,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _encoding(name: str) -> str:
-    """An --encoding value: a compression encoding or topk[:fraction] (argparse names it)."""
+    """An --encoding value, UPDATE[/MODEL] (argparse names a bad one)."""
     try:
-        topk = parse_topk(name)
+        return check_bench_encoding(name)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-    if topk is None and name not in ENCODING_NAMES:
-        raise argparse.ArgumentTypeError(
-            f"unknown encoding {name!r}; expected one of {list(ENCODING_NAMES)} or topk[:fraction]"
-        )
-    return name
 
 
 def _profile(args: argparse.Namespace) -> Profile:

@@ -23,7 +23,7 @@ import numpy as np
 
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
-from fed_ros.bench.federation_wire import model_encoding, send_update
+from fed_ros.bench.federation_wire import encoding_suffix, model_encoding, send_update
 from fed_ros.core import sparse_deltas
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
@@ -207,7 +207,7 @@ class CellSpec:
     def key(self) -> str:
         """File-name key (a compressed run's cells are its own: ``__<encoding>``)."""
         enc = self.profile.encoding
-        suffix = "" if enc == "float32" else f"__{enc.replace(':', '-')}"
+        suffix = "" if enc == "float32" else f"__{encoding_suffix(enc)}"
         return f"{self.setting.name}__{self.method.name}__s{self.seed}{suffix}"
 
 

@@ -20,8 +20,7 @@ from fed_ros.bench.federation_methods import (
     fedepth_method,
     method_by_name,
 )
-from fed_ros.core.compression import check_encoding
-from fed_ros.core.sparse_deltas import parse_topk
+from fed_ros.bench.federation_wire import check_bench_encoding, model_encoding
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 
@@ -139,17 +138,17 @@ class Profile:
     noise_std: float = 0.05
     # How updates and cluster models travel (fed_ros.core.compression): the robots start from
     # and are evaluated on the decoded models, the server aggregates the decoded updates.
-    # "topk" / "topk:<fraction>": sparse update deltas with error feedback, float32 models.
+    # "topk" / "topk:<fraction>": sparse update deltas with error feedback, float32 models;
+    # "UPDATE/MODEL" names the two apart (e.g. int4_block/float32).
     encoding: str = "float32"
 
     def __post_init__(self) -> None:
-        if parse_topk(self.encoding) is None:
-            check_encoding(self.encoding)
+        check_bench_encoding(self.encoding)
 
     @property
     def model_encoding(self) -> str:
         """How cluster models travel (topk is for updates only: models go as float32)."""
-        return "float32" if parse_topk(self.encoding) is not None else self.encoding
+        return model_encoding(self.encoding)
 
     def policy_config(self) -> PolicyConfig:
         """The benchmark's low-dim policy (small enough for CPU rounds)."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fed_ros.bench.federation_wire import encoding_suffix
 from fed_ros.learning.tracking import open_tracker
 
 _ROUND_COLUMNS = {
@@ -27,7 +28,7 @@ def cell_run_name(rec: Mapping[str, Any]) -> str:
     """``<setting>__<method>__s<seed>[__<encoding>]``, as the cell files are named."""
     name = f"{rec['setting']}__{rec['method']}__s{rec['seed']}"
     encoding = (rec.get("profile") or {}).get("encoding", "float32")
-    return name if encoding == "float32" else f"{name}__{encoding.replace(':', '-')}"
+    return name if encoding == "float32" else f"{name}__{encoding_suffix(encoding)}"
 
 
 def cell_scalars(rec: Mapping[str, Any]) -> dict[int, dict[str, float]]:

@@ -2,9 +2,11 @@
 
 Cluster models travel under the model encoding (robots start from the decoded models), updates
 under the update encoding (the server aggregates what it decodes), and every payload's bytes are
-counted. ``topk[:fraction]`` updates are sparse deltas against the start model with each
-robot's error feedback, exactly as `fed_ros.ros.nodes.robot_update_encoding` sends them and the
-server node rebuilds them; a topk robot that started from a mix of clusters sends float32.
+counted. A benchmark encoding is ``UPDATE[/MODEL]``: ``int8_block`` for both, or
+``int4_block/float32`` for 4-bit updates and exact models. ``topk[:fraction]`` updates are
+sparse deltas against the start model with each robot's error feedback, exactly as
+`fed_ros.ros.nodes.robot_update_encoding` sends them and the server node rebuilds them; a topk
+robot that started from a mix of clusters sends float32.
 """
 
 from __future__ import annotations
@@ -15,14 +17,41 @@ from typing import Any
 import numpy as np
 
 from fed_ros.core import sparse_deltas
-from fed_ros.core.compression import encoded_nbytes, roundtrip
+from fed_ros.core.compression import ENCODING_NAMES, check_encoding, encoded_nbytes, roundtrip
 
 StateDict = dict[str, np.ndarray]
 
 
+def split_encoding(encoding: str) -> tuple[str, str]:
+    """(update encoding, model encoding) of a benchmark encoding ``UPDATE[/MODEL]``: one name
+    for both, except that topk is for updates only (its models travel as float32 unless named)."""
+    update, _, model = str(encoding).partition("/")
+    if not model:
+        model = "float32" if sparse_deltas.parse_topk(update) is not None else update
+    return update, model
+
+
+def check_bench_encoding(encoding: str) -> str:
+    """``encoding`` if both its parts are known, else ValueError naming the unknown part."""
+    update, model = split_encoding(encoding)
+    if sparse_deltas.parse_topk(update) is None:
+        check_encoding(update)
+    if model not in ENCODING_NAMES:
+        raise ValueError(
+            f"unknown model encoding {model!r} in {encoding!r}; expected one of "
+            f"{list(ENCODING_NAMES)} (topk is for updates only)"
+        )
+    return encoding
+
+
+def encoding_suffix(encoding: str) -> str:
+    """The encoding as it appears in cell file and run names (no ':' or '/')."""
+    return encoding.replace(":", "-").replace("/", "+")
+
+
 def model_encoding(encoding: str) -> str:
-    """How cluster models travel under a benchmark encoding (topk is for updates only)."""
-    return "float32" if sparse_deltas.parse_topk(encoding) is not None else encoding
+    """How cluster models travel under a benchmark encoding."""
+    return split_encoding(encoding)[1]
 
 
 def send_update(
@@ -36,7 +65,8 @@ def send_update(
 ) -> tuple[StateDict, int]:
     """(the update the server decodes, its payload bytes). ``feedback`` is this robot's
     `ErrorFeedback` (used, and updated, under topk only)."""
-    fraction = sparse_deltas.parse_topk(encoding)
+    update_encoding, model_enc = split_encoding(encoding)
+    fraction = sparse_deltas.parse_topk(update_encoding)
     if fraction is not None and sparse_deltas.starts_from_one_cluster(membership, picked):
         full = feedback.delta_to_send(trained, start)
         sent = sparse_deltas.roundtrip(full, fraction)
@@ -45,5 +75,5 @@ def send_update(
         if why:
             raise ValueError(why)
         return received, sparse_deltas.payload_nbytes([v.size for v in full.values()], fraction)
-    dense = model_encoding(encoding)
+    dense = update_encoding if fraction is None else "float32"  # a topk robot's fallback
     return roundtrip(trained, dense), encoded_nbytes(trained, dense)
