@@ -36,15 +36,21 @@ class Pad:
         self._Joy = Joy
         self.lock = threading.Lock()
         self.axes, self.buttons = [0.0] * 6, [0] * 21
+        self.published = 0  # Joy messages sent so far
         self._pub = node.create_publisher(Joy, f"{NS}/joy", 10)
         node.create_timer(0.05, self._publish)
 
-    def press(self, button: int) -> None:
-        """Press and release one button (each state for 0.2 s: several Joys)."""
+    def press(self, button: int, joys: int = 4) -> None:
+        """Press and release one button, each state held for ``joys`` published Joys (not for a
+        fixed time: on a loaded machine this process's timer once published no Joy at all during
+        a 0.2 s press, and the teleop node never saw it)."""
         for state in (1, 0):
             with self.lock:
                 self.buttons[button] = state
-            time.sleep(0.2)
+                start = self.published
+            wait_until(
+                lambda: self.published >= start + joys, 10.0, f"{joys} Joys, button {button}"
+            )
 
     def set(self, deadman: bool, stick: float = 0.8) -> None:
         with self.lock:
@@ -55,6 +61,8 @@ class Pad:
         with self.lock:
             msg = self._Joy(axes=list(self.axes), buttons=list(self.buttons))
         self._pub.publish(msg)
+        with self.lock:
+            self.published += 1
 
 
 def _reset(node) -> None:
