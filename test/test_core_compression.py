@@ -79,28 +79,29 @@ def test_bad_values_scales_and_names_are_refused_naming_them():
     assert ENCODING_NAMES == ("float32", "float16", "int8", "int8_block", "int4_block")
 
 
-def test_the_wire_format_carries_int8_block_and_refuses_a_bad_scale():
+@pytest.mark.parametrize("encoding,bad_scale", [("int8_block", math.inf), ("int4_block", math.nan)])
+def test_the_wire_format_carries_blockwise_encodings_and_refuses_a_bad_scale(encoding, bad_scale):
     pytest.importorskip("rclpy")
     from fed_ros.core.params import manifest_of
     from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict, encoded_size
 
     sd = _model()
-    enc = encode_state_dict(sd, "int8_block")
+    enc = encode_state_dict(sd, encoding)
     assert (
         enc.total_bytes
-        == encoded_nbytes(sd, "int8_block")
+        == encoded_nbytes(sd, encoding)
         == encoded_size(manifest_of(sd), enc.encoding)
     )
     assert enc.scales.size == 0  # the block scales travel inside the payload (signed, hashed)
-    out = decode_state_dict(enc.manifest, "int8_block", enc.data)
+    out = decode_state_dict(enc.manifest, encoding, enc.data)
     for name in sd:
-        assert np.array_equal(out[name], roundtrip(sd, "int8_block")[name]), name
+        assert np.array_equal(out[name], roundtrip(sd, encoding)[name]), name
     bad = enc.data.copy()
-    bad[0:4] = np.frombuffer(np.float32(math.inf).tobytes(), np.uint8)  # tensor w's 1st scale
-    with pytest.raises(ValueError, match="tensor 'w': int8_block: a block scale is not finite"):
-        decode_state_dict(enc.manifest, "int8_block", bad)
+    bad[0:4] = np.frombuffer(np.float32(bad_scale).tobytes(), np.uint8)  # tensor w's 1st scale
+    with pytest.raises(ValueError, match=f"tensor 'w': {encoding}: a block scale is not finite"):
+        decode_state_dict(enc.manifest, encoding, bad)
     with pytest.raises(ValueError, match="payload has"):
-        decode_state_dict(enc.manifest, "int8_block", enc.data[:-1])
+        decode_state_dict(enc.manifest, encoding, enc.data[:-1])
 
 
 def test_int4_block_packs_two_values_a_byte_within_half_a_step_of_its_block():
@@ -121,26 +122,3 @@ def test_int4_block_packs_two_values_a_byte_within_half_a_step_of_its_block():
     levels = np.arange(-7, 8, dtype=np.float32)
     raw = np.frombuffer(encode_block_tensor(levels, "int4_block"), np.uint8)
     assert raw.size == 4 + 8 and np.array_equal(decode_block_tensor(raw, 15, "int4_block"), levels)
-
-
-def test_the_wire_format_carries_int4_block_and_refuses_a_bad_scale():
-    pytest.importorskip("rclpy")
-    from fed_ros.core.params import manifest_of
-    from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict, encoded_size
-
-    sd = _model()
-    enc = encode_state_dict(sd, "int4_block")
-    assert (
-        enc.total_bytes
-        == encoded_nbytes(sd, "int4_block")
-        == encoded_size(manifest_of(sd), enc.encoding)
-    )
-    out = decode_state_dict(enc.manifest, "int4_block", enc.data)
-    for name in sd:
-        assert np.array_equal(out[name], roundtrip(sd, "int4_block")[name]), name
-    bad = enc.data.copy()
-    bad[0:4] = np.frombuffer(np.float32(math.nan).tobytes(), np.uint8)  # tensor w's 1st scale
-    with pytest.raises(ValueError, match="tensor 'w': int4_block: a block scale is not finite"):
-        decode_state_dict(enc.manifest, "int4_block", bad)
-    with pytest.raises(ValueError, match="payload has"):
-        decode_state_dict(enc.manifest, "int4_block", enc.data[:-1])
