@@ -374,6 +374,7 @@ def test_a_benchmark_encoding_names_updates_and_models_apart():
 
     assert split_encoding("int8_block") == ("int8_block", "int8_block")
     assert split_encoding("topk:0.05") == ("topk:0.05", "float32")  # models never sparse
+    assert split_encoding("int4_delta") == ("int4_delta", "float32")  # nor deltas
     assert split_encoding("int4_block/float32") == ("int4_block", "float32")
     assert encoding_suffix("int4_block/float32") == "int4_block+float32"
     assert with_overrides(PROFILES["quick"], encoding="int4_block/float32").model_encoding == (
@@ -411,6 +412,25 @@ def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path
     assert encoded_nbytes(model, "float32") / sparse_deltas.payload_nbytes(sizes, 0.05) > 5.0
     with pytest.raises(ValueError, match="top-k fraction"):
         with_overrides(PROFILES["quick"], encoding="topk:2")
+
+
+@pytest.mark.sim
+def test_a_quantized_delta_cell_sends_deflated_deltas_below_the_blockwise_size(tmp_path):
+    """--encoding int8_delta: each round's updates are the robots' deltas, int8 and deflated
+    (fewer bytes than int8_block of the same model), with float32 models."""
+    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.learning.trainer import initial_state_dict
+
+    out = tmp_path / "bench"
+    argv = ["--quick", "--only", "cross", "--methods", "fedavg", "--robots", "2", "--demos", "2"]
+    argv += ["--rounds", "2", "--local-steps", "2", "--eval-episodes", "1", "--out", str(out)]
+    assert F.main([*argv, "--encoding", "int8_delta"]) == 0
+    cell = json.loads((out / "cells" / "cross_family__fedavg__s0__int8_delta.json").read_text())
+    model = initial_state_dict(PROFILES["quick"].policy_config(), seed=0)
+    for row in cell["rounds"]:
+        assert 0 < row["update_bytes"] < 2 * encoded_nbytes(model, "int8_block"), row
+        assert row["model_bytes"] == encoded_nbytes(model, "float32")
+    assert with_overrides(PROFILES["quick"], encoding="int4_delta").model_encoding == "float32"
 
 
 def test_eval_horizons_scale_the_longest_demo_per_family():

@@ -56,6 +56,8 @@ from fed_ros.core.checks.payload_checks import (
     ENCODING_INT4_BLOCK,
     ENCODING_INT8_BLOCK,
     ENCODING_TOPK,
+    ENCODING_INT8_DELTA,
+    ENCODING_INT4_DELTA,
     check_payload_manifest,
     check_tensors,
     compare_manifest,
@@ -465,8 +467,10 @@ def test_encoding_constants_are_the_wire_values():
         ENCODING_INT8_BLOCK,
         ENCODING_TOPK,
         ENCODING_INT4_BLOCK,
-    ) == (0, 1, 2, 3, 4, 5)
-    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1, 4: 8, 5: 0.5}
+        ENCODING_INT8_DELTA,
+        ENCODING_INT4_DELTA,
+    ) == (0, 1, 2, 3, 4, 5, 6, 7)
+    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1, 4: 8, 5: 0.5, 6: 1, 7: 0.5}
 
 
 def test_encoding_constants_mirror_the_message_definition():
@@ -482,6 +486,8 @@ def test_encoding_constants_mirror_the_message_definition():
         "ENCODING_INT8_BLOCK": ENCODING_INT8_BLOCK,
         "ENCODING_TOPK": ENCODING_TOPK,
         "ENCODING_INT4_BLOCK": ENCODING_INT4_BLOCK,
+        "ENCODING_INT8_DELTA": ENCODING_INT8_DELTA,
+        "ENCODING_INT4_DELTA": ENCODING_INT4_DELTA,
     }
 
 
@@ -498,10 +504,11 @@ def test_expected_payload_bytes_per_encoding_and_unknown_encoding():
     big = (TensorSpec("w", (128,)), TensorSpec("b", (129,)), TensorSpec("e", (0,)))
     assert expected_payload_bytes(big, 3) == (4 + 128) + (8 + 129) + 0
     with pytest.raises(ValueError) as err:
-        expected_payload_bytes(MANIFEST, 6)
-    assert str(err.value) == "unknown encoding 6; known [0, 1, 2, 3, 4, 5]"
-    with pytest.raises(ValueError, match="topk payload has no fixed size"):
-        expected_payload_bytes(MANIFEST, 4)  # topk: payload_size_range gives its bounds
+        expected_payload_bytes(MANIFEST, 8)
+    assert str(err.value) == "unknown encoding 8; known [0, 1, 2, 3, 4, 5, 6, 7]"
+    for delta in (4, 6, 7):  # topk and the deflated deltas: payload_size_range gives the bounds
+        with pytest.raises(ValueError, match=f"encoding {delta} has no fixed size"):
+            expected_payload_bytes(MANIFEST, delta)
 
 
 @PROPS
@@ -750,7 +757,7 @@ def test_update_envelope_defaults():
             OVERSIZE,
             "robot 'robot_0': update of 37 bytes exceeds the cap 36 bytes",
         ),
-        (dict(encoding=6), MALFORMED, "robot 'robot_0': unknown encoding 6"),
+        (dict(encoding=8), MALFORMED, "robot 'robot_0': unknown encoding 8"),
         (dict(encoding=-1), MALFORMED, "robot 'robot_0': unknown encoding -1"),
         (dict(encoding=0.0), MALFORMED, "robot 'robot_0': unknown encoding 0.0"),
         (dict(encoding=False), MALFORMED, "robot 'robot_0': unknown encoding False"),

@@ -121,8 +121,9 @@ def _parser() -> argparse.ArgumentParser:
         "--encoding",
         type=_encoding,
         help="how updates and cluster models travel, UPDATE[/MODEL] (float32 exact; float16; "
-        "int8; int8_block; int4_block; topk or topk:<fraction>: sparse update deltas with error "
-        "feedback, float32 models unless named, e.g. int4_block/float32): "
+        "int8; int8_block; int4_block; topk or topk:<fraction>: sparse update deltas; int8_delta, "
+        "int4_delta: quantized, deflated update deltas; the deltas keep error feedback and "
+        "send float32 models unless named, e.g. int4_block/float32): "
         "the robots train and are evaluated on decoded models, bytes per round are recorded",
     )
     ap.add_argument(

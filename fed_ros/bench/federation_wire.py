@@ -5,8 +5,9 @@ under the update encoding (the server aggregates what it decodes), and every pay
 counted. A benchmark encoding is ``UPDATE[/MODEL]``: ``int8_block`` for both, or
 ``int4_block/float32`` for 4-bit updates and exact models. ``topk[:fraction]`` updates are
 sparse deltas against the start model with each robot's error feedback, exactly as
-`fed_ros.ros.nodes.robot_update_encoding` sends them and the server node rebuilds them; a topk
-robot that started from a mix of clusters sends float32.
+`fed_ros.ros.nodes.robot_update_encoding` sends them and the server node rebuilds them;
+``int8_delta``/``int4_delta`` updates are that delta quantized and deflated, with the same error
+feedback. A delta robot that started from a mix of clusters sends float32.
 """
 
 from __future__ import annotations
@@ -16,30 +17,32 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core import sparse_deltas
+from fed_ros.core import quantized_deltas, sparse_deltas
 from fed_ros.core.compression import ENCODING_NAMES, check_encoding, encoded_nbytes, roundtrip
+from fed_ros.core.quantized_deltas import is_delta_encoding
 
 StateDict = dict[str, np.ndarray]
 
 
 def split_encoding(encoding: str) -> tuple[str, str]:
     """(update encoding, model encoding) of a benchmark encoding ``UPDATE[/MODEL]``: one name
-    for both, except that topk is for updates only (its models travel as float32 unless named)."""
+    for both, except that the delta encodings are for updates only (their models travel as
+    float32 unless named)."""
     update, _, model = str(encoding).partition("/")
     if not model:
-        model = "float32" if sparse_deltas.parse_topk(update) is not None else update
+        model = "float32" if is_delta_encoding(update) else update
     return update, model
 
 
 def check_bench_encoding(encoding: str) -> str:
     """``encoding`` if both its parts are known, else ValueError naming the unknown part."""
     update, model = split_encoding(encoding)
-    if sparse_deltas.parse_topk(update) is None:
+    if not is_delta_encoding(update):
         check_encoding(update)
     if model not in ENCODING_NAMES:
         raise ValueError(
             f"unknown model encoding {model!r} in {encoding!r}; expected one of "
-            f"{list(ENCODING_NAMES)} (topk is for updates only)"
+            f"{list(ENCODING_NAMES)} (the delta encodings are for updates only)"
         )
     return encoding
 
@@ -64,16 +67,22 @@ def send_update(
     feedback: Any,
 ) -> tuple[StateDict, int]:
     """(the update the server decodes, its payload bytes). ``feedback`` is this robot's
-    `ErrorFeedback` (used, and updated, under topk only)."""
+    `ErrorFeedback` (used, and updated, under the delta encodings only)."""
     update_encoding, model_enc = split_encoding(encoding)
-    fraction = sparse_deltas.parse_topk(update_encoding)
-    if fraction is not None and sparse_deltas.starts_from_one_cluster(membership, picked):
+    delta = is_delta_encoding(update_encoding)
+    if delta and sparse_deltas.starts_from_one_cluster(membership, picked):
         full = feedback.delta_to_send(trained, start)
-        sent = sparse_deltas.roundtrip(full, fraction)
+        fraction = sparse_deltas.parse_topk(update_encoding)
+        if fraction is not None:
+            sent = sparse_deltas.roundtrip(full, fraction)
+            nbytes = sparse_deltas.payload_nbytes([v.size for v in full.values()], fraction)
+        else:
+            sent = quantized_deltas.roundtrip(full, update_encoding)
+            nbytes = quantized_deltas.payload_nbytes(full, update_encoding)
         feedback.keep_unsent(full, sent)
         received, why = sparse_deltas.apply_delta(start, sent, cluster_id)
         if why:
             raise ValueError(why)
-        return received, sparse_deltas.payload_nbytes([v.size for v in full.values()], fraction)
-    dense = update_encoding if fraction is None else "float32"  # a topk robot's fallback
+        return received, nbytes
+    dense = "float32" if delta else update_encoding  # a delta robot's fallback
     return roundtrip(trained, dense), encoded_nbytes(trained, dense)

@@ -164,14 +164,15 @@ def roundtrip(delta: Mapping[str, np.ndarray], fraction: float) -> dict[str, np.
 def apply_delta(
     base: Mapping[str, np.ndarray] | None, delta: Mapping[str, np.ndarray], cluster_id: int
 ) -> tuple[dict[str, np.ndarray], str]:
-    """(base + delta, "") or ({}, why not): the server's update from a topk delta.
+    """(base + delta, "") or ({}, why not): the server's update from a delta encoding (topk,
+    int8_delta, int4_delta).
 
     ``base`` is the update's cluster model of its round as the robots decoded it; None when the
     server sent no such model (an unknown cluster, or a round it no longer serves)."""
     if base is None:
-        return {}, f"topk delta against cluster {cluster_id}, whose model this round was not sent"
+        return {}, f"delta against cluster {cluster_id}, whose model this round was not sent"
     if set(base) != set(delta):
-        return {}, "topk delta tensors differ from the cluster model's"
+        return {}, "delta tensors differ from the cluster model's"
     out = {}
     for name, d in delta.items():
         b = np.asarray(base[name], dtype=np.float32)

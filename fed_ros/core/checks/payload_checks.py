@@ -37,6 +37,7 @@ from fed_ros.core.checks.decisions import (
     _short,
 )
 from fed_ros.core.compression import block_nbytes
+from fed_ros.core import quantized_deltas
 from fed_ros.core.sparse_deltas import payload_bounds
 from fed_ros.core.params import Manifest
 
@@ -47,6 +48,12 @@ ENCODING_INT8 = 2
 ENCODING_INT8_BLOCK = 3  # block scales inside the payload (fed_ros.core.compression)
 ENCODING_TOPK = 4  # updates only: a sparse delta, size set by the sender (core.sparse_deltas)
 ENCODING_INT4_BLOCK = 5  # 4-bit values, block scales inside the payload (core.compression)
+ENCODING_INT8_DELTA = 6  # updates only: a deflated int8_block delta (core.quantized_deltas)
+ENCODING_INT4_DELTA = 7  # updates only: a deflated int4_block delta (core.quantized_deltas)
+# The encodings of a delta against the round's cluster model (updates only; the server adds the
+# delta to that model): the sizes of the two deflated ones depend on the values.
+QUANTIZED_DELTA_NAMES = {ENCODING_INT8_DELTA: "int8_delta", ENCODING_INT4_DELTA: "int4_delta"}
+DELTA_ENCODING_IDS = frozenset({ENCODING_TOPK, *QUANTIZED_DELTA_NAMES})
 BYTES_PER_VALUE = {
     ENCODING_FLOAT32: 4,
     ENCODING_FLOAT16: 2,
@@ -54,6 +61,8 @@ BYTES_PER_VALUE = {
     ENCODING_INT8_BLOCK: 1,
     ENCODING_TOPK: 8,  # per kept value (uint32 index + float32), plus a count per tensor
     ENCODING_INT4_BLOCK: 0.5,  # plus a float32 scale per 64 values
+    ENCODING_INT8_DELTA: 1,  # at most, before deflate; plus a float32 scale per 128 values
+    ENCODING_INT4_DELTA: 0.5,  # at most, before deflate; plus a float32 scale per 64 values
 }
 
 
@@ -106,8 +115,10 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
     """Encoded size in bytes of a payload with this manifest and a dense encoding."""
     if encoding not in BYTES_PER_VALUE:
         raise ValueError(f"unknown encoding {encoding!r}; known {sorted(BYTES_PER_VALUE)}")
-    if encoding == ENCODING_TOPK:
-        raise ValueError("a topk payload has no fixed size; use payload_size_range")
+    if encoding in DELTA_ENCODING_IDS:
+        raise ValueError(
+            f"a payload of encoding {encoding} has no fixed size; use payload_size_range"
+        )
     if encoding == ENCODING_INT8_BLOCK:
         return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
     if encoding == ENCODING_INT4_BLOCK:
@@ -116,9 +127,14 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
 
 
 def payload_size_range(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> tuple[int, int]:
-    """(smallest, largest) payload bytes: one size for a dense encoding, a range for topk."""
+    """(smallest, largest) payload bytes: one size for a dense encoding, a range for the delta
+    encodings (topk's depends on the fraction, a deflated delta's on its values)."""
     if encoding == ENCODING_TOPK:
         return payload_bounds([math.prod(s.shape) for s in manifest])
+    if encoding in QUANTIZED_DELTA_NAMES:
+        return quantized_deltas.payload_bounds(
+            [math.prod(s.shape) for s in manifest], QUANTIZED_DELTA_NAMES[encoding]
+        )
     size = expected_payload_bytes(manifest, encoding)
     return size, size
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from fed_ros.core.compression import ENCODING_NAMES
+from fed_ros.core.quantized_deltas import DELTA_ENCODINGS
 from fed_ros.core.sparse_deltas import DEFAULT_FRACTION, TOPK
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.ros.fleet.param_spec import NodeParams, param
@@ -273,9 +274,10 @@ class RobotParams(NodeParams):
         "how updates travel: float32 (exact), float16, int8 (a scale per tensor), int8_block "
         "(a scale per 128 values), int4_block (4 bits, a scale per 64), topk (the "
         "update_topk_fraction largest changes per tensor, the rest kept on the robot for the next "
-        "round)",
+        "round), int8_delta / int4_delta (the change since the start model, quantized and "
+        "deflated, its rounding error kept on the robot)",
         live=True,
-        choices=ENCODING_NAMES + (TOPK,),
+        choices=ENCODING_NAMES + (TOPK,) + DELTA_ENCODINGS,
     )
     tracking: str = param(
         "auto",

@@ -15,7 +15,8 @@ from typing import Any
 
 from fed_ros.core.checks import bounds
 from fed_ros.core.checks.bounds import RateLimiter
-from fed_ros.msg import TensorPayload
+from fed_ros.core.checks.payload_checks import DELTA_ENCODING_IDS
+from fed_ros.ros.wire.tensors import ENCODING_NAMES
 from fed_ros.ros.wire.transfer_receiver import Received
 
 
@@ -110,9 +111,10 @@ class RobotDownlink:
         )
         if why is not None:
             return why
-        if int(msg.payload.encoding) == TensorPayload.ENCODING_TOPK:
+        if int(msg.payload.encoding) in DELTA_ENCODING_IDS:
+            name = ENCODING_NAMES.get(int(msg.payload.encoding), int(msg.payload.encoding))
             return (
-                f"cluster {int(msg.cluster_id)} round {int(msg.round)}: encoding topk is a sparse "
+                f"cluster {int(msg.cluster_id)} round {int(msg.round)}: encoding {name} is a "
                 "delta, for updates only; a cluster model is a whole model"
             )
         d = validate_cluster_model(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core import sparse_deltas
+from fed_ros.core import quantized_deltas, sparse_deltas
 from fed_ros.core.compression import block_nbytes, decode_block_tensor, encode_block_tensor
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
 from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
@@ -35,6 +35,8 @@ ENCODINGS: dict[str, int] = {
     "int8_block": TensorPayload.ENCODING_INT8_BLOCK,
     "topk": TensorPayload.ENCODING_TOPK,
     "int4_block": TensorPayload.ENCODING_INT4_BLOCK,
+    "int8_delta": TensorPayload.ENCODING_INT8_DELTA,
+    "int4_delta": TensorPayload.ENCODING_INT4_DELTA,
 }
 ENCODING_NAMES: dict[int, str] = {v: k for k, v in ENCODINGS.items()}
 # Bytes per element on the wire, per encoding (little-endian, no padding).
@@ -45,6 +47,13 @@ _WIRE_DTYPE: dict[int, np.dtype] = {
     TensorPayload.ENCODING_INT8_BLOCK: np.dtype("i1"),  # plus its block scales (tensor_nbytes)
     TensorPayload.ENCODING_TOPK: np.dtype("<f4"),  # values; plus count and indices (sparse_deltas)
     TensorPayload.ENCODING_INT4_BLOCK: np.dtype("u1"),  # two values a byte, plus block scales
+    TensorPayload.ENCODING_INT8_DELTA: np.dtype("u1"),  # a zlib stream (quantized_deltas)
+    TensorPayload.ENCODING_INT4_DELTA: np.dtype("u1"),  # a zlib stream (quantized_deltas)
+}
+# The deflated, quantized delta encodings (updates only; sizes depend on the values).
+_QUANTIZED_DELTAS = {
+    TensorPayload.ENCODING_INT8_DELTA: "int8_delta",
+    TensorPayload.ENCODING_INT4_DELTA: "int4_delta",
 }
 # The blockwise encodings (block scales inside the payload: fed_ros.core.compression).
 _BLOCKWISE = {
@@ -145,8 +154,8 @@ def encoded_size(manifest: Sequence[TensorSpec], encoding: int) -> int:
     payload's size depends on the sender's fraction: see :func:`size_range`)."""
     if encoding not in _WIRE_DTYPE:
         raise ValueError(f"unknown payload encoding {encoding!r}")
-    if encoding == TensorPayload.ENCODING_TOPK:
-        raise ValueError("a topk payload has no fixed size; use size_range")
+    if encoding == TensorPayload.ENCODING_TOPK or encoding in _QUANTIZED_DELTAS:
+        raise ValueError(f"a {ENCODING_NAMES[encoding]} payload has no fixed size; use size_range")
     return sum(tensor_nbytes(_numel(s.shape), encoding) for s in manifest)
 
 
@@ -155,6 +164,9 @@ def size_range(manifest: Sequence[TensorSpec], encoding: int) -> tuple[int, int]
     the dense encodings; for topk, from no entry to every entry kept (decoding checks the rest)."""
     if encoding == TensorPayload.ENCODING_TOPK:
         return sparse_deltas.payload_bounds([_numel(s.shape) for s in manifest])
+    if encoding in _QUANTIZED_DELTAS:
+        sizes = [_numel(s.shape) for s in manifest]
+        return quantized_deltas.payload_bounds(sizes, _QUANTIZED_DELTAS[encoding])
     size = encoded_size(manifest, encoding)
     return size, size
 
@@ -196,12 +208,18 @@ def encode_state_dict(
     """Pack a state dict into one buffer (one pass over the tensors) and hash it.
 
     Under ``topk``, ``sd`` is a delta (what to add to the start model) and ``topk_fraction`` of
-    each tensor's entries travel."""
+    each tensor's entries travel; under ``int8_delta``/``int4_delta`` it is a delta too, all of
+    it quantized and deflated."""
     enc = _encoding_id(encoding)
     wire = _WIRE_DTYPE[enc]
     specs = manifest_of(sd)  # validates: ndarray, float32, non-empty unique names
-    if enc == TensorPayload.ENCODING_TOPK:
-        packed = b"".join(sparse_deltas.encode_tensor(v, topk_fraction, k) for k, v in sd.items())
+    if enc == TensorPayload.ENCODING_TOPK or enc in _QUANTIZED_DELTAS:
+        if enc == TensorPayload.ENCODING_TOPK:
+            packed = b"".join(
+                sparse_deltas.encode_tensor(v, topk_fraction, k) for k, v in sd.items()
+            )
+        else:
+            packed = quantized_deltas.encode_payload(sd, _QUANTIZED_DELTAS[enc])
         data = np.frombuffer(packed, dtype=np.uint8).copy()
         return EncodedPayload(
             manifest=tuple(specs),
@@ -271,6 +289,14 @@ def decode_state_dict(
     if enc == TensorPayload.ENCODING_TOPK:  # a dense delta per tensor (zeros where none sent)
         dense = sparse_deltas.decode_payload(
             buf, [_numel(s.shape) for s in manifest], [s.name for s in manifest]
+        )
+        return {s.name: v.astype(s.dtype).reshape(s.shape) for s, v in zip(manifest, dense)}
+    if enc in _QUANTIZED_DELTAS:
+        dense = quantized_deltas.decode_payload(
+            buf,
+            [_numel(s.shape) for s in manifest],
+            [s.name for s in manifest],
+            _QUANTIZED_DELTAS[enc],
         )
         return {s.name: v.astype(s.dtype).reshape(s.shape) for s, v in zip(manifest, dense)}
     scale_arr = np.asarray(scales, dtype=np.float32).reshape(-1)
