@@ -42,6 +42,16 @@ def quorum_for(participants: int, fraction: float, minimum: int) -> int:
     return min(participants, max(minimum, math.ceil(fraction * participants - 1e-9)))
 
 
+def ready_clusters(answers: Mapping[str, Any], targets: Mapping[int, int]) -> list[int]:
+    """Clusters whose buffered updates (``answers``: robot -> update with ``cluster_id``) reached
+    their target; an update for a cluster without a target counts toward a target of 1."""
+    counts: dict[int, int] = {}
+    for update in answers.values():
+        cid = int(getattr(update, "cluster_id", -1))
+        counts[cid] = counts.get(cid, 0) + 1
+    return sorted(c for c, n in counts.items() if n >= max(1, int(targets.get(c, 1))))
+
+
 @dataclass(frozen=True)
 class RoundPlan:
     """One announcement: what the node publishes as a RoundAnnouncement."""
@@ -55,6 +65,10 @@ class RoundPlan:
     memberships: dict[str, Membership]
     quorum: int
     configs: dict[str, RoundConfig] = field(default_factory=dict)  # what each robot must obey
+    # Buffered (asynchronous) TRAIN stages: updates each cluster needs before it is aggregated
+    # (empty: a synchronous stage), and how many rounds old an update may be.
+    buffer_targets: dict[int, int] = field(default_factory=dict)
+    max_staleness: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,7 +118,12 @@ class StageCollector:
                 reason=f"robot {robot_id!r} is not a participant of round {plan.round_idx}",
                 code=NOT_PARTICIPANT,
             )
-        if round_idx < plan.round_idx:
+        buffered_stale = (
+            base_round is not None
+            and plan.max_staleness > 0
+            and plan.round_idx - plan.max_staleness <= round_idx < plan.round_idx
+        )
+        if round_idx < plan.round_idx and not buffered_stale:
             return Decision(
                 False,
                 reason=f"stale: answer for round {round_idx}, current round is {plan.round_idx}",
@@ -116,11 +135,11 @@ class StageCollector:
                 reason=f"future round {round_idx}, current round is {plan.round_idx}",
                 code=FUTURE,
             )
-        if base_round is not None and base_round != plan.round_idx:
+        if base_round is not None and base_round != round_idx:
             return Decision(
                 False,
                 reason=f"stale base: trained from model version {base_round}, "
-                f"round {plan.round_idx} starts from version {plan.round_idx}",
+                f"round {round_idx} starts from version {round_idx}",
                 code=STALE_BASE,
             )
         deadline = self.deadline_for(robot_id)
@@ -131,7 +150,10 @@ class StageCollector:
                 f"of round {plan.round_idx}",
                 code=LATE,
             )
-        if robot_id in self.answers and robot_id not in self.carried:
+        held = self.answers.get(robot_id)
+        newer = held is not None and round_idx > int(getattr(held, "round_idx", round_idx))
+        if robot_id in self.answers and robot_id not in self.carried and not newer:
+            # (A buffered robot's update of a later round replaces its older one still waiting.)
             return Decision(
                 False,
                 reason=f"duplicate answer from {robot_id!r} for round {plan.round_idx} "
@@ -159,8 +181,12 @@ class StageCollector:
         return Decision(False, code, reason)
 
     def decision(self, now: float) -> StageDecision:
-        """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait."""
+        """Proceed when everyone answered, or at the deadline with a quorum; else abandon/wait.
+        A buffered TRAIN stage proceeds as soon as one cluster's buffer is full
+        (:meth:`buffered_decision`)."""
         plan = self.plan
+        if plan.buffer_targets and plan.stage == TRAIN:
+            return self.buffered_decision(now)
         answered = tuple(r for r in plan.participants if r in self.answers)
         missing = tuple(r for r in plan.participants if r not in self.answers)
         if not missing:
@@ -182,3 +208,27 @@ class StageCollector:
             missing,
             f"below quorum: {len(answered)} of {plan.quorum} required answers by the deadline",
         )
+
+    def buffered_decision(self, now: float) -> StageDecision:
+        """Proceed with the robots of every cluster whose buffer holds its target (the others'
+        updates wait for a later round); at the deadline, with whatever is buffered; abandon a
+        stage that got nothing."""
+        plan = self.plan
+        answered = tuple(r for r in self.answers)
+        ready = ready_clusters(self.answers, plan.buffer_targets)
+        if ready:
+            chosen = tuple(r for r in answered if int(self.answers[r].cluster_id) in ready)
+            waiting = tuple(r for r in answered if r not in chosen)
+            return StageDecision(
+                "proceed",
+                chosen,
+                waiting,
+                f"buffer full: cluster(s) {', '.join(map(str, ready))}",
+            )
+        if now <= plan.deadline_s:
+            return StageDecision("wait", answered)
+        if answered:
+            return StageDecision(
+                "proceed", answered, (), f"deadline passed: {len(answered)} buffered update(s)"
+            )
+        return StageDecision("abandon", (), (), "no update buffered by the deadline")

@@ -16,7 +16,6 @@ beside it: ``settings`` (RoundSettings), ``answers`` (each answer's admission),
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -27,15 +26,11 @@ from fed_ros.core.checks.decisions import Decision
 from fed_ros.core.rounds.announcements import done_plan, evaluation_plan, stage_plan
 from fed_ros.core.rounds.answers import (
     CarriedAnswers,
-    admit_decline,
-    admit_descriptor,
-    admit_metrics,
-    admit_update,
-    check_update_header,
     drop_updates_without_descriptor,
     keep_descriptors,
     record_success_rates,
 )
+from fed_ros.core.rounds.buffered import RoundBuffer
 from fed_ros.core.rounds.collect import (
     DESCRIBE,
     EVALUATE,
@@ -46,7 +41,8 @@ from fed_ros.core.rounds.collect import (
     TRAIN,
 )
 from fed_ros.core.rounds.config import Membership, RoundConfig
-from fed_ros.core.rounds.liveness import LivenessSettings, admit_heartbeat, attach_ledger
+from fed_ros.core.rounds.liveness import LivenessSettings, attach_ledger
+from fed_ros.core.rounds.intake import StageAnswerIntake
 from fed_ros.core.rounds.report import RoundOutcome, completed_outcome, round_outcome
 from fed_ros.core.rounds.roster import Roster
 from fed_ros.core.rounds.settings import RoundSettings
@@ -56,7 +52,7 @@ from fed_ros.core.rounds.strategy_like import StrategyLike
 # ------------------------------------------------------------------- coordinator
 
 
-class RoundCoordinator:
+class RoundCoordinator(StageAnswerIntake):
     """Runs rounds of one strategy over a roster, committing each round to a model store.
 
     The node calls :meth:`start_round`, feeds :meth:`offer_update` /
@@ -108,6 +104,9 @@ class RoundCoordinator:
         self.held = False
         self.pending_outcome: RoundOutcome | None = None  # held while its models are evaluated
         self.carried = CarriedAnswers()  # answers of this round's earlier attempts
+        # Buffered rounds (FedBuff): the models stale updates trained from, and the updates of
+        # clusters whose buffer was not yet full when another cluster's closed the round.
+        self.buffer = RoundBuffer(settings.buffer)
         self._initialized = False
         self._manifest = [(k, tuple(v.shape), str(v.dtype)) for k, v in self.initial_model.items()]
 
@@ -155,9 +154,13 @@ class RoundCoordinator:
         if missing:
             raise ValueError(f"strategy {self.strategy.name!r} gave no membership for {missing}")
         self._fill_cluster_models()
+        self.buffer.record(self.round_idx, self.cluster_models, self.memberships, self.configs)
         kinds = set(self.strategy.needs_descriptors(self.round_idx))
         self.stages = ([DESCRIBE] if kinds else []) + ([SCORE] if "rnd" in kinds else []) + [TRAIN]
-        self.descriptors = {}
+        if not self.buffer.enabled:
+            # Buffered rounds keep the latest descriptor of each robot: a buffered update may
+            # come from a robot that did not answer this round's DESCRIBE.
+            self.descriptors = {}
         self.attempt += 1
         return self._announce(self.stages[0], participants, now)
 
@@ -197,7 +200,10 @@ class RoundCoordinator:
             self.configs,
             now,
         )
-        self.collector = StageCollector(plan, self.carried.for_plan(plan))
+        carried = self.carried.for_plan(plan)
+        if self.buffer.enabled and stage == TRAIN:
+            plan, carried = self.buffer.train_plan(plan, len(self.cluster_models), carried)
+        self.collector = StageCollector(plan, carried)
         attach_ledger(self.collector, self.liveness)
         return plan
 
@@ -209,69 +215,6 @@ class RoundCoordinator:
     def current_plan(self) -> RoundPlan | None:
         """The announcement currently collecting answers."""
         return self.collector.plan if self.collector else None
-
-    # ------------------------------------------------------------------ answers
-    def check_update(
-        self, robot_id: str, round_idx: int, base_round: int, now: float | None = None
-    ) -> Decision:
-        """Pre-check an update's header (before its bytes arrive); counts nothing.
-
-        The caller records a rejection once (:meth:`record_rejection`), whichever check
-        refused it.
-        """
-        now = self.clock() if now is None else now
-        return check_update_header(self.collector, robot_id, round_idx, base_round, now)
-
-    def record_rejection(self, robot_id: str, reason: str) -> None:
-        """Count a rejection decided elsewhere (transport, validation) in the open stage's
-        report."""
-        if self.collector is not None:
-            self.collector.reject(robot_id, reason)
-
-    def offer_update(self, update: Any, now: float | None = None) -> Decision:
-        """Check and record a core ClientUpdate (``answers.admit_update``)."""
-        now = self.clock() if now is None else now
-        return admit_update(self.collector, update, now, self.settings.max_samples)
-
-    def offer_descriptor(
-        self, descriptor: Any, round_idx: int, now: float | None = None
-    ) -> Decision:
-        """Check and record a core ClientDescriptor answering a DESCRIBE or SCORE stage."""
-        now = self.clock() if now is None else now
-        return admit_descriptor(
-            self.collector, descriptor, round_idx, now, self.settings.max_samples
-        )
-
-    def offer_metrics(
-        self,
-        robot_id: str,
-        success_rate: float,
-        now: float | None = None,
-        interventions: tuple[float, float] = (math.nan, math.nan),
-    ) -> Decision:
-        """Record a robot's closed-loop success rate (and its human interventions per episode)
-        answering an EVALUATE stage."""
-        now = self.clock() if now is None else now
-        return admit_metrics(self.collector, robot_id, success_rate, now, interventions)
-
-    def offer_heartbeat(
-        self,
-        robot_id: str,
-        round_idx: int,
-        seq: int,
-        steps: tuple[int, int],
-        now: float | None = None,
-    ) -> Decision:
-        """A (signature-checked) training heartbeat: ``steps`` = (done, expected); progress
-        extends the robot's deadline (``liveness.admit_heartbeat``)."""
-        now = self.clock() if now is None else now
-        return admit_heartbeat(self.collector, robot_id, round_idx, seq, *steps, now)
-
-    def offer_decline(self, robot_id: str, reason: str, now: float | None = None) -> Decision:
-        """A participant's answer that it will not answer the open stage, with why
-        (``answers.admit_decline``)."""
-        now = self.clock() if now is None else now
-        return admit_decline(self.collector, robot_id, reason, now)
 
     # --------------------------------------------------------------------- poll
     def poll(self, now: float | None = None) -> tuple[RoundPlan | None, RoundOutcome | None]:
@@ -312,6 +255,13 @@ class RoundCoordinator:
             return self.done_plan(now), outcome
         return self._next_round(now), outcome
 
+    def _abandon_after(
+        self, col: StageCollector, decision: StageDecision, answered: list, why: str, now: float
+    ) -> tuple[RoundPlan | None, RoundOutcome]:
+        """Abandon a TRAIN stage that proceeded but cannot be aggregated (``why``)."""
+        abandon = StageDecision("abandon", tuple(answered), decision.stragglers, why)
+        return self._abandon(col, abandon, now)
+
     def _close_evaluation(
         self, col: StageCollector, now: float
     ) -> tuple[RoundPlan | None, RoundOutcome | None]:
@@ -339,30 +289,25 @@ class RoundCoordinator:
         if self.strategy.needs_descriptors(self.round_idx):
             answered = drop_updates_without_descriptor(col, answered, self.descriptors)
             if len(answered) < col.plan.quorum:
-                return self._abandon(
-                    col,
-                    StageDecision(
-                        "abandon",
-                        tuple(answered),
-                        decision.stragglers,
-                        "below quorum after dropping robots without descriptors",
-                    ),
-                    now,
-                )
+                why = "below quorum after dropping robots without descriptors"
+                return self._abandon_after(col, decision, answered, why, now)
         updates = [col.answers[r] for r in answered]
+        buffer_diag: dict[str, float] = {}
+        if self.buffer.enabled:
+            waiting = {r: col.answers[r] for r in decision.stragglers if r in col.answers}
+            updates, buffer_diag = self.buffer.take(
+                self.round_idx, updates, waiting, self.cluster_models
+            )
+            answered = [u.robot_id for u in updates]
+            if not updates:
+                return self._abandon_after(col, decision, [], "every update too stale", now)
         descriptors = {r: d for r, d in self.descriptors.items() if r in answered}
         t0 = time.perf_counter()
         try:
             result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
         except ValueError as exc:
             # The strategy refused these inputs: the round is abandoned, models stay unchanged.
-            return self._abandon(
-                col,
-                StageDecision(
-                    "abandon", tuple(answered), decision.stragglers, f"aggregation refused: {exc}"
-                ),
-                now,
-            )
+            return self._abandon_after(col, decision, answered, f"aggregation refused: {exc}", now)
         seconds = time.perf_counter() - t0
         # Commit point of the round: nothing about round r+1 is visible before this returns.
         self.store.commit(
@@ -379,10 +324,13 @@ class RoundCoordinator:
         )
         old = self.cluster_models
         self.cluster_models = {int(c): dict(m) for c, m in result.cluster_models.items()}
+        if self.buffer.enabled:
+            self.buffer.committed(old, self.cluster_models)
         self.memberships = {r: list(m) for r, m in result.assignments.items()}
         outcome = completed_outcome(
             col, decision.reason, result, seconds, updates, self.initial_model, old
         )
+        outcome.diagnostics.update(buffer_diag)
         self.collector = None
         self.round_idx += 1
         self.attempt = 0

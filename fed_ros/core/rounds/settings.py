@@ -9,8 +9,9 @@ fails at start-up rather than in the middle of a round.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from fed_ros.core.rounds.buffered import BufferSettings
 from fed_ros.core.rounds.collect import quorum_for
 
 
@@ -28,6 +29,8 @@ class RoundSettings:
     evaluate_every: int = 0  # rounds between closed-loop evaluations (0 = never)
     eval_timeout_s: float = 600.0
     eval_episodes: int = 2  # episodes per task a robot runs in an EVALUATE stage
+    # Asynchronous buffered rounds (FedBuff, fed_ros.core.rounds.buffered); off by default.
+    buffer: BufferSettings = field(default_factory=BufferSettings)
 
     def __post_init__(self) -> None:
         if self.evaluate_every < 0:
