@@ -41,7 +41,8 @@ class ValidationContext:
     """The server's view of the open round; the node updates it when a round starts/ends.
 
     allow_list None = authentication off (signatures not required). base_rounds: the model
-    versions a robot may have trained from (None: any version <= the round).
+    versions a robot may have trained from (None: any version <= the round). stale_rounds:
+    buffered rounds (FedBuff) also take answers to this many earlier rounds.
     """
 
     current_round: int
@@ -54,6 +55,7 @@ class ValidationContext:
     deadline_passed: bool = False
     descriptor_kinds: Collection[str] | None = None
     descriptor_dims: int | None = None
+    stale_rounds: int = 0
 
 
 def _check_sender(robot_id: Any, round_idx: Any, ctx: ValidationContext) -> Decision:
@@ -63,7 +65,7 @@ def _check_sender(robot_id: Any, round_idx: Any, ctx: ValidationContext) -> Deci
         )
     if not _is_int(round_idx) or round_idx < 0:
         return _reject(MALFORMED, f"round {_short(round_idx)} must be an integer >= 0")
-    if round_idx < ctx.current_round:
+    if round_idx < ctx.current_round - ctx.stale_rounds:
         return _reject(
             LATE,
             f"robot {robot_id!r}: round {round_idx} is over (current round {ctx.current_round})",

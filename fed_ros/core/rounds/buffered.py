@@ -213,14 +213,18 @@ class RoundBuffer:
         sent = SentRound(dict(cluster_models), dict(memberships), picks, dict(self.versions))
         self.history.record(round_idx, sent)
 
+    def window(self, clusters: int) -> int:
+        """Earlier rounds whose updates are still taken (0 when rounds are synchronous). Rounds
+        move with every cluster's aggregation: a cluster's update may be max_staleness of its own
+        versions old, so as many rounds per cluster are taken."""
+        return self.settings.max_staleness * max(1, clusters) if self.enabled else 0
+
     def train_plan(
         self, plan: RoundPlan, clusters: int, carried: Mapping[str, Any]
     ) -> tuple[RoundPlan, dict[str, Any]]:
         """A TRAIN plan made buffered (per-cluster targets, stale rounds taken, a quorum of one),
         and the answers it starts with: the waiting updates, then the stage's carried ones."""
-        # Rounds move with every cluster's aggregation: a cluster's update may be max_staleness
-        # of its own versions old, so as many rounds per cluster are taken.
-        window = self.settings.max_staleness * max(1, clusters)
+        window = self.window(clusters)
         self.history.keep = window + 1
         plan = replace(
             plan,

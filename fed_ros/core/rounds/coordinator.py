@@ -207,6 +207,11 @@ class RoundCoordinator(StageAnswerIntake):
         attach_ledger(self.collector, self.liveness)
         return plan
 
+    @property
+    def stale_rounds(self) -> int:
+        """Earlier rounds whose updates a buffered round still takes (0: synchronous rounds)."""
+        return self.buffer.window(len(self.cluster_models))
+
     def done_plan(self, now: float) -> RoundPlan:
         """The STAGE_DONE announcement (federation finished; robots keep their models)."""
         return done_plan(self.settings, self.round_idx, self.roster.ids, self.memberships, now)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from fed_ros.core.compression import ENCODING_NAMES
 from fed_ros.core.quantized_deltas import DELTA_ENCODINGS
+from fed_ros.core.rounds.buffered import STALENESS_KINDS
 from fed_ros.core.sparse_deltas import DEFAULT_FRACTION, TOPK
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.ros.fleet.param_spec import NodeParams, param
@@ -92,6 +93,29 @@ class ServerParams(NodeParams):
         live=True,
     )
     max_attempts: int = param(3, "announcements of one round before the server gives up", ge=1)
+    buffer_size: int = param(
+        0,
+        "asynchronous buffered rounds (FedBuff): aggregate a cluster as soon as this many of its "
+        "robots' updates are in, taking stale ones down-weighted (0 = synchronous rounds)",
+        unit="updates",
+        ge=0,
+    )
+    max_staleness: int = param(
+        4,
+        "with buffer_size: updates trained from a cluster model this many versions old or less "
+        "are used",
+        unit="versions",
+        ge=0,
+    )
+    staleness: str = param(
+        "polynomial",
+        "with buffer_size: a stale update's weight, polynomial (1 + tau) ** -staleness_exponent "
+        "or constant (no down-weighting, the ablation)",
+        choices=STALENESS_KINDS,
+    )
+    staleness_exponent: float = param(
+        0.5, "with buffer_size: the polynomial weight's exponent (FedBuff: 0.5)", ge=0.0
+    )
     heartbeat_timeout_s: float = param(
         20.0,
         "a training robot's deadline extension runs out this long after its last heartbeat",

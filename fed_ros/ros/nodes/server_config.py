@@ -13,6 +13,7 @@ import inspect
 from typing import Any
 
 from fed_ros.core.rounds.liveness import LivenessSettings
+from fed_ros.core.rounds.buffered import BufferSettings
 from fed_ros.core.rounds.settings import RoundSettings
 from fed_ros.core.strategies.base import STRATEGIES
 from fed_ros.ros.fleet.params import ServerParams
@@ -53,6 +54,12 @@ def round_settings(params: ServerParams) -> RoundSettings:
         evaluate_every=params.evaluate_every,
         eval_timeout_s=params.eval_timeout_s,
         eval_episodes=params.eval_episodes,
+        buffer=BufferSettings(
+            buffer_size=params.buffer_size,
+            max_staleness=params.max_staleness,
+            staleness=params.staleness,
+            staleness_exponent=params.staleness_exponent,
+        ),
     )
 
 

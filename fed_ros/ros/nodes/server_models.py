@@ -43,8 +43,9 @@ class ClusterModelPublisher:
         # model_resend requests refused: unsigned, forged or over the rate limit
         self.resend_refused = 0
         self.published_round = -1  # the round whose models are on the topic (-1: none yet)
-        # The published round's models as the robots decode them (the topk delta bases).
-        self._sent: dict[int, StateDict] = {}
+        # The models of the last published rounds as the robots decoded them (the bases of delta
+        # updates; buffered rounds take updates trained from earlier rounds' models too).
+        self._sent: dict[int, dict[int, StateDict]] = {}
 
     def publish_models(self) -> None:
         """Every cluster's current model, for the coordinator's round."""
@@ -56,10 +57,12 @@ class ClusterModelPublisher:
                     members.setdefault(int(cid), []).append(rid)
         self.models_out.withdraw_all()  # the previous round's models stop being served
         stamp = self.now_msg()
-        self._sent = {}
+        keep = round_idx - self.coord.stale_rounds
+        self._sent = {r: models for r, models in self._sent.items() if r >= keep and r != round_idx}
+        sent = self._sent[round_idx] = {}
         for cid, model in sorted(self.coord.cluster_models.items()):
             encoded = encode_state_dict(model, self.params().model_encoding)
-            self._sent[int(cid)] = decode_state_dict(
+            sent[int(cid)] = decode_state_dict(
                 encoded.manifest, encoded.encoding, encoded.data, encoded.scales, copy=True
             )
             out = self.models_out.prepare(
@@ -84,16 +87,14 @@ class ClusterModelPublisher:
             for chunk in out.chunks():
                 self.publish(cluster_model_msg(chunk, stamp=stamp, **out.meta))
         self.published_round = round_idx
-
-    def sent_model(self, round_idx: int, cluster_id: int) -> StateDict | None:
-        """Cluster ``cluster_id``'s model of ``round_idx`` as the robots decoded it, if this
-        server published it (the base of a topk update)."""
-        if round_idx != self.published_round:
-            return None
-        return self._sent.get(int(cluster_id))
         self.log.info(
             f"published {len(self.coord.cluster_models)} cluster model(s) for round {round_idx}"
         )
+
+    def sent_model(self, round_idx: int, cluster_id: int) -> StateDict | None:
+        """Cluster ``cluster_id``'s model of ``round_idx`` as the robots decoded it, if this
+        server published it and still keeps it (the base of a delta update)."""
+        return self._sent.get(int(round_idx), {}).get(int(cluster_id))
 
     def on_model_resend(self, msg) -> None:
         if not self._resend_limit.allow(time.monotonic()):

@@ -138,6 +138,16 @@ class RoundDriver:
                 f"{len(outcome.robots)} updates; model resend {self.models.resend_refused} "
                 "refused)"
             )  # exact, unthrottled
+            buffered = outcome.diagnostics
+            if "buffered/updates" in buffered:
+                self.log.info(
+                    f"round {outcome.round_idx}: buffered aggregation of "
+                    f"{buffered['buffered/updates']:.0f} update(s), "
+                    f"{buffered['buffered/stale_updates']:.0f} stale (staleness up to "
+                    f"{buffered['buffered/max_staleness']:.0f}, weight down to "
+                    f"{buffered['buffered/min_weight']:.2f}), "
+                    f"{buffered['buffered/waiting']:.0f} waiting"
+                )
             self.after_round(plan)  # logs a round held back by the pause
             self.track(outcome)
         if plan is not None:
@@ -157,7 +167,8 @@ class RoundDriver:
             # Signed: robots refuse a fake server's.
             self.publish_announcement(sign_msg(msg, "round", self.keys.signer))
             if self.keys.replay_guard is not None:
-                self.keys.replay_guard.advance(plan.round_idx)
+                # (buffered rounds still take updates of the last stale_rounds rounds)
+                self.keys.replay_guard.advance(plan.round_idx - self.coord.stale_rounds)
             self.log.info(
                 f"announced round {plan.round_idx} stage {plan.stage} to "
                 f"{len(plan.participants)} robots (quorum {plan.quorum})"

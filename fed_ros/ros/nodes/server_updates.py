@@ -81,11 +81,13 @@ class UpdateIntake:
         round_idx = plan.round_idx if plan else self.coord.round_idx
         col = self.coord.collector
         deadline = col.deadline_for(robot_id) if col is not None and plan is not None else 0.0
+        stale = self.coord.stale_rounds  # buffered rounds take earlier rounds' updates
         return ValidationContext(
             # expected_manifest None: a payload's content is checked once, by the transfer receiver.
             current_round=round_idx,
+            stale_rounds=stale,
             expected_manifest=None,
-            base_rounds={round_idx},
+            base_rounds=set(range(round_idx - stale, round_idx + 1)),
             participants=set(plan.participants) if plan else set(),
             deadline_passed=bool(plan and self.now() > deadline),
             limits=Limits(
@@ -145,10 +147,10 @@ class UpdateIntake:
         self.publish_ack(msg)
 
     def forget_stale(self, plan: RoundPlan) -> None:
-        """Free partial updates of earlier rounds; a re-announced round collects its payloads
-        afresh."""
+        """Free partial updates of earlier rounds (buffered rounds keep those they still take); a
+        re-announced round collects its payloads afresh."""
         for pid, (env, _) in list(self._envelopes.items()):
-            if env.round_idx < plan.round_idx:
+            if env.round_idx < plan.round_idx - self.coord.stale_rounds:
                 self._envelopes.pop(pid, None)
                 self.updates_in.discard(pid)
         if plan.stage == TRAIN:
