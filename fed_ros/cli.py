@@ -53,6 +53,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "fed_ros.bench.federation:main",
         "the papers' claims on MuJoCo arms, tables and plots",
     ),
+    "async": (
+        "fed_ros.bench.federation_async:main",
+        "synchronous vs buffered asynchronous rounds, one robot slower",
+    ),
     "robustness": (
         "fed_ros.bench.robustness:main",
         "attack table with and without robust aggregation",
