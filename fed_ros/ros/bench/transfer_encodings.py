@@ -2,9 +2,10 @@
 link, end to end, per update encoding.
 
 For each encoding the payload is a real policy's update (the initial model of ``--shaped-policy``
-plus a trained-like change), encoded as a robot encodes it (``topk`` with its error feedback),
-sent through the tbf-shaped link by the chosen transport methods, and decoded as the server
-decodes it (``topk``: added to the start model). The end-to-end time is encode + the median
+plus a trained-like change), encoded as a robot encodes it (the delta encodings, ``topk``,
+``int8_delta``, ``int4_delta``, with its error feedback), sent through the tbf-shaped link by the
+chosen transport methods, and decoded as the server decodes it (a delta: added to the start
+model). The end-to-end time is encode + the median
 transfer + decode, each measured here; the bytes are the encoded payload's.
 """
 
@@ -21,6 +22,7 @@ def encoded_update(policy: str, encoding: str, seed: int = 0) -> dict[str, Any]:
     """Encode and decode one update of ``policy`` (lowdim, image) under ``encoding``; returns its
     bytes and the encode and decode seconds."""
     from fed_ros.core import sparse_deltas
+    from fed_ros.core.quantized_deltas import is_delta_encoding
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
     from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict
@@ -31,18 +33,22 @@ def encoded_update(policy: str, encoding: str, seed: int = 0) -> dict[str, Any]:
         k: v + rng.normal(scale=1e-3, size=v.shape).astype(np.float32) for k, v in start.items()
     }
     fraction = sparse_deltas.parse_topk(encoding)
+    delta = is_delta_encoding(encoding)
     t0 = time.perf_counter()
-    if fraction is not None:
+    if delta:
         feedback = sparse_deltas.ErrorFeedback()
         full = feedback.delta_to_send(trained, start)
-        payload = encode_state_dict(full, "topk", topk_fraction=fraction)
+        wire = "topk" if fraction is not None else encoding
+        payload = encode_state_dict(
+            full, wire, topk_fraction=fraction or sparse_deltas.DEFAULT_FRACTION
+        )
         sent = decode_state_dict(payload.manifest, payload.encoding, payload.data, copy=True)
         feedback.keep_unsent(full, sent)
     else:
         payload = encode_state_dict(trained, encoding)
     t1 = time.perf_counter()
     received = decode_state_dict(payload.manifest, payload.encoding, payload.data, payload.scales)
-    if fraction is not None:
+    if delta:
         received, _ = sparse_deltas.apply_delta(start, received, 0)
     t2 = time.perf_counter()
     return {
