@@ -228,6 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: Lift success of the camera policy trained from scripted "
         "demos (MuJoCo, in process; see --demos/--train-steps/--eval-episodes)",
     )
+    ap.add_argument(
+        "--data-path",
+        action="store_true",
+        help="instead: windows/s of the image data path, demonstrations on the host vs on the "
+        "device, batch 32 and 512",
+    )
     ap.add_argument("--demos", type=int, default=20, help="--lift: expert demonstrations")
     ap.add_argument("--train-steps", type=int, default=1500, help="--lift: BC optimiser steps")
     ap.add_argument("--lr", type=float, default=1e-3, help="--lift: AdamW learning rate")
@@ -249,6 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if args.data_path:
+        from fed_ros.bench.train_data_path import data_path_rows, print_data_path
+
+        batches = (8, 32) if args.quick else (32, 512)
+        rows = data_path_rows(device, batches, steps=args.steps, image_profile=args.image_profile)
+        print_data_path(rows, device)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=2)
+        return 0
     if args.lift:
         row = lift_from_images(
             args.demos,

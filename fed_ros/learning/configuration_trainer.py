@@ -37,6 +37,9 @@ def lr_factor(schedule: str, step: int, total_steps: int, warmup: int, final_rat
     return final_ratio + (1.0 - final_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+DATA_ON_DEVICE = ("auto", "on", "off")
+
+
 @dataclass
 class TrainerConfig:
     """Local-training settings; defaults are the FedDRMan paper's (Sec. IV).
@@ -62,6 +65,8 @@ class TrainerConfig:
         val_fraction: episodes held out to report val_nll (0: none).
         device: "auto" (CUDA with bf16 autocast when present), "cpu" or "cuda[:i]".
         amp: allow autocast on CUDA.
+        data_on_device: keep the demonstrations on the training device and build batches
+            there (`fed_ros.learning.device_dataset`): "auto" (on CUDA), "on" or "off".
         seed: all random streams derive from it.
         progress: show a tqdm bar.
     """
@@ -89,6 +94,7 @@ class TrainerConfig:
     val_fraction: float = 0.1
     device: str = "auto"
     amp: bool = True
+    data_on_device: str = "auto"
     seed: int = 0
     progress: bool = True
 
@@ -124,6 +130,10 @@ class TrainerConfig:
         for key, value in self.lambda_modality.items():
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"lambda_modality[{key!r}] must be >= 0, got {value!r}")
+        if self.data_on_device not in DATA_ON_DEVICE:
+            raise ValueError(
+                f"data_on_device must be one of {DATA_ON_DEVICE}, got {self.data_on_device!r}"
+            )
         resolve_device(self.device)  # raises ValueError on a bad name
 
     @property

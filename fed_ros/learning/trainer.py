@@ -26,6 +26,7 @@ from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.configuration_trainer import TrainerConfig, lr_factor
+from fed_ros.learning.device_dataset import DeviceDataset
 from fed_ros.learning.dataset import DemoDataset, split_episodes
 from fed_ros.learning.device import autocast, resolve_device, seed_everything
 from fed_ros.learning.losses import action_distillation_loss, bc_nll, proximal_term, subspace_losses
@@ -171,6 +172,11 @@ class LocalTrainer:
         """
         tc = self.tc
         rng = np.random.default_rng(tc.seed)
+        on_device = tc.data_on_device == "on" or (
+            tc.data_on_device == "auto" and self.device.type == "cuda"
+        )
+        if on_device and not isinstance(data, DeviceDataset):
+            data = DeviceDataset(data, self.device)  # batches built on the device
         steps_per_epoch = math.ceil(len(data) / tc.batch_size)
         total_steps = steps_per_epoch * tc.epochs
         if tc.max_steps is not None:
