@@ -504,3 +504,23 @@ def test_tiny_image_cells_learn_from_camera_demos_and_report_beside_lowdim(tmp_p
     assert "## cross_family_image: success rate (%) per family from cameras" in report
     assert all(f"| {m} |" in report for m in ("feddrman", "fedavg", "local"))
     assert "Cross-family from cameras (image policy): feddrman" in report
+
+
+@pytest.mark.sim
+def test_the_few_demos_fleet_runs_its_three_families_and_checks_the_targets(tmp_path):
+    """--only few: K = 3 x robots-per-family, each with its few demos, three families, its own
+    rollouts per (model, family); the report states the issue's targets (here: tiny sizes)."""
+    out = tmp_path / "few"
+    argv = ["--quick", "--only", "few", "--methods", "local", "feddrman", "--rounds", "1"]
+    argv += ["--few-robots-per-family", "1", "--few-demos", "2", "--local-steps", "2"]
+    argv += ["--eval-episodes", "1", "--seeds", "0", "--jobs", "1", "--out", str(out)]
+    assert F.main(argv) == 0
+    cell = json.loads((out / "cells" / "few_demos__feddrman__s0.json").read_text())
+    assert cell["robots"] == ["robot_0", "robot_1", "robot_2"]
+    assert cell["groups"] == ["lift", "lift_mirrored", "lift_cell"]
+    assert all(count == 2 for mix in cell["robot_mix"].values() for count in mix.values())
+    assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored", "lift_cell"}
+    assert cell["profile"]["eval_episodes"] == 1
+    report = (out / "report.md").read_text()
+    assert "## few_demos" in report and "target >= +15 pp" in report
+    assert "few" not in F.DEFAULT_EXPERIMENTS  # 9 robots x 20 rollouts: only when asked

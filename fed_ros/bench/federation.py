@@ -53,6 +53,8 @@ from fed_ros.bench.federation_overlap import (
     variant_overlaps,
 )
 from fed_ros.bench.federation_partition import partition_claims, partition_section, run_partition
+from fed_ros.bench.federation_few import add_arguments as add_few_arguments
+from fed_ros.bench.federation_few import few_claims, few_demos_setting
 from fed_ros.bench.federation_ray import LOCAL, RayExecutor, import_ray
 from fed_ros.bench.federation_rnd import rnd_claims, rnd_section, run_rnd
 from fed_ros.bench.federation_settings import (
@@ -63,9 +65,10 @@ from fed_ros.bench.federation_settings import (
     with_overrides,
 )
 
-EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "image")
-# image cells (~30 min on 2 cores) only when asked: --only ... image
-DEFAULT_EXPERIMENTS = EXPERIMENTS[:-1]
+EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "few", "image")
+# image cells (~30 min on 2 cores) and the few-demos fleet (9 robots, 20 rollouts per model and
+# family) only when asked: --only ... image / few
+DEFAULT_EXPERIMENTS = EXPERIMENTS[:-2]
 log = logging.getLogger("fed_ros.bench.federation")
 
 
@@ -83,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=EXPERIMENTS,
         help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
-        "image: cross-family from cameras, never part of the default run)",
+        "few: 9 robots with 4 demos each in three families; image: cross-family from cameras; "
+        "few and image are never part of the default run)",
     )
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")
@@ -93,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--eval-episodes", type=int, help="override closed-loop episodes per (model, family)"
     )
+    add_few_arguments(ap)
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
     ap.add_argument(
         "--overlaps",
@@ -155,6 +160,9 @@ def _profile(args: argparse.Namespace) -> Profile:
         local_steps=args.local_steps,
         demos_per_robot=args.demos,
         eval_episodes=args.eval_episodes,
+        few_eval_episodes=args.eval_episodes,
+        few_robots_per_family=args.few_robots_per_family,
+        few_demos_per_robot=args.few_demos,
         seeds=tuple(args.seeds) if args.seeds else None,
         overlaps=tuple(args.overlaps) if args.overlaps else None,
         encoding=args.encoding,
@@ -167,9 +175,13 @@ def _profile(args: argparse.Namespace) -> Profile:
         if unknown:
             raise ValueError(f"unknown method(s) {unknown}; known: {sorted(METHODS)}")
         prof = with_overrides(
-            prof, methods_cross=tuple(args.methods), methods_same=tuple(args.methods)
+            prof,
+            methods_cross=tuple(args.methods),
+            methods_same=tuple(args.methods),
+            methods_few=tuple(args.methods),
         )
     overlap_methods(prof, overlap_shift_setting(prof))  # validates overlap_shift_methods
+    few_demos_setting(prof)  # validates the few-demos sizes
     if prof.robots < 2:
         raise ValueError(f"--robots must be >= 2, got {prof.robots}")
     if (
@@ -233,6 +245,7 @@ def _claims(
             f"(claim >= 95%), cross-family {100 * cross:.0f}% (claim <= 5%): "
             f"{'REPRODUCED' if ok else 'NOT reproduced'}"
         )
+    lines += few_claims(g)
     lines += rnd_claims(rnd, prof)
     lines += overlap_claims(g, prof)
     lines += partition_claims(part)
@@ -272,6 +285,7 @@ def write_report(
     for setting, methods in (
         ("cross_family", prof.methods_cross),
         ("same_family", prof.methods_same),
+        ("few_demos", prof.methods_few),
         *((v, variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS),
     ):
         if not any(s == setting for s, _ in g):

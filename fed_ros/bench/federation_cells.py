@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
 from fed_ros.bench.federation_demos import DemoCache
+from fed_ros.bench.federation_few import few_demos_setting
 from fed_ros.bench.federation_methods import METHODS
 from fed_ros.bench.federation_run import CellSpec, cell_path, run_cell, save_json
 from fed_ros.bench.federation_settings import (
@@ -121,6 +123,12 @@ def cell_specs(
             specs += [
                 CellSpec(same_family(prof, seed=seed), METHODS[m], seed, prof)
                 for m in prof.methods_same
+            ]
+        if "few" in experiments:
+            # Its own evaluation size: >= 20 rollouts per (model, family) and evaluation.
+            few = replace(prof, eval_episodes=prof.few_eval_episodes)
+            specs += [
+                CellSpec(few_demos_setting(few), METHODS[m], seed, few) for m in prof.methods_few
             ]
         if "overlap" in experiments:
             # Both variants: conflicting (mirrored B) and pure covariate shift (unmirrored B).

@@ -129,6 +129,12 @@ class Profile:
     # fedavg + local). The quick and default profiles keep it to hard, the smallest
     # reachable soft target and the two baselines.
     overlap_shift_methods: tuple[str, ...] | None = None
+    # The few-demonstrations fleet (issue 23: "with few demonstrations per arm, does joining the
+    # fleet help my arm?"): this many robots per family, each with this many demos.
+    few_robots_per_family: int = 3
+    few_demos_per_robot: int = 4
+    few_eval_episodes: int = 20  # rollouts per (model, family) and evaluation
+    methods_few: tuple[str, ...] = ("local", "fedavg", "feddrman", "centralized")
     rnd_robots_per_group: int = 2
     rnd_demos_per_robot: int = 3
     alphas: tuple[float, ...] = (0.1, 1000.0)
