@@ -12,12 +12,13 @@ import json
 import pytest
 
 from fed_ros.bench import federation_async as A
+from fed_ros.bench import federation_async_report as AR
 
 
 def test_time_to_target_and_wilson_interval():
     evals = [{"t": 3.0, "mean": 0.2}, {"t": 6.0, "mean": 0.6}, {"t": 9.0, "mean": 0.4}]
-    assert A.time_to_target(evals, 0.5) == 6.0 and A.time_to_target(evals, 0.9) is None
-    lo, hi = A.wilson(64, 120)
+    assert AR.time_to_target(evals, 0.5) == 6.0 and AR.time_to_target(evals, 0.9) is None
+    lo, hi = AR.wilson(64, 120)
     assert lo == pytest.approx(0.44, abs=0.01) and hi == pytest.approx(0.62, abs=0.01)
 
 
