@@ -84,3 +84,26 @@ def test_server_serves_the_page_and_the_snapshot_and_nothing_else():
         assert err.value.code == 404
     finally:
         web.close()
+
+
+def test_camera_thumbnails_are_small_pngs_any_decoder_reads():
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from fed_ros.ros.fleet.camera_thumbnails import THUMB_SIDE, data_url, png_bytes, thumbnail
+
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)
+    with Image.open(io.BytesIO(png_bytes(frame))) as img:
+        assert img.mode == "RGB" and np.array_equal(np.asarray(img), frame)
+    big = rng.integers(0, 256, (480, 640, 3), dtype=np.uint8)
+    small = thumbnail(big)
+    assert max(small.shape[:2]) <= THUMB_SIDE and np.array_equal(small, big[::7, ::7])
+    assert data_url(big).startswith("data:image/png;base64,")
+    with pytest.raises(ValueError, match="HxWx3"):
+        png_bytes(np.zeros((4, 4), np.uint8))
+    snap = fleet_snapshot(ANNOUNCEMENT, [], 0.0, {"robot_0": "data:image/png;base64,AAAA"})
+    cams = {r["robot_id"]: r["thumbnail"] for r in snap["robots"]}
+    assert cams["robot_0"] == "data:image/png;base64,AAAA" and cams["robot_1"] is None

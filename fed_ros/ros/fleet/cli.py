@@ -186,6 +186,21 @@ def status_main(argv: list[str]) -> int:
         "--host", default="127.0.0.1", help="--web: address to bind (127.0.0.1: this machine only)"
     )
     parser.add_argument(
+        "--foxglove-layout",
+        metavar="OUT.json",
+        help="write a Foxglove layout for the fleet file's topics (for foxglove_bridge) and exit",
+    )
+    parser.add_argument(
+        "--camera",
+        default="agentview",
+        help="--web: the camera shown as each robot's thumbnail ('' for none)",
+    )
+    parser.add_argument(
+        "--camera-topic",
+        default="/{robot}/arm/{camera}/image_raw",
+        help="--web: the camera topic template ({robot}, {camera})",
+    )
+    parser.add_argument(
         "--discovery-range",
         default=None,
         choices=DISCOVERY_RANGES,
@@ -194,6 +209,8 @@ def status_main(argv: list[str]) -> int:
         "on another machine",
     )
     args = parser.parse_args(argv)
+    if args.foxglove_layout:
+        return _write_foxglove_layout(args.fleet, args.foxglove_layout)
     domain = args.domain_id
     recorded: dict = {}
     if args.fleet:
@@ -215,7 +232,7 @@ def status_main(argv: list[str]) -> int:
     from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
 
     if args.web is not None:
-        return _serve_web(args.host, args.web)
+        return _serve_web(args.host, args.web, args.camera, args.camera_topic)
     # Metadata only: announcement and round reports. The cluster models (latched, with a
     # deep history) are not subscribed: from a robot host over a slow link that pulled ~16 MB.
     try:
@@ -255,15 +272,43 @@ def status_main(argv: list[str]) -> int:
     return 0
 
 
-def _serve_web(host: str, port: int) -> int:
+def _write_foxglove_layout(fleet: str | None, out: str) -> int:
+    """`fed-ros status FLEET --foxglove-layout OUT.json`."""
+    import json
+
+    from fed_ros.ros.fleet.foxglove_layout import foxglove_layout
+
+    if not fleet:
+        print("fed-ros status: --foxglove-layout needs the fleet file", file=sys.stderr)
+        return 2
+    try:
+        layout = foxglove_layout(_load(fleet))
+    except ValueError as exc:
+        print(f"fed-ros status: {exc}", file=sys.stderr)
+        return 2
+    Path(out).write_text(json.dumps(layout, indent=2) + "\n")
+    print(
+        f"fed-ros status: Foxglove layout for {fleet} in {out} ({len(layout['configById'])} panels)"
+    )
+    return 0
+
+
+def _serve_web(host: str, port: int, camera: str = "", camera_topic: str = "") -> int:
     """`fed-ros status --web`: the monitor spins here, the page is served from a thread."""
+    from fed_ros.ros.fleet.camera_thumbnails import CameraThumbnails
     from fed_ros.ros.fleet.monitor import FleetMonitor
     from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
 
     with FleetMonitor(track_models=False) as monitor:
+        cameras = CameraThumbnails(monitor.node, camera, camera_topic) if camera else None
         try:
             web = StatusWebServer(
-                lambda: fleet_snapshot(monitor.announcement, list(monitor.reports), time.time()),
+                lambda: fleet_snapshot(
+                    monitor.announcement,
+                    list(monitor.reports),
+                    time.time(),
+                    cameras.data_urls() if cameras else None,
+                ),
                 host,
                 port,
             ).start()
@@ -274,6 +319,8 @@ def _serve_web(host: str, port: int) -> int:
         try:
             while True:
                 monitor.spin_once(0.2)
+                if cameras is not None:
+                    cameras.watch(monitor.robot_ids())
         except KeyboardInterrupt:
             pass
         finally:

@@ -132,6 +132,14 @@ class FleetMonitor:
         if msg.payload.chunk_index == 0:
             self.model_log.append((key[0], key[1], msg.payload.sha256))
 
+    def robot_ids(self) -> list[str]:
+        """Every robot the server named: participants of the newest announcement, members of
+        its memberships, and robots of the reports heard."""
+        ids = set((self.announcement or {}).get("participants", ()))
+        ids |= set((self.announcement or {}).get("memberships", {}))
+        ids |= {line["robot_id"] for report in self.reports for line in report.get("robots", [])}
+        return sorted(ids)
+
     @property
     def last_report(self) -> dict[str, Any] | None:
         """The report of the latest round (of two for one round, the one received last).

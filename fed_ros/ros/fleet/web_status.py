@@ -1,9 +1,10 @@
 """`fed-ros status --web`: the fleet live in a browser, one self-contained page, no extra package.
 
 The page polls ``/status.json`` every second and draws what a `FleetMonitor` hears from the
-server: the round and stage with its deadline, each robot's state in the round (training,
-answered, accepted or why not), its clusters, success and intervention rate, each cluster's
-members, and the round timeline. :func:`fleet_snapshot` builds that JSON from the monitor's
+server: the round and stage with its deadline, each robot's camera thumbnail
+(`fed_ros.ros.fleet.camera_thumbnails`), state in the round (training, answered, accepted or why
+not), clusters, success and intervention rate, each cluster's members, and the round timeline.
+:func:`fleet_snapshot` builds that JSON from the monitor's
 announcement and reports (pure, tested without ROS); :class:`StatusWebServer` serves it with the
 standard library's HTTP server on a thread. Bound to 127.0.0.1 by default: the page shows the
 fleet's state to whoever can reach the port, so put it behind an SSH tunnel for a remote view.
@@ -42,9 +43,14 @@ def robot_state(robot_id: str, announcement: Mapping | None, report: Mapping | N
 
 
 def fleet_snapshot(
-    announcement: Mapping[str, Any] | None, reports: Sequence[Mapping[str, Any]], now: float
+    announcement: Mapping[str, Any] | None,
+    reports: Sequence[Mapping[str, Any]],
+    now: float,
+    thumbnails: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The page's data: round, robots, clusters and the timeline (JSON-safe)."""
+    """The page's data: round, robots (with each one's camera thumbnail, a data URL, when there
+    is one), clusters and the timeline (JSON-safe)."""
+    thumbnails = thumbnails or {}
     latest: dict[str, Mapping[str, Any]] = {}  # robot -> its line in the newest report naming it
     last_success: dict[str, float] = {}
     for report in reports:
@@ -72,6 +78,7 @@ def fleet_snapshot(
                 "train_loss": _number((line or {}).get("train_loss")),
                 "success": last_success.get(rid),
                 "interventions_per_episode": _number((line or {}).get("interventions_per_episode")),
+                "thumbnail": thumbnails.get(rid),
             }
         )
     clusters: dict[int, list[str]] = {}
@@ -108,6 +115,7 @@ body{font:14px system-ui,sans-serif;margin:1.2em;color:#222}
 h1{font-size:1.3em;margin:0 0 .3em}
 table{border-collapse:collapse;margin:.4em 0 1.2em}
 td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
+td img{display:block;image-rendering:pixelated}
 th{background:#f1f1f1}
 .ok{color:#17702b;font-weight:600}.no{color:#b3261e;font-weight:600}
 .bar{display:inline-block;height:.8em;background:#3b7dd8;vertical-align:middle}
@@ -134,6 +142,10 @@ function lastUpdate(r) {
   const what = r.accepted ? span("ok", "accepted") : span("no", r.reason || "rejected");
   return what + " (round " + r.last_round + ")";
 }
+function camera(r) {
+  if (!r.thumbnail || !r.thumbnail.startsWith("data:image/png;base64,")) return "-";
+  return '<img alt="camera of ' + esc(r.robot_id) + '" width="96" src="' + esc(r.thumbnail) + '">';
+}
 function success(r) {
   if (r.success === null) return "-";
   const bar = '<span class="bar" style="width:' + Math.round(60 * r.success) + 'px"></span> ';
@@ -147,9 +159,9 @@ async function refresh() {
     if (s.deadline_in_s !== null) head += ", deadline in " + num(s.deadline_in_s, 0) + " s";
     document.getElementById("head").innerHTML = head;
     table("robots",
-      ["robot", "state", "clusters", "last update", "success", "interventions / episode",
-       "train loss"],
-      s.robots.map(r => [esc(r.robot_id), esc(r.state), esc(r.clusters.join(", ")),
+      ["robot", "camera", "state", "clusters", "last update", "success",
+       "interventions / episode", "train loss"],
+      s.robots.map(r => [esc(r.robot_id), camera(r), esc(r.state), esc(r.clusters.join(", ")),
         lastUpdate(r), success(r), num(r.interventions_per_episode, 2), num(r.train_loss, 3)]));
     table("clusters", ["cluster", "members"],
       s.clusters.map(c => [c.cluster_id, esc(c.members.join(", "))]));
