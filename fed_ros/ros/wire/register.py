@@ -14,8 +14,12 @@ from collections.abc import Callable, Sequence
 from fed_ros.core.security.auth import Signer
 from fed_ros.core.security.registration import RegistrationClaim, sign_registration
 from fed_ros.ros import shutdown
-from fed_ros.ros.wire.service_calls import call_service
+from fed_ros.ros.wire.service_calls import call_client_until_answered, threaded
 from fed_ros.srv import Register
+
+# How long one registration try waits for its answer before asking again (a signed registration
+# is verified and the roster written to disk: well under a second on an idle server).
+REGISTER_ATTEMPT_S = 10.0
 
 
 def register_request(
@@ -60,21 +64,30 @@ def register_request(
 def register_with_fleet(
     client, make_request: Callable[[], Register.Request], *, timeout_s: float, stop: threading.Event
 ) -> Register.Response:
-    """Register (retrying until a server answers); RuntimeError if refused, TimeoutError after
-    ``timeout_s``.
+    """Register (asking again while unanswered); RuntimeError if refused, TimeoutError after
+    ``timeout_s``, ShutdownRequested when ``stop`` is set.
 
+    Waits for the service first (a request sent before any server is discovered is lost), then
+    asks with `call_client_until_answered`, which also survives a response Fast DDS dropped.
     ``make_request`` builds each attempt afresh: a signed request needs a fresh timestamp and nonce.
     """
     deadline = time.monotonic() + timeout_s
-    while not stop.is_set():
-        if client.wait_for_service(timeout_sec=1.0):
-            request = make_request()
-            shutdown.check(stop)
-            response = call_service(client, request, 10.0, stop)
-            if response is not None:
-                if not response.accepted:
-                    raise RuntimeError(f"registration refused: {response.reason}")
-                return response
+    while not client.wait_for_service(timeout_sec=1.0):
+        shutdown.check(stop)
         if time.monotonic() > deadline:
             raise TimeoutError(f"no fleet server answered within {timeout_s:.0f} s")
-    raise shutdown.ShutdownRequested("stopped while registering")
+    shutdown.check(stop)
+    left = max(deadline - time.monotonic(), 1.0)
+    try:
+        response = call_client_until_answered(
+            client,
+            make_request,
+            threaded(stop),
+            attempt_s=min(REGISTER_ATTEMPT_S, left),
+            timeout_s=left,
+        )
+    except TimeoutError:
+        raise TimeoutError(f"no fleet server answered within {timeout_s:.0f} s") from None
+    if not response.accepted:
+        raise RuntimeError(f"registration refused: {response.reason}")
+    return response
