@@ -193,3 +193,58 @@ def test_synchronous_rounds_still_wait_for_everyone_and_refuse_stale_rounds(tmp_
     assert plan.round_idx == 1
     late = coord.offer_update(_update("robot_2", 1.0, 0))
     assert not late.accepted and late.code == "stale_round"
+
+
+def _feddrman_after_a_synchronous_round(**settings):
+    """FedDRMan (C = 2) over four robots whose first round split them into two clusters (robots
+    0, 1 moved one way from the initial model, robots 2, 3 the opposite way)."""
+    from fed_ros.core.strategies.feddrman import FedDRManStrategy
+
+    strategy = FedDRManStrategy(num_clusters=2, omega_prefixes=("w",), use_srb=False, **settings)
+    robots = ["r0", "r1", "r2", "r3"]
+    strategy.initialize(_model(0.0), robots)
+    first = [_update(r, v, 0) for r, v in zip(robots, (1.0, 1.2, -1.0, -1.2))]
+    first[0].params["w"][0, 0] += 0.3  # not exactly collinear
+    strategy.aggregate_round(0, first, {})
+    return strategy
+
+
+def test_a_feddrman_buffer_averages_within_its_cluster_and_leaves_the_others_alone():
+    """The failure this guards against (measured: FedDRMan 0.00 success in buffered rounds):
+    CUA forced a buffer of two robots of one cluster into C = 2 groups, gave the second robot
+    the other cluster's id and overwrote that cluster's model with it."""
+    strategy = _feddrman_after_a_synchronous_round(buffer_regroup_every=100)
+    before = {c: m["w"].copy() for c, m in strategy.cluster_models().items()}
+    assign = {r: strategy._assign[r][0][0] for r in ("r0", "r1", "r2", "r3")}
+    assert assign["r0"] == assign["r1"] != assign["r2"] == assign["r3"]
+    c_pos, c_neg = assign["r0"], assign["r2"]
+    buffer = [_update("r0", 2.0, 1), _update("r1", 3.0, 1)]
+    strategy.aggregate_buffer(1, buffer, {})
+    after = strategy.cluster_models()
+    assert np.array_equal(after[c_neg]["w"], before[c_neg])  # the other cluster untouched
+    assert np.allclose(after[c_pos]["w"], 2.5)  # the buffer's FedAvg
+    assert {r: strategy._assign[r][0][0] for r in assign} == assign  # nobody regrouped
+
+
+def test_feddrman_regroups_on_its_own_schedule_over_every_robots_latest_update():
+    strategy = _feddrman_after_a_synchronous_round(buffer_regroup_every=2)
+    c_pos = strategy._assign["r0"][0][0]
+    # r1 changes family: its latest update now points the other way.
+    strategy.aggregate_buffer(1, [_update("r1", -1.1, 1), _update("r0", 1.1, 1)], {})
+    assert strategy._assign["r1"][0][0] == c_pos  # one buffer: no regrouping yet
+    result = strategy.aggregate_buffer(2, [_update("r2", -1.0, 2), _update("r3", -1.3, 2)], {})
+    assert "regrouped" in result.diagnostics
+    assert strategy._assign["r1"][0][0] == strategy._assign["r2"][0][0] != c_pos
+    with pytest.raises(ValueError, match="buffer_regroup_every must be an int >= 1"):
+        _feddrman_after_a_synchronous_round(buffer_regroup_every=0)
+
+
+@pytest.mark.parametrize("algorithm", ["fedepth", "ifca", "rnd"])
+def test_strategies_that_cluster_a_whole_round_refuse_buffered_rounds(tmp_path, algorithm):
+    with pytest.raises(ValueError, match=f"do not work with strategy '{algorithm}'"):
+        RoundCoordinator(
+            make_strategy(algorithm),
+            ModelStore(tmp_path / "store"),
+            RoundSettings(algorithm=algorithm, rounds=2, buffer=BufferSettings(buffer_size=2)),
+            _model(0.0),
+        )

@@ -107,6 +107,12 @@ class RoundCoordinator(StageAnswerIntake):
         # Buffered rounds (FedBuff): the models stale updates trained from, and the updates of
         # clusters whose buffer was not yet full when another cluster's closed the round.
         self.buffer = RoundBuffer(settings.buffer)
+        if self.buffer.enabled and not getattr(strategy, "supports_buffered", True):
+            raise ValueError(
+                f"buffered rounds (buffer_size {settings.buffer.buffer_size}) do not work with "
+                f"strategy {strategy.name!r}: {getattr(strategy, 'buffered_refusal', '')}; use "
+                "synchronous rounds (buffer_size 0) or local, fedavg, fedprox, feddrman"
+            )
         self._initialized = False
         self._manifest = [(k, tuple(v.shape), str(v.dtype)) for k, v in self.initial_model.items()]
 
@@ -309,7 +315,12 @@ class RoundCoordinator(StageAnswerIntake):
         descriptors = {r: d for r, d in self.descriptors.items() if r in answered}
         t0 = time.perf_counter()
         try:
-            result = self.strategy.aggregate_round(self.round_idx, updates, descriptors)
+            aggregate = (
+                self.strategy.aggregate_buffer
+                if self.buffer.enabled
+                else self.strategy.aggregate_round
+            )
+            result = aggregate(self.round_idx, updates, descriptors)
         except ValueError as exc:
             # The strategy refused these inputs: the round is abandoned, models stay unchanged.
             return self._abandon_after(col, decision, answered, f"aggregation refused: {exc}", now)

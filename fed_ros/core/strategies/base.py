@@ -165,6 +165,23 @@ class Strategy(ABC):
     ) -> RoundResult:
         """New cluster models and assignments from this round's updates."""
 
+    # Whether the strategy can aggregate buffered (asynchronous) rounds, whose aggregations see
+    # one cluster's few updates (fed_ros.core.rounds.buffered); why not, when it cannot.
+    supports_buffered = True
+    buffered_refusal = ""
+
+    def aggregate_buffer(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor],
+    ) -> RoundResult:
+        """A buffered round's aggregation of one cluster's buffer (updates rebased onto their
+        cluster's current model). The default is `aggregate_round`: right for strategies that
+        average what they are given (FedAvg, FedProx, Local); a clustering strategy overrides
+        it so that a buffer of a few robots never regroups the fleet."""
+        return self.aggregate_round(round_idx, updates, descriptors)
+
     # ------------------------------------------------------------------ models
     def cluster_ids(self) -> list[int]:
         """Ids of the current cluster models."""

@@ -65,6 +65,7 @@ class FedDRManStrategy(Strategy):
         use_act: bool = PAPER_USE_ACT,
         lambda_sub: float = PAPER_LAMBDA_SUB,
         lambda_act: float = PAPER_LAMBDA_ACT,
+        buffer_regroup_every: int = 4,
         **kw: Any,
     ) -> None:
         super().__init__(**kw)
@@ -93,6 +94,15 @@ class FedDRManStrategy(Strategy):
         self.srb_min_dim = int(srb_min_dim)
         self.srb_exclude = tuple(srb_exclude)
         self.seed = int(seed)
+        if not isinstance(buffer_regroup_every, (int, np.integer)) or buffer_regroup_every < 1:
+            raise ValueError(
+                f"buffer_regroup_every must be an int >= 1, got {buffer_regroup_every!r}"
+            )
+        # Buffered rounds: CUA regroups the fleet every this many buffer aggregations, on every
+        # robot's latest accumulated update (self._latest), never on one buffer's few robots.
+        self.buffer_regroup_every = int(buffer_regroup_every)
+        self._latest: dict[str, np.ndarray] = {}
+        self._buffers = 0
         self._omega: np.ndarray | slice | None = None
         self._omega_all = False
 
@@ -181,8 +191,20 @@ class FedDRManStrategy(Strategy):
         ids = match_cluster_ids(
             [[prep.robot_ids[i] for i in g] for g in groups], previous, list(self._models)
         )
+        self._commit_groups(prep, groups, ids, diag)
+        return self._result(diag)
+
+    def _commit_groups(
+        self,
+        prep: Any,
+        groups: Sequence[Sequence[int]],
+        ids: Sequence[int],
+        diag: dict[str, Any],
+    ) -> None:
+        """Per-cluster FedAvg -> SRB -> persistent models of clusters ``ids``; the groups'
+        robots assigned to them. Clusters not in ``ids`` keep their models."""
         references = [self._models.get(cid, self._theta0) for cid in ids]
-        avg = self._average_groups(prep, groups, references=references)  # (C, P), new buffer
+        avg = self._average_groups(prep, groups, references=references)  # (G, P), new buffer
         srb_info: dict[str, Any] = {}
         blocks = eligible_blocks(
             self._manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude
@@ -208,7 +230,51 @@ class FedDRManStrategy(Strategy):
                 "use_srb": self.use_srb,
             }
         )
+
+    def aggregate_buffer(
+        self,
+        round_idx: int,
+        updates: list[ClientUpdate],
+        descriptors: Mapping[str, ClientDescriptor] | None = None,
+    ) -> RoundResult:
+        """Buffered rounds (fed_ros.core.rounds.buffered): the buffer's robots are averaged (+
+        SRB) within the clusters they are assigned to, the other clusters untouched; CUA
+        regroups on a schedule of its own, every ``buffer_regroup_every`` buffers, over every
+        robot's latest accumulated update (what CUA clusters in a synchronous round), so a
+        buffer of a few robots of one cluster never splits or merges the fleet."""
+        prep = self._prepare(round_idx, updates)
+        for i, rid in enumerate(prep.robot_ids):
+            self._latest[rid] = np.array(prep.stacked[i], dtype=np.float32)
+        cluster_of = {rid: self._assign.get(rid, [(0, 1.0)])[0][0] for rid in prep.robot_ids}
+        ids = sorted(set(cluster_of.values()))
+        groups = [[i for i, r in enumerate(prep.robot_ids) if cluster_of[r] == c] for c in ids]
+        diag: dict[str, Any] = {"round": round_idx, "robots": prep.robot_ids, "buffered": True}
+        self._commit_groups(prep, groups, ids, diag)
+        self._buffers += 1
+        C = self.effective_clusters
+        if C > 1 and self._buffers % self.buffer_regroup_every == 0 and len(self._latest) >= C:
+            diag["regrouped"] = self._regroup_latest(C)
         return self._result(diag)
+
+    def _regroup_latest(self, C: int) -> dict[str, list[str]]:
+        """CUA over every robot's latest accumulated update: new assignments (cluster ids
+        matched to the previous ones), the models unchanged until the next buffers."""
+        robots = sorted(self._latest)
+        S = update_similarity(
+            np.stack([self._latest[r] for r in robots]), self._omega, self._theta0
+        )
+        res = cua_partition(
+            S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed
+        )
+        members = [[robots[i] for i in g] for g in res.groups()]
+        previous = {r: self._assign[r][0][0] for r in robots if r in self._assign}
+        ids = match_cluster_ids(members, previous, list(self._models))
+        for group, cid in zip(members, ids):
+            if cid not in self._models:
+                self._models[cid] = self._theta0
+            for rid in group:
+                self._assign[rid] = [(cid, 1.0)]
+        return {str(cid): group for group, cid in zip(members, ids)}
 
     def _extra_meta(self) -> dict[str, Any]:
         return {
@@ -217,6 +283,7 @@ class FedDRManStrategy(Strategy):
             "use_cua": self.use_cua,
             "use_srb": self.use_srb,
             "omega_prefixes": list(self.omega_prefixes),
+            "buffer_regroup_every": self.buffer_regroup_every,
         }
 
     def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:

@@ -28,6 +28,11 @@ class FeDepthStrategy(Strategy):
     """Descriptor-based soft clustering with multi-membership aggregation."""
 
     name = "fedepth"
+    supports_buffered = False
+    buffered_refusal = (
+        "FeDepth clusters every robot's descriptor of the round together; a buffer of one "
+        "cluster's few updates would re-cluster the fleet from those robots alone"
+    )
 
     def __init__(
         self,

@@ -37,6 +37,11 @@ class IFCAStrategy(Strategy):
     """Iterative Federated Clustering Algorithm (model-averaging variant)."""
 
     name = "ifca"
+    supports_buffered = False
+    buffered_refusal = (
+        "each IFCA round evaluates every cluster model on every robot and re-forms all "
+        "clusters from the picks of the whole round"
+    )
     client_selects_cluster = True
 
     def __init__(

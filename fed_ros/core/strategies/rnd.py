@@ -23,6 +23,11 @@ class RNDStrategy(Strategy):
     """Random-network-distillation federations + per-federation FedAvg."""
 
     name = "rnd"
+    supports_buffered = False
+    buffered_refusal = (
+        "RND clusters on every robot's novelty scores of the round together; a buffer of "
+        "one cluster's few updates would re-cluster the fleet from those robots alone"
+    )
     descriptor_kind = "rnd"
 
     def __init__(
