@@ -16,17 +16,14 @@ How a stale update enters the aggregation: it is *rebased* onto the cluster's cu
 (kept in :class:`ModelHistory`) and ``s`` the staleness weight (FedBuff's default
 ``s(tau) = 1 / sqrt(1 + tau)``; ``constant`` is the no-weighting ablation). A strategy's weighted
 mean over rebased updates is then ``current + sum_i n_i s(tau_i) delta_i / sum_i n_i``: FedBuff's
-server step with a server learning rate of 1, and exactly FedAvg when nothing is stale. Every
-strategy sees updates as if trained from the current model, so clustering needs no change of
-its own:
+server step with a server learning rate of 1, and exactly FedAvg when nothing is stale.
 
-- **FedDRMan (CUA)** clusters on the accumulated updates it is given; in buffered mode each
-  aggregation sees the B (or more) updates of one cluster, rebased, and robots absent from it
-  keep their assignment, exactly as stragglers do in synchronous rounds. Re-clustering therefore
-  happens on the strategy's own schedule over whichever robots' updates have arrived.
-- **FeDepth / RND** cluster on descriptors. The DESCRIBE (and SCORE) stages stay synchronous
-  checkpoints of the rounds the strategy asks them for; in between, descriptors are kept, so
-  buffered TRAIN stages reuse the latest descriptor of each robot.
+Clustering gets a schedule of its own: an aggregation sees one cluster's buffer, so the
+coordinator calls the strategy's ``aggregate_buffer`` (`fed_ros.core.strategies.base`), not
+``aggregate_round``. FedAvg, FedProx and Local average what they are given; FedDRMan averages a
+buffer within its robots' clusters and runs CUA every ``buffer_regroup_every`` buffers over every
+robot's latest accumulated update; FeDepth, RND and IFCA, which cluster a whole round's
+descriptors or picks, refuse buffered rounds at start-up.
 
 Pure functions and small value objects: the coordinator (:mod:`fed_ros.core.rounds.coordinator`)
 and the stage collector call them; the benchmark drives the same coordinator on a virtual clock.
