@@ -3,10 +3,12 @@ train on fixed demonstrations (no arm) against the real server with ``buffer_siz
 is throttled (``train_step_delay_s``: 0.4 s after each of its 8 steps, >= 3.2 s a round) while the
 other two need well under a second: more than 3x slower.
 
-Checked: the server never waits for robot_2: every round closes on the two fast robots' updates
-(buffer full) before robot_2 delivers anything; robot_2's updates, trained from older models,
-are still accepted and aggregated with their staleness weight 1/sqrt(1 + tau) (the server's
-report line); nothing is rejected as stale within ``max_staleness``; the run's rounds all commit.
+Checked: round 0 is synchronous (``buffer_sync_rounds`` 1: clustering sees every robot once),
+then the server never waits for robot_2: every later round closes as soon as two updates are in
+(buffer full), so the fleet commits many rounds per robot_2 update; robot_2's updates, trained
+from older models, are still accepted and aggregated with their staleness weight
+1/sqrt(1 + tau) (the server's report line); nothing is rejected as stale within
+``max_staleness``; the run's rounds all commit.
 """
 
 from __future__ import annotations
@@ -89,8 +91,9 @@ def test_a_buffered_fleet_does_not_wait_for_its_slow_robot_and_uses_its_stale_up
     log = server_log.read_text()
     assert server.returncode == 0, log[-3000:]
 
+    assert "round 0: completed (3/3 updates" in log, log[-3000:]  # synchronous: all three
     closes = re.findall(r"round (\d+): completed \((buffer full[^)]*|deadline[^)]*)\)", log)
-    assert [int(r) for r, _ in closes] == list(range(ROUNDS)), log[-3000:]
+    assert [int(r) for r, _ in closes] == list(range(1, ROUNDS)), log[-3000:]
     assert all(why.startswith("buffer full") for _, why in closes), closes
     audit = [
         json.loads(line) for line in (tmp_path / "server" / "audit.jsonl").read_text().splitlines()
@@ -111,8 +114,7 @@ def test_a_buffered_fleet_does_not_wait_for_its_slow_robot_and_uses_its_stale_up
     assert any(n >= 1 and tau >= 1 for n, tau, _ in stale), stale
     for n, tau, w in stale:
         assert w == pytest.approx((1 + tau) ** -0.5, abs=0.005)
-    # The fast robots never waited: round 0 closed on their updates, before robot_2's came.
-    first_close = log.index("round 0: completed")
-    first_slow = log.find("update from robot_2 for round")
-    assert first_slow == -1 or first_slow > first_close
+    # The fast robots never waited after round 0: the fleet closed many rounds per robot_2
+    # update (robot_2 needs >= 3.2 s a round, the others well under one).
+    assert len(slow_rounds) <= (ROUNDS - 1) // 2, slow_rounds
     assert ModelStore(tmp_path / "server").load_latest().round_idx == ROUNDS - 1

@@ -88,7 +88,7 @@ def test_buffer_targets_cap_b_at_each_clusters_size_and_count_by_update_cluster(
 
 
 def test_a_round_closes_at_b_updates_and_the_slow_robots_stale_update_is_weighted(tmp_path):
-    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=2))
+    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=2, sync_rounds=0))
     plan = coord.start_round()
     assert plan.stage == TRAIN and plan.quorum == 1 and plan.buffer_targets == {0: 2}
     # Two fast robots answer round 0; robot_2 (slow) is still training from round 0's model.
@@ -114,7 +114,9 @@ def test_a_round_closes_at_b_updates_and_the_slow_robots_stale_update_is_weighte
 
 
 def test_updates_older_than_max_staleness_are_refused_with_a_reason(tmp_path):
-    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=1, max_staleness=1))
+    coord, clock = _coordinator(
+        tmp_path, BufferSettings(buffer_size=1, max_staleness=1, sync_rounds=0)
+    )
     coord.start_round()
     for r in range(3):  # robot_0 alone moves the model three versions on
         assert coord.offer_update(_update("robot_0", float(r + 1), r)).accepted
@@ -129,7 +131,7 @@ def test_updates_older_than_max_staleness_are_refused_with_a_reason(tmp_path):
 
 
 def test_a_robots_newer_update_replaces_its_waiting_one_and_a_duplicate_is_refused(tmp_path):
-    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=3))
+    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=3, sync_rounds=0))
     coord.start_round()
     assert coord.offer_update(_update("robot_0", 1.0, 0)).accepted
     again = coord.offer_update(_update("robot_0", 1.0, 0))
@@ -140,7 +142,7 @@ def test_a_robots_newer_update_replaces_its_waiting_one_and_a_duplicate_is_refus
 def test_per_cluster_buffers_aggregate_the_full_cluster_and_keep_the_other_waiting(tmp_path):
     """Two clusters: cluster 1's one update waits while cluster 0 fills and closes the round;
     it is aggregated later, and cluster 0's aggregation did not age it (its own version)."""
-    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=2))
+    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=2, sync_rounds=0))
     coord.start_round()
     # Split the fleet by hand: robots 0, 1 in cluster 0, robot 2 in cluster 1 (a copy of 0).
     coord.cluster_models[1] = {k: v.copy() for k, v in coord.cluster_models[0].items()}
@@ -245,6 +247,24 @@ def test_strategies_that_cluster_a_whole_round_refuse_buffered_rounds(tmp_path, 
         RoundCoordinator(
             make_strategy(algorithm),
             ModelStore(tmp_path / "store"),
-            RoundSettings(algorithm=algorithm, rounds=2, buffer=BufferSettings(buffer_size=2)),
+            RoundSettings(
+                algorithm=algorithm, rounds=2, buffer=BufferSettings(buffer_size=2, sync_rounds=0)
+            ),
             _model(0.0),
         )
+
+
+def test_the_first_round_of_a_buffered_fleet_waits_for_every_robot(tmp_path):
+    """sync_rounds (default 1): round 0 is synchronous, so a clustering strategy sees one update
+    of every robot before any model moves; round 1 is buffered."""
+    coord, clock = _coordinator(tmp_path, BufferSettings(buffer_size=2))
+    plan = coord.start_round()
+    assert plan.buffer_targets == {} and plan.quorum >= 2
+    assert coord.offer_update(_update("robot_0", 1.0, 0)).accepted
+    assert coord.offer_update(_update("robot_1", 3.0, 0)).accepted
+    assert coord.poll() == (None, None)  # round 0 waits for robot_2
+    assert coord.offer_update(_update("robot_2", 5.0, 0)).accepted
+    plan, outcome = coord.poll()
+    assert "buffered/updates" not in outcome.diagnostics and plan.buffer_targets == {0: 2}
+    with pytest.raises(ValueError, match="sync_rounds must be an integer >= 0"):
+        BufferSettings(sync_rounds=-1)

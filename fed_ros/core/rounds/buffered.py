@@ -53,12 +53,18 @@ class BufferSettings:
     max_staleness: int = 4
     staleness: str = "polynomial"  # s(tau) = (1 + tau) ** -exponent; "constant": s = 1
     staleness_exponent: float = 0.5  # FedBuff's 1 / sqrt(1 + tau)
+    # The first rounds stay synchronous: a clustering strategy needs one update from every robot
+    # before any model moves (measured: FedDRMan buffers that mixed both families before CUA had
+    # seen every robot never separated them again).
+    sync_rounds: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.buffer_size, int) or self.buffer_size < 0:
             raise ValueError(f"buffer_size must be an integer >= 0, got {self.buffer_size!r}")
         if not isinstance(self.max_staleness, int) or self.max_staleness < 0:
             raise ValueError(f"max_staleness must be an integer >= 0, got {self.max_staleness!r}")
+        if not isinstance(self.sync_rounds, int) or self.sync_rounds < 0:
+            raise ValueError(f"sync_rounds must be an integer >= 0, got {self.sync_rounds!r}")
         if self.staleness not in STALENESS_KINDS:
             raise ValueError(
                 f"staleness must be one of {list(STALENESS_KINDS)}, got {self.staleness!r}"
@@ -197,6 +203,10 @@ class RoundBuffer:
     def enabled(self) -> bool:
         """Whether rounds are buffered."""
         return self.settings.enabled
+
+    def buffers(self, round_idx: int) -> bool:
+        """Whether round ``round_idx``'s TRAIN stage is buffered (after the synchronous ones)."""
+        return self.enabled and round_idx >= self.settings.sync_rounds
 
     def record(
         self,

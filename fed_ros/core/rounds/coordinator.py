@@ -207,7 +207,7 @@ class RoundCoordinator(StageAnswerIntake):
             now,
         )
         carried = self.carried.for_plan(plan)
-        if self.buffer.enabled and stage == TRAIN:
+        if self.buffer.buffers(self.round_idx) and stage == TRAIN:
             plan, carried = self.buffer.train_plan(plan, len(self.cluster_models), carried)
         self.collector = StageCollector(plan, carried)
         attach_ledger(self.collector, self.liveness)
@@ -304,7 +304,8 @@ class RoundCoordinator(StageAnswerIntake):
                 return self._abandon_after(col, decision, answered, why, now)
         updates = [col.answers[r] for r in answered]
         buffer_diag: dict[str, float] = {}
-        if self.buffer.enabled:
+        buffered = bool(col.plan.buffer_targets)  # (the first rounds of a buffered fleet are not)
+        if buffered:
             waiting = {r: col.answers[r] for r in decision.stragglers if r in col.answers}
             updates, buffer_diag = self.buffer.take(
                 self.round_idx, updates, waiting, self.cluster_models
@@ -316,9 +317,7 @@ class RoundCoordinator(StageAnswerIntake):
         t0 = time.perf_counter()
         try:
             aggregate = (
-                self.strategy.aggregate_buffer
-                if self.buffer.enabled
-                else self.strategy.aggregate_round
+                self.strategy.aggregate_buffer if buffered else self.strategy.aggregate_round
             )
             result = aggregate(self.round_idx, updates, descriptors)
         except ValueError as exc:

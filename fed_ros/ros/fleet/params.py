@@ -116,6 +116,13 @@ class ServerParams(NodeParams):
     staleness_exponent: float = param(
         0.5, "with buffer_size: the polynomial weight's exponent (FedBuff: 0.5)", ge=0.0
     )
+    buffer_sync_rounds: int = param(
+        1,
+        "with buffer_size: the first rounds stay synchronous (clustering sees every robot once "
+        "before any model moves)",
+        unit="rounds",
+        ge=0,
+    )
     heartbeat_timeout_s: float = param(
         20.0,
         "a training robot's deadline extension runs out this long after its last heartbeat",

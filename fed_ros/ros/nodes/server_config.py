@@ -59,6 +59,7 @@ def round_settings(params: ServerParams) -> RoundSettings:
             max_staleness=params.max_staleness,
             staleness=params.staleness,
             staleness_exponent=params.staleness_exponent,
+            sync_rounds=params.buffer_sync_rounds,
         ),
     )
 
