@@ -234,6 +234,16 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: windows/s of the image data path, demonstrations on the host vs on the "
         "device, batch 32 and 512",
     )
+    ap.add_argument(
+        "--closed-loop",
+        action="store_true",
+        help="instead: success of a policy trained by BC on --task's scripted demos (--kind "
+        "image or lowdim); --lift is --closed-loop --task lift --kind image",
+    )
+    ap.add_argument("--task", default="lift", help="--closed-loop: lift, pick_place_can, stack")
+    ap.add_argument(
+        "--kind", choices=("image", "lowdim"), default="image", help="--closed-loop: the policy"
+    )
     ap.add_argument("--demos", type=int, default=20, help="--lift: expert demonstrations")
     ap.add_argument("--train-steps", type=int, default=1500, help="--lift: BC optimiser steps")
     ap.add_argument("--lr", type=float, default=1e-3, help="--lift: AdamW learning rate")
@@ -265,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=2)
         return 0
-    if args.lift:
+    if args.lift or args.closed_loop:
         row = lift_from_images(
             args.demos,
             args.train_steps,
@@ -276,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
             args.image_profile,
             device,
             args.lr_schedule,
+            args.task if args.closed_loop else "lift",
+            args.kind if args.closed_loop else "image",
         )
         if args.json:
             with open(args.json, "w") as f:

@@ -1,8 +1,10 @@
-"""`fed-ros bench train --lift`: does the camera policy still learn Lift from images?
+"""`fed-ros bench train --lift` / `--closed-loop`: does a policy learn a task from demonstrations?
 
-A separate check from the throughput table of `train`: it collects scripted Lift demonstrations
-with both cameras (MuJoCo, in process), trains plain BC from the images and reports closed-loop
-success over seeded evaluation episodes, with wall and CPU minutes per phase. It needs the
+A separate check from the throughput table of `train`: it collects scripted demonstrations of a
+task (Lift by default; `--task pick_place_can`, `stack`) with both cameras for the image policy
+(MuJoCo, in process), trains plain BC (from the images, or from the low-dim state with `--kind
+lowdim`) and reports closed-loop success over seeded evaluation episodes, with wall and CPU
+minutes per phase. It needs the
 simulator and real demonstrations, where the throughput table runs on synthetic batches alone, so
 it stands apart from it.
 """
@@ -30,8 +32,11 @@ def lift_from_images(
     image_profile: str = "lite",
     device: torch.device | None = None,
     lr_schedule: str = "constant",
+    task: str = "lift",
+    kind: str = "image",
 ) -> dict[str, Any]:
-    """Collect camera demos of Lift, train BC from the images, evaluate in closed loop.
+    """Collect demos of ``task`` (with cameras for ``kind`` image), train BC, evaluate in closed
+    loop.
 
     Plain BC (no teacher: from a fresh model the distillation terms only pull towards the
     random initialisation). Prints and returns demos, frames, steps, minutes per phase and
@@ -44,14 +49,15 @@ def lift_from_images(
     from fed_ros.sim.evaluate import evaluate
 
     device = device or torch.device("cpu")
-    cfg = PolicyConfig(kind="image", image_profile=image_profile)
+    cameras = kind == "image"
+    cfg = PolicyConfig(kind=kind, image_profile=image_profile)
     t0, c0 = time.perf_counter(), time.process_time()
     episodes = collect_demos(
-        "lift",
+        task,
         "default",
         n=demos,
         seed=seed,
-        cameras=True,
+        cameras=cameras,
         image_size=cfg.image_size,
         noise_std=0.05,
     )
@@ -59,7 +65,7 @@ def lift_from_images(
     ok = sum(e.success for e in episodes)
     frames = sum(len(e) for e in episodes if e.success)
     print(
-        f"lift: {ok}/{demos} successful demos, {frames} frames, {(t1 - t0) / 60:.1f} min",
+        f"{task}: {ok}/{demos} successful demos, {frames} frames, {(t1 - t0) / 60:.1f} min",
         flush=True,
     )
     start = initial_state_dict(cfg, seed=seed, episodes=episodes)
@@ -89,16 +95,17 @@ def lift_from_images(
     instruction = episodes[0].instruction
     ev = evaluate(
         lambda: PolicyRunner(result.params, cfg, device=str(device), instruction=instruction),
-        "lift",
+        task,
         "default",
         episodes=eval_episodes,
         seed=seed,
-        cameras=True,
+        cameras=cameras,
         image_size=cfg.image_size,
     )
     t3, c3 = time.perf_counter(), time.process_time()
     row = {
-        "task": "lift",
+        "task": task,
+        "kind": kind,
         "image_profile": image_profile,
         "demos": demos,
         "successful_demos": ok,
@@ -127,8 +134,9 @@ def lift_from_images(
         "threads": torch.get_num_threads(),
         "seed": seed,
     }
+    source = f"images ({image_profile})" if cameras else "low-dim state"
     print(
-        f"lift from images ({image_profile}): {demos} demos ({frames} frames), {steps} BC "
+        f"{task} from {source}: {demos} demos ({frames} frames), {steps} BC "
         f"steps at {row['train_steps_per_s']:.2f} steps/s, success "
         f"{sum(ev.successes)}/{eval_episodes} = {ev.success_rate:.2f}; minutes "
         + ", ".join(f"{k} {v:.1f}" for k, v in row["minutes"].items())
