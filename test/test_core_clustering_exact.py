@@ -1444,6 +1444,7 @@ def test_feddrman_state_names_its_settings_and_restores_omega():
         "use_cua": True,
         "use_srb": True,
         "omega_prefixes": ["temporal."],
+        "buffer_regroup_every": 4,
     }
     t = make_strategy("feddrman", num_clusters=2, beta=0.5)
     t.load_state(arrays, meta)
