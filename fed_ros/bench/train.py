@@ -253,6 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         default="constant",
         help="--lift: constant, or cosine decay to 0 over the run",
     )
+    ap.add_argument(
+        "--eef-state",
+        action="store_true",
+        help="--closed-loop --kind image: the policy also reads the end-effector pose "
+        "(PolicyConfig.use_eef_state)",
+    )
     ap.add_argument("--eval-episodes", type=int, default=20, help="--lift: seeded episodes")
     ap.add_argument("--seed", type=int, default=0, help="--lift: demo/train/eval seed")
     args = ap.parse_args(argv)
@@ -288,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             args.lr_schedule,
             args.task if args.closed_loop else "lift",
             args.kind if args.closed_loop else "image",
+            eef_state=args.eef_state,
         )
         if args.json:
             with open(args.json, "w") as f:

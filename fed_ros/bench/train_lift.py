@@ -34,6 +34,7 @@ def lift_from_images(
     lr_schedule: str = "constant",
     task: str = "lift",
     kind: str = "image",
+    eef_state: bool = False,
 ) -> dict[str, Any]:
     """Collect demos of ``task`` (with cameras for ``kind`` image), train BC, evaluate in closed
     loop.
@@ -50,7 +51,9 @@ def lift_from_images(
 
     device = device or torch.device("cpu")
     cameras = kind == "image"
-    cfg = PolicyConfig(kind=kind, image_profile=image_profile)
+    cfg = PolicyConfig(
+        kind=kind, image_profile=image_profile, use_eef_state=True if eef_state else None
+    )
     t0, c0 = time.perf_counter(), time.process_time()
     episodes = collect_demos(
         task,
@@ -107,6 +110,7 @@ def lift_from_images(
         "task": task,
         "kind": kind,
         "image_profile": image_profile,
+        "eef_state": cfg.use_eef_state,
         "demos": demos,
         "successful_demos": ok,
         "frames": frames,

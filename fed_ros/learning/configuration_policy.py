@@ -64,6 +64,14 @@ class PolicyConfig:
             set False (docs/arms.md); an image policy then ignores ``object_state`` if a
             batch carries one. True on an image policy adds an object-state token (a
             different manifest); False on a low-dim policy is rejected.
+        use_eef_state: whether the end-effector pose (``eef_pos``, ``eef_quat``: the arm's
+            forward kinematics, published on ``arm/eef_pose``) is a policy input (its own
+            token). None (default) takes the kind's default: True for "lowdim", False for
+            "image" (existing image manifests are unchanged). True on an image policy is
+            robomimic's proprioception for image BC (eef pose + gripper): the cameras then
+            only have to locate the object relative to a hand whose position the policy
+            already knows (docs/learning.md measures it). False on a low-dim policy is
+            rejected.
         action_dim / object_state_dim: fixed by ``fed_ros.core.data.episode``; kept here so a
             checkpoint records them.
     """
@@ -85,6 +93,7 @@ class PolicyConfig:
     tanh_means: bool = True
     random_shift: int = 4
     use_object_state: bool | None = None
+    use_eef_state: bool | None = None
     action_dim: int = ACTION_DIM
     object_state_dim: int = OBJECT_STATE_DIM
 
@@ -139,6 +148,15 @@ class PolicyConfig:
                 "view of the scene is object_state (a real arm without perception "
                 "trains an image policy)"
             )
+        if self.use_eef_state is None:
+            self.use_eef_state = self.kind == "lowdim"
+        if not isinstance(self.use_eef_state, bool):
+            raise ValueError(f"use_eef_state must be a bool, got {self.use_eef_state!r}")
+        if self.kind == "lowdim" and not self.use_eef_state:
+            raise ValueError(
+                "use_eef_state=False needs kind='image': the low-dim policy always reads "
+                "the end-effector pose"
+            )
         if self.action_dim != ACTION_DIM:
             raise ValueError(f"action_dim must be {ACTION_DIM} (fleet-wide), got {self.action_dim}")
         if self.object_state_dim != OBJECT_STATE_DIM:
@@ -152,8 +170,10 @@ class PolicyConfig:
         """Encoder modalities of this variant, in token order."""
         if self.kind == "lowdim":
             return LOWDIM_MODALITIES
-        # An image policy's object-state token (opt-in) follows the cameras.
-        return IMAGE_MODALITIES[:3] + ("object",) * self.use_object_state + IMAGE_MODALITIES[3:]
+        # An image policy's object-state and end-effector tokens (opt-in) follow the
+        # cameras, in the low-dim policy's order.
+        opt_in = ("object",) * self.use_object_state + ("eef",) * self.use_eef_state
+        return IMAGE_MODALITIES[:3] + opt_in + IMAGE_MODALITIES[3:]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (tuples become lists)."""

@@ -27,6 +27,7 @@ def required_keys(cfg: PolicyConfig) -> tuple[str, ...]:
     """Observation keys a policy variant consumes."""
     if cfg.kind == "image":
         extra = (ep.OBJECT_STATE,) if cfg.use_object_state else ()
+        extra += (ep.EEF_POS, ep.EEF_QUAT) if cfg.use_eef_state else ()
         return ep.IMAGE_KEYS + (ep.JOINT_POS, ep.GRIPPER_QPOS) + extra
     return (ep.JOINT_POS, ep.GRIPPER_QPOS, ep.EEF_POS, ep.EEF_QUAT, ep.OBJECT_STATE)
 

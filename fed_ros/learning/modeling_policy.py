@@ -87,6 +87,8 @@ class GMMPolicy(nn.Module):
             self.wrist_encoder = ImageEncoder(cfg)
             if cfg.use_object_state:  # opt-in object-state token (PolicyConfig.use_object_state)
                 self.object_encoder = mlp(cfg.object_state_dim, e, e)
+            if cfg.use_eef_state:  # opt-in end-effector token (PolicyConfig.use_eef_state)
+                self.eef_encoder = mlp(EEF_DIM, e, e)
         else:
             self.object_encoder = mlp(cfg.object_state_dim, e, e)
             self.eef_encoder = mlp(EEF_DIM, e, e)
@@ -199,6 +201,7 @@ class GMMPolicy(nn.Module):
                 feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
         else:
             feats["object"] = self.object_encoder(self._lowdim(batch, ep.OBJECT_STATE))
+        if self.cfg.use_eef_state:
             eef = torch.cat([self._lowdim(batch, ep.EEF_POS), self._lowdim(batch, ep.EEF_QUAT)], -1)
             feats["eef"] = self.eef_encoder(eef)
         feats["joint"] = self.joint_encoder(joint)
@@ -247,7 +250,8 @@ class GMMPolicy(nn.Module):
         else:
             raise ValueError("obs needs an 'instruction' string or a 'text' embedding")
         keys = [ep.JOINT_POS, ep.GRIPPER_QPOS]
-        keys += list(ep.IMAGE_KEYS) if self.cfg.kind == "image" else [ep.EEF_POS, ep.EEF_QUAT]
+        keys += list(ep.IMAGE_KEYS) if self.cfg.kind == "image" else []
+        keys += [ep.EEF_POS, ep.EEF_QUAT] if self.cfg.use_eef_state else []
         keys += [ep.OBJECT_STATE] if self.cfg.use_object_state else []
         step = {}
         for key in keys:
