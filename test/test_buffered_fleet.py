@@ -99,7 +99,15 @@ def test_a_buffered_fleet_does_not_wait_for_its_slow_robot_and_uses_its_stale_up
         json.loads(line) for line in (tmp_path / "server" / "audit.jsonl").read_text().splitlines()
     ]
     updates = [e for e in audit if e["kind"] == "update"]
-    assert not [e for e in updates if not e["accepted"]], [e for e in updates if not e["accepted"]]
+    # The last buffered round closes on B updates and the federation ends there, so a third
+    # robot's update for that round may arrive after it (refused as no_round: not a fault).
+    # Any other refusal is one.
+    refused = [
+        e
+        for e in updates
+        if not e["accepted"] and not (e["round"] == ROUNDS - 1 and e["code"] == "no_round")
+    ]
+    assert not refused, refused
     # robot_2's updates arrive for rounds the fleet has left: trained from older models, used.
     slow_rounds = [e["round"] for e in updates if e["robot_id"] == "robot_2"]
     assert slow_rounds, log[-3000:]
