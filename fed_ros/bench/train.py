@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fed_ros.bench.train_lift import lift_from_images
+from fed_ros.bench.train_lift import lift_from_images, policy_overrides
 from fed_ros.learning.configuration_policy import IMAGE_PROFILES, PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.device import peak_memory_bytes, resolve_device
@@ -259,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         help="--closed-loop --kind image: the policy also reads the end-effector pose "
         "(PolicyConfig.use_eef_state)",
     )
+    ap.add_argument(
+        "--policy",
+        default="",
+        metavar="YAML",
+        help="--closed-loop: further PolicyConfig fields as a YAML mapping, e.g. "
+        "'{window: 2, embed_dim: 32}' (a recipe under test)",
+    )
     ap.add_argument("--eval-episodes", type=int, default=20, help="--lift: seeded episodes")
     ap.add_argument("--seed", type=int, default=0, help="--lift: demo/train/eval seed")
     args = ap.parse_args(argv)
@@ -282,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
                 json.dump(rows, f, indent=2)
         return 0
     if args.lift or args.closed_loop:
+        try:
+            overrides = policy_overrides(args.policy, args.kind if args.closed_loop else "image")
+        except ValueError as exc:
+            ap.error(str(exc))
         row = lift_from_images(
             args.demos,
             args.train_steps,
@@ -295,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             args.task if args.closed_loop else "lift",
             args.kind if args.closed_loop else "image",
             eef_state=args.eef_state,
+            policy_overrides=overrides,
         )
         if args.json:
             with open(args.json, "w") as f:

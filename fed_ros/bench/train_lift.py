@@ -13,13 +13,30 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+import yaml
 
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.configuration_trainer import TrainerConfig
 from fed_ros.learning.trainer import initial_state_dict
+
+
+def policy_overrides(text: str, kind: str = "image") -> dict[str, Any]:
+    """``--policy``'s YAML mapping of PolicyConfig fields, checked against ``kind``'s config.
+
+    Raises ValueError naming the text, an unknown field or a bad value, so a typo in a recipe
+    fails at once rather than after minutes of demonstration collection.
+    """
+    if not text.strip():
+        return {}
+    value = yaml.safe_load(text)
+    if not isinstance(value, Mapping):
+        raise ValueError(f"--policy must be a YAML mapping of PolicyConfig fields, got {text!r}")
+    PolicyConfig.from_dict({"kind": kind, **value})
+    return dict(value)
 
 
 def lift_from_images(
@@ -35,13 +52,16 @@ def lift_from_images(
     task: str = "lift",
     kind: str = "image",
     eef_state: bool = False,
+    policy_overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Collect demos of ``task`` (with cameras for ``kind`` image), train BC, evaluate in closed
     loop.
 
     Plain BC (no teacher: from a fresh model the distillation terms only pull towards the
     random initialisation). Prints and returns demos, frames, steps, minutes per phase and
-    the success rate over ``eval_episodes`` seeded episodes.
+    the success rate over ``eval_episodes`` seeded episodes. ``policy_overrides`` sets further
+    ``PolicyConfig`` fields (a recipe under test: window, keypoints, widths, ...); an unknown
+    field or a bad value raises ValueError naming it, before any demonstration is collected.
     """
     os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
     from fed_ros.learning.runner import PolicyRunner
@@ -51,9 +71,10 @@ def lift_from_images(
 
     device = device or torch.device("cpu")
     cameras = kind == "image"
-    cfg = PolicyConfig(
-        kind=kind, image_profile=image_profile, use_eef_state=True if eef_state else None
-    )
+    fields = {"kind": kind, "image_profile": image_profile}
+    if eef_state:
+        fields["use_eef_state"] = True
+    cfg = PolicyConfig.from_dict({**fields, **dict(policy_overrides or {})})
     t0, c0 = time.perf_counter(), time.process_time()
     episodes = collect_demos(
         task,
@@ -111,6 +132,8 @@ def lift_from_images(
         "kind": kind,
         "image_profile": image_profile,
         "eef_state": cfg.use_eef_state,
+        "policy_overrides": dict(policy_overrides or {}),
+        "policy": cfg.to_dict(),
         "demos": demos,
         "successful_demos": ok,
         "frames": frames,
