@@ -16,8 +16,33 @@ def test_closed_loop_bc_on_pick_place_can_from_the_low_dim_state(tmp_path):
     out = tmp_path / "can.json"
     argv = ["--closed-loop", "--task", "pick_place_can", "--kind", "lowdim", "--demos", "2"]
     argv += ["--train-steps", "2", "--eval-episodes", "1", "--threads", "1", "--json", str(out)]
+    argv += ["--policy", "{window: 2, embed_dim: 32}"]
     assert main(argv) == 0
     row = json.loads(out.read_text())
     assert (row["task"], row["kind"], row["steps"]) == ("pick_place_can", "lowdim", 2)
     assert row["successful_demos"] >= 1 and row["frames"] > 50  # real scripted demonstrations
     assert len(row["successes"]) == 1 and 0.0 <= row["success_rate"] <= 1.0
+    # The recipe under test is the one trained, and the row says so.
+    assert row["policy_overrides"] == {"window": 2, "embed_dim": 32}
+    assert (row["policy"]["window"], row["policy"]["embed_dim"]) == (2, 32)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{window: x}", "window must be a positive int, got 'x'"),
+        ("{bogus: 1}", "unknown PolicyConfig field"),
+        ("[1, 2]", "must be a YAML mapping"),
+        ("{use_object_state: false}", "use_object_state=False needs kind='image'"),
+    ],
+)
+def test_a_bad_policy_recipe_is_refused_before_any_demonstration_is_collected(
+    text, message, capsys
+):
+    from fed_ros.bench.train import main
+
+    argv = ["--closed-loop", "--task", "lift", "--kind", "lowdim", "--policy", text]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
