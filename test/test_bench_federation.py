@@ -524,3 +524,42 @@ def test_the_few_demos_fleet_runs_its_three_families_and_checks_the_targets(tmp_
     report = (out / "report.md").read_text()
     assert "## few_demos" in report and "target >= +15 pp" in report
     assert "few" not in F.DEFAULT_EXPERIMENTS  # 9 robots x 20 rollouts: only when asked
+
+
+@pytest.mark.sim
+def test_the_few_demos_fleet_can_take_pick_place_can_arms_as_its_third_family(tmp_path):
+    """--few-third-family can (issue 23 item 2: a can family in the benchmark again): the third
+    family is PickPlaceCan arms, its own setting, table and claims beside few_demos'."""
+    out = tmp_path / "few_can"
+    argv = [
+        "--quick",
+        "--only",
+        "few",
+        "--few-third-family",
+        "can",
+        "--methods",
+        "local",
+        "feddrman",
+    ]
+    argv += ["--few-robots-per-family", "1", "--few-demos", "1", "--local-steps", "2"]
+    argv += ["--rounds", "1", "--eval-episodes", "1", "--seeds", "0", "--jobs", "1"]
+    assert F.main(argv + ["--out", str(out)]) == 0
+    cell = json.loads((out / "cells" / "few_demos_can__feddrman__s0.json").read_text())
+    assert cell["groups"] == ["lift", "lift_mirrored", "can"]
+    assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored", "can"}
+    assert cell["profile"]["few_third_family"] == "can"
+    assert not (out / "cells" / "few_demos__feddrman__s0.json").exists()
+    report = (out / "report.md").read_text()
+    assert "## few_demos_can" in report and "Few demos per arm (few_demos_can)" in report
+
+
+def test_an_unknown_third_family_is_refused_naming_it():
+    from dataclasses import replace
+
+    from fed_ros.bench.federation_few import few_demos_setting
+    from fed_ros.bench.federation_settings import PROFILES
+
+    with pytest.raises(ValueError, match="few_third_family must be one of .*got 'stack'"):
+        few_demos_setting(replace(PROFILES["quick"], few_third_family="stack"))
+    with pytest.raises(SystemExit):
+        F.main(["--only", "few", "--few-third-family", "stack"])

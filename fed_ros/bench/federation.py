@@ -53,8 +53,7 @@ from fed_ros.bench.federation_overlap import (
     variant_overlaps,
 )
 from fed_ros.bench.federation_partition import partition_claims, partition_section, run_partition
-from fed_ros.bench.federation_few import add_arguments as add_few_arguments
-from fed_ros.bench.federation_few import few_claims, few_demos_setting
+from fed_ros.bench import federation_few as few
 from fed_ros.bench.federation_ray import LOCAL, RayExecutor, import_ray
 from fed_ros.bench.federation_rnd import rnd_claims, rnd_section, run_rnd
 from fed_ros.bench.federation_settings import (
@@ -97,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--eval-episodes", type=int, help="override closed-loop episodes per (model, family)"
     )
-    add_few_arguments(ap)
+    few.add_arguments(ap)
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
     ap.add_argument(
         "--overlaps",
@@ -160,9 +159,7 @@ def _profile(args: argparse.Namespace) -> Profile:
         local_steps=args.local_steps,
         demos_per_robot=args.demos,
         eval_episodes=args.eval_episodes,
-        few_eval_episodes=args.eval_episodes,
-        few_robots_per_family=args.few_robots_per_family,
-        few_demos_per_robot=args.few_demos,
+        **few.few_overrides(args),
         seeds=tuple(args.seeds) if args.seeds else None,
         overlaps=tuple(args.overlaps) if args.overlaps else None,
         encoding=args.encoding,
@@ -181,7 +178,7 @@ def _profile(args: argparse.Namespace) -> Profile:
             methods_few=tuple(args.methods),
         )
     overlap_methods(prof, overlap_shift_setting(prof))  # validates overlap_shift_methods
-    few_demos_setting(prof)  # validates the few-demos sizes
+    few.few_demos_setting(prof)  # validates the few-demos sizes
     if prof.robots < 2:
         raise ValueError(f"--robots must be >= 2, got {prof.robots}")
     if (
@@ -245,7 +242,7 @@ def _claims(
             f"(claim >= 95%), cross-family {100 * cross:.0f}% (claim <= 5%): "
             f"{'REPRODUCED' if ok else 'NOT reproduced'}"
         )
-    lines += few_claims(g)
+    lines += few.few_claims(g)
     lines += rnd_claims(rnd, prof)
     lines += overlap_claims(g, prof)
     lines += partition_claims(part)
@@ -285,7 +282,7 @@ def write_report(
     for setting, methods in (
         ("cross_family", prof.methods_cross),
         ("same_family", prof.methods_same),
-        ("few_demos", prof.methods_few),
+        *few.few_report_settings(prof),
         *((v, variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS),
     ):
         if not any(s == setting for s, _ in g):

@@ -21,15 +21,27 @@ SETTING = "few_demos"
 # Work cell of the third family, relative to the shared frame (m): normal arms whose inputs are
 # shifted (another viewpoint of the same task), beside the conflicting mirrored arms.
 FEW_CELL_OFFSET = (0.0, 0.06, 0.0)
+# The third family (`--few-third-family`): "cell" (Lift in the offset work cell, the default) or
+# "can" (PickPlaceCan arms: another task, the issue's other example). Each is its own setting,
+# so their cells, tables and claims never mix.
+THIRD_FAMILIES = {
+    "cell": Family("lift_cell", "lift", "default", False, FEW_CELL_OFFSET),
+    "can": Family("can", "pick_place_can"),
+}
+SETTINGS = {"cell": SETTING, "can": f"{SETTING}_can"}
 
 
 def few_demos_setting(profile: Profile) -> Setting:
     """The fleet: ``few_robots_per_family`` robots of each family, ``few_demos_per_robot`` demos
-    each. C = 2 for CUA/IFCA: two action mappings."""
+    each, the third family by ``few_third_family``. C = 2 for CUA/IFCA: two action mappings
+    (with the can family, three tasks' worth of mappings share two clusters' budget)."""
+    third = profile.few_third_family
+    if third not in THIRD_FAMILIES:
+        raise ValueError(f"few_third_family must be one of {sorted(THIRD_FAMILIES)}, got {third!r}")
     fams = (
         Family("lift", "lift", "default", False),
         Family("lift_mirrored", "lift", "default", True),
-        Family("lift_cell", "lift", "default", False, FEW_CELL_OFFSET),
+        THIRD_FAMILIES[third],
     )
     per, demos = profile.few_robots_per_family, profile.few_demos_per_robot
     if per < 1 or demos < 1:
@@ -37,13 +49,16 @@ def few_demos_setting(profile: Profile) -> Setting:
             f"few-demos setting needs >= 1 robot per family and >= 1 demo, got {per}, {demos}"
         )
     robots = tuple(((f.name, demos),) for f in fams for _ in range(per))
+    last = (
+        f"Lift in a work cell offset by {FEW_CELL_OFFSET} m" if third == "cell" else "PickPlaceCan"
+    )
     return Setting(
-        SETTING,
+        SETTINGS[third],
         fams,
         robots,
         num_clusters=2,
         description=f"{len(robots)} robots with {demos} demos each: Lift, mirrored-mount Lift "
-        f"and Lift in a work cell offset by {FEW_CELL_OFFSET} m",
+        f"and {last}",
     )
 
 
@@ -57,13 +72,40 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
         type=int,
         help="few: demonstrations per robot (default 4; --eval-episodes sets its rollouts too)",
     )
+    ap.add_argument(
+        "--few-third-family",
+        choices=sorted(THIRD_FAMILIES),
+        help="few: the third family, Lift in an offset work cell (cell, default) or "
+        "PickPlaceCan (can; its own setting, few_demos_can)",
+    )
+
+
+def few_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Profile fields the few-demos options set (None: the profile's value)."""
+    return {
+        "few_eval_episodes": args.eval_episodes,
+        "few_robots_per_family": args.few_robots_per_family,
+        "few_demos_per_robot": args.few_demos,
+        "few_third_family": args.few_third_family,
+    }
+
+
+def few_report_settings(profile: Profile) -> list[tuple[str, tuple[str, ...]]]:
+    """(setting, methods) of the few-demos tables: both variants; the report skips one not run."""
+    return [(name, profile.methods_few) for name in SETTINGS.values()]
 
 
 def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
-    """The issue's targets on the few-demos fleet, from the cells' final success."""
+    """The issue's targets on each few-demos fleet that ran, from the cells' final success."""
+    return [line for third in THIRD_FAMILIES for line in _few_claims(g, third)]
+
+
+def _few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], third: str) -> list[str]:
+    setting = SETTINGS[third]
+    label = "Few demos per arm" + ("" if third == "cell" else f" ({setting})")
 
     def mean(m: str) -> float | None:
-        return R.success_stats(g.get((SETTING, m), []))["mean"]
+        return R.success_stats(g.get((setting, m), []))["mean"]
 
     local, fedavg, feddrman, central = (
         mean(m) for m in ("local", "fedavg", "feddrman", "centralized")
@@ -75,10 +117,10 @@ def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
         if other is not None:
             ok = feddrman >= other + target
             lines.append(
-                f"- Few demos per arm: FedDRMan {100 * feddrman:.1f}% vs {name} "
+                f"- {label}: FedDRMan {100 * feddrman:.1f}% vs {name} "
                 f"{100 * other:.1f}% ({100 * (feddrman - other):+.1f} pp; target >= "
                 f"+{100 * target:.0f} pp): {'REACHED' if ok else 'NOT reached'}"
             )
     if central is not None:
-        lines.append(f"- Few demos per arm: Centralized (the ceiling) {100 * central:.1f}%")
+        lines.append(f"- {label}: Centralized (the ceiling) {100 * central:.1f}%")
     return lines

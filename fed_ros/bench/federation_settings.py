@@ -133,6 +133,7 @@ class Profile:
     # fleet help my arm?"): this many robots per family, each with this many demos.
     few_robots_per_family: int = 3
     few_demos_per_robot: int = 4
+    few_third_family: str = "cell"  # or "can": PickPlaceCan arms (`federation_few`)
     few_eval_episodes: int = 20  # rollouts per (model, family) and evaluation
     methods_few: tuple[str, ...] = ("local", "fedavg", "feddrman", "centralized")
     rnd_robots_per_group: int = 2
