@@ -247,6 +247,14 @@ class PickPlaceCanExpert(ScriptedExpert):
     carry_height = (
         0.22  # above the target bin floor: the hanging can (up to 1.2x) clears the bin walls
     )
+    # Grip this far above the can's centre. The grip site cannot reach the centre (the fingers
+    # meet the bin floor about 1 cm above it), so a descent aimed at the centre always ended
+    # on a stall, and the close came after ``stall_window`` frames of pushing down against the
+    # floor: frames a learned policy cannot tell from the pushing before them (its window saw
+    # the same stalled state labelled "push, open"). Measured: BC policies then pushed at the
+    # can with the gripper open for the whole episode (0-2/20 successes). A reachable grasp
+    # point ends the descent on position (the eef->can vector), which the policy observes.
+    grasp_above_centre = 0.015
 
     phases = (
         _Phase("approach", OPEN, xy_tol=0.008, z_tol=0.02),
@@ -265,7 +273,7 @@ class PickPlaceCanExpert(ScriptedExpert):
         if phase.name == "approach":
             return can + [0.0, 0.0, 0.08]
         if phase.name == "descend":
-            return can + [0.0, 0.0, 0.0]
+            return can + [0.0, 0.0, self.grasp_above_centre]
         if phase.name == "grasp":
             return self._memory.get("grasp_at", can)
         if phase.name == "lift":
