@@ -130,3 +130,19 @@ def test_evaluate_accepts_a_factory_and_rejects_bad_policies() -> None:
         evaluate(_Still(), "lift", episodes=0)
     with pytest.raises(ValueError):
         make_expert("lift", noise_std=-1.0)
+
+
+def test_pick_place_can_expert_closes_on_a_grasp_point_it_reaches_not_after_a_stall() -> None:
+    """The grasp must start on an observable position: descending aimed at the can's centre
+    (unreachable: the fingers meet the bin floor) always ended on a stall, and the frames of
+    pushing before the close looked like the close to a policy, which then pushed forever."""
+    from fed_ros.sim.experts import PickPlaceCanExpert
+
+    for episode in collect_demos("pick_place_can", n=3, seed=0, cameras=False, noise_std=0.05):
+        assert episode.success
+        close = int(np.argmax(episode.actions[:, 3] > 0))  # first gripper-close command
+        z = episode.observations["eef_pos"][close - PickPlaceCanExpert.stall_window : close, 2]
+        assert z.max() - z.min() > 3 * PickPlaceCanExpert.stall_eps, (close, z)  # still moving
+        # The hand is above the can's centre by about the grasp offset when it closes.
+        eef_to_can = episode.observations["object_state"][close, 7:10]
+        assert -0.03 < eef_to_can[2] < -0.01, eef_to_can
