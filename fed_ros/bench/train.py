@@ -244,14 +244,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--kind", choices=("image", "lowdim"), default="image", help="--closed-loop: the policy"
     )
-    ap.add_argument("--demos", type=int, default=20, help="--lift: expert demonstrations")
-    ap.add_argument("--train-steps", type=int, default=1500, help="--lift: BC optimiser steps")
-    ap.add_argument("--lr", type=float, default=1e-3, help="--lift: AdamW learning rate")
+    ap.add_argument(
+        "--demos", type=int, default=20, help="--lift/--closed-loop: expert demonstrations"
+    )
+    ap.add_argument(
+        "--train-steps", type=int, default=1500, help="--lift/--closed-loop: BC optimiser steps"
+    )
+    ap.add_argument(
+        "--lr", type=float, default=1e-3, help="--lift/--closed-loop: AdamW learning rate"
+    )
     ap.add_argument(
         "--lr-schedule",
         choices=LR_SCHEDULES,
         default="constant",
-        help="--lift: constant, or cosine decay to 0 over the run",
+        help="--lift/--closed-loop: constant, or cosine decay to 0 over the run",
     )
     ap.add_argument(
         "--eef-state",
@@ -266,8 +272,15 @@ def main(argv: list[str] | None = None) -> int:
         help="--closed-loop: further PolicyConfig fields as a YAML mapping, e.g. "
         "'{window: 2, embed_dim: 32}' (a recipe under test)",
     )
-    ap.add_argument("--eval-episodes", type=int, default=20, help="--lift: seeded episodes")
-    ap.add_argument("--seed", type=int, default=0, help="--lift: demo/train/eval seed")
+    ap.add_argument(
+        "--eval-episodes",
+        type=int,
+        default=20,
+        help="--lift/--closed-loop: seeded evaluation episodes",
+    )
+    ap.add_argument(
+        "--seed", type=int, default=0, help="--lift/--closed-loop: demo/train/eval seed"
+    )
     args = ap.parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     for k in kinds:
