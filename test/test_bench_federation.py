@@ -559,6 +559,10 @@ def test_an_unknown_third_family_is_refused_naming_it():
     from fed_ros.bench.federation_few import few_demos_setting
     from fed_ros.bench.federation_settings import PROFILES
 
+    quick = PROFILES["quick"]
+    # C for CUA/IFCA: the can arms are a third action mapping, the offset cell shares Lift's.
+    assert few_demos_setting(replace(quick, few_third_family="can")).num_clusters == 3
+    assert few_demos_setting(quick).num_clusters == 2
     with pytest.raises(ValueError, match="few_third_family must be one of .*got 'stack'"):
         few_demos_setting(replace(PROFILES["quick"], few_third_family="stack"))
     with pytest.raises(SystemExit):

@@ -33,8 +33,8 @@ SETTINGS = {"cell": SETTING, "can": f"{SETTING}_can"}
 
 def few_demos_setting(profile: Profile) -> Setting:
     """The fleet: ``few_robots_per_family`` robots of each family, ``few_demos_per_robot`` demos
-    each, the third family by ``few_third_family``. C = 2 for CUA/IFCA: two action mappings
-    (with the can family, three tasks' worth of mappings share two clusters' budget)."""
+    each, the third family by ``few_third_family``. C for CUA/IFCA: 2 (two action mappings)
+    with the offset Lift cell, 3 with the can arms."""
     third = profile.few_third_family
     if third not in THIRD_FAMILIES:
         raise ValueError(f"few_third_family must be one of {sorted(THIRD_FAMILIES)}, got {third!r}")
@@ -56,7 +56,10 @@ def few_demos_setting(profile: Profile) -> Setting:
         SETTINGS[third],
         fams,
         robots,
-        num_clusters=2,
+        # Two action mappings with the offset cell (it shares Lift's); three with the can arms,
+        # a task of their own: with C = 2 FedDRMan had to merge a family with another
+        # (measured: 33 % cross-family co-clustering, 2.8 % success).
+        num_clusters=2 if third == "cell" else 3,
         description=f"{len(robots)} robots with {demos} demos each: Lift, mirrored-mount Lift "
         f"and {last}",
     )
