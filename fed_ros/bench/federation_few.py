@@ -12,6 +12,7 @@ checked are the issue's targets: FedDRMan >= Local + 15 pp and >= FedAvg + 20 pp
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 from fed_ros.bench import federation_report as R
@@ -21,27 +22,47 @@ SETTING = "few_demos"
 # Work cell of the third family, relative to the shared frame (m): normal arms whose inputs are
 # shifted (another viewpoint of the same task), beside the conflicting mirrored arms.
 FEW_CELL_OFFSET = (0.0, 0.06, 0.0)
-# The third family (`--few-third-family`): "cell" (Lift in the offset work cell, the default) or
-# "can" (PickPlaceCan arms: another task, the issue's other example). Each is its own setting,
-# so their cells, tables and claims never mix.
+
+
+@dataclass(frozen=True)
+class ThirdFamily:
+    """One choice of the few-demos fleet's third family, and what it changes."""
+
+    family: Family
+    setting: str  # its own setting name, so cells, tables and claims never mix
+    num_clusters: int  # C for CUA/IFCA: the fleet's distinct action mappings
+    description: str
+
+
+# `--few-third-family`: "cell" (the default) or "can" (PickPlaceCan arms: another task, the
+# issue's other example). The offset cell shares Lift's action mapping (C = 2); the can arms are
+# a task of their own (C = 3: with C = 2 FedDRMan had to merge a family with another, measured
+# 33 % cross-family co-clustering and 2.8 % success).
 THIRD_FAMILIES = {
-    "cell": Family("lift_cell", "lift", "default", False, FEW_CELL_OFFSET),
-    "can": Family("can", "pick_place_can"),
+    "cell": ThirdFamily(
+        Family("lift_cell", "lift", "default", False, FEW_CELL_OFFSET),
+        SETTING,
+        2,
+        f"Lift in a work cell offset by {FEW_CELL_OFFSET} m",
+    ),
+    "can": ThirdFamily(Family("can", "pick_place_can"), f"{SETTING}_can", 3, "PickPlaceCan"),
 }
-SETTINGS = {"cell": SETTING, "can": f"{SETTING}_can"}
 
 
 def few_demos_setting(profile: Profile) -> Setting:
     """The fleet: ``few_robots_per_family`` robots of each family, ``few_demos_per_robot`` demos
     each, the third family by ``few_third_family``. C for CUA/IFCA: 2 (two action mappings)
     with the offset Lift cell, 3 with the can arms."""
-    third = profile.few_third_family
-    if third not in THIRD_FAMILIES:
-        raise ValueError(f"few_third_family must be one of {sorted(THIRD_FAMILIES)}, got {third!r}")
+    if profile.few_third_family not in THIRD_FAMILIES:
+        raise ValueError(
+            f"few_third_family must be one of {sorted(THIRD_FAMILIES)}, "
+            f"got {profile.few_third_family!r}"
+        )
+    third = THIRD_FAMILIES[profile.few_third_family]
     fams = (
         Family("lift", "lift", "default", False),
         Family("lift_mirrored", "lift", "default", True),
-        THIRD_FAMILIES[third],
+        third.family,
     )
     per, demos = profile.few_robots_per_family, profile.few_demos_per_robot
     if per < 1 or demos < 1:
@@ -49,19 +70,13 @@ def few_demos_setting(profile: Profile) -> Setting:
             f"few-demos setting needs >= 1 robot per family and >= 1 demo, got {per}, {demos}"
         )
     robots = tuple(((f.name, demos),) for f in fams for _ in range(per))
-    last = (
-        f"Lift in a work cell offset by {FEW_CELL_OFFSET} m" if third == "cell" else "PickPlaceCan"
-    )
     return Setting(
-        SETTINGS[third],
+        third.setting,
         fams,
         robots,
-        # Two action mappings with the offset cell (it shares Lift's); three with the can arms,
-        # a task of their own: with C = 2 FedDRMan had to merge a family with another
-        # (measured: 33 % cross-family co-clustering, 2.8 % success).
-        num_clusters=2 if third == "cell" else 3,
+        num_clusters=third.num_clusters,
         description=f"{len(robots)} robots with {demos} demos each: Lift, mirrored-mount Lift "
-        f"and {last}",
+        f"and {third.description}",
     )
 
 
@@ -95,17 +110,16 @@ def few_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def few_report_settings(profile: Profile) -> list[tuple[str, tuple[str, ...]]]:
     """(setting, methods) of the few-demos tables: both variants; the report skips one not run."""
-    return [(name, profile.methods_few) for name in SETTINGS.values()]
+    return [(t.setting, profile.methods_few) for t in THIRD_FAMILIES.values()]
 
 
 def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     """The issue's targets on each few-demos fleet that ran, from the cells' final success."""
-    return [line for third in THIRD_FAMILIES for line in _few_claims(g, third)]
+    return [line for t in THIRD_FAMILIES.values() for line in _few_claims(g, t.setting)]
 
 
-def _few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], third: str) -> list[str]:
-    setting = SETTINGS[third]
-    label = "Few demos per arm" + ("" if third == "cell" else f" ({setting})")
+def _few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], setting: str) -> list[str]:
+    label = "Few demos per arm" + ("" if setting == SETTING else f" ({setting})")
 
     def mean(m: str) -> float | None:
         return R.success_stats(g.get((setting, m), []))["mean"]
