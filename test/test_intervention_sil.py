@@ -196,12 +196,19 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
 
     episodes = load_recorded_episodes(tmp_path / "robot_0" / "demos")
     corrective = [e for e in episodes if e.metadata["source"] == "intervention"]
-    assert len(episodes) == 3 and len(corrective) == 1, [e.metadata for e in episodes]
-    segment = corrective[0]
-    # The human's steps, labelled teleop by the adapter (not "policy"); the hand moved up.
-    custom = read_recording_metadata(segment.metadata["recording"])["custom_data"]
-    assert json.loads(custom["command_sources"]).get("teleop", 0) >= 5, custom
-    assert len(segment) >= 5 and (segment.actions[:, 2] > 0).sum() >= 5, segment.actions
-    # Round 1 trained on the demonstrations plus the segment.
-    assert samples[1] == samples[0] + len(segment), samples
+    # One intervention, recorded as one corrective segment; a stream that stalled mid-hold
+    # (a loaded machine) gives two segments of the same intervention, the policy's steps in
+    # the gap in neither (its count stays 1, asserted above).
+    assert len(corrective) in (1, 2) and len(episodes) == 2 + len(corrective), [
+        e.metadata for e in episodes
+    ]
+    teleop_steps = upward = 0
+    for segment in corrective:
+        # The human's steps, labelled teleop by the adapter (not "policy"); the hand moved up.
+        custom = read_recording_metadata(segment.metadata["recording"])["custom_data"]
+        teleop_steps += json.loads(custom["command_sources"]).get("teleop", 0)
+        upward += int((segment.actions[:, 2] > 0).sum())
+    assert teleop_steps >= 5 and upward >= 5, [e.metadata for e in corrective]
+    # Round 1 trained on the demonstrations plus the segment(s).
+    assert samples[1] == samples[0] + sum(len(s) for s in corrective), samples
     assert "[ERROR]" not in logs["robot_node"].read_text()

@@ -38,6 +38,28 @@ def test_a_silent_teleop_hands_back_after_handback_s_and_counts_its_time_to_the_
     assert arb.human_seconds(11.0) == pytest.approx(0.2)
 
 
+def test_a_stalled_teleop_stream_that_resumes_soon_is_the_same_intervention():
+    # CI run of d289759: a loaded machine paused the teleop stream for > 0.5 s while the
+    # deadman was held; the adapter handed back and counted the resumed stream as a second,
+    # third, fourth takeover (interventions_per_episode 4.0 for one human).
+    arb = ControlArbiter(handback_s=0.5, rejoin_s=3.0)
+    arb.admit("teleop", hold=False, now_s=10.0)
+    arb.admit("teleop", hold=False, now_s=10.2)
+    assert arb.admit("policy", hold=False, now_s=11.0)  # stalled 0.8 s: the policy drives
+    arb.admit("teleop", hold=False, now_s=11.4)  # the stream is back, deadman still held
+    assert not arb.admit("policy", hold=False, now_s=11.5)  # the human drives again
+    arb.admit("teleop", hold=False, now_s=11.6)
+    assert arb.interventions == 1
+    assert arb.human_seconds(11.6) == pytest.approx(0.2 + 0.2)  # the gap is not human time
+    arb.admit("teleop", hold=True, now_s=11.7)  # released: the next press is a new takeover
+    arb.admit("teleop", hold=False, now_s=12.0)
+    assert arb.interventions == 2
+    # Silence longer than rejoin_s: the human came back later, a new intervention.
+    arb.admit("teleop", hold=False, now_s=12.1)
+    arb.admit("teleop", hold=False, now_s=15.2)
+    assert arb.interventions == 3
+
+
 def test_each_takeover_counts_and_a_new_episode_starts_with_the_policy():
     arb = ControlArbiter()
     for t in (1.0, 3.0):
@@ -61,6 +83,8 @@ def test_bad_handback_is_refused_with_the_value():
     for bad in (0, -1.0, math.nan, "1"):
         with pytest.raises(ValueError, match="handback_s"):
             ControlArbiter(handback_s=bad)
+        with pytest.raises(ValueError, match="rejoin_s"):
+            ControlArbiter(rejoin_s=bad)
 
 
 def test_is_teleop_names_only_teleop_sources():

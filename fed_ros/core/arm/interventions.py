@@ -11,6 +11,10 @@ adapter asks a :class:`ControlArbiter` about every command it receives:
   released, when its device goes stale or sends bad input, and when it shuts down), or by
   silence: no teleop command for ``handback_s`` (a teleop node that died while its deadman
   was held). The arm adapter's own watchdog still stops the arm when nobody commands it;
+* a takeover that silence ended and whose teleop comes back within ``rejoin_s`` of its last
+  command (no release in between) is the same intervention: the deadman was held all along
+  and only the stream stalled (a loaded operator laptop, a lossy link). Control still went
+  back to the policy during the gap, and the gap is not counted as human time;
 * a new episode starts with the policy in control.
 
 The arbiter also keeps the episode's intervention count (takeovers) and human seconds, which
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 TELEOP_SOURCE = "teleop"
 INTERVENTION_SOURCE = "intervention"  # a recording of a human's corrective segment
 DEFAULT_HANDBACK_S = 0.5  # teleop silence that hands control back (teleop publishes at 20 Hz)
+DEFAULT_REJOIN_S = 3.0  # a stalled stream resuming within this is the same takeover
 
 
 def is_teleop(source: str) -> bool:
@@ -37,14 +42,21 @@ def is_teleop(source: str) -> bool:
 class ControlArbiter:
     """Arbitration between the policy and a human for one arm (see the module docstring)."""
 
-    def __init__(self, handback_s: float = DEFAULT_HANDBACK_S) -> None:
-        if not (isinstance(handback_s, (int, float)) and math.isfinite(handback_s)):
-            raise ValueError(f"handback_s must be a finite number, got {handback_s!r}")
-        if handback_s <= 0:
-            raise ValueError(f"handback_s must be > 0, got {handback_s!r}")
+    def __init__(
+        self, handback_s: float = DEFAULT_HANDBACK_S, rejoin_s: float = DEFAULT_REJOIN_S
+    ) -> None:
+        for name, value in (("handback_s", handback_s), ("rejoin_s", rejoin_s)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{name} must be > 0, got {value!r}")
         self.handback_s = float(handback_s)
+        self.rejoin_s = float(rejoin_s)
         self._human_since: float | None = None  # when the current takeover began
         self._human_last = 0.0  # the newest teleop command of the current takeover
+        # The last teleop command of a takeover that silence (not a release) ended: a moving
+        # command soon after it continues that intervention instead of counting a new one.
+        self._silenced_at: float | None = None
         self.interventions = 0  # takeovers in the current episode
         self._human_s = 0.0  # closed takeovers' seconds in the current episode
         self.dropped = 0  # other drivers' commands dropped while the human had control
@@ -53,6 +65,7 @@ class ControlArbiter:
         """Whether the human has control now (ends a takeover whose teleop went silent)."""
         if self._human_since is not None and now_s - self._human_last > self.handback_s:
             self._end(self._human_last)
+            self._silenced_at = self._human_last
         return self._human_since is not None
 
     def admit(self, source: str, hold: bool, now_s: float) -> bool:
@@ -61,10 +74,15 @@ class ControlArbiter:
             if hold:
                 if self.human_active(now_s):
                     self._end(now_s)  # the deadman released: control back to the policy
+                self._silenced_at = None  # a release: the next takeover is a new one
                 return True  # a human's HOLD always stops the arm
             if not self.human_active(now_s):
+                stalled = (
+                    self._silenced_at is not None and now_s - self._silenced_at <= self.rejoin_s
+                )
                 self._human_since = now_s
-                self.interventions += 1
+                self.interventions += 0 if stalled else 1
+            self._silenced_at = None
             self._human_last = now_s
             return True
         if self.human_active(now_s):
@@ -83,7 +101,7 @@ class ControlArbiter:
         """Start an episode with the policy in control; returns the last one's
         (interventions, human seconds)."""
         done = (self.interventions, self.human_seconds(now_s))
-        self._human_since = None
+        self._human_since = self._silenced_at = None
         self.interventions, self._human_s = 0, 0.0
         return done
 
