@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from fed_ros.ros.fleet.demo import format_round_table, format_summary
+
+REPO = Path(__file__).resolve().parents[1]
 
 TASKS = {
     "robot_0": ("lift",),
@@ -127,3 +130,22 @@ def test_a_non_default_variation_is_its_own_family():
         }
     )
     assert family_labels(config) == {"robot_0": ("lift",), "robot_1": ("lift/mirrored_mount",)}
+
+
+def test_demo_policy_image_without_a_fleet_file_runs_the_image_demo_fleet(tmp_path):
+    from fed_ros.ros.fleet.demo import demo_config
+
+    lowdim = demo_config(None, None, None, None)
+    assert (lowdim.name, lowdim.policy) == ("demo", "lowdim")
+    image = demo_config(None, "image", None, str(tmp_path))
+    # The image demo: same 4 arms in 2 families, 150 demonstrations per family, cameras only.
+    assert (image.name, image.policy, image.run_dir) == ("demo_image", "image", str(tmp_path))
+    assert [(r.tasks, r.variation) for r in image.robots] == [
+        (r.tasks, r.variation) for r in lowdim.robots
+    ]
+    assert sum(r.parameters["collect_demos_on_start"] for r in image.robots) == 2 * 150
+    assert image.robot_defaults["trainer.lr_schedule"] == "cosine"
+    # An explicit fleet file wins; --policy and --rounds override it.
+    demo_file = str(REPO / "config" / "fleet_demo.yaml")
+    switched = demo_config(demo_file, "image", 2, None)
+    assert (switched.name, switched.policy, switched.rounds) == ("demo", "image", 2)

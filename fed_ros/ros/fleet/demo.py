@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.ros.fleet.launcher import start_fleet
-from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
+from fed_ros.ros.fleet.fleet_file import (
+    DEMO_FLEET_FILE,
+    IMAGE_DEMO_FLEET_FILE,
+    default_fleet_file,
+    load_fleet_config,
+)
 from fed_ros.ros.fleet.plan import FleetConfig
 from fed_ros.core.rounds.report import robot_report_cells
 
@@ -250,6 +255,22 @@ def write_plots(reports: list[dict[str, Any]], config: FleetConfig, out_dir: Pat
     return paths
 
 
+def demo_config(
+    fleet: str | None, policy: str | None, rounds: int | None, run_dir: str | None
+) -> FleetConfig:
+    """The fleet `fed-ros demo` runs: ``fleet`` (default: the demo fleet; with ``policy`` image,
+    the image demo fleet, whose data and schedule are what learning from pixels needs, not the
+    low-dim one with cameras switched on) with the command line's overrides."""
+    name = IMAGE_DEMO_FLEET_FILE if policy == "image" else DEMO_FLEET_FILE
+    config = load_fleet_config(fleet or default_fleet_file(name=name))
+    return dataclasses.replace(
+        config,
+        run_dir=str(run_dir or config.run_dir),
+        **({"rounds": rounds} if rounds is not None else {}),
+        **({"policy": policy} if policy is not None else {}),
+    )
+
+
 def run_demo(argv: list[str]) -> int:
     """Run the demo fleet to the end; 0 when every round completed."""
     parser = argparse.ArgumentParser(prog="fed-ros demo", description=__doc__.splitlines()[0])
@@ -264,7 +285,8 @@ def run_demo(argv: list[str]) -> int:
         "--policy",
         choices=("lowdim", "image"),
         default=None,
-        help="override the fleet's policy: image = learn from the two 84x84 cameras",
+        help="override the fleet's policy: image = learn from the two 84x84 cameras (without "
+        "--fleet: config/fleet_demo_image.yaml)",
     )
     parser.add_argument(
         "--timeout", type=float, default=1800.0, help="give up after this many seconds"
@@ -276,14 +298,8 @@ def run_demo(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        config = load_fleet_config(args.fleet or default_fleet_file())
-        run_dir = Path(args.run_dir or config.run_dir)
-        config = dataclasses.replace(
-            config,
-            run_dir=str(run_dir),
-            **({"rounds": args.rounds} if args.rounds is not None else {}),
-            **({"policy": args.policy} if args.policy is not None else {}),
-        )
+        config = demo_config(args.fleet, args.policy, args.rounds, args.run_dir)
+        run_dir = Path(config.run_dir)
     except ValueError as exc:
         print(f"fed-ros demo: {exc}", file=sys.stderr)
         return 2

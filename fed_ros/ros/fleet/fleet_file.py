@@ -163,18 +163,25 @@ def load_fleet_config(path: str | Path) -> FleetConfig:
         return fleet_config_from_dict(yaml.safe_load(f))
 
 
-def default_fleet_file(launch_dir: str = "") -> str:
-    """config/fleet_demo.yaml: from the installed share directory, else the source tree."""
+DEMO_FLEET_FILE = "fleet_demo.yaml"
+# The demo fleet learning from cameras: more demonstrations and steps than the low-dim demo
+# (`fed-ros demo --policy image` starts it when no --fleet is given).
+IMAGE_DEMO_FLEET_FILE = "fleet_demo_image.yaml"
+
+
+def default_fleet_file(launch_dir: str = "", name: str = DEMO_FLEET_FILE) -> str:
+    """config/<name> (the demo fleet by default): from the installed share directory, else the
+    source tree."""
     candidates = []
     try:  # a colcon install: share/fed_ros/config
         from ament_index_python.packages import get_package_share_directory
 
-        candidates.append(Path(get_package_share_directory(PACKAGE)) / "config" / "fleet_demo.yaml")
+        candidates.append(Path(get_package_share_directory(PACKAGE)) / "config" / name)
     except Exception:  # noqa: BLE001 - ament_index missing or package not installed
         pass
     if launch_dir:
-        candidates.append(Path(launch_dir).resolve().parent / "config" / "fleet_demo.yaml")
-    candidates.append(Path(__file__).resolve().parents[3] / "config" / "fleet_demo.yaml")
+        candidates.append(Path(launch_dir).resolve().parent / "config" / name)
+    candidates.append(Path(__file__).resolve().parents[3] / "config" / name)
     for path in candidates:
         if path.is_file():
             return str(path)
