@@ -289,7 +289,10 @@ def run_demo(argv: list[str]) -> int:
         "--fleet: config/fleet_demo_image.yaml)",
     )
     parser.add_argument(
-        "--timeout", type=float, default=1800.0, help="give up after this many seconds"
+        "--timeout",
+        type=float,
+        default=None,
+        help="give up after this many seconds (default: 1800, 3600 with the image policy)",
     )
     parser.add_argument(
         "--keep-demos",
@@ -321,8 +324,9 @@ def run_demo(argv: list[str]) -> int:
     )
     print(
         "  robots record expert demonstrations over ROS, then federate; "
-        "about 10 min on 2 shared cores..."
+        f"about {10 if config.policy == 'lowdim' else 30} min on 2 cores..."
     )
+    timeout = args.timeout or (1800.0 if config.policy == "lowdim" else 3600.0)
 
     from fed_ros.ros.fleet.monitor import FleetMonitor
 
@@ -333,7 +337,7 @@ def run_demo(argv: list[str]) -> int:
     try:
         with FleetMonitor(track_models=False) as monitor:
             printed = 0
-            while time.monotonic() - t0 < args.timeout:
+            while time.monotonic() - t0 < timeout:
                 monitor.spin_once(0.5)
                 for (
                     line
@@ -361,7 +365,7 @@ def run_demo(argv: list[str]) -> int:
                     code = 0
                     break
             else:
-                print(f"fed-ros demo: timed out after {args.timeout:.0f} s", file=sys.stderr)
+                print(f"fed-ros demo: timed out after {timeout:.0f} s", file=sys.stderr)
             reports = list(monitor.reports)
     finally:
         fleet.stop()
