@@ -134,6 +134,7 @@ def test_a_non_default_variation_is_its_own_family():
 
 def test_demo_policy_image_without_a_fleet_file_runs_the_image_demo_fleet(tmp_path):
     from fed_ros.ros.fleet.demo import demo_config
+    from fed_ros.ros.fleet.plan import plan_fleet
 
     lowdim = demo_config(None, None, None, None)
     assert (lowdim.name, lowdim.policy) == ("demo", "lowdim")
@@ -145,6 +146,9 @@ def test_demo_policy_image_without_a_fleet_file_runs_the_image_demo_fleet(tmp_pa
     ]
     assert sum(r.parameters["collect_demos_on_start"] for r in image.robots) == 2 * 150
     assert image.robot_defaults["trainer.lr_schedule"] == "cosine"
+    # Every node's parameters validate (a bad key or value would stop the fleet at start).
+    robots = [n for n in plan_fleet(image) if n.executable == "robot_node"]
+    assert [n.parameters["trainer.lr_schedule"] for n in robots] == ["cosine"] * 4
     # An explicit fleet file wins; --policy and --rounds override it.
     demo_file = str(REPO / "config" / "fleet_demo.yaml")
     switched = demo_config(demo_file, "image", 2, None)
