@@ -130,7 +130,12 @@ def test_sigint_bridge_while_stepping(tmp_path, ros_env, processes):
     env = fleet_env(base=ros_env)
     log = tmp_path / "arm.log"
     bridge = processes.start(
-        bridge_argv(lockstep=False) + ["-p", "control_rate_hz:=100.0"], env, log_path=log
+        # A horizon far past the test: Lift's default (200 steps, 2 s at 100 Hz) ended the
+        # episode before a monitor on a loaded CI machine had matched the bridge, and a done
+        # episode publishes nothing (statuses []: the test saw no stepping at all).
+        bridge_argv(lockstep=False) + ["-p", "control_rate_hz:=100.0", "-p", "horizon:=1000000"],
+        env,
+        log_path=log,
     )
     wait_for_log(log, r"sim bridge up", 90, [bridge])
     from fed_ros.ros.fleet.monitor import FleetMonitor
@@ -142,13 +147,14 @@ def test_sigint_bridge_while_stepping(tmp_path, ros_env, processes):
         monitor.node.create_subscription(
             EpisodeStatus,
             "/robot_0/" + at.EPISODE_STATUS_TOPIC,
-            lambda m: steps.append(int(m.step)),
+            lambda m: steps.append((int(m.step), bool(m.done))),
             at.qos_for(at.EPISODE_STATUS_TOPIC),
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(steps) < 20:
             monitor.spin_once(0.2)
     assert len(steps) >= 20, f"the bridge is not stepping (statuses {steps[-5:]})"
+    assert not steps[-1][1], f"the episode ended before the interrupt (statuses {steps[-5:]})"
     interrupt(bridge, log, "sim bridge while stepping")
 
 
