@@ -553,6 +553,30 @@ def test_the_few_demos_fleet_can_take_pick_place_can_arms_as_its_third_family(tm
     assert "## few_demos_can" in report and "Few demos per arm (few_demos_can)" in report
 
 
+@pytest.mark.sim
+def test_the_few_demos_fleet_from_cameras_is_its_own_setting(tmp_path):
+    """--only few_image (issue 23 item 3: "low-dim and image"): the few-demos fleet's robots,
+    demos and rollouts on the image policy and camera demonstrations, its own cells, table and
+    claims; never part of the default run."""
+    out = tmp_path / "few_image"
+    argv = ["--only", "few_image", "--methods", "local", "feddrman", "--rounds", "1"]
+    argv += ["--few-robots-per-family", "1", "--few-demos", "1", "--local-steps", "2"]
+    argv += ["--eval-episodes", "1", "--seeds", "0", "--jobs", "1", "--out", str(out)]
+    assert F.main(argv) == 0
+    cell = json.loads((out / "cells" / "few_demos_image__feddrman__s0.json").read_text())
+    assert cell["profile"]["policy"]["kind"] == "image"
+    assert cell["groups"] == ["lift", "lift_mirrored", "lift_cell"]
+    assert all(count == 1 for mix in cell["robot_mix"].values() for count in mix.values())
+    assert set(cell["final"]["per_family"]) == {"lift", "lift_mirrored", "lift_cell"}
+    assert cell["profile"]["eval_episodes"] == 1 and cell["rollouts"]
+    assert (out / "cells" / "few_demos_image__local__s0.json").exists()
+    assert not (out / "cells" / "few_demos__feddrman__s0.json").exists()
+    assert sorted((out / "demos").glob("*__cam84/*.npz"))  # camera demonstrations
+    report = (out / "report.md").read_text()
+    assert "## few_demos_image" in report and "Few demos per arm (few_demos_image)" in report
+    assert "few_image" not in F.DEFAULT_EXPERIMENTS  # hours on 2 cores: only when asked
+
+
 def test_an_unknown_third_family_is_refused_naming_it():
     from dataclasses import replace
 

@@ -64,10 +64,10 @@ from fed_ros.bench.federation_settings import (
     with_overrides,
 )
 
-EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "few", "image")
-# image cells (~30 min on 2 cores) and the few-demos fleet (9 robots, 20 rollouts per model and
-# family) only when asked: --only ... image / few
-DEFAULT_EXPERIMENTS = EXPERIMENTS[:-2]
+EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "few", "image", "few_image")
+# image cells (~30 min on 2 cores) and the few-demos fleets (9 robots, 20 rollouts per model and
+# family; from cameras: hours) only when asked: --only ... image / few / few_image
+DEFAULT_EXPERIMENTS = EXPERIMENTS[:-3]
 log = logging.getLogger("fed_ros.bench.federation")
 
 
@@ -86,7 +86,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=EXPERIMENTS,
         help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
         "few: 9 robots with 4 demos each in three families; image: cross-family from cameras; "
-        "few and image are never part of the default run)",
+        "few_image: the few-demos fleet from cameras, on the image profile's rounds and steps; "
+        "few, image and few_image are never part of the default run)",
     )
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")

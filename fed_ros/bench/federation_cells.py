@@ -109,11 +109,17 @@ def cell_specs(
     prof: Profile, experiments: Sequence[str], image_prof: Profile | None = None
 ) -> list[CellSpec]:
     """Every cell of the cross/same/overlap (and image) experiments, seed by seed."""
-    from fed_ros.bench.federation_image import image_cell_specs, image_profile
+    from fed_ros.bench.federation_image import (
+        few_image_cell_specs,
+        image_cell_specs,
+        image_profile,
+    )
 
     specs: list[CellSpec] = (
         image_cell_specs(image_prof or image_profile()) if "image" in experiments else []
     )
+    if "few_image" in experiments:
+        specs += few_image_cell_specs(image_prof or image_profile(), prof)
     for seed in prof.seeds:
         if "cross" in experiments:
             specs += [

@@ -19,6 +19,9 @@ from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_settings import Family, Profile, Setting
 
 SETTING = "few_demos"
+# `--only few_image`: the same fleets learned from the two cameras (`federation_image`), each
+# its own setting (few_demos_image, few_demos_can_image) beside the low-dim one.
+FEW_IMAGE_SUFFIX = "_image"
 # Work cell of the third family, relative to the shared frame (m): normal arms whose inputs are
 # shifted (another viewpoint of the same task), beside the conflicting mirrored arms.
 FEW_CELL_OFFSET = (0.0, 0.06, 0.0)
@@ -109,13 +112,18 @@ def few_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def few_report_settings(profile: Profile) -> list[tuple[str, tuple[str, ...]]]:
-    """(setting, methods) of the few-demos tables: both variants; the report skips one not run."""
-    return [(t.setting, profile.methods_few) for t in THIRD_FAMILIES.values()]
+    """(setting, methods) of the few-demos tables: both variants, low-dim and from cameras; the
+    report skips one not run."""
+    return [(name, profile.methods_few) for name in _few_settings()]
+
+
+def _few_settings() -> list[str]:
+    return [t.setting + s for t in THIRD_FAMILIES.values() for s in ("", FEW_IMAGE_SUFFIX)]
 
 
 def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     """The issue's targets on each few-demos fleet that ran, from the cells' final success."""
-    return [line for t in THIRD_FAMILIES.values() for line in _few_claims(g, t.setting)]
+    return [line for name in _few_settings() for line in _few_claims(g, name)]
 
 
 def _few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], setting: str) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fed_ros.bench.federation_few import FEW_IMAGE_SUFFIX, few_demos_setting
 from fed_ros.bench.federation_run import CellSpec
 from fed_ros.bench.federation_methods import METHODS
 from fed_ros.bench.federation_settings import (
@@ -84,6 +85,44 @@ def image_cell_specs(prof: Profile) -> list[CellSpec]:
     return [
         CellSpec(setting, METHODS[m], seed, prof) for seed in prof.seeds for m in prof.methods_cross
     ]
+
+
+def few_image_profile(image_prof: Profile, prof: Profile) -> Profile:
+    """The few-demos fleet's sizes (``prof``'s few fields: robots per family, demos, third
+    family, rollouts, methods) on the image profile's policy, rounds and steps; evaluated every
+    2 rounds, so the curve has a point mid-way and at the end (rendered rollouts dominate)."""
+    return replace(
+        image_prof,
+        few_robots_per_family=prof.few_robots_per_family,
+        few_demos_per_robot=prof.few_demos_per_robot,
+        few_third_family=prof.few_third_family,
+        few_eval_episodes=prof.few_eval_episodes,
+        methods_few=prof.methods_few,
+        eval_episodes=prof.few_eval_episodes,
+        eval_every=min(2, image_prof.rounds),
+    )
+
+
+def few_image_setting(few: Profile) -> Setting:
+    """The few-demos fleet (`federation_few`) seen through the two cameras: its own setting
+    (``few_demos_image`` / ``few_demos_can_image``), table and claims. The image policy sees
+    the cameras, joints and gripper only, none of which a work-cell offset moves: from cameras
+    the offset-cell family is Lift as the normal arms see it (the fleet holds two action
+    mappings, Lift 6 robots and mirrored Lift 3); the can variant keeps three tasks."""
+    base = few_demos_setting(few)
+    return replace(
+        base,
+        name=base.name + FEW_IMAGE_SUFFIX,
+        cameras=True,
+        description=base.description + "; learned from the two 84x84 cameras",
+    )
+
+
+def few_image_cell_specs(image_prof: Profile, prof: Profile) -> list[CellSpec]:
+    """Every cell of ``--only few_image``, seed by seed (methods: ``prof.methods_few``)."""
+    few = few_image_profile(image_prof, prof)
+    setting = few_image_setting(few)
+    return [CellSpec(setting, METHODS[m], seed, few) for seed in few.seeds for m in few.methods_few]
 
 
 def image_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
