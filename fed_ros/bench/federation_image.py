@@ -68,15 +68,19 @@ def image_profile(args: argparse.Namespace | None = None) -> Profile:
     return prof
 
 
-def image_setting(prof: Profile) -> Setting:
-    """The cross-family fleet (normal + mirrored-mount Lift arms) seen through the cameras."""
-    base = cross_family(prof)
+def through_cameras(base: Setting, name: str) -> Setting:
+    """``base``'s fleet, renamed ``name``, learned from the two 84x84 cameras."""
     return replace(
         base,
-        name=IMAGE_SETTING,
+        name=name,
         cameras=True,
         description=base.description + "; learned from the two 84x84 cameras",
     )
+
+
+def image_setting(prof: Profile) -> Setting:
+    """The cross-family fleet (normal + mirrored-mount Lift arms) seen through the cameras."""
+    return through_cameras(cross_family(prof), IMAGE_SETTING)
 
 
 def image_cell_specs(prof: Profile) -> list[CellSpec]:
@@ -110,12 +114,7 @@ def few_image_setting(few: Profile) -> Setting:
     the offset-cell family is Lift as the normal arms see it (the fleet holds two action
     mappings, Lift 6 robots and mirrored Lift 3); the can variant keeps three tasks."""
     base = few_demos_setting(few)
-    return replace(
-        base,
-        name=base.name + FEW_IMAGE_SUFFIX,
-        cameras=True,
-        description=base.description + "; learned from the two 84x84 cameras",
-    )
+    return through_cameras(base, base.name + FEW_IMAGE_SUFFIX)
 
 
 def few_image_cell_specs(image_prof: Profile, prof: Profile) -> list[CellSpec]:
