@@ -15,11 +15,14 @@ export PYOPENGL_PLATFORM ?= egl
 DEPS_STAMP := $(VENV)/.stamp-deps
 MSGS_STAMP := $(VENV)/.stamp-msgs
 PKG_STAMP := $(VENV)/.stamp-pkg
+EXTRAS_STAMP := $(VENV)/.stamp-extras
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
 .PHONY: setup extras lint format test test-fast mutation demo clean colcon-check
 
-setup: $(MSGS_STAMP)
+# The tracking and dataset extras belong to the main path: the README's `tensorboard --logdir
+# runs` after `make demo` and `fed-ros dataset export` need them (issue 36).
+setup: $(MSGS_STAMP) $(EXTRAS_STAMP)
 
 $(DEPS_STAMP): requirements.txt
 	@# A venv cut short while being created (Ctrl-C) has python but no pip: make it again.
@@ -40,6 +43,12 @@ $(MSGS_STAMP): $(PKG_STAMP) CMakeLists.txt package.xml fed_ros/__init__.py cmake
 	  -DFED_ROS_INSTALL_PYTHON_SOURCES=OFF -DBUILD_TESTING=OFF > $(BUILD_DIR).log 2>&1 || (cat $(BUILD_DIR).log; exit 1)
 	cmake --build $(BUILD_DIR) -j2 >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
 	cmake --install $(BUILD_DIR) >> $(BUILD_DIR).log 2>&1 || (tail -50 $(BUILD_DIR).log; exit 1)
+	@touch $@
+
+# The tracking and dataset extras (requirements-extras.txt: TensorBoard, pyarrow, pandas, Pillow,
+# PyAV): installed by `make setup`, so the README's next steps work right after `make demo`.
+$(EXTRAS_STAMP): $(DEPS_STAMP) requirements-extras.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-extras.txt
 	@touch $@
 
 # pip's editable install removes a site-packages/fed_ros it did not create, so it runs
@@ -66,13 +75,13 @@ ORDER ?= -p no:randomly
 # worker leaves a core idle half the time. One torch/OpenMP thread per process, so two
 # workers' training does not spin four threads on two cores. TEST_JOBS=0: one process.
 TEST_JOBS ?= 2
-# Optional extras (requirements-extras.txt: TensorBoard, pyarrow, Ray): the fleet runs without
-# them; the tests of each integration need the real library, so `make test` installs them.
-EXTRAS_STAMP := $(VENV)/.stamp-extras
-$(EXTRAS_STAMP): $(DEPS_STAMP) requirements-extras.txt
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-extras.txt
+# Test-only integrations (requirements-test-extras.txt: MLflow, Ray): the fleet and the demo run
+# without them; the tests of each need the real library, so `make test` installs them.
+TEST_EXTRAS_STAMP := $(VENV)/.stamp-test-extras
+$(TEST_EXTRAS_STAMP): $(EXTRAS_STAMP) requirements-test-extras.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-test-extras.txt
 	@touch $@
-extras: $(EXTRAS_STAMP)
+extras: $(TEST_EXTRAS_STAMP)
 # A real headless browser for the live fleet view's test (test_web_status_browser.py): Debian's
 # chromium, installed when the machine lacks one and `make test` runs as root with apt; otherwise
 # that one test skips, naming why (README, "Tests and what skips where").
@@ -95,7 +104,7 @@ lint: setup
 format: setup
 	$(VENV)/bin/ruff format --no-cache $(RUFF_PATHS)
 
-test: setup lint $(LAUNCH_STAMP) $(EXTRAS_STAMP) $(BROWSER_STAMP)
+test: setup lint $(LAUNCH_STAMP) $(TEST_EXTRAS_STAMP) $(BROWSER_STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest test $(ORDER) -n $(TEST_JOBS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;

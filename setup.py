@@ -19,7 +19,7 @@ setup(
         "tracking": ["tensorboard"],
         "mlflow": ["mlflow-skinny"],  # the client: a file store or a tracking server
         # 21+ / pandas 3 want NumPy 2; robosuite needs NumPy < 2
-        "dataset": ["pyarrow<21", "pandas<2.3", "Pillow"],
+        "dataset": ["pyarrow<21", "pandas<2.3", "Pillow", "av"],
         "ray": ["ray"],
     },
     entry_points={
