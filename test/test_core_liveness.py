@@ -158,6 +158,55 @@ def test_no_progress_no_extension(tmp_path):
     )
 
 
+def test_the_first_heartbeat_at_step_0_extends_once_and_a_robot_stuck_there_is_dropped(
+    tmp_path,
+):
+    clock = Clock()
+    coord, plan = _coordinator(tmp_path, clock)
+    assert coord.offer_update(_update("fast"))
+    # Training started late (a slow model download): its first heartbeat, at step 0, is let in.
+    clock.t = first = plan.deadline_s - 0.5
+    assert coord.offer_heartbeat("slow", 0, 1, (0, 20))
+    assert coord.collector.deadline_for("slow") == pytest.approx(
+        first + LIVENESS.heartbeat_timeout_s
+    )
+    # Alive but stuck at step 0: its heartbeats keep coming and extend nothing.
+    for seq in (2, 3, 4, 5):
+        clock.t += 0.7
+        assert coord.offer_heartbeat("slow", 0, seq, (0, 20)), seq
+        assert coord.collector.deadline_for("slow") == pytest.approx(
+            first + LIVENESS.heartbeat_timeout_s
+        )
+    clock.t = first + LIVENESS.heartbeat_timeout_s + 0.01
+    late = coord.offer_heartbeat("slow", 0, 6, (0, 20))
+    assert not late and late.code == LATE
+    _, outcome = coord.poll()
+    assert outcome is not None and _accepted(outcome) == ["fast"]
+    assert "straggler" in outcome.status and "slow" in outcome.status, outcome.status
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [(0, 0), (20, 20)],
+    ids=["nothing_to_train_repeated", "done_repeated"],
+)
+def test_a_repeated_heartbeat_of_the_same_step_extends_only_once(tmp_path, steps):
+    clock = Clock()
+    coord, plan = _coordinator(tmp_path, clock)
+    assert coord.offer_update(_update("fast"))
+    clock.t = first = plan.deadline_s - 0.5
+    assert coord.offer_heartbeat("slow", 0, 1, steps)
+    for seq in (2, 3, 4):  # "done" said again and again, but no update comes
+        clock.t += 0.9
+        assert coord.offer_heartbeat("slow", 0, seq, steps), seq
+    assert coord.collector.deadline_for("slow") == pytest.approx(
+        first + LIVENESS.heartbeat_timeout_s
+    )
+    clock.t = first + LIVENESS.heartbeat_timeout_s + 0.01
+    _, outcome = coord.poll()
+    assert outcome is not None and _accepted(outcome) == ["fast"]
+
+
 def test_zero_cap_means_heartbeats_extend_nothing(tmp_path):
     clock = Clock()
     off = LivenessSettings(heartbeat_timeout_s=3.0, max_extension_s=0.0)

@@ -19,8 +19,12 @@ decided here is whether a heartbeat is admissible and what it extends:
 - with ``steps_done <= expected_steps <= max_steps`` (the round config's ``local_steps`` when it
   sets one, else the fleet's ``max_train_steps``): a robot claiming more work than its budget
   is refused;
-- progress is ``steps_done`` above the last accepted one, or all steps done (the update is on
-  its way): a robot whose steps stand still (hung in a step) gets no further extension.
+- it extends only when it is the robot's first accepted heartbeat of the round (training has
+  started: the robot sends one at step 0, after its model arrived and its data loaded, so a slow
+  start is not a straggler) or its ``steps_done`` rose above the last accepted one (the last
+  step done included: the update is on its way). A robot whose steps stand still (hung in a
+  step, stuck at step 0, or repeating "done") gets no further extension: it is dropped
+  ``heartbeat_timeout_s`` after the heartbeat that last showed progress, however many it sends.
 """
 
 from __future__ import annotations
@@ -151,9 +155,10 @@ class ProgressLedger:
                 f"heartbeat from {robot_id!r}: {now - deadline:.1f} s after its deadline "
                 f"of round {round_idx} (dropped)",
             )
+        # The first heartbeat says training started; after it only rising steps count, so
+        # repeating one step (0, or the last with the update "on its way") holds nothing open.
         progressed = last is None or steps_done > last.steps_done
-        finished = steps_done == expected_steps  # the update is on its way
-        if (progressed or finished) and not answered:
+        if progressed and not answered:
             deadline = max(deadline, min(now + self.settings.heartbeat_timeout_s, self.cap_s))
         self.robots[robot_id] = _RobotProgress(seq, steps_done, expected_steps, deadline)
         return ACCEPTED
