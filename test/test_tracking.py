@@ -5,7 +5,11 @@ missing backend is one line naming the install command; a round's outcome as sca
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -58,10 +62,78 @@ def test_a_missing_backend_is_one_line_naming_the_install_command(tmp_path, monk
         "TensorBoard tracking needs the tensorboard package: "
         "pip install 'fed_ros[tracking]' (or: pip install tensorboard)"
     )
-    assert type(open_tracker("auto", tmp_path)) is Tracker  # auto: quietly none
     warned: list[str] = []
     tracker = open_tracker_or_warn("tensorboard", tmp_path, "server", warned.append)
     assert type(tracker) is Tracker and warned == [f"tracking off: {err.value}"]
+
+
+# Run first in a fresh interpreter: TensorBoard is not installed there, as after a bare
+# `pip install fed_ros` (an import finder refuses it; our own code runs unchanged).
+_WITHOUT_TENSORBOARD = textwrap.dedent(
+    """
+    import sys
+
+    class NoTensorBoard:
+        def find_spec(self, name, path=None, target=None):
+            for blocked in ("tensorboard", "torch.utils.tensorboard"):
+                if name == blocked or name.startswith(blocked + "."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, NoTensorBoard())
+    """
+)
+
+
+def _run_without_tensorboard(code: str, cwd) -> subprocess.CompletedProcess:
+    repo = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, *sys.path]))
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TENSORBOARD + textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_auto_without_tensorboard_says_so_once_naming_the_install_command(tmp_path):
+    done = _run_without_tensorboard(
+        """
+        from fed_ros.learning.tracking import open_tracker
+        for run in ("server", "robot_0", "robot_1"):
+            tracker = open_tracker("auto", f"tb/{run}")
+            tracker.scalars({"loss": 1.0}, 0)
+            tracker.close()
+            print("kind", tracker.kind)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["kind", "none"] * 3
+    assert done.stderr.count("tracking off") == 1, done.stderr
+    assert "tracking 'auto' found no TensorBoard, so no event files are written" in done.stderr
+    assert "pip install 'fed_ros[tracking]'" in done.stderr
+    assert not (tmp_path / "tb").exists()
+
+
+def test_a_node_hears_of_auto_without_tensorboard_in_its_own_log_once(tmp_path):
+    done = _run_without_tensorboard(
+        """
+        from fed_ros.learning.tracking import open_tracker_or_warn
+        warned = []
+        for run in ("server", "robot_0"):
+            open_tracker_or_warn("auto", f"tb/{run}", run, warned.append)
+        print(repr(warned))
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = eval(done.stdout)
+    assert line.startswith("tracking off: tracking 'auto' found no TensorBoard")
+    assert "pip install 'fed_ros[tracking]' (or: pip install tensorboard)" in line
+    assert "tracking off" not in done.stderr  # the node's logger said it, not a stray warning
 
 
 def test_a_round_outcome_as_scalars():

@@ -4,18 +4,44 @@ A server writes each round's outcome, a robot its training losses per step and i
 ``fed-ros bench federation`` each cell's rounds. A fleet's runs land in one tree,
 ``<run_dir>/tb/<server|robot id>``, so ``tensorboard --logdir runs`` shows every run of every
 fleet side by side. Both backends are optional extras: ``open_tracker("auto", ...)`` uses
-TensorBoard when it is installed and tracks nothing otherwise; asking for a missing backend by
-name raises :class:`MissingExtra`, one line naming the install command.
+TensorBoard when it is installed and otherwise tracks nothing and says so once per process (a
+warning naming the install command: a user who runs ``tensorboard --logdir runs`` and finds no
+event files must not be left guessing); asking for a missing backend by name raises
+:class:`MissingExtra`, one line naming the install command.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
 from fed_ros.core.tracking import TRACKING_KINDS, Tracker, finite_items
+
+# "auto" without a backend warns once per process: a robot or server opens one tracker, but
+# `fed-ros bench federation` opens one per cell and would repeat the line for every cell.
+_auto_off_warned = False
+
+
+class TrackingOff(UserWarning):
+    """``tracking: auto`` found no TensorBoard: nothing is tracked in this process."""
+
+
+def _warn_auto_off(err: MissingExtra, warn: Callable[[str], None] | None) -> None:
+    global _auto_off_warned
+    if _auto_off_warned:
+        return
+    _auto_off_warned = True
+    message = (
+        f"tracking off: tracking 'auto' found no TensorBoard, so no event files are written. "
+        f"{err} (a checkout's `make setup` installs it)"
+    )
+    if warn is None:
+        warnings.warn(message, TrackingOff, stacklevel=3)
+    else:
+        warn(message)
 
 
 class TensorBoardTracker(Tracker):
@@ -84,10 +110,15 @@ class MLflowTracker(Tracker):
 
 
 def open_tracker(
-    kind: str, logdir: Path | str, run_name: str = "", tracking_uri: str = ""
+    kind: str,
+    logdir: Path | str,
+    run_name: str = "",
+    tracking_uri: str = "",
+    warn: Callable[[str], None] | None = None,
 ) -> Tracker:
     """The tracker for ``kind`` (see TRACKING_KINDS); ``auto`` is TensorBoard when installed,
-    else none. ValueError names an unknown kind; MissingExtra a backend that is not installed."""
+    else none, said once per process through ``warn`` (default: a :class:`TrackingOff`
+    warning). ValueError names an unknown kind; MissingExtra a backend that is not installed."""
     if kind not in TRACKING_KINDS:
         raise ValueError(f"unknown tracking {kind!r}; expected one of {list(TRACKING_KINDS)}")
     if kind == "none":
@@ -95,7 +126,8 @@ def open_tracker(
     if kind == "auto":
         try:
             return TensorBoardTracker(logdir)
-        except MissingExtra:
+        except MissingExtra as err:
+            _warn_auto_off(err, warn)
             return Tracker()
     if kind == "tensorboard":
         return TensorBoardTracker(logdir)
@@ -105,10 +137,11 @@ def open_tracker(
 def open_tracker_or_warn(
     kind: str, logdir: Path | str, run_name: str, warn: Callable[[str], None]
 ) -> Tracker:
-    """`open_tracker` for a node: a missing backend is one warning line (naming the install
-    command) and no tracking, never a failed start of a robot or a server."""
+    """`open_tracker` for a node: a missing backend (asked for by name, or none found by
+    ``auto``) is one warning line naming the install command and no tracking, never a failed
+    start of a robot or a server."""
     try:
-        return open_tracker(kind, logdir, run_name)
+        return open_tracker(kind, logdir, run_name, warn=warn)
     except MissingExtra as err:
         warn(f"tracking off: {err}")
         return Tracker()
