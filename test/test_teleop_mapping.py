@@ -207,3 +207,23 @@ def test_shipped_profiles_load(name):
 def test_an_unknown_profile_name_is_refused():
     with pytest.raises(ValueError, match="unknown teleop profile 'nope'"):
         load_teleop_profile("nope")
+
+
+def test_a_stale_device_is_one_kind_of_hold_while_its_reason_names_the_growing_time(mapper):
+    from fed_ros.core.arm.teleop import HOLD_STALE_JOY, HoldLog
+
+    mapper.joy([0.0, 0.6, 0.0, 0.0], DEADMAN, 0.0)
+    outs = [mapper.command(0.55 + 0.05 * i) for i in range(30)]
+    assert {o.kind for o in outs} == {HOLD_STALE_JOY} and len({o.reason for o in outs}) == 30
+    log = HoldLog(period_s=1.0)
+    logged = [o.reason for i, o in enumerate(outs) if log.should_log(o.kind, 0.55 + 0.05 * i)]
+    assert len(logged) == 2 and "0.55 s" in logged[0] and "1.55 s" in logged[1], logged
+    assert log.should_log("deadman released", 2.0)  # a new kind: at once
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.nan])
+def test_a_bad_hold_log_period_is_refused_with_the_value(bad):
+    from fed_ros.core.arm.teleop import HoldLog
+
+    with pytest.raises(ValueError, match=str(bad)):
+        HoldLog(bad)

@@ -8,6 +8,7 @@ twist under test comes from the teleop node's HOLD, never from the adapter's wat
 from __future__ import annotations
 
 import math
+import re
 import signal
 import threading
 import time
@@ -215,3 +216,91 @@ def test_teleop_moves_the_arm_only_under_the_deadman_and_ends_with_a_zero(
         assert "HOLD sent: teleop shutting down" in log.read_text()
     finally:
         spun.close()
+
+
+class _FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+class _Lines:
+    """The teleop node's log lines (a stand-in for its rcutils logger, which prints only)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, text: str, **_) -> None:
+        self.lines.append(("info", text))
+
+    def warning(self, text: str, **_) -> None:
+        self.lines.append(("warning", text))
+
+    error = warning
+
+
+@pytest.fixture
+def teleop_in_process(ros_env, monkeypatch):
+    """A real teleop node (xbox profile) in this process, ticked by hand on a fake clock; its
+    published commands and log lines are collected."""
+    from rclpy.parameter import Parameter
+
+    from fed_ros.ros.nodes import teleop_node as mod
+
+    clock = _FakeClock()
+    monkeypatch.setattr(mod, "time", clock)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = mod.TeleopNode(
+        context=context, parameter_overrides=[Parameter("log_period_s", value=2.0)]
+    )
+    lines, sent = _Lines(), []
+    monkeypatch.setattr(node, "get_logger", lambda: lines)
+    monkeypatch.setattr(node._pub, "publish", sent.append)
+    try:
+        yield node, clock, lines, sent
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)
+
+
+def test_a_stale_pad_is_logged_and_held_once_however_long_it_stays_stale(teleop_in_process):
+    # Issue 36, defect 6: a stale pad logged a warning (and sent a HOLD) on every tick, ~20 in
+    # 1.5 s, because the reason names the growing elapsed time.
+    from fed_ros.core.arm.safety import MODE_HOLD
+
+    node, clock, lines, sent = teleop_in_process
+    buttons = [0] * 21
+    buttons[DEADMAN] = 1
+    for _ in range(10):  # 0.5 s of a pad held at 20 Hz: the arm moves
+        node._on_joy(_Joy(buttons))
+        node._tick()
+        clock.t += 0.05
+    assert sent and all(m.mode != MODE_HOLD for m in sent)
+    moving = len(sent)
+    for _ in range(40):  # the pad goes silent for 2 s (watchdog 0.5 s): 1.5 s stale
+        node._tick()
+        clock.t += 0.05
+    stale = [text for _, text in lines.lines if "device stale" in text]
+    holds = [m for m in sent[moving:] if m.mode == MODE_HOLD]
+    assert len(stale) == 1 and len(holds) == 1, (stale, len(holds))
+    assert "no Joy for 0.5" in stale[0], stale  # the message still names the elapsed time
+    for _ in range(20):  # 1 s more: past log_period_s (2 s) the reason is logged again
+        node._tick()
+        clock.t += 0.05
+    stale = [text for _, text in lines.lines if "device stale" in text]
+    assert len(stale) == 2, stale
+    assert float(re.search(r"no Joy for ([0-9.]+) s", stale[1]).group(1)) >= 2.5, stale
+    assert len([m for m in sent[moving:] if m.mode == MODE_HOLD]) == 1
+    node._on_joy(_Joy([0] * 21))  # the pad is back, deadman released: a new reason, a new HOLD
+    node._tick()
+    assert lines.lines[-1] == ("info", "holding: deadman released")
+    assert len([m for m in sent[moving:] if m.mode == MODE_HOLD]) == 2
+
+
+def _Joy(buttons: list[int]):
+    from sensor_msgs.msg import Joy
+
+    return Joy(axes=[0.0, 0.8, 0.0, 0.0, 0.0, 0.0], buttons=list(buttons))

@@ -201,12 +201,42 @@ def apply_deadzone(value: float, deadzone: float) -> float:
     return math.copysign((magnitude - deadzone) / (1.0 - deadzone), value)
 
 
+# What kind of hold a reason is: its text may change every tick (a stale device names the
+# seconds since its last message), its kind changes only when the cause does.
+HOLD_BAD_INPUT = "bad input"
+HOLD_NO_JOY = "no Joy yet"
+HOLD_STALE_JOY = "Joy stale"
+HOLD_NO_TWIST = "no Twist yet"
+HOLD_STALE_TWIST = "Twist stale"
+HOLD_DEADMAN = "deadman released"
+
+
 @dataclass
 class TeleopOutput:
-    """One control tick: the 4-D action to send, or None (hold) with the reason."""
+    """One control tick: the 4-D action to send, or None (hold) with the reason and its kind."""
 
     action: np.ndarray | None
     reason: str = ""
+    kind: str = ""  # one of the HOLD_* kinds while holding, "" while moving
+
+
+class HoldLog:
+    """When to log a hold: at once when its kind changes, then every ``period_s`` while it lasts
+    (a stale device's reason names a growing elapsed time: keyed on the text, it was logged on
+    every tick, issue 36)."""
+
+    def __init__(self, period_s: float) -> None:
+        if not (math.isfinite(period_s) and period_s > 0):
+            raise ValueError(f"the hold log period must be > 0 s, got {period_s!r}")
+        self.period_s = float(period_s)
+        self._kind, self._at = "", -math.inf
+
+    def should_log(self, kind: str, now_s: float) -> bool:
+        """Whether a hold of ``kind`` at ``now_s`` is logged (and, if so, remember it)."""
+        if kind == self._kind and now_s - self._at < self.period_s:
+            return False
+        self._kind, self._at = kind, now_s
+        return True
 
 
 class TeleopMapper:
@@ -276,9 +306,9 @@ class TeleopMapper:
     def command(self, now_s: float) -> TeleopOutput:
         """The action for this tick, or hold (None) with why."""
         p = self.profile
-        reason = self._hold_reason(now_s)
-        if reason:
-            return TeleopOutput(None, reason)
+        kind, reason = self._hold_reason(now_s)
+        if kind:
+            return TeleopOutput(None, reason, kind)
         axes = self._twist_axes if p.input == "twist" else self._joy_axes
         delta = np.zeros(3)
         for i, name in enumerate(AXIS_NAMES):
@@ -288,25 +318,26 @@ class TeleopMapper:
         action = np.append(np.clip(delta, -1.0, 1.0), self.gripper).astype(np.float32)
         return TeleopOutput(action)
 
-    def _hold_reason(self, now_s: float) -> str:
+    def _hold_reason(self, now_s: float) -> tuple[str, str]:
+        """(kind, reason) of the hold this tick; ("", "") when the arm may move."""
         p = self.profile
         if self._bad:
-            return f"bad input: {self._bad}"
+            return HOLD_BAD_INPUT, f"bad input: {self._bad}"
         if self._joy_at is None or self._buttons is None:
-            return "no Joy from the device yet"
+            return HOLD_NO_JOY, "no Joy from the device yet"
         if now_s - self._joy_at > p.watchdog_timeout_s:
-            return (
+            return HOLD_STALE_JOY, (
                 f"device stale: no Joy for {now_s - self._joy_at:.2f} s "
                 f"(> {p.watchdog_timeout_s:g} s)"
             )
         if p.input == "twist":
             if self._twist_at is None:
-                return "no Twist from the device yet"
+                return HOLD_NO_TWIST, "no Twist from the device yet"
             if now_s - self._twist_at > p.watchdog_timeout_s:
-                return (
+                return HOLD_STALE_TWIST, (
                     f"device stale: no Twist for {now_s - self._twist_at:.2f} s "
                     f"(> {p.watchdog_timeout_s:g} s)"
                 )
         if not self._buttons[p.buttons["deadman"]]:
-            return "deadman released"
-        return ""
+            return HOLD_DEADMAN, "deadman released"
+        return "", ""

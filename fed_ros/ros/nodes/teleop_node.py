@@ -26,7 +26,7 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from fed_ros.core.arm.safety import MODE_HOLD, MODE_OSC_POSITION
-from fed_ros.core.arm.teleop import TeleopMapper, load_teleop_profile
+from fed_ros.core.arm.teleop import HOLD_DEADMAN, HoldLog, TeleopMapper, load_teleop_profile
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.fleet.arm_params import TeleopParams
@@ -50,10 +50,8 @@ class TeleopNode(Node):
         self._obs_ns = 0
         self._instruction = ""
         self._success = True  # label of the recording in progress (label buttons; default success)
-        self._holding: str | None = (
-            None  # why the last command was a HOLD (None: moving / nothing sent)
-        )
-        self._logged = ("", 0.0)
+        self._holding = ""  # kind of hold the last command was (core.arm.teleop; "": moving)
+        self._hold_log = HoldLog(p.log_period_s)
         self._record_busy = threading.Lock()
         self._stopped = False
 
@@ -128,11 +126,8 @@ class TeleopNode(Node):
     def _on_params_changed(self, params: TeleopParams) -> None:
         """A live change (already checked): the Record timeout and the hold-log period."""
         with self.lock:
-            self.params, self.record_timeout, self.log_period = (
-                params,
-                params.record_timeout_s,
-                params.log_period_s,
-            )
+            self.params, self.record_timeout = params, params.record_timeout_s
+            self.log_period = self._hold_log.period_s = params.log_period_s
         self.get_logger().info(
             f"parameters applied: record_timeout_s={params.record_timeout_s:g}, "
             f"log_period_s={params.log_period_s:g}"
@@ -144,14 +139,19 @@ class TeleopNode(Node):
                 return
             out = self.mapper.command(time.monotonic())
             if out.action is not None:
-                self._holding = None
+                self._holding = ""
                 self._publish(out.action, MODE_OSC_POSITION)
                 return
-            changed = out.reason != self._holding
-            if changed:  # one HOLD per reason: the adapter zeroes the arm at once and holds
-                self._holding = out.reason
+            # One HOLD per kind of hold: the adapter zeroes the arm at once and holds. Keyed on
+            # the text, a stale pad (whose reason names the seconds since its last Joy) sent one
+            # every tick, each answering the arm's observation in the policy's place.
+            changed = out.kind != self._holding
+            if changed:
+                self._holding = out.kind
                 self._publish(np.zeros(4, np.float32), MODE_HOLD)
-        self._log_hold(out.reason, changed)
+            log = self._hold_log.should_log(out.kind, time.monotonic())
+        if log:
+            self._log_hold(out, changed)
 
     def _publish(self, action: np.ndarray, mode: int) -> None:
         """One ArmCommand answering the newest observation (caller holds the lock)."""
@@ -162,17 +162,14 @@ class TeleopNode(Node):
         msg.mode, msg.source = int(mode), "teleop"
         self._pub.publish(msg)
 
-    def _log_hold(self, reason: str, changed: bool) -> None:
-        """Name why the arm holds: at once when the reason changes, then every log_period_s."""
-        now = time.monotonic()
-        last_reason, last_at = self._logged
-        if reason == last_reason and now - last_at < self.log_period:
-            return
-        self._logged = (reason, now)
-        if reason == "deadman released":
+    def _log_hold(self, out, changed: bool) -> None:
+        """Name why the arm holds (HoldLog decides when: a new kind, or log_period_s later)."""
+        if out.kind == HOLD_DEADMAN:
             self.get_logger().info("holding: deadman released")
         else:
-            self.get_logger().warning(f"holding: {reason}" + (" (HOLD sent)" if changed else ""))
+            self.get_logger().warning(
+                f"holding: {out.reason}" + (" (HOLD sent)" if changed else "")
+            )
 
     def send_hold(self, reason: str) -> None:
         """The last command: a HOLD, and no more commands after it (shutdown)."""
