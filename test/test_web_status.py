@@ -1,4 +1,5 @@
-"""`fed-ros status --web` without ROS: the snapshot the page draws, and the HTTP server."""
+"""`fed-ros status --web` without ROS: the snapshot the page draws, the HTTP server and the
+camera frames it serves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import urllib.request
 
 import pytest
 
+from fed_ros.ros.fleet.round_history import RoundHistory
 from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
 
 ANNOUNCEMENT = {
@@ -107,3 +109,68 @@ def test_camera_thumbnails_are_small_pngs_any_decoder_reads():
     snap = fleet_snapshot(ANNOUNCEMENT, [], 0.0, {"robot_0": "data:image/png;base64,AAAA"})
     cams = {r["robot_id"]: r["thumbnail"] for r in snap["robots"]}
     assert cams["robot_0"] == "data:image/png;base64,AAAA" and cams["robot_1"] is None
+
+
+def test_snapshot_carries_the_round_history_for_the_charts():
+    history = RoundHistory()
+    for r, success in enumerate((0.25, math.nan)):
+        history.add(_report(r, success))
+    snap = fleet_snapshot(ANNOUNCEMENT, [], 0.0, history=history.series())
+    assert snap["history"]["rounds"] == [0, 1]
+    robots = {s["id"]: s for s in snap["history"]["robots"]}
+    assert robots["robot_0"]["success"] == [0.25, None]
+    assert robots["robot_2"]["train_loss"] == [0.5, 0.5]
+    assert fleet_snapshot(None, [], 0.0)["history"]["rounds"] == []
+    json.dumps(snap, allow_nan=False)
+
+
+def test_server_serves_a_robots_large_camera_frame_and_nothing_for_other_names():
+    from fed_ros.ros.fleet.camera_thumbnails import png_bytes
+
+    import numpy as np
+
+    png = png_bytes(np.full((240, 320, 3), 200, np.uint8))
+    asked: list[str] = []
+
+    def frame(robot_id: str) -> bytes | None:
+        asked.append(robot_id)
+        return png if robot_id == "robot_0" else None
+
+    web = StatusWebServer(lambda: {}, port=0, camera_frame=frame).start()
+    try:
+        answer = urllib.request.urlopen(web.url + "camera/robot_0.png?t=1", timeout=10)
+        assert answer.headers["Content-Type"] == "image/png" and answer.read() == png
+        for path, why in (
+            ("camera/robot_1.png", "no camera frame from 'robot_1'"),
+            ("camera/..%2Frobot_0.png", "not a robot id"),
+            ("camera/r%C3%A9.png", "not a robot id"),  # not ASCII: still a clean 404
+            ("camera/robot_0.jpg", "only /, /status.json and /camera/"),
+        ):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(web.url + path, timeout=10)
+            assert err.value.code == 404 and why in err.value.read().decode(), path
+        assert asked == ["robot_0", "robot_1"]  # a malformed name never reaches the cameras
+    finally:
+        web.close()
+    web = StatusWebServer(lambda: {}, port=0).start()  # no cameras watched
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(web.url + "camera/robot_0.png", timeout=10)
+        assert err.value.code == 404
+    finally:
+        web.close()
+
+
+def test_large_camera_frames_are_bounded_and_larger_than_thumbnails():
+    import numpy as np
+
+    from fed_ros.ros.fleet.camera_thumbnails import LARGE_SIDE, THUMB_SIDE, thumbnail
+
+    big = np.zeros((480, 640, 3), np.uint8)
+    large = thumbnail(big, LARGE_SIDE)
+    assert max(large.shape[:2]) <= LARGE_SIDE and large.shape[:2] == (240, 320)
+    assert max(large.shape[:2]) > 2 * max(thumbnail(big).shape[:2])
+    assert thumbnail(np.zeros((84, 84, 3), np.uint8), LARGE_SIDE).shape == (84, 84, 3)
+    assert THUMB_SIDE < LARGE_SIDE <= 640
+    with pytest.raises(ValueError, match="side must be a positive"):
+        thumbnail(big, 0)

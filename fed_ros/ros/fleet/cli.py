@@ -308,9 +308,11 @@ def _serve_web(host: str, port: int, camera: str = "", camera_topic: str = "") -
                     list(monitor.reports),
                     time.time(),
                     cameras.data_urls() if cameras else None,
+                    monitor.history.series(),
                 ),
                 host,
                 port,
+                camera_frame=cameras.large_png if cameras else None,
             ).start()
         except OSError as exc:  # e.g. the port is taken
             print(f"fed-ros status: cannot serve on {host}:{port}: {exc}", file=sys.stderr)

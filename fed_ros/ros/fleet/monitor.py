@@ -15,6 +15,7 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 
 from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
+from fed_ros.ros.fleet.round_history import RoundHistory
 from fed_ros.ros.wire.round_msgs import STAGE_NAMES
 from fed_ros.core.rounds.report import intervention_cell, robot_report_cells
 
@@ -84,6 +85,8 @@ class FleetMonitor:
         self.announcement: dict[str, Any] | None = None
         self.announcements: list[dict[str, Any]] = []
         self.reports: list[dict[str, Any]] = []
+        # Success and training loss per round of the newest rounds (the live view's charts).
+        self.history = RoundHistory()
         # (cluster_id, round) -> {"sha256", "members", "payload_id"} of published models.
         self.models: dict[tuple[int, int], dict[str, Any]] = {}
         self.model_log: list[
@@ -117,6 +120,7 @@ class FleetMonitor:
 
     def _on_report(self, msg) -> None:
         report = report_to_dict(msg)
+        self.history.add(report)
         if not any(
             r["round"] == report["round"] and r["status"] == report["status"] for r in self.reports
         ):

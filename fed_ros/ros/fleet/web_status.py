@@ -1,23 +1,30 @@
 """`fed-ros status --web`: the fleet live in a browser, one self-contained page, no extra package.
 
-The page polls ``/status.json`` every second and draws what a `FleetMonitor` hears from the
-server: the round and stage with its deadline, each robot's camera thumbnail
-(`fed_ros.ros.fleet.camera_thumbnails`), state in the round (training, answered, accepted or why
-not), clusters, success and intervention rate, each cluster's members, and the round timeline.
-:func:`fleet_snapshot` builds that JSON from the monitor's
-announcement and reports (pure, tested without ROS); :class:`StatusWebServer` serves it with the
-standard library's HTTP server on a thread. Bound to 127.0.0.1 by default: the page shows the
-fleet's state to whoever can reach the port, so put it behind an SSH tunnel for a remote view.
+The page (:mod:`fed_ros.ros.fleet.web_page`) polls ``/status.json`` every second and draws what
+a `FleetMonitor` hears from the server: the round and stage with its deadline, each robot's
+camera thumbnail (`fed_ros.ros.fleet.camera_thumbnails`), state in the round (training,
+answered, accepted or why not), clusters, success and intervention rate, charts of success and
+training loss per round (`fed_ros.ros.fleet.round_history`), each cluster's members, and the
+round timeline; a click on a thumbnail shows ``/camera/<robot>.png``, a larger frame.
+:func:`fleet_snapshot` builds that JSON from the monitor's announcement, reports and history
+(pure, tested without ROS); :class:`StatusWebServer` serves it with the standard library's HTTP
+server on a thread. Bound to 127.0.0.1 by default: the page shows the fleet's state to whoever
+can reach the port, so put it behind an SSH tunnel for a remote view.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote
+
+from fed_ros.ros.fleet.params import ID_RE
+from fed_ros.ros.fleet.web_page import PAGE
 
 TIMELINE_ROUNDS = 50  # rounds the timeline keeps (the monitor holds every report it heard)
 
@@ -47,9 +54,10 @@ def fleet_snapshot(
     reports: Sequence[Mapping[str, Any]],
     now: float,
     thumbnails: Mapping[str, str] | None = None,
+    history: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The page's data: round, robots (with each one's camera thumbnail, a data URL, when there
-    is one), clusters and the timeline (JSON-safe)."""
+    is one), clusters, the timeline and the charts' history (`RoundHistory.series`; JSON-safe)."""
     thumbnails = thumbnails or {}
     latest: dict[str, Mapping[str, Any]] = {}  # robot -> its line in the newest report naming it
     last_success: dict[str, float] = {}
@@ -105,98 +113,46 @@ def fleet_snapshot(
             }
             for r in list(reports)[-TIMELINE_ROUNDS:]
         ],
+        "history": dict(history or {"rounds": [], "completed": [], "robots": [], "clusters": []}),
     }
 
 
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>fed_ros fleet</title>
-<style>
-body{font:14px system-ui,sans-serif;margin:1.2em;color:#222}
-h1{font-size:1.3em;margin:0 0 .3em}
-table{border-collapse:collapse;margin:.4em 0 1.2em}
-td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
-td img{display:block;image-rendering:pixelated}
-th{background:#f1f1f1}
-.ok{color:#17702b;font-weight:600}.no{color:#b3261e;font-weight:600}
-.bar{display:inline-block;height:.8em;background:#3b7dd8;vertical-align:middle}
-#age{color:#777}
-</style></head><body>
-<h1>fed_ros fleet</h1>
-<div id="head">waiting for the fleet server ...</div>
-<h2>Robots</h2><table id="robots"></table>
-<h2>Clusters</h2><table id="clusters"></table>
-<h2>Round timeline</h2><table id="timeline"></table>
-<div id="age"></div>
-<script>
-const ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"};
-function esc(s) { return String(s).replace(/[&<>"]/g, c => ESC[c]); }
-function num(v, d) { return v === null || v === undefined ? "-" : Number(v).toFixed(d); }
-function span(cls, text) { return '<span class="' + cls + '">' + esc(text) + "</span>"; }
-function table(id, head, rows) {
-  const th = "<tr>" + head.map(h => "<th>" + h + "</th>").join("") + "</tr>";
-  const tr = rows.map(r => "<tr>" + r.map(c => "<td>" + c + "</td>").join("") + "</tr>");
-  document.getElementById(id).innerHTML = th + tr.join("");
-}
-function lastUpdate(r) {
-  if (r.accepted === null) return "-";
-  const what = r.accepted ? span("ok", "accepted") : span("no", r.reason || "rejected");
-  return what + " (round " + r.last_round + ")";
-}
-function camera(r) {
-  if (!r.thumbnail || !r.thumbnail.startsWith("data:image/png;base64,")) return "-";
-  return '<img alt="camera of ' + esc(r.robot_id) + '" width="96" src="' + esc(r.thumbnail) + '">';
-}
-function success(r) {
-  if (r.success === null) return "-";
-  const bar = '<span class="bar" style="width:' + Math.round(60 * r.success) + 'px"></span> ';
-  return bar + num(r.success, 2);
-}
-async function refresh() {
-  try {
-    const s = await (await fetch("status.json", {cache: "no-store"})).json();
-    let head = "round <b>" + esc(s.round ?? "-") + "</b>, stage <b>" + esc(s.stage) + "</b>";
-    if (s.algorithm) head += " (" + esc(s.algorithm) + ")";
-    if (s.deadline_in_s !== null) head += ", deadline in " + num(s.deadline_in_s, 0) + " s";
-    document.getElementById("head").innerHTML = head;
-    table("robots",
-      ["robot", "camera", "state", "clusters", "last update", "success",
-       "interventions / episode", "train loss"],
-      s.robots.map(r => [esc(r.robot_id), camera(r), esc(r.state), esc(r.clusters.join(", ")),
-        lastUpdate(r), success(r), num(r.interventions_per_episode, 2), num(r.train_loss, 3)]));
-    table("clusters", ["cluster", "members"],
-      s.clusters.map(c => [c.cluster_id, esc(c.members.join(", "))]));
-    table("timeline", ["round", "status", "updates accepted / received", "rejected"],
-      s.timeline.slice().reverse().map(t => [t.round,
-        span(t.completed ? "ok" : "no", t.status),
-        t.updates_accepted + " / " + t.updates_received, t.updates_rejected]));
-    document.getElementById("age").textContent = "updated " + new Date().toLocaleTimeString();
-  } catch (e) {
-    document.getElementById("age").textContent = "no answer from fed-ros status: " + e;
-  }
-}
-refresh();
-setInterval(refresh, 1000);
-</script></body></html>
-"""
+CAMERA_PATH = re.compile(r"/camera/([^/]+)\.png")
 
 
 class StatusWebServer:
-    """Serves the page and ``snapshot()`` as JSON on ``host:port`` (0: any free port)."""
+    """Serves the page, ``snapshot()`` as JSON and ``camera_frame(robot)`` (a PNG, or None when
+    that robot has no frame) as ``/camera/<robot>.png`` on ``host:port`` (0: any free port)."""
 
     def __init__(
-        self, snapshot: Callable[[], dict[str, Any]], host: str = "127.0.0.1", port: int = 8765
+        self,
+        snapshot: Callable[[], dict[str, Any]],
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        camera_frame: Callable[[str], bytes | None] | None = None,
     ) -> None:
         page = PAGE.encode()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the standard library's name
                 path = self.path.split("?", 1)[0]
+                camera = CAMERA_PATH.fullmatch(path)
                 if path in ("/", "/index.html"):
                     body, kind = page, "text/html; charset=utf-8"
                 elif path == "/status.json":
                     body, kind = json.dumps(snapshot()).encode(), "application/json"
+                elif camera is not None:
+                    robot_id = unquote(camera.group(1))
+                    if not ID_RE.fullmatch(robot_id):
+                        self.send_error(404, f"{ascii(robot_id[:64])} is not a robot id")
+                        return
+                    png = camera_frame(robot_id) if camera_frame is not None else None
+                    if png is None:
+                        self.send_error(404, f"no camera frame from {robot_id!r}")
+                        return
+                    body, kind = png, "image/png"
                 else:
-                    self.send_error(404, "only / and /status.json")
+                    self.send_error(404, "only /, /status.json and /camera/<robot>.png")
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", kind)
