@@ -173,15 +173,45 @@ class InputTally:
         }
 
 
-def local_episodes(demo_dir: Path) -> list:
-    """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files
-    there."""
-    from fed_ros.core.data.episode import Episode
-    from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
+def local_episodes(demo_dir: Path, warn: Callable[[str], None] = log.warning) -> list:
+    """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there.
 
-    episodes = load_recorded_episodes(demo_dir)
-    episodes += [e for e in (Episode.load(f) for f in sorted(demo_dir.glob("*.npz"))) if e.success]
+    One that cannot be read (a truncated MCAP, an episode file cut short, a recording refused
+    at STOP) is quarantined with its reason (fed_ros.core.data.quarantine) and skipped: one bad
+    file costs one episode, never the robot's round. ``warn`` is told once, as it moves.
+    """
+    from fed_ros.core.data.episode import Episode
+    from fed_ros.ros.arm.recorded_episodes import (
+        recording_dirs,
+        recording_succeeded,
+        recording_to_episode,
+    )
+
+    def load_recording(path: Path) -> Any:
+        return recording_to_episode(path) if recording_succeeded(path) else None
+
+    episodes = []
+    loads = [(path, load_recording) for path in recording_dirs(demo_dir)]
+    loads += [(path, Episode.load) for path in sorted(demo_dir.glob("*.npz"))]
+    for path, load in loads:
+        try:
+            episode = load(path)
+        except Exception as exc:  # noqa: BLE001 - a corrupt file raises whatever its reader does
+            set_aside(path, demo_dir, f"{type(exc).__name__}: {exc}", warn)
+            continue
+        if episode is not None and episode.success:
+            episodes.append(episode)
     return episodes
+
+
+def set_aside(path: Path, demo_dir: Path, reason: str, warn: Callable[[str], None]) -> Path | None:
+    """Quarantine a demonstration that cannot be trained on and say so once."""
+    from fed_ros.core.data.quarantine import quarantine
+
+    where = quarantine(path, reason, demo_dir)
+    if where is not None:
+        warn(f"demonstration {path.name} quarantined in {where.parent} ({reason})")
+    return where
 
 
 def answer_record(recorder: Any, request: Any, response: Any, task: str, variation: str) -> Any:

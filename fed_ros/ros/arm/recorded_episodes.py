@@ -36,6 +36,7 @@ from fed_ros.ros.arm.recording_topics import (
     cdr_header_stamp_ns,
     relative_topic,
 )
+from fed_ros.core.data.quarantine import is_quarantined
 from fed_ros.ros.arm.rosbag2_mcap import METADATA_FILE
 
 EPISODE_CACHE = "episode.npz"
@@ -73,7 +74,8 @@ def recording_to_episode(
 
     Failed episodes are refused unless ``allow_failed`` (they are never trained on).
     Steps whose observation lost a sample are dropped; more than ``max_dropped_fraction``
-    of them, or a required topic without messages, raises :class:`RecordingError`.
+    of them, or a required topic without messages, raises :class:`RecordingError`. So does a
+    success in which the arm never moved (docs/arms.md): nothing in it can be learned.
     """
     from mcap.reader import make_reader
     from rclpy.serialization import deserialize_message
@@ -98,7 +100,10 @@ def recording_to_episode(
         and cache.is_file()
         and cache.stat().st_mtime >= max(f.stat().st_mtime for f in files)
     ):
-        return Episode.load(cache)
+        try:
+            return Episode.load(cache)
+        except Exception:  # noqa: BLE001 - any reader error of a cut cache: rebuilt from the bag
+            cache.unlink(missing_ok=True)
 
     cameras = _bool(custom.get("cameras", "true"))
     transport, image_size = (
@@ -122,7 +127,10 @@ def recording_to_episode(
         if counts.get(rel, 0) == 0:
             name = full_names.get(rel) or at.ArmTopics(namespace).name(rel)
             state = "has no messages on" if rel in full_names else "does not contain"
-            raise RecordingError(f"recording {path} {state} required topic {name!r}")
+            # No applied command: the arm never ticked under a command (a lockstep arm nobody
+            # drove, or a dead adapter).
+            why = " (the arm was never driven)" if rel == at.APPLIED_COMMAND_TOPIC else ""
+            raise RecordingError(f"recording {path} {state} required topic {name!r}{why}")
 
     by_topic: dict[str, dict[int, Any]] = {rel: {} for rel in required}
     statuses: dict[int, Any] = {}
@@ -199,6 +207,12 @@ def recording_to_episode(
                         deserialize_message(by_topic[rel][s], image_type), transport, image_size
                     )
                 )
+    if success and not np.any(np.stack(actions)[:, :3]) and len({a[3] for a in actions}) == 1:
+        # Hold ticks of an arm nobody drove (a free-running adapter applies a hold per tick).
+        raise RecordingError(
+            f"recording {path}: the arm never moved: all {len(actions)} applied commands are "
+            "holds or zero motion with the gripper unchanged; label it a failure or discard it"
+        )
     episode = Episode(
         task=custom.get("task", ""),
         instruction=custom.get("instruction", ""),
@@ -234,14 +248,27 @@ def applied_action(command) -> np.ndarray:
     return action
 
 
+def recording_dirs(directory: str | Path) -> list[Path]:
+    """The finished recordings under ``directory``, those in its quarantine left out."""
+    directory = Path(directory)
+    return [
+        meta.parent
+        for meta in sorted(directory.rglob(METADATA_FILE))
+        if not is_quarantined(meta.parent, directory)
+    ]
+
+
+def recording_succeeded(path: str | Path) -> bool:
+    """Whether a finished recording is labelled a success (RecordingError when unfinished)."""
+    info = read_recording_metadata(path)
+    return _bool((info.get("custom_data") or {}).get("success", "false"))
+
+
 def load_recorded_episodes(directory: str | Path, *, include_failed: bool = False) -> list[Episode]:
-    """Every finished recording under ``directory`` as episodes (failed ones excluded)."""
-    episodes = []
-    for meta in sorted(Path(directory).rglob(METADATA_FILE)):
-        info = read_recording_metadata(meta.parent)
-        if not include_failed and not _bool(
-            (info.get("custom_data") or {}).get("success", "false")
-        ):
-            continue
-        episodes.append(recording_to_episode(meta.parent, allow_failed=include_failed))
-    return episodes
+    """Every finished recording under ``directory`` as episodes (failed ones excluded); the first
+    that cannot be converted raises (``fed_ros.ros.arm.driving.local_episodes`` skips it)."""
+    return [
+        recording_to_episode(path, allow_failed=include_failed)
+        for path in recording_dirs(directory)
+        if include_failed or recording_succeeded(path)
+    ]

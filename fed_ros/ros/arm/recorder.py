@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.core.data.episode import Episode
+from fed_ros.core.data.quarantine import quarantine
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
-from fed_ros.ros.arm.recorded_episodes import recording_to_episode
+from fed_ros.ros.arm.recorded_episodes import RecordingError, recording_to_episode
 from fed_ros.ros.arm.recording_topics import (
     IMAGE_TOPICS,
     RECORDED_TOPICS,
@@ -291,7 +292,14 @@ class Recorder:
             return RecordResult(path, len(self._applied), False, None)
         # Converting now catches missing topics while the operator is still at the arm,
         # and leaves the episode.npz cache that training reads.
-        episode = recording_to_episode(path)
+        try:
+            episode = recording_to_episode(path)
+        except Exception as exc:  # noqa: BLE001 - whatever the conversion raises, the bag goes
+            # A refused bag left among the demonstrations, labelled a success, would fail every
+            # later load (each STOP, each round's training): it leaves with its reason.
+            where = quarantine(path, f"{type(exc).__name__}: {exc}", self.output_dir)
+            self.node.get_logger().warning(f"recording refused, quarantined in {where}: {exc}")
+            raise RecordingError(f"{exc}; the recording was moved to {where}") from exc
         return RecordResult(path, len(episode), True, episode)
 
     def discard(self) -> Path | None:

@@ -51,7 +51,7 @@ class RobotDemonstrations:
         """Successful demonstrations: ROS recordings under demos/ plus Episode .npz files there."""
         from fed_ros.ros.arm.driving import local_episodes
 
-        return local_episodes(self.demo_dir)
+        return local_episodes(self.demo_dir, warn=self.log.warning)
 
     def status(self) -> str:
         """'' when the robot has the demonstrations it needs to train, else what it waits for."""
