@@ -65,8 +65,11 @@ class ArmControlLoop:
         with self.lock:
             # A human at a teleop device takes over from the policy with the deadman; while
             # the human drives, the policy's commands are dropped (core.arm.interventions).
-            if not self.episode.control.admit(msg.source, hold, self._clock()):
+            control, now = self.episode.control, self._clock()
+            human_before = control.human_active(now)
+            if not control.admit(msg.source, hold, now):
                 return
+            handed_back = human_before and not control.human_active(now)
             reason = self.safety.command(
                 np.asarray(msg.action), float(msg.gripper), int(msg.mode), self._clock()
             )
@@ -82,10 +85,15 @@ class ArmControlLoop:
             # the zero goes at once, whatever observation the HOLD answers.
             with self.lock:
                 self._send_zero()
-                if is_teleop(msg.source) and self._answers_current(msg):
+                if is_teleop(msg.source) and (
+                    self._answers_current(msg) or (handed_back and self._running_unanswered())
+                ):
                     # A human's HOLD (deadman released) also answers the observation, so a
                     # lockstep arm steps (still) and the policy, in control again, gets a fresh
-                    # observation to act on.
+                    # observation to act on. The HOLD that hands back answers the current one
+                    # whatever it is stamped with: under load the teleop's newest observation
+                    # was one behind, its HOLD answered nothing, and the lockstep arm waited for
+                    # an answer the policy never gave (its status still said human control).
                     self._guarded(self._apply, self._clock(), answer=True)
             return
         # A command answering the current observation goes to the arm at once (no wait for
@@ -96,12 +104,30 @@ class ArmControlLoop:
 
     def _answers_current(self, msg) -> bool:
         """Whether ``msg`` answers the current, unanswered observation of a running episode."""
+        return at.stamp_to_ns(msg.header.stamp) == self.observations.stamp_ns and (
+            self._running_unanswered()
+        )
+
+    def _running_unanswered(self) -> bool:
+        """Whether a running episode's current observation still waits for its answer."""
         return (
-            at.stamp_to_ns(msg.header.stamp) == self.observations.stamp_ns
+            self.observations.stamp_ns > 0
             and not self.observations.answered
             and not self.episode.done
             and not self.episode.resetting
         )
+
+    def _hand_back_silently(self, now: float) -> None:
+        """A lockstep arm's human went silent (a teleop that died with its deadman held):
+        the arbiter handed back after ``handback_s``, but the arm makes no ticks of its own and
+        the observation waiting for an answer says the human drives. A fresh one (same arm
+        state, new stamp) says the policy does, so the policy answers it and the arm steps."""
+        if (
+            self.observations.human_control
+            and self._running_unanswered()
+            and not self.episode.control.human_active(now)
+        ):
+            self.publish_observation(now)
 
     def on_hold(self, msg) -> None:
         if msg.data:
@@ -197,7 +223,9 @@ class ArmControlLoop:
         start = self._clock()
         with self.lock:
             if self.lockstep and from_timer:
-                return  # a lockstep arm is silent while it waits: only its states make ticks
+                # A lockstep arm is silent while it waits: only its states make ticks.
+                self._hand_back_silently(start)
+                return
             if not self.lockstep:
                 # The arm drives the ticks, at most control_rate_hz; the timer covers silences.
                 if not self._ticks.take(start, from_timer):

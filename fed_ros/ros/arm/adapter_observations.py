@@ -71,6 +71,7 @@ class ObservationPublisher:
         self._last_stamp_ns = 0
         self._messages: list = []  # (publisher, message) of the current observation (re-send)
         self._published_at = 0.0
+        self.human_control = False  # what the current observation's status says
 
     @property
     def answered(self) -> bool:
@@ -120,7 +121,7 @@ class ObservationPublisher:
         status.episode, status.step, status.success = episode.number, episode.step, episode.success
         status.done, status.overruns = episode.done, overruns
         control = episode.control
-        status.human_control = control.human_active(now)
+        status.human_control = self.human_control = control.human_active(now)
         status.interventions = control.interventions
         status.human_seconds = float(control.human_seconds(now))
         self._status.publish(status)
