@@ -422,3 +422,46 @@ def test_recorder_loses_no_step_while_its_executor_stalls(ros_env, ros_context, 
         executor.shutdown()
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+def test_a_refused_stop_is_quarantined_and_never_blocks_a_later_one(ros_context, tmp_path):
+    """The robot node's Record path: a STOP refused for a lost camera moves that bag to
+    demos/quarantine with its reason; the next recording's STOP reports on itself and is saved
+    (the refused bag stayed labelled a success and every later STOP failed on it)."""
+    import logging
+    import types
+
+    from fed_ros.core.data.quarantine import QUARANTINE_DIR, REASON_SUFFIX
+    from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
+    from fed_ros.srv import Record
+
+    recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")
+    params = types.SimpleNamespace(variation="default", min_demos=1)
+    demos = RobotDemonstrations(
+        tmp_path, lambda: params, None, recorder, threading.Lock(), None, logging.getLogger("t")
+    )
+    arm = TinyArm(ros_context("tiny_arm"))
+    arm.wait_for_subscribers(recorder.node)
+
+    def call(**fields):
+        return demos.answer_record(Record.Request(**fields), Record.Response(), "lift")
+
+    refused_path = Path(call(command=Record.Request.START).episode_path)
+    arm.omit = (at.WRIST_TOPIC,)  # the wrist camera's frames are lost
+    arm.publish(synthetic_ticks(3))
+    wait_until(lambda: recorder.num_applied == 3, 10, "the 3 steps at the recorder")
+    refused = call(command=Record.Request.STOP, success=True)
+    assert not refused.ok and "/arm/wrist/image_raw" in refused.message
+    moved = tmp_path / QUARANTINE_DIR / refused_path.name
+    assert str(moved) in refused.message and not refused_path.exists()
+    assert "/arm/wrist/image_raw" in moved.with_name(moved.name + REASON_SUFFIX).read_text()
+
+    arm.omit = ()
+    started = call(command=Record.Request.START)
+    assert started.ok, started.message
+    arm.publish(synthetic_ticks(4, seed=2))
+    wait_until(lambda: recorder.num_applied == 4, 10, "the 4 steps at the recorder")
+    saved = call(command=Record.Request.STOP, success=True)
+    assert saved.ok and saved.num_steps == 4, saved.message
+    assert saved.episode_path == started.episode_path and saved.message == "saved"
+    assert [len(e) for e in demos.episodes()] == [4] and demos.waiting == ""
