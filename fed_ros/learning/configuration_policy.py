@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 from fed_ros.core.data.episode import ACTION_DIM, OBJECT_STATE_DIM
+from fed_ros.learning.backbones.specs import BACKBONE_SPECS, SCRATCH, VISION_BACKBONES
 
 POLICY_KINDS = ("image", "lowdim")
 
@@ -72,6 +74,22 @@ class PolicyConfig:
             only have to locate the object relative to a hand whose position the policy
             already knows (docs/learning.md measures it). False on a low-dim policy is
             rejected.
+        vision_backbone: camera trunk of an image policy, one of ``VISION_BACKBONES``:
+            "scratch" (default: the ``image_profile`` trunk, trained from random weights),
+            "resnet18_imagenet" (torchvision's ImageNet ResNet-18) or "dinov2_vits14"
+            (self-supervised DINOv2 ViT-S/14). A pretrained backbone reads its published
+            weights file, never downloads it (docs/learning.md, "Choosing a visual
+            encoder"); a trainable adapter (1x1 conv to ``conv_channels[-1]`` channels,
+            FiLM from the text) feeds the spatial-softmax keypoints.
+        backbone_weights: path of the pretrained weights file (.pth or .safetensors); None
+            (default) reads torch.hub's cached copy, ``<torch.hub.get_dir()>/checkpoints/``.
+        freeze_backbone: True (default): the pretrained weights stay fixed, are left out of
+            the policy's state dict (nothing to federate) and each distinct frame's
+            features are cached; False: the backbone fine-tunes and federates with the rest.
+        backbone_image_size: side the frames are resized to before a pretrained backbone;
+            None (default) takes ``image_size`` (for DINOv2 the nearest multiple of 14).
+        backbone_cache_frames: bound on cached per-frame features of a frozen backbone (0:
+            no cache); one cache per process, shared by both cameras.
         action_dim / object_state_dim: fixed by ``fed_ros.core.data.episode``; kept here so a
             checkpoint records them.
     """
@@ -94,6 +112,11 @@ class PolicyConfig:
     random_shift: int = 4
     use_object_state: bool | None = None
     use_eef_state: bool | None = None
+    vision_backbone: str = SCRATCH
+    backbone_weights: str | None = None
+    freeze_backbone: bool = True
+    backbone_image_size: int | None = None
+    backbone_cache_frames: int = 8192
     action_dim: int = ACTION_DIM
     object_state_dim: int = OBJECT_STATE_DIM
 
@@ -157,12 +180,60 @@ class PolicyConfig:
                 "use_eef_state=False needs kind='image': the low-dim policy always reads "
                 "the end-effector pose"
             )
+        self._check_backbone()
         if self.action_dim != ACTION_DIM:
             raise ValueError(f"action_dim must be {ACTION_DIM} (fleet-wide), got {self.action_dim}")
         if self.object_state_dim != OBJECT_STATE_DIM:
             raise ValueError(
                 f"object_state_dim must be {OBJECT_STATE_DIM} (fleet-wide), "
                 f"got {self.object_state_dim}"
+            )
+
+    def _check_backbone(self) -> None:
+        if self.vision_backbone not in VISION_BACKBONES:
+            raise ValueError(
+                f"vision_backbone must be one of {VISION_BACKBONES}, got {self.vision_backbone!r}"
+            )
+        if not isinstance(self.freeze_backbone, bool):
+            raise ValueError(f"freeze_backbone must be a bool, got {self.freeze_backbone!r}")
+        cache = self.backbone_cache_frames
+        if not isinstance(cache, int) or isinstance(cache, bool) or cache < 0:
+            raise ValueError(f"backbone_cache_frames must be an int >= 0, got {cache!r}")
+        if self.vision_backbone == SCRATCH:
+            # Settings the scratch trunk would silently ignore are mistakes: reject them.
+            for name in ("backbone_weights", "backbone_image_size"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs a pretrained vision_backbone, "
+                        f"got vision_backbone={SCRATCH!r}"
+                    )
+            return
+        if self.kind != "image":
+            raise ValueError(
+                f"vision_backbone={self.vision_backbone!r} needs kind='image', got {self.kind!r}"
+            )
+        if isinstance(self.backbone_weights, PathLike):
+            self.backbone_weights = str(self.backbone_weights)  # JSON-safe in to_dict
+        if self.backbone_weights is not None and (
+            not isinstance(self.backbone_weights, str) or not self.backbone_weights
+        ):
+            raise ValueError(
+                f"backbone_weights must be a file path or None, got {self.backbone_weights!r}"
+            )
+        spec = BACKBONE_SPECS[self.vision_backbone]
+        if self.backbone_image_size is None:
+            # Resolved here, like conv_channels, so the checkpoint names the size used.
+            self.backbone_image_size = spec.default_input_size(self.image_size)
+        size = self.backbone_image_size
+        if (
+            not isinstance(size, int)
+            or isinstance(size, bool)
+            or size < spec.min_size
+            or size % spec.patch
+        ):
+            raise ValueError(
+                f"backbone_image_size for {spec.name} must be a multiple of {spec.patch} "
+                f">= {spec.min_size}, got {size!r}"
             )
 
     @property

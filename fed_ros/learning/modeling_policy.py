@@ -36,7 +36,7 @@ import torch.nn as nn
 from fed_ros.core.data import episode as ep
 from fed_ros.learning.configuration_policy import EEF_DIM, GRIPPER_DIM, JOINT_DIM, PolicyConfig
 from fed_ros.learning.losses import GMMParams, bc_nll, gmm_mode, gmm_sample
-from fed_ros.learning.policy_modules import GMMHead, ImageEncoder, TemporalTransformer, mlp
+from fed_ros.learning.policy_modules import GMMHead, TemporalTransformer, image_encoder, mlp
 from fed_ros.learning.text import encode_instruction
 
 # Low-dim keys that are normalised, with their widths and physical default statistics
@@ -83,8 +83,8 @@ class GMMPolicy(nn.Module):
         self.normalizer = Normalizer()
         self.text_encoder = mlp(cfg.text_dim, e, e)
         if cfg.kind == "image":
-            self.agentview_encoder = ImageEncoder(cfg)
-            self.wrist_encoder = ImageEncoder(cfg)
+            self.agentview_encoder = image_encoder(cfg)
+            self.wrist_encoder = image_encoder(cfg)
             if cfg.use_object_state:  # opt-in object-state token (PolicyConfig.use_object_state)
                 self.object_encoder = mlp(cfg.object_state_dim, e, e)
             if cfg.use_eef_state:  # opt-in end-effector token (PolicyConfig.use_eef_state)

@@ -2,9 +2,11 @@
 
 Per-modality encoders (:func:`mlp` for low-dim inputs and the instruction,
 :class:`ImageEncoder`: stem conv -> :class:`FiLMResBlock` stages conditioned on the text ->
-:class:`SpatialSoftmax` keypoints -> linear), the block-causal :class:`TemporalTransformer`
-over the window, and the mixture-of-Gaussians :class:`GMMHead`. No normalisation state and
-no batch statistics (GroupNorm), so every parameter federates as it is.
+:class:`SpatialSoftmax` keypoints -> linear; :class:`PretrainedImageEncoder` on a published
+backbone; :func:`image_encoder` picks one from the config), the block-causal
+:class:`TemporalTransformer` over the window, and the mixture-of-Gaussians :class:`GMMHead`.
+No normalisation state and no batch statistics (GroupNorm; a pretrained ResNet keeps its
+published statistics fixed), so every parameter federates as it is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fed_ros.learning.backbones.specs import SCRATCH
+from fed_ros.learning.backbones.trunk import FrozenTrunk, PretrainedTrunk, frozen_trunk
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.losses import GMMParams
 
@@ -115,6 +119,53 @@ class ImageEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         return self.out(self.keypoints(self.trunk(x, cond)))
+
+
+class PretrainedImageEncoder(nn.Module):
+    """Per-camera encoder on a pretrained backbone: trunk -> 1x1 adapter conv with FiLM
+    from the text -> [spatial-softmax keypoints, channel means] -> linear.
+
+    Frozen (``cfg.freeze_backbone``): the trunk is the process's shared :class:`FrozenTrunk`,
+    held outside the module tree, so the state dict, ``parameters()`` and federation hold
+    only the adapter onward; its features come from the cache. Fine-tuned: the trunk is a
+    submodule (``trunk.backbone.*``) that trains and federates. The text conditions the
+    adapter, after the trunk, so frozen features stay independent of the instruction.
+    """
+
+    def __init__(self, cfg: PolicyConfig) -> None:
+        super().__init__()
+        args = (cfg.vision_backbone, cfg.backbone_weights, cfg.backbone_image_size)
+        self.frozen: FrozenTrunk | None = None
+        if cfg.freeze_backbone:
+            self.frozen = frozen_trunk(*args, cfg.backbone_cache_frames)
+            channels = self.frozen.out_channels
+        else:
+            self.trunk = PretrainedTrunk(*args)
+            channels = self.trunk.out_channels
+        width = cfg.conv_channels[-1]
+        self.adapter = nn.Conv2d(channels, width, 1, bias=False)
+        self.norm = nn.GroupNorm(_groups(width), width)
+        self.film = nn.Linear(cfg.embed_dim, 2 * width)
+        self.keypoints = SpatialSoftmax(width, cfg.num_keypoints)
+        # Keypoints say where, channel means what: a pretrained map is coarse (ResNet-18 at
+        # 84 px: 3x3, DINOv2: 6x6; 1x1 below 64 px), and its channels carry the semantics
+        # (open gripper, grasped object) that keypoint positions alone drop.
+        self.out = nn.Linear(2 * cfg.num_keypoints + width, cfg.embed_dim)
+
+    def backbone_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The backbone's feature maps (N, C, h, w) of images x (N, 3, H, W) in [0, 1]."""
+        return self.frozen(x) if self.frozen is not None else self.trunk(x)
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.adapter(self.backbone_features(x)))
+        gamma, beta = self.film(cond).chunk(2, dim=-1)
+        h = F.relu(h * (1.0 + gamma[:, :, None, None]) + beta[:, :, None, None])
+        return self.out(torch.cat([self.keypoints(h), h.mean(dim=(2, 3))], dim=-1))
+
+
+def image_encoder(cfg: PolicyConfig) -> nn.Module:
+    """The camera encoder ``cfg.vision_backbone`` asks for (same call signature)."""
+    return ImageEncoder(cfg) if cfg.vision_backbone == SCRATCH else PretrainedImageEncoder(cfg)
 
 
 class TemporalTransformer(nn.Module):

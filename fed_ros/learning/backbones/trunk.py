@@ -1,0 +1,137 @@
+"""A pretrained backbone as a camera trunk: fine-tuned (a submodule that trains and
+federates) or frozen (shared by every policy in the process, with cached per-frame features).
+
+A frozen trunk is deliberately *not* a submodule of the policy: its ~12-22 M weights are the
+same published file on every robot, so shipping them each round would only cost bytes, and
+the trainer's teacher and student (deep copies) and each round's fresh policy reuse one
+instance and its feature cache instead of reloading the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from fed_ros.learning.backbones.files import find_weights, load_backbone, spec_of
+
+# Both backbones were pretrained on images normalised with ImageNet's channel statistics
+# (torchvision's IMAGENET1K_V1 transforms; dinov2's IMAGENET_DEFAULT_MEAN/STD).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class PretrainedTrunk(nn.Module):
+    """Images (N, 3, H, W) in [0, 1] -> resized to ``input_size``, ImageNet-normalised ->
+    the backbone's feature map (N, C, h, w)."""
+
+    def __init__(self, name: str, weights: str | Path | None, input_size: int) -> None:
+        super().__init__()
+        spec = spec_of(name)
+        if input_size < spec.min_size or input_size % spec.patch:
+            raise ValueError(
+                f"{name} input size must be a multiple of {spec.patch} >= {spec.min_size}, "
+                f"got {input_size}"
+            )
+        self.input_size = input_size
+        self.out_channels = spec.out_channels
+        self.backbone = load_backbone(name, weights)
+        # Not persistent: constants, not weights; the state dict holds only the backbone.
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN)[:, None, None], False)
+        self.register_buffer("std", torch.tensor(IMAGENET_STD)[:, None, None], False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-2:] != (self.input_size, self.input_size):
+            x = F.interpolate(
+                x, size=(self.input_size,) * 2, mode="bilinear", antialias=True, align_corners=False
+            )
+        return self.backbone((x - self.mean) / self.std)
+
+
+class FrozenTrunk:
+    """A :class:`PretrainedTrunk` in eval mode without gradients, with a bounded LRU cache
+    of per-frame features keyed by the frame's bytes (thread-safe).
+
+    Frozen features of a frame never change, so each distinct frame is encoded once per
+    process while it stays among the ``cache_frames`` most recently used. Deep copies
+    return the same instance: a policy's copy (the trainer's teacher) shares trunk and cache.
+    """
+
+    def __init__(self, trunk: PretrainedTrunk, cache_frames: int) -> None:
+        if not isinstance(cache_frames, int) or cache_frames < 0:
+            raise ValueError(f"cache_frames must be an int >= 0, got {cache_frames!r}")
+        self.trunk = trunk.eval().requires_grad_(False)
+        self.out_channels = trunk.out_channels
+        self.cache_frames = cache_frames
+        self.hits = 0
+        self.misses = 0
+        self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __deepcopy__(self, memo: dict) -> "FrozenTrunk":
+        return self
+
+    def clear(self) -> None:
+        """Forget every cached feature and zero the hit and miss counts."""
+        with self._lock:
+            self._cache.clear()
+            self.hits = self.misses = 0
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        with self._lock:
+            if next(self.trunk.parameters()).device != x.device:
+                self.trunk.to(x.device)
+        with torch.no_grad():
+            return self.trunk(x).float()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Feature maps (N, C, h, w) of images x (N, 3, H, W) in [0, 1]; no gradient."""
+        if not self.cache_frames:
+            return self._encode(x)
+        host = x.detach().to("cpu", torch.float32).contiguous().numpy()
+        keys = [
+            (frame.shape, hashlib.blake2b(frame.tobytes(), digest_size=16).digest())
+            for frame in host
+        ]
+        with self._lock:
+            found = {k: self._cache[k] for k in keys if k in self._cache}
+            for k in found:
+                self._cache.move_to_end(k)
+        todo = [i for i, k in enumerate(keys) if k not in found]
+        fresh = {}
+        if todo:
+            feats = self._encode(x[todo])
+            # Clone each row: a view would keep the whole batch's storage alive in the cache.
+            fresh = {keys[i]: f.clone() for i, f in zip(todo, feats)}
+        with self._lock:
+            self.hits += len(keys) - len(todo)
+            self.misses += len(todo)
+            for k, f in fresh.items():
+                self._cache[k] = f
+            while len(self._cache) > self.cache_frames:
+                self._cache.popitem(last=False)
+        out = [found[k] if k in found else fresh[k] for k in keys]
+        return torch.stack([f.to(x.device) for f in out])
+
+
+_FROZEN: dict[tuple, FrozenTrunk] = {}
+_FROZEN_LOCK = threading.Lock()
+
+
+def frozen_trunk(
+    name: str, weights: str | Path | None, input_size: int, cache_frames: int
+) -> FrozenTrunk:
+    """The process's shared frozen trunk for this backbone, weights file (while unchanged),
+    input size and cache bound; built and loaded on first use."""
+    path = find_weights(name, weights).resolve()
+    stat = path.stat()
+    key = (name, str(path), stat.st_mtime_ns, stat.st_size, input_size, cache_frames)
+    with _FROZEN_LOCK:
+        if key not in _FROZEN:
+            _FROZEN[key] = FrozenTrunk(PretrainedTrunk(name, path, input_size), cache_frames)
+        return _FROZEN[key]
