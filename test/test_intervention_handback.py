@@ -119,3 +119,123 @@ def test_a_teleop_gone_silent_hands_a_lockstep_arm_back_within_handback_s(
     waited = _policy_gets_the_arm_within(node, clock, arm, 2.0)
     handback_s = node.episode.control.handback_s
     assert handback_s - 1e-6 <= waited <= handback_s + 2 * PERIOD_S, waited
+
+
+# --- the segment's end, over real DDS -------------------------------------------------------
+
+from test_recorder import TinyArm, ros_context, synthetic_ticks, tick_messages  # noqa: E402, F401
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+    warning = info
+
+
+class FreeRunningArm:
+    """What a free-running arm adapter publishes at 20 Hz: each tick the command applied in
+    answer to the previous observation, then the next observation and its EpisodeStatus
+    (``human_control`` while ``human(k)``); the human's steps are applied as ``teleop``, the
+    others as holds (the policy waits while the robot node ends the segment)."""
+
+    def __init__(self, arm: TinyArm, human) -> None:
+        self.arm, self.human = arm, human
+        self.statuses: list = []
+
+    def run(self, ticks: int, pause_after=None) -> None:
+        import time
+
+        data = synthetic_ticks(ticks, seed=5, size=8)
+        previous = None
+        for k, (stamp, obs, action) in enumerate(data):
+            msgs = tick_messages(stamp, obs, action, step=k)
+            applied = msgs.pop(at_applied())
+            if previous is not None:
+                self.arm.pubs[at_applied()].publish(previous)
+            applied.source = "teleop" if self.human(k) else ""
+            applied.mode = 0 if self.human(k) else 3
+            status = msgs[at_status()]
+            status.human_control = self.human(k)
+            for rel, msg in msgs.items():
+                self.arm.pubs[rel].publish(msg)
+            self.statuses.append(status)
+            previous = applied
+            if pause_after is not None:
+                pause_after(k)
+            time.sleep(0.05)
+
+
+def at_applied() -> str:
+    from fed_ros.ros.arm import topics as at
+
+    return at.APPLIED_COMMAND_TOPIC
+
+
+def at_status() -> str:
+    from fed_ros.ros.arm import topics as at
+
+    return at.EPISODE_STATUS_TOPIC
+
+
+def test_a_corrective_segment_ends_at_the_hand_back_and_the_policy_is_not_kept_waiting(
+    ros_context,  # noqa: F811 - the fixture imported above
+    tmp_path,
+):
+    # Issue 36, defect 4: each corrective segment ended with ~1 s of hold steps (16-21 of ~55):
+    # the recorder waited out its stop timeout while the adapter applied holds, and the
+    # policy stayed paused meanwhile.
+    import json
+    import threading
+    import time
+
+    from conftest import wait_until
+    from fed_ros.ros.arm.interventions import InterventionRecorder
+    from fed_ros.ros.arm.recorded_episodes import read_recording_metadata
+    from fed_ros.ros.arm.recorder import Recorder
+
+    recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_0")
+    arm = TinyArm(ros_context("arm"))
+    arm.wait_for_subscribers(recorder.node)
+    log = _Log()
+    human = InterventionRecorder(recorder, "default", log)
+    takeover_at, handback_at = 5, 15  # the human answers observations 5..14
+    stream = FreeRunningArm(arm, lambda k: takeover_at <= k < handback_at)
+    took_over = threading.Event()
+
+    def pause_after(k: int) -> None:
+        if k == takeover_at:  # the robot starts the segment before the human's first answer
+            took_over.wait(10.0)
+
+    runner = threading.Thread(target=stream.run, args=(45, pause_after), daemon=True)
+    runner.start()
+    wait_until(lambda: len(stream.statuses) > takeover_at, 10.0, "the takeover's status")
+    wait_until(
+        lambda: (
+            recorder._latest.get(at_status(), (b"", 0))[1] == _stamp(stream.statuses[takeover_at])
+        ),
+        10.0,
+        "the takeover's status at the recorder",
+    )
+    human.takeover(stream.statuses[takeover_at])
+    took_over.set()
+    wait_until(lambda: len(stream.statuses) > handback_at, 10.0, "the hand-back's status")
+    start = time.monotonic()
+    human.handback(stream.statuses[handback_at])  # in the policy's thread: it acts after this
+    paused = time.monotonic() - start
+    runner.join(10.0)  # the arm went on applying holds for 1.5 s
+    assert paused < 0.2, f"the policy was kept waiting {paused:.2f} s after the hand-back"
+    human.wait()
+    assert human.recorded == 1, log.lines
+    [meta] = [read_recording_metadata(p.parent) for p in tmp_path.rglob("metadata.yaml")]
+    sources = json.loads(meta["custom_data"]["command_sources"])
+    assert sources == {"teleop": handback_at - takeover_at}, (sources, log.lines)
+
+
+def _stamp(status) -> int:
+    from fed_ros.ros.arm import topics as at
+
+    return at.stamp_to_ns(status.header.stamp)

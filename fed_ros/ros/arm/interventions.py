@@ -8,13 +8,19 @@ calls its hooks at each change. :class:`InterventionRecorder` is the robot node'
 human segment is recorded as a corrective demonstration (``source=intervention``, labelled a
 success: the human's actions are the correction) into the robot's demonstrations, so the next
 round's training holds it (human-gated DAgger, as in Fleet-DAgger / physical-IFL).
+
+The hooks run in the policy's thread, which acts again only when ``handback`` returns: the
+segment ends at the hand-back's observation (the recorder keeps nothing stamped from it on)
+and is closed and converted in a worker thread, so the policy resumes at once.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fed_ros.core.arm.interventions import INTERVENTION_SOURCE
+from fed_ros.ros.arm import topics as at
 
 # A takeover shorter than this (a bumped deadman) is no demonstration: its recording is dropped.
 MIN_SEGMENT_STEPS = 3
@@ -60,8 +66,10 @@ class InterventionRecorder:
         )
         self.recorded = self.dropped = 0
         self._first_step: int | None = None  # the segment's first step while it is recorded
+        self._saving: threading.Thread | None = None  # the last segment being saved
 
     def takeover(self, status: Any) -> None:
+        self.wait()  # the last segment closed first (the policy does not act meanwhile)
         try:
             self.recorder.start(
                 status.task, status.instruction, self.variation, source=INTERVENTION_SOURCE
@@ -81,15 +89,27 @@ class InterventionRecorder:
             self.dropped += 1
             self.log.info(f"human segment of {steps} step(s) dropped (< {self.min_steps})")
             return
-        from fed_ros.ros.arm.recorded_episodes import RecordingError
+        # Closing and converting the segment takes a while (seconds on a loaded machine, with
+        # cameras): a worker does it, the policy drives again now.
+        end_ns = at.stamp_to_ns(status.header.stamp)
+        self._saving = threading.Thread(
+            target=self._save, args=(int(status.step), end_ns), name="intervention-save"
+        )
+        self._saving.start()
 
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the last segment is saved (call before reading ``recorded`` or training)."""
+        if self._saving is not None:
+            self._saving.join(timeout)
+
+    def _save(self, step: int, end_ns: int) -> None:
         try:
-            result = self.recorder.stop(True)
-        except RecordingError as exc:
-            self.log.warning(f"human segment not recorded: {exc}")
+            result = self.recorder.stop(True, end_stamp_ns=end_ns)
+        except Exception as exc:  # noqa: BLE001 - a bad segment costs itself, never the rollout
+            self.log.warning(f"human segment not recorded: {type(exc).__name__}: {exc}")
             return
         self.recorded += 1
         self.log.info(
-            f"human handed back at step {status.step}: {result.num_steps} step(s) recorded as a "
+            f"human handed back at step {step}: {result.num_steps} step(s) recorded as a "
             f"corrective demonstration ({result.path.name}), trained from the next round"
         )

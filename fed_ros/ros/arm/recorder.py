@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fed_ros.core.arm.interventions import INTERVENTION_SOURCE
 from fed_ros.core.data.episode import Episode
 from fed_ros.core.data.quarantine import quarantine
 from fed_ros.ros import shutdown
@@ -29,6 +30,7 @@ from fed_ros.ros.arm.recording_topics import (
     RECORDED_TOPICS,
     SPINE_TOPICS,
     STATE_TOPICS,
+    peek_human_control,
     peek_stamp,
 )
 from fed_ros.ros.arm.rosbag2_mcap import Rosbag2McapWriter
@@ -108,6 +110,11 @@ class Recorder:
         self._sources: dict[str, int] = {}  # ArmCommand.source of the applied commands -> count
         self._last_applied_at = 0.0  # monotonic time the newest applied command arrived
         self._seen: dict[str, set[int]] = {}
+        # A human's corrective segment ends at the hand-back: the first observation whose
+        # status says the policy drives again; nothing stamped from then on is recorded.
+        self._ends_at_handback = False
+        self._human_seen = False
+        self._end_ns: int | None = None
         self._sequence = 0
         group = callback_group or ReentrantCallbackGroup()
         self._subs = []
@@ -190,13 +197,16 @@ class Recorder:
             self._applied = set()
             self._sources = {}
             self._seen = {rel: set() for rel in self._qos}
+            self._ends_at_handback = source == INTERVENTION_SOURCE
+            self._human_seen, self._end_ns = False, None
             # Pre-roll: the newest sample of every topic, so the observation the arm
             # published just before START (its reset observation) is in the episode, and
             # the latched instruction makes the bag self-contained.
             # Commands are excluded: they belong to the previous episode.
             for rel, (data, stamp, rx_ns) in sorted(self._latest.items(), key=lambda kv: kv[1][2]):
                 if rel not in (at.COMMAND_TOPIC, at.APPLIED_COMMAND_TOPIC):
-                    self._record(writer, rel, data, stamp, rx_ns)
+                    if self._keeps(rel, data, stamp):
+                        self._record(writer, rel, data, stamp, rx_ns)
             self._writer = writer
             return directory
 
@@ -209,9 +219,20 @@ class Recorder:
             stamp = None
         with self._lock:
             self._latest[rel] = (bytes(data), stamp, now)
-            if self._writer is not None:
+            if self._writer is not None and self._keeps(rel, data, stamp):
                 self._record(self._writer, rel, data, stamp, now)
                 self._lock.notify_all()
+
+    def _keeps(self, rel: str, data: bytes, stamp: int | None) -> bool:
+        """Whether a message belongs to the episode being recorded (caller holds the lock)."""
+        if stamp is None:
+            return True
+        if self._ends_at_handback and self._end_ns is None and rel == at.EPISODE_STATUS_TOPIC:
+            if peek_human_control(data):
+                self._human_seen = True
+            elif self._human_seen:  # the hand-back: the policy answers this observation
+                self._end_ns = stamp
+        return self._end_ns is None or stamp < self._end_ns
 
     def _record(
         self, writer: Rosbag2McapWriter, rel: str, data: bytes, stamp: int | None, rx_ns: int
@@ -225,6 +246,12 @@ class Recorder:
                 self._sources[source] = self._sources.get(source, 0) + 1
             elif rel in self._seen:
                 self._seen[rel].add(stamp)
+
+    def _last_step_in(self) -> bool:
+        """Whether the newest recorded observation's applied command, and every applied
+        command's observations, are in (caller holds the lock)."""
+        statuses = self._seen.get(at.EPISODE_STATUS_TOPIC) or set()
+        return self._complete() and (not statuses or max(statuses) in self._applied)
 
     def _complete(self) -> bool:
         needed = [
@@ -241,6 +268,7 @@ class Recorder:
         settle: float = 0.25,
         expected_steps: int | None = None,
         expected_timeout: float = 60.0,
+        end_stamp_ns: int | None = None,
     ) -> RecordResult:
         """Finish the episode: close the bag, and convert + cache it when successful.
 
@@ -253,12 +281,24 @@ class Recorder:
         command's observations arrived and no new applied command came for ``settle`` seconds
         (STOP often follows the arm's last command by less than the DDS delivery time, and
         only waiting for observations of the commands already seen would cut that step off).
+        ``end_stamp_ns`` (a hand-back, :mod:`fed_ros.ros.arm.interventions`): the episode
+        ends before the observation stamped so; nothing from it on is recorded, and the wait
+        (at most ``timeout``) is only for the last earlier step, with no settle window (the
+        arm goes on applying commands, the next driver's).
+
         Raises :class:`RecordingError` (after closing the bag) when the recording cannot
         become an episode, e.g. a required topic sent nothing.
         """
         with self._lock:
             if self._writer is None:
                 raise RuntimeError("Record STOP without START")
+            if end_stamp_ns is not None and (self._end_ns is None or end_stamp_ns < self._end_ns):
+                self._end_ns = end_stamp_ns
+            if self._end_ns is not None:
+                deadline = time.monotonic() + timeout
+                while not self._last_step_in() and time.monotonic() < deadline:
+                    self._lock.wait(timeout=max(0.0, deadline - time.monotonic()))
+                timeout = 0.0  # no settle window below
             if expected_steps is not None:
                 deadline = time.monotonic() + expected_timeout
                 while not (len(self._applied) >= expected_steps and self._complete()):

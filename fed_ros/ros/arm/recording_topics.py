@@ -73,3 +73,14 @@ def relative_topic(topic: str) -> str:
         if topic == rel or topic.endswith("/" + rel):
             return rel
     raise ValueError(f"topic {topic!r} is not an arm topic")
+
+
+def peek_human_control(data: bytes) -> bool:
+    """``human_control`` of a serialized EpisodeStatus (False when unreadable)."""
+    from rclpy.serialization import deserialize_message
+
+    try:
+        msg_type = at.message_class(RECORDED_TOPICS[at.EPISODE_STATUS_TOPIC])
+        return bool(deserialize_message(bytes(data), msg_type).human_control)
+    except Exception:  # noqa: BLE001 - a malformed message is reported by the conversion
+        return False

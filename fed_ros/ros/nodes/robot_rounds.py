@@ -313,6 +313,7 @@ class RobotRounds:
             try:
                 rates = self.client.evaluate(model, rollout)
             finally:
+                human.wait()  # the last segment saved before it is counted and trained on
                 self.last_interventions = interventions
                 self.segments_recorded += human.recorded
             self.log_transfer(
