@@ -254,3 +254,19 @@ def test_cosine_schedule_reaches_the_final_rate_at_the_last_step(demos, start):
     # on_step runs after the scheduler stepped: the rate the next step would use.
     assert seen[-2] == pytest.approx(1e-4)
     assert seen[0] < 1e-3 and all(a >= b for a, b in zip(seen, seen[1:]))
+
+
+def test_the_taught_demonstration_is_never_the_one_held_out():
+    """A robot with one taught demonstration and one corrective segment trains on the taught
+    one whatever the seed: holding it out trained round 1 on the intervention alone."""
+    from fed_ros.learning.trainer import _split_val
+
+    taught, segment = synthetic_episodes(2, 20, seed=5)
+    segment.metadata["source"] = "intervention"
+    for seed in range(12):
+        train, val = _split_val([segment, taught], tc(val_fraction=0.1, seed=seed))
+        assert [train[0] is taught, val[0] is segment, len(train), len(val)] == [1, 1, 1, 1], seed
+    # With taught demonstrations on both sides nothing is moved: the split stays random.
+    more = synthetic_episodes(4, 20, seed=6)
+    held = {id(split_episodes(more + [segment], 0.4, seed=s)[1][0]) for s in range(12)}
+    assert len(held) > 2

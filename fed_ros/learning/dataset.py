@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from fed_ros.core.arm.interventions import INTERVENTION_SOURCE
 from fed_ros.core.data import episode as ep
 from fed_ros.core.data.episode import Episode
 from fed_ros.learning.configuration_policy import PolicyConfig
@@ -35,14 +36,29 @@ def required_keys(cfg: PolicyConfig) -> tuple[str, ...]:
 def split_episodes(
     episodes: Sequence[Episode], val_fraction: float = 0.1, seed: int = 0
 ) -> tuple[list[Episode], list[Episode]]:
-    """Split by episode (never inside one): (train, val); val gets >= 1 episode if possible."""
+    """Split by episode (never inside one): (train, val); val gets >= 1 episode if possible.
+
+    Training keeps at least one taught demonstration (any source but a corrective
+    ``intervention`` segment) when there is one: a segment alone is a fragment of the task.
+    """
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
-    order = np.random.default_rng(seed).permutation(len(episodes))
+    order = np.random.default_rng(seed).permutation(len(episodes)).tolist()
     n_val = int(round(val_fraction * len(episodes)))
     if val_fraction > 0 and n_val == 0 and len(episodes) >= 2:
         n_val = 1
-    val_idx = set(order[:n_val].tolist())
+    val_order, train_order = order[:n_val], order[n_val:]
+    taught = [
+        episodes[i].metadata.get("source") != INTERVENTION_SOURCE for i in range(len(episodes))
+    ]
+    if not any(taught[i] for i in train_order):
+        held_taught = [i for i in val_order if taught[i]]
+        if (
+            held_taught and train_order
+        ):  # swap it with a training segment: the held-out count stays the same
+            val_order[val_order.index(held_taught[0])] = train_order[0]
+            train_order[0] = held_taught[0]
+    val_idx = set(val_order)
     train = [e for i, e in enumerate(episodes) if i not in val_idx]
     val = [e for i, e in enumerate(episodes) if i in val_idx]
     return train, val
