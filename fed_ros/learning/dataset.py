@@ -53,9 +53,8 @@ def split_episodes(
     ]
     if not any(taught[i] for i in train_order):
         held_taught = [i for i in val_order if taught[i]]
-        if (
-            held_taught and train_order
-        ):  # swap it with a training segment: the held-out count stays the same
+        # Swap it with a training segment: the held-out count stays the same.
+        if held_taught and train_order:
             val_order[val_order.index(held_taught[0])] = train_order[0]
             train_order[0] = held_taught[0]
     val_idx = set(val_order)
