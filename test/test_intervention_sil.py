@@ -12,6 +12,7 @@ robot's interventions per episode; round 1 trains on more samples than round 0 b
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import yaml
@@ -67,7 +68,7 @@ class Human:
     of the evaluation episode."""
 
     def __init__(self, node) -> None:
-        from fed_ros.msg import EpisodeStatus, RoundReport
+        from fed_ros.msg import ArmCommand, EpisodeStatus, RoundReport
         from fed_ros.ros.arm import topics as at
         from fed_ros.ros.fleet.monitor import report_to_dict
         from fed_ros.ros.wire import qos
@@ -79,6 +80,7 @@ class Human:
         self.status = None
         self.human_steps: set[tuple[int, int]] = set()  # (episode, step) the human drove
         self.reports: list[dict] = []
+        self.applied: list[tuple[float, str]] = []  # (monotonic arrival, source) at the arm
         self._pub = node.create_publisher(Joy, f"{NS}/joy", 10)
         node.create_timer(0.05, self._publish)
         node.create_subscription(
@@ -89,6 +91,12 @@ class Human:
         )
         node.create_subscription(
             RoundReport, "/fleet/round_report", self._on_report, qos.model_state_qos(16)
+        )
+        node.create_subscription(
+            ArmCommand,
+            f"{NS}/{at.APPLIED_COMMAND_TOPIC}",
+            self._on_applied,
+            at.qos_for(at.APPLIED_COMMAND_TOPIC),
         )
 
     def _publish(self) -> None:
@@ -101,6 +109,15 @@ class Human:
             self.status = msg
             if msg.human_control:
                 self.human_steps.add((int(msg.episode), int(msg.step)))
+
+    def _on_applied(self, msg) -> None:
+        with self.lock:
+            self.applied.append((time.monotonic(), msg.source))
+
+    def first_policy_command_after(self, t: float) -> float | None:
+        """Arrival of the first command the arm applied from the policy after ``t``."""
+        with self.lock:
+            return next((a for a, src in self.applied if a > t and src.startswith("policy")), None)
 
     def _on_report(self, msg) -> None:
         with self.lock:
@@ -152,11 +169,22 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
             "eight steps driven by the human",
             diagnostics=lambda: teleop_log.read_text()[-2000:],
         )
+        released = time.monotonic()
         human.set(deadman=False)  # released: the policy drives again
         first = human.step()
+        # Issue 36: under load the policy once did not drive again within 120 s; it must within
+        # 1 s (the release reaches the arm through the pad's and the teleop's 20-Hz ticks).
+        resumed = wait_until(
+            lambda: human.first_policy_command_after(released),
+            60,
+            "the policy's first command at the arm after the hand-back",
+            diagnostics=lambda: logs["robot_node"].read_text()[-2000:],
+        )
+        print(f"hand-back -> first policy command at the arm: {resumed - released:.3f} s")
+        assert resumed - released < 1.0, f"the policy resumed {resumed - released:.2f} s late"
         wait_until(
             lambda: human.step()[0] > EVAL_EPISODE or human.step()[1] > first[1] + 5,
-            120,
+            60,
             "the policy driving after the hand-back",
         )
         assert procs["server_node"].wait(timeout=420) == 0, logs["server_node"].read_text()[-3000:]
