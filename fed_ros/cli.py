@@ -61,6 +61,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "fed_ros.bench.robustness:main",
         "attack table with and without robust aggregation",
     ),
+    "discovery": (
+        "fed_ros.ros.bench.discovery:main",
+        "DDS discovery time and traffic for N robots, simple vs Discovery Server",
+    ),
 }
 
 

@@ -10,12 +10,28 @@ from __future__ import annotations
 import os
 
 from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
-from fed_ros.ros.fleet.plan import NodeSpec, launch_description, plan_fleet
+from fed_ros.ros.fleet.plan import (
+    FleetConfig,
+    NodeSpec,
+    ProcessSpec,
+    fleet_setup,
+    launch_description,
+    plan_fleet,
+)
+
+
+def _config(fleet: str) -> FleetConfig:
+    return load_fleet_config(fleet or default_fleet_file(os.path.dirname(__file__)))
 
 
 def plan_nodes(fleet: str = "") -> list[NodeSpec]:
     """The nodes this launch file starts for a fleet config (default: config/fleet_demo.yaml)."""
-    return plan_fleet(load_fleet_config(fleet or default_fleet_file(os.path.dirname(__file__))))
+    return plan_fleet(_config(fleet))
+
+
+def plan_setup(fleet: str = "") -> tuple[dict[str, str], list[ProcessSpec]]:
+    """The fleet's environment (ROS_DISCOVERY_SERVER) and processes started before the nodes."""
+    return fleet_setup(_config(fleet))
 
 
 def generate_launch_description():
@@ -29,4 +45,5 @@ def generate_launch_description():
                 "fleet config YAML (robots, tasks, algorithm, rounds)",
             ),
         ],
+        plan_setup,
     )

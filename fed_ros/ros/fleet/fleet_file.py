@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fed_ros.ros.fleet.discovery import discovery_from_dict
 from fed_ros.ros.fleet.plan import PACKAGE, FleetConfig, RobotConfig
 
 
@@ -31,6 +32,7 @@ _FLEET_KEYS = {
     "bridge",
     "robots",
     "strategy",
+    "discovery",
 }
 _ROBOT_KEYS = {
     "id",
@@ -151,6 +153,7 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         robot_defaults=dict(data.get("robot_defaults", {})),
         bridge=dict(data.get("bridge", {})),
         strategy=dict(data.get("strategy", {})),
+        discovery=discovery_from_dict(data.get("discovery")),
     )
 
 

@@ -4,7 +4,8 @@
 the fleet an isolated ROS domain, every node its own log. Ctrl-C shuts the nodes down in
 order (:data:`STOP_ORDER`): whatever commands an arm first (robot nodes, expert drivers, the
 server), then the arm adapters, which send the arm its last zero command, then the simulated
-arms; each group gets SIGINT, then SIGKILL after a grace period.
+arms; each group gets SIGINT, then SIGKILL after a grace period. A fleet with
+`discovery: {server: start}` starts its Discovery Server before the nodes and stops it last.
 """
 
 from __future__ import annotations
@@ -22,16 +23,26 @@ from typing import Callable, Sequence
 
 import yaml
 
-from fed_ros.ros.fleet.plan import EXECUTABLE_ENTRY_POINTS, FleetConfig, NodeSpec, plan_fleet
+from fed_ros.ros.fleet.discovery import SERVER_EXECUTABLE, find_executable
+from fed_ros.ros.fleet.plan import (
+    EXECUTABLE_ENTRY_POINTS,
+    FleetConfig,
+    NodeSpec,
+    ProcessSpec,
+    fleet_setup,
+    plan_fleet,
+)
 
 STATE_FILE = "fleet.json"
 # Shutdown order, by executable: the policy side first, the arm adapter (the last to command
 # the arm: its zero follows every policy command) after it, the simulated arm last (it must still
-# be there to receive that zero). Executables not listed stop with the first group.
+# be there to receive that zero). The Discovery Server goes last: nodes still running keep
+# finding each other through it. Executables not listed stop with the first group.
 STOP_ORDER: tuple[tuple[str, ...], ...] = (
     ("robot_node", "expert_driver_node", "server_node"),
     ("arm_adapter_node",),
     ("sim_bridge_node",),
+    (SERVER_EXECUTABLE,),
 )
 
 
@@ -39,12 +50,12 @@ STOP_ORDER: tuple[tuple[str, ...], ...] = (
 class NodeCommand:
     """A planned node and the command line that runs it."""
 
-    spec: NodeSpec
+    spec: NodeSpec | ProcessSpec
     argv: list[str]
     log_path: Path
 
 
-def _log_name(spec: NodeSpec) -> str:
+def _log_name(spec: NodeSpec | ProcessSpec) -> str:
     return spec.fqn.strip("/").replace("/", "__")
 
 
@@ -77,6 +88,21 @@ def build_commands(plan: Sequence[NodeSpec], run_dir: str | Path) -> list[NodeCo
             argv += ["-r", f"{src}:={dst}"]
         commands.append(NodeCommand(spec, argv, run_dir / "logs" / f"{_log_name(spec)}.log"))
     return commands
+
+
+def build_process_commands(
+    processes: Sequence[ProcessSpec], run_dir: str | Path
+) -> list[NodeCommand]:
+    """Command lines of the fleet's processes that are not nodes (its Discovery Server)."""
+    (Path(run_dir) / "logs").mkdir(parents=True, exist_ok=True)
+    return [
+        NodeCommand(
+            p,
+            [find_executable(p.executable), *p.arguments],
+            Path(run_dir) / "logs" / f"{p.name}.log",
+        )
+        for p in processes
+    ]
 
 
 def fleet_env(
@@ -244,14 +270,18 @@ def start_fleet(
 ) -> FleetProcesses:
     """Start a fleet plan as processes and record it in run_dir/fleet.json."""
     plan = plan_fleet(config, include_server=include_server, robot_ids=robot_ids)
-    commands = build_commands(plan, run_dir)
+    setup_env, processes = fleet_setup(config, include_server=include_server)
+    # The Discovery Server first: clients retry it until it answers, but each try costs them.
+    commands = build_process_commands(processes, run_dir) + build_commands(plan, run_dir)
     env = fleet_env(domain_id, discovery_range, base_env)
+    env.update(setup_env)
     fleet = FleetProcesses(commands, env, spawn)
     fleet.start()
     state = {
         "name": config.name,
         "domain_id": domain_id,
         "discovery_range": discovery_range,
+        "discovery_server": config.discovery.endpoint,
         "started": time.time(),
         "pids": fleet.pids,
         "logs": {c.spec.fqn: str(c.log_path) for c in commands},

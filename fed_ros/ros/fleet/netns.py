@@ -179,6 +179,42 @@ class Network:
         for ns, dev in ((host.netns, IFACE), (self.hub, host.hub_port)):
             _tc("-n", ns, "qdisc", "replace", "dev", dev, "root", *spec)
 
+    def block_multicast(self) -> None:
+        """Stop the bridge forwarding multicast between hosts, as Wi-Fi and cloud networks do.
+
+        Each hub port stops flooding multicast (``mcast_flood off``; with snooping off the bridge
+        forwards no multicast otherwise). Removing the hosts' multicast route is not enough:
+        Fast DDS picks the interface itself (IP_MULTICAST_IF) and simple discovery still worked.
+        """
+        for host in self.hosts.values():
+            _ip(
+                "-n",
+                self.hub,
+                "link",
+                "set",
+                "dev",
+                host.hub_port,
+                "type",
+                "bridge_slave",
+                "mcast_flood",
+                "off",
+            )
+
+    def counters(self, name: str) -> dict[str, tuple[int, int]]:
+        """(rx_bytes, tx_bytes) of every interface of a host (its /proc/net/dev)."""
+        out = subprocess.run(
+            ["ip", "netns", "exec", self.hosts[name].netns, "cat", "/proc/net/dev"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        result = {}
+        for line in out.splitlines()[2:]:  # two header lines
+            iface, _, fields = line.partition(":")
+            values = fields.split()
+            result[iface.strip()] = (int(values[0]), int(values[8]))
+        return result
+
     def link_down(self, name: str) -> None:
         """Cut the host's link (its eth0 goes down; the route with it)."""
         _ip("-n", self.hosts[name].netns, "link", "set", IFACE, "down")

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import yaml
 
 from fed_ros.ros.fleet.arm_params import AdapterParams, BridgeParams
+from fed_ros.ros.fleet.discovery import SERVER_EXECUTABLE, DiscoveryConfig
 from fed_ros.ros.fleet.params import (
     ALGORITHMS,
     ID_RE,
@@ -127,6 +128,8 @@ class FleetConfig:
     # Strategy settings (server parameters strategy.<key>), e.g. mu, local_steps, lr: the
     # training settings among them reach every robot in its round config.
     strategy: Mapping[str, Any] = field(default_factory=dict)
+    # Simple (multicast) discovery, or a Fast DDS Discovery Server every node is pointed at.
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
 
     def __post_init__(self) -> None:
         if not _ID_RE.match(self.name):
@@ -312,6 +315,46 @@ def plan_fleet(
     return nodes
 
 
+@dataclass(frozen=True)
+class ProcessSpec:
+    """A fleet process that is not a ROS node (the discovery server): what both starters run."""
+
+    name: str
+    executable: str  # found beside the Python running the fleet, else on PATH
+    arguments: tuple[str, ...]
+
+    @property
+    def fqn(self) -> str:
+        """Its name where node names go (logs, fleet.json), e.g. ``/discovery_server``."""
+        return f"/{self.name}"
+
+
+DISCOVERY_SERVER_NAME = "discovery_server"
+
+
+def plan_processes(config: FleetConfig, *, include_server: bool = True) -> list[ProcessSpec]:
+    """Processes started before the nodes: the fleet's Discovery Server, on the server's host."""
+    if include_server and config.discovery.mode == "start":
+        return [
+            ProcessSpec(
+                DISCOVERY_SERVER_NAME, SERVER_EXECUTABLE, tuple(config.discovery.server_arguments())
+            )
+        ]
+    return []
+
+
+def fleet_environment(config: FleetConfig) -> dict[str, str]:
+    """Environment every process of the fleet gets on every host (ROS_DISCOVERY_SERVER)."""
+    return config.discovery.environment()
+
+
+def fleet_setup(
+    config: FleetConfig, *, include_server: bool = True
+) -> tuple[dict[str, str], list[ProcessSpec]]:
+    """What runs before the nodes: the fleet's environment and its non-node processes."""
+    return fleet_environment(config), plan_processes(config, include_server=include_server)
+
+
 def format_plan(nodes: Sequence[NodeSpec]) -> str:
     """Human-readable table of a plan (what `fed-ros plan` prints)."""
     lines = [f"{'node':<22} {'executable':<18} parameters"]
@@ -324,24 +367,39 @@ def format_plan(nodes: Sequence[NodeSpec]) -> str:
 
 
 def launch_description(
-    plan_nodes: Callable[..., list[NodeSpec]], arguments: Sequence[tuple[str, str, str]]
+    plan_nodes: Callable[..., list[NodeSpec]],
+    arguments: Sequence[tuple[str, str, str]],
+    plan_setup: Callable[..., tuple[dict[str, str], list[ProcessSpec]]] | None = None,
 ):
     """A ROS 2 LaunchDescription that starts ``plan_nodes(*argument values)``.
 
     ``arguments`` are (name, default, description) of the launch arguments, passed to
-    ``plan_nodes`` in order. The launch files call this so the NodeSpec -> launch_ros Node
-    conversion exists once; launch / launch_ros are imported here, only when launching.
+    ``plan_nodes`` (and ``plan_setup``) in order. ``plan_setup`` gives the fleet's environment
+    (:func:`fleet_environment`) and the processes to start first (:func:`plan_processes`).
+    The launch files call this so the NodeSpec -> launch_ros Node conversion exists once;
+    launch / launch_ros are imported here, only when launching.
     """
     from launch import LaunchDescription
-    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch.actions import DeclareLaunchArgument, ExecuteProcess, OpaqueFunction
+    from launch.actions import SetEnvironmentVariable
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
+    from fed_ros.ros.fleet.discovery import find_executable
+
     def nodes(context):
-        specs = plan_nodes(
-            *(LaunchConfiguration(name).perform(context) for name, _, _ in arguments)
-        )
-        return [
+        values = [LaunchConfiguration(name).perform(context) for name, _, _ in arguments]
+        specs = plan_nodes(*values)
+        env, processes = plan_setup(*values) if plan_setup else ({}, [])
+        # Set before the processes and nodes below: each takes the launch context's environment.
+        setup = [SetEnvironmentVariable(k, v) for k, v in sorted(env.items())]
+        setup += [
+            ExecuteProcess(
+                cmd=[find_executable(p.executable), *p.arguments], name=p.name, output="screen"
+            )
+            for p in processes
+        ]
+        return setup + [
             Node(
                 package=s.package,
                 executable=s.executable,
