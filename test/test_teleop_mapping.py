@@ -227,3 +227,20 @@ def test_a_bad_hold_log_period_is_refused_with_the_value(bad):
 
     with pytest.raises(ValueError, match=str(bad)):
         HoldLog(bad)
+
+
+def test_teleop_md_says_which_parameters_change_live():
+    # Issue 36: teleop.md said "all read-only" while record_timeout_s and log_period_s are
+    # applied live (test_node_params.py sets one on a running node).
+    import re
+    from pathlib import Path
+
+    from fed_ros.ros.fleet.arm_params import TeleopParams
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "teleop.md").read_text()
+    paragraph = text[text.index("Parameters (") :].split("\n\n")[0]
+    assert "all read-only" not in paragraph, paragraph
+    for name, spec in TeleopParams.specs().items():
+        described = re.search(rf"`{name}` \(([^)]*)\)", paragraph)
+        assert described, f"{name} is not described in docs/teleop.md"
+        assert ("live" in described.group(1)) == spec.live, (name, described.group(1))
