@@ -30,6 +30,7 @@ setup(
             "fed-ros-sim-bridge = fed_ros.ros.nodes.sim_bridge_node:main",
             "fed-ros-expert-driver = fed_ros.ros.nodes.expert_driver_node:main",
             "fed-ros-arm-adapter = fed_ros.ros.nodes.arm_adapter_node:main",
+            "fed-ros-teleop = fed_ros.ros.nodes.teleop_node:main",
         ]
     },
 )
