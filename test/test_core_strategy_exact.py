@@ -226,14 +226,14 @@ def test_inf_in_the_first_robots_update_is_refused_naming_it(robust):
 
 def test_average_that_overflows_is_reported_as_overflow_not_blamed_on_a_robot(monkeypatch):
     s = _fedavg()
-    real = strategy_mod.weighted_rows
+    real = strategy_mod.weighted_sums  # the streamed path (the default) sums in place
 
-    def overflowing(stacked, W, out=None):
-        res = real(stacked, W, out=out)
+    def overflowing(sds, W, manifest, out=None):
+        res = real(sds, W, manifest, out=out)
         res[0, 2] = np.inf  # what float32 rounding does to weights summing just over 1 at 3.4e38
         return res
 
-    monkeypatch.setattr(strategy_mod, "weighted_rows", overflowing)
+    monkeypatch.setattr(strategy_mod, "weighted_sums", overflowing)
     with pytest.raises(ValueError, match=r"^cluster average overflowed to Inf$"):
         s.aggregate_round(0, [_up("a", np.ones(P)), _up("b", np.ones(P))], {})
 
@@ -591,7 +591,7 @@ def test_unknown_setting_lists_the_settings_the_strategy_and_its_bases_accept():
         make_strategy("FedProx", mu=0.1, gamma=1, alpha=2)
     assert str(exc.value) == (
         "strategy 'fedprox' does not take setting(s) ['alpha', 'gamma']; accepted: "
-        "['local_epochs', 'local_steps', 'lr', 'mu', 'robust', 'robust_kwargs']"
+        "['local_epochs', 'local_steps', 'lr', 'mu', 'robust', 'robust_kwargs', 'stack_updates']"
     )
 
 

@@ -56,8 +56,15 @@ def membership_matrix(
 
 
 def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """W (C, K) @ stacked (K, P) -> (C, P) float32 in one BLAS call (no Python loop), into `out` if
-    given."""
+    """W (C, K) @ stacked (K, P) -> (C, P) float32, into `out` if given.
+
+    Row g adds W[g, k] * stacked[k] over the k with W[g, k] != 0 one after another, in float32
+    and in row order. A BLAS GEMM was faster in one call, but its sum order depends on the
+    kernel's blocking, on the column count and on the threads, so no other code could
+    reproduce its bits; this order is the one the streamed path
+    (`fed_ros.core.strategies.streamed.weighted_sums`) follows while reading each update in
+    place, so both give the same bits. Column blocks keep the partial sums in cache.
+    """
     if stacked.ndim != 2 or stacked.dtype != np.float32:
         raise ValueError(f"stacked must be (K, P) float32, got {stacked.shape} {stacked.dtype}")
     W = np.ascontiguousarray(W, dtype=np.float32)
@@ -78,12 +85,25 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = N
         )
     if out is None:
         out = np.empty(shape, dtype=np.float32)  # owns its memory (callers may recycle it)
-    if W.shape[0] == 1:
-        # 1-D @ 2-D dispatches to sgemv: a single streaming read of `stacked`.
-        np.dot(W[0], stacked, out=out[0])
-    else:
-        np.dot(W, stacked, out=out)
+    P = shape[1]
+    tmp = np.empty(min(P, _ROW_BLOCK), dtype=np.float32)
+    for g in range(W.shape[0]):
+        ks = np.flatnonzero(W[g]).tolist()
+        for a in range(0, P, _ROW_BLOCK):
+            b = min(a + _ROW_BLOCK, P)
+            acc = out[g, a:b]
+            if not ks:
+                acc[...] = 0.0
+                continue
+            np.multiply(stacked[ks[0], a:b], W[g, ks[0]], out=acc)
+            part = tmp[: b - a]
+            for k in ks[1:]:
+                np.multiply(stacked[k, a:b], W[g, k], out=part)
+                acc += part
     return out
+
+
+_ROW_BLOCK = 1 << 15  # floats of partial sums kept in cache while every row is added
 
 
 def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -28,12 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.strategies.aggregate import (
-    all_finite,
-    first_nonfinite_row,
-    sample_weights,
-    weighted_rows,
-)
+from fed_ros.core.strategies.aggregate import all_finite, sample_weights, weighted_rows
+from fed_ros.core.strategies.streamed import robust_average, weighted_sums
 from fed_ros.core.params import (
     Manifest,
     StateDict,
@@ -72,11 +68,15 @@ class Strategy(ABC):
         local_epochs: int = 1,
         local_steps: int | None = None,
         lr: float | None = None,
+        stack_updates: bool = False,
     ) -> None:
         if robust not in RULES:
             raise ValueError(f"robust rule {robust!r} not in {RULES}")
         self.robust = robust
         self.robust_kwargs = dict(robust_kwargs or {})
+        # True: copy a round's K updates into one (K, P) array first (the reference path, K + 3
+        # model sizes); False: read each update in place (C models + one block; the same bits).
+        self.stack_updates = bool(stack_updates)
         # Local-training settings every robot is told (None: the robot's own); checked now.
         self.local_epochs, self.local_steps, self.lr = local_epochs, local_steps, lr
         RoundConfig(local_epochs=local_epochs, local_steps=local_steps, lr=lr)
@@ -233,7 +233,9 @@ class Strategy(ABC):
     def _prepare(self, round_idx: int, updates: Sequence[ClientUpdate]) -> PreparedRound:
         """Validate (manifest, sample counts, ids, rounds) and stack the updates once."""
         self._require_init()
-        return prepare_round(self.name, round_idx, updates, self._manifest)
+        return prepare_round(
+            self.name, round_idx, updates, self._manifest, stack=self.stack_updates
+        )
 
     def _average_groups(
         self,
@@ -243,9 +245,10 @@ class Strategy(ABC):
     ) -> np.ndarray:
         """(G, P) averages of the given member-index groups.
 
-        One GEMM for FedAvg, the robust rule otherwise.
+        FedAvg: sample-weighted sums added in robot-id order (over the stacked array or reading
+        each update in place, the same bits); otherwise the robust rule inside each group.
         """
-        K, P = prep.stacked.shape
+        K, P = len(prep.robot_ids), num_params(self._manifest)
         for g, members in enumerate(groups):
             if len(members) == 0:
                 raise ValueError(f"cluster group {g} is empty")
@@ -256,12 +259,14 @@ class Strategy(ABC):
                 W[g, members] = sample_weights(
                     prep.num_samples[members], [prep.robot_ids[i] for i in members]
                 )
-            out = weighted_rows(
-                prep.stacked, W.astype(np.float32), out=self._spare_buffer((len(groups), P))
-            )
+            spare = self._spare_buffer((len(groups), P))
+            if prep.stacked is not None:
+                out = weighted_rows(prep.stacked, W.astype(np.float32), out=spare)
+            else:
+                out = weighted_sums(prep.params, W.astype(np.float32), self._manifest, out=spare)
             if not all_finite(out):
                 # Weights are finite, so a non-finite average means a non-finite input.
-                bad = first_nonfinite_row(prep.stacked)
+                bad = prep.first_nonfinite()
                 raise ValueError(
                     f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values"
                     if bad >= 0
@@ -271,17 +276,21 @@ class Strategy(ABC):
                 self._owners.append(out)
                 del self._owners[:-3]
             return out
-        out = np.empty((len(groups), prep.stacked.shape[1]), dtype=np.float32)
+        out = np.empty((len(groups), P), dtype=np.float32)
         for g, members in enumerate(groups):
             members = list(members)
             kw = dict(self.robust_kwargs)
             if self.robust == "clip" and references is not None and "reference" not in kw:
                 kw["reference"] = references[g]
-            bad = first_nonfinite_row(prep.stacked[members])
+            bad = prep.first_nonfinite(members)
             if bad >= 0:
                 raise ValueError(f"update of {prep.robot_ids[members[bad]]!r} holds NaN/Inf values")
             w = sample_weights(prep.num_samples[members], [prep.robot_ids[i] for i in members])
-            out[g] = aggregate_robust(prep.stacked[members], w, self.robust, **kw)
+            if prep.stacked is not None:
+                out[g] = aggregate_robust(prep.stacked[members], w, self.robust, **kw)
+            else:
+                sds = [prep.updates[i].params for i in members]
+                out[g] = robust_average(sds, w, self._manifest, self.robust, **kw)
         return out
 
     def _spare_buffer(self, shape: tuple[int, int]) -> np.ndarray | None:

@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.strategies.aggregate import first_nonfinite_row, update_similarity
+from fed_ros.core.strategies.aggregate import update_similarity
 from fed_ros.core.clustering.cua import cua_partition
-from fed_ros.core.params import prefix_columns
+from fed_ros.core.params import prefix_columns, unflatten
+from fed_ros.core.strategies.prepared_round import PreparedRound
+from fed_ros.core.strategies.streamed import omega_rows
 from fed_ros.core.rounds.config import (
     PAPER_LAMBDA_ACT,
     PAPER_LAMBDA_SUB,
@@ -165,9 +167,9 @@ class FedDRManStrategy(Strategy):
         if C > 1:
             # Accumulated update from the common initialisation, restricted to Omega (K x |Omega|).
             try:
-                S = update_similarity(prep.stacked, self._omega, self._theta0)
+                S = self._similarity(prep)
             except ValueError as exc:
-                bad = first_nonfinite_row(prep.stacked)
+                bad = prep.first_nonfinite()
                 raise ValueError(
                     f"update of {prep.robot_ids[bad]!r} holds NaN/Inf values"
                     if bad >= 0
@@ -193,6 +195,23 @@ class FedDRManStrategy(Strategy):
         )
         self._commit_groups(prep, groups, ids, diag)
         return self._result(diag)
+
+    def _similarity(self, prep: PreparedRound) -> np.ndarray:
+        """CUA's cosine matrix of the updates' Omega parts. Streamed: the Omega tensors are
+        copied side by side into a (K, |Omega|) array, the only per-robot memory the round
+        keeps; its column blocks hold the same floats as the stacked path's, so S is equal."""
+        if prep.stacked is not None:
+            return update_similarity(prep.stacked, self._omega, self._theta0)
+        names = self._omega_names()
+        V = omega_rows(prep.params, self._manifest, names)
+        origin = omega_rows([unflatten(self._theta0, self._manifest)], self._manifest, names)[0]
+        return update_similarity(V, slice(0, V.shape[1]), origin)
+
+    def _omega_names(self) -> list[str]:
+        """Tensors CUA compares (all when no name matches omega_prefixes), manifest order."""
+        if self._omega_all:
+            return [s.name for s in self._manifest]
+        return [s.name for s in self._manifest if s.name.startswith(self.omega_prefixes)]
 
     def _commit_groups(
         self,
@@ -244,7 +263,7 @@ class FedDRManStrategy(Strategy):
         buffer of a few robots of one cluster never splits or merges the fleet."""
         prep = self._prepare(round_idx, updates)
         for i, rid in enumerate(prep.robot_ids):
-            self._latest[rid] = np.array(prep.stacked[i], dtype=np.float32)
+            self._latest[rid] = np.array(prep.row(i), dtype=np.float32)
         cluster_of = {rid: self._assign.get(rid, [(0, 1.0)])[0][0] for rid in prep.robot_ids}
         ids = sorted(set(cluster_of.values()))
         groups = [[i for i, r in enumerate(prep.robot_ids) if cluster_of[r] == c] for c in ids]

@@ -43,7 +43,7 @@ class LocalStrategy(Strategy):
         for k, rid in enumerate(prep.robot_ids):
             if rid not in self._assign:
                 self._assign[rid] = self._new_robot(rid)
-            row = prep.stacked[k]
+            row = prep.row(k)
             if not np.isfinite(row).all():
                 raise ValueError(f"update of {rid!r} holds NaN/Inf values")
             self._models[self._assign[rid][0][0]] = _readonly(np.array(row))

@@ -12,9 +12,31 @@ from __future__ import annotations
 
 import numpy as np
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from fed_ros.core.strategies.aggregate import weighted_average
 
 RULES = ("mean", "median", "trimmed_mean", "clip", "multi_krum")
+# Multi-Krum's Gram matrix is summed over column blocks of this many floats, the same blocks
+# on the stacked and the streamed paths (fed_ros.core.strategies.streamed.BLOCK).
+KRUM_BLOCK = 1 << 15
+_RULE_KWARGS = {
+    "mean": set(),
+    "median": set(),
+    "trimmed_mean": {"trim"},
+    "clip": {"clip_norm", "reference"},
+    "multi_krum": {"f", "m"},
+}
+
+
+def _check_rule_kwargs(rule: str, kw: dict) -> None:
+    """Raise ValueError for an unknown rule or a setting the rule does not take."""
+    if rule not in RULES:
+        raise ValueError(f"unknown robust rule {rule!r}; choose from {RULES}")
+    unknown = set(kw) - _RULE_KWARGS[rule]
+    if unknown:
+        raise ValueError(f"rule {rule!r} does not take {sorted(unknown)}")
 
 
 def _check_inputs(stacked: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -90,15 +112,80 @@ def norm_clip_mean(
     return out.astype(np.float32), scales
 
 
+def gram_by_blocks(
+    read: Callable[[int, int, Any], np.ndarray], n: int, ranges: Sequence[tuple[int, int, Any]]
+) -> np.ndarray:
+    """(n, n) float64 Gram matrix of n rows, accumulated over column blocks.
+
+    ``read(a, b, extra)`` returns the (n, b - a) float32 columns [a, b) of every row; the
+    stacked and the streamed paths read the same blocks, so their Gram matrices are equal to
+    the bit and only one (n, block) float64 copy is alive at a time.
+    """
+    G = np.zeros((n, n), dtype=np.float64)
+    for a, b, extra in ranges:
+        block = read(a, b, extra).astype(np.float64)
+        G += block @ block.T
+    return G
+
+
+def column_ranges(P: int, block: int | None = None) -> list[tuple[int, int, None]]:
+    """Column blocks [a, b) of a flat vector of P floats (``KRUM_BLOCK`` wide)."""
+    block = KRUM_BLOCK if block is None else block
+    return [(a, min(a + block, P), None) for a in range(0, P, block)]
+
+
 def krum_scores(stacked: np.ndarray, f: int) -> np.ndarray:
     """Krum score of each update: sum of squared distances to its n - f - 2 nearest others."""
-    n = stacked.shape[0]
-    X = stacked.astype(np.float64)
-    sq = np.einsum("ij,ij->i", X, X)
-    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (X @ X.T), 0.0)
+    G = gram_by_blocks(
+        lambda a, b, _: stacked[:, a:b], stacked.shape[0], column_ranges(stacked.shape[1])
+    )
+    return scores_from_gram(G, f)
+
+
+def scores_from_gram(G: np.ndarray, f: int) -> np.ndarray:
+    """Krum scores from the Gram matrix: |x_i - x_j|^2 = G_ii + G_jj - 2 G_ij."""
+    n = G.shape[0]
+    sq = np.diag(G).copy()
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * G, 0.0)
     np.fill_diagonal(d2, np.inf)
     k = n - f - 2
     return np.sort(d2, axis=1)[:, :k].sum(axis=1)
+
+
+def krum_choice(
+    G: np.ndarray,
+    weights: np.ndarray,
+    f: int,
+    m: int | None,
+    bytes_of: Callable[[int], bytes],
+) -> tuple[list[int], np.ndarray]:
+    """The m lowest-score updates (sorted indices) and their renormalised weights."""
+    n = G.shape[0]
+    if f < 0:
+        raise ValueError(f"multi_krum: f must be >= 0, got {f}")
+    if n < 2 * f + 3:
+        raise ValueError(f"multi_krum needs n >= 2f+3 updates: n={n}, f={f} (need >= {2 * f + 3})")
+    m = n - f if m is None else int(m)
+    if not 1 <= m <= n:
+        raise ValueError(f"multi_krum: m must be in 1..{n}, got {m}")
+    scores = scores_from_gram(G, f)
+    # Ties in score are broken by the update's bytes, not its position, so the choice (and
+    # the aggregate) does not depend on the order in which updates arrived (property B2).
+    # Bytes are read only for tied updates: holding every update's bytes would copy K models.
+    order = sorted(range(n), key=lambda i: float(scores[i]))
+    i = 0
+    while i < n:
+        j = i
+        while j + 1 < n and float(scores[order[j + 1]]) == float(scores[order[i]]):
+            j += 1
+        if j > i:
+            order[i : j + 1] = sorted(order[i : j + 1], key=bytes_of)
+        i = j + 1
+    chosen = sorted(order[:m])
+    w = np.asarray(weights, dtype=np.float64)[chosen]
+    if w.sum() <= 0:
+        w = np.ones(len(chosen))
+    return chosen, w / w.sum()
 
 
 def multi_krum(
@@ -110,18 +197,9 @@ def multi_krum(
         raise ValueError(f"multi_krum: f must be >= 0, got {f}")
     if n < 2 * f + 3:
         raise ValueError(f"multi_krum needs n >= 2f+3 updates: n={n}, f={f} (need >= {2 * f + 3})")
-    m = n - f if m is None else int(m)
-    if not 1 <= m <= n:
-        raise ValueError(f"multi_krum: m must be in 1..{n}, got {m}")
-    scores = krum_scores(stacked, f)
-    # Ties in score are broken by the update's bytes, not its position, so the choice (and
-    # the aggregate) does not depend on the order in which updates arrived (property B2).
-    order = sorted(range(n), key=lambda i: (float(scores[i]), stacked[i].tobytes()))
-    chosen = sorted(order[:m])
-    w = np.asarray(weights, dtype=np.float64)[chosen]
-    if w.sum() <= 0:
-        w = np.ones(len(chosen))
-    return weighted_average(stacked[chosen], w / w.sum()), chosen
+    G = gram_by_blocks(lambda a, b, _: stacked[:, a:b], n, column_ranges(stacked.shape[1]))
+    chosen, w = krum_choice(G, weights, f, m, lambda i: stacked[i].tobytes())
+    return weighted_average(stacked[chosen], w), chosen
 
 
 def aggregate_robust(
@@ -131,19 +209,8 @@ def aggregate_robust(
 
     Keyword settings: trimmed_mean `trim`; clip `clip_norm`, `reference`; multi_krum `f`, `m`.
     """
-    if rule not in RULES:
-        raise ValueError(f"unknown robust rule {rule!r}; choose from {RULES}")
+    _check_rule_kwargs(rule, kw)
     stacked, w = _check_inputs(stacked, weights)
-    allowed = {
-        "mean": set(),
-        "median": set(),
-        "trimmed_mean": {"trim"},
-        "clip": {"clip_norm", "reference"},
-        "multi_krum": {"f", "m"},
-    }[rule]
-    unknown = set(kw) - allowed
-    if unknown:
-        raise ValueError(f"rule {rule!r} does not take {sorted(unknown)}")
     if rule == "mean":
         return weighted_average(stacked, w)
     if rule == "median":

@@ -1,0 +1,235 @@
+"""Aggregation that reads each update's columns where they lie, never stacking K models.
+
+The stacked path (`prepared_round.stack_updates`) copies the K updates of a round into one
+(K, P) array, so the server's peak memory is K + 3 model sizes. Here every rule walks the
+flat parameter vector in column blocks of at most ``BLOCK`` floats and reads each update's
+slice of a block from its own state dict (a decoded model, or rows of the server's spill
+file, `fed_ros.core.rounds.spill`), so the extra memory is C x P for the results plus one
+(K, BLOCK) block.
+
+Results are bit-identical to the stacked path: a weighted mean adds w_k * x_k row after row
+in robot-id order in float32 (`aggregate.weighted_rows` does the same over whole rows;
+elementwise the operations are the same, so the column blocking cannot change a bit); the
+coordinate-wise rules are column-separable; clip's norms are taken over whole rows as there;
+Multi-Krum's Gram matrix is accumulated over the same column blocks (`robust.gram_by_blocks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fed_ros.core.params import Manifest, num_params, offsets
+from fed_ros.core.strategies.robust import (
+    KRUM_BLOCK,
+    _check_rule_kwargs,
+    coordinate_median,
+    gram_by_blocks,
+    krum_choice,
+    trimmed_mean,
+)
+
+# Floats per column block: a (K, BLOCK) float32 block is 128 KB per robot, and one cluster's
+# partial sums of a block (128 KB) stay in cache while every member's piece is added.
+BLOCK = KRUM_BLOCK
+
+
+Segments = list[tuple[str, int, int, int]]  # (tensor, start in tensor, stop, start in block)
+
+
+def block_segments(manifest: Manifest, a: int, b: int) -> Segments:
+    """The tensor pieces that make up flat columns [a, b): (name, lo, hi, position in block)."""
+    out: Segments = []
+    for name, (start, stop) in offsets(manifest).items():
+        lo, hi = max(a, start), min(b, stop)
+        if lo < hi:
+            out.append((name, lo - start, hi - start, lo - a))
+    return out
+
+
+def blocks(manifest: Manifest, block: int | None = None) -> list[tuple[int, int, Segments]]:
+    """Column blocks [a, b) of the flat vector (``BLOCK`` wide) with their tensor segments."""
+    block = BLOCK if block is None else block
+    P = num_params(manifest)
+    return [
+        (a, min(a + block, P), block_segments(manifest, a, min(a + block, P)))
+        for a in range(0, P, block)
+    ]
+
+
+def read_block(
+    sds: Sequence[Mapping[str, np.ndarray]], segments: Segments, width: int, out: np.ndarray
+) -> np.ndarray:
+    """Copy the given columns of every state dict into rows of ``out`` ((K, >= width))."""
+    view = out[: len(sds), :width]
+    for i, sd in enumerate(sds):
+        for name, lo, hi, pos in segments:
+            view[i, pos : pos + hi - lo] = sd[name].reshape(-1)[lo:hi]
+    return view
+
+
+def first_nonfinite(sds: Sequence[Mapping[str, np.ndarray]]) -> int:
+    """Index of the first state dict holding NaN/Inf (-1 if none)."""
+    for k, sd in enumerate(sds):
+        for arr in sd.values():
+            flat = arr.reshape(-1)
+            with np.errstate(over="ignore", invalid="ignore"):
+                if np.isfinite(np.dot(flat, flat)):
+                    continue
+            if not np.isfinite(flat).all():
+                return k
+    return -1
+
+
+def weighted_sums(
+    sds: Sequence[Mapping[str, np.ndarray]],
+    W: np.ndarray,
+    manifest: Manifest,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """(G, P) float32: row g = sum_k W[g, k] x_k over k with W[g, k] != 0, added in order.
+
+    Each update is read in place tensor piece by tensor piece; the partial sums of a piece stay
+    in cache while every member's piece is added, so the K updates are read once.
+    """
+    W = np.asarray(W, dtype=np.float32)
+    if W.ndim != 2 or W.shape[1] != len(sds):
+        raise ValueError(f"weights of shape {W.shape} for {len(sds)} updates")
+    shape = (W.shape[0], num_params(manifest))
+    if out is None:
+        out = np.empty(shape, dtype=np.float32)
+    elif out.shape != shape or out.dtype != np.float32:
+        raise ValueError(f"out must be a {shape} float32 array, got {out.shape} {out.dtype}")
+    members = [np.flatnonzero(W[g]).tolist() for g in range(W.shape[0])]
+    tmp = np.empty(BLOCK, dtype=np.float32)
+    for _a, _b, segments in blocks(manifest):
+        for name, lo, hi, _pos in segments:
+            start = offsets_cache(manifest)[name] + lo
+            for g, ks in enumerate(members):
+                acc = out[g, start : start + hi - lo]
+                if not ks:
+                    acc[...] = 0.0
+                    continue
+                np.multiply(sds[ks[0]][name].reshape(-1)[lo:hi], W[g, ks[0]], out=acc)
+                part = tmp[: hi - lo]
+                for k in ks[1:]:
+                    np.multiply(sds[k][name].reshape(-1)[lo:hi], W[g, k], out=part)
+                    acc += part
+    return out
+
+
+_OFFSETS: dict[Manifest, dict[str, int]] = {}
+
+
+def offsets_cache(manifest: Manifest) -> dict[str, int]:
+    """Flat start of each tensor (memoised: the manifest is the same every round)."""
+    got = _OFFSETS.get(manifest)
+    if got is None:
+        if len(_OFFSETS) > 16:
+            _OFFSETS.clear()
+        got = _OFFSETS[manifest] = {n: a for n, (a, _) in offsets(manifest).items()}
+    return got
+
+
+def omega_rows(
+    sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest, names: Sequence[str]
+) -> np.ndarray:
+    """(K, |Omega|) float32: each update's tensors ``names`` (manifest order) side by side."""
+    pos = offsets(manifest)
+    width = sum(pos[n][1] - pos[n][0] for n in names)
+    V = np.empty((len(sds), width), dtype=np.float32)
+    for k, sd in enumerate(sds):
+        at = 0
+        for n in names:
+            size = pos[n][1] - pos[n][0]
+            V[k, at : at + size] = sd[n].reshape(-1)
+            at += size
+    return V
+
+
+def robust_average(
+    sds: Sequence[Mapping[str, np.ndarray]],
+    weights: np.ndarray,
+    manifest: Manifest,
+    rule: str,
+    **kw,
+) -> np.ndarray:
+    """`robust.aggregate_robust` of the given updates, read block by block (weights normalised
+    as there); the caller has checked that every update is finite."""
+    _check_rule_kwargs(rule, kw)
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    if w.shape[0] != len(sds) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be {len(sds)} finite values >= 0, got {w.tolist()}")
+    w = w / w.sum()
+    P = num_params(manifest)
+    if rule == "mean":
+        return weighted_sums(sds, w[None, :], manifest)[0]
+    if rule in ("median", "trimmed_mean"):
+        out = np.empty(P, dtype=np.float32)
+        buf = np.empty((len(sds), BLOCK), dtype=np.float32)
+        trim = float(kw.get("trim", 0.1))
+        for a, b, segments in blocks(manifest):
+            block = read_block(sds, segments, b - a, buf)
+            out[a:b] = coordinate_median(block) if rule == "median" else trimmed_mean(block, trim)
+        return out
+    if rule == "clip":
+        return _clip_mean(sds, w, manifest, kw.get("clip_norm"), kw.get("reference"))
+    buf = np.empty((len(sds), BLOCK), dtype=np.float32)
+    G = gram_by_blocks(
+        lambda a, b, segs: read_block(sds, segs, b - a, buf), len(sds), blocks(manifest)
+    )
+    chosen, cw = krum_choice(G, w, int(kw.get("f", 1)), kw.get("m"), lambda i: _bytes(sds[i]))
+    return weighted_sums([sds[i] for i in chosen], cw[None, :], manifest)[0]
+
+
+def _bytes(sd: Mapping[str, np.ndarray]) -> bytes:
+    return b"".join(np.ascontiguousarray(v).tobytes() for v in sd.values())
+
+
+def _clip_mean(
+    sds: Sequence[Mapping[str, np.ndarray]],
+    w: np.ndarray,
+    manifest: Manifest,
+    clip_norm: float | None,
+    reference: np.ndarray | None,
+) -> np.ndarray:
+    """`robust.norm_clip_mean` reading one update at a time (norms over whole rows, as there)."""
+    P = num_params(manifest)
+    ref = np.zeros(P, np.float32) if reference is None else np.asarray(reference, np.float32)
+    if ref.shape != (P,):
+        raise ValueError(f"reference has shape {ref.shape}, expected ({P},)")
+    row = np.empty(P, dtype=np.float32)
+    norms = np.empty(len(sds))
+    pos = offsets_cache(manifest)
+    for k, sd in enumerate(sds):
+        for name, arr in sd.items():
+            a = pos[name]
+            np.subtract(arr.reshape(-1), ref[a : a + arr.size], out=row[a : a + arr.size])
+        # The same reduction as the stacked path's norm over axis 1 of a (K, P) float64 array.
+        norms[k] = np.linalg.norm(row.astype(np.float64)[None, :], axis=1)[0]
+    if clip_norm is None:
+        clip_norm = float(np.median(norms))
+    if not np.isfinite(clip_norm) or clip_norm < 0:
+        raise ValueError(f"clip_norm must be finite and >= 0, got {clip_norm!r}")
+    scales = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-30))
+    cw = np.asarray(w * scales, dtype=np.float32)
+    out = np.empty(P, dtype=np.float32)
+    tmp = np.empty(BLOCK, dtype=np.float32)
+    for a, b, segments in blocks(manifest):
+        acc = out[a:b]
+        for k, sd in enumerate(sds):
+            part = tmp[: b - a]
+            for name, lo, hi, p in segments:
+                np.subtract(
+                    sd[name].reshape(-1)[lo:hi],
+                    ref[a + p : a + p + hi - lo],
+                    out=part[p : p + hi - lo],
+                )
+            if k == 0:
+                np.multiply(part, cw[0], out=acc)
+            else:
+                part *= cw[k]
+                acc += part
+        acc += ref[a:b]
+    return out
