@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "robot": (
         "fed_ros.ros.fleet.robot_cli:main",
-        "operate one robot: record, learning on/off, evaluate, estop",
+        "operate one robot: reset, record, learning on/off, evaluate, estop",
     ),
     "plan": ("fed_ros.ros.fleet.cli:plan_main", "print the nodes a fleet config starts"),
     "keys": (

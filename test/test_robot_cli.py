@@ -1,13 +1,15 @@
 """`fed-ros robot` over real DDS: the CLI (a subprocess) operates a real robot node and arm adapter.
 
 learning off/on reaches the robot's gate (its log says so, EvaluatePolicy is refused while off),
-Record START/STOP write a recording under data_dir/demos, estop reaches an arm adapter's
+reset starts an episode on the arm, Record START/STOP write a recording under data_dir/demos (a
+success nobody drove is refused and quarantined), estop reaches an arm adapter's
 ``arm/hold``, and a robot that is not there exits 2 naming the missing service.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +171,22 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
     wait_until(lambda: "learning ENABLED" in robot_log.read_text(), 30, "the robot's gate to open")
     log = robot_log.read_text()
     assert log.index("learning DISABLED") < log.index("learning ENABLED")
+
+    # Reset starts an episode from a pip install (no ros2 service call): the arm goes home.
+    reset = cli("robot_0", "reset", "--task", "lift", "--seed", "3", code=0).stdout
+    assert "/robot_0/arm/reset: ok" in reset and re.search(r"episode: \d+\n", reset), reset
+    assert "instruction: lift" in reset, reset
+    assert cli("robot_0", "reset", "--task", "fly", code=1).returncode == 1  # unknown task
+
+    # A success in which nobody drove the lockstep arm is refused, naming the recording, which
+    # moves to demos/quarantine with its reason; the next STOP reports on its own recording.
+    demos = tmp_path / "robot_0" / "demos"
+    still = Path(cli("robot_0", "record", "start", code=0).stdout.split("episode: ")[1].split()[0])
+    refused = cli("robot_0", "record", "stop", code=1).stderr
+    assert f"recording {still}" in refused and "the arm was never driven" in refused, refused
+    assert not still.exists() and (demos / "quarantine" / still.name).is_dir()
+    reason = (demos / "quarantine" / f"{still.name}.reason.txt").read_text()
+    assert "applied_command" in reason, reason
 
     # Record START (the robot's own task) and STOP of a standing arm, labelled failed (a
     # success would be converted into an episode, which needs applied commands).

@@ -1,5 +1,6 @@
 """`fed-ros robot`: operate one robot of a fleet without ros2cli (the pip wheels have none).
 
+    fed-ros robot [fleet.yaml] ID reset [--task T] [--variation V] [--seed S]
     fed-ros robot [fleet.yaml] ID record start|stop|discard [--label success|failure] [--task T]
     fed-ros robot [fleet.yaml] ID learning on|off
     fed-ros robot [fleet.yaml] ID evaluate [--episodes N] [--seed S]
@@ -7,17 +8,19 @@
 
 Names (the plan puts robot ``ID`` in namespace ``/ID``): the robot node ``/ID/robot`` serves
 ``/ID/record`` (fed_ros/srv/Record), ``/ID/evaluate`` (fed_ros/srv/EvaluatePolicy) and
-``/ID/robot/set_learning`` (std_srvs/srv/SetBool, the learning gate); the arm adapter
-subscribes ``/ID/arm/hold`` (std_msgs/msg/Bool, reliable: true stops the arm at once).
+``/ID/robot/set_learning`` (std_srvs/srv/SetBool, the learning gate); the arm adapter (or a
+simulated arm) serves ``/ID/arm/reset`` (fed_ros/srv/ResetEpisode: the arm goes home and an
+episode starts, which a teleoperator needs before the arm takes commands) and subscribes
+``/ID/arm/hold`` (std_msgs/msg/Bool, reliable: true stops the arm at once).
 
 The ROS domain is found as `fed-ros status` finds it: ``--domain-id``, else what `fed-ros up`
 recorded for ``fleet.yaml``, else ROS_DOMAIN_ID. A fleet file is told from a robot id by its
 ``.`` or ``/`` (ROS names have neither).
 
 Calls (fed_ros.ros.wire.service_calls): set_learning and the hold are sent again while
-unanswered (repeating them is harmless); Record and EvaluatePolicy are sent once (a second
-START would answer "already recording", a second STOP "STOP without START", a second
-evaluation would drive the arm again).
+unanswered (repeating them is harmless); Record, ResetEpisode and EvaluatePolicy are sent once
+(a second START would answer "already recording", a second STOP "STOP without START", a second
+reset or evaluation would drive the arm again).
 
 Exit codes: 0 the robot answered ok; 1 it answered not ok, or no answer came within
 ``--timeout``; 2 bad usage, or the service (adapter) was not found within ``--find-timeout``.
@@ -35,7 +38,13 @@ from fed_ros.ros.fleet.cli import DISCOVERY_RANGES, status_discovery_range
 
 ID_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")  # a robot id (fed_ros.ros.fleet.params.ID_RE)
 # Seconds to wait for an answer, per command (--timeout); evaluations drive the arm for minutes.
-ANSWER_TIMEOUT_S = {"record": 120.0, "learning": 30.0, "evaluate": 3600.0, "estop": 10.0}
+ANSWER_TIMEOUT_S = {
+    "reset": 120.0,  # the home trajectory (a profile's home_duration_s) plus its tolerance check
+    "record": 120.0,
+    "learning": 30.0,
+    "evaluate": 3600.0,
+    "estop": 10.0,
+}
 
 
 class Unreachable(Exception):
@@ -68,17 +77,25 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         default=None,
-        help="seconds to wait for the answer (default: record 120, learning 30, "
+        help="seconds to wait for the answer (default: reset 120, record 120, learning 30, "
         "evaluate 3600, estop 10)",
     )
     parser = argparse.ArgumentParser(
         prog="fed-ros robot",
         description=__doc__,
-        usage="fed-ros robot [fleet.yaml] ID {record,learning,evaluate,estop} ...",
+        usage="fed-ros robot [fleet.yaml] ID {reset,record,learning,evaluate,estop} ...",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("robot_id", help="robot id: its node is /<ID>/robot")
     actions = parser.add_subparsers(dest="action", required=True)
+    reset = actions.add_parser(
+        "reset", parents=[common], help="send the arm home and start an episode (arm/reset)"
+    )
+    reset.add_argument("--task", default="", help="the episode's task (default: the arm's own)")
+    reset.add_argument("--variation", default="", help="the scene variation (default: kept)")
+    reset.add_argument(
+        "--seed", type=int, default=-1, help="scene seed of a simulated arm (-1: its next one)"
+    )
     record = actions.add_parser(
         "record", parents=[common], help="start / stop / discard a demonstration"
     )
@@ -218,6 +235,18 @@ def _report(what: str, ok: bool, message: str, lines: list[str]) -> int:
     return 1
 
 
+def reset(session: Session, robot_id: str, args: argparse.Namespace) -> int:
+    """ResetEpisode once: the arm goes home and an episode starts (prints its number and
+    instruction)."""
+    from fed_ros.srv import ResetEpisode
+
+    client = session.client(ResetEpisode, f"/{robot_id}/arm/reset", args.find_timeout)
+    request = ResetEpisode.Request(task=args.task, variation=args.variation, seed=args.seed)
+    response = _once(client, request, args.timeout)
+    lines = [f"episode: {response.episode}", f"instruction: {response.instruction}"]
+    return _report(client.srv_name, response.ok, response.message, lines if response.ok else [])
+
+
 def record(session: Session, robot_id: str, args: argparse.Namespace) -> int:
     """Record START (task: --task, else the robot's own) / STOP (success from --label) / DISCARD."""
     from fed_ros.srv import Record
@@ -319,11 +348,17 @@ def estop(session: Session, robot_id: str, args: argparse.Namespace) -> int:
     return _report(f"{topic} {state}", True, f"acknowledged by {count} subscriber(s)", [])
 
 
-ACTIONS = {"record": record, "learning": learning, "evaluate": evaluate, "estop": estop}
+ACTIONS = {
+    "reset": reset,
+    "record": record,
+    "learning": learning,
+    "evaluate": evaluate,
+    "estop": estop,
+}
 
 
 def main(argv: list[str]) -> int:
-    """`fed-ros robot [fleet.yaml] ID record|learning|evaluate|estop ...`.
+    """`fed-ros robot [fleet.yaml] ID reset|record|learning|evaluate|estop ...`.
 
     See the module docstring.
     """
