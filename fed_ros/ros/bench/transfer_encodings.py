@@ -18,34 +18,55 @@ from typing import Any, Callable
 import numpy as np
 
 
-def encoded_update(policy: str, encoding: str, seed: int = 0) -> dict[str, Any]:
-    """Encode and decode one update of ``policy`` (lowdim, image) under ``encoding``; returns its
-    bytes and the encode and decode seconds."""
+def encode_update(
+    start: dict[str, np.ndarray], trained: dict[str, np.ndarray], encoding: str
+) -> Any:
+    """The EncodedPayload a robot sends for ``trained`` under ``encoding`` (a delta encoding:
+    against ``start``, with a fresh error feedback)."""
     from fed_ros.core import sparse_deltas
     from fed_ros.core.quantized_deltas import is_delta_encoding
+    from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict
+
+    if not is_delta_encoding(encoding):
+        return encode_state_dict(trained, encoding)
+    fraction = sparse_deltas.parse_topk(encoding)
+    feedback = sparse_deltas.ErrorFeedback()
+    full = feedback.delta_to_send(trained, start)
+    wire = "topk" if fraction is not None else encoding
+    payload = encode_state_dict(
+        full, wire, topk_fraction=fraction or sparse_deltas.DEFAULT_FRACTION
+    )
+    sent = decode_state_dict(payload.manifest, payload.encoding, payload.data, copy=True)
+    feedback.keep_unsent(full, sent)
+    return payload
+
+
+def noisy_update(policy: str, seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(start, trained) of ``policy`` (lowdim, image): its initial model, and that model plus
+    i.i.d. Gaussian noise (1e-3), a stand-in for training that deflates less than a trained
+    change does."""
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
-    from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict
 
     start = initial_state_dict(PolicyConfig(kind=policy), seed=seed)
     rng = np.random.default_rng(seed)
     trained = {
         k: v + rng.normal(scale=1e-3, size=v.shape).astype(np.float32) for k, v in start.items()
     }
-    fraction = sparse_deltas.parse_topk(encoding)
+    return start, trained
+
+
+def encoded_update(policy: str, encoding: str, seed: int = 0) -> dict[str, Any]:
+    """Encode and decode one update of ``policy`` (lowdim, image) under ``encoding``; returns its
+    bytes and the encode and decode seconds."""
+    from fed_ros.core import sparse_deltas
+    from fed_ros.core.quantized_deltas import is_delta_encoding
+    from fed_ros.ros.wire.tensors import decode_state_dict
+
+    start, trained = noisy_update(policy, seed)
     delta = is_delta_encoding(encoding)
     t0 = time.perf_counter()
-    if delta:
-        feedback = sparse_deltas.ErrorFeedback()
-        full = feedback.delta_to_send(trained, start)
-        wire = "topk" if fraction is not None else encoding
-        payload = encode_state_dict(
-            full, wire, topk_fraction=fraction or sparse_deltas.DEFAULT_FRACTION
-        )
-        sent = decode_state_dict(payload.manifest, payload.encoding, payload.data, copy=True)
-        feedback.keep_unsent(full, sent)
-    else:
-        payload = encode_state_dict(trained, encoding)
+    payload = encode_update(start, trained, encoding)
     t1 = time.perf_counter()
     received = decode_state_dict(payload.manifest, payload.encoding, payload.data, payload.scales)
     if delta:
