@@ -9,7 +9,9 @@ from typing import Any
 INSTALL_COMMANDS = {
     "tracking": "pip install 'fed_ros[tracking]' (or: pip install tensorboard)",
     "mlflow": "pip install 'fed_ros[mlflow]' (or: pip install mlflow-skinny)",
-    "dataset": "pip install 'fed_ros[dataset]' (or: pip install 'pyarrow<21' 'pandas<2.3' Pillow)",
+    "dataset": (
+        "pip install 'fed_ros[dataset]' (or: pip install 'pyarrow<21' 'pandas<2.3' Pillow av)"
+    ),
     "ray": "pip install 'fed_ros[ray]' (or: pip install ray)",
 }
 

@@ -1,29 +1,44 @@
 """Episodes <-> LeRobotDataset (codebase v3.0, the layout of lerobot 0.4+), on disk.
 
-Layout written (the names are LeRobot's, `lerobot/datasets/utils.py`):
+Written as lerobot 0.4.4 writes it (`lerobot/datasets/lerobot_dataset.py`, `utils.py`): its
+tools (LeRobotDataset, the ACT pre-processor, `aggregate_datasets`, `delete_episodes`, appending
+an episode) run on the export as on a dataset lerobot recorded (`make interop` checks each):
 
-    meta/info.json                          codebase_version "v3.0", fps, robot_type, features,
-                                            totals, chunks_size, data_path, video_path null
-    meta/tasks.parquet                      one row per instruction: task_index, index = task
-    meta/episodes/chunk-000/file-000.parquet  per episode: episode_index, tasks, length,
-                                            data/chunk_index, data/file_index,
-                                            dataset_from_index, dataset_to_index, plus fed_ros/*
-                                            columns (task family, variation, robot, success)
-    data/chunk-000/file-000.parquet         one row per frame: the features below plus
-                                            timestamp, frame_index, episode_index, index,
-                                            task_index
+    meta/info.json            codebase_version "v3.0", fps (an int), robot_type, features,
+                              totals, chunks_size, file sizes, data_path, video_path
+    meta/stats.json           every feature's statistics over the dataset (lerobot_stats.py)
+    meta/tasks.parquet        one row per instruction: task_index, indexed (unnamed) by the text
+    meta/episodes/chunk-000/file-000.parquet
+                              per episode, in lerobot's column order: episode_index, tasks,
+                              length, data/chunk_index, data/file_index, dataset_from_index,
+                              dataset_to_index, videos/<camera>/{chunk_index, file_index,
+                              from_timestamp, to_timestamp}, stats/<feature>/<stat>,
+                              meta/episodes/chunk_index, meta/episodes/file_index, then
+                              fed_ros/* (task family, variation, robot, success)
+    data/chunk-000/file-000.parquet
+                              one row per frame: the features below plus timestamp,
+                              frame_index, episode_index, index, task_index; the "huggingface"
+                              schema metadata names each column's type for HF datasets
+    videos/<camera>/chunk-000/file-000.mp4   (cameras as mp4 only; lerobot_video.py)
 
 Features: ``observation.state`` (the arm's joints, gripper joints, end-effector position and
 xyzw quaternion; named through the arm profile), ``observation.environment_state`` (object
-state, simulation only), ``observation.images.<camera>`` (dtype ``image``: PNG bytes in the
-parquet, lossless, one per profile camera) and ``action`` (dx, dy, dz, gripper). Cameras
-travel as PNG rather than mp4 so a round trip keeps every pixel.
+state, simulation only), ``observation.images.<camera>`` (one per profile camera) and ``action``
+(dx, dy, dz, gripper). Cameras are PNG in the parquet (dtype ``image``) or, with
+``cameras="mp4"``, lossless H.264 (dtype ``video``); both keep every pixel.
+
+Time: ``timestamp`` is ``frame_index / fps``, the control clock. Step k of a recording is the
+k-th control tick (the applied command stamped s_k, docs/arms.md); a lockstep simulator advances
+exactly one control period per tick whatever the wall clock does, so the recording's header
+stamps (wall time, irregular while the simulator waits for the policy) are not the arm's time.
+lerobot needs this regular clock: it finds a video frame at ``from_timestamp + timestamp``.
 
 Import checks everything before writing anything: a missing ``meta/info.json``, a codebase
 version or feature that does not match the arm profile, a frame count that disagrees with the
 episode index, or an image that does not decode is refused naming the file and the field; the
 episodes are then written to a temporary folder and moved into place only when all are done.
-pyarrow and Pillow are the optional ``dataset`` extra, imported when a conversion runs.
+pyarrow, pandas, Pillow and PyAV are the optional ``dataset`` extra, imported when a conversion
+runs.
 """
 
 from __future__ import annotations
@@ -40,18 +55,24 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
+from fed_ros.core.data import lerobot_stats as st
 from fed_ros.core.data.episode import Episode
 from fed_ros.core.extras import require
 
 CODEBASE_VERSION = "v3.0"
-DATA_FILE = "data/chunk-000/file-000.parquet"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+DATA_FILE = DATA_PATH.format(chunk_index=0, file_index=0)
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 TASKS_FILE = "meta/tasks.parquet"
 INFO_FILE = "meta/info.json"
+STATS_FILE = "meta/stats.json"
 ACTION_NAMES = ["dx", "dy", "dz", "gripper"]
 EEF_NAMES = ["eef_x", "eef_y", "eef_z", "eef_qx", "eef_qy", "eef_qz", "eef_qw"]
 STATE_KEYS = (ep.JOINT_POS, ep.GRIPPER_QPOS, ep.EEF_POS, ep.EEF_QUAT)
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+CAMERA_FORMATS = ("png", "mp4")
+FED_ROS_COLUMNS = ("task", "variation", "robot_id", "success")
 
 
 class DatasetError(ValueError):
@@ -59,6 +80,7 @@ class DatasetError(ValueError):
 
 
 def conversion_modules() -> tuple[Any, Any, Any, Any]:
+    """pyarrow, pyarrow.parquet, PIL.Image and pandas, or MissingExtra naming the install."""
     what = "LeRobot dataset conversion"
     pa = require("pyarrow", "dataset", what)
     pq = require("pyarrow.parquet", "dataset", what)
@@ -82,7 +104,14 @@ def camera_keys(profile: Any) -> dict[str, str]:
     return out
 
 
-def features_for(profile: Any, first: Episode) -> dict[str, dict[str, Any]]:
+def lerobot_fps(fps: float) -> int:
+    """``fps`` as LeRobot stores it, a whole number; DatasetError naming a fractional one."""
+    if not np.isfinite(fps) or fps <= 0 or float(fps) != int(fps):
+        raise DatasetError(f"--fps {fps:g}: LeRobot's fps is a whole number of frames per second")
+    return int(fps)
+
+
+def features_for(profile: Any, first: Episode, cameras: str = "png") -> dict[str, dict[str, Any]]:
     """The dataset's features for episodes shaped like ``first`` on arm ``profile``."""
     names = state_names(profile)
     width = sum(first.observations[k].shape[1] for k in STATE_KEYS)
@@ -104,7 +133,7 @@ def features_for(profile: Any, first: Episode) -> dict[str, dict[str, Any]]:
         if key in first.observations:
             h, w, c = first.observations[key].shape[1:]
             feats[feature] = {
-                "dtype": "image",
+                "dtype": "video" if cameras == "mp4" else "image",
                 "shape": [int(h), int(w), int(c)],
                 "names": ["height", "width", "channels"],
             }
@@ -115,132 +144,179 @@ def features_for(profile: Any, first: Episode) -> dict[str, dict[str, Any]]:
     return feats
 
 
+def hf_features(feats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The data parquet's "huggingface" schema metadata (HF datasets' Features), video left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, f in feats.items():
+        if f["dtype"] == "image":
+            out[name] = {"_type": "Image"}
+        elif f["dtype"] != "video":
+            value = {"dtype": f["dtype"], "_type": "Value"}
+            out[name] = (
+                value
+                if f["shape"] == [1]
+                else {"feature": value, "length": f["shape"][0], "_type": "List"}
+            )
+    return out
+
+
 def _png(pil: Any, frame: np.ndarray) -> bytes:
     buf = io.BytesIO()
     pil.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
     return buf.getvalue()
 
 
+def _frame_columns(episode: Episode, feats: dict, cams: dict[str, str]) -> dict[str, np.ndarray]:
+    """One episode's values per feature (cameras as frames), before indices are added."""
+    state = np.concatenate([episode.observations[k].astype(np.float32) for k in STATE_KEYS], 1)
+    out = {"observation.state": state}
+    if "observation.environment_state" in feats:
+        out["observation.environment_state"] = episode.observations[ep.OBJECT_STATE].astype(
+            np.float32
+        )
+    out.update({feature: episode.observations[key] for feature, key in cams.items()})
+    out["action"] = episode.actions.astype(np.float32)
+    return out
+
+
+def _arrow_column(pa: Any, name: str, f: dict, values: list) -> Any:
+    if f["dtype"] == "image":
+        return pa.array(values, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    if f["shape"] == [1]:
+        return pa.array(values, type=pa.float32() if name == "timestamp" else pa.int64())
+    return pa.array(list(np.stack(values)), type=pa.list_(pa.float32(), f["shape"][0]))
+
+
 def export_lerobot(
-    episodes: Sequence[Episode], profile: Any, out: Path, fps: float | None = None
+    episodes: Sequence[Episode],
+    profile: Any,
+    out: Path,
+    fps: float | None = None,
+    cameras: str = "png",
 ) -> dict[str, Any]:
     """Write ``episodes`` as a LeRobotDataset at ``out`` (a new or empty folder); returns info.
 
-    Written into a temporary sibling folder and renamed at the end: a failure leaves nothing.
+    ``cameras`` is "png" (in the parquet) or "mp4" (lossless video files). Written into a
+    temporary sibling folder and renamed at the end: a failure leaves nothing.
     """
     pa, pq, pil, pd = conversion_modules()
     out = Path(out)
     if not episodes:
         raise DatasetError("no episodes to export (successful demonstrations only)")
+    if cameras not in CAMERA_FORMATS:
+        raise DatasetError(f"--cameras {cameras!r}: one of {', '.join(CAMERA_FORMATS)}")
     if out.exists() and any(out.iterdir()):
         raise DatasetError(f"{out}: exists and is not empty; choose a new folder")
-    fps = float(fps or profile.control_rate_hz)
-    feats = features_for(profile, episodes[0])
+    fps = lerobot_fps(profile.control_rate_hz if fps is None else fps)
+    feats = features_for(profile, episodes[0], cameras)
     cams = {f: k for f, k in camera_keys(profile).items() if f in feats}
+    videos = [f for f in cams if feats[f]["dtype"] == "video"]
     tasks = sorted({e.instruction for e in episodes})
     task_index = {t: i for i, t in enumerate(tasks)}
-    columns: dict[str, list] = {name: [] for name in feats}
-    ep_rows: dict[str, list] = {
-        k: []
-        for k in (
-            "episode_index",
-            "tasks",
-            "length",
-            "data/chunk_index",
-            "data/file_index",
-            "dataset_from_index",
-            "dataset_to_index",
-            "fed_ros/task",
-            "fed_ros/variation",
-            "fed_ros/robot_id",
-            "fed_ros/success",
-        )
-    }
-    index = 0
-    # A bar with an ETA in a terminal (tqdm's disable=None: silent when not a TTY).
-    bar = tqdm(episodes, desc="export episodes", unit="episode", leave=False, disable=None)
-    for e_idx, episode in enumerate(bar):
-        n = len(episode)
-        state = np.concatenate(
-            [episode.observations[k].astype(np.float32) for k in STATE_KEYS], axis=1
-        )
-        if state.shape[1] != len(feats["observation.state"]["names"]):
-            raise DatasetError(f"episode {e_idx}: observation.state width {state.shape[1]}")
-        columns["observation.state"] += list(state)
-        if "observation.environment_state" in feats:
-            columns["observation.environment_state"] += list(
-                episode.observations[ep.OBJECT_STATE].astype(np.float32)
-            )
-        for feature, key in cams.items():
-            columns[feature] += [
-                {"bytes": _png(pil, f), "path": None} for f in episode.observations[key]
-            ]
-        columns["action"] += list(episode.actions.astype(np.float32))
-        columns["timestamp"] += [np.float32(i / fps) for i in range(n)]
-        columns["frame_index"] += list(range(n))
-        columns["episode_index"] += [e_idx] * n
-        columns["index"] += list(range(index, index + n))
-        columns["task_index"] += [task_index[episode.instruction]] * n
-        for key, value in (
-            ("episode_index", e_idx),
-            ("tasks", [episode.instruction]),
-            ("length", n),
-            ("data/chunk_index", 0),
-            ("data/file_index", 0),
-            ("dataset_from_index", index),
-            ("dataset_to_index", index + n),
-            ("fed_ros/task", episode.task),
-            ("fed_ros/variation", episode.variation),
-            ("fed_ros/robot_id", episode.robot_id),
-            ("fed_ros/success", bool(episode.success)),
-        ):
-            ep_rows[key].append(value)
-        index += n
-    info = {
-        "codebase_version": CODEBASE_VERSION,
-        "robot_type": profile.name,
-        "total_episodes": len(episodes),
-        "total_frames": index,
-        "total_tasks": len(tasks),
-        "chunks_size": 1000,
-        "data_files_size_in_mb": 100,
-        "video_files_size_in_mb": 500,
-        "fps": fps,
-        "splits": {"train": f"0:{len(episodes)}"},
-        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
-        "video_path": None,
-        "features": feats,
-    }
+    columns: dict[str, list] = {name: [] for name in feats if name not in videos}
+    rows: dict[str, list] = {}
+    per_episode_stats = []
     tmp = Path(
         tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None)
     )
     try:
+        writers = {}
+        if videos:
+            from fed_ros.core.data.lerobot_video import Mp4Writer
+
+            for f in videos:
+                h, w = feats[f]["shape"][:2]
+                path = tmp / VIDEO_PATH.format(video_key=f, chunk_index=0, file_index=0)
+                writers[f] = Mp4Writer(path, fps, h, w)
+        index = 0
+        # A bar with an ETA in a terminal (tqdm's disable=None: silent when not a TTY).
+        bar = tqdm(episodes, desc="export episodes", unit="episode", leave=False, disable=None)
+        for e_idx, episode in enumerate(bar):
+            n = len(episode)
+            values = _frame_columns(episode, feats, cams)
+            width = values["observation.state"].shape[1]
+            if width != feats["observation.state"]["shape"][0]:
+                raise DatasetError(f"episode {e_idx}: observation.state width {width}")
+            frame_index = np.arange(n, dtype=np.int64)
+            # The control clock, as lerobot's add_frame stamps a frame (module docstring).
+            values["timestamp"] = (frame_index / fps).astype(np.float32)
+            values["frame_index"] = frame_index
+            values["episode_index"] = np.full(n, e_idx, dtype=np.int64)
+            values["index"] = np.arange(index, index + n, dtype=np.int64)
+            values["task_index"] = np.full(n, task_index[episode.instruction], dtype=np.int64)
+            row: dict[str, Any] = {
+                "episode_index": e_idx,
+                "tasks": [episode.instruction],
+                "length": n,
+                "data/chunk_index": 0,
+                "data/file_index": 0,
+                "dataset_from_index": index,
+                "dataset_to_index": index + n,
+            }
+            for f in videos:
+                start, stop = writers[f].append(values[f])
+                row.update(
+                    {
+                        f"videos/{f}/chunk_index": 0,
+                        f"videos/{f}/file_index": 0,
+                        f"videos/{f}/from_timestamp": start,
+                        f"videos/{f}/to_timestamp": stop,
+                    }
+                )
+            stats = {
+                name: st.image_stats(values[name])
+                if name in cams
+                else st.vector_stats(values[name])
+                for name in feats
+            }
+            per_episode_stats.append(stats)
+            row.update({k: v[0] for k, v in st.stats_columns([stats]).items()})
+            row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+            for key in FED_ROS_COLUMNS:
+                row[f"fed_ros/{key}"] = getattr(episode, key)
+            row["fed_ros/success"] = bool(episode.success)
+            for key, value in row.items():
+                rows.setdefault(key, []).append(value)
+            for name in columns:
+                if name in cams:
+                    columns[name] += [{"bytes": _png(pil, f), "path": None} for f in values[name]]
+                else:
+                    columns[name] += list(values[name])
+            index += n
+        for f, writer in writers.items():
+            writer.close()
+            from fed_ros.core.data.lerobot_video import video_info
+
+            feats[f]["info"] = video_info(writer.path)
+        info = {
+            "codebase_version": CODEBASE_VERSION,
+            "robot_type": profile.name,
+            "total_episodes": len(episodes),
+            "total_frames": index,
+            "total_tasks": len(tasks),
+            "chunks_size": 1000,
+            "data_files_size_in_mb": 100,
+            "video_files_size_in_mb": 200,
+            "fps": fps,
+            "splits": {"train": f"0:{len(episodes)}"},
+            "data_path": DATA_PATH,
+            "video_path": VIDEO_PATH if videos else None,
+            "features": feats,
+        }
         for rel in (DATA_FILE, EPISODES_FILE, TASKS_FILE, INFO_FILE):
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        arrays = {}
-        for name, values in columns.items():
-            f = feats[name]
-            if f["dtype"] == "image":
-                arrays[name] = pa.array(
-                    values, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-                )
-            elif f["shape"] == [1]:
-                arrays[name] = pa.array(
-                    values, type=pa.float32() if name == "timestamp" else pa.int64()
-                )
-            else:
-                arrays[name] = pa.array(
-                    [np.asarray(v, np.float32) for v in values],
-                    type=pa.list_(pa.float32(), f["shape"][0]),
-                )
-        pq.write_table(pa.table(arrays), tmp / DATA_FILE)
-        pq.write_table(pa.table(ep_rows), tmp / EPISODES_FILE)
-        # As LeRobot writes it: a DataFrame indexed by the task text (pandas keeps the index).
-        pd.DataFrame(
-            {"task_index": np.arange(len(tasks), dtype=np.int64)},
-            index=pd.Index(tasks, name="task"),
-        ).to_parquet(tmp / TASKS_FILE)
+        table = pa.table({n: _arrow_column(pa, n, feats[n], v) for n, v in columns.items()})
+        meta = {b"huggingface": json.dumps({"info": {"features": hf_features(feats)}}).encode()}
+        pq.write_table(table.replace_schema_metadata(meta), tmp / DATA_FILE)
+        # As lerobot writes it: Table.from_pydict of plain lists (list<double> statistics).
+        pq.write_table(pa.Table.from_pydict(rows), tmp / EPISODES_FILE)
+        # As lerobot writes it: a DataFrame indexed, without an index name, by the task text.
+        pd.DataFrame({"task_index": np.arange(len(tasks), dtype=np.int64)}, index=tasks).to_parquet(
+            tmp / TASKS_FILE
+        )
         (tmp / INFO_FILE).write_text(json.dumps(info, indent=4))
+        stats_all = st.stats_json(st.aggregate_stats(per_episode_stats))
+        (tmp / STATS_FILE).write_text(json.dumps(stats_all, indent=4))
         if out.exists():
             out.rmdir()  # empty (checked above)
         out.parent.mkdir(parents=True, exist_ok=True)

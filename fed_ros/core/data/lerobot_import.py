@@ -1,5 +1,10 @@
 """LeRobotDataset (codebase v3.0) -> episodes, checked against the arm profile before anything is
-written (the layout: :mod:`fed_ros.core.data.lerobot`)."""
+written (the layout: :mod:`fed_ros.core.data.lerobot`).
+
+A dataset fed_ros wrote carries each episode's task family, variation, robot and success in
+``fed_ros/*`` columns; one lerobot (or anyone else) wrote has only its task strings, which then
+become both the episode's task and its instruction. Cameras are read from PNG cells or mp4
+files (any codec PyAV decodes), a frame at ``from_timestamp + timestamp`` of its episode."""
 
 from __future__ import annotations
 
@@ -22,10 +27,13 @@ from fed_ros.core.data.lerobot import (
     INFO_FILE,
     STATE_KEYS,
     TASKS_FILE,
+    VIDEO_PATH,
     conversion_modules,
     camera_keys,
     state_names,
 )
+
+CAMERA_DTYPES = ("image", "video")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -70,13 +78,47 @@ def _check_features(info: dict[str, Any], profile: Any, where: Path) -> dict[str
                 f"{where}: features.{name} is not a camera of arm profile {profile.name!r} "
                 f"({sorted(known)})"
             )
-        if feat.get("dtype") != "image":
+        if feat.get("dtype") not in CAMERA_DTYPES:
             raise DatasetError(
-                f"{where}: features.{name}.dtype {feat.get('dtype')!r}: only "
-                "'image' (PNG in the parquet) is read; mp4 video is not"
+                f"{where}: features.{name}.dtype {feat.get('dtype')!r}: a camera is one of "
+                f"{CAMERA_DTYPES}"
             )
         cams[name] = known[name]
     return cams
+
+
+class _Videos:
+    """Decoded mp4 frames of a dataset, each file decoded once, looked up by time."""
+
+    def __init__(self, root: Path, fps: int) -> None:
+        self.root, self.fps = root, fps
+        self._files: dict[Path, dict[int, np.ndarray]] = {}
+
+    def frames(self, feature: str, meta: dict[str, list], i: int, times: list[float]) -> np.ndarray:
+        """Episode row ``i``'s frames of ``feature`` at its data ``times`` (seconds)."""
+        from fed_ros.core.data.lerobot_video import decode_frames
+
+        chunk = meta[f"videos/{feature}/chunk_index"][i]
+        file = meta[f"videos/{feature}/file_index"][i]
+        start = meta[f"videos/{feature}/from_timestamp"][i]
+        path = self.root / VIDEO_PATH.format(video_key=feature, chunk_index=chunk, file_index=file)
+        if path not in self._files:
+            try:
+                frames, at = decode_frames(path)
+            except (OSError, ValueError) as err:  # PyAV's errors are OSError/ValueError
+                raise DatasetError(f"{path}: does not decode ({err})") from None
+            self._files[path] = {int(round(t * self.fps)): f for t, f in zip(at, frames)}
+        by_tick = self._files[path]
+        out = []
+        for frame_index, t in enumerate(times):
+            tick = int(round((start + t) * self.fps))
+            if tick not in by_tick:
+                raise DatasetError(
+                    f"{path}: no frame at {start + t:.4f} s for {feature} of episode "
+                    f"{meta['episode_index'][i]} frame {frame_index}"
+                )
+            out.append(by_tick[tick])
+        return np.stack(out)
 
 
 def read_lerobot(root: Path, profile: Any) -> list[Episode]:
@@ -100,6 +142,7 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
     except (OSError, ValueError, pa.ArrowException) as err:
         raise DatasetError(f"{root}: parquet not readable ({err})") from None
     task_text = {int(row.task_index): str(text) for text, row in tasks.iterrows()}
+    videos = _Videos(root, int(info.get("fps") or 0) or 1)
     cols = table.to_pydict()
     total = info.get("total_frames")
     if total != table.num_rows:
@@ -131,6 +174,10 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
                 [cols["observation.environment_state"][r] for r in rows], np.float32
             )
         for feature, key in cams.items():
+            if info["features"][feature]["dtype"] == "video":
+                times = [float(cols["timestamp"][r]) for r in rows]
+                obs[key] = videos.frames(feature, episodes_meta, i, times).astype(np.uint8)
+                continue
             frames = []
             for r in rows:
                 cell = cols[feature][r] or {}
@@ -147,6 +194,12 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
         instruction = task_text.get(int(cols["task_index"][lo]))
         if instruction is None:
             raise DatasetError(f"{root / TASKS_FILE}: no task_index {cols['task_index'][lo]}")
+        kinds = {task_text.get(int(cols["task_index"][r])) for r in rows}
+        if len(kinds) > 1:
+            raise DatasetError(
+                f"episode {e_idx}: {len(kinds)} tasks {sorted(map(str, kinds))}; a fed_ros "
+                "episode has one instruction"
+            )
         meta = {
             k: episodes_meta.get(f"fed_ros/{k}", [None] * (i + 1))[i]
             for k in ("task", "variation", "robot_id", "success")
@@ -154,7 +207,8 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
         try:
             out.append(
                 Episode(
-                    task=meta["task"] or str(info.get("robot_type") or "lerobot"),
+                    # Without fed_ros columns, the dataset's own task string (module docstring).
+                    task=meta["task"] or instruction,
                     instruction=instruction,
                     observations=obs,
                     actions=actions,

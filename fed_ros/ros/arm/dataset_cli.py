@@ -28,6 +28,12 @@ def main(argv: list[str]) -> int:
     exp.add_argument("--format", choices=("lerobot",), default="lerobot")
     exp.add_argument("--robot-profile", required=True, help="arm profile name or YAML path")
     exp.add_argument("--fps", type=float, default=None, help="default: the profile's control rate")
+    exp.add_argument(
+        "--cameras",
+        choices=("png", "mp4"),
+        default="png",
+        help="png: PNG in the parquet; mp4: lossless H.264 video files (both keep every pixel)",
+    )
     imp = sub.add_parser("import", help="a LeRobotDataset folder -> a robot's demonstrations")
     imp.add_argument("dataset", type=Path)
     imp.add_argument("--robot-profile", required=True, help="arm profile name or YAML path")
@@ -49,7 +55,7 @@ def main(argv: list[str]) -> int:
             if not args.demo_dir.is_dir():
                 raise DatasetError(f"{args.demo_dir}: not a folder")
             episodes = local_episodes(args.demo_dir)
-            info = export_lerobot(episodes, profile, args.out, fps=args.fps)
+            info = export_lerobot(episodes, profile, args.out, fps=args.fps, cameras=args.cameras)
             print(
                 f"fed-ros dataset: exported {info['total_episodes']} episodes "
                 f"({info['total_frames']} frames, {info['total_tasks']} tasks, "
