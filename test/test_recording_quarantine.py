@@ -158,3 +158,39 @@ def test_a_fleet_round_completes_with_a_bad_file_beside_each_robots_demos(
     for rid in demos:
         log = next(c.log_path for c in commands if c.spec.fqn == f"/{rid}/robot").read_text()
         assert log.count("quarantined in") == 1, log[-3000:]
+
+
+@pytest.mark.ros
+@pytest.mark.timeout(240)
+def test_a_free_running_arm_nobody_drove_is_refused_and_quarantined(tmp_path, ros_env, processes):
+    """A free-running adapter applies a hold every tick: a STOP labelled success after a second
+    of them was saved as an episode of hold steps (77-83 in the issue's run) and trained on."""
+    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.recorder import Recorder
+
+    from test_arm_adapter import BRIDGE, Spun, _try_reset, start_adapter
+    from conftest import wait_until
+
+    ns = "/still_robot"
+    bridge = [BRIDGE, "--ros-args", "-r", f"__ns:={ns}", "-r", "__node:=arm"]
+    for param in ("interface:=ros2_control", "profile:=panda_sim", "cameras:=false", "task:=lift"):
+        bridge += ["-p", param]
+    processes.python(["-m", *bridge], ros_env, log_path=tmp_path / "bridge.log")
+    start_adapter(
+        processes, ros_env, tmp_path / "adapter.log", ns, profile="panda_sim", cameras="false"
+    )
+    spun = Spun("teaching_station")
+    try:
+        client = ArmClient(spun.node, namespace=ns, cameras=False, source="teleop")
+        recorder = Recorder(spun.node, tmp_path, namespace=ns, robot_id="still", cameras=False)
+        client.wait_for_arm(60.0)
+        wait_until(lambda: _try_reset(client), 60.0, "the adapter's first reset (arm ready)")
+        path = recorder.start("lift", "lift the red cube")
+        wait_until(lambda: recorder.num_applied >= 20, 30.0, "20 hold ticks recorded")
+        with pytest.raises(RecordingError, match=f"{path.name}: the arm never moved: all"):
+            recorder.stop(success=True)
+    finally:
+        spun.close()
+    assert not path.exists() and (tmp_path / QUARANTINE_DIR / path.name).is_dir()
+    assert "the arm never moved" in reason_of(tmp_path / QUARANTINE_DIR / path.name)
+    assert local_episodes(tmp_path) == []
