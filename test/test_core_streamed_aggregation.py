@@ -48,6 +48,9 @@ RULES = {
 def small_blocks(monkeypatch):
     """Blocks of 64 floats: the tensors (407, 437, 19, 221 floats) span several, unaligned."""
     monkeypatch.setattr(streamed, "BLOCK", 64)
+    monkeypatch.setattr(streamed, "SUM_BLOCK", 64)
+    monkeypatch.setattr(streamed, "similarity_chunk", lambda K: 64)
+    monkeypatch.setattr("fed_ros.core.strategies.aggregate.similarity_chunk", lambda K, c=0: 64)
     monkeypatch.setattr("fed_ros.core.strategies.robust.KRUM_BLOCK", 64)
     monkeypatch.setattr("fed_ros.core.strategies.aggregate._ROW_BLOCK", 64)
 

@@ -103,7 +103,7 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = N
     return out
 
 
-_ROW_BLOCK = 1 << 15  # floats of partial sums kept in cache while every row is added
+_ROW_BLOCK = 1 << 18  # floats of partial sums kept in cache while every row is added
 
 
 def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -190,6 +190,11 @@ def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
     return gram_to_cosine(G)
 
 
+def similarity_chunk(K: int, chunk: int = 1 << 16) -> int:
+    """Columns per block of `update_similarity`: a (K, chunk) float32 block stays <= 2 MB."""
+    return max(1024, min(chunk, (1 << 19) // max(K, 1)))
+
+
 def update_similarity(
     stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray, chunk: int = 1 << 16
 ) -> np.ndarray:
@@ -201,7 +206,7 @@ def update_similarity(
     K x |Omega| copy.
     """
     K = stacked.shape[0]
-    chunk = max(1024, min(chunk, (1 << 19) // max(K, 1)))  # block stays <= 2 MB of float32
+    chunk = similarity_chunk(K, chunk)
     cols = (
         np.arange(stacked.shape[1])[columns] if isinstance(columns, slice) else np.asarray(columns)
     )

@@ -28,7 +28,7 @@ from fed_ros.core.strategies.aggregate import update_similarity
 from fed_ros.core.clustering.cua import cua_partition
 from fed_ros.core.params import prefix_columns, unflatten
 from fed_ros.core.strategies.prepared_round import PreparedRound
-from fed_ros.core.strategies.streamed import omega_rows
+from fed_ros.core.strategies.streamed import omega_similarity
 from fed_ros.core.rounds.config import (
     PAPER_LAMBDA_ACT,
     PAPER_LAMBDA_SUB,
@@ -197,15 +197,12 @@ class FedDRManStrategy(Strategy):
         return self._result(diag)
 
     def _similarity(self, prep: PreparedRound) -> np.ndarray:
-        """CUA's cosine matrix of the updates' Omega parts. Streamed: the Omega tensors are
-        copied side by side into a (K, |Omega|) array, the only per-robot memory the round
-        keeps; its column blocks hold the same floats as the stacked path's, so S is equal."""
+        """CUA's cosine matrix of the updates' Omega parts; streamed, it reads the Omega columns
+        of each update in place, block by block (the stacked path's blocks: the same S)."""
         if prep.stacked is not None:
             return update_similarity(prep.stacked, self._omega, self._theta0)
-        names = self._omega_names()
-        V = omega_rows(prep.params, self._manifest, names)
-        origin = omega_rows([unflatten(self._theta0, self._manifest)], self._manifest, names)[0]
-        return update_similarity(V, slice(0, V.shape[1]), origin)
+        origin = unflatten(self._theta0, self._manifest)
+        return omega_similarity(prep.params, self._manifest, self._omega_names(), origin)
 
     def _omega_names(self) -> list[str]:
         """Tensors CUA compares (all when no name matches omega_prefixes), manifest order."""
