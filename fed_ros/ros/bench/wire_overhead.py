@@ -13,7 +13,9 @@ Per update the robot reads its own link's counters (``/sys/class/net/eth0/statis
 its namespace) from just before the first send until ``--settle-s`` after the acknowledgement,
 so DDS's repairs of that update are counted; the server reads its UDP receive-buffer drops
 (``RcvbufErrors`` in ``/proc/net/snmp``). ``--busy N`` runs N busy loops beside the hosts while
-a load level is measured (the shared 2-core machine's load comes on top).
+a load level is measured (the shared 2-core machine's load comes on top); ``--buffers B`` loads
+the socket-buffer profile of :mod:`fed_ros.ros.wire.socket_buffers` on both hosts (a comma list
+is measured in turn at each load level, so the rows share the machine's load).
 """
 
 from __future__ import annotations
@@ -188,17 +190,20 @@ def _result(out: str, who: str) -> dict[str, Any]:
     raise RuntimeError(f"the {who} printed no result:\n{out[-3000:]}")
 
 
-def measure(net: Any, args: argparse.Namespace, encoding: str, busy: int) -> dict[str, Any]:
-    """One encoding at one load level through ``net`` (hosts "server" and "robot")."""
+def measure(
+    net: Any, args: argparse.Namespace, encoding: str, busy: int, buffers: int = 0
+) -> dict[str, Any]:
+    """One encoding at one load level through ``net`` (hosts "server" and "robot"), with UDP
+    socket buffers of ``buffers`` bytes (0: Fast DDS's defaults)."""
     env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="SUBNET")
     for key in ("ROS_LOCALHOST_ONLY", "FASTDDS_DEFAULT_PROFILES_FILE"):
         env.pop(key, None)
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     profile_dir = Path(tempfile.mkdtemp(prefix="fed_ros-wire-"))
-    if args.buffers:
+    if buffers:
         from fed_ros.ros.wire.socket_buffers import apply_buffers_profile
 
-        apply_buffers_profile(env, profile_dir, args.buffers)
+        apply_buffers_profile(env, profile_dir, buffers)
     common = [
         "--encoding",
         encoding,
@@ -238,7 +243,14 @@ def measure(net: Any, args: argparse.Namespace, encoding: str, busy: int) -> dic
                 p.wait()
         shutil.rmtree(profile_dir, ignore_errors=True)
     server, robot = _result(outs[0], "server"), _result(outs[1], "robot")
-    return {"encoding": encoding, "busy": busy, "load1": loadavg, "server": server, **robot}
+    return {
+        "encoding": encoding,
+        "busy": busy,
+        "buffers": buffers,
+        "load1": loadavg,
+        "server": server,
+        **robot,
+    }
 
 
 def summary(m: dict[str, Any]) -> dict[str, Any]:
@@ -249,6 +261,7 @@ def summary(m: dict[str, Any]) -> dict[str, Any]:
     return {
         "encoding": m["encoding"],
         "busy": m["busy"],
+        "buffers": m["buffers"],
         "load1": m["load1"],
         "payload_bytes": rows[0]["payload_bytes"],
         "updates": len(rows),
@@ -279,10 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0, help="tbf Mbit/s (0 = unshaped)")
     parser.add_argument(
         "--buffers",
-        type=int,
-        default=0,
-        help="UDP socket buffer bytes for both hosts (fed_ros/ros/wire/socket_buffers.py); "
-        "0 = Fast DDS defaults",
+        default="0",
+        help="comma list of UDP socket buffer bytes for both hosts, measured in turn "
+        "(fed_ros/ros/wire/socket_buffers.py); 0 = Fast DDS defaults",
     )
     parser.add_argument("--json", default="", help="also write the measurements here")
     args = parser.parse_args(argv)
@@ -304,26 +316,31 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"wire overhead needs network namespaces: {reason}")
     try:
         busy_levels = [int(b) for b in args.busy.split(",") if b.strip()]
+        buffer_sizes = [int(b) for b in args.buffers.split(",") if b.strip()]
     except ValueError:
-        raise SystemExit(f"--busy must be a comma list of ints, got {args.busy!r}") from None
+        raise SystemExit(
+            f"--busy and --buffers must be comma lists of ints, got {args.busy!r}, {args.buffers!r}"
+        ) from None
     rates = {"robot": args.rate} if args.rate > 0 else {}
     found = []
     with Network(["server", "robot"], rates=rates) as net:
         for busy in busy_levels:
-            for encoding in [e.strip() for e in args.encodings.split(",") if e.strip()]:
-                m = measure(net, args, encoding, busy)
-                found.append(m)
-                print(json.dumps(summary(m)), flush=True)
+            for buffers in buffer_sizes:
+                for encoding in [e.strip() for e in args.encodings.split(",") if e.strip()]:
+                    m = measure(net, args, encoding, busy, buffers)
+                    found.append(m)
+                    print(json.dumps(summary(m)), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=1))
     print(
         f"\nROS chunks robot -> server between two namespaces ({args.policy} policy, "
-        f"retry {args.retry_s:g} s, link {args.rate or 'unshaped'}, socket buffers "
-        f"{args.buffers or 'Fast DDS default'}): link bytes out of the robot "
+        f"retry {args.retry_s:g} s, link {args.rate or 'unshaped'}; buffers 0 = Fast DDS "
+        f"default): link bytes out of the robot "
         f"per payload byte, per update"
     )
     print(
-        f"{'encoding':<11} {'busy':>4} {'load':>5} {'payload B':>10} {'tx/payload':>22} "
+        f"{'encoding':<11} {'busy':>4} {'buffers':>8} {'load':>5} {'payload B':>10} "
+        f"{'tx/payload':>22} "
         f"{'resent':>7} {'ack s med/max':>14} {'rcvbuf drops':>12}"
     )
     for m in found:
@@ -334,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         ack = "-" if s["ack_s_median"] is None else f"{s['ack_s_median']:.2f}/{s['ack_s_max']:.2f}"
         print(
-            f"{s['encoding']:<11} {s['busy']:>4} {s['load1']:>5.1f} {s['payload_bytes']:>10} "
+            f"{s['encoding']:<11} {s['busy']:>4} {s['buffers']:>8} {s['load1']:>5.1f} "
+            f"{s['payload_bytes']:>10} "
             f"{ratio:>22} {s['resent_updates']:>3}/{s['updates']:<3} {ack:>14} "
             f"{s['rcvbuf_drops']:>12}"
         )

@@ -27,24 +27,45 @@ from pathlib import Path
 # sent as one burst fits; the kernel's rmem_max must allow it.
 DEFAULT_BUFFER_BYTES = 4 << 20
 MIN_BUFFER_BYTES = 65_536  # below one Fast DDS datagram the profile would make things worse
+UDP_TRANSPORT = "fed_ros_udp_buffers"
+SHM_TRANSPORT = "fed_ros_shm"
 
 
 def buffers_fastdds_profile(buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> str:
-    """Fast DDS XML: the default participant's UDP send and receive sockets at ``buffer_bytes``."""
+    """Fast DDS XML: the default participant's UDP send and receive sockets at ``buffer_bytes``,
+    beside shared memory as Fast DDS's builtin transports have it."""
     if not isinstance(buffer_bytes, int) or buffer_bytes < MIN_BUFFER_BYTES:
         raise ValueError(
             f"buffer_bytes must be an int >= {MIN_BUFFER_BYTES} (one datagram), got "
             f"{buffer_bytes!r}"
         )
+    # The participant-level sendSocketBufferSize / listenSocketBufferSize leave the builtin
+    # transports' sockets at the kernel default (read back with `ss -m` under Kilted's Fast DDS);
+    # only a user UDPv4 transport takes the sizes, so SHM is declared again beside it.
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!-- fed_ros: UDP socket buffers of {buffer_bytes} bytes; the kernel caps them at
      net.core.rmem_max / wmem_max (fed_ros/ros/wire/socket_buffers.py). -->
 <dds xmlns="http://www.eprosima.com">
   <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>{UDP_TRANSPORT}</transport_id>
+        <type>UDPv4</type>
+        <sendBufferSize>{buffer_bytes}</sendBufferSize>
+        <receiveBufferSize>{buffer_bytes}</receiveBufferSize>
+      </transport_descriptor>
+      <transport_descriptor>
+        <transport_id>{SHM_TRANSPORT}</transport_id>
+        <type>SHM</type>
+      </transport_descriptor>
+    </transport_descriptors>
     <participant profile_name="fed_ros_socket_buffers" is_default_profile="true">
       <rtps>
-        <sendSocketBufferSize>{buffer_bytes}</sendSocketBufferSize>
-        <listenSocketBufferSize>{buffer_bytes}</listenSocketBufferSize>
+        <userTransports>
+          <transport_id>{UDP_TRANSPORT}</transport_id>
+          <transport_id>{SHM_TRANSPORT}</transport_id>
+        </userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
       </rtps>
     </participant>
   </profiles>
