@@ -2,11 +2,13 @@
 a gamepad's deadman takes the arm over from the robot's policy mid-episode, hands it back, and
 the next round trains on the human's segment.
 
-Fleet of one (server + sim bridge + arm adapter + robot node, lockstep, panda_sim) plus a real
+Fleet of one (server + sim bridge + arm adapter + robot node, panda_sim) plus a real
 teleop node reading the scripted pad's sensor_msgs/Joy. Checked: the adapter drops the policy
 while the human drives and labels the applied commands ``teleop``; the robot records the
 segment as a corrective demonstration (``source=intervention``); the round report carries the
-robot's interventions per episode; round 1 trains on more samples than round 0 by the segment.
+robot's interventions per episode; round 1 trains on more samples than round 0 by the segment;
+the policy's first command reaches the arm within 1 s of the release, and the segment ends
+there (no hold steps after the human's last move but the release's HOLD).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 import yaml
 
@@ -32,7 +35,7 @@ DEADMAN, STICK_Z = 9, 3  # xbox profile: LEFTSHOULDER, right stick up = +z
 EVAL_EPISODE = 3  # episodes 1 and 2 are the start-up demonstrations
 
 
-def _fleet(tmp_path):
+def _fleet(tmp_path, lockstep: bool):
     return fleet_config_from_dict(
         {
             "fleet": {
@@ -55,7 +58,7 @@ def _fleet(tmp_path):
                     "trainer.val_fraction": 0.0,
                     "device": "cpu",
                 },
-                "bridge": {"lockstep": True, "cameras": False},
+                "bridge": {"lockstep": lockstep, "cameras": False},
                 "robots": [{"id": "robot_0", "task": "lift", "profile": "panda_sim"}],
             }
         }
@@ -134,12 +137,15 @@ class Human:
         return (-1, -1) if s is None else (int(s.episode), int(s.step))
 
 
+# Lockstep: the simulator steps only on an answer (the 120-s stall of issue 36 was there);
+# free-running: the arm ticks at 20 Hz whoever drives it, as a real arm does.
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("lockstep", [True, False], ids=["lockstep", "free-running"])
 def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment(
-    tmp_path, ros_env, processes
+    tmp_path, ros_env, processes, lockstep
 ):
     env = fleet_env(base=ros_env)
-    commands = build_commands(plan_fleet(_fleet(tmp_path)), tmp_path)
+    commands = build_commands(plan_fleet(_fleet(tmp_path, lockstep)), tmp_path)
     procs = {c.spec.executable: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     logs = {c.spec.executable: c.log_path for c in commands}
     pad_profile = yaml.safe_load((teleop_profile_dir() / "xbox.yaml").read_text())
@@ -237,6 +243,12 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
         teleop_steps += json.loads(custom["command_sources"]).get("teleop", 0)
         upward += int((segment.actions[:, 2] > 0).sum())
     assert teleop_steps >= 5 and upward >= 5, [e.metadata for e in corrective]
+    # Each segment ends at the hand-back: at most the release's own HOLD after the human's
+    # last move (issue 36: a free-running arm's segments ended with 16-21 hold steps).
+    for segment in corrective:
+        moved = np.flatnonzero(np.any(segment.actions[:, :3] != 0.0, axis=1))
+        trailing = len(segment) - 1 - int(moved[-1]) if len(moved) else len(segment)
+        assert trailing <= 1, (trailing, segment.actions[:, :3].tolist())
     # Round 1 trained on the demonstrations plus the segment(s).
     assert samples[1] == samples[0] + sum(len(s) for s in corrective), samples
     assert "[ERROR]" not in logs["robot_node"].read_text()
