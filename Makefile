@@ -18,7 +18,7 @@ PKG_STAMP := $(VENV)/.stamp-pkg
 EXTRAS_STAMP := $(VENV)/.stamp-extras
 INTERFACE_FILES := $(wildcard msg/*.msg srv/*.srv)
 
-.PHONY: setup extras lint format test test-fast mutation demo clean colcon-check
+.PHONY: setup extras lint format test test-fast mutation demo clean colcon-check interop
 
 # The tracking and dataset extras belong to the main path: the README's `tensorboard --logdir
 # runs` after `make demo` and `fed-ros dataset export` need them (issue 36).
@@ -137,6 +137,19 @@ mutation: setup $(MUTATION_STAMP)
 
 demo: setup
 	$(VENV)/bin/fed-ros demo
+
+# lerobot 0.4.4 itself against our LeRobot export and import, both directions
+# (tools/lerobot_interop.py; docs/testing.md has a run). lerobot needs NumPy 2 and robosuite
+# NumPy < 2, so it gets its own venv, Python 3.11, built once (stamped; about 5 min, ~6 GB with
+# its CUDA torch). Not part of `make test`, which a test of the same files covers instead.
+INTEROP_VENV := build/lerobot-venv
+INTEROP_STAMP := $(INTEROP_VENV)/.stamp-interop
+$(INTEROP_STAMP): requirements-interop.txt
+	@$(INTEROP_VENV)/bin/python -m pip --version >/dev/null 2>&1 || python3.11 -m venv --clear $(INTEROP_VENV)
+	$(INTEROP_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-interop.txt
+	@touch $@
+interop: setup $(INTEROP_STAMP)
+	OMP_NUM_THREADS=1 $(INTEROP_VENV)/bin/python tools/lerobot_interop.py --fed-ros-venv $(VENV) --work build/interop
 
 # CUDA machines only: CUDA tests + `fed-ros bench train --device cuda` with AMP (< ~5 min).
 .PHONY: gpu-check
