@@ -126,6 +126,8 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
             f"data_dir:={tmp_path / 'robot_0'}",
             "-p",
             "register_timeout_s:=600.0",
+            "-p",
+            "max_episode_steps:=20",
         ],
         ros_env,
         log_path=tmp_path / "robot.log",
@@ -214,6 +216,29 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
     )
     cli("arm_1", "estop", "--release", code=0)
     wait_until(lambda: "hold released" in adapter_log.read_text(), 30, "the adapter's hold release")
+
+    # An evaluation between rounds (the fleet's initial model, from a stand-in server) prints
+    # its intervention rate: no round report carries it.
+    from test_robot_fake_server import FakeServer
+
+    server = FakeServer()
+    try:
+        server.send_model(0, None, "initial")
+        transfers = tmp_path / "robot_0" / "transfers.jsonl"
+
+        def received() -> bool:
+            server.spin()
+            return transfers.exists() and "cluster_model_received" in transfers.read_text()
+
+        wait_until(received, 60, "the model at the robot")
+    finally:
+        server.close()
+    evaluated = cli("robot_0", "evaluate", "--episodes", "1", code=0).stdout
+    assert (
+        "1 episode(s) per task; 0.00 interventions and 0.0 s of human control per episode, "
+        "0 corrective segment(s) recorded" in evaluated
+    ), evaluated
+    assert re.search(r"lift: [01]\.\d\d\n", evaluated), evaluated
     assert robot.poll() is None
 
 

@@ -364,8 +364,20 @@ class RobotRounds:
         try:
             model, _ = self.models.newest_for(self.robot_id)
             episodes = int(request.episodes) or self.params().eval_episodes
+            segments = self.segments_recorded
             rates = self.evaluate_model(model, episodes, int(request.seed))
-            response.ok, response.message = True, f"{episodes} episode(s) per task"
+            # The intervention rate of this evaluation goes back to whoever asked (`fed-ros robot
+            # evaluate` prints it): RobotMetrics is the line of a round's report, and an
+            # evaluation between rounds belongs to none.
+            human = self.last_interventions
+            response.ok, response.message = (
+                True,
+                (
+                    f"{episodes} episode(s) per task; {human.per_episode:.2f} interventions and "
+                    f"{human.human_seconds_per_episode:.1f} s of human control per episode, "
+                    f"{self.segments_recorded - segments} corrective segment(s) recorded"
+                ),
+            )
             response.tasks = list(rates)
             response.success_rates = [float(v) for v in rates.values()]
             response.mean_success_rate = float(np.mean(list(rates.values())))
