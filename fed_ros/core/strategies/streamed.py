@@ -106,7 +106,7 @@ def weighted_sums(
     elif out.shape != shape or out.dtype != np.float32:
         raise ValueError(f"out must be a {shape} float32 array, got {out.shape} {out.dtype}")
     members = [np.flatnonzero(W[g]).tolist() for g in range(W.shape[0])]
-    tmp = np.empty(SUM_BLOCK, dtype=np.float32)
+    tmp = np.empty(min(SUM_BLOCK, shape[1]), dtype=np.float32)
     for _a, _b, segments in blocks(manifest, SUM_BLOCK):
         for name, lo, hi, _pos in segments:
             start = offsets_cache(manifest)[name] + lo
@@ -151,7 +151,7 @@ def omega_similarity(
     sub = tuple(spec for spec in manifest if spec.name in set(names))
     K = len(sds)
     chunk = similarity_chunk(K)
-    buf = np.empty((K, chunk), dtype=np.float32)
+    buf = np.empty((K, min(chunk, num_params(sub))), dtype=np.float32)
     o = np.empty(chunk, dtype=np.float32)
     G = np.zeros((K, K), dtype=np.float64)
     for a, b, segments in blocks(sub, chunk):
@@ -186,7 +186,7 @@ def robust_average(
         return weighted_sums(sds, w[None, :], manifest)[0]
     if rule in ("median", "trimmed_mean"):
         out = np.empty(P, dtype=np.float32)
-        buf = np.empty((len(sds), BLOCK), dtype=np.float32)
+        buf = np.empty((len(sds), min(BLOCK, P)), dtype=np.float32)
         trim = float(kw.get("trim", 0.1))
         for a, b, segments in blocks(manifest):
             block = read_block(sds, segments, b - a, buf)
@@ -194,7 +194,7 @@ def robust_average(
         return out
     if rule == "clip":
         return _clip_mean(sds, w, manifest, kw.get("clip_norm"), kw.get("reference"))
-    buf = np.empty((len(sds), BLOCK), dtype=np.float32)
+    buf = np.empty((len(sds), min(BLOCK, P)), dtype=np.float32)
     G = gram_by_blocks(
         lambda a, b, segs: read_block(sds, segs, b - a, buf), len(sds), blocks(manifest)
     )
@@ -234,7 +234,7 @@ def _clip_mean(
     scales = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-30))
     cw = np.asarray(w * scales, dtype=np.float32)
     out = np.empty(P, dtype=np.float32)
-    tmp = np.empty(BLOCK, dtype=np.float32)
+    tmp = np.empty(min(BLOCK, P), dtype=np.float32)
     for a, b, segments in blocks(manifest):
         acc = out[a:b]
         for k, sd in enumerate(sds):

@@ -1,0 +1,99 @@
+"""The server's spill file: accepted updates as rows of an unlinked memory-mapped file."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from fed_ros.core.params import flatten, manifest_of
+from fed_ros.core.rounds.spill import RoundSpills, UpdateSpill
+from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.types import ClientUpdate
+
+INIT = {"temporal.w": np.zeros((64, 32), np.float32), "head.w": np.zeros((32, 16), np.float32)}
+MANIFEST = manifest_of(INIT)
+
+
+def _sd(value: float) -> dict[str, np.ndarray]:
+    return {k: np.full(v.shape, value, np.float32) for k, v in INIT.items()}
+
+
+def test_added_update_reads_back_from_the_spill_and_leaves_no_file(tmp_path):
+    spill = UpdateSpill(MANIFEST, 3, tmp_path)
+    views = spill.add(_sd(2.5))
+    assert list(tmp_path.iterdir()) == []  # unlinked once mapped: nothing to clean up
+    assert np.array_equal(flatten(views), flatten(_sd(2.5)))
+    assert len(spill) == 1
+    assert not np.shares_memory(views["head.w"], _sd(2.5)["head.w"])
+
+
+def test_full_spill_refuses_naming_its_capacity(tmp_path):
+    spill = UpdateSpill(MANIFEST, 1, tmp_path)
+    spill.add(_sd(1.0))
+    with pytest.raises(ValueError, match=r"^UpdateSpill full \(capacity 1 updates\)$"):
+        spill.add(_sd(2.0))
+
+
+def test_malformed_update_is_refused_and_takes_no_row(tmp_path):
+    spill = UpdateSpill(MANIFEST, 2, tmp_path)
+    bad = _sd(1.0)
+    bad["head.w"] = np.zeros((16, 32), np.float32)
+    with pytest.raises(ValueError, match="head.w"):
+        spill.add(bad)
+    assert len(spill) == 0
+    good = spill.add(_sd(3.0))
+    assert np.array_equal(flatten(good), flatten(_sd(3.0)))
+
+
+@pytest.mark.parametrize("capacity", [0, -1, 1.5])
+def test_capacity_below_one_is_refused_naming_it(tmp_path, capacity):
+    with pytest.raises(ValueError, match=f"got {capacity!r}"):
+        UpdateSpill(MANIFEST, capacity, tmp_path)
+
+
+def test_round_spills_keep_an_earlier_stage_rows_alive_and_fall_back_when_full(tmp_path):
+    spills = RoundSpills(MANIFEST, tmp_path / "spill")
+    assert spills.hold(_sd(1.0))["head.w"][0, 0] == 1.0  # no stage open: kept as given
+    spills.open(1)
+    first = spills.hold(_sd(4.0))
+    spills.open(1)  # a re-announced stage: a fresh file; the first one's rows stay readable
+    second = spills.hold(_sd(5.0))
+    overflow = _sd(6.0)
+    assert spills.hold(overflow) is overflow
+    assert first["temporal.w"][3, 3] == 4.0 and second["temporal.w"][3, 3] == 5.0
+
+
+def _traced_peak(fn) -> tuple[object, int]:
+    tracemalloc.start()
+    out = fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return out, peak
+
+
+def test_strategy_aggregates_spilled_updates_without_holding_them_on_the_heap(tmp_path):
+    """40 updates in the spill: FedDRMan's stacked path copies them all onto the heap, the
+    streamed path keeps a few model sizes, and both give the same models."""
+    init = {
+        "temporal.w": np.zeros((512, 256), np.float32),
+        "head.w": np.zeros((256, 512), np.float32),
+    }
+    K, rng = 40, np.random.default_rng(0)
+    spill = UpdateSpill(manifest_of(init), K, tmp_path)
+    updates = []
+    for k in range(K):
+        sd = {n: rng.standard_normal(v.shape).astype(np.float32) + k % 2 for n, v in init.items()}
+        updates.append(ClientUpdate(f"r{k:02d}", spill.add(sd), 10, 0))
+    ids = [u.robot_id for u in updates]
+    model_bytes = 4 * sum(v.size for v in init.values())
+    runs = {}
+    for stack in (True, False):
+        s = make_strategy("feddrman", num_clusters=2, stack_updates=stack)
+        s.initialize(init, ids)
+        runs[stack] = _traced_peak(lambda: s.aggregate_round(0, updates, {}))
+    for c, m in runs[True][0].cluster_models.items():
+        assert np.array_equal(flatten(runs[False][0].cluster_models[c]), flatten(m))
+    assert runs[True][1] / model_bytes > K
+    assert runs[False][1] / model_bytes < 8
