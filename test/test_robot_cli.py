@@ -258,3 +258,21 @@ def test_a_missing_robot_or_adapter_exits_2_naming_what_is_missing(ros_env, ros_
     )
     hold = run("robot_9", "estop")
     assert hold.returncode == 2 and "/robot_9/arm/hold" in hold.stderr, hold.stderr
+
+
+def test_every_fed_ros_robot_command_the_docs_give_parses():
+    """The commands docs/arms.md and docs/teleop.md tell an operator to type are real usage."""
+    import shlex
+
+    repo = Path(__file__).resolve().parents[1]
+    commands = []
+    for doc in ("docs/arms.md", "docs/teleop.md"):
+        text = (repo / doc).read_text()
+        commands += re.findall(r"^ {4}fed-ros robot ([^#\n]+)", text, re.M)  # code blocks
+        commands += re.findall(r"`fed-ros robot ([^`<|\[]+)`", text)  # inline, no placeholders
+    assert len(commands) >= 8, commands
+    parser = robot_cli._parser()
+    for command in commands:
+        fleet, rest = robot_cli._split_fleet(shlex.split(command))
+        parser.parse_args(rest)  # SystemExit (exit 2) on a command the CLI does not have
+    assert any(c.split()[1] == "reset" for c in commands), commands
