@@ -50,14 +50,17 @@ def test_large_frames_are_bounded_in_size_and_rate(ros_env):
         blue = np.zeros((480, 640, 3), np.uint8)
         blue[..., 2] = 220
 
+        asked_at: list[float] = []  # before each request: the encoding happened after it
+
         def shown(frame: np.ndarray) -> bool:
             pub.publish(image_to_msg(frame, "rgb8"))
             executor.spin_once(timeout_sec=0.1)
+            asked_at.append(time.monotonic())
             png = cameras.large_png("robot_0")
             return png is not None and _decoded(png)[0, 0].tolist() == frame[0, 0].tolist()
 
         wait_until(lambda: shown(red), 30, "robot_0's first large frame")
-        first = time.monotonic()
+        encoded_after = asked_at[-1]
         large = _decoded(cameras.large_png("robot_0"))
         assert large.shape == (240, 320, 3) and max(large.shape[:2]) <= LARGE_SIDE
         assert cameras.data_urls()["robot_0"].startswith("data:image/png;base64,")
@@ -65,10 +68,12 @@ def test_large_frames_are_bounded_in_size_and_rate(ros_env):
         for _ in range(5):
             pub.publish(image_to_msg(blue, "rgb8"))
             executor.spin_once(timeout_sec=0.1)
-        assert time.monotonic() - first < 3.0, "the machine is too slow for this check"
-        assert _decoded(cameras.large_png("robot_0"))[0, 0].tolist() == red[0, 0].tolist()
+        checked_at = time.monotonic()
+        served = _decoded(cameras.large_png("robot_0"))
+        assert checked_at - encoded_after < 3.0, "the machine was too slow for this check"
+        assert served[0, 0].tolist() == red[0, 0].tolist()
         wait_until(lambda: shown(blue), 30, "the newer frame once the period passed")
-        assert time.monotonic() - first >= 3.0
+        assert time.monotonic() - encoded_after >= 3.0
         assert cameras.large_png("robot_1") is None  # not watched: no frame
         url = cameras.data_urls()["robot_0"]
         thumb = _decoded(base64.b64decode(url.split(",", 1)[1]))
@@ -78,3 +83,11 @@ def test_large_frames_are_bounded_in_size_and_rate(ros_env):
         camera_node.destroy_node()
         view_node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan")])
+def test_the_encoding_period_must_be_a_number_of_seconds(bad):
+    from fed_ros.ros.fleet.camera_thumbnails import CameraThumbnails
+
+    with pytest.raises(ValueError, match=f"min_period_s must be >= 0 s, got {bad}"):
+        CameraThumbnails(None, min_period_s=bad)

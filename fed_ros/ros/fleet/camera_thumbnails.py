@@ -83,6 +83,8 @@ class CameraThumbnails:
 
         from fed_ros.ros.wire import qos
 
+        if not float(min_period_s) >= 0.0:  # NaN too: it would never re-encode
+            raise ValueError(f"min_period_s must be >= 0 s, got {min_period_s}")
         self.node, self.camera, self.template = node, camera, topic_template
         self.min_period_s = float(min_period_s)
         self._image_type, self._qos = Image, qos.sensor_qos(1)
