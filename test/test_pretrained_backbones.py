@@ -299,6 +299,12 @@ def test_config_resolves_backbone_input_size_and_round_trips():
     res = PolicyConfig(kind="image", vision_backbone="resnet18_imagenet", backbone_weights="w")
     assert res.backbone_image_size == 84
     assert PolicyConfig.from_dict(res.to_dict()) == res
+    # Shifted frames would miss the frozen feature cache: no shift unless asked for.
+    assert (res.random_shift, PolicyConfig(kind="image").random_shift) == (0, 4)
+    tuned = PolicyConfig(kind="image", vision_backbone="dinov2_vits14", freeze_backbone=False)
+    assert tuned.random_shift == 4
+    explicit = PolicyConfig(kind="image", vision_backbone="dinov2_vits14", random_shift=2)
+    assert explicit.random_shift == 2
 
 
 @pytest.mark.parametrize("name", list(LAYOUTS))
