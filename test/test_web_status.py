@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import urllib.error
 import urllib.request
 
@@ -174,3 +175,13 @@ def test_large_camera_frames_are_bounded_and_larger_than_thumbnails():
     assert THUMB_SIDE < LARGE_SIDE <= 640
     with pytest.raises(ValueError, match="side must be a positive"):
         thumbnail(big, 0)
+
+
+def test_the_page_fetches_nothing_from_elsewhere():
+    """No script, style sheet, font or image from another address: only relative paths."""
+    from fed_ros.ros.fleet.web_page import PAGE
+
+    assert re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}", PAGE) == []
+    assert not re.search(r"<(?:link|iframe)\b|<script\s[^>]*src=|@import|url\(", PAGE)
+    assert re.findall(r"fetch\(([^,)]+)", PAGE) == ['"status.json"']
+    assert '"camera/" + encodeURIComponent(cameraRobot)' in PAGE  # the larger view, relative
