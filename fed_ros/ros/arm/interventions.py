@@ -89,9 +89,12 @@ class InterventionRecorder:
             self.dropped += 1
             self.log.info(f"human segment of {steps} step(s) dropped (< {self.min_steps})")
             return
-        # Closing and converting the segment takes a while (seconds on a loaded machine, with
-        # cameras): a worker does it, the policy drives again now.
+        # The segment ends here, before the policy's first command can be recorded in it.
+        # Closing and converting it takes a while (seconds on a loaded machine, with cameras):
+        # a worker does that, the policy drives again now.
         end_ns = at.stamp_to_ns(status.header.stamp)
+        self.recorder.end_at(end_ns)
+        self.log.info(f"human handed back at step {status.step}: the policy drives again")
         self._saving = threading.Thread(
             target=self._save, args=(int(status.step), end_ns), name="intervention-save"
         )
@@ -110,6 +113,6 @@ class InterventionRecorder:
             return
         self.recorded += 1
         self.log.info(
-            f"human handed back at step {step}: {result.num_steps} step(s) recorded as a "
+            f"human segment up to step {step}: {result.num_steps} step(s) recorded as a "
             f"corrective demonstration ({result.path.name}), trained from the next round"
         )

@@ -247,6 +247,13 @@ class Recorder:
             elif rel in self._seen:
                 self._seen[rel].add(stamp)
 
+    def end_at(self, stamp_ns: int) -> None:
+        """End the episode before the observation stamped ``stamp_ns``: nothing stamped from it
+        on is recorded (a hand-back: the next driver answers that observation)."""
+        with self._lock:
+            if self._end_ns is None or stamp_ns < self._end_ns:
+                self._end_ns = int(stamp_ns)
+
     def _last_step_in(self) -> bool:
         """Whether the newest recorded observation's applied command, and every applied
         command's observations, are in (caller holds the lock)."""
@@ -292,8 +299,8 @@ class Recorder:
         with self._lock:
             if self._writer is None:
                 raise RuntimeError("Record STOP without START")
-            if end_stamp_ns is not None and (self._end_ns is None or end_stamp_ns < self._end_ns):
-                self._end_ns = end_stamp_ns
+            if end_stamp_ns is not None:
+                self.end_at(end_stamp_ns)
             if self._end_ns is not None:
                 deadline = time.monotonic() + timeout
                 while not self._last_step_in() and time.monotonic() < deadline:
