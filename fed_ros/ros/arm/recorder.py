@@ -21,7 +21,7 @@ from typing import Any
 
 from fed_ros.core.arm.interventions import INTERVENTION_SOURCE
 from fed_ros.core.data.episode import Episode
-from fed_ros.core.data.quarantine import quarantine
+from fed_ros.core.data.quarantine import QUARANTINE_DIR, quarantine
 from fed_ros.ros import shutdown
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recorded_episodes import RecordingError, recording_to_episode
@@ -345,6 +345,7 @@ class Recorder:
             # A refused bag left among the demonstrations, labelled a success, would fail every
             # later load (each STOP, each round's training): it leaves with its reason.
             where = quarantine(path, f"{type(exc).__name__}: {exc}", self.output_dir)
+            where = where or self.output_dir / QUARANTINE_DIR  # a concurrent load moved it first
             self.node.get_logger().warning(f"recording refused, quarantined in {where}: {exc}")
             raise RecordingError(f"{exc}; the recording was moved to {where}") from exc
         return RecordResult(path, len(episode), True, episode)
