@@ -37,7 +37,7 @@ class BackboneSpec:
 SCRATCH = "scratch"
 
 BACKBONE_SPECS: dict[str, BackboneSpec] = {
-    # torchvision's ResNet18_Weights.IMAGENET1K_V1 (top-1 69.76 % on ImageNet).
+    # torchvision's ResNet18_Weights.IMAGENET1K_V1.
     "resnet18_imagenet": BackboneSpec(
         name="resnet18_imagenet",
         file_name="resnet18-f37072fd.pth",
