@@ -32,7 +32,6 @@ from test_arm_stop_paths import Spun  # noqa: E402
 
 NS = "/robot_0"
 DEADMAN, STICK_Z = 9, 3  # xbox profile: LEFTSHOULDER, right stick up = +z
-EVAL_EPISODE = 3  # episodes 1 and 2 are the start-up demonstrations
 
 
 def _fleet(tmp_path, lockstep: bool):
@@ -83,7 +82,8 @@ class Human:
         self.status = None
         self.human_steps: set[tuple[int, int]] = set()  # (episode, step) the human drove
         self.reports: list[dict] = []
-        self.applied: list[tuple[float, str]] = []  # (monotonic arrival, source) at the arm
+        # (monotonic arrival, source, episode) of each command the arm applied
+        self.applied: list[tuple[float, str, int]] = []
         self._pub = node.create_publisher(Joy, f"{NS}/joy", 10)
         node.create_timer(0.05, self._publish)
         node.create_subscription(
@@ -115,12 +115,23 @@ class Human:
 
     def _on_applied(self, msg) -> None:
         with self.lock:
-            self.applied.append((time.monotonic(), msg.source))
+            episode = -1 if self.status is None else int(self.status.episode)
+            self.applied.append((time.monotonic(), msg.source, episode))
+
+    def policy_episode(self, steps: int) -> int | None:
+        """The episode in which the arm applied ``steps`` of the policy's commands (the
+        evaluation): the start-up demonstrations before it are 2, or more when the expert
+        failed one (it did, on a free-running arm under load)."""
+        with self.lock:
+            episodes = [e for _, src, e in self.applied if src.startswith("policy")]
+        return next((e for e in episodes if episodes.count(e) >= steps), None)
 
     def first_policy_command_after(self, t: float) -> float | None:
         """Arrival of the first command the arm applied from the policy after ``t``."""
         with self.lock:
-            return next((a for a, src in self.applied if a > t and src.startswith("policy")), None)
+            return next(
+                (a for a, src, _ in self.applied if a > t and src.startswith("policy")), None
+            )
 
     def _on_report(self, msg) -> None:
         with self.lock:
@@ -161,16 +172,16 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
     spun = Spun("human")
     human = Human(spun.node)
     try:
-        # The evaluation of round 0 drives episode 3; the human steps in at its step 5.
-        wait_until(
-            lambda: human.step() >= (EVAL_EPISODE, 5),
+        # The human steps in once the policy has driven 5 steps of round 0's evaluation.
+        eval_episode = wait_until(
+            lambda: human.policy_episode(5),
             420,
             "the evaluation episode of round 0",
             diagnostics=lambda: logs["robot_node"].read_text()[-2000:],
         )
         human.set(deadman=True, stick=0.8)  # right stick up: +z, the hand lifts
         wait_until(
-            lambda: len([s for s in human.human_steps if s[0] == EVAL_EPISODE]) >= 8,
+            lambda: len([s for s in human.human_steps if s[0] == eval_episode]) >= 8,
             60,
             "eight steps driven by the human",
             diagnostics=lambda: teleop_log.read_text()[-2000:],
@@ -186,10 +197,13 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
             "the policy's first command at the arm after the hand-back",
             diagnostics=lambda: logs["robot_node"].read_text()[-2000:],
         )
-        print(f"hand-back -> first policy command at the arm: {resumed - released:.3f} s")
+        print(
+            f"hand-back -> first policy command at the arm: {resumed - released:.3f} s "
+            f"(released at {time.time() - (time.monotonic() - released):.3f} wall)"
+        )
         assert resumed - released < 1.0, f"the policy resumed {resumed - released:.2f} s late"
         wait_until(
-            lambda: human.step()[0] > EVAL_EPISODE or human.step()[1] > first[1] + 5,
+            lambda: human.step()[0] > eval_episode or human.step()[1] > first[1] + 5,
             60,
             "the policy driving after the hand-back",
         )
