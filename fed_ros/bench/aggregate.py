@@ -11,8 +11,16 @@ it prints, side by side:
 - FedDRMan: CUA + per-cluster averages + SRB + persistent models, target <= 1.5x (FedAvg + SVD);
 - FeDepth: a steady-state round (multi-membership averages) and, once, the round-0
   clustering (Jeffreys matrix, tau calibration to 20% overlap, subset merging);
-- peak: traced peak memory during the FedDRMan step, in model sizes, updates included,
-  target <= K + 3 (updates arrive in an `UpdateBuffer`, so stacking copies nothing).
+- peak: traced heap peak during the FedDRMan step, in model sizes, and the process's peak
+  RssAnon / RssFile (sampled every 5 ms).
+
+Each cell runs two paths over the same updates, one after the other: **stacked** (the K
+updates in an `UpdateBuffer` on the heap, stacked as (K, P): K + 3 model sizes) and
+**streamed** (the K updates in the server's spill file, `fed_ros.core.rounds.spill`, read in
+place block by block: C models + one block on the heap, the rows in page cache). The two give
+the same bits (test_core_streamed_aggregation). For the streamed FedDRMan round it also
+prints where the time goes: CUA's similarity matrix (K^2 x |Omega| multiply-adds) and the
+partition; the rest is the per-cluster averages and SRB.
 
 Then CUA partition time for K up to 1000 (target <= 2 s) and the scalable solver's
 objective gap to exact enumeration for K <= 12 (target <= 1%).
@@ -22,18 +30,23 @@ from __future__ import annotations
 
 import argparse
 import gc
+import tempfile
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import scipy.linalg
 
 from fed_ros.core.strategies.aggregate import cosine_similarity_matrix
-from fed_ros.core.clustering.cua import cua_exact, cua_scalable
+from fed_ros.core.clustering.cua import cua_exact, cua_partition, cua_scalable
 from fed_ros.core.params import Manifest, TensorSpec, UpdateBuffer, num_params, unflatten
 from fed_ros.core.clustering.srb import eligible_blocks
+from fed_ros.core.rounds.spill import UpdateSpill
 from fed_ros.core.strategies.base import make_strategy
+from fed_ros.core.strategies.streamed import omega_similarity
 from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate
 
 NUM_CLUSTERS = 2
@@ -56,24 +69,34 @@ def synthetic_manifest(target_params: int) -> Manifest:
     return tuple(specs)
 
 
-def _fill_updates(manifest: Manifest, K: int, seed: int) -> tuple[np.ndarray, UpdateBuffer]:
-    """theta^0 and K updates written into one UpdateBuffer: two latent groups plus noise."""
-    rng = np.random.default_rng(seed)
-    P = num_params(manifest)
-    theta0 = rng.standard_normal(P, dtype=np.float32) * 0.02
-    dirs = rng.standard_normal((NUM_CLUSTERS, P), dtype=np.float32) * 0.01
-    pool = rng.standard_normal((3, P), dtype=np.float32) * 0.002
+class _Updates:
+    """Robot k's update: theta^0 + its group's direction + a mix of three shared directions
+    (the same floats whichever container, buffer or spill, they are written into)."""
+
+    def __init__(self, P: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.theta0 = rng.standard_normal(P, dtype=np.float32) * 0.02
+        self.dirs = rng.standard_normal((NUM_CLUSTERS, P), dtype=np.float32) * 0.01
+        self.pool = rng.standard_normal((3, P), dtype=np.float32) * 0.002
+        self.seed = seed
+
+    def row(self, k: int, out: np.ndarray) -> np.ndarray:
+        """Write robot k's update into ``out`` (P,)."""
+        np.add(self.theta0, self.dirs[k % NUM_CLUSTERS], out=out)
+        c = np.random.default_rng((self.seed, k)).standard_normal(3).astype(np.float32)
+        for j in range(3):
+            out += c[j] * self.pool[j]
+        return out
+
+
+def _fill_updates(manifest: Manifest, K: int, seed: int) -> tuple[_Updates, UpdateBuffer]:
+    """The update maker and K updates written into one UpdateBuffer: two groups plus noise."""
+    maker = _Updates(num_params(manifest), seed)
     buf = UpdateBuffer(manifest, K)
     for k in range(K):
         buf.slot()
-        row = buf.data[k]
-        np.add(theta0, dirs[k % NUM_CLUSTERS], out=row)
-        c = rng.standard_normal(3).astype(np.float32)
-        row += c[0] * pool[0]
-        row += c[1] * pool[1]
-        row += c[2] * pool[2]
-    del dirs, pool
-    return theta0, buf
+        maker.row(k, buf.data[k])
+    return maker, buf
 
 
 def _best_of(fn: Callable[[], object], reps: int) -> float:
@@ -106,24 +129,120 @@ def _descriptors(K: int, seed: int) -> dict[str, ClientDescriptor]:
     }
 
 
-def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, float]:
-    """All timings of one (K, P) cell."""
+class _RssPeaks:
+    """Peak RssAnon and RssFile of this process (MB), sampled every 5 ms while active.
+
+    Anonymous memory is what the kernel cannot reclaim (the heap: decoded or stacked models);
+    file pages (the spill file's rows) are written back and dropped under memory pressure.
+    """
+
+    def __init__(self) -> None:
+        self.anon = self.file = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def now() -> tuple[float, float]:
+        """Current (RssAnon, RssFile) in MB, from /proc/self/status."""
+        vals = {}
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    vals[line.split(":")[0]] = int(line.split()[1]) / 1024.0
+        return vals.get("RssAnon", 0.0), vals.get("RssFile", 0.0)
+
+    def _sample(self) -> None:
+        while True:
+            anon, file = self.now()
+            self.anon, self.file = max(self.anon, anon), max(self.file, file)
+            if self._stop.wait(0.005):
+                return
+
+    def __enter__(self) -> "_RssPeaks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _peak_models(fn: Callable[[], object], model_bytes: int) -> tuple[float, _RssPeaks]:
+    """Traced heap peak of fn() in model sizes (above what was allocated before), RSS peaks."""
+    gc.collect()
+    tracemalloc.start()
+    before, _ = tracemalloc.get_traced_memory()
+    with _RssPeaks() as rss:
+        fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return (peak - before) / model_bytes, rss
+
+
+def _path_case(
+    manifest: Manifest,
+    theta0: np.ndarray,
+    updates: list[ClientUpdate],
+    desc: dict[str, ClientDescriptor],
+    stack: bool,
+    reps: int,
+) -> dict[str, float]:
+    """Timings and peaks of one path (stacked or streamed) over the same updates."""
+    K = len(updates)
+    initial = unflatten(theta0, manifest)
+    ids = [u.robot_id for u in updates]
+    fast_reps = max(10, 3 * reps) if K <= 100 else max(2, reps)
+
+    def fresh(name: str, **kw: object):
+        s = make_strategy(name, stack_updates=stack, **kw)
+        s.initialize(initial, ids)
+        return s
+
+    fedavg = fresh("fedavg")
+    t_fedavg = _best_of(lambda: fedavg.aggregate_round(0, updates, {}), fast_reps)
+    drm = fresh("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
+    t_drm = _best_of(lambda: drm.aggregate_round(0, updates, {}), max(1, reps - 1))
+    fdp = fresh("fedepth", target_overlap=0.2)
+    t = time.perf_counter()
+    fdp.aggregate_round(0, updates, desc)  # round 0: Jeffreys + tau calibration + merge
+    t_fedepth_cluster = time.perf_counter() - t
+    t_fedepth = _best_of(lambda: fdp.aggregate_round(1, updates, {}), fast_reps)
+    drm2 = fresh("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
+    peak, rss = _peak_models(lambda: drm2.aggregate_round(0, updates, {}), 4 * len(theta0))
+    return {
+        "fedavg": t_fedavg,
+        "feddrman": t_drm,
+        "fedepth": t_fedepth,
+        "fedepth_cluster": t_fedepth_cluster,
+        "peak": peak,
+        "anon_mb": rss.anon,
+        "file_mb": rss.file,
+    }
+
+
+def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdate]) -> dict:
+    """Where a streamed FedDRMan round's time goes: CUA's similarity matrix, the partition."""
+    names = [s.name for s in manifest if s.name.startswith("temporal.")]
+    sds = [u.params for u in updates]
+    t = time.perf_counter()
+    S = omega_similarity(sds, manifest, names, unflatten(theta0, manifest))
+    t_sim = time.perf_counter() - t
+    t = time.perf_counter()
+    cua_partition(S, NUM_CLUSTERS)
+    return {"similarity": t_sim, "cua": time.perf_counter() - t}
+
+
+def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str | None = None):
+    """One (K, P) cell, both paths side by side: the stacked one (updates in an UpdateBuffer
+    on the heap, stacked) and the streamed one (updates in the server's spill file, read in
+    place); one set of updates exists at a time."""
     manifest = synthetic_manifest(P_target)
     P = num_params(manifest)
-    theta0, buf = _fill_updates(manifest, K, seed)
-    initial = unflatten(theta0, manifest)
-    ids = [f"robot_{k:04d}" for k in range(K)]
-    stacked = buf.data
+    maker, buf = _fill_updates(manifest, K, seed)
+    theta0 = maker.theta0
     w = np.full(K, 1.0 / K, dtype=np.float32)
-    # Millisecond-scale steps get more repeats (best of >= 10, as timeit would): on a shared
-    # machine a best of 2 mostly measures the scheduler, not the code.
-    fast_reps = max(10, 3 * reps)
-    read_pass = _best_of(lambda: w @ stacked, fast_reps)
-
-    fedavg = make_strategy("fedavg")
-    fedavg.initialize(initial, ids)
-    t_fedavg = _best_of(lambda: fedavg.aggregate_round(0, _updates(buf, K), {}), fast_reps)
-
+    read_pass = _best_of(partial(np.dot, w, buf.data), max(10, 3 * reps) if K <= 100 else 3)
+    desc = _descriptors(K, seed)
     blocks = eligible_blocks(manifest)
     shapes = {s.name: s.shape for s in manifest}
     rng = np.random.default_rng(seed + 1)
@@ -135,46 +254,35 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0) -> dict[str, flo
                 scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesdd", check_finite=False)
 
     t_svd = _best_of(svds, 1)
-    mats.clear()  # the timed matrices are not needed any more
-
-    drm = make_strategy("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
-    drm.initialize(initial, ids)
-    t_drm = _best_of(lambda: drm.aggregate_round(0, _updates(buf, K), {}), max(1, reps - 1))
-
-    fdp = make_strategy("fedepth", target_overlap=0.2)
-    desc = _descriptors(K, seed)
-    fdp.initialize(initial, ids)
-    t = time.perf_counter()
-    fdp.aggregate_round(0, _updates(buf, K), desc)  # round 0: Jeffreys + tau calibration + merge
-    t_fedepth_cluster = time.perf_counter() - t
-    t_fedepth = _best_of(
-        lambda: fdp.aggregate_round(1, _updates(buf, K), {}), fast_reps
-    )  # steady-state round
-
-    # Peak memory of the FedDRMan step (traced numpy allocations), updates + state included.
-    drm2 = make_strategy("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
-    drm2.initialize(initial, ids)
-    ups = _updates(buf, K)
+    mats.clear()
+    old = _path_case(manifest, theta0, _updates(buf, K), desc, True, reps)
+    old["peak"] += K  # the K updates themselves live on the heap (the UpdateBuffer)
+    del buf
     gc.collect()
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    before, _ = tracemalloc.get_traced_memory()
-    drm2.aggregate_round(0, ups, {})
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    model_bytes = 4 * P
-    peak_models = K + (peak - before) / model_bytes  # K = the updates themselves (in the buffer)
+    with tempfile.TemporaryDirectory(prefix="fed_ros_bench_spill_", dir=spill_dir) as d:
+        spill = UpdateSpill(manifest, K, d)
+        row = np.empty(P, dtype=np.float32)
+        for k in range(K):
+            spill.add(unflatten(maker.row(k, row), manifest))
+        ups = [
+            ClientUpdate(
+                f"robot_{k:04d}", unflatten(np.asarray(spill.data[k]), manifest), 100 + k, 0
+            )
+            for k in range(K)
+        ]
+        new = _path_case(manifest, theta0, ups, desc, False, reps)
+        split = _drm_split(manifest, theta0, ups)
+        del ups, spill
+    gc.collect()
     return {
         "K": K,
         "P": P,
         "read": read_pass,
-        "fedavg": t_fedavg,
         "svd": t_svd,
-        "feddrman": t_drm,
-        "fedepth": t_fedepth,
-        "fedepth_cluster": t_fedepth_cluster,
-        "peak": peak_models,
         "blocks": len(blocks),
+        "stacked": old,
+        "streamed": new,
+        "split": split,
     }
 
 
@@ -223,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=None, help="repeats per timing (best of)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--spill-dir", default=None, help="directory of the streamed path's spill file (a temp dir)"
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -248,29 +359,47 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--ks value {k} is below the {NUM_CLUSTERS} FedDRMan clusters")
 
     print(
-        f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best of "
-        f"{reps}, read/FedAvg/FeDepth best of {max(10, 3 * reps)})"
+        f"fed-ros bench aggregate  (C={NUM_CLUSTERS} FedDRMan clusters, beta=0.9, float32; best "
+        f"of {reps}, FedAvg/FeDepth best of {max(10, 3 * reps)} up to K = 100)"
     )
     hdr = (
-        f"{'K':>4} {'P':>9} | {'read':>7} {'FedAvg':>7} {'x read':>6} {'<=2':>3} | {'SVD':>7} "
-        f"{'FedDRMan':>8} {'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>7} {'+clust':>7} | "
-        f"{'peak':>6} {'K+3':>5} {'ok':>3}"
+        f"{'K':>4} {'P':>8} {'path':>8} | {'FedAvg':>8} {'x read':>6} | {'FedDRMan':>8} "
+        f"{'x(FA+SVD)':>9} {'<=1.5':>5} | {'FeDepth':>8} {'+clust':>7} {'<=2s':>4} | "
+        f"{'heap':>6} {'RssAnon':>8} {'RssFile':>8}"
     )
-    print(hdr)
-    print("-" * len(hdr))
+    ok = lambda c: "yes" if c else "NO"  # noqa: E731
     for p in ps:
         for k in ks:
-            r = bench_case(k, int(p * 1e6), reps, args.seed)
-            fa_ratio = r["fedavg"] / r["read"]
-            drm_ratio = r["feddrman"] / (r["fedavg"] + r["svd"])
-            ok = lambda c: "yes" if c else "NO"
+            r = bench_case(k, int(p * 1e6), reps, args.seed, args.spill_dir)
             print(
-                f"{k:>4} {r['P']:>9} | {r['read'] * 1e3:>5.1f}ms {r['fedavg'] * 1e3:>5.1f}ms "
-                f"{fa_ratio:>6.2f} {ok(fa_ratio <= 2):>3} | {r['svd'] * 1e3:>5.0f}ms "
-                f"{r['feddrman'] * 1e3:>6.0f}ms {drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | "
-                f"{r['fedepth'] * 1e3:>5.1f}ms {r['fedepth_cluster'] * 1e3:>5.0f}ms | "
-                f"{r['peak']:>6.2f} {k + 3:>5} {ok(r['peak'] <= k + 3):>3}",
-                flush=True,
+                f"\nK={k} P={r['P']}: read pass {r['read'] * 1e3:.1f} ms, SVD of the "
+                f"{r['blocks']} SRB blocks x {NUM_CLUSTERS} clusters {r['svd'] * 1e3:.0f} ms"
+            )
+            print(hdr)
+            print("-" * len(hdr))
+            for path in ("stacked", "streamed"):
+                c = r[path]
+                drm_ratio = c["feddrman"] / (c["fedavg"] + r["svd"])
+                print(
+                    f"{k:>4} {r['P']:>8} {path:>8} | {c['fedavg'] * 1e3:>6.0f}ms "
+                    f"{c['fedavg'] / r['read']:>6.2f} | {c['feddrman'] * 1e3:>6.0f}ms "
+                    f"{drm_ratio:>9.2f} {ok(drm_ratio <= 1.5):>5} | "
+                    f"{c['fedepth'] * 1e3:>6.0f}ms {c['fedepth_cluster']:>6.2f}s "
+                    f"{ok(c['fedepth_cluster'] <= 2.0):>4} | {c['peak']:>6.1f} "
+                    f"{c['anon_mb']:>6.0f}MB {c['file_mb']:>6.0f}MB",
+                    flush=True,
+                )
+            a, b = r["stacked"], r["streamed"]
+            sp = r["split"]
+            print(
+                f"streamed / stacked: FedAvg {b['fedavg'] / a['fedavg']:.2f}x, FedDRMan "
+                f"{b['feddrman'] / a['feddrman']:.2f}x, heap peak {b['peak'] / a['peak']:.3f}x, "
+                f"RssAnon peak {b['anon_mb'] / max(a['anon_mb'], 1e-9):.2f}x"
+            )
+            print(
+                f"streamed FedDRMan round: CUA similarity {sp['similarity']:.2f} s, CUA partition "
+                f"{sp['cua']:.2f} s, averages + SRB + rest "
+                f"{max(0.0, b['feddrman'] - sp['similarity'] - sp['cua']):.2f} s"
             )
             gc.collect()
     sizes = [12, 100, 300] if args.quick else [12, 100, 300, 1000]
