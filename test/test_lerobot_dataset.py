@@ -379,3 +379,73 @@ def test_an_import_keeps_the_datasets_task_strings(exported, tmp_path):
 
     back = local_episodes(target)
     assert [(b.task, b.instruction) for b in back] == [(e.instruction,) * 2 for e in episodes]
+
+
+def _reencode(path, codec: str, pix_fmt: str, options: dict, keep: int | None = None) -> None:
+    """Rewrite an mp4 with another codec (and only its first ``keep`` frames)."""
+    import av
+
+    with av.open(str(path)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+    with av.open(str(path), "w") as c:
+        stream = c.add_stream(codec, rate=20, options=options)
+        stream.width, stream.height, stream.pix_fmt = 84, 84, pix_fmt
+        for i, frame in enumerate(frames[:keep]):
+            video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
+            video_frame.pts = i
+            c.mux(stream.encode(video_frame))
+        c.mux(stream.encode())
+
+
+def _video_export(tmp_path, episodes):
+    demos = tmp_path / "demos"
+    demos.mkdir()
+    for i, e in enumerate(episodes):
+        e.save(demos / f"demo_{i}.npz")
+    out = tmp_path / "video"
+    argv = ["dataset", "export", str(demos), str(out), "--robot-profile", "panda_sim"]
+    assert fed_ros([*argv, "--cameras", "mp4"]) == 0
+    return out
+
+
+def test_lerobots_default_av1_video_imports_within_its_loss(tmp_path):
+    # lerobot 0.4.4 records cameras as AV1 (libsvtav1), yuv420p, crf 30, a keyframe every 2.
+    episodes = [_smooth_cameras(e) for e in _episodes()]
+    out = _video_export(tmp_path, episodes)
+    for cam in ("agentview", "wrist"):
+        path = out / f"videos/observation.images.{cam}/chunk-000/file-000.mp4"
+        _reencode(path, "libsvtav1", "yuv420p", {"crf": "30", "g": "2"})
+    code, target = _import(tmp_path, out)
+    assert code == 0
+    from fed_ros.ros.arm.driving import local_episodes
+
+    back = local_episodes(target)
+    diff = np.concatenate(
+        [np.abs(a.observations[k].astype(int) - b.observations[k]).ravel()
+         for a, b in zip(episodes, back) for k in (ep.AGENTVIEW_IMAGE, ep.WRIST_IMAGE)]
+    )  # fmt: skip
+    assert 0 < diff.mean() < 8, diff.mean()  # lossy, but the same scenes
+    assert all(np.array_equal(a.actions, b.actions) for a, b in zip(episodes, back))
+
+
+def _smooth_cameras(e: Episode) -> Episode:
+    """Camera frames a video codec can keep (random noise is its worst case)."""
+    yy, xx = np.mgrid[0:84, 0:84]
+    for key in (ep.AGENTVIEW_IMAGE, ep.WRIST_IMAGE):
+        e.observations[key] = np.stack(
+            [
+                np.stack([(xx * 3 + t) % 256, (yy * 2) % 256, (xx + yy) % 256], -1)
+                for t in range(len(e))
+            ]
+        ).astype(np.uint8)
+    return e
+
+
+def test_a_video_missing_frames_is_refused_naming_episode_and_frame(tmp_path, capsys):
+    out = _video_export(tmp_path, _episodes())
+    path = out / "videos/observation.images.wrist/chunk-000/file-000.mp4"
+    _reencode(path, "libx264rgb", "rgb24", {"crf": "0"}, keep=15)  # 18 frames recorded
+    code, target = _import(tmp_path, out)
+    assert code == 2 and _nothing_written(target)
+    err = capsys.readouterr().err
+    assert f"{path}: no frame at 0.7500 s for observation.images.wrist of episode 2 frame 4" in err
