@@ -27,6 +27,7 @@ from fed_ros.core.data.episode import (
     OBJECT_STATE,
     WRIST_IMAGE,
 )
+from fed_ros.core.data.quarantine import is_quarantined
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.recording_topics import (
     IMAGE_TOPICS,
@@ -36,7 +37,6 @@ from fed_ros.ros.arm.recording_topics import (
     cdr_header_stamp_ns,
     relative_topic,
 )
-from fed_ros.core.data.quarantine import is_quarantined
 from fed_ros.ros.arm.rosbag2_mcap import METADATA_FILE
 
 EPISODE_CACHE = "episode.npz"
