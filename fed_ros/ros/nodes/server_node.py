@@ -38,6 +38,7 @@ from rclpy.node import Node
 from std_msgs.msg import String
 
 from fed_ros.core.checks.decisions import Decision
+from fed_ros.core.rounds.spill import RoundSpills
 from fed_ros.msg import (
     ClientDescriptor as DescriptorMsg,
     ClusterModel,
@@ -119,6 +120,7 @@ class FleetServer(Node):
             now_msg=self._now_msg,
             log=log,
             delta_base=lambda round_idx, cid: self.models.sent_model(round_idx, cid),
+            spills=RoundSpills(state.manifest, Path(p.state_dir) / "spill"),
         )
         self.stage_inputs = StageInputs(
             coord=self.coord, intake=self.intake, audit=self.audit, log=log

@@ -49,6 +49,7 @@ class UpdateIntake:
         now_msg: Callable[[], Any],
         log: Any,
         delta_base: Callable[[int, int], Any] = lambda round_idx, cluster_id: None,
+        spills: Any = None,
     ) -> None:
         self.coord, self.updates_in, self.audit, self.publish_ack = (
             coord,
@@ -61,6 +62,9 @@ class UpdateIntake:
         # (round, cluster) -> that cluster model as the robots decoded it (None: not sent): the
         # base a topk update's delta is added to.
         self.delta_base = delta_base
+        # Accepted updates move into the open TRAIN stage's spill file (a RoundSpills), so the
+        # heap does not grow with robots x parameters (fed_ros.core.rounds.spill); None: kept.
+        self.spills = spills
         # The decision on every update payload id: a re-send is acknowledged again, never applied
         # twice.
         self.ledger = Ledger()
@@ -154,6 +158,8 @@ class UpdateIntake:
                 self._envelopes.pop(pid, None)
                 self.updates_in.discard(pid)
         if plan.stage == TRAIN:
+            if self.spills is not None:
+                self.spills.open(len(plan.participants))
             # Decisions taken before this announcement do not answer it: an abandoned attempt's,
             # and the `no_round` refusals of a restarted server that got the robots' answers
             # (sent to its killed predecessor) before it re-announced the round.
@@ -343,6 +349,8 @@ class UpdateIntake:
         )
         update.round_idx = env.round_idx
         verdict = self.coord.offer_update(update)  # counts its own rejection
+        if verdict.accepted and self.spills is not None:
+            update.params = self.spills.hold(update.params)  # the decoded copy is freed
         self._decide(pid, env, verdict, counted=True, **extra)
         self.completed += int(verdict.accepted)
         self.bytes_accepted += int(result.nbytes) if verdict.accepted else 0
