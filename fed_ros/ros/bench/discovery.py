@@ -9,7 +9,9 @@ and mode it measures:
 - the time until every participant matched what it expects (each robot the server, the server
   every robot), from the launch of the processes and from the last participant's creation;
 - the bytes every host's interfaces received (lo and eth0, summed) until then, and per second
-  over ``--steady-s`` after it (the periodic announcements), and the server host's share.
+  over ``--steady-s`` once ``--settle-s`` passed after it (the periodic announcements), and the
+  server host's share;
+- the machine's load average (this is a shared 2-core machine: the timings move with it).
 
 Modes: ``simple`` (multicast SPDP, the DDS default), ``server`` (every participant a client of
 a fast-discovery-server on the server host, started as `discovery: {server: start}` starts it),
@@ -45,20 +47,24 @@ class DiscoveryRun:
 
     robots: int
     mode: str
+    created: int  # participants created before the timeout (of robots + 1)
     matched: int  # participants that matched everything they expect (of robots + 1)
     launch_to_matched_s: float | None  # from starting the processes to the last match
     created_to_matched_s: float | None  # from the last participant's creation to the last match
     bytes_to_matched: int  # received by every host, launch -> last match (or the timeout)
     steady_bytes_per_s: float  # received by every host per second after matching
     server_host_steady_bytes_per_s: float  # of which the server host (and its discovery server)
+    load_average: float  # 1-min load average of the machine at the end of the run
 
 
 class _Worker:
-    """A worker process and its JSON report, read on a thread (its pipe never fills)."""
+    """A worker process and its participants' records, read on a thread (its pipe never fills)."""
 
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str], count: int) -> None:
         self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
-        self.report: dict | None = None
+        self.count = count
+        self.created: dict[str, float] = {}
+        self.matched: dict[str, float] = {}
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
@@ -66,7 +72,16 @@ class _Worker:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith("{"):
-                self.report = json.loads(line)
+                record = json.loads(line)
+                if "created" in record:
+                    self.created[record["name"]] = record["created"]
+                if "matched" in record:
+                    self.matched[record["name"]] = record["matched"]
+
+    @property
+    def done(self) -> bool:
+        """Every participant of this worker matched."""
+        return len(self.matched) == self.count
 
     def stop(self) -> None:
         """SIGINT, then SIGKILL after 10 s; always reaped."""
@@ -91,6 +106,7 @@ def run_once(
     hosts: int = 4,
     per_process: int = 10,
     timeout_s: float = 60.0,
+    settle_s: float = 10.0,
     steady_s: float = 10.0,
     port: int = 11811,
 ) -> DiscoveryRun:
@@ -126,25 +142,11 @@ def run_once(
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
-            deadline = timeout_s + steady_s + 30
+            deadline = timeout_s + settle_s + steady_s + 30
             launched = time.time()
-            workers.append(
-                _Worker(
-                    net.command(
-                        "server",
-                        WORKER
-                        + [
-                            "--role",
-                            "server",
-                            "--expect",
-                            str(robots),
-                            "--deadline-s",
-                            str(deadline),
-                        ],
-                    ),
-                    env,
-                )
-            )
+            server_argv = ["--role", "server", "--expect", str(robots)]
+            server_argv += ["--deadline-s", str(deadline)]
+            workers.append(_Worker(net.command("server", WORKER + server_argv), env, 1))
             for i, first in enumerate(range(0, robots, per_process)):
                 count = min(per_process, robots - first)
                 argv = WORKER + [
@@ -159,15 +161,17 @@ def run_once(
                     "--deadline-s",
                     str(deadline),
                 ]
-                workers.append(_Worker(net.command(robot_hosts[i % hosts], argv), env))
+                workers.append(_Worker(net.command(robot_hosts[i % hosts], argv), env, count))
             end = time.monotonic() + timeout_s
-            while time.monotonic() < end and not all(
-                w.report and w.report["done"] for w in workers
-            ):
-                if any(w.proc.poll() is not None and w.report is None for w in workers):
-                    break  # a worker died before reporting
+            while time.monotonic() < end and not all(w.done for w in workers):
+                if any(w.proc.poll() is not None and not w.done for w in workers):
+                    break  # a worker died before all its participants matched
                 time.sleep(0.1)
             at_match = _received(net)
+            # Discovery goes on after the star matched (the graph topic every ROS participant
+            # shares): the steady rate is taken after a settling period.
+            time.sleep(settle_s)
+            settled = _received(net)
             time.sleep(steady_s)
             after = _received(net)
         finally:
@@ -180,21 +184,20 @@ def run_once(
                 except subprocess.TimeoutExpired:
                     server.kill()
                     server.wait()
-    participants = [p for w in workers if w.report for p in w.report["participants"]]
-    matched = [p["matched"] for p in participants if p["matched"] is not None]
-    all_matched = len(matched) == robots + 1
-    last_match = max(matched) if all_matched else None
+    created = [t for w in workers for t in w.created.values()]
+    matched = [t for w in workers for t in w.matched.values()]
+    last_match = max(matched) if len(matched) == robots + 1 else None
     return DiscoveryRun(
         robots=robots,
         mode=mode,
+        created=len(created),
         matched=len(matched),
         launch_to_matched_s=None if last_match is None else last_match - launched,
-        created_to_matched_s=(
-            None if last_match is None else last_match - max(p["created"] for p in participants)
-        ),
+        created_to_matched_s=None if last_match is None else last_match - max(created),
         bytes_to_matched=sum(at_match.values()) - sum(before.values()),
-        steady_bytes_per_s=(sum(after.values()) - sum(at_match.values())) / steady_s,
-        server_host_steady_bytes_per_s=(after["server"] - at_match["server"]) / steady_s,
+        steady_bytes_per_s=(sum(after.values()) - sum(settled.values())) / steady_s,
+        server_host_steady_bytes_per_s=(after["server"] - settled["server"]) / steady_s,
+        load_average=os.getloadavg()[0],
     )
 
 
@@ -206,14 +209,15 @@ def format_table(runs: list[DiscoveryRun]) -> str:
     """Per N, each mode's numbers side by side."""
     lines = [
         f"{'robots':>6} {'mode':<12} {'matched':>9} {'launch->all s':>13} "
-        f"{'created->all s':>14} {'kB to match':>11} {'kB/s after':>10} {'server host kB/s':>16}"
+        f"{'created->all s':>14} {'kB to match':>11} {'kB/s after':>10} {'server host kB/s':>16} "
+        f"{'load':>5}"
     ]
     for r in sorted(runs, key=lambda r: (r.robots, MODES.index(r.mode))):
         lines.append(
             f"{r.robots:>6} {r.mode:<12} {f'{r.matched}/{r.robots + 1}':>9} "
             f"{_cell(r.launch_to_matched_s, '.2f'):>13} {_cell(r.created_to_matched_s, '.2f'):>14} "
             f"{r.bytes_to_matched / 1e3:>11.1f} {r.steady_bytes_per_s / 1e3:>10.1f} "
-            f"{r.server_host_steady_bytes_per_s / 1e3:>16.1f}"
+            f"{r.server_host_steady_bytes_per_s / 1e3:>16.1f} {r.load_average:>5.1f}"
         )
     return "\n".join(lines)
 
@@ -226,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=4, help="robot hosts (namespaces)")
     parser.add_argument("--per-process", type=int, default=10, help="participants per process")
     parser.add_argument("--timeout-s", type=float, default=60.0)
-    parser.add_argument("--steady-s", type=float, default=10.0)
+    parser.add_argument("--settle-s", type=float, default=10.0, help="after matching, before")
+    parser.add_argument("--steady-s", type=float, default=10.0, help="window of 'kB/s after'")
     parser.add_argument("--nomc-timeout-s", type=float, default=15.0, help="simple-nomc's wait")
     parser.add_argument("--out", default="", help="write the runs to this JSON file")
     args = parser.parse_args(argv)
@@ -247,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 hosts=args.hosts,
                 per_process=args.per_process,
                 timeout_s=args.nomc_timeout_s if mode == "simple-nomc" else args.timeout_s,
+                settle_s=args.settle_s,
                 steady_s=args.steady_s,
             )
             runs.append(run)

@@ -3,10 +3,10 @@
 Each participant is its own rclpy Context (one DDS participant per context) with one node
 shaped like a fleet member: the server publishes announcements and subscribes to updates, a
 robot the other way round, so robots match the server and never each other (the fleet's star).
-The process prints one JSON line when every participant in it matched what it expects (a
-robot: the server's reader and writer; the server: every robot's), then keeps its participants
-alive until SIGINT/SIGTERM or ``--deadline-s``, so the discovery traffic after matching can be
-measured too.
+The process prints a JSON line as each participant is created and as it matched what it expects
+(a robot: the server's reader and writer; the server: every robot's), so a worker killed on a
+loaded machine still leaves its record, and keeps its participants alive until SIGINT/SIGTERM
+or ``--deadline-s``, so the discovery traffic after matching can be measured too.
 
     python -m fed_ros.ros.bench.discovery_worker --role robot --first 0 --count 20 --expect 1
 """
@@ -93,32 +93,23 @@ def main(argv: list[str] | None = None) -> int:
             if stop[0]:
                 break
             participants.append(make_participant(name, args.role))
-        reported = False
+            _emit({"name": name, "created": participants[-1].created})
         while not stop[0] and time.monotonic() - started < args.deadline_s:
             now = time.time()
             for p in participants:
                 if p.matched is None and p.is_matched(args.expect):
                     p.matched = now
-            if not reported and all(p.matched is not None for p in participants):
-                print(json.dumps(_report(participants, done=True)), flush=True)
-                reported = True
+                    _emit({"name": p.name, "matched": now})
             time.sleep(POLL_S)
-        if not reported:
-            print(json.dumps(_report(participants, done=False)), flush=True)
-        return 0 if reported else 1
+        return 0 if all(p.matched is not None for p in participants) else 1
     finally:
         for p in participants:
             p.node.destroy_node()
             p.context.try_shutdown()
 
 
-def _report(participants: list[Participant], *, done: bool) -> dict:
-    return {
-        "done": done,
-        "participants": [
-            {"name": p.name, "created": p.created, "matched": p.matched} for p in participants
-        ],
-    }
+def _emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":
