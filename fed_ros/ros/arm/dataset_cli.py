@@ -5,6 +5,9 @@
     fed-ros dataset import out/lerobot_robot_0 --robot-profile panda_sim \
         --demo-dir runs/fleet/robot_1/demos
 
+``--cameras mp4`` writes the cameras as lossless video files instead of PNG in the parquet;
+import reads either, and any codec PyAV decodes (lerobot's AV1 included).
+
 Export reads what the robot trains on: its ROS recordings (rosbag2/MCAP) and episode files
 under the demonstration folder, successful ones only. Import writes episode files into a
 robot's demonstration folder, where the robot node finds them on its next round (a robot can
@@ -27,7 +30,12 @@ def main(argv: list[str]) -> int:
     exp.add_argument("out", type=Path, help="new (or empty) output folder")
     exp.add_argument("--format", choices=("lerobot",), default="lerobot")
     exp.add_argument("--robot-profile", required=True, help="arm profile name or YAML path")
-    exp.add_argument("--fps", type=float, default=None, help="default: the profile's control rate")
+    exp.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="a whole number; default: the profile's control rate",
+    )
     exp.add_argument(
         "--cameras",
         choices=("png", "mp4"),
