@@ -18,6 +18,7 @@ import yaml
 from conftest import wait_until
 from fed_ros.ros.bench import discovery as bench
 from fed_ros.ros.fleet import launcher, netns
+from fed_ros.ros.fleet.cli import plan_main
 from fed_ros.ros.fleet.discovery import DISCOVERY_SERVER_ENV, find_executable
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
 from fed_ros.ros.fleet.plan import DISCOVERY_SERVER_NAME, fleet_setup, plan_fleet
@@ -105,6 +106,22 @@ def test_launch_files_get_the_same_setup_as_up(tmp_path):
     assert whole == server == fleet_setup(config)
     assert robot == fleet_setup(config, include_server=False)
     assert robot[0] == {DISCOVERY_SERVER_ENV: "10.1.2.3:11811"} and robot[1] == []
+
+
+def test_plan_prints_the_discovery_server_and_the_nodes_environment(tmp_path, capsys):
+    fleet = tmp_path / "fleet.yaml"
+    data = {"name": "t", "algorithm": "fedavg", "rounds": 1, "robots": [{"task": "lift"}]}
+    data["discovery"] = {"server": "start", "address": "10.1.2.3"}
+    fleet.write_text(yaml.safe_dump({"fleet": data}))
+
+    assert plan_main([str(fleet)]) == 0
+    whole = capsys.readouterr().out
+    assert plan_main([str(fleet), "--no-server"]) == 0
+    robots_only = capsys.readouterr().out
+
+    assert "/discovery_server" in whole and "42 -l 10.1.2.3 -p 11811" in whole
+    assert "/discovery_server" not in robots_only
+    assert "every node: ROS_DISCOVERY_SERVER=10.1.2.3:11811" in robots_only
 
 
 def test_launcher_starts_the_server_first_and_stops_it_last(tmp_path):

@@ -23,7 +23,13 @@ import yaml
 
 from fed_ros.ros.fleet.launcher import fleet_state, start_fleet
 from fed_ros.ros.fleet.fleet_file import default_fleet_file, load_fleet_config
-from fed_ros.ros.fleet.plan import FleetConfig, format_plan, plan_fleet
+from fed_ros.ros.fleet.plan import (
+    FleetConfig,
+    fleet_environment,
+    fleet_setup,
+    format_plan,
+    plan_fleet,
+)
 
 
 def _fleet_arg(parser: argparse.ArgumentParser) -> None:
@@ -68,6 +74,12 @@ def plan_main(argv: list[str]) -> int:
         print(yaml.safe_dump(merged, sort_keys=False), end="")
     else:
         print(format_plan(plan))
+        # What runs besides the nodes: the fleet's Discovery Server and the nodes' environment.
+        env, processes = fleet_setup(config, include_server=not args.no_server)
+        for process in processes:
+            print(f"{process.fqn:<22} {process.executable:<18} {' '.join(process.arguments)}")
+        for key, value in env.items():
+            print(f"every node: {key}={value}")
     return 0
 
 
@@ -216,10 +228,15 @@ def status_main(argv: list[str]) -> int:
     if args.fleet:
         # The domain and discovery range `fed-ros up` used for this fleet (in its run directory).
         try:
-            recorded = fleet_state(_load(args.fleet))
+            config = _load(args.fleet)
+            recorded = fleet_state(config)
         except ValueError as exc:
             print(f"fed-ros status: {exc}", file=sys.stderr)
             return 2
+        # A fleet with a Discovery Server is found only through it (ROS_DISCOVERY_SERVER); one
+        # already set (e.g. another address of the same server) is kept.
+        for key, value in fleet_environment(config).items():
+            os.environ.setdefault(key, value)
     if domain is None and recorded.get("domain_id") is not None:
         domain = int(recorded["domain_id"])
     if domain is not None:
