@@ -353,14 +353,17 @@ def test_frozen_cache_is_bounded_and_new_frames_miss(weights_files):
     frozen.cache_frames = cfg.backbone_cache_frames
 
 
-def test_deep_copies_share_the_frozen_trunk(weights_files):
+def test_copies_and_pickles_share_the_frozen_trunk(weights_files):
     import copy
+    import pickle
 
     cfg = policy_cfg("resnet18_imagenet", weights_files["resnet18_imagenet"])
     model = build_policy(cfg)
-    twin = copy.deepcopy(model)
-    assert twin.agentview_encoder.frozen is model.agentview_encoder.frozen
-    assert build_policy(cfg).agentview_encoder.frozen is model.agentview_encoder.frozen
+    frozen = model.agentview_encoder.frozen
+    assert copy.deepcopy(model).agentview_encoder.frozen is frozen
+    assert build_policy(cfg).agentview_encoder.frozen is frozen
+    # Unpickled in this process, the policy finds the same shared trunk again.
+    assert pickle.loads(pickle.dumps(model)).wrist_encoder.frozen is frozen
 
 
 @pytest.mark.parametrize(

@@ -60,9 +60,13 @@ class FrozenTrunk:
     Frozen features of a frame never change, so each distinct frame is encoded once per
     process while it stays among the ``cache_frames`` most recently used. Deep copies
     return the same instance: a policy's copy (the trainer's teacher) shares trunk and cache.
+    One made by :func:`frozen_trunk` pickles as that call, so a pickled policy unpickles
+    onto the receiving process's own shared trunk (its weights file, its cache).
     """
 
-    def __init__(self, trunk: PretrainedTrunk, cache_frames: int) -> None:
+    def __init__(
+        self, trunk: PretrainedTrunk, cache_frames: int, source: tuple | None = None
+    ) -> None:
         if not isinstance(cache_frames, int) or cache_frames < 0:
             raise ValueError(f"cache_frames must be an int >= 0, got {cache_frames!r}")
         self.trunk = trunk.eval().requires_grad_(False)
@@ -72,9 +76,15 @@ class FrozenTrunk:
         self.misses = 0
         self._cache: OrderedDict[tuple, torch.Tensor] = OrderedDict()
         self._lock = threading.Lock()
+        self._source = source
 
     def __deepcopy__(self, memo: dict) -> "FrozenTrunk":
         return self
+
+    def __reduce__(self) -> tuple:
+        if self._source is None:
+            raise TypeError("only a FrozenTrunk made by frozen_trunk() can be pickled")
+        return frozen_trunk, self._source
 
     def clear(self) -> None:
         """Forget every cached feature and zero the hit and miss counts."""
@@ -133,5 +143,7 @@ def frozen_trunk(
     key = (name, str(path), stat.st_mtime_ns, stat.st_size, input_size, cache_frames)
     with _FROZEN_LOCK:
         if key not in _FROZEN:
-            _FROZEN[key] = FrozenTrunk(PretrainedTrunk(name, path, input_size), cache_frames)
+            trunk = PretrainedTrunk(name, path, input_size)
+            source = (name, weights, input_size, cache_frames)
+            _FROZEN[key] = FrozenTrunk(trunk, cache_frames, source)
         return _FROZEN[key]
