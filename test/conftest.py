@@ -48,6 +48,8 @@ SLOW_FILES_FIRST = (
     "test_bridge_node.py",
     "test_hostile_peers.py",
     "test_arm_adapter.py",
+    "test_robot_cli.py",
+    "test_recording_quarantine.py",
 )
 
 
