@@ -82,7 +82,7 @@ class PolicyConfig:
             (self-supervised DINOv2 ViT-S/14). A pretrained backbone reads its published
             weights file, never downloads it (docs/learning.md, "Choosing a visual
             encoder"); a trainable adapter (1x1 conv to ``conv_channels[-1]`` channels,
-            FiLM from the text) feeds the spatial-softmax keypoints.
+            FiLM from the text) feeds the spatial-softmax keypoints and channel means.
         backbone_weights: path of the pretrained weights file (.pth or .safetensors); None
             (default) reads torch.hub's cached copy, ``<torch.hub.get_dir()>/checkpoints/``.
         freeze_backbone: True (default): the pretrained weights stay fixed, are left out of
