@@ -194,3 +194,18 @@ def test_a_free_running_arm_nobody_drove_is_refused_and_quarantined(tmp_path, ro
     assert not path.exists() and (tmp_path / QUARANTINE_DIR / path.name).is_dir()
     assert "the arm never moved" in reason_of(tmp_path / QUARANTINE_DIR / path.name)
     assert local_episodes(tmp_path) == []
+
+
+def test_a_bad_file_that_cannot_be_moved_is_still_skipped_with_a_warning(tmp_path, caplog):
+    """A read-only demos folder (or a file named quarantine) must not turn one bad file back
+    into a failed round: it is skipped, and said so on every load while it stays."""
+    good, cut = synthetic_episodes(2, length=10, seed=7)
+    good.save(tmp_path / "good.npz")
+    cut_to_half_steps(cut.save(tmp_path / "cut.npz"))
+    (tmp_path / QUARANTINE_DIR).write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="fed_ros.ros.arm.driving"):
+        assert [len(e) for e in local_episodes(tmp_path)] == [10]
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("demonstration cut.npz skipped, could not be quarantined ([Errno")
+    assert warning.endswith("ValueError: observation 'joint_pos' has 10 steps but actions have 5")
+    assert (tmp_path / "cut.npz").is_file()

@@ -208,7 +208,11 @@ def set_aside(path: Path, demo_dir: Path, reason: str, warn: Callable[[str], Non
     """Quarantine a demonstration that cannot be trained on and say so once."""
     from fed_ros.core.data.quarantine import quarantine
 
-    where = quarantine(path, reason, demo_dir)
+    try:
+        where = quarantine(path, reason, demo_dir)
+    except OSError as exc:  # a read-only folder: still skipped, and said so at every load
+        warn(f"demonstration {path.name} skipped, could not be quarantined ({exc}): {reason}")
+        return None
     if where is not None:
         warn(f"demonstration {path.name} quarantined in {where.parent} ({reason})")
     return where
