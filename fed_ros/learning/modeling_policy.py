@@ -4,9 +4,9 @@ Per time step every modality is encoded into one ``embed_dim`` token: the instru
 MLP over the built-in embedding), each camera (residual conv trunk with FiLM language
 conditioning -> spatial softmax -> linear; or a pretrained backbone, ``vision_backbone``),
 joints and gripper (MLPs); the low-dim variant replaces the cameras by object-state and
-end-effector-pose MLPs. A learnable action token
-joins them; a block-causal temporal transformer (prefix ``temporal.``) runs over the window
-and the action token of each step feeds a 5-mode GMM head (prefix ``head.``).
+end-effector-pose MLPs. A learnable action token joins them; a block-causal temporal
+transformer (prefix ``temporal.``) runs over the window and the action token of each step
+feeds a 5-mode GMM head (prefix ``head.``).
 
 Normalisation of low-dim inputs uses buffers (``normalizer.*``) that are part of the state
 dict but never trained: they are fixed when the fleet's common initial model is made
