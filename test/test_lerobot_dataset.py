@@ -315,7 +315,7 @@ def test_a_fractional_fps_is_refused_naming_it(tmp_path, capsys):
     _episodes(1)[0].save(demos / "d.npz")
     argv = ["dataset", "export", str(demos), str(tmp_path / "out"), "--robot-profile", "panda_sim"]
     assert fed_ros([*argv, "--fps", "12.5"]) == 2
-    assert "--fps 12.5: LeRobot's fps is a whole number of frames per second" in (
+    assert "--fps 12.5: LeRobot's fps is a positive whole number of frames per second" in (
         capsys.readouterr().err
     )
 

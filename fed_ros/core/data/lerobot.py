@@ -104,10 +104,12 @@ def camera_keys(profile: Any) -> dict[str, str]:
     return out
 
 
-def lerobot_fps(fps: float) -> int:
-    """``fps`` as LeRobot stores it, a whole number; DatasetError naming a fractional one."""
+def lerobot_fps(fps: float, source: str = "--fps") -> int:
+    """``fps`` as LeRobot stores it, a positive int; else DatasetError naming ``source``."""
     if not np.isfinite(fps) or fps <= 0 or float(fps) != int(fps):
-        raise DatasetError(f"--fps {fps:g}: LeRobot's fps is a whole number of frames per second")
+        raise DatasetError(
+            f"{source} {fps:g}: LeRobot's fps is a positive whole number of frames per second"
+        )
     return int(fps)
 
 
@@ -207,7 +209,11 @@ def export_lerobot(
         raise DatasetError(f"--cameras {cameras!r}: one of {', '.join(CAMERA_FORMATS)}")
     if out.exists() and any(out.iterdir()):
         raise DatasetError(f"{out}: exists and is not empty; choose a new folder")
-    fps = lerobot_fps(profile.control_rate_hz if fps is None else fps)
+    if fps is None:
+        # A profile's rate may be fractional; LeRobot's fps may not (then --fps chooses one).
+        fps = lerobot_fps(profile.control_rate_hz, f"arm profile {profile.name!r} control_rate_hz")
+    else:
+        fps = lerobot_fps(fps)
     feats = features_for(profile, episodes[0], cameras)
     cams = {f: k for f, k in camera_keys(profile).items() if f in feats}
     videos = [f for f in cams if feats[f]["dtype"] == "video"]
