@@ -100,6 +100,7 @@ RUFF_PATHS := fed_ros test tools launch
 lint: setup
 	$(VENV)/bin/ruff format --check --no-cache $(RUFF_PATHS)
 	$(VENV)/bin/ruff check --no-cache $(RUFF_PATHS)
+	@$(PY) tools/module_sizes.py fed_ros
 
 format: setup
 	$(VENV)/bin/ruff format --no-cache $(RUFF_PATHS)
