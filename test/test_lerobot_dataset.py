@@ -449,3 +449,19 @@ def test_a_video_missing_frames_is_refused_naming_episode_and_frame(tmp_path, ca
     assert code == 2 and _nothing_written(target)
     err = capsys.readouterr().err
     assert f"{path}: no frame at 0.7500 s for observation.images.wrist of episode 2 frame 4" in err
+
+
+def test_an_episode_with_two_tasks_is_refused_naming_them(exported, tmp_path, capsys):
+    _, out = exported
+    # LeRobot allows a task per frame; a fed_ros episode has one instruction.
+    path = out / DATA_PATH.format(chunk_index=0, file_index=0)
+    table = pq.read_table(path)
+    task_index = table.column("task_index").to_pylist()
+    task_index[2] = 1 - task_index[2]  # episode 0, frame 2: the other task
+    column = table.column_names.index("task_index")
+    table = table.set_column(column, "task_index", pa.array(task_index, type=pa.int64()))
+    pq.write_table(table, path)
+    code, target = _import(tmp_path, out)
+    assert code == 2 and _nothing_written(target)
+    err = capsys.readouterr().err
+    assert "episode 0: 2 tasks ['lift the cube, mirrored mount', 'lift the red cube']" in err
