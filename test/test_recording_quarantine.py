@@ -209,3 +209,15 @@ def test_a_bad_file_that_cannot_be_moved_is_still_skipped_with_a_warning(tmp_pat
     assert warning.startswith("demonstration cut.npz skipped, could not be quarantined ([Errno")
     assert warning.endswith("ValueError: observation 'joint_pos' has 10 steps but actions have 5")
     assert (tmp_path / "cut.npz").is_file()
+
+
+def test_a_read_only_reader_skips_a_bad_file_and_leaves_it_in_place(tmp_path, caplog):
+    """``fed-ros dataset export`` reads the demos with ``set_bad_aside=False``: the truncated
+    recording is skipped with a warning naming it, and nothing moves."""
+    write_bag(tmp_path / "good", synthetic_ticks(4, seed=1))
+    truncate_mcap(write_bag(tmp_path / "bad", synthetic_ticks(6, seed=2)))
+    with caplog.at_level(logging.WARNING, logger="fed_ros.ros.arm.driving"):
+        episodes = local_episodes(tmp_path, set_bad_aside=False)
+    assert [len(e) for e in episodes] == [4]
+    assert (tmp_path / "bad").is_dir() and not (tmp_path / QUARANTINE_DIR).exists()
+    assert any(r.getMessage().startswith("demonstration bad skipped: ") for r in caplog.records)

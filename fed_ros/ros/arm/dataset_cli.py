@@ -62,7 +62,8 @@ def main(argv: list[str]) -> int:
 
             if not args.demo_dir.is_dir():
                 raise DatasetError(f"{args.demo_dir}: not a folder")
-            episodes = local_episodes(args.demo_dir)
+            # An export reads the robot's folder, never rearranges it: bad files are skipped.
+            episodes = local_episodes(args.demo_dir, set_bad_aside=False)
             info = export_lerobot(episodes, profile, args.out, fps=args.fps, cameras=args.cameras)
             print(
                 f"fed-ros dataset: exported {info['total_episodes']} episodes "

@@ -173,12 +173,16 @@ class InputTally:
         }
 
 
-def local_episodes(demo_dir: Path, warn: Callable[[str], None] = log.warning) -> list:
+def local_episodes(
+    demo_dir: Path, warn: Callable[[str], None] = log.warning, set_bad_aside: bool = True
+) -> list:
     """Successful demonstrations: ROS recordings under ``demo_dir`` plus Episode .npz files there.
 
     One that cannot be read (a truncated MCAP, an episode file cut short, a recording refused
     at STOP) is quarantined with its reason (fed_ros.core.data.quarantine) and skipped: one bad
     file costs one episode, never the robot's round. ``warn`` is told once, as it moves.
+    ``set_bad_aside=False`` (a read-only reader such as ``fed-ros dataset export``) only skips
+    it, with a warning, and leaves the robot's folder as it was.
     """
     from fed_ros.core.data.episode import Episode
     from fed_ros.ros.arm.recorded_episodes import (
@@ -197,7 +201,11 @@ def local_episodes(demo_dir: Path, warn: Callable[[str], None] = log.warning) ->
         try:
             episode = load(path)
         except Exception as exc:  # noqa: BLE001 - a corrupt file raises whatever its reader does
-            set_aside(path, demo_dir, f"{type(exc).__name__}: {exc}", warn)
+            reason = f"{type(exc).__name__}: {exc}"
+            if set_bad_aside:
+                set_aside(path, demo_dir, reason, warn)
+            else:
+                warn(f"demonstration {path.name} skipped: {reason}")
             continue
         if episode is not None and episode.success:
             episodes.append(episode)
