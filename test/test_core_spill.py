@@ -74,8 +74,9 @@ def _traced_peak(fn) -> tuple[object, int]:
 
 
 def test_strategy_aggregates_spilled_updates_without_holding_them_on_the_heap(tmp_path):
-    """40 updates in the spill: FedDRMan's stacked path copies them all onto the heap, the
-    streamed path keeps a few model sizes, and both give the same models."""
+    """40 updates spilled in arrival order (not robot-id order, as at a server): FedDRMan's
+    stacked path copies them all onto the heap, the streamed path keeps a few model sizes,
+    and both give the same models."""
     init = {
         "temporal.w": np.zeros((512, 256), np.float32),
         "head.w": np.zeros((256, 512), np.float32),
@@ -85,7 +86,7 @@ def test_strategy_aggregates_spilled_updates_without_holding_them_on_the_heap(tm
     updates = []
     for k in range(K):
         sd = {n: rng.standard_normal(v.shape).astype(np.float32) + k % 2 for n, v in init.items()}
-        updates.append(ClientUpdate(f"r{k:02d}", spill.add(sd), 10, 0))
+        updates.append(ClientUpdate(f"r{K - 1 - k:02d}", spill.add(sd), 10, 0))
     ids = [u.robot_id for u in updates]
     model_bytes = 4 * sum(v.size for v in init.values())
     runs = {}

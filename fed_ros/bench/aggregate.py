@@ -4,7 +4,7 @@ For K robots and a synthetic policy of P float32 parameters (a realistic mix of 
 256x256 weight matrices plus biases; a "temporal." submodule serves as FedDRMan's Omega)
 it prints, side by side:
 
-- read pass: one weighted sum over the K x P floats already in memory (`w @ stacked`), the
+- read pass: one weighted sum over the K x P floats already in memory (a GEMV), the
   memory-bandwidth bound any aggregation must pay;
 - FedAvg: the full `FedAvgStrategy.aggregate_round` (validation + average), target <= 2x;
 - SVD: LAPACK gesdd of every block SRB rebalances, for each of the C clusters;
@@ -167,7 +167,7 @@ class _RssPeaks:
         self._thread.join()
 
 
-def _peak_models(fn: Callable[[], object], model_bytes: int) -> tuple[float, _RssPeaks]:
+def _peak_models(fn: Callable[[], object], model_bytes: int) -> tuple[float, "_RssPeaks"]:
     """Traced heap peak of fn() in model sizes (above what was allocated before), RSS peaks."""
     gc.collect()
     tracemalloc.start()
@@ -179,45 +179,64 @@ def _peak_models(fn: Callable[[], object], model_bytes: int) -> tuple[float, _Rs
     return (peak - before) / model_bytes, rss
 
 
-def _path_case(
+def _timings(
     manifest: Manifest,
     theta0: np.ndarray,
     updates: list[ClientUpdate],
     desc: dict[str, ClientDescriptor],
-    stack: bool,
     reps: int,
-) -> dict[str, float]:
-    """Timings and peaks of one path (stacked or streamed) over the same updates."""
+    bounds: dict[str, Callable[[], object]],
+) -> dict[str, dict[str, float]]:
+    """Best-of times of both paths over the same updates and of the ``bounds`` they are
+    compared with (read pass, SVD), alternating call by call so that a load change on a
+    shared machine hits all of them alike."""
     K = len(updates)
     initial = unflatten(theta0, manifest)
     ids = [u.robot_id for u in updates]
     fast_reps = max(10, 3 * reps) if K <= 100 else max(2, reps)
+    best: dict[str, dict[str, float]] = {"stacked": {}, "streamed": {}, "bounds": {}}
 
-    def fresh(name: str, **kw: object):
+    def fresh(name: str, stack: bool, **kw: object):
         s = make_strategy(name, stack_updates=stack, **kw)
         s.initialize(initial, ids)
         return s
 
-    fedavg = fresh("fedavg")
-    t_fedavg = _best_of(lambda: fedavg.aggregate_round(0, updates, {}), fast_reps)
-    drm = fresh("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
-    t_drm = _best_of(lambda: drm.aggregate_round(0, updates, {}), max(1, reps - 1))
-    fdp = fresh("fedepth", target_overlap=0.2)
-    t = time.perf_counter()
-    fdp.aggregate_round(0, updates, desc)  # round 0: Jeffreys + tau calibration + merge
-    t_fedepth_cluster = time.perf_counter() - t
-    t_fedepth = _best_of(lambda: fdp.aggregate_round(1, updates, {}), fast_reps)
-    drm2 = fresh("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9)
-    peak, rss = _peak_models(lambda: drm2.aggregate_round(0, updates, {}), 4 * len(theta0))
-    return {
-        "fedavg": t_fedavg,
-        "feddrman": t_drm,
-        "fedepth": t_fedepth,
-        "fedepth_cluster": t_fedepth_cluster,
-        "peak": peak,
-        "anon_mb": rss.anon,
-        "file_mb": rss.file,
-    }
+    def timed(path: str, key: str, fn: Callable[[], object]) -> None:
+        t = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - t
+        best[path][key] = min(best[path].get(key, np.inf), dt)
+
+    paths = {"stacked": True, "streamed": False}
+    for path, stack in paths.items():  # round 0 of FeDepth clusters (once per path)
+        fdp = fresh("fedepth", stack, target_overlap=0.2)
+        timed(path, "fedepth_cluster", lambda: fdp.aggregate_round(0, updates, desc))
+        best[path]["_fedepth"] = fdp
+    for rep in range(fast_reps):
+        for path, stack in paths.items():
+            fedavg = fresh("fedavg", stack)
+            timed(path, "fedavg", lambda: fedavg.aggregate_round(0, updates, {}))
+            fdp = best[path]["_fedepth"]
+            timed(path, "fedepth", lambda: fdp.aggregate_round(1, updates, {}))
+            if rep < max(1, reps - 1):
+                drm = fresh("feddrman", stack, num_clusters=NUM_CLUSTERS, beta=0.9)
+                timed(path, "feddrman", lambda: drm.aggregate_round(0, updates, {}))
+        for key, fn in bounds.items():
+            if key == "read" or rep < max(1, reps - 1):
+                timed("bounds", key, fn)
+    for path in paths:
+        del best[path]["_fedepth"]
+    return best
+
+
+def _drm_memory(
+    manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdate], stack: bool
+) -> dict[str, float]:
+    """Heap and RSS peaks of one FedDRMan round of one path."""
+    s = make_strategy("feddrman", num_clusters=NUM_CLUSTERS, beta=0.9, stack_updates=stack)
+    s.initialize(unflatten(theta0, manifest), [u.robot_id for u in updates])
+    peak, rss = _peak_models(lambda: s.aggregate_round(0, updates, {}), 4 * len(theta0))
+    return {"peak": peak, "anon_mb": rss.anon, "file_mb": rss.file}
 
 
 def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdate]) -> dict:
@@ -233,15 +252,15 @@ def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdat
 
 
 def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str | None = None):
-    """One (K, P) cell, both paths side by side: the stacked one (updates in an UpdateBuffer
-    on the heap, stacked) and the streamed one (updates in the server's spill file, read in
-    place); one set of updates exists at a time."""
+    """One (K, P) cell, both paths side by side. Memory: the stacked path with the updates on
+    the heap (an UpdateBuffer, as the server held them), the streamed one with them in the
+    server's spill file; one set of updates exists at a time. Times: both paths and the
+    bounds over the spilled rows, alternating."""
     manifest = synthetic_manifest(P_target)
     P = num_params(manifest)
     maker, buf = _fill_updates(manifest, K, seed)
     theta0 = maker.theta0
     w = np.full(K, 1.0 / K, dtype=np.float32)
-    read_pass = _best_of(partial(np.dot, w, buf.data), max(10, 3 * reps) if K <= 100 else 3)
     desc = _descriptors(K, seed)
     blocks = eligible_blocks(manifest)
     shapes = {s.name: s.shape for s in manifest}
@@ -253,32 +272,36 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str |
             for m in mats.values():
                 scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesdd", check_finite=False)
 
-    t_svd = _best_of(svds, 1)
-    mats.clear()
-    old = _path_case(manifest, theta0, _updates(buf, K), desc, True, reps)
+    # Memory of today's server: the K updates on the heap (an UpdateBuffer), stacked.
+    old = _drm_memory(manifest, theta0, _updates(buf, K), True)
     old["peak"] += K  # the K updates themselves live on the heap (the UpdateBuffer)
     del buf
     gc.collect()
     with tempfile.TemporaryDirectory(prefix="fed_ros_bench_spill_", dir=spill_dir) as d:
         spill = UpdateSpill(manifest, K, d)
         row = np.empty(P, dtype=np.float32)
-        for k in range(K):
-            spill.add(unflatten(maker.row(k, row), manifest))
         ups = [
             ClientUpdate(
-                f"robot_{k:04d}", unflatten(np.asarray(spill.data[k]), manifest), 100 + k, 0
+                f"robot_{k:04d}", spill.add(unflatten(maker.row(k, row), manifest)), 100 + k, 0
             )
             for k in range(K)
         ]
-        new = _path_case(manifest, theta0, ups, desc, False, reps)
+        new = _drm_memory(manifest, theta0, ups, False)
+        # Times: both paths over the spilled rows, alternating (the stacked path stacks them
+        # without a copy: they are rows of one array in order, as in an UpdateBuffer).
+        bounds = {"read": partial(np.dot, w, spill.data), "svd": svds}
+        times = _timings(manifest, theta0, ups, desc, reps, bounds)
         split = _drm_split(manifest, theta0, ups)
-        del ups, spill
+        del ups, spill, bounds
+    mats.clear()
     gc.collect()
+    old.update(times["stacked"])
+    new.update(times["streamed"])
     return {
         "K": K,
         "P": P,
-        "read": read_pass,
-        "svd": t_svd,
+        "read": times["bounds"]["read"],
+        "svd": times["bounds"]["svd"],
         "blocks": len(blocks),
         "stacked": old,
         "streamed": new,

@@ -45,6 +45,9 @@ class UpdateSpill:
         finally:
             # Mapped (or failed): the name goes now, the pages stay while a view holds them.
             os.unlink(path)
+        # A plain ndarray over the mapping: the views handed out have it as their base, so
+        # code that recognises rows of one (R, P) array (params.shared_buffer_rows) does here.
+        self.rows = np.asarray(self.data)
         self._used = 0
 
     @property
@@ -60,7 +63,7 @@ class UpdateSpill:
         if self._used >= self.capacity:
             raise ValueError(f"UpdateSpill full (capacity {self.capacity} updates)")
         check_manifest(sd, self.manifest)
-        row = np.asarray(self.data[self._used])  # a plain ndarray view of the mapped row
+        row = self.rows[self._used]
         flatten(sd, out=row)
         self._used += 1
         return unflatten(row, self.manifest)
