@@ -98,3 +98,12 @@ def test_strategy_aggregates_spilled_updates_without_holding_them_on_the_heap(tm
         assert np.array_equal(flatten(runs[False][0].cluster_models[c]), flatten(m))
     assert runs[True][1] / model_bytes > K
     assert runs[False][1] / model_bytes < 8
+
+
+def test_round_spills_keep_a_malformed_update_as_given_and_take_no_row(tmp_path):
+    spills = RoundSpills(MANIFEST, tmp_path)
+    spills.open(1)
+    bad = _sd(1.0)
+    bad["head.w"] = np.zeros((16, 32), np.float32)
+    assert spills.hold(bad) is bad
+    assert len(spills.current) == 0
