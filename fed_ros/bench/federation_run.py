@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,13 @@ from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
 from fed_ros.bench.federation_wire import encoding_suffix, model_encoding, send_update
 from fed_ros.core import sparse_deltas
+from fed_ros.bench.federation_encoder import FleetEncoderStage
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
 from fed_ros.bench.federation_settings import Profile, Setting
 from fed_ros.core.data.episode import Episode
+from fed_ros.learning.backbones.specs import FLEET
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 
 
 def _jsonable(x: Any, depth: int = 0) -> Any:
@@ -243,17 +247,36 @@ def run_cell(
     """Run one (setting, method, seed) federation and return its JSON record."""
     import torch
 
+    torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
+    profile, seed = spec.profile, spec.seed
+    policy_cfg = profile.policy_config()
+    data = cache.robot_data(spec.setting)
+    with tempfile.TemporaryDirectory(prefix="fleet_encoder_") as tmp:
+        encoder = None
+        if policy_cfg.vision_backbone == FLEET:
+            # Seeded by the cell's seed, so every method of a seed starts from one encoder.
+            enc_cfg = FleetEncoderConfig(**{"seed": seed, **(profile.fleet_encoder or {})})
+            encoder = FleetEncoderStage(enc_cfg, Path(tmp) / "fleet_encoder.safetensors")
+            policy_cfg = encoder.policy_config(policy_cfg)
+        return _run_cell(spec, data, policy_cfg, encoder, progress)
+
+
+def _run_cell(
+    spec: CellSpec,
+    data: dict[str, list[Episode]],
+    policy_cfg: Any,
+    encoder: FleetEncoderStage | None,
+    progress: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """`run_cell` once its data and policy (and fleet encoder stage, if any) are set up."""
     from fed_ros.core.compression import roundtrip
     from fed_ros.core.params import flatten
     from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.trainer import initial_state_dict
 
-    torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
     setting, method, profile, seed = spec.setting, spec.method, spec.profile, spec.seed
     enc = profile.model_encoding  # what the robots decode cluster models from
-    policy_cfg = profile.policy_config()
-    data = cache.robot_data(setting)
     ids = setting.robot_ids
     groups = [setting.dominant_family(n) for n in range(len(ids))]
     all_eps = [e for rid in ids for e in data[rid]]
@@ -285,6 +308,14 @@ def run_cell(
     }
     t_start = time.perf_counter()
     cpu_start = time.process_time()
+    encoder_clients = make_clients(ids, policy_cfg, seed) if encoder is not None else {}
+    record["encoder_rounds"] = []
+
+    def refresh_encoder(r: int) -> None:
+        # Every robot trains the shared encoder, whatever the method: it is fleet-wide.
+        if encoder is not None and encoder.due(r):
+            record["encoder_rounds"].extend(encoder.run(encoder_clients, data))
+
     try:
         if method.strategy == "centralized":
             sd = theta0_sd
@@ -292,6 +323,7 @@ def run_cell(
             # Same total optimiser steps as the fleet performs per round.
             config = RoundConfig(local_steps=profile.local_steps * len(ids), lr=profile.lr)
             for r in range(profile.rounds):
+                refresh_encoder(r)
                 res = central.fit(sd, config, all_eps, r)
                 sd = res.params
                 record["rounds"].append({"round": r, "loss_bc": res.metrics.get("loss_bc")})
@@ -312,6 +344,7 @@ def run_cell(
             clients = make_clients(ids, policy_cfg, seed)
             feedback: dict[str, Any] = {}  # topk: each robot's residual, across rounds
             for r in range(profile.rounds):
+                refresh_encoder(r)
                 row: dict[str, Any] = {"round": r}
                 t_train = time.perf_counter()
                 run = federation_round(strategy, clients, data, r, profile.encoding, feedback)

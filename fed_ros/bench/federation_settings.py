@@ -148,6 +148,9 @@ class Profile:
     # "topk" / "topk:<fraction>": sparse update deltas with error feedback, float32 models;
     # "UPDATE/MODEL" names the two apart (e.g. int4_block/float32).
     encoding: str = "float32"
+    # FleetEncoderConfig fields of the shared encoder stage a ``vision_backbone="fleet"``
+    # policy needs (`federation_encoder`); None takes the config's defaults.
+    fleet_encoder: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_bench_encoding(self.encoding)

@@ -7,6 +7,8 @@ One function or method per robot-side step, each written only here:
   `pick_cluster` when the round config says so);
 - `RobotClient.fit`: train the start model on the robot's episodes obeying only the
   strategy's `RoundConfig`;
+- `RobotClient.fit_encoder`: one round of the fleet's shared visual encoder on every frame
+  the robot recorded (`fleet_encoder`);
 - `RobotClient.stage_descriptor` (`describe` / `score`): what a DESCRIBE or SCORE stage asks for;
 - `evaluate_policy` (`RobotClient.evaluate`): a model run through a rollout callable (the arm
   over ROS, or MuJoCo in-process).
@@ -266,6 +268,29 @@ class RobotClient:
             on_step=on_step,
             on_start=on_start,
         )
+
+    def fit_encoder(
+        self,
+        encoder: StateDict,
+        encoder_cfg: Any,
+        episodes: Sequence[Episode],
+        round_idx: int,
+    ) -> FitResult:
+        """Train the fleet's shared visual encoder on every local episode (demonstrations,
+        rollouts, interventions: failures too) for one encoder round: (params, frames, metrics).
+
+        ``encoder_cfg`` is the fleet's `FleetEncoderConfig`; the same seed rule as `fit`.
+        """
+        from fed_ros.learning.fleet_encoder import train_encoder
+
+        if not episodes:
+            raise RuntimeError(f"{self.robot_id}: no recorded episodes to train the encoder on")
+        seed = (
+            self.seed_schedule(round_idx)
+            if self.seed_schedule is not None
+            else trainer_seed(self.robot_seed, round_idx)
+        )
+        return train_encoder(encoder, episodes, encoder_cfg, seed)
 
     def pick_cluster(
         self, candidate_models: Mapping[int, StateDict], episodes: Sequence[Episode]

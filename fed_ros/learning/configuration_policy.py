@@ -78,8 +78,10 @@ class PolicyConfig:
             rejected.
         vision_backbone: camera trunk of an image policy, one of ``VISION_BACKBONES``:
             "scratch" (default: the ``image_profile`` trunk, trained from random weights),
-            "resnet18_imagenet" (torchvision's ImageNet ResNet-18) or "dinov2_vits14"
-            (self-supervised DINOv2 ViT-S/14). A pretrained backbone reads its published
+            "resnet18_imagenet" (torchvision's ImageNet ResNet-18), "dinov2_vits14"
+            (self-supervised DINOv2 ViT-S/14) or "fleet" (the fleet's own encoder, trained
+            and FedAvg'd by every robot: ``fleet_encoder``; ``backbone_weights`` names the
+            file its stage wrote). A pretrained backbone reads its published
             weights file, never downloads it (docs/learning.md, "Choosing a visual
             encoder"); a trainable adapter (1x1 conv to ``conv_channels[-1]`` channels,
             FiLM from the text) feeds the spatial-softmax keypoints and channel means.

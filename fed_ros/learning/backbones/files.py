@@ -16,12 +16,14 @@ import torch.nn as nn
 from safetensors.torch import load_file as load_safetensors
 
 from fed_ros.learning.backbones.dinov2 import DinoV2ViTS14
+from fed_ros.learning.backbones.fleet import FleetConvNet
 from fed_ros.learning.backbones.resnet import ResNet18
 from fed_ros.learning.backbones.specs import BACKBONE_SPECS, BackboneSpec
 
 _ARCHITECTURES: dict[str, type[nn.Module]] = {
     "resnet18_imagenet": ResNet18,
     "dinov2_vits14": DinoV2ViTS14,
+    "fleet": FleetConvNet,
 }
 # torchvision's BatchNorm counter; FrozenStatsBatchNorm2d drops it on load.
 _IGNORED_SUFFIX = ".num_batches_tracked"
@@ -45,9 +47,19 @@ def find_weights(name: str, weights: str | Path | None = None) -> Path:
     A missing file raises one FileNotFoundError naming the path looked at and how to get it.
     """
     spec = spec_of(name)
+    if not spec.url and weights is None:
+        raise FileNotFoundError(
+            f"{name} has no published weights file: set backbone_weights to the file the "
+            "fleet encoder stage wrote (fed_ros.learning.fleet_encoder.save_backbone)"
+        )
     path = Path(weights).expanduser() if weights is not None else hub_cache_path(name)
     if path.is_file():
         return path
+    if not spec.url:
+        raise FileNotFoundError(
+            f"{name} weights not found at {path} (backbone_weights); run the fleet encoder "
+            "stage first: it writes this file (fed_ros.learning.fleet_encoder.save_backbone)"
+        )
     source = "backbone_weights" if weights is not None else "the torch hub cache"
     raise FileNotFoundError(
         f"{name} weights not found at {path} ({source}); nothing is downloaded at run time. "

@@ -16,7 +16,8 @@ class BackboneSpec:
         name: the ``PolicyConfig.vision_backbone`` value.
         file_name: the weights file's name as torch.hub saves it under
             ``<torch.hub.get_dir()>/checkpoints/``.
-        url: where the file is published (downloaded by hand, never at run time).
+        url: where the file is published (downloaded by hand, never at run time); empty
+            for the fleet's own encoder, whose file the fleet encoder stage writes.
         out_channels: channels of the feature map the policy's adapter reads.
         patch: the input side must be a multiple of this (the ViT patch size; 1 for a convnet).
         min_size: the smallest input side that still yields a feature map.
@@ -35,6 +36,7 @@ class BackboneSpec:
 
 
 SCRATCH = "scratch"
+FLEET = "fleet"
 
 BACKBONE_SPECS: dict[str, BackboneSpec] = {
     # torchvision's ResNet18_Weights.IMAGENET1K_V1.
@@ -55,6 +57,17 @@ BACKBONE_SPECS: dict[str, BackboneSpec] = {
         out_channels=384,
         patch=14,
         min_size=14,
+    ),
+    # The fleet's own encoder (backbones/fleet.py): no published file; the fleet encoder
+    # stage writes it and ``backbone_weights`` must name it.
+    FLEET: BackboneSpec(
+        name=FLEET,
+        file_name="fleet_encoder.safetensors",
+        url="",
+        out_channels=64,
+        patch=1,
+        # The 4x4/4 stem and the stride-2 conv: 8 px is the smallest input with a 1x1 map.
+        min_size=8,
     ),
 }
 

@@ -46,11 +46,20 @@ class PretrainedTrunk(nn.Module):
         self.register_buffer("std", torch.tensor(IMAGENET_STD)[:, None, None], False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-2:] != (self.input_size, self.input_size):
-            x = F.interpolate(
-                x, size=(self.input_size,) * 2, mode="bilinear", antialias=True, align_corners=False
-            )
-        return self.backbone((x - self.mean) / self.std)
+        return self.backbone(backbone_input(x, self.input_size, self.mean, self.std))
+
+
+def backbone_input(
+    x: torch.Tensor, size: int, mean: torch.Tensor, std: torch.Tensor
+) -> torch.Tensor:
+    """Images (N, 3, H, W) in [0, 1] resized to ``size`` and normalised with (mean, std):
+    what every backbone sees, also while the fleet encoder trains, so the frozen trunk
+    reproduces its training input exactly."""
+    if x.shape[-2:] != (size, size):
+        x = F.interpolate(
+            x, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+        )
+    return (x - mean) / std
 
 
 class FrozenTrunk:
@@ -147,3 +156,18 @@ def frozen_trunk(
             source = (name, weights, input_size, cache_frames)
             _FROZEN[key] = FrozenTrunk(trunk, cache_frames, source)
         return _FROZEN[key]
+
+
+def forget_frozen(weights: str | Path) -> int:
+    """Drop every shared frozen trunk read from ``weights`` (and its cache); the count dropped.
+
+    A file rewritten in place (the fleet encoder after a refresh) gets a new trunk on the
+    next build anyway (keyed by modification time and size); this frees the old ones'
+    caches, which would otherwise stay for the life of the process.
+    """
+    path = str(Path(weights).expanduser().resolve())
+    with _FROZEN_LOCK:
+        stale = [key for key in _FROZEN if key[1] == path]
+        for key in stale:
+            del _FROZEN[key]
+    return len(stale)

@@ -1,0 +1,180 @@
+"""The fleet's shared visual encoder: FedAvg by frame count, frozen and cached in the policy,
+its objective learns, and the benchmark's encoder stage serves the policy rounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fed_ros.core.data import episode as ep
+from fed_ros.core.rounds.config import RoundConfig
+from fed_ros.learning.client import RobotClient
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
+from fed_ros.learning.configuration_policy import PolicyConfig
+from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
+from fed_ros.learning.fleet_encoder import (
+    aggregate_encoders,
+    evaluate_encoder,
+    initial_encoder_state,
+    save_backbone,
+)
+from fed_ros.learning.modeling_policy import build_policy
+from fed_ros.learning.weights import policy_to_state_dict
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+SIZE = 32  # small frames: the conv net's map is 4x4, a step takes milliseconds
+TINY_POLICY = dict(
+    kind="image",
+    image_size=SIZE,
+    embed_dim=32,
+    window=2,
+    transformer_layers=1,
+    transformer_heads=2,
+    transformer_ff=64,
+    dropout=0.0,
+    text_dim=64,
+    conv_channels=(8, 16),
+    num_keypoints=8,
+)
+
+
+def encoder_cfg(**kw) -> FleetEncoderConfig:
+    base = dict(image_size=SIZE, rounds=1, local_steps=3, batch_size=8, num_keypoints=8)
+    return FleetEncoderConfig(**{**base, **kw})
+
+
+def robot_data(n_robots: int = 3) -> dict[str, list[ep.Episode]]:
+    # Different numbers of episodes, so frame-weighting differs from a plain mean.
+    return {
+        f"robot_{i}": synthetic_episodes(1 + i, 6 + 2 * i, "image", seed=i, image_size=SIZE)
+        for i in range(n_robots)
+    }
+
+
+def clients(policy: PolicyConfig, ids) -> dict[str, RobotClient]:
+    return {rid: RobotClient(rid, policy, robot_seed=i, device="cpu") for i, rid in enumerate(ids)}
+
+
+def fleet_policy(path) -> PolicyConfig:
+    return PolicyConfig(**TINY_POLICY, vision_backbone="fleet", backbone_weights=str(path))
+
+
+def test_encoder_fedavg_is_the_frame_weighted_mean_of_the_robots_encoders(tmp_path):
+    cfg = encoder_cfg()
+    data = robot_data()
+    path = save_backbone(initial_encoder_state(cfg), tmp_path / "fleet_encoder.safetensors")
+    robots = clients(fleet_policy(path), data)
+    start = initial_encoder_state(cfg)
+    results = [robots[r].fit_encoder(start, cfg, data[r], 0) for r in data]
+    frames = [sum(len(e) for e in data[r]) for r in data]
+    assert [res.num_samples for res in results] == frames == [6, 16, 30]
+    avg = aggregate_encoders(results)
+    for key in start:
+        expected = sum(f * res.params[key] for f, res in zip(frames, results)) / sum(frames)
+        np.testing.assert_allclose(avg[key], expected, rtol=1e-5, atol=1e-6, err_msg=key)
+    # Each robot moved the shared trunk, and the average is none of them.
+    key = "backbone.conv1.weight"
+    assert all(not np.array_equal(res.params[key], start[key]) for res in results)
+    assert not np.allclose(avg[key], np.mean([res.params[key] for res in results], axis=0))
+
+
+@pytest.mark.parametrize("objective", ["proprio", "temporal"])
+def test_encoder_loss_falls_on_its_objective(objective):
+    cfg = encoder_cfg(objective=objective, local_steps=40, batch_size=16, lr=3e-3)
+    eps = synthetic_episodes(3, 12, "image", seed=5, image_size=SIZE)
+    client = RobotClient("r0", PolicyConfig(**TINY_POLICY), device="cpu")
+    start = initial_encoder_state(cfg)
+    result = client.fit_encoder(start, cfg, eps, 0)
+    before = evaluate_encoder(start, eps, cfg)
+    after = evaluate_encoder(result.params, eps, cfg)
+    assert after < 0.7 * before, (before, after)
+    assert result.metrics["loss_last"] < result.metrics["loss_first"]
+
+
+def test_policy_reads_the_fleet_encoder_frozen_and_cached(tmp_path):
+    cfg = encoder_cfg()
+    eps = synthetic_episodes(2, 6, "image", seed=1, image_size=SIZE)
+    trained = RobotClient("r0", PolicyConfig(**TINY_POLICY), device="cpu").fit_encoder(
+        initial_encoder_state(cfg), cfg, eps, 0
+    )
+    path = save_backbone(trained.params, tmp_path / "fleet_encoder.safetensors")
+    policy_cfg = fleet_policy(path)
+    model = build_policy(policy_cfg, seed=0)
+    # Nothing of the encoder is in the policy's update: it ships once, fleet-wide.
+    assert not any("backbone" in k or "trunk" in k for k in policy_to_state_dict(model))
+    frozen = model.agentview_encoder.frozen
+    assert frozen is model.wrist_encoder.frozen
+    # The trunk holds the federated weights, not a fresh init.
+    weight = frozen.trunk.backbone.conv1.weight.detach().numpy()
+    np.testing.assert_array_equal(weight, trained.params["backbone.conv1.weight"])
+    frozen.clear()
+    batch = DemoDataset(eps, policy_cfg).torch_batch(np.arange(4))
+    loss, _ = model(batch)
+    loss.backward()
+    assert all(p.grad is None for p in frozen.trunk.parameters())
+    assert frozen.misses > 0
+    misses, hits = frozen.misses, frozen.hits
+    model.features(batch)
+    assert frozen.misses == misses and frozen.hits > hits  # every frame from the cache
+
+
+def test_policy_without_an_encoder_file_names_the_stage(tmp_path):
+    missing = tmp_path / "nowhere.safetensors"
+    with pytest.raises(FileNotFoundError, match="fleet encoder stage"):
+        build_policy(fleet_policy(missing))
+    with pytest.raises(FileNotFoundError, match="no published weights file"):
+        build_policy(PolicyConfig(**TINY_POLICY, vision_backbone="fleet"))
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"objective": "masked"}, "objective must be one of"),
+        ({"cameras": ("depth",)}, "cameras must be"),
+        ({"local_steps": 0}, "local_steps must be an int >= 1, got 0"),
+        ({"refresh_every": -1}, "refresh_every must be an int >= 0, got -1"),
+        ({"lr": 0.0}, "lr must be a number > 0, got 0.0"),
+    ],
+)
+def test_config_rejects_bad_settings_naming_them(kw, match):
+    with pytest.raises(ValueError, match=match):
+        FleetEncoderConfig(**kw)
+
+
+def test_encoder_state_of_another_objective_is_refused():
+    from fed_ros.learning.fleet_encoder import build_encoder
+
+    with pytest.raises(ValueError, match="does not fit objective 'temporal'"):
+        build_encoder(encoder_cfg(objective="temporal"), initial_encoder_state(encoder_cfg()))
+
+
+def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
+    from fed_ros.bench.federation_encoder import FleetEncoderStage
+
+    data = robot_data(2)
+    stage = FleetEncoderStage(encoder_cfg(rounds=2, refresh_every=3), tmp_path / "enc.safetensors")
+    assert [stage.due(r) for r in range(7)] == [True, False, False, True, False, False, True]
+    policy_cfg = stage.policy_config(PolicyConfig(**TINY_POLICY, vision_backbone="fleet"))
+    robots = clients(policy_cfg, data)
+    first = build_policy(policy_cfg).agentview_encoder.frozen
+    rows = stage.run(robots, data)
+    assert [r["encoder_round"] for r in rows] == [0, 1]
+    assert rows[0]["frames"] == {"robot_0": 6, "robot_1": 16}
+    assert rows[0]["bytes_per_robot"] > 0 and all(s > 0 for s in rows[0]["cpu_s"].values())
+    # The rewritten file is what the next policy reads: a new frozen trunk, the new weights.
+    second = build_policy(policy_cfg).agentview_encoder.frozen
+    assert second is not first
+    np.testing.assert_array_equal(
+        second.trunk.backbone.conv3.weight.detach().numpy(), stage.state["backbone.conv3.weight"]
+    )
+    # And the policy trains on it in a round, through the same client.
+    result = robots["robot_0"].fit(
+        policy_to_state_dict(build_policy(policy_cfg)),
+        RoundConfig(local_steps=2),
+        data["robot_0"],
+        0,
+    )
+    assert np.isfinite(result.metrics["loss_bc"])
+    assert torch.get_num_threads() == 1
