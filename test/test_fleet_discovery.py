@@ -223,6 +223,80 @@ def test_up_starts_the_discovery_server_and_its_nodes_use_it(tmp_path, ros_env, 
 needs_netns = pytest.mark.skipif(
     bool(netns.unavailable_reason()), reason=netns.unavailable_reason() or "n/a"
 )
+ROBOTS = ("robot_0", "robot_1")
+
+
+def _fleet_without_multicast(tmp: Path, server_address: str) -> Path:
+    """docs/fleet.md's fleet across machines, plus `discovery: {server: start}` on the server."""
+    from fed_ros.learning.dataset import synthetic_episodes
+
+    run_dir = tmp / "fleet"
+    for i, rid in enumerate(ROBOTS):
+        demos = run_dir / rid / "demos"
+        demos.mkdir(parents=True)
+        for k, episode in enumerate(synthetic_episodes(2, length=20, seed=i, shift=2.0 * i)):
+            episode.save(demos / f"demo_{k}.npz")
+    fleet = {
+        "name": "nomulticast",
+        "algorithm": "fedavg",
+        "rounds": 1,
+        "run_dir": str(run_dir),
+        "strategy": {"local_steps": 5, "lr": 1e-3},
+        "server": {"round_timeout_s": 150.0, "exit_when_done": True},
+        "robot_defaults": {
+            "device": "cpu",
+            "torch_threads": 1,
+            "trainer.val_fraction": 0.0,
+            "register_timeout_s": 180.0,
+        },
+        "robots": [{"id": rid, "task": "lift", "sim": False} for rid in ROBOTS],
+        "discovery": {"server": "start", "address": server_address},
+    }
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"fleet": fleet}, sort_keys=False))
+    return path
+
+
+@needs_netns
+@pytest.mark.timeout(480)
+def test_a_fleet_without_multicast_runs_its_round_through_its_discovery_server(
+    tmp_path, ros_domain_id
+):
+    from fleet_hosts import host_env, node_log, stop_hosts, tail, up_argv
+
+    with netns.Network(["server", *ROBOTS]) as net:
+        net.block_multicast()
+        fleet = _fleet_without_multicast(tmp_path, net.hosts["server"].address)
+        ups: dict[str, subprocess.Popen] = {}
+        diag = lambda: "\n".join(tail(node_log(tmp_path, h)) for h in ("server", *ROBOTS))  # noqa: E731
+        try:
+            for host in ("server", *ROBOTS):  # docs/fleet.md's command on each machine
+                run_dir = tmp_path / "hosts" / host
+                run_dir.mkdir(parents=True)
+                ups[host] = subprocess.Popen(
+                    net.command(host, up_argv(fleet, host, ros_domain_id, run_dir)),
+                    env=host_env(net.hosts[host].address),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            wait_until(
+                lambda: ups["server"].poll() is not None,
+                400,
+                "the server to finish its round",
+                interval=0.5,
+                diagnostics=diag,
+            )
+            assert ups["server"].returncode == 0, diag()
+        finally:
+            stop_hosts(ups)
+    audit = (tmp_path / "fleet" / "server" / "audit.jsonl").read_text().splitlines()
+    accepted = sorted(
+        e["robot_id"]
+        for e in map(json.loads, audit)
+        if e["kind"] == "update" and e["round"] == 0 and e["accepted"]
+    )
+    assert accepted == list(ROBOTS), audit
 
 
 @needs_netns
