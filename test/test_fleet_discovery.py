@@ -108,6 +108,55 @@ def test_launch_files_get_the_same_setup_as_up(tmp_path):
     assert robot[0] == {DISCOVERY_SERVER_ENV: "10.1.2.3:11811"} and robot[1] == []
 
 
+def test_launch_description_starts_the_server_and_sets_the_variable_before_the_nodes(tmp_path):
+    pytest.importorskip(
+        "launch_ros",
+        reason="launch_ros is not installed (make test installs it from "
+        "../shared/tools/ros2-launch when that folder exists)",
+    )
+    from launch import LaunchContext
+    from launch.actions import ExecuteProcess, SetEnvironmentVariable
+    from launch.utilities import perform_substitutions
+    from launch_ros.actions import Node
+
+    fleet = tmp_path / "fleet.yaml"
+    data = {"name": "t", "algorithm": "fedavg", "rounds": 1, "robots": [{"task": "lift"}]}
+    data["discovery"] = {"server": "start", "address": "10.1.2.3"}
+    fleet.write_text(yaml.safe_dump({"fleet": data}))
+    context = LaunchContext()
+    context.launch_configurations["fleet"] = str(fleet)
+
+    actions = []
+    for entity in _load_launch("sim_fleet.launch.py").generate_launch_description().entities:
+        actions += entity.visit(context) or []
+    # launch_ros's Node is an ExecuteProcess too: ask for it first.
+    kinds = [
+        "node"
+        if isinstance(a, Node)
+        else "process"
+        if isinstance(a, ExecuteProcess)
+        else "env"
+        if isinstance(a, SetEnvironmentVariable)
+        else "other"
+        for a in actions
+    ]
+    server = actions[kinds.index("process")]
+    for action in actions:
+        if isinstance(action, SetEnvironmentVariable):
+            action.visit(context)
+
+    assert [k for k in kinds if k != "other"] == ["env", "process", "node", "node", "node"]
+    assert [perform_substitutions(context, part) for part in server.cmd] == [
+        find_executable(),
+        "42",
+        "-l",
+        "10.1.2.3",
+        "-p",
+        "11811",
+    ]
+    assert context.environment[DISCOVERY_SERVER_ENV] == "10.1.2.3:11811"
+
+
 def test_plan_prints_the_discovery_server_and_the_nodes_environment(tmp_path, capsys):
     fleet = tmp_path / "fleet.yaml"
     data = {"name": "t", "algorithm": "fedavg", "rounds": 1, "robots": [{"task": "lift"}]}
