@@ -13,3 +13,9 @@ def test_a_cell_reports_the_stacked_and_the_streamed_path(tmp_path):
     assert r["stacked"]["peak"] > 6
     assert r["streamed"]["peak"] < r["stacked"]["peak"] - 3
     assert list(tmp_path.iterdir()) == []  # the spill's directory went with the cell
+
+
+def test_a_streamed_only_cell_skips_the_stacked_path(tmp_path):
+    r = bench_case(6, 300_000, reps=1, spill_dir=str(tmp_path), with_stacked=False)
+    assert r["stacked"] is None
+    assert r["streamed"]["peak"] < 6

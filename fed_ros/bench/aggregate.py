@@ -189,6 +189,7 @@ def _timings(
     desc: dict[str, ClientDescriptor],
     reps: int,
     bounds: dict[str, Callable[[], object]],
+    with_stacked: bool = True,
 ) -> dict[str, dict[str, float]]:
     """Best-of times of both paths over the same updates and of the ``bounds`` they are
     compared with (read pass, SVD), alternating call by call so that a load change on a
@@ -210,7 +211,7 @@ def _timings(
         dt = time.process_time() - t
         best[path][key] = min(best[path].get(key, np.inf), dt)
 
-    paths = {"stacked": True, "streamed": False}
+    paths = {"stacked": True, "streamed": False} if with_stacked else {"streamed": False}
     for path, stack in paths.items():  # round 0 of FeDepth clusters (once per path)
         fdp = fresh("fedepth", stack, target_overlap=0.2)
         timed(path, "fedepth_cluster", lambda: fdp.aggregate_round(0, updates, desc))
@@ -242,7 +243,9 @@ def _drm_memory(
     return {"peak": peak, "anon_mb": rss.anon, "file_mb": rss.file}
 
 
-def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdate]) -> dict:
+def _drm_split(
+    manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdate], with_stacked: bool = True
+) -> dict:
     """Where a FedDRMan round's CPU time goes: CUA's similarity matrix (streamed and stacked,
     over the same rows) and the partition."""
     names = [s.name for s in manifest if s.name.startswith("temporal.")]
@@ -250,10 +253,12 @@ def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdat
     t = time.process_time()
     S = omega_similarity(sds, manifest, names, unflatten(theta0, manifest))
     t_sim = time.process_time() - t
-    stacked = stack_state_dicts(sds, manifest)  # rows of the spill in order: no copy
-    t = time.process_time()
-    update_similarity(stacked, prefix_columns(manifest, ("temporal.",)), theta0)
-    t_sim_stacked = time.process_time() - t
+    t_sim_stacked = float("nan")
+    if with_stacked:
+        stacked = stack_state_dicts(sds, manifest)  # rows of the spill in order: no copy
+        t = time.process_time()
+        update_similarity(stacked, prefix_columns(manifest, ("temporal.",)), theta0)
+        t_sim_stacked = time.process_time() - t
     t = time.process_time()
     cua_partition(S, NUM_CLUSTERS)
     return {
@@ -263,14 +268,25 @@ def _drm_split(manifest: Manifest, theta0: np.ndarray, updates: list[ClientUpdat
     }
 
 
-def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str | None = None):
+def bench_case(
+    K: int,
+    P_target: int,
+    reps: int,
+    seed: int = 0,
+    spill_dir: str | None = None,
+    with_stacked: bool = True,
+) -> dict:
     """One (K, P) cell, both paths side by side. Memory: the stacked path with the updates on
     the heap (an UpdateBuffer, as the server held them), the streamed one with them in the
     server's spill file; one set of updates exists at a time. Times: both paths and the
-    bounds over the spilled rows, alternating."""
+    bounds over the spilled rows, alternating. ``with_stacked=False`` runs the streamed path
+    only (a cell whose K updates would not fit on the heap)."""
     manifest = synthetic_manifest(P_target)
     P = num_params(manifest)
-    maker, buf = _fill_updates(manifest, K, seed)
+    if with_stacked:
+        maker, buf = _fill_updates(manifest, K, seed)
+    else:
+        maker, buf = _Updates(P, seed), None
     theta0 = maker.theta0
     w = np.full(K, 1.0 / K, dtype=np.float32)
     desc = _descriptors(K, seed)
@@ -284,11 +300,13 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str |
             for m in mats.values():
                 scipy.linalg.svd(m, full_matrices=False, lapack_driver="gesdd", check_finite=False)
 
-    # Memory of today's server: the K updates on the heap (an UpdateBuffer), stacked.
-    old = _drm_memory(manifest, theta0, _updates(buf, K), True)
-    old["peak"] += K  # the K updates themselves live on the heap (the UpdateBuffer)
-    del buf
-    gc.collect()
+    old: dict[str, float] = {}
+    if buf is not None:
+        # Memory of today's server: the K updates on the heap (an UpdateBuffer), stacked.
+        old = _drm_memory(manifest, theta0, _updates(buf, K), True)
+        old["peak"] += K  # the K updates themselves live on the heap (the UpdateBuffer)
+        del buf
+        gc.collect()
     with tempfile.TemporaryDirectory(prefix="fed_ros_bench_spill_", dir=spill_dir) as d:
         spill = UpdateSpill(manifest, K, d)
         row = np.empty(P, dtype=np.float32)
@@ -302,12 +320,13 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str |
         # Times: both paths over the spilled rows, alternating (the stacked path stacks them
         # without a copy: they are rows of one array in order, as in an UpdateBuffer).
         bounds = {"read": partial(np.dot, w, spill.data), "svd": svds}
-        times = _timings(manifest, theta0, ups, desc, reps, bounds)
-        split = _drm_split(manifest, theta0, ups)
+        times = _timings(manifest, theta0, ups, desc, reps, bounds, with_stacked)
+        split = _drm_split(manifest, theta0, ups, with_stacked)
         del ups, spill, bounds
     mats.clear()
     gc.collect()
-    old.update(times["stacked"])
+    if with_stacked:
+        old.update(times["stacked"])
     new.update(times["streamed"])
     return {
         "K": K,
@@ -315,7 +334,7 @@ def bench_case(K: int, P_target: int, reps: int, seed: int = 0, spill_dir: str |
         "read": times["bounds"]["read"],
         "svd": times["bounds"]["svd"],
         "blocks": len(blocks),
-        "stacked": old,
+        "stacked": old or None,
         "streamed": new,
         "split": split,
     }
@@ -369,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         "--spill-dir", default=None, help="directory of the streamed path's spill file (a temp dir)"
     )
     ap.add_argument(
+        "--streamed-only",
+        action="store_true",
+        help="skip the stacked path (for cells whose K updates do not fit on the heap)",
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -406,7 +430,7 @@ def _run(args: argparse.Namespace) -> int:
     ok = lambda c: "yes" if c else "NO"  # noqa: E731
     for p in ps:
         for k in ks:
-            r = bench_case(k, int(p * 1e6), reps, args.seed, args.spill_dir)
+            r = bench_case(k, int(p * 1e6), reps, args.seed, args.spill_dir, not args.streamed_only)
             print(
                 f"\nK={k} P={r['P']}: read pass {r['read'] * 1e3:.1f} ms, SVD of the "
                 f"{r['blocks']} SRB blocks x {NUM_CLUSTERS} clusters {r['svd'] * 1e3:.0f} ms"
@@ -415,6 +439,8 @@ def _run(args: argparse.Namespace) -> int:
             print("-" * len(hdr))
             for path in ("stacked", "streamed"):
                 c = r[path]
+                if c is None:
+                    continue
                 drm_ratio = c["feddrman"] / (c["fedavg"] + r["svd"])
                 print(
                     f"{k:>4} {r['P']:>8} {path:>8} | {c['fedavg'] * 1e3:>6.0f}ms "
@@ -427,11 +453,13 @@ def _run(args: argparse.Namespace) -> int:
                 )
             a, b = r["stacked"], r["streamed"]
             sp = r["split"]
-            print(
-                f"streamed / stacked: FedAvg {b['fedavg'] / a['fedavg']:.2f}x, FedDRMan "
-                f"{b['feddrman'] / a['feddrman']:.2f}x, heap peak {b['peak'] / a['peak']:.3f}x, "
-                f"RssAnon peak {b['anon_mb'] / max(a['anon_mb'], 1e-9):.2f}x"
-            )
+            if a is not None:
+                print(
+                    f"streamed / stacked: FedAvg {b['fedavg'] / a['fedavg']:.2f}x, FedDRMan "
+                    f"{b['feddrman'] / a['feddrman']:.2f}x, heap peak "
+                    f"{b['peak'] / a['peak']:.3f}x, RssAnon peak "
+                    f"{b['anon_mb'] / max(a['anon_mb'], 1e-9):.2f}x"
+                )
             print(
                 f"streamed FedDRMan round: CUA similarity {sp['similarity']:.2f} s (stacked "
                 f"{sp['similarity_stacked']:.2f} s), CUA partition {sp['cua']:.2f} s, averages + "
