@@ -178,3 +178,26 @@ def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
     )
     assert np.isfinite(result.metrics["loss_bc"])
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.sim
+def test_bench_image_cell_with_the_fleet_encoder_runs_its_stage_first(tmp_path):
+    import json
+
+    from fed_ros.bench import federation as F
+
+    out = tmp_path / "bench"
+    argv = [
+        *("--only", "image", "--methods", "fedavg", "--robots", "2", "--demos", "2"),
+        *("--rounds", "1", "--local-steps", "2", "--eval-episodes", "1", "--jobs", "1"),
+        *("--vision-backbone", "fleet", "--encoder-rounds", "1", "--encoder-steps", "2"),
+        *("--tracking", "none", "--out", str(out)),
+    ]
+    assert F.main(argv) == 0
+    cell = json.loads((out / "cells" / "cross_family_image__fedavg__s0__fleet.json").read_text())
+    assert cell["profile"]["policy"]["vision_backbone"] == "fleet"
+    (row,) = cell["encoder_rounds"]
+    assert set(row["frames"]) == set(cell["robots"]) and all(row["frames"].values())
+    assert len(cell["rounds"]) == 1 and cell["rollouts"]
+    # The scratch trunk's cell of the same seed is a different file, never resumed as this one.
+    assert not (out / "cells" / "cross_family_image__fedavg__s0.json").exists()

@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
 from fed_ros.core.tracking import TRACKING_KINDS
+from fed_ros.learning.backbones.specs import VISION_BACKBONES
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_tracking import track_cells
 from fed_ros.bench.federation_wire import check_bench_encoding
@@ -98,6 +99,16 @@ def _parser() -> argparse.ArgumentParser:
         "--eval-episodes", type=int, help="override closed-loop episodes per (model, family)"
     )
     few.add_arguments(ap)
+    ap.add_argument(
+        "--vision-backbone",
+        choices=VISION_BACKBONES,
+        help="image cells (image, few_image): the camera trunk; fleet: the fleet encoder stage "
+        "(every robot, FedAvg) runs before the policy rounds; cells are keyed __<backbone>",
+    )
+    ap.add_argument("--encoder-rounds", type=int, help="fleet encoder: FedAvg rounds per stage")
+    ap.add_argument(
+        "--encoder-steps", type=int, help="fleet encoder: steps per robot per encoder round"
+    )
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
     ap.add_argument(
         "--overlaps",

@@ -65,6 +65,17 @@ def image_profile(args: argparse.Namespace | None = None) -> Profile:
             seeds=tuple(args.seeds) if args.seeds else None,
             methods_cross=tuple(args.methods) if args.methods else None,
         )
+        backbone = getattr(args, "vision_backbone", None)
+        if backbone is not None:
+            # A pretrained or the fleet's encoder instead of the scratch trunk (cells keyed apart).
+            prof = replace(prof, policy={**prof.policy, "vision_backbone": backbone})
+        sizes = {
+            "rounds": getattr(args, "encoder_rounds", None),
+            "local_steps": getattr(args, "encoder_steps", None),
+        }
+        sizes = {k: v for k, v in sizes.items() if v is not None}
+        if sizes:
+            prof = replace(prof, fleet_encoder={**(prof.fleet_encoder or {}), **sizes})
     return prof
 
 
