@@ -14,8 +14,9 @@ its namespace) from just before the first send until ``--settle-s`` after the ac
 so DDS's repairs of that update are counted; the server reads its UDP receive-buffer drops
 (``RcvbufErrors`` in ``/proc/net/snmp``). ``--busy N`` runs N busy loops beside the hosts while
 a load level is measured (the shared 2-core machine's load comes on top); ``--buffers B`` loads
-the socket-buffer profile of :mod:`fed_ros.ros.wire.socket_buffers` on both hosts (a comma list
-is measured in turn at each load level, so the rows share the machine's load).
+the socket-buffer profile of :mod:`fed_ros.ros.wire.socket_buffers` on both hosts, ``paced``
+the paced profile of :mod:`fed_ros.ros.wire.pacing` for the ``--rate`` link (a comma list is
+measured in turn at each load level, so the rows share the machine's load).
 """
 
 from __future__ import annotations
@@ -191,19 +192,24 @@ def _result(out: str, who: str) -> dict[str, Any]:
 
 
 def measure(
-    net: Any, args: argparse.Namespace, encoding: str, busy: int, buffers: int = 0
+    net: Any, args: argparse.Namespace, encoding: str, busy: int, buffers: int | str = 0
 ) -> dict[str, Any]:
     """One encoding at one load level through ``net`` (hosts "server" and "robot"), with UDP
-    socket buffers of ``buffers`` bytes (0: Fast DDS's defaults)."""
+    socket buffers of ``buffers`` bytes (0: Fast DDS's defaults), or ``"paced"``: the paced
+    profile for the ``args.rate`` link."""
     env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="SUBNET")
     for key in ("ROS_LOCALHOST_ONLY", "FASTDDS_DEFAULT_PROFILES_FILE"):
         env.pop(key, None)
     env.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(1, 101)))
     profile_dir = Path(tempfile.mkdtemp(prefix="fed_ros-wire-"))
-    if buffers:
+    if buffers == "paced":
+        from fed_ros.ros.wire.pacing import apply_paced_profile
+
+        apply_paced_profile(env, args.rate, profile_dir)
+    elif buffers:
         from fed_ros.ros.wire.socket_buffers import apply_buffers_profile
 
-        apply_buffers_profile(env, profile_dir, buffers)
+        apply_buffers_profile(env, profile_dir, int(buffers))
     common = [
         "--encoding",
         encoding,
@@ -294,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         "--buffers",
         default="0",
         help="comma list of UDP socket buffer bytes for both hosts, measured in turn "
-        "(fed_ros/ros/wire/socket_buffers.py); 0 = Fast DDS defaults",
+        "(fed_ros/ros/wire/socket_buffers.py); 0 = Fast DDS defaults; paced = the paced "
+        "profile for --rate (fed_ros/ros/wire/pacing.py)",
     )
     parser.add_argument("--json", default="", help="also write the measurements here")
     args = parser.parse_args(argv)
@@ -316,11 +323,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"wire overhead needs network namespaces: {reason}")
     try:
         busy_levels = [int(b) for b in args.busy.split(",") if b.strip()]
-        buffer_sizes = [int(b) for b in args.buffers.split(",") if b.strip()]
+        buffer_sizes = [
+            b.strip() if b.strip() == "paced" else int(b)
+            for b in args.buffers.split(",")
+            if b.strip()
+        ]
     except ValueError:
         raise SystemExit(
-            f"--busy and --buffers must be comma lists of ints, got {args.busy!r}, {args.buffers!r}"
+            f"--busy must be a comma list of ints and --buffers of ints or 'paced', got "
+            f"{args.busy!r}, {args.buffers!r}"
         ) from None
+    if "paced" in buffer_sizes and args.rate <= 0:
+        raise SystemExit("--buffers paced paces to a link's rate: give --rate MBIT")
     rates = {"robot": args.rate} if args.rate > 0 else {}
     found = []
     with Network(["server", "robot"], rates=rates) as net:
