@@ -102,7 +102,7 @@ class Chromium:
                 self.events.append(message)
 
     def open(self, url: str, width: int, height: int) -> "Page":
-        """A new tab of ``width`` x ``height`` CSS pixels, network log on, at ``url``."""
+        """A new tab of ``width`` x ``height`` CSS pixels, network log on, ``url`` loaded."""
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
         session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         page = Page(self, session)
@@ -116,6 +116,11 @@ class Chromium:
             mobile=False,
         )
         page.send("Page.navigate", url=url)
+        # Navigation is asynchronous: until it commits, expressions run in about:blank.
+        page.wait_for(
+            f"location.href === {json.dumps(url)} && document.readyState === 'complete'",
+            self.timeout,
+        )
         return page
 
     def close(self) -> None:
@@ -169,11 +174,16 @@ class Page:
         """Poll ``expression`` until it is truthy (its value) or raise after ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
+            try:
+                value, error = self.evaluate(expression), ""
+            except CdpError as exc:  # e.g. the document is being replaced by a navigation
+                value, error = None, f" (last: {exc})"
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {expression}")
+                raise AssertionError(
+                    f"timed out after {timeout:g} s waiting for {expression}{error}"
+                )
             time.sleep(0.2)
 
     def click(self, selector: str) -> None:

@@ -134,7 +134,7 @@ function chart(by, key, rounds, series, names) {
     svg += '<text x="' + sx(r) + '" y="' + (H - B + 16) + '" text-anchor="middle">' + r +
       "</text>";
   }
-  svg += '<text x="' + (W - R) + '" y="' + (H - 2) + '" text-anchor="end">round</text>';
+  svg += '<text x="' + (L - 12) + '" y="' + (H - B + 16) + '" text-anchor="end">round</text>';
   for (const s of lines) {
     svg += '<g class="series" data-series="' + esc(s.id) + '" fill="' + s.color + '" stroke="' +
       s.color + '">';
