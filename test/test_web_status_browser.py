@@ -9,8 +9,8 @@ Against a real fleet over DDS: the page names every robot, its cluster, its acce
 each completed round, charts each robot's and the cluster's training loss of every finished
 round (as an independent monitor heard the reports), shows robot_0's camera (a sensor_msgs/Image
 stream this test publishes on the arm's camera topic, as a camera driver would) as a thumbnail
-and, on a click, larger; the screenshot shows it all (``fleet_status.png`` in the test's
-directory; docs/img/fleet_status.png was taken this way).
+and, on a click, larger; the screenshots show it all (``fleet_status.png`` and
+``fleet_status_camera.png`` in the test's directory).
 """
 
 from __future__ import annotations
