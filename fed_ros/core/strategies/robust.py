@@ -30,7 +30,7 @@ _RULE_KWARGS = {
 }
 
 
-def _check_rule_kwargs(rule: str, kw: dict) -> None:
+def check_rule_kwargs(rule: str, kw: dict) -> None:
     """Raise ValueError for an unknown rule or a setting the rule does not take."""
     if rule not in RULES:
         raise ValueError(f"unknown robust rule {rule!r}; choose from {RULES}")
@@ -209,7 +209,7 @@ def aggregate_robust(
 
     Keyword settings: trimmed_mean `trim`; clip `clip_norm`, `reference`; multi_krum `f`, `m`.
     """
-    _check_rule_kwargs(rule, kw)
+    check_rule_kwargs(rule, kw)
     stacked, w = _check_inputs(stacked, weights)
     if rule == "mean":
         return weighted_average(stacked, w)

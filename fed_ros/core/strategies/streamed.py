@@ -1,7 +1,8 @@
 """Aggregation that reads each update's columns where they lie, never stacking K models.
 
-The stacked path (`prepared_round.stack_updates`) copies the K updates of a round into one
-(K, P) array, so the server's peak memory is K + 3 model sizes. Here every rule walks the
+The stacked path (``stack_updates=True``, `prepared_round.prepare_round(stack=True)`) copies
+the K updates of a round into one (K, P) array, so the server's peak memory is K + a few
+model sizes. Here every rule walks the
 flat parameter vector in column blocks of at most ``BLOCK`` floats and reads each update's
 slice of a block from its own state dict (a decoded model, or rows of the server's spill
 file, `fed_ros.core.rounds.spill`), so the extra memory is C x P for the results plus one
@@ -24,7 +25,7 @@ from fed_ros.core.params import Manifest, num_params, offsets
 from fed_ros.core.strategies.aggregate import gram_to_cosine, similarity_chunk
 from fed_ros.core.strategies.robust import (
     KRUM_BLOCK,
-    _check_rule_kwargs,
+    check_rule_kwargs,
     coordinate_median,
     gram_by_blocks,
     krum_choice,
@@ -176,7 +177,7 @@ def robust_average(
 ) -> np.ndarray:
     """`robust.aggregate_robust` of the given updates, read block by block (weights normalised
     as there); the caller has checked that every update is finite."""
-    _check_rule_kwargs(rule, kw)
+    check_rule_kwargs(rule, kw)
     w = np.asarray(weights, dtype=np.float64).reshape(-1)
     if w.shape[0] != len(sds) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
         raise ValueError(f"weights must be {len(sds)} finite values >= 0, got {w.tolist()}")
