@@ -168,6 +168,7 @@ def run_once(
                     break  # a worker died before all its participants matched
                 time.sleep(0.1)
             at_match = _received(net)
+            waited_until = time.time()  # matches after this (while measuring) do not count
             # Discovery goes on after the star matched (the graph topic every ROS participant
             # shares): the steady rate is taken after a settling period.
             time.sleep(settle_s)
@@ -185,7 +186,7 @@ def run_once(
                     server.kill()
                     server.wait()
     created = [t for w in workers for t in w.created.values()]
-    matched = [t for w in workers for t in w.matched.values()]
+    matched = [t for w in workers for t in w.matched.values() if t <= waited_until]
     last_match = max(matched) if len(matched) == robots + 1 else None
     return DiscoveryRun(
         robots=robots,
