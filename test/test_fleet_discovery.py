@@ -121,7 +121,7 @@ def test_launch_description_starts_the_server_and_sets_the_variable_before_the_n
 
     fleet = tmp_path / "fleet.yaml"
     data = {"name": "t", "algorithm": "fedavg", "rounds": 1, "robots": [{"task": "lift"}]}
-    data["discovery"] = {"server": "start", "address": "10.1.2.3"}
+    data["discovery"] = {"server": "start", "port": 12000}
     fleet.write_text(yaml.safe_dump({"fleet": data}))
     context = LaunchContext()
     context.launch_configurations["fleet"] = str(fleet)
@@ -150,11 +150,11 @@ def test_launch_description_starts_the_server_and_sets_the_variable_before_the_n
         find_executable(),
         "42",
         "-l",
-        "10.1.2.3",
+        "127.0.0.1",
         "-p",
-        "11811",
+        "12000",
     ]
-    assert context.environment[DISCOVERY_SERVER_ENV] == "10.1.2.3:11811"
+    assert context.environment[DISCOVERY_SERVER_ENV] == "127.0.0.1:12000"
 
 
 def test_plan_prints_the_discovery_server_and_the_nodes_environment(tmp_path, capsys):
@@ -185,6 +185,14 @@ def test_launcher_starts_the_server_first_and_stops_it_last(tmp_path):
 
     assert commands[0].argv[0] == find_executable()
     assert fleet.stop_groups()[-1] == [f"/{DISCOVERY_SERVER_NAME}"]
+
+
+def test_a_server_address_this_host_does_not_have_is_refused_before_anything_starts(tmp_path):
+    # fast-discovery-server itself says it runs on such an address, reachable by nobody.
+    processes = fleet_setup(_fleet({"server": "start", "address": "192.0.2.1"}))[1]
+
+    with pytest.raises(ValueError, match="'192.0.2.1' is not an address of this host"):
+        launcher.build_process_commands(processes, tmp_path)
 
 
 def _free_udp_port() -> int:

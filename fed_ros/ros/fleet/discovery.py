@@ -15,6 +15,7 @@ Pure Python like the plan (launch files import it where rclpy may be missing).
 from __future__ import annotations
 
 import ipaddress
+import socket
 import shutil
 import sys
 from dataclasses import dataclass
@@ -131,3 +132,16 @@ def find_executable(name: str = SERVER_EXECUTABLE) -> str:
             "(the ros-fastdds wheel ships it; so does Fast DDS in a ROS 2 install)"
         )
     return found
+
+
+def check_listen_address(address: str) -> None:
+    """Raise ValueError unless ``address`` is one of this host's: fast-discovery-server given
+    another one says it runs there and is reached by nobody (measured: 10.9.9.9 on loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            raise ValueError(
+                f"discovery 'address' {address!r} is not an address of this host "
+                f"({exc.strerror}): start the fleet's server where it is, or name that host's"
+            ) from None

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import yaml
 
-from fed_ros.ros.fleet.discovery import SERVER_EXECUTABLE, find_executable
+from fed_ros.ros.fleet.discovery import SERVER_EXECUTABLE, check_listen_address, find_executable
 from fed_ros.ros.fleet.plan import (
     EXECUTABLE_ENTRY_POINTS,
     FleetConfig,
@@ -94,6 +94,9 @@ def build_process_commands(
     processes: Sequence[ProcessSpec], run_dir: str | Path
 ) -> list[NodeCommand]:
     """Command lines of the fleet's processes that are not nodes (its Discovery Server)."""
+    for process in processes:
+        if process.listen_address:
+            check_listen_address(process.listen_address)
     (Path(run_dir) / "logs").mkdir(parents=True, exist_ok=True)
     return [
         NodeCommand(

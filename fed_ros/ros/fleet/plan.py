@@ -322,6 +322,8 @@ class ProcessSpec:
     name: str
     executable: str  # found beside the Python running the fleet, else on PATH
     arguments: tuple[str, ...]
+    # An address it listens on, checked on the host that starts it ('' = none to check).
+    listen_address: str = ""
 
     @property
     def fqn(self) -> str:
@@ -337,7 +339,10 @@ def plan_processes(config: FleetConfig, *, include_server: bool = True) -> list[
     if include_server and config.discovery.mode == "start":
         return [
             ProcessSpec(
-                DISCOVERY_SERVER_NAME, SERVER_EXECUTABLE, tuple(config.discovery.server_arguments())
+                DISCOVERY_SERVER_NAME,
+                SERVER_EXECUTABLE,
+                tuple(config.discovery.server_arguments()),
+                config.discovery.address,
             )
         ]
     return []
@@ -385,12 +390,15 @@ def launch_description(
     from launch.substitutions import LaunchConfiguration
     from launch_ros.actions import Node
 
-    from fed_ros.ros.fleet.discovery import find_executable
+    from fed_ros.ros.fleet.discovery import check_listen_address, find_executable
 
     def nodes(context):
         values = [LaunchConfiguration(name).perform(context) for name, _, _ in arguments]
         specs = plan_nodes(*values)
         env, processes = plan_setup(*values) if plan_setup else ({}, [])
+        for process in processes:
+            if process.listen_address:
+                check_listen_address(process.listen_address)
         # Set before the processes and nodes below: each takes the launch context's environment.
         setup = [SetEnvironmentVariable(k, v) for k, v in sorted(env.items())]
         setup += [
