@@ -201,3 +201,40 @@ def test_bench_image_cell_with_the_fleet_encoder_runs_its_stage_first(tmp_path):
     assert len(cell["rounds"]) == 1 and cell["rollouts"]
     # The scratch trunk's cell of the same seed is a different file, never resumed as this one.
     assert not (out / "cells" / "cross_family_image__fedavg__s0.json").exists()
+
+
+def test_bench_refuses_a_bad_encoder_size_naming_it(capsys):
+    from fed_ros.bench import federation as F
+
+    argv = ["--only", "image", "--vision-backbone", "fleet", "--encoder-steps", "0"]
+    assert F.main([*argv, "--out", "/nonexistent/never_written"]) == 2
+    assert "local_steps must be an int >= 1, got 0" in capsys.readouterr().err
+
+
+def test_tracking_keys_fleet_cells_apart_and_plots_the_encoder_rounds():
+    from fed_ros.bench.federation_tracking import cell_run_name, cell_scalars
+
+    rec = {
+        "setting": "few_demos_image",
+        "method": "feddrman",
+        "seed": 7,
+        "profile": {"encoding": "float32", "policy": {"vision_backbone": "fleet"}},
+        "rounds": [{"round": 0, "loss_bc": -3.0}],
+        "encoder_rounds": [
+            {
+                "encoder_round": r,
+                "loss_first": 1.0 / (r + 1),
+                "loss_last": 0.5 / (r + 1),
+                "bytes_per_robot": 507008,
+                "cpu_s": {"robot_0": 4.0, "robot_1": 6.0},
+            }
+            for r in range(2)
+        ],
+    }
+    assert cell_run_name(rec) == "few_demos_image__feddrman__s7__fleet"
+    scratch = {**rec, "profile": {"encoding": "float32", "policy": {"kind": "image"}}}
+    assert cell_run_name(scratch) == "few_demos_image__feddrman__s7"
+    scalars = cell_scalars(rec)
+    assert scalars[1]["encoder/loss_last"] == 0.25 and scalars[0]["train/loss_bc"] == -3.0
+    assert scalars[0]["encoder/cpu_s_per_robot"] == 5.0
+    assert scalars[0]["encoder/bytes_per_robot"] == 507008

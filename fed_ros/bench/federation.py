@@ -347,7 +347,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     experiments = tuple(args.only or DEFAULT_EXPERIMENTS)
     from fed_ros.bench.federation_image import image_profile
 
-    iprof = image_profile(args)
+    try:
+        iprof = image_profile(args)
+    except ValueError as exc:
+        print(f"fed-ros bench federation: error: {exc}", file=sys.stderr)
+        return 2
     if args.jobs is not None and args.jobs < 1:
         print(
             f"fed-ros bench federation: error: --jobs must be >= 1, got {args.jobs}",

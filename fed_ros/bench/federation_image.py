@@ -26,6 +26,7 @@ from fed_ros.bench.federation_settings import (
     cross_family,
     with_overrides,
 )
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 
 IMAGE_SETTING = "cross_family_image"
 IMAGE_METHODS = ("feddrman", "fedavg", "local")
@@ -76,6 +77,8 @@ def image_profile(args: argparse.Namespace | None = None) -> Profile:
         sizes = {k: v for k, v in sizes.items() if v is not None}
         if sizes:
             prof = replace(prof, fleet_encoder={**(prof.fleet_encoder or {}), **sizes})
+    if prof.fleet_encoder is not None:
+        FleetEncoderConfig(**prof.fleet_encoder)  # ValueError naming a bad size, before any cell
     return prof
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.bench.federation_wire import encoding_suffix
+from fed_ros.learning.backbones.specs import SCRATCH
 from fed_ros.learning.tracking import open_tracker
 
 _ROUND_COLUMNS = {
@@ -25,10 +26,15 @@ _ROUND_COLUMNS = {
 
 
 def cell_run_name(rec: Mapping[str, Any]) -> str:
-    """``<setting>__<method>__s<seed>[__<encoding>]``, as the cell files are named."""
+    """``<setting>__<method>__s<seed>[__<encoding>][__<backbone>]``, as the cell files are
+    named (`federation_run.CellSpec.key`)."""
     name = f"{rec['setting']}__{rec['method']}__s{rec['seed']}"
-    encoding = (rec.get("profile") or {}).get("encoding", "float32")
-    return name if encoding == "float32" else f"{name}__{encoding_suffix(encoding)}"
+    profile = rec.get("profile") or {}
+    encoding = profile.get("encoding", "float32")
+    if encoding != "float32":
+        name += f"__{encoding_suffix(encoding)}"
+    backbone = (profile.get("policy") or {}).get("vision_backbone", SCRATCH)
+    return name if backbone == SCRATCH else f"{name}__{backbone}"
 
 
 def cell_scalars(rec: Mapping[str, Any]) -> dict[int, dict[str, float]]:
@@ -39,6 +45,14 @@ def cell_scalars(rec: Mapping[str, Any]) -> dict[int, dict[str, float]]:
         for column, tag in _ROUND_COLUMNS.items():
             if isinstance(row.get(column), (int, float)):
                 values[tag] = float(row[column])
+    # The fleet encoder's rounds, stepped by encoder round (their own tags).
+    for row in rec.get("encoder_rounds", []):
+        values = out.setdefault(int(row["encoder_round"]), {})
+        values["encoder/loss_first"] = float(row["loss_first"])
+        values["encoder/loss_last"] = float(row["loss_last"])
+        values["encoder/bytes_per_robot"] = float(row["bytes_per_robot"])
+        cpu = list(row["cpu_s"].values())
+        values["encoder/cpu_s_per_robot"] = float(sum(cpu) / len(cpu))
     for ev in rec.get("evals", []):
         values = out.setdefault(int(ev["round"]), {})
         values["eval/success_mean"] = float(ev["mean"])
