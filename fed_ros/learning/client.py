@@ -30,6 +30,7 @@ from fed_ros.core.data.episode import Episode
 from fed_ros.core.rounds.config import Membership, RoundConfig
 from fed_ros.core.rounds.collect import DESCRIBE, SCORE
 from fed_ros.core.strategies.types import ClientDescriptor
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.configuration_trainer import TrainerConfig
 from fed_ros.learning.trainer import LocalResult
@@ -272,14 +273,14 @@ class RobotClient:
     def fit_encoder(
         self,
         encoder: StateDict,
-        encoder_cfg: Any,
+        encoder_cfg: FleetEncoderConfig,
         episodes: Sequence[Episode],
         round_idx: int,
     ) -> FitResult:
         """Train the fleet's shared visual encoder on every local episode (demonstrations,
         rollouts, interventions: failures too) for one encoder round: (params, frames, metrics).
 
-        ``encoder_cfg`` is the fleet's `FleetEncoderConfig`; the same seed rule as `fit`.
+        ``encoder_cfg`` is the fleet's, the same on every robot; the same seed rule as `fit`.
         """
         from fed_ros.learning.fleet_encoder import train_encoder
 
