@@ -25,6 +25,9 @@ _FLEET_KEYS = {
     "rounds",
     "num_clusters",
     "policy",
+    "vision_backbone",
+    "backbone_weights",
+    "freeze_backbone",
     "seed",
     "run_dir",
     "server",
@@ -136,6 +139,12 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
     for key in ("server", "robot_defaults", "bridge", "strategy"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"fleet config: {key!r} must be a mapping, got {data.get(key)!r}")
+    for key in ("vision_backbone", "backbone_weights"):
+        if not isinstance(data.get(key, ""), str):
+            raise ValueError(f"fleet config: {key!r} must be a string, got {data[key]!r}")
+    freeze = data.get("freeze_backbone", True)
+    if not isinstance(freeze, bool):
+        raise ValueError(f"fleet config: 'freeze_backbone' must be true or false, got {freeze!r}")
     for key in ("rounds", "num_clusters", "seed"):
         value = data.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -147,6 +156,9 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         robots=tuple(robots),
         num_clusters=data.get("num_clusters", 2),
         policy=str(data.get("policy", "lowdim")),
+        vision_backbone=data.get("vision_backbone", "scratch"),
+        backbone_weights=data.get("backbone_weights", ""),
+        freeze_backbone=data.get("freeze_backbone", True),
         seed=data.get("seed", 0),
         run_dir=str(data.get("run_dir", f"runs/{data['name']}")),
         server=dict(data.get("server", {})),

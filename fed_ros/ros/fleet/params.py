@@ -28,6 +28,8 @@ from fed_ros.ros.wire.channels import CHANNELS
 ALGORITHMS = ("local", "fedavg", "fedprox", "ifca", "feddrman", "fedepth", "rnd")
 SIM_TASKS = ("lift", "pick_place_can", "stack")
 POLICY_KINDS = ("lowdim", "image")
+# = fed_ros.learning.backbones.specs.VISION_BACKBONES (test_fleet_plan keeps them equal).
+VISION_BACKBONES = ("scratch", "resnet18_imagenet", "dinov2_vits14", "fleet")
 TRANSFER_CHANNELS = CHANNELS  # the channel registry is fed_ros.ros.wire.channels
 CAMERA_TRANSPORTS = ("raw", "compressed")  # = fed_ros.ros.arm.topics.CAMERA_TRANSPORTS
 SERVER_NAMESPACE = "/fleet"
@@ -62,6 +64,61 @@ def not_empty(value: str) -> str | None:
 
 def _tasks(values: Any) -> str | None:
     return None if len(values) >= 1 and all(values) else "must name at least one task"
+
+
+def backbone_param() -> Any:
+    """``vision_backbone``: the camera trunk; the server and every robot must name the same."""
+    return param(
+        "scratch",
+        "camera trunk of the image policy: scratch (trained from random weights) or a "
+        "pretrained backbone read from backbone_weights (docs/learning.md, 'Choosing a visual "
+        "encoder'); server and robots must agree",
+        choices=VISION_BACKBONES,
+    )
+
+
+def backbone_weights_param() -> Any:
+    """``backbone_weights``: the pretrained backbone's weights file."""
+    return param(
+        "",
+        "with a pretrained vision_backbone: its weights file (.pth / .safetensors), '' = the "
+        "torch hub cache; never downloaded, a missing file stops the node at start",
+    )
+
+
+def freeze_backbone_param() -> Any:
+    """``freeze_backbone``: whether the pretrained backbone stays fixed."""
+    return param(
+        True,
+        "with a pretrained vision_backbone: true = fixed, cached per frame, not federated; "
+        "false = fine-tuned and federated with the policy",
+    )
+
+
+def check_backbone(node: str, policy: str, vision_backbone: str, backbone_weights: str) -> None:
+    """A pretrained backbone needs the image policy; weights need a pretrained backbone."""
+    if vision_backbone != "scratch" and policy != "image":
+        raise ValueError(
+            f"{node} parameter 'vision_backbone' is {vision_backbone!r} but 'policy' is "
+            f"{policy!r}: a camera backbone needs policy image"
+        )
+    if vision_backbone == "scratch" and backbone_weights:
+        raise ValueError(
+            f"{node} parameter 'backbone_weights' is {backbone_weights!r} but "
+            "'vision_backbone' is 'scratch' (name the pretrained backbone the file holds)"
+        )
+
+
+def policy_architecture(params: Any) -> dict[str, Any]:
+    """PolicyConfig keyword arguments the server and robot nodes take from their parameters."""
+    out: dict[str, Any] = {"kind": params.policy}
+    if params.vision_backbone != "scratch":
+        out.update(
+            vision_backbone=params.vision_backbone,
+            backbone_weights=params.backbone_weights or None,
+            freeze_backbone=params.freeze_backbone,
+        )
+    return out
 
 
 @dataclass(frozen=True)
@@ -147,6 +204,9 @@ class ServerParams(NodeParams):
     policy: str = param(
         "lowdim", "initial policy kind when no model is committed yet", choices=POLICY_KINDS
     )
+    vision_backbone: str = backbone_param()
+    backbone_weights: str = backbone_weights_param()
+    freeze_backbone: bool = freeze_backbone_param()
     seed: int = param(0, "seed of the initial policy weights")
     evaluate_every: int = param(
         0, "rounds between closed-loop evaluations (0 = never)", unit="rounds", ge=0, live=True
@@ -206,6 +266,7 @@ class ServerParams(NodeParams):
             raise ValueError(
                 "server parameter 'require_signatures' is true but 'allowed_keys_file' is empty"
             )
+        check_backbone(self.NODE, self.policy, self.vision_backbone, self.backbone_weights)
 
 
 @dataclass(frozen=True)
@@ -255,6 +316,9 @@ class RobotParams(NodeParams):
     policy: str = param(
         "lowdim", "policy kind (must match the server's model)", choices=POLICY_KINDS
     )
+    vision_backbone: str = backbone_param()
+    backbone_weights: str = backbone_weights_param()
+    freeze_backbone: bool = freeze_backbone_param()
     use_object_state: bool = param(
         True,
         "false: the policy takes no object_state (a real arm without "
@@ -370,6 +434,7 @@ class RobotParams(NodeParams):
                 "robot parameter 'use_object_state' is false but 'policy' is lowdim: the low-dim "
                 "policy sees the scene only through object_state (use policy image)"
             )
+        check_backbone(self.NODE, self.policy, self.vision_backbone, self.backbone_weights)
 
     def local_training(self) -> dict[str, Any]:
         """The robot's own training settings (a round config overrides what it decides)."""

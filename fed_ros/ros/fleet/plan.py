@@ -120,6 +120,10 @@ class FleetConfig:
     robots: tuple[RobotConfig, ...]
     num_clusters: int = 2
     policy: str = "lowdim"
+    # The image policy's camera trunk, the same on the server and every robot (one architecture).
+    vision_backbone: str = "scratch"
+    backbone_weights: str = ""
+    freeze_backbone: bool = True
     seed: int = 0
     run_dir: str = "runs/fleet"
     server: Mapping[str, Any] = field(default_factory=dict)
@@ -184,6 +188,17 @@ class NodeSpec:
         return {self.fqn: {"ros__parameters": dict(self.parameters)}}
 
 
+def backbone_parameters(config: FleetConfig) -> dict[str, Any]:
+    """The camera trunk's node parameters (none for the default scratch trunk)."""
+    if config.vision_backbone == "scratch" and not config.backbone_weights:
+        return {}
+    return {
+        "vision_backbone": config.vision_backbone,
+        "backbone_weights": config.backbone_weights,
+        "freeze_backbone": config.freeze_backbone,
+    }
+
+
 def server_spec(config: FleetConfig) -> NodeSpec:
     """The fleet server node."""
     params: dict[str, Any] = {
@@ -195,6 +210,7 @@ def server_spec(config: FleetConfig) -> NodeSpec:
         "expected_robots": config.robot_ids,
         "state_dir": f"{config.run_dir}/server",
     }
+    params.update(backbone_parameters(config))
     params.update({f"strategy.{k}": v for k, v in config.strategy.items()})
     params.update(config.server)
     if "min_robots" not in params:
@@ -220,6 +236,7 @@ def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
         "seed": config.seed + index,
         "demo_seed": 1000 * (config.seed + index),
         "data_dir": f"{config.run_dir}/{robot.robot_id}",
+        **backbone_parameters(config),
     }
     if robot.sim:
         # Simulated arms share one machine: one torch thread each (oversubscribed CPU

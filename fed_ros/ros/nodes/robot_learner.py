@@ -19,7 +19,11 @@ class RobotLearner:
 
 
 def make_learner(params) -> RobotLearner:
-    """From RobotParams: torch threads set, the policy config, the client, the manifest."""
+    """From RobotParams: torch threads set, the policy config, the client, the manifest.
+
+    A pretrained backbone's weights are read here: a missing file raises the backbones'
+    FileNotFoundError (the path and how to get the file) before the node starts.
+    """
     if params.torch_threads:
         import torch
 
@@ -28,9 +32,11 @@ def make_learner(params) -> RobotLearner:
     from fed_ros.learning.client import RobotClient
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
+    from fed_ros.ros.fleet.params import policy_architecture
 
     policy_cfg = PolicyConfig(
-        kind=params.policy, use_object_state=None if params.use_object_state else False
+        **policy_architecture(params),
+        use_object_state=None if params.use_object_state else False,
     )
     # The robot's own training settings; the round config overrides what it decides.
     client = RobotClient(

@@ -279,7 +279,9 @@ def main(args: list[str] | None = None) -> int:
     try:
         try:
             node = FleetServer()
-        except ValueError as exc:
+        except (ValueError, FileNotFoundError) as exc:
+            # FileNotFoundError: a pretrained backbone's weights file (its message says how
+            # to get it).
             print(f"fed_ros server: invalid configuration: {exc}", file=sys.stderr)
             return 2
         executor = MultiThreadedExecutor(num_threads=3)

@@ -21,7 +21,7 @@ from fed_ros.core.rounds import faults
 from fed_ros.core.rounds.coordinator import RoundCoordinator
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
-from fed_ros.ros.fleet.params import ServerParams
+from fed_ros.ros.fleet.params import ServerParams, policy_architecture
 from fed_ros.ros.nodes.server_config import liveness_settings, round_settings, strategy_settings
 
 
@@ -55,7 +55,8 @@ def open_round_state(
 
     p = params
     strategy = make_strategy(p.algorithm, **strategy_settings(p.algorithm, p))
-    initial = initial_state_dict(PolicyConfig(kind=p.policy), seed=p.seed)
+    # The robots' architecture (backbone included): their updates must match this manifest.
+    initial = initial_state_dict(PolicyConfig(**policy_architecture(p)), seed=p.seed)
     manifest = manifest_of(initial)
     state_dir = Path(p.state_dir)
     store = ModelStore(state_dir, _crash_point=faults.store_hook(lambda: coord.round_idx))  # tests
