@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from fed_ros.core.security import auth
-from fed_ros.core.security import keys, keys_cli
+from fed_ros.commands.keys import keys_main
+from fed_ros.core.security import keys
 from fed_ros.core.security import signed_messages
 from fed_ros.core.security.auth import AllowList, Signer
 from fed_ros.core.security.replay import ReplayGuard
@@ -189,7 +190,7 @@ def test_allow_list_yaml_round_trip_and_errors(tmp_path, robot):
 
 def test_keys_command(tmp_path, capsys):
     out = tmp_path / "keys"
-    assert keys_cli.keys_main(["generate", "--num-robots", "3", "--server", "--out", str(out)]) == 0
+    assert keys_main(["generate", "--num-robots", "3", "--server", "--out", str(out)]) == 0
     allow = AllowList.from_yaml(out / "allow_list.yaml")
     assert allow.robot_ids == ["robot_0", "robot_1", "robot_2"] and allow.server is not None
     for name in ("robot_0", "robot_1", "robot_2", "server"):
@@ -197,25 +198,20 @@ def test_keys_command(tmp_path, capsys):
         assert stat.S_IMODE(key.stat().st_mode) == 0o600
     first = (out / "robot_0.pub").read_text()
     # Re-running keeps existing keys (no silent rotation) and extends the list.
-    assert keys_cli.keys_main(["generate", "robot_9", "robot_0", "--out", str(out)]) == 0
+    assert keys_main(["generate", "robot_9", "robot_0", "--out", str(out)]) == 0
     assert (out / "robot_0.pub").read_text() == first
     assert "robot_9" in AllowList.from_yaml(out / "allow_list.yaml")
     other = Signer.generate()
     assert (
-        keys_cli.keys_main(
+        keys_main(
             ["allow", "arm_7", other.public_key.hex(), "--allow-list", str(out / "allow_list.yaml")]
         )
         == 0
     )
-    assert (
-        keys_cli.keys_main(["revoke", "robot_9", "--allow-list", str(out / "allow_list.yaml")]) == 0
-    )
+    assert keys_main(["revoke", "robot_9", "--allow-list", str(out / "allow_list.yaml")]) == 0
     allow = AllowList.from_yaml(out / "allow_list.yaml")
     assert "arm_7" in allow and "robot_9" not in allow
-    assert (
-        keys_cli.keys_main(["allow", "x", "nothex", "--allow-list", str(out / "allow_list.yaml")])
-        == 1
-    )
+    assert keys_main(["allow", "x", "nothex", "--allow-list", str(out / "allow_list.yaml")]) == 1
     assert "not hex" in capsys.readouterr().err
 
 

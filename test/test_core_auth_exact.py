@@ -36,7 +36,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hypothesis import given, settings, strategies as st
 
 from fed_ros.core.security import auth, signed_messages as sm
-from fed_ros.core.security import keys, keys_cli
+from fed_ros.commands.keys import keys_main
+from fed_ros.core.security import keys
 from fed_ros.core.security import signed_messages
 from fed_ros.core.security.auth import AllowList, Signer
 from fed_ros.core.security.replay import ReplayGuard
@@ -1290,9 +1291,7 @@ def test_allow_list_yaml_errors_name_the_file_and_entry(tmp_path):
 
 def test_keys_generate_reports_and_writes(tmp_path, capsys):
     out = tmp_path / "keys"
-    assert (
-        keys_cli.keys_main(["generate", "robot_b", "robot_a", "--server", "--out", str(out)]) == 0
-    )
+    assert keys_main(["generate", "robot_b", "robot_a", "--server", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     allow = AllowList.from_yaml(out / "allow_list.yaml")
     assert allow.robot_ids == ["robot_a", "robot_b"] and "server" not in allow
@@ -1310,23 +1309,23 @@ def test_keys_generate_reports_and_writes(tmp_path, capsys):
 
 def test_keys_generate_names_and_num_robots_add_up(tmp_path):
     out = tmp_path / "keys"
-    assert keys_cli.keys_main(["generate", "arm_x", "--num-robots", "2", "--out", str(out)]) == 0
+    assert keys_main(["generate", "arm_x", "--num-robots", "2", "--out", str(out)]) == 0
     assert AllowList.from_yaml(out / "allow_list.yaml").robot_ids == ["arm_x", "robot_0", "robot_1"]
     assert sorted(p.name for p in out.glob("*.key")) == ["arm_x.key", "robot_0.key", "robot_1.key"]
 
 
 def test_keys_generate_keeps_or_forces(tmp_path, capsys):
     out = tmp_path / "keys"
-    assert keys_cli.keys_main(["generate", "--num-robots", "2", "--out", str(out)]) == 0
+    assert keys_main(["generate", "--num-robots", "2", "--out", str(out)]) == 0
     first = keys.load_public_key(out / "robot_0.pub")
     capsys.readouterr()
-    assert keys_cli.keys_main(["generate", "robot_0", "--out", str(out)]) == 0
+    assert keys_main(["generate", "robot_0", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
         f"kept     {out / 'robot_0.key'}  public {first.hex()}",
         f"allow-list {out / 'allow_list.yaml'}: 2 robots",
     ]
-    assert keys_cli.keys_main(["generate", "robot_0", "--force", "--out", str(out)]) == 0
+    assert keys_main(["generate", "robot_0", "--force", "--out", str(out)]) == 0
     assert capsys.readouterr().out.startswith("created  ")
     rotated = keys.load_public_key(out / "robot_0.pub")
     assert rotated != first
@@ -1337,10 +1336,7 @@ def test_keys_generate_with_explicit_allow_list(tmp_path, capsys):
     out, allow_path = tmp_path / "keys", tmp_path / "other" / "fleet.yaml"
     AllowList({"robot_9": BOB.public_key}).to_yaml(allow_path)
     assert (
-        keys_cli.keys_main(
-            ["generate", "robot_0", "--out", str(out), "--allow-list", str(allow_path)]
-        )
-        == 0
+        keys_main(["generate", "robot_0", "--out", str(out), "--allow-list", str(allow_path)]) == 0
     )
     assert not (out / "allow_list.yaml").exists()
     allow = AllowList.from_yaml(allow_path)
@@ -1349,7 +1345,7 @@ def test_keys_generate_with_explicit_allow_list(tmp_path, capsys):
 
 
 def test_keys_generate_needs_names(tmp_path, capsys):
-    assert keys_cli.keys_main(["generate", "--out", str(tmp_path)]) == 2
+    assert keys_main(["generate", "--out", str(tmp_path)]) == 2
     assert (
         capsys.readouterr().err
         == "fed-ros keys generate: give robot names, --num-robots N or --server\n"
@@ -1358,11 +1354,11 @@ def test_keys_generate_needs_names(tmp_path, capsys):
 
 
 def test_keys_generate_refuses_bad_names_and_bad_files(tmp_path, capsys):
-    assert keys_cli.keys_main(["generate", "r" * 256, "--out", str(tmp_path)]) == 1
+    assert keys_main(["generate", "r" * 256, "--out", str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith("fed-ros keys: robot id longer than 255 bytes")
     key = ALICE.save(tmp_path / "robot_0.key")
     os.chmod(key, 0o644)
-    assert keys_cli.keys_main(["generate", "robot_0", "--out", str(tmp_path)]) == 1
+    assert keys_main(["generate", "robot_0", "--out", str(tmp_path)]) == 1
     assert f"(chmod 600 {key})" in capsys.readouterr().err
 
 
@@ -1371,27 +1367,24 @@ def test_keys_allow_revoke_and_list(tmp_path, capsys):
     pub = tmp_path / "bob.pub"
     pub.write_text(BOB.public_key.hex() + "\n")
     assert (
-        keys_cli.keys_main(["allow", "arm_7", str(pub), "--allow-list", str(path)]) == 0
+        keys_main(["allow", "arm_7", str(pub), "--allow-list", str(path)]) == 0
     )  # creates the list
     assert capsys.readouterr().out == f"allowed arm_7 ({BOB.public_key.hex()}) in {path}\n"
-    assert (
-        keys_cli.keys_main(["allow", "server", ALICE.public_key.hex(), "--allow-list", str(path)])
-        == 0
-    )
+    assert keys_main(["allow", "server", ALICE.public_key.hex(), "--allow-list", str(path)]) == 0
     capsys.readouterr()
     allow = AllowList.from_yaml(path)
     assert allow.server == ALICE.public_key and allow.robot_ids == ["arm_7"]
-    assert keys_cli.keys_main(["list", "--allow-list", str(path)]) == 0
+    assert keys_main(["list", "--allow-list", str(path)]) == 0
     assert (
         capsys.readouterr().out
         == f"server     {ALICE.public_key.hex()}\narm_7      {BOB.public_key.hex()}\n"
     )
-    assert keys_cli.keys_main(["revoke", "arm_7", "--allow-list", str(path)]) == 0
+    assert keys_main(["revoke", "arm_7", "--allow-list", str(path)]) == 0
     assert capsys.readouterr().out == f"revoked arm_7 in {path}\n"
     assert len(AllowList.from_yaml(path)) == 0
-    assert keys_cli.keys_main(["revoke", "arm_7", "--allow-list", str(path)]) == 1
+    assert keys_main(["revoke", "arm_7", "--allow-list", str(path)]) == 1
     assert capsys.readouterr().err == "fed-ros keys: robot 'arm_7' is not on the allow-list\n"
-    assert keys_cli.keys_main(["list", "--allow-list", str(tmp_path / "none.yaml")]) == 1
+    assert keys_main(["list", "--allow-list", str(tmp_path / "none.yaml")]) == 1
     assert "allow-list file not found" in capsys.readouterr().err
 
 
@@ -1399,7 +1392,7 @@ def test_keys_list_without_server(tmp_path, capsys):
     path = AllowList({"robot_10": BOB.public_key, "r2": ALICE.public_key}).to_yaml(
         tmp_path / "a.yaml"
     )
-    assert keys_cli.keys_main(["list", "--allow-list", str(path)]) == 0
+    assert keys_main(["list", "--allow-list", str(path)]) == 0
     assert (
         capsys.readouterr().out
         == f"r2         {ALICE.public_key.hex()}\nrobot_10   {BOB.public_key.hex()}\n"
@@ -1408,7 +1401,7 @@ def test_keys_list_without_server(tmp_path, capsys):
 
 def test_keys_requires_an_action(capsys):
     with pytest.raises(SystemExit) as exc:
-        keys_cli.keys_main([])
+        keys_main([])
     assert exc.value.code == 2
     assert capsys.readouterr().err.endswith(
         "fed-ros keys: error: the following arguments are required: action\n"
@@ -1663,7 +1656,7 @@ def test_unloadable_private_key_is_a_value_error_naming_the_path(tmp_path, capsy
     assert str(err.value).startswith(
         f"private key {str(path)!r} cannot be loaded: "
     ) and why in str(err.value)
-    assert keys_cli.keys_main(["generate", "robot_0", "--out", str(tmp_path)]) == 1
+    assert keys_main(["generate", "robot_0", "--out", str(tmp_path)]) == 1
     assert capsys.readouterr().err.startswith(
         f"fed-ros keys: private key {str(path)!r} cannot be loaded: "
     )
@@ -1688,7 +1681,7 @@ def test_allow_list_bad_server_key_names_the_file(tmp_path, server, why):
 
 def help_text(argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as exc:
-        keys_cli.keys_main([*argv, "--help"])
+        keys_main([*argv, "--help"])
     assert exc.value.code == 0
     return " ".join(capsys.readouterr().out.split())  # argparse wraps to the terminal width
 
@@ -1730,14 +1723,14 @@ def test_keys_allow_help(capsys):
 @pytest.mark.parametrize("action", [["allow", "r", "00"], ["revoke", "r"], ["list"]])
 def test_keys_allow_list_option_is_required(action, capsys):
     with pytest.raises(SystemExit) as exc:
-        keys_cli.keys_main(action)
+        keys_main(action)
     assert exc.value.code == 2
     assert "the following arguments are required: --allow-list" in capsys.readouterr().err
 
 
 def test_keys_generate_defaults_to_a_keys_directory(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    assert keys_cli.keys_main(["generate", "robot_0"]) == 0
+    assert keys_main(["generate", "robot_0"]) == 0
     assert sorted(p.name for p in (tmp_path / "keys").iterdir()) == [
         "allow_list.yaml",
         "robot_0.key",
@@ -1749,7 +1742,7 @@ def test_keys_generate_defaults_to_a_keys_directory(tmp_path, monkeypatch, capsy
 def test_keys_main_reads_sys_argv_by_default(tmp_path, monkeypatch, capsys):
     path = AllowList({"robot_0": ALICE.public_key}).to_yaml(tmp_path / "a.yaml")
     monkeypatch.setattr("sys.argv", ["fed-ros-keys", "list", "--allow-list", str(path)])
-    assert keys_cli.keys_main() == 0
+    assert keys_main() == 0
     assert capsys.readouterr().out == f"robot_0    {ALICE.public_key.hex()}\n"
 
 

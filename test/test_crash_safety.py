@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from fed_ros.core.security import auth
-from fed_ros.core.security import keys_cli
+from fed_ros.commands.keys import keys_main
 from fed_ros.core.security import replay
 from fed_ros.core.security import signed_messages
 from fed_ros.core.checks.audit_log import read_audit_log
@@ -514,7 +514,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
 
-    assert keys_cli.keys_main(["generate", *E2E_ROBOTS, "--out", str(tmp_path / "keys")]) == 0
+    assert keys_main(["generate", *E2E_ROBOTS, "--out", str(tmp_path / "keys")]) == 0
     signers = {rid: auth.Signer.from_file(tmp_path / "keys" / f"{rid}.key") for rid in E2E_ROBOTS}
     initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
     state_dir = tmp_path / "server_state"

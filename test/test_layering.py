@@ -147,6 +147,29 @@ def test_only_the_ros_layer_imports_rclpy_and_the_messages():
     assert not bad, "\n".join(bad)
 
 
+# Argument parsing is the command line's job (fed_ros/cli.py, fed_ros/commands/): the layers
+# below it offer plain typed functions a command, a node or a test calls alike (issue 38).
+BELOW_THE_CLI = ("fed_ros.core", "fed_ros.learning", "fed_ros.sim")
+
+
+def argparse_importers(package: Path = PACKAGE, root: Path = ROOT) -> list[str]:
+    """Modules under core, learning or sim that import argparse, anywhere in the file."""
+    return [
+        module_name(path, root)
+        for path in sorted(package.rglob("*.py"))
+        if _matches(module_name(path, root), BELOW_THE_CLI)
+        and _matches_any_import(imports_of(path, root), ("argparse",))
+    ]
+
+
+def _matches_any_import(found: set[str], prefixes: tuple[str, ...]) -> bool:
+    return any(_matches(m, prefixes) for m in found)
+
+
+def test_no_argparse_below_the_cli_layer():
+    assert argparse_importers() == []
+
+
 def test_module_size_report_names_long_modules_and_fat_nodes(tmp_path):
     """`make lint`'s size report (tools/module_sizes.py) replaces the old hard cap: it lists a
     module over 500 lines and a node executable over 300, and nothing else."""

@@ -193,7 +193,7 @@ def _write_demos(root, per_task=6):
 
 def test_partition_cli_writes_manifests(tmp_path, capsys):
     import json
-    from fed_ros.learning.partition_cli import main
+    from fed_ros.commands.partition import main
 
     _write_demos(tmp_path / "demos")
     rc = main(
@@ -225,7 +225,7 @@ def test_partition_cli_writes_manifests(tmp_path, capsys):
 
 
 def test_partition_cli_variation_and_quantity_and_errors(tmp_path, capsys):
-    from fed_ros.learning.partition_cli import main
+    from fed_ros.commands.partition import main
 
     _write_demos(tmp_path)
     assert main([str(tmp_path), "--robots", "3", "--by", "task+variation", "--include-failed"]) == 0
@@ -240,7 +240,7 @@ def test_partition_cli_variation_and_quantity_and_errors(tmp_path, capsys):
 def test_partition_cli_embedding_split(tmp_path, capsys):
     import json
     from fed_ros.learning.configuration_policy import PolicyConfig
-    from fed_ros.learning.partition_cli import main
+    from fed_ros.commands.partition import main
     from fed_ros.learning.trainer import initial_state_dict
     from fed_ros.learning.weights import save_checkpoint
 

@@ -50,7 +50,7 @@ def test_variation_sheet_cli_writes_distinct_tiles(tmp_path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from fed_ros.sim import render
+    from fed_ros.commands import render
 
     out = tmp_path / "sheet.png"
     assert (

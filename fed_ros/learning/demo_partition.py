@@ -1,4 +1,4 @@
-"""`fed-ros partition`: split a recorded demonstration set across robots (non-IID emulation).
+"""Split a recorded demonstration set across robots (non-IID emulation).
 
 Reads a directory of Episode ``.npz`` files, groups episodes by task, variation, task and
 variation, or penultimate-layer embedding clusters of a trained policy, draws each robot's
@@ -9,7 +9,6 @@ quantity``), prints the per-robot composition table and writes one JSON manifest
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -80,58 +79,39 @@ def episode_embeddings(
     )
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fed-ros partition", description=__doc__.splitlines()[0])
-    ap.add_argument("demos", help="directory of Episode .npz files (searched recursively)")
-    ap.add_argument("--robots", type=int, default=4, help="number of robots K (default 4)")
-    ap.add_argument(
-        "--by", choices=GROUPINGS, default="task", help="grouping the Dirichlet acts on"
-    )
-    ap.add_argument(
-        "--alpha",
-        type=float,
-        default=0.5,
-        help="Dirichlet concentration (small: skewed; 'inf' for IID)",
-    )
-    ap.add_argument("--beta", type=float, default=0.5, help="size concentration for --by quantity")
-    ap.add_argument("--k", type=int, default=16, help="k-means clusters for --by embedding")
-    ap.add_argument("--checkpoint", help="trained policy (.safetensors) for --by embedding")
-    ap.add_argument("--policy-config", help="PolicyConfig JSON (default: stored in the checkpoint)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--include-failed", action="store_true", help="also partition failed demos")
-    ap.add_argument("--fractions", action="store_true", help="print fractions instead of counts")
-    ap.add_argument("--out", help="directory for robot_<i>.json manifests (default: print only)")
-    return ap
+def partition_demos(
+    demos: str | Path,
+    robots: int = 4,
+    by: str = "task",
+    alpha: float = 0.5,
+    beta: float = 0.5,
+    k: int = 16,
+    checkpoint: str | Path | None = None,
+    policy_config: str | Path | None = None,
+    seed: int = 0,
+    include_failed: bool = False,
+    fractions: bool = False,
+    out: str | Path | None = None,
+) -> int:
+    """Partition the Episode files under ``demos`` across ``robots`` robots and print the table.
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `fed-ros partition`; returns the exit code."""
-    args = _parser().parse_args(list(argv) if argv is not None else None)
-    try:
-        return _run(args)
-    except ValueError as exc:
-        print(f"fed-ros partition: error: {exc}")
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
-    if args.robots < 1:
-        raise ValueError(f"--robots must be >= 1, got {args.robots}")
-    if not (args.alpha > 0):
-        raise ValueError(f"--alpha must be > 0 (or inf), got {args.alpha}")
-    paths, metas = list_episodes(args.demos, include_failed=args.include_failed)
-    root = Path(args.demos)
+    Writes the manifests to ``out`` when given; raises ``ValueError`` naming a bad setting.
+    """
+    if robots < 1:
+        raise ValueError(f"--robots must be >= 1, got {robots}")
+    if not (alpha > 0):
+        raise ValueError(f"--alpha must be > 0 (or inf), got {alpha}")
+    paths, metas = list_episodes(demos, include_failed=include_failed)
+    root = Path(demos)
     names = [str(p.relative_to(root)) for p in paths]
     extra: dict = {}
-    if args.by == "quantity":
-        part = P.quantity_skew_split(len(paths), args.robots, args.beta, seed=args.seed)
-    elif args.by == "embedding":
-        if not args.checkpoint:
+    if by == "quantity":
+        part = P.quantity_skew_split(len(paths), robots, beta, seed=seed)
+    elif by == "embedding":
+        if not checkpoint:
             raise ValueError("--by embedding needs --checkpoint (a policy trained on the demos)")
-        emb = episode_embeddings(paths, args.checkpoint, args.policy_config)
-        part, km = P.embedding_split(
-            emb, args.robots, args.alpha, k=min(args.k, len(paths)), seed=args.seed
-        )
+        emb = episode_embeddings(paths, checkpoint, policy_config)
+        part, km = P.embedding_split(emb, robots, alpha, k=min(k, len(paths)), seed=seed)
         tasks = [m["task"] for m in metas]
         extra = {
             "kmeans_inertia": km.inertia,
@@ -142,29 +122,27 @@ def _run(args: argparse.Namespace) -> int:
             "task": lambda m: m["task"],
             "variation": lambda m: m.get("variation", "default"),
             "task+variation": lambda m: f"{m['task']}/{m.get('variation', 'default')}",
-        }[args.by]
-        part = P.dirichlet_split(
-            [key(m) for m in metas], args.robots, args.alpha, seed=args.seed, kind=args.by
-        )
-    robot_ids = [f"robot_{n}" for n in range(args.robots)]
-    alpha = "inf" if math.isinf(args.alpha) else f"{args.alpha:g}"
+        }[by]
+        part = P.dirichlet_split([key(m) for m in metas], robots, alpha, seed=seed, kind=by)
+    robot_ids = [f"robot_{n}" for n in range(robots)]
+    alpha_text = "inf" if math.isinf(alpha) else f"{alpha:g}"
     print(
-        f"{len(paths)} episodes from {root} -> {args.robots} robots, by {args.by}, "
-        f"alpha {alpha}, seed {args.seed}"
+        f"{len(paths)} episodes from {root} -> {robots} robots, by {by}, "
+        f"alpha {alpha_text}, seed {seed}"
     )
-    print(P.composition_table(part, robot_ids, fractions=args.fractions))
-    for k, v in extra.items():
-        print(f"{k}: {v:.4f}")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    print(P.composition_table(part, robot_ids, fractions=fractions))
+    for measure, value in extra.items():
+        print(f"{measure}: {value:.4f}")
+    if out:
+        out_dir = Path(out)
+        out_dir.mkdir(parents=True, exist_ok=True)
         for n, rid in enumerate(robot_ids):
-            (out / f"{rid}.json").write_text(P.partition_manifest(part, n, names))
+            (out_dir / f"{rid}.json").write_text(P.partition_manifest(part, n, names))
         summary = (
             part.to_json()
-            | {"demos": str(root.resolve()), "items": names, "by": args.by, "robot_ids": robot_ids}
+            | {"demos": str(root.resolve()), "items": names, "by": by, "robot_ids": robot_ids}
             | extra
         )
-        (out / "partition.json").write_text(json.dumps(summary, indent=1))
-        print(f"wrote {len(robot_ids)} manifests to {out}")
+        (out_dir / "partition.json").write_text(json.dumps(summary, indent=1))
+        print(f"wrote {len(robot_ids)} manifests to {out_dir}")
     return 0

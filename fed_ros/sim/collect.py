@@ -7,9 +7,7 @@ episodes are kept and flagged ``success=False`` (training excludes them), never 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -21,7 +19,7 @@ from fed_ros.core.data.episode import Episode, IMAGE_KEYS, LOWDIM_KEYS
 from fed_ros.sim.envs import TASKS, ArmEnv, Variation, make_env
 from fed_ros.sim.experts import make_expert
 
-__all__ = ["collect_demos", "run_episode", "episode_seed", "save_episodes", "main"]
+__all__ = ["collect_demos", "run_episode", "episode_seed", "save_episodes", "collect_to_directory"]
 
 # Separate seed streams so a robot's evaluation episodes never replay its training scenes.
 STREAM_COLLECT = 0
@@ -137,39 +135,34 @@ def save_episodes(
     return [ep.save(out / f"{prefix}_{i:05d}.npz") for i, ep in enumerate(episodes)]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``python -m fed_ros.sim.collect --task lift --n 10 --out demos/``."""
-    parser = argparse.ArgumentParser(description="collect scripted-expert demonstrations (no ROS)")
-    parser.add_argument("--task", choices=TASKS, required=True)
-    parser.add_argument("--variation", default="default", help="preset name or random:<seed>")
-    parser.add_argument("--n", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--noise-std", type=float, default=0.0)
-    parser.add_argument("--image-size", type=int, default=84)
-    parser.add_argument("--no-cameras", action="store_true")
-    parser.add_argument("--robot-id", default="")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
+def collect_to_directory(
+    task: str,
+    out: str | Path,
+    variation: str | Variation = "default",
+    n: int = 10,
+    seed: int = 0,
+    cameras: bool = True,
+    noise_std: float = 0.0,
+    image_size: int = 84,
+    robot_id: str = "",
+) -> int:
+    """Collect ``n`` demonstrations, printing each episode, and save them under ``out``."""
 
     def report(i: int, ep: Episode) -> None:
         print(f"episode {i}: {len(ep)} steps success={ep.success}", flush=True)
 
     episodes = collect_demos(
-        args.task,
-        args.variation,
-        args.n,
-        args.seed,
-        cameras=not args.no_cameras,
-        noise_std=args.noise_std,
-        image_size=args.image_size,
-        robot_id=args.robot_id,
+        task,
+        variation,
+        n,
+        seed,
+        cameras=cameras,
+        noise_std=noise_std,
+        image_size=image_size,
+        robot_id=robot_id,
         progress=report,
     )
-    paths = save_episodes(episodes, args.out)
+    paths = save_episodes(episodes, out)
     ok = sum(ep.success for ep in episodes)
-    print(f"wrote {len(paths)} episodes to {args.out} ({ok}/{len(episodes)} successful)")
+    print(f"wrote {len(paths)} episodes to {out} ({ok}/{len(episodes)} successful)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

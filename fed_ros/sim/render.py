@@ -1,6 +1,6 @@
 r"""Contact sheets of scenes: one tile per variation (agent view over wrist view).
 
-    python -m fed_ros.sim.render --task stack --variations default,dim_light,random:3 \
+    python -m fed_ros.commands.render --task stack --variations default,dim_light,random:3 \
         --out sheet.png
 
 shows at a glance how different the robots of a fleet see their worlds.
@@ -8,21 +8,20 @@ shows at a glance how different the robots of a fleet see their worlds.
 
 from __future__ import annotations
 
-import argparse
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fed_ros.core.data.episode import AGENTVIEW_IMAGE, WRIST_IMAGE
-from fed_ros.sim.envs import TASKS, VARIATIONS, Variation, make_env
+from fed_ros.sim.envs import VARIATIONS, Variation, make_env
 
-__all__ = ["variation_sheet", "main"]
+__all__ = ["variation_sheet", "write_variation_sheet"]
 
 
 def variation_sheet(
     task: str,
-    variations: list["str | Variation"],
+    variations: Sequence[str | Variation],
     seed: int = 0,
     image_size: int = 96,
     columns: int = 8,
@@ -44,32 +43,23 @@ def variation_sheet(
     return np.concatenate(rows, axis=0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: write a PNG contact sheet of variations for one task."""
-    parser = argparse.ArgumentParser(description="render a contact sheet of scene variations")
-    parser.add_argument("--task", choices=TASKS, default="lift")
-    parser.add_argument(
-        "--variations",
-        default=",".join(VARIATIONS),
-        help="comma list of preset names or random:<seed>",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--image-size", type=int, default=96)
-    parser.add_argument("--columns", type=int, default=8)
-    parser.add_argument("--out", required=True, help="PNG path")
-    args = parser.parse_args(argv)
-    names = [v.strip() for v in args.variations.split(",") if v.strip()]
-    sheet = variation_sheet(args.task, names, args.seed, args.image_size, args.columns)
+def write_variation_sheet(
+    out: str | Path,
+    task: str = "lift",
+    variations: Sequence[str | Variation] | None = None,
+    seed: int = 0,
+    image_size: int = 96,
+    columns: int = 8,
+) -> int:
+    """Write a PNG contact sheet of ``variations`` (default: every preset) for one task."""
+    names = list(VARIATIONS) if variations is None else variations
+    sheet = variation_sheet(task, names, seed, image_size, columns)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    plt.imsave(args.out, sheet)
-    print(f"wrote {args.out} ({len(names)} variations, {sheet.shape[1]}x{sheet.shape[0]})")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    plt.imsave(out, sheet)
+    print(f"wrote {out} ({len(names)} variations, {sheet.shape[1]}x{sheet.shape[0]})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -139,7 +139,7 @@ PATHS: dict[str, tuple[str, ...]] = {
             "audit_log",
         )
     },
-    "auth": ("security/auth.py", "security/keys.py", "security/keys_cli.py"),
+    "auth": ("security/auth.py", "security/keys.py", "security/key_admin.py"),
     "signed_messages": ("security/signed_messages.py",),
     "replay": ("security/replay.py", "security/replay_file.py"),
     "rounds": (

@@ -10,7 +10,7 @@ never load a model that did not come from their server.
 Keys on disk: the private key is a PKCS#8 PEM file written with mode 0600 (refused on load
 when group/other can read it, as ssh does); the public key is one line of hex (64 chars) that
 can be pasted into the allow-list YAML. Their encoding and files are
-:mod:`fed_ros.core.security.keys`; ``fed-ros keys`` (:mod:`fed_ros.core.security.keys_cli`)
+:mod:`fed_ros.core.security.keys`; ``fed-ros keys`` (:mod:`fed_ros.core.security.key_admin`)
 manages both.
 
 The canonical byte strings and digests are built in

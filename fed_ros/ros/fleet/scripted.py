@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fed_ros.core.security import auth, keys_cli, signed_messages
+from fed_ros.core.security import auth, signed_messages
+from fed_ros.core.security.key_admin import generate_keys
 from fed_ros.core.checks.update_checks import UpdateEnvelope
 
 ROBOTS = ("robot_0", "robot_1")
@@ -26,9 +27,7 @@ ROBOTS = ("robot_0", "robot_1")
 
 def make_keys(tmp_path: Path, robots=ROBOTS) -> dict[str, auth.Signer]:
     """Robot and server key pairs plus ``keys/allow_list.yaml`` (with the server key)."""
-    assert (
-        keys_cli.keys_main(["generate", *robots, "--server", "--out", str(tmp_path / "keys")]) == 0
-    )
+    assert generate_keys(tmp_path / "keys", robots, server=True) == 0
     return {
         rid: auth.Signer.from_file(tmp_path / "keys" / f"{rid}.key") for rid in (*robots, "server")
     }
