@@ -10,6 +10,7 @@ import pytest
 from fed_ros.core.checks.decisions import (
     DUPLICATE,
     FUTURE,
+    NOT_PARTICIPANT,
     NON_FINITE,
     NUM_SAMPLES,
     OUT_OF_RANGE,
@@ -17,7 +18,12 @@ from fed_ros.core.checks.decisions import (
     STALE_ROUND,
     Limits,
 )
-from fed_ros.core.rounds.encoder_stage import ENCODER_DIR, EncoderRounds, encoder_due
+from fed_ros.core.rounds.encoder_stage import (
+    ENCODER_DIR,
+    EncoderRounds,
+    EncoderStage,
+    encoder_due,
+)
 from fed_ros.core.rounds.store import ModelStore
 
 LIMITS = Limits(max_num_samples=10_000, max_abs_value=100.0)
@@ -47,7 +53,7 @@ def test_fedavg_by_frames_over_every_robot_is_committed_and_resumed(tmp_path):
     assert rounds.version == 0
     for rid, value, frames in (("robot_0", 1.0, 100), ("robot_1", 5.0, 300)):
         assert rounds.offer(rid, 0, _state(value), frames, _metrics(1.0), 480)
-    report = rounds.commit()
+    report = rounds.commit({"before_round": 0})
 
     assert report.version == rounds.version == 1
     expected = _state(0.25 * 1.0 + 0.75 * 5.0)  # n_k / sum n_j
@@ -55,6 +61,7 @@ def test_fedavg_by_frames_over_every_robot_is_committed_and_resumed(tmp_path):
         np.testing.assert_allclose(rounds.state[k], v, rtol=1e-6)
     again = EncoderRounds(tmp_path, _state(0.0), LIMITS)  # a restarted server
     assert again.version == 1
+    assert again.meta == {"before_round": 0, "averaged": ["robot_0", "robot_1"]}
     for k, v in expected.items():
         np.testing.assert_array_equal(again.state[k], rounds.state[k])
 
@@ -142,3 +149,64 @@ def test_a_committed_encoder_of_another_shape_is_refused_at_start(tmp_path):
     other = {"backbone.conv1.weight": np.zeros((8, 3, 2, 2), np.float32)}
     with pytest.raises(ValueError, match="does not fit the configured encoder"):
         EncoderRounds(tmp_path, other, LIMITS)
+
+
+ROBOTS = ("robot_0", "robot_1")
+
+
+def _stage(tmp_path, per_stage: int = 2, refresh_every: int = 2) -> EncoderStage:
+    return EncoderStage(
+        EncoderRounds(tmp_path, _state(0.0), LIMITS), per_stage, refresh_every, 10.0
+    )
+
+
+def test_a_stage_runs_its_rounds_over_every_robot_then_lets_the_policy_round_go(tmp_path):
+    stage = _stage(tmp_path)
+    assert stage.holds(0) and not stage.holds(1) and stage.holds(2)
+    ann = stage.start(0, ROBOTS, now=0.0)
+    assert (ann.version, ann.participants, ann.deadline_s) == (0, ROBOTS, 10.0)
+
+    stage.offer("robot_0", 0, _state(1.0), 10, _metrics(1.0), 480)
+    assert stage.poll(1.0) == (None, None)  # robot_1 still training
+    stage.offer("robot_1", 0, _state(1.0), 10, _metrics(1.0), 480)
+    ann, report = stage.poll(2.0)
+    assert report.version == 1 and (ann.version, ann.participants) == (1, ROBOTS)
+    assert stage.holds(0)  # one of two encoder rounds done
+
+    stage.offer("robot_0", 1, _state(2.0), 10, _metrics(1.0), 480)
+    ann, report = stage.poll(12.5)  # deadline: robot_1 is dropped, robot_0's update is used
+    assert report.version == 2 and list(report.costs) == ["robot_0"]
+    assert (ann.version, ann.participants) == (2, ())  # published to all, nobody trains
+    assert not stage.holds(0) and not stage.holds(1) and stage.holds(2)
+
+
+def test_an_encoder_round_nobody_answers_is_announced_again(tmp_path):
+    stage = _stage(tmp_path)
+    stage.start(0, ROBOTS, now=0.0)
+    ann, report = stage.poll(10.0)
+    assert report is None and (ann.version, ann.participants, ann.deadline_s) == (0, ROBOTS, 20.0)
+
+
+def test_an_update_from_a_robot_not_asked_is_refused(tmp_path):
+    stage = _stage(tmp_path)
+    assert stage.offer("robot_0", 0, _state(1.0), 10, _metrics(1.0), 480).code == NOT_PARTICIPANT
+    stage.start(0, ("robot_1",), now=0.0)
+    decision = stage.offer("robot_0", 0, _state(1.0), 10, _metrics(1.0), 480)
+    assert decision.code == NOT_PARTICIPANT and "'robot_0' is not asked" in decision.reason
+
+
+def test_a_restarted_server_goes_on_from_the_committed_encoder_round(tmp_path):
+    stage = _stage(tmp_path)
+    stage.start(0, ROBOTS, now=0.0)
+    for rid in ROBOTS:
+        stage.offer(rid, 0, _state(1.0), 10, _metrics(1.0), 480)
+    stage.poll(1.0)  # encoder round 0 of 2 committed, then the server stops
+
+    again = _stage(tmp_path)
+    assert again.holds(0)
+    ann = again.start(0, ROBOTS, now=0.0)
+    assert ann.version == 1
+    for rid in ROBOTS:
+        again.offer(rid, 1, _state(1.0), 10, _metrics(1.0), 480)
+    ann, _ = again.poll(1.0)
+    assert ann.participants == () and not again.holds(0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from fed_ros.core.checks.decisions import (
     ACCEPTED,
     DUPLICATE,
     FUTURE,
+    NOT_PARTICIPANT,
     NUM_SAMPLES,
     STALE_ROUND,
     Decision,
@@ -105,10 +107,11 @@ class EncoderRounds:
         snap = self.store.load_latest()
         if snap is None:
             # Version 0 committed at once: what is published is always a committed encoder.
-            self.version, self.state = 0, dict(initial)
+            self.version, self.state, self.meta = 0, dict(initial), {}
             self.store.commit(0, {_ENCODER_CLUSTER: self.state}, {})
         else:
             self.version, self.state = int(snap.round_idx), snap.cluster_models[_ENCODER_CLUSTER]
+            self.meta = dict(snap.meta)
             if manifest_of(self.state) != self.manifest:
                 raise ValueError(
                     f"the encoder committed in {self.store.directory} (version {self.version}) "
@@ -137,8 +140,7 @@ class EncoderRounds:
         """Admit one robot's encoder trained from ``version``; a refusal changes nothing."""
         decision = self._check(robot_id, version, params, num_samples)
         if not decision:
-            self._refused[robot_id] = f"{decision.code}: {decision.reason}"
-            return decision
+            return self.refuse(robot_id, decision)
         cost = EncoderCost(
             frames=int(num_samples),
             cpu_s=float(metrics.get("cpu_s", math.nan)),
@@ -153,6 +155,11 @@ class EncoderRounds:
             float(metrics.get("loss_last", math.nan)),
         )
         return ACCEPTED
+
+    def refuse(self, robot_id: str, decision: Decision) -> Decision:
+        """Record a refusal (also one decided by the caller) for the round's report."""
+        self._refused[robot_id] = f"{decision.code}: {decision.reason}"
+        return decision
 
     def _check(
         self, robot_id: str, version: int, params: Mapping[str, np.ndarray], num_samples: int
@@ -177,18 +184,18 @@ class EncoderRounds:
             return Decision(False, NUM_SAMPLES, why)
         return check_tensors(params, self.manifest, self.limits.max_abs_value)
 
-    def commit(self) -> EncoderRoundReport:
-        """FedAvg of the accepted updates by frames, committed as the next version."""
+    def commit(self, meta: Mapping[str, Any] | None = None) -> EncoderRoundReport:
+        """FedAvg of the accepted updates by frames, committed as the next version with
+        ``meta`` (the caller's schedule: what a restarted server needs to go on)."""
         if not self._pending:
             raise ValueError(f"encoder version {self.version}: no accepted update to average")
         robots = list(self._pending)
         pending = [self._pending[r] for r in robots]
         state = fedavg([p.params for p in pending], [p.num_samples for p in pending], self.manifest)
         # Commit point: the new encoder exists on disk before anything can publish it.
-        self.store.commit(
-            self.version + 1, {_ENCODER_CLUSTER: state}, {}, meta={"averaged": robots}
-        )
-        self.version, self.state = self.version + 1, state
+        meta = {**(meta or {}), "averaged": robots}
+        self.store.commit(self.version + 1, {_ENCODER_CLUSTER: state}, {}, meta=meta)
+        self.version, self.state, self.meta = self.version + 1, state, meta
         report = EncoderRoundReport(
             version=self.version,
             costs={r: p.cost for r, p in zip(robots, pending)},
@@ -198,3 +205,98 @@ class EncoderRounds:
         )
         self._pending, self._refused = {}, {}
         return report
+
+
+@dataclass(frozen=True)
+class EncoderAnnouncement:
+    """What the server publishes with the encoder: its version and who must train it by when."""
+
+    version: int
+    participants: tuple[str, ...]  # empty: nobody trains (the stage is over)
+    deadline_s: float
+
+
+class EncoderStage:
+    """When the encoder rounds run (before policy round 0, then every ``refresh_every`` policy
+    rounds: ``rounds_per_stage`` of them) and when each one closes.
+
+    An encoder round closes once every participant's update is in, or at its deadline with at
+    least one (with none it is announced again). The schedule lives in the commits' meta, so
+    a restarted server goes on where the committed encoder left off.
+    """
+
+    def __init__(
+        self, rounds: EncoderRounds, rounds_per_stage: int, refresh_every: int, timeout_s: float
+    ) -> None:
+        if rounds_per_stage < 1 or refresh_every < 0 or not timeout_s > 0:
+            raise ValueError(
+                f"rounds_per_stage >= 1, refresh_every >= 0, timeout_s > 0 needed, got "
+                f"{rounds_per_stage}, {refresh_every}, {timeout_s}"
+            )
+        self.rounds, self.per_stage = rounds, rounds_per_stage
+        self.refresh_every, self.timeout_s = refresh_every, timeout_s
+        self.current: EncoderAnnouncement | None = None  # the encoder round collecting updates
+        self._policy_round = -1
+        self._stage_round = 0
+
+    def _done(self) -> tuple[int, int]:
+        """(policy round, encoder round within its stage) of the last committed encoder."""
+        meta = self.rounds.meta
+        return int(meta.get("before_round", -1)), int(meta.get("stage_round", -1))
+
+    def holds(self, policy_round: int) -> bool:
+        """Whether policy round ``policy_round`` waits for encoder rounds still to run."""
+        if not encoder_due(policy_round, self.refresh_every):
+            return False
+        before, stage_round = self._done()
+        return before < policy_round or (
+            before == policy_round and stage_round < self.per_stage - 1
+        )
+
+    def start(
+        self, policy_round: int, participants: tuple[str, ...], now: float
+    ) -> EncoderAnnouncement:
+        """The next encoder round before ``policy_round``, for every robot in ``participants``."""
+        if not participants:
+            raise ValueError("cannot start an encoder round with no registered robots")
+        before, stage_round = self._done()
+        self._policy_round = policy_round
+        self._stage_round = stage_round + 1 if before == policy_round else 0
+        self.current = EncoderAnnouncement(
+            self.rounds.version, tuple(participants), now + self.timeout_s
+        )
+        return self.current
+
+    def offer(
+        self,
+        robot_id: str,
+        version: int,
+        params: Mapping[str, np.ndarray],
+        num_samples: int,
+        metrics: Mapping[str, float],
+        bytes_up: int,
+    ) -> Decision:
+        """One robot's update for the encoder round in progress (EncoderRounds.offer)."""
+        if self.current is None or robot_id not in self.current.participants:
+            why = f"{robot_id!r} is not asked to train encoder version {version}"
+            return self.rounds.refuse(robot_id, Decision(False, NOT_PARTICIPANT, why))
+        return self.rounds.offer(robot_id, version, params, num_samples, metrics, bytes_up)
+
+    def poll(self, now: float) -> tuple[EncoderAnnouncement | None, EncoderRoundReport | None]:
+        """(what to publish next or None, the committed round's report or None)."""
+        ann = self.current
+        if ann is None:
+            return None, None
+        answered = self.rounds.answered
+        if len(answered) < len(ann.participants) and now < ann.deadline_s:
+            return None, None
+        if not answered:  # deadline, nobody answered: ask again
+            self.current = EncoderAnnouncement(ann.version, ann.participants, now + self.timeout_s)
+            return self.current, None
+        report = self.rounds.commit(
+            {"before_round": self._policy_round, "stage_round": self._stage_round}
+        )
+        if self._stage_round + 1 < self.per_stage:
+            return self.start(self._policy_round, ann.participants, now), report
+        self.current = None
+        return EncoderAnnouncement(self.rounds.version, (), now), report
