@@ -65,6 +65,10 @@ BENCHES: dict[str, tuple[str, str]] = {
         "fed_ros.ros.bench.discovery:main",
         "DDS discovery time and traffic for N robots, simple vs Discovery Server",
     ),
+    "fleet-scale": (
+        "fed_ros.ros.bench.fleet_scale:main",
+        "the real server node against N virtual robots: cost growth, faults",
+    ),
 }
 
 

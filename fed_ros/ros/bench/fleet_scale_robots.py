@@ -1,0 +1,393 @@
+"""Many virtual robots in one process for `fed-ros bench fleet-scale`: one rclpy node, real keys.
+
+``python -m fed_ros.ros.bench.fleet_scale_robots <spec.json>`` hosts the robots the spec lists
+(written by :mod:`fed_ros.ros.bench.fleet_scale`). Each one registers with its own Ed25519 key
+(signed Register request), takes its cluster's model of the announced round from the server
+(the fleet's TransferReceiver: ROS chunks or the zmq bulk channel), and answers the TRAIN
+announcement with a signed update of the policy's real size, encoded by the fleet's own
+``encode_state_dict`` (``int8_delta``: the delta against the model it started from, as
+robot_update_encoding does in a robot's first round, where the error feedback is still zero) and
+sent by the fleet's TransferSender. Training is replaced by a synthetic update with a family
+structure (:func:`synthetic_update`), so the clusters the server should find are known.
+
+The virtual robots share one subscription per topic: a cluster model reaches the process once,
+for all of its robots (a real fleet sends it to each robot). Behaviours (spec ``faults``):
+``vanish`` sends at most the first chunk and then nothing; ``shape`` / ``nan`` / ``badsig`` /
+``oversized`` send one hostile update (wrong tensor shape, a NaN, a signature that does not
+verify, a manifest 4x the model's); ``storm`` sends its honest update and re-registers
+``storm_count`` times. Every wait is bounded in count and time (the spec's ``timeout_s``).
+
+Prints JSON lines: ``{"event": "registered"}`` once every robot is in, then one ``"done"`` line
+with what was measured (times are wall-clock ``time.time()``, comparable across processes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HOSTILE = ("shape", "nan", "badsig", "oversized")
+FAULTS = ("vanish", *HOSTILE, "storm")
+# An unacknowledged honest update is sent again this often, at most MAX_SENDS times in all.
+RETRY_S = 5.0
+MAX_SENDS = 4
+
+
+def family_of(index: int, families: int) -> int:
+    """The family (the cluster the server should find) of virtual robot ``index``."""
+    return index % families
+
+
+def synthetic_update(
+    start: dict[str, np.ndarray], index: int, families: int, round_idx: int
+) -> dict[str, np.ndarray]:
+    """Robot ``index``'s 'trained' model: ``start`` + its family's direction + its own noise.
+
+    Deterministic in (index, families, round): a run with faults and one without send the honest
+    robots' same bytes. The family direction is 4x the noise, so within-family cosine ~0.94.
+    """
+    fam_rng = np.random.default_rng([7, family_of(index, families)])
+    own_rng = np.random.default_rng([11, round_idx, index])
+    out = {}
+    for name, base in start.items():
+        direction = fam_rng.standard_normal(base.shape, dtype=np.float32)
+        noise = own_rng.standard_normal(base.shape, dtype=np.float32)
+        out[name] = (base + 0.02 * direction + 0.005 * noise).astype(np.float32)
+    return out
+
+
+def params_digest(params: dict[str, np.ndarray]) -> str:
+    """SHA-256 over a model's tensors in name order (names, shapes and float32 bytes)."""
+    h = hashlib.sha256()
+    for name in sorted(params):
+        a = np.ascontiguousarray(params[name], dtype=np.float32)
+        h.update(name.encode())
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class VirtualRobots:
+    """The spec's robots behind one rclpy node (see the module docstring)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from std_msgs.msg import String
+
+        from fed_ros.core.security import auth
+        from fed_ros.msg import ClusterModel, ModelUpdate, RoundAnnouncement, RoundReport
+        from fed_ros.msg import UpdateAck
+        from fed_ros.ros.wire import qos
+        from fed_ros.ros.wire.transfer import TransferSender
+        from fed_ros.srv import Register
+
+        self.spec = spec
+        keys = Path(spec["keys_dir"])
+        self.robots: list[tuple[int, str, str]] = [tuple(r) for r in spec["robots"]]
+        self.signers = {
+            rid: auth.Signer.from_file(keys / f"{rid}.key") for _, rid, _ in self.robots
+        }
+        self.server_key = auth.Signer.from_file(keys / "server.key").public_key
+        self.families = int(spec["families"])
+        self.encoding = str(spec["encoding"])
+        self.deadline = time.monotonic() + float(spec["timeout_s"])
+        rclpy.init()
+        self.node = rclpy.create_node(f"virtual_robots_{spec['worker']}")
+        self.ex = SingleThreadedExecutor()
+        self.ex.add_node(self.node)
+        self.sender = TransferSender(
+            spec["channel"], keep=max(16, 2 * len(self.robots)), bulk_ttl_s=3600.0
+        )
+        self.receiver = None  # the TransferReceiver, once the first model tells the manifest
+        self.pub = self.node.create_publisher(ModelUpdate, "/fleet/updates", qos.control_qos())
+        self.client = self.node.create_client(Register, "/fleet/register")
+        self.node.create_subscription(
+            RoundAnnouncement, "/fleet/round", self._on_round, qos.latched_qos()
+        )
+        self.node.create_subscription(
+            RoundReport, "/fleet/round_report", self._on_report, qos.latched_qos()
+        )
+        self.node.create_subscription(
+            ClusterModel, "/fleet/cluster_models", self._on_model, qos.model_state_qos(64)
+        )
+        self.node.create_subscription(
+            UpdateAck, "/fleet/update_acks", self._on_ack, qos.control_qos()
+        )
+        self.node.create_subscription(
+            String, "/fleet/update_resend", self._on_resend, qos.control_qos()
+        )
+        self.announcement = None  # the TRAIN Announcement answered
+        self.announced_at = 0.0  # its header stamp (the server's clock = this machine's)
+        self.report = None
+        self.models: dict[tuple[int, int], tuple[dict, str, float]] = {}  # (cid, round) -> ...
+        self.bytes_in = 0  # payload bytes of cluster-model chunks received (or fetched)
+        self.bytes_out = 0  # payload bytes of update chunks sent (re-sends included)
+        self.acks: dict[str, tuple[bool, str]] = {}  # payload id -> (accepted, code)
+        self.outbox: dict[str, tuple[Any, int, float]] = {}  # pid -> (Outgoing, sends, last)
+        self.storm_answers: list[bool] = []
+
+    # ----------------------------------------------------------------- callbacks
+
+    def _on_round(self, msg) -> None:
+        from fed_ros.ros.wire.round_msgs import announcement_from_msg
+
+        ann = announcement_from_msg(msg)
+        if ann.stage == "train" and self.announcement is None:
+            self.announcement = ann
+            self.announced_at = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+
+    def _on_report(self, msg) -> None:
+        if self.announcement is not None and int(msg.round) == self.announcement.round_idx:
+            self.report = msg
+
+    def _on_ack(self, msg) -> None:
+        self.acks[str(msg.payload_id)] = (bool(msg.accepted), str(msg.code))
+
+    def _on_resend(self, msg) -> None:
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+        from fed_ros.ros.wire.signed import verify_json
+
+        if verify_json(msg.data, "update_resend", lambda obj: self.server_key) is not None:
+            return  # not from our server
+        try:
+            answer = self.sender.resend(msg.data)
+        except ValueError:
+            return
+        if answer is not None:
+            out, chunks = answer
+            for chunk in chunks:
+                self._publish(model_update_msg(chunk, **out.meta), chunk)
+
+    def _on_model(self, msg) -> None:
+        from fed_ros.ros.wire.tensors import manifest_from_msgs
+
+        if self.receiver is None:
+            from fed_ros.ros.wire.transfer_receiver import TransferReceiver
+
+            self.receiver = TransferReceiver(
+                manifest_from_msgs(msg.payload.manifest), max_pending=16
+            )
+        self._take(self.receiver.offer(msg.payload, tag=(int(msg.cluster_id), int(msg.round))))
+
+    def _take(self, received) -> None:
+        if received is None or not received.decision.accepted:
+            return
+        self.bytes_in += received.nbytes
+        self.models[received.tag] = (received.params, params_digest(received.params), time.time())
+
+    # ------------------------------------------------------------------- actions
+
+    def spin(self, seconds: float) -> None:
+        """Spin for ``seconds`` (bulk fetches finished meanwhile are taken)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.ex.spin_once(timeout_sec=0.01)
+            if self.receiver is not None:
+                for received in self.receiver.completed():
+                    self._take(received)
+
+    def _left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"worker {self.spec['worker']}: spec timeout_s ran out")
+        return left
+
+    def register(self, rid: str) -> bool:
+        """One signed Register call for ``rid`` (asked again while unanswered): accepted?"""
+        from fed_ros.ros.wire.register import register_request
+        from fed_ros.ros.wire.service_calls import call_client_until_answered, spinning
+
+        answer = call_client_until_answered(
+            self.client,
+            lambda: register_request(
+                rid, tasks=["lift"], num_samples=100, signer=self.signers[rid]
+            ),
+            spinning(lambda s: self.ex.spin_once(timeout_sec=s)),
+            attempt_s=10.0,
+            timeout_s=min(60.0, self._left()),
+        )
+        return bool(answer.accepted)
+
+    def register_all(self) -> None:
+        end = time.monotonic() + min(60.0, self._left())
+        while not self.client.wait_for_service(timeout_sec=0.5):
+            if time.monotonic() > end:
+                raise TimeoutError("no /fleet/register service")
+        for _, rid, _ in self.robots:
+            if not self.register(rid):
+                raise RuntimeError(f"registration of {rid} refused")
+
+    def _publish(self, msg, chunk) -> None:
+        self.pub.publish(msg)
+        self.bytes_out += len(chunk.data)
+
+    def _start_model(self, rid: str) -> tuple[int, dict]:
+        """(cluster, model) robot ``rid`` starts from: its cluster's model of the round."""
+        ann = self.announcement
+        cid = ann.memberships[rid][0][0]
+        key = (cid, ann.round_idx)
+        while key not in self.models:
+            self._left()
+            self.spin(0.05)
+        return cid, self.models[key][0]
+
+    def send_updates(self) -> None:
+        """Answer the TRAIN announcement for every participant of this process."""
+        from fed_ros.ros.wire.publish import wait_for_subscribers
+
+        wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=min(30.0, self._left()))
+        ann = self.announcement
+        for index, rid, fault in self.robots:
+            if rid not in ann.participants:
+                continue
+            cid, start = self._start_model(rid)
+            self._send_one(index, rid, fault, cid, start)
+            self.ex.spin_once(timeout_sec=0.0)  # keep acks and resend requests flowing
+        for index, rid, fault in self.robots:
+            if fault == "storm" and rid in ann.participants:
+                for _ in range(int(self.spec.get("storm_count", 10))):
+                    self.storm_answers.append(self.register(rid))
+
+    def _send_one(self, index: int, rid: str, fault: str, cid: int, start: dict) -> None:
+        import secrets
+
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+        from fed_ros.ros.wire.tensors import encode_state_dict
+
+        r = self.announcement.round_idx
+        trained = synthetic_update(start, index, self.families, r)
+        encoding = self.encoding
+        if fault in ("shape", "nan", "oversized"):
+            encoding = "float32"  # the hostile payloads are dense models
+            first = next(iter(trained))
+            if fault == "shape":
+                trained[first] = trained[first].reshape(-1)[:-1].copy()
+            elif fault == "nan":
+                trained[first].reshape(-1)[0] = np.nan
+            else:
+                total = sum(a.size for a in trained.values())
+                trained["zz_oversized"] = np.zeros(4 * total, np.float32)
+        if encoding in ("int8_delta", "int4_delta", "topk"):
+            payload = encode_state_dict({n: trained[n] - start[n] for n in trained}, encoding)
+        else:
+            payload = encode_state_dict(trained, encoding)
+        nonce = secrets.token_bytes(16)
+        pid = f"{rid}/r{r}/update/{nonce.hex()[:8]}"
+        fields = dict(
+            robot_id=rid, round_idx=r, base_round=r, num_samples=100, cluster_id=cid, nonce=nonce
+        )
+        out = self.sender.prepare(payload, pid, **fields, signature=b"")
+        signature = self.signers[rid].sign_update(
+            r,
+            rid,
+            nonce,
+            payload.sha256,
+            base_round=r,
+            num_samples=100,
+            cluster_id=cid,
+            transfer=out.chunker.transfer_digest(),
+        )
+        if fault == "badsig":
+            signature = signature[:-1] + bytes([signature[-1] ^ 1])
+        out.meta["signature"] = signature
+        chunks = out.chunks()
+        if fault == "vanish":
+            chunks = chunks[:1] if len(chunks) > 1 else []  # gone after its first chunk
+        for chunk in chunks:
+            self._publish(model_update_msg(chunk, **out.meta), chunk)
+        if fault in ("", "storm"):
+            self.outbox[pid] = (out, 1, time.monotonic())
+
+    def resend_due(self) -> None:
+        """Honest updates not acknowledged: sent again every RETRY_S, MAX_SENDS times at most."""
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+
+        now = time.monotonic()
+        for pid, (out, sends, last) in list(self.outbox.items()):
+            if pid in self.acks or sends >= MAX_SENDS or now - last < RETRY_S:
+                continue
+            for chunk in out.chunks():
+                self._publish(model_update_msg(chunk, **out.meta), chunk)
+            self.outbox[pid] = (out, sends + 1, now)
+
+    def done(self) -> bool:
+        """The round's report is in and every cluster model it produced has arrived."""
+        if self.report is None:
+            return False
+        nxt = self.announcement.round_idx + 1
+        return all((int(c.cluster_id), nxt) in self.models for c in self.report.clusters)
+
+    def result(self) -> dict[str, Any]:
+        """What this process measured (the ``done`` line)."""
+        ann, rep = self.announcement, self.report
+        nxt = ann.round_idx + 1
+        clusters = {int(c.cluster_id): list(c.member_robot_ids) for c in rep.clusters}
+        return {
+            "event": "done",
+            "worker": self.spec["worker"],
+            "robots": len(self.robots),
+            "round": ann.round_idx,
+            "announced_at": self.announced_at,
+            "delivered_at": max(self.models[(c, nxt)][2] for c in clusters),
+            "model_digests": {str(c): self.models[(c, nxt)][1] for c in clusters},
+            "clusters": {str(c): m for c, m in clusters.items()},
+            "aggregation_seconds": float(rep.aggregation_seconds),
+            "updates_received": int(rep.updates_received),
+            "updates_accepted": int(rep.updates_accepted),
+            "updates_rejected": int(rep.updates_rejected),
+            "completed": bool(rep.completed),
+            "status": str(rep.status),
+            "bytes_out": self.bytes_out,
+            "bytes_in": self.bytes_in,
+            "acks": {pid.split("/")[0]: list(a) for pid, a in self.acks.items()},
+            "storm_accepted": sum(self.storm_answers),
+            "storm_calls": len(self.storm_answers),
+        }
+
+    def run(self) -> dict[str, Any]:
+        """Register, answer the TRAIN announcement, wait for the new models (all bounded)."""
+        self.register_all()
+        print(json.dumps({"event": "registered", "worker": self.spec["worker"]}), flush=True)
+        while self.announcement is None:
+            self._left()
+            self.spin(0.05)
+        self.send_updates()
+        while not self.done():
+            self._left()
+            self.spin(0.05)
+            self.resend_due()
+        return self.result()
+
+    def close(self) -> None:
+        import rclpy
+
+        if self.receiver is not None:
+            self.receiver.close()
+        self.sender.close()
+        self.node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the robots of one spec file; prints the JSON lines."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fed_ros.ros.bench.fleet_scale_robots <spec.json>", file=sys.stderr)
+        return 2
+    robots = VirtualRobots(json.loads(Path(args[0]).read_text()))
+    try:
+        print(json.dumps(robots.run()), flush=True)
+    finally:
+        robots.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

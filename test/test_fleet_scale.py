@@ -1,0 +1,86 @@
+"""`fed-ros bench fleet-scale` in small: the real server node against 20 virtual robots (real
+keys, signed int8_delta updates over ROS chunks), with and without faults."""
+
+from __future__ import annotations
+
+import pytest
+
+from fed_ros.ros.bench.fleet_scale import (
+    adjusted_rand_index,
+    compare_faults,
+    fault_plan,
+    fitted_exponent,
+    run_round,
+)
+
+N = 20
+
+
+def test_adjusted_rand_index_is_one_for_relabelled_partitions_and_low_for_mixed_ones():
+    assert adjusted_rand_index([0, 0, 1, 1, 2, 2], [5, 5, 3, 3, 9, 9]) == pytest.approx(1.0)
+    assert adjusted_rand_index([0, 0, 1, 1, 2, 2], [0, 1, 2, 0, 1, 2]) < 0.0
+
+
+def test_fault_plan_takes_ten_percent_vanish_ten_percent_hostile_and_one_storm():
+    plan = fault_plan(N)
+    kinds = list(plan.values())
+    assert kinds.count("vanish") == 2 and kinds.count("storm") == 1
+    hostile = sorted(k for k in kinds if k not in ("", "vanish", "storm"))
+    assert hostile == ["badsig", "nan", "oversized", "shape"]  # one of each kind at N = 20
+    big = list(fault_plan(1000).values())
+    assert (big.count("vanish"), big.count("storm"), big.count("badsig")) == (100, 10, 25)
+    with pytest.raises(ValueError, match="at least 10 robots, got 9"):
+        fault_plan(9)
+
+
+def test_fitted_exponent_of_a_power_law():
+    assert fitted_exponent([10, 100, 1000], [2.0, 200.0, 20000.0]) == pytest.approx(2.0)
+
+
+def test_one_round_of_twenty_virtual_robots_recovers_the_families(ros_env, tmp_path):
+    run = run_round(
+        N,
+        policy="image",
+        encoding="int8_delta",
+        procs=2,
+        env=ros_env,
+        work_dir=tmp_path,
+        timeout_s=240.0,
+    )
+    assert run.completed and run.updates_accepted == N and run.updates_rejected == 0
+    assert run.ari == pytest.approx(1.0)  # the four families are the four clusters
+    assert run.robots_delivered == N  # every process assembled the same new cluster models
+    assert sorted(run.robot_digests) == sorted(f"robot_{k}" for k in range(N))
+    assert len(set(run.robot_digests.values())) == 4
+    assert run.bytes_out > 0 and run.bytes_in > 0 and run.server_peak_rss_mb > 0
+
+
+def test_faults_leave_the_honest_robots_models_bit_identical(ros_env, tmp_path):
+    faulty, clean, differ = compare_faults(
+        N,
+        policy="image",
+        encoding="int8_delta",
+        procs=2,
+        env=ros_env,
+        work_dir=tmp_path,
+        timeout_s=240.0,
+        round_timeout_s=25.0,
+        quorum_fraction=0.6,  # 14 honest of 20 at N = 20 (one hostile robot of each kind)
+    )
+    assert faulty.completed and clean.completed
+    plan = fault_plan(N)
+    honest = [k for k, f in plan.items() if f in ("", "storm")]
+    assert faulty.updates_accepted == len(honest) == clean.updates_accepted
+    assert faulty.accepted_robots == sorted(f"robot_{k}" for k in honest)
+    # The server refused each hostile update with its reason's code; the forged signature is
+    # dropped unanswered (it cannot be told from a stranger's), and none was used.
+    assert {plan[int(rid[6:])]: code for rid, code in faulty.rejected_codes.items()} == {
+        "shape": "schema",
+        "nan": "non_finite",
+        "oversized": "schema",
+    }
+    assert faulty.storm_calls == 10 and faulty.storm_accepted == 10
+    assert len(clean.robot_digests) == len(honest) and differ == []
+    assert faulty.ari == pytest.approx(1.0)
+    # The hostile updates were refused before they could grow the server (20 % head-room).
+    assert faulty.server_peak_rss_mb <= 1.2 * clean.server_peak_rss_mb
