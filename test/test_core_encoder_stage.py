@@ -210,3 +210,28 @@ def test_a_restarted_server_goes_on_from_the_committed_encoder_round(tmp_path):
         again.offer(rid, 1, _state(1.0), 10, _metrics(1.0), 480)
     ann, _ = again.poll(1.0)
     assert ann.participants == () and not again.holds(0)
+
+
+def test_the_coordinator_holds_each_due_policy_round_until_its_encoder_stage_committed(tmp_path):
+    from test_core_rounds import ROBOTS as FLEET, _coordinator, _update
+
+    coord, clock = _coordinator(tmp_path, rounds=3)
+    stage = _stage(tmp_path / "server", per_stage=1, refresh_every=2)
+    coord.hold_before = stage.holds
+    coord.held = True  # the server node lets round 0 go like this once robots registered
+    assert coord.poll() == (None, None) and coord.held  # encoder first
+    stage.start(coord.round_idx, FLEET, now=clock[0])
+    for rid in FLEET:
+        stage.offer(rid, 0, _state(1.0), 10, _metrics(1.0), 480)
+    assert stage.poll(1.0)[0].participants == ()
+    plan, _ = coord.poll()
+    assert plan.stage == "train" and plan.round_idx == 0 and not coord.held
+
+    for rid in FLEET:
+        coord.offer_update(_update(rid, 1.0, 0))
+    plan, outcome = coord.poll()  # round 1 needs no encoder round (refresh every 2)
+    assert outcome.completed and plan.round_idx == 1
+    for rid in FLEET:
+        coord.offer_update(_update(rid, 1.0, 1))
+    plan, outcome = coord.poll()
+    assert outcome.completed and plan is None and coord.held  # round 2 waits for the refresh

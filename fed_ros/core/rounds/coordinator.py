@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -102,6 +103,9 @@ class RoundCoordinator(StageAnswerIntake):
         self.paused = False
         self.end_requested = False
         self.held = False
+        # A stage that must run before a round is announced (the fleet encoder's rounds): while
+        # it returns True for the next round, that round is held like a paused one.
+        self.hold_before: Callable[[int], bool] = lambda round_idx: False
         self.pending_outcome: RoundOutcome | None = None  # held while its models are evaluated
         self.carried = CarriedAnswers()  # answers of this round's earlier attempts
         # Buffered rounds (FedBuff): the models stale updates trained from, and the updates of
@@ -173,7 +177,8 @@ class RoundCoordinator(StageAnswerIntake):
     def _next_round(self, now: float) -> RoundPlan | None:
         """After a round closed or was abandoned (or before the first): its announcement, or
         STAGE_DONE when finished or ended, or nothing while paused (``held``)."""
-        self.held = self.paused and not (self.finished or self.end_requested)
+        waits = self.paused or self.hold_before(self.round_idx)
+        self.held = waits and not (self.finished or self.end_requested)
         return None if self.held else self.start_round(now)
 
     def _configure(self, participants: Sequence[str]) -> None:

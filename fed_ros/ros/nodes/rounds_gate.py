@@ -106,7 +106,7 @@ class RoundsGate:
 
     def after_round(self, plan) -> None:
         """A round closed: say so when the pause held the next one back."""
-        if plan is None and self.node.coord.held:
+        if plan is None and self.node.coord.held and self.node.coord.paused:
             self.node.get_logger().warning(
                 f"rounds paused: round {self.node.coord.round_idx} is not announced "
                 "until rounds_enabled is true"
