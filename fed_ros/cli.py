@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plan": ("fed_ros.ros.fleet.cli:plan_main", "print the nodes a fleet config starts"),
     "keys": (
-        "fed_ros.core.security.keys_cli:keys_main",
+        "fed_ros.commands.keys:keys_main",
         "create robot / server Ed25519 key pairs and allow-lists",
     ),
     "dataset": (
@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "export demonstrations as a LeRobot dataset, or import one",
     ),
     "partition": (
-        "fed_ros.learning.partition_cli:main",
+        "fed_ros.commands.partition:main",
         "partition a recorded demonstration set across robots",
     ),
 }
