@@ -11,7 +11,7 @@ however late it came (a starved simulator sends its parts seconds apart).
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -53,13 +53,22 @@ class ArmStateStore:
         return self.fresh(part, now)
 
 
+# What the joint-state and pose callbacks put: (positions, velocities) for the joints and the
+# fingers, (position, quaternion) for the pose.
+ArrayPair = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
+
+
+def _pair(store: ArmStateStore, part: str, now: float) -> ArrayPair | None:
+    return cast("ArrayPair | None", store.current(part, now))
+
+
 def observation_from_state(
     store: ArmStateStore,
     now: float,
     has_object_state: bool,
     camera_keys: Mapping[str, str],
     cameras: Iterable[str],
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The policy's observation from the arm's current state (None when a needed part is stale).
 
     Joint and gripper positions, end-effector pose, object state (zeros on an arm without
@@ -67,10 +76,10 @@ def observation_from_state(
     (``camera_keys``: camera -> observation key). Velocities ride along as ``_joint_vel`` /
     ``_gripper_vel`` for the JointState messages.
     """
-    joints, fingers, pose = (store.current(k, now) for k in ("joints", "fingers", "pose"))
-    if joints is None or pose is None:
+    joints, fingers, pose = (_pair(store, k, now) for k in ("joints", "fingers", "pose"))
+    if joints is None or fingers is None or pose is None:
         return None
-    obs = {
+    obs: dict[str, Any] = {
         "joint_pos": joints[0],
         "gripper_qpos": fingers[0],
         "eef_pos": pose[0],
