@@ -24,9 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
+import numpy.typing as npt
 import yaml
 
 from fed_ros.core.arm.profile import config_dir
@@ -254,7 +255,7 @@ class TeleopMapper:
         self._bad = ""  # why the newest device message was refused ("" when it was valid)
 
     # ------------------------------------------------------------------ device messages in
-    def joy(self, axes, buttons, now_s: float) -> list[str]:
+    def joy(self, axes: npt.ArrayLike, buttons: Iterable[int], now_s: float) -> list[str]:
         """Take one Joy (receive time ``now_s``); returns the named buttons that went down (rising
         edges)."""
         p = self.profile
@@ -281,7 +282,7 @@ class TeleopMapper:
             self.gripper = GRIPPER_CLOSED if self.gripper == GRIPPER_OPEN else GRIPPER_OPEN
         return events
 
-    def twist(self, linear, angular, now_s: float) -> None:
+    def twist(self, linear: npt.ArrayLike, angular: npt.ArrayLike, now_s: float) -> None:
         """Take one Twist (``linear`` and ``angular`` as 3 values each); a non-finite one holds."""
         values = np.concatenate(
             [

@@ -9,7 +9,7 @@ Nothing here changes state: the replay guard is only asked, never written.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +102,12 @@ def _check_num_samples(robot_id: str, num_samples: Any, limits: Limits) -> Decis
 
 
 def _check_auth(
-    robot_id: str, round_idx: int, nonce: Any, signature: Any, ctx: ValidationContext, verify
+    robot_id: str,
+    round_idx: int,
+    nonce: Any,
+    signature: Any,
+    ctx: ValidationContext,
+    verify: Callable[[], str | None],
 ) -> Decision:
     if not isinstance(nonce, (bytes, bytearray, memoryview)) or not isinstance(
         signature, (bytes, bytearray, memoryview)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from fed_ros.core.data.episode import Episode
+from fed_ros.core.strategies.types import ClientUpdate
 
 StateDict = dict[str, np.ndarray]
 
@@ -69,7 +71,10 @@ def attack_vector(
 
 
 def attack_state_dict(
-    update: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], attack: str, **kw
+    update: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    attack: str,
+    **kw: Any,
 ) -> StateDict:
     """`attack_vector` applied to a whole state dict (same names, shapes, float32)."""
     if list(update) != list(reference):
@@ -105,7 +110,9 @@ def attack_state_dict(
     return out
 
 
-def attack_update(update, reference: Mapping[str, np.ndarray], attack: str, **kw):
+def attack_update(
+    update: ClientUpdate, reference: Mapping[str, np.ndarray], attack: str, **kw: Any
+) -> ClientUpdate:
     """A copy of a core ClientUpdate whose params carry the attack (sample count unchanged)."""
     return dataclasses.replace(
         update, params=attack_state_dict(update.params, reference, attack, **kw)

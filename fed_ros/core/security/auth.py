@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,7 +318,7 @@ class AllowList:
             lambda: progress_message(round_idx, robot_id, seq, steps_done, expected_steps),
         )
 
-    def _verify(self, robot_id: str, signature: bytes, build) -> str | None:
+    def _verify(self, robot_id: str, signature: bytes, build: Callable[[], bytes]) -> str | None:
         key = self._robots.get(robot_id)
         if key is None:
             return f"unknown robot {robot_id!r}: no public key on the allow-list"

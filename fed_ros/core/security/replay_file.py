@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from fed_ros.core.security.replay import ReplayGuard
 
@@ -37,7 +38,7 @@ def save_guard(guard: ReplayGuard, path: Path) -> None:
         os.close(fd)
 
 
-def persistent_guard(state_dir: Path, **settings) -> ReplayGuard:
+def persistent_guard(state_dir: Path, **settings: Any) -> ReplayGuard:
     """The server's replay guard: restored from ``state_dir/replay_guard.json`` when it exists,
     saved there after every change. ValueError naming the file when it is unreadable."""
     path = Path(state_dir) / GUARD_FILE

@@ -18,6 +18,7 @@ Multi-Krum's and CUA's Gram matrices are accumulated over the same column blocks
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def robust_average(
     weights: np.ndarray,
     manifest: Manifest,
     rule: str,
-    **kw,
+    **kw: Any,
 ) -> np.ndarray:
     """`robust.aggregate_robust` of the given updates, read block by block (weights normalised
     as there); the caller has checked that every update is finite."""
