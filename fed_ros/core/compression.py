@@ -16,10 +16,13 @@ decoded values would not be finite is rejected like any other bad update.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from collections.abc import Mapping
 
 import numpy as np
+from numpy.typing import NDArray
 
 BLOCK = 128  # values per int8 block scale (the issue asks for 64-256)
 # int4_block: 4 bits a value, one float32 scale per 64 values (NVFlare's 4-bit filters use 64):
@@ -48,7 +51,7 @@ def block_nbytes(n: int, encoding: str = "int8_block") -> int:
     return 4 * block_count(n, block) + values
 
 
-def encode_block_tensor(values: np.ndarray, encoding: str, name: str = "tensor") -> bytes:
+def encode_block_tensor(values: NDArray[Any], encoding: str, name: str = "tensor") -> bytes:
     """One tensor's payload bytes under a blockwise encoding (ValueError when not finite)."""
     block, levels = BLOCKWISE[encoding]
     scales, q = quantize_blocks(values, name, block, levels, encoding)
@@ -62,7 +65,7 @@ def encode_block_tensor(values: np.ndarray, encoding: str, name: str = "tensor")
     return scales.astype("<f4").tobytes() + packed.tobytes()
 
 
-def decode_block_tensor(buf: np.ndarray, n: int, encoding: str) -> np.ndarray:
+def decode_block_tensor(buf: NDArray[Any], n: int, encoding: str) -> NDArray[Any]:
     """float32 values of one tensor from its payload bytes (``block_nbytes(n)`` of them)."""
     block, _ = BLOCKWISE[encoding]
     head = 4 * block_count(n, block)
@@ -86,12 +89,12 @@ def check_encoding(encoding: str) -> str:
 
 
 def quantize_blocks(
-    values: np.ndarray,
+    values: NDArray[Any],
     name: str = "tensor",
     block: int = BLOCK,
     levels: int = 127,
     encoding: str = "int8_block",
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[NDArray[Any], NDArray[Any]]:
     """(block scales float32 (blocks,), int8 levels in [-levels, levels] (n,)) of a flat tensor;
     ValueError when a value is not finite."""
     flat = np.asarray(values, dtype=np.float32).reshape(-1)
@@ -109,8 +112,8 @@ def quantize_blocks(
 
 
 def dequantize_blocks(
-    scales: np.ndarray, q: np.ndarray, block: int = BLOCK, encoding: str = "int8_block"
-) -> np.ndarray:
+    scales: NDArray[Any], q: NDArray[Any], block: int = BLOCK, encoding: str = "int8_block"
+) -> NDArray[Any]:
     """float32 values of ``q`` (int8 levels, n values) under its block ``scales``; ValueError when
     the scale count does not fit n or a scale is not finite (the values would not be)."""
     q = np.asarray(q).reshape(-1)
@@ -126,12 +129,12 @@ def dequantize_blocks(
     return q.astype(np.float32) * per_value
 
 
-def roundtrip(sd: Mapping[str, np.ndarray], encoding: str) -> dict[str, np.ndarray]:
+def roundtrip(sd: Mapping[str, NDArray[Any]], encoding: str) -> dict[str, NDArray[Any]]:
     """What the receiver decodes after ``sd`` travelled under ``encoding`` (float32 copies).
 
     The in-process benchmarks use it to charge an encoding's error without a wire."""
     check_encoding(encoding)
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, NDArray[Any]] = {}
     for name, value in sd.items():
         arr = np.asarray(value, dtype=np.float32)
         if encoding == "float32":
@@ -155,7 +158,7 @@ def roundtrip(sd: Mapping[str, np.ndarray], encoding: str) -> dict[str, np.ndarr
     return out
 
 
-def encoded_nbytes(sd: Mapping[str, np.ndarray], encoding: str) -> int:
+def encoded_nbytes(sd: Mapping[str, NDArray[Any]], encoding: str) -> int:
     """Payload bytes of ``sd`` under ``encoding`` (int8's per-tensor scales included: 4 each)."""
     check_encoding(encoding)
     sizes = [int(np.asarray(v).size) for v in sd.values()]

@@ -7,13 +7,16 @@ over a contiguous (K, P) array instead of a Python loop over tensors.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
-StateDict = dict[str, np.ndarray]
+StateDict = dict[str, NDArray[Any]]
 
 _ALLOWED_DTYPES = ("float32",)
 
@@ -59,7 +62,7 @@ class TensorSpec:
 Manifest = tuple[TensorSpec, ...]
 
 
-def manifest_of(sd: Mapping[str, np.ndarray]) -> Manifest:
+def manifest_of(sd: Mapping[str, NDArray[Any]]) -> Manifest:
     """Manifest (names, shapes, dtypes in order) of a state dict; rejects non-float32 tensors."""
     if not isinstance(sd, Mapping):
         raise ValueError(f"state dict must be a mapping, got {type(sd).__name__}")
@@ -89,7 +92,7 @@ def num_params(manifest: Manifest) -> int:
 _NP_DTYPES = {d: np.dtype(d) for d in _ALLOWED_DTYPES}
 
 
-def _matches_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> bool:
+def _matches_manifest(sd: Mapping[str, NDArray[Any]], expected: Manifest) -> bool:
     """Fast exact check (names in order, ndarray, shape, dtype) without building a manifest."""
     if not isinstance(sd, Mapping) or len(sd) != len(expected):
         return False
@@ -104,7 +107,7 @@ def _matches_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> bool:
     return True
 
 
-def check_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> None:
+def check_manifest(sd: Mapping[str, NDArray[Any]], expected: Manifest) -> None:
     """Raise ValueError naming the first tensor whose name, order, shape or dtype differs."""
     # Honest updates take the fast path (it runs K times per round); only a mismatch pays
     # for building the full manifest to name the offending tensor.
@@ -130,7 +133,7 @@ def check_manifest(sd: Mapping[str, np.ndarray], expected: Manifest) -> None:
             raise ValueError(f"tensor {g.name!r} has dtype {g.dtype}, expected {e.dtype}")
 
 
-def check_finite(sd: Mapping[str, np.ndarray]) -> None:
+def check_finite(sd: Mapping[str, NDArray[Any]]) -> None:
     """Raise ValueError naming the first tensor holding NaN or Inf."""
     for name, arr in sd.items():
         if not np.isfinite(arr).all():
@@ -148,7 +151,7 @@ def offsets(manifest: Manifest) -> dict[str, tuple[int, int]]:
     return out
 
 
-def flatten(sd: Mapping[str, np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+def flatten(sd: Mapping[str, NDArray[Any]], out: NDArray[Any] | None = None) -> NDArray[Any]:
     """Concatenate tensors in order into one float32 1-D vector (into `out` when given)."""
     total = sum(int(np.size(a)) for a in sd.values())
     if out is None:
@@ -167,7 +170,7 @@ def flatten(sd: Mapping[str, np.ndarray], out: np.ndarray | None = None) -> np.n
     return out
 
 
-def unflatten(vec: np.ndarray, manifest: Manifest, copy: bool = False) -> StateDict:
+def unflatten(vec: NDArray[Any], manifest: Manifest, copy: bool = False) -> StateDict:
     """Split a flat float32 vector into a state dict; views into `vec` unless copy=True."""
     vec = np.asarray(vec)
     total = num_params(manifest)
@@ -187,7 +190,7 @@ def unflatten(vec: np.ndarray, manifest: Manifest, copy: bool = False) -> StateD
     return out
 
 
-def select_prefix(sd: Mapping[str, np.ndarray], prefixes: Sequence[str]) -> StateDict:
+def select_prefix(sd: Mapping[str, NDArray[Any]], prefixes: Sequence[str]) -> StateDict:
     """Sub-state-dict of tensors whose name starts with any prefix (order kept)."""
     if isinstance(prefixes, str):
         prefixes = (prefixes,)
@@ -195,7 +198,7 @@ def select_prefix(sd: Mapping[str, np.ndarray], prefixes: Sequence[str]) -> Stat
     return {k: v for k, v in sd.items() if k.startswith(pre)}
 
 
-def prefix_columns(manifest: Manifest, prefixes: Sequence[str]) -> np.ndarray | slice:
+def prefix_columns(manifest: Manifest, prefixes: Sequence[str]) -> NDArray[Any] | slice:
     """Flat-vector columns of the tensors matching `prefixes`: a slice when contiguous."""
     if isinstance(prefixes, str):
         prefixes = (prefixes,)
@@ -215,13 +218,13 @@ def prefix_columns(manifest: Manifest, prefixes: Sequence[str]) -> np.ndarray | 
     return np.concatenate([np.arange(a, b) for a, b in merged])
 
 
-def _address(arr: np.ndarray) -> int:
+def _address(arr: NDArray[Any]) -> int:
     return arr.__array_interface__["data"][0]
 
 
 def shared_buffer_rows(
-    sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest
-) -> tuple[np.ndarray, list[int]] | None:
+    sds: Sequence[Mapping[str, NDArray[Any]]], manifest: Manifest
+) -> tuple[NDArray[Any], list[int]] | None:
     """If every state dict is a row view of one (R, P) buffer (see UpdateBuffer), return it and the
     rows."""
     if not sds or not manifest:
@@ -265,7 +268,9 @@ def shared_buffer_rows(
     return base, rows
 
 
-def stack_state_dicts(sds: Sequence[Mapping[str, np.ndarray]], manifest: Manifest) -> np.ndarray:
+def stack_state_dicts(
+    sds: Sequence[Mapping[str, NDArray[Any]]], manifest: Manifest
+) -> NDArray[Any]:
     """One contiguous (K, P) float32 array of the flattened state dicts (one copy pass).
 
     When the state dicts already are rows of one UpdateBuffer in order, the buffer rows are
@@ -309,7 +314,7 @@ class UpdateBuffer:
         self._used += 1
         return unflatten(row, self.manifest)
 
-    def add(self, sd: Mapping[str, np.ndarray]) -> StateDict:
+    def add(self, sd: Mapping[str, NDArray[Any]]) -> StateDict:
         """Copy a state dict into the next row after checking its manifest; returns the views."""
         check_manifest(sd, self.manifest)
         views = self.slot()
@@ -322,7 +327,7 @@ class UpdateBuffer:
         self._used = 0
 
 
-def as_state_dict(sd: Mapping[str, np.ndarray]) -> StateDict:
+def as_state_dict(sd: Mapping[str, NDArray[Any]]) -> StateDict:
     """Validated plain-dict copy-free view of a mapping (float32 tensors only)."""
     manifest_of(sd)  # validates types and dtypes
     return dict(sd)

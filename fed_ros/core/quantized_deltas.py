@@ -22,10 +22,13 @@ refuses a stream that is truncated, longer than implied or followed by other byt
 
 from __future__ import annotations
 
+from typing import Any
+
 import zlib
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.compression import block_nbytes, decode_block_tensor, encode_block_tensor
 from fed_ros.core.sparse_deltas import parse_topk
@@ -71,7 +74,7 @@ def payload_bounds(sizes: Sequence[int], encoding: str) -> tuple[int, int]:
     return 1, deflate_bound(raw_nbytes(sizes, encoding))
 
 
-def encode_payload(delta: Mapping[str, np.ndarray], encoding: str) -> bytes:
+def encode_payload(delta: Mapping[str, NDArray[Any]], encoding: str) -> bytes:
     """The payload of ``delta`` (flat float32 tensors, manifest order); ValueError naming a tensor
     that is not finite."""
     quant = DELTA_QUANTIZERS[check_delta_encoding(encoding)]
@@ -82,8 +85,8 @@ def encode_payload(delta: Mapping[str, np.ndarray], encoding: str) -> bytes:
 
 
 def decode_payload(
-    buf: np.ndarray, sizes: Sequence[int], names: Sequence[str], encoding: str
-) -> list[np.ndarray]:
+    buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str], encoding: str
+) -> list[NDArray[Any]]:
     """Flat float32 deltas of every tensor; ValueError naming what is malformed."""
     quant = DELTA_QUANTIZERS[check_delta_encoding(encoding)]
     expected = raw_nbytes(sizes, encoding)
@@ -123,7 +126,7 @@ def decode_payload(
     return out
 
 
-def roundtrip(delta: Mapping[str, np.ndarray], encoding: str) -> dict[str, np.ndarray]:
+def roundtrip(delta: Mapping[str, NDArray[Any]], encoding: str) -> dict[str, NDArray[Any]]:
     """What the server decodes of ``delta`` sent under ``encoding`` (benchmarks and tests)."""
     arrays = {k: np.asarray(v, np.float32) for k, v in delta.items()}
     payload = np.frombuffer(encode_payload(arrays, encoding), np.uint8)
@@ -131,6 +134,6 @@ def roundtrip(delta: Mapping[str, np.ndarray], encoding: str) -> dict[str, np.nd
     return {k: f.reshape(v.shape) for (k, v), f in zip(arrays.items(), flat)}
 
 
-def payload_nbytes(delta: Mapping[str, np.ndarray], encoding: str) -> int:
+def payload_nbytes(delta: Mapping[str, NDArray[Any]], encoding: str) -> int:
     """Payload bytes of ``delta`` under ``encoding`` (deflate's output depends on the values)."""
     return len(encode_payload(delta, encoding))

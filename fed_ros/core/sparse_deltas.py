@@ -18,6 +18,8 @@ payload that is not exactly consumed: a hostile payload is rejected, never half-
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 import os
 import tempfile
@@ -26,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 TOPK = "topk"
 DEFAULT_FRACTION = 0.1  # 8 bytes per kept value: 0.1 -> 5x fewer bytes than float32
@@ -98,7 +101,7 @@ def payload_nbytes(sizes: Sequence[int], fraction: float) -> int:
     return sum(_tensor_nbytes(int(n), topk_count(n, fraction)) for n in sizes)
 
 
-def encode_tensor(values: np.ndarray, fraction: float, name: str = "tensor") -> bytes:
+def encode_tensor(values: NDArray[Any], fraction: float, name: str = "tensor") -> bytes:
     """One tensor's bytes: its top-k entries by magnitude (ties: the lower index)."""
     flat = np.asarray(values, dtype=np.float32).reshape(-1)
     if not np.all(np.isfinite(flat)):
@@ -113,7 +116,7 @@ def encode_tensor(values: np.ndarray, fraction: float, name: str = "tensor") -> 
     return head + idx.astype("<u4").tobytes() + flat[idx].astype("<f4").tobytes()
 
 
-def decode_payload(buf: np.ndarray, sizes: Sequence[int], names: Sequence[str]) -> list:
+def decode_payload(buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str]) -> list:
     """Dense float32 deltas (flat) of every tensor from a topk payload; ValueError naming the
     tensor and the field when the payload is malformed."""
     buf = np.asarray(buf).reshape(-1).view(np.uint8)
@@ -149,7 +152,7 @@ def decode_payload(buf: np.ndarray, sizes: Sequence[int], names: Sequence[str]) 
     return out
 
 
-def roundtrip(delta: Mapping[str, np.ndarray], fraction: float) -> dict[str, np.ndarray]:
+def roundtrip(delta: Mapping[str, NDArray[Any]], fraction: float) -> dict[str, NDArray[Any]]:
     """What the server decodes of ``delta`` sent as topk (zeros where nothing was kept)."""
     out = {}
     for name, value in delta.items():
@@ -162,8 +165,8 @@ def roundtrip(delta: Mapping[str, np.ndarray], fraction: float) -> dict[str, np.
 
 
 def apply_delta(
-    base: Mapping[str, np.ndarray] | None, delta: Mapping[str, np.ndarray], cluster_id: int
-) -> tuple[dict[str, np.ndarray], str]:
+    base: Mapping[str, NDArray[Any]] | None, delta: Mapping[str, NDArray[Any]], cluster_id: int
+) -> tuple[dict[str, NDArray[Any]], str]:
     """(base + delta, "") or ({}, why not): the server's update from a delta encoding (topk,
     int8_delta, int4_delta).
 
@@ -193,7 +196,7 @@ class ErrorFeedback:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path is not None else None
-        self.residual: dict[str, np.ndarray] = {}
+        self.residual: dict[str, NDArray[Any]] = {}
         if self.path is not None and self.path.exists():
             try:
                 with np.load(self.path) as z:
@@ -201,14 +204,14 @@ class ErrorFeedback:
             except (OSError, ValueError, EOFError, zipfile.BadZipFile):
                 self.residual = {}  # a torn or foreign file: start without memory
 
-    def _matches(self, model: Mapping[str, np.ndarray]) -> bool:
+    def _matches(self, model: Mapping[str, NDArray[Any]]) -> bool:
         return set(self.residual) == set(model) and all(
             self.residual[k].shape == np.shape(v) for k, v in model.items()
         )
 
     def delta_to_send(
-        self, trained: Mapping[str, np.ndarray], start: Mapping[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+        self, trained: Mapping[str, NDArray[Any]], start: Mapping[str, NDArray[Any]]
+    ) -> dict[str, NDArray[Any]]:
         """This round's delta plus the residual of earlier rounds (float32)."""
         delta = {
             k: np.asarray(trained[k], np.float32) - np.asarray(start[k], np.float32)
@@ -219,7 +222,9 @@ class ErrorFeedback:
                 delta[k] += self.residual[k]
         return delta
 
-    def keep_unsent(self, full: Mapping[str, np.ndarray], sent: Mapping[str, np.ndarray]) -> None:
+    def keep_unsent(
+        self, full: Mapping[str, NDArray[Any]], sent: Mapping[str, NDArray[Any]]
+    ) -> None:
         """Remember ``full - sent`` (what did not travel) for the next round, durably."""
         self.residual = {k: np.asarray(full[k], np.float32) - sent[k] for k in full}
         if self.path is None:

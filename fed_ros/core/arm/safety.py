@@ -14,9 +14,12 @@ becomes the position ``open + (g + 1) / 2 * (closed - open)``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.arm.profile import ArmProfile, GripperConfig, LimitsConfig
 
@@ -33,9 +36,9 @@ class JointSelector:
     def __init__(self, wanted: tuple[str, ...] | list[str]) -> None:
         self.wanted = tuple(wanted)
         self._names: tuple[str, ...] = ()
-        self._index: np.ndarray | None = None
+        self._index: NDArray[Any] | None = None
 
-    def select(self, names, positions, velocities=()) -> tuple[np.ndarray, np.ndarray]:
+    def select(self, names, positions, velocities=()) -> tuple[NDArray[Any], NDArray[Any]]:
         """(positions, velocities) of the wanted joints; ValueError names any that are missing."""
         names = tuple(names)
         if names != self._names:  # joint_state_broadcaster keeps one order: cache the map
@@ -83,14 +86,16 @@ class Watchdog:
         return False
 
 
-def clip_unit(values: np.ndarray) -> tuple[np.ndarray, int]:
+def clip_unit(values: NDArray[Any]) -> tuple[NDArray[Any], int]:
     """Clip to [-1, 1]; returns (clipped, number of values that were outside)."""
     values = np.asarray(values, dtype=np.float64)
     outside = int(np.count_nonzero(np.abs(values) > 1.0))
     return np.clip(values, -1.0, 1.0), outside
 
 
-def twist_from_delta(delta: np.ndarray, limits: LimitsConfig) -> tuple[np.ndarray, np.ndarray]:
+def twist_from_delta(
+    delta: NDArray[Any], limits: LimitsConfig
+) -> tuple[NDArray[Any], NDArray[Any]]:
     """Normalised (3,) or (6,) delta -> (linear m/s, angular rad/s)."""
     delta = np.asarray(delta, dtype=np.float64)
     linear = delta[:3] * limits.max_linear_speed
@@ -99,8 +104,8 @@ def twist_from_delta(delta: np.ndarray, limits: LimitsConfig) -> tuple[np.ndarra
 
 
 def enforce_workspace(
-    position: np.ndarray, linear: np.ndarray, period_s: float, lo, hi
-) -> tuple[np.ndarray, bool]:
+    position: NDArray[Any], linear: NDArray[Any], period_s: float, lo, hi
+) -> tuple[NDArray[Any], bool]:
     """Limit ``linear`` so one period of motion does not leave the box [lo, hi].
 
     Motion back into the box is allowed; the arm is never pushed actively (an arm outside
@@ -141,11 +146,11 @@ class TickOutput:
     """What one control tick sends to the arm and records as applied."""
 
     kind: str  # "twist" | "joint" | "hold"
-    linear: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    angular: np.ndarray = field(default_factory=lambda: np.zeros(3))
-    joint_velocities: np.ndarray | None = None
+    linear: NDArray[Any] = field(default_factory=lambda: np.zeros(3))
+    angular: NDArray[Any] = field(default_factory=lambda: np.zeros(3))
+    joint_velocities: NDArray[Any] | None = None
     gripper: float | None = None  # normalised gripper to send (None: leave it where it is)
-    applied_action: np.ndarray = field(default_factory=lambda: np.zeros(3, np.float32))
+    applied_action: NDArray[Any] = field(default_factory=lambda: np.zeros(3, np.float32))
     applied_gripper: float = -1.0
     applied_mode: int = MODE_HOLD
     reason: str = ""  # why it held
@@ -153,7 +158,7 @@ class TickOutput:
 
 @dataclass
 class _Command:
-    action: np.ndarray
+    action: NDArray[Any]
     gripper: float
     mode: int
 
@@ -213,7 +218,7 @@ class SafetyFilter:
         if on:
             self._command = None  # a release must not resume a command from before the hold
 
-    def tick(self, now_s: float, eef_position: np.ndarray | None) -> TickOutput:
+    def tick(self, now_s: float, eef_position: NDArray[Any] | None) -> TickOutput:
         """The command to send this tick (a zero twist when anything says hold)."""
         expired = self.watchdog.expired(now_s)
         cmd = self._command

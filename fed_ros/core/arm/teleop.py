@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
+from numpy.typing import NDArray
 import numpy.typing as npt
 import yaml
 
@@ -216,7 +217,7 @@ HOLD_DEADMAN = "deadman released"
 class TeleopOutput:
     """One control tick: the 4-D action to send, or None (hold) with the reason and its kind."""
 
-    action: np.ndarray | None
+    action: NDArray[Any] | None
     reason: str = ""
     kind: str = ""  # one of the HOLD_* kinds while holding, "" while moving
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.security.signed_messages import descriptor_digest
 from fed_ros.core.checks.decisions import (
@@ -53,7 +54,9 @@ def digest_of_descriptor(desc: Any, dims: int | None = None) -> bytes:
     )
 
 
-def _vector(values: Any, what: str, rid: str, limits: Limits) -> tuple[np.ndarray | None, Decision]:
+def _vector(
+    values: Any, what: str, rid: str, limits: Limits
+) -> tuple[NDArray[Any] | None, Decision]:
     if values is None:
         return None, ACCEPTED
     try:

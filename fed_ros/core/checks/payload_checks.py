@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.security.auth import verify_signature
 from fed_ros.core.security.signed_messages import cluster_model_message
@@ -199,7 +200,7 @@ def validate_cluster_model(
     *,
     cluster_id: int,
     round_idx: int,
-    params: Mapping[str, np.ndarray] | None,
+    params: Mapping[str, NDArray[Any]] | None,
     expected_manifest: Manifest | None,
     total_bytes: int | None = None,
     payload_sha256: str = "",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.security.auth import Signer
 from fed_ros.core.checks.decisions import (
@@ -164,7 +164,7 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
 
 def validate_update(
     env: UpdateEnvelope,
-    params: Mapping[str, np.ndarray],
+    params: Mapping[str, NDArray[Any]],
     ctx: ValidationContext,
     *,
     received_sha256: str | None = None,

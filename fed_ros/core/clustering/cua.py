@@ -20,10 +20,13 @@ candidates at once from the (C, C) block sums with a rank-2 incremental update.
 
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.cluster.vq import kmeans2
 from scipy.spatial.distance import squareform
@@ -33,7 +36,7 @@ from scipy.spatial.distance import squareform
 class CUAResult:
     """Chosen partition: labels[k] in 0..C-1, its objective, and which solver produced it."""
 
-    labels: np.ndarray
+    labels: NDArray[Any]
     objective: float
     method: str
 
@@ -57,7 +60,7 @@ def stirling2(n: int, k: int) -> int:
     return row[k]
 
 
-def _check_similarity(S: np.ndarray, C: int) -> np.ndarray:
+def _check_similarity(S: NDArray[Any], C: int) -> NDArray[Any]:
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1]:
         raise ValueError(f"similarity matrix must be square, got shape {S.shape}")
@@ -72,16 +75,18 @@ def _check_similarity(S: np.ndarray, C: int) -> np.ndarray:
     return S
 
 
-_TRIU: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+_TRIU: dict[int, tuple[NDArray[Any], NDArray[Any]]] = {}
 
 
-def _triu(C: int) -> tuple[np.ndarray, np.ndarray]:
+def _triu(C: int) -> tuple[NDArray[Any], NDArray[Any]]:
     if C not in _TRIU:
         _TRIU[C] = np.triu_indices(C, 1)
     return _TRIU[C]
 
 
-def _objective_from_blocks(A: np.ndarray, n: np.ndarray, singleton_intra: float) -> np.ndarray:
+def _objective_from_blocks(
+    A: NDArray[Any], n: NDArray[Any], singleton_intra: float
+) -> NDArray[Any]:
     """J for a batch: A (B, C, C) ordered-pair sums of S with zero diagonal, n (B, C) group
     sizes."""
     C = A.shape[-1]
@@ -99,7 +104,7 @@ def _objective_from_blocks(A: np.ndarray, n: np.ndarray, singleton_intra: float)
     return score
 
 
-def _blocks(S0: np.ndarray, labels: np.ndarray, C: int) -> tuple[np.ndarray, np.ndarray]:
+def _blocks(S0: NDArray[Any], labels: NDArray[Any], C: int) -> tuple[NDArray[Any], NDArray[Any]]:
     """Block sums A (.., C, C) and sizes n (.., C) for labels (.., K)."""
     Z = (labels[..., :, None] == np.arange(C)).astype(np.float64)
     A = np.swapaxes(Z, -1, -2) @ (S0 @ Z)
@@ -107,7 +112,7 @@ def _blocks(S0: np.ndarray, labels: np.ndarray, C: int) -> tuple[np.ndarray, np.
 
 
 def cua_objective(
-    S: np.ndarray, labels: np.ndarray, C: int | None = None, singleton_intra: float = 0.0
+    S: NDArray[Any], labels: NDArray[Any], C: int | None = None, singleton_intra: float = 0.0
 ) -> float:
     """Objective J of one partition given as labels (K,) with values 0..C-1 (all groups
     non-empty)."""
@@ -127,7 +132,7 @@ def cua_objective(
     return float(_objective_from_blocks(A[None], n[None], singleton_intra)[0])
 
 
-def enumerate_partitions(K: int, C: int) -> np.ndarray:
+def enumerate_partitions(K: int, C: int) -> NDArray[Any]:
     """All partitions of K items into exactly C non-empty groups as canonical labels (S(K,C), K)
     int8."""
     if K < C or C < 1:
@@ -156,7 +161,7 @@ def enumerate_partitions(K: int, C: int) -> np.ndarray:
 
 
 def cua_exact(
-    S: np.ndarray,
+    S: NDArray[Any],
     C: int,
     singleton_intra: float = 0.0,
     max_partitions: int = 3_000_000,
@@ -187,7 +192,7 @@ def cua_exact(
     return CUAResult(best_lab, best_val, "exact")
 
 
-def _repair(labels: np.ndarray, S0: np.ndarray, C: int) -> np.ndarray:
+def _repair(labels: NDArray[Any], S0: NDArray[Any], C: int) -> NDArray[Any]:
     """Make all C groups non-empty by moving the least-attached members of large groups."""
     labels = labels.copy()
     for s in range(C):
@@ -205,8 +210,8 @@ def _repair(labels: np.ndarray, S0: np.ndarray, C: int) -> np.ndarray:
 
 
 def _local_search(
-    S0: np.ndarray, labels: np.ndarray, C: int, singleton_intra: float, max_moves: int
-) -> tuple[np.ndarray, float]:
+    S0: NDArray[Any], labels: NDArray[Any], C: int, singleton_intra: float, max_moves: int
+) -> tuple[NDArray[Any], float]:
     """Best-improvement single-client moves; each step scores all K x C moves from block sums."""
     labels = labels.astype(np.int64).copy()
     Z = (labels[:, None] == np.arange(C)).astype(np.float64)
@@ -244,7 +249,7 @@ def _local_search(
     return labels, cur
 
 
-def _batch_refine(S0: np.ndarray, labels: np.ndarray, C: int, iters: int = 20) -> np.ndarray:
+def _batch_refine(S0: NDArray[Any], labels: NDArray[Any], C: int, iters: int = 20) -> NDArray[Any]:
     """k-means-like passes: every client to the group it is most similar to on average."""
     labels = labels.copy()
     for _ in range(iters):
@@ -259,7 +264,7 @@ def _batch_refine(S0: np.ndarray, labels: np.ndarray, C: int, iters: int = 20) -
     return labels
 
 
-def _peel_start(S0: np.ndarray, C: int, singleton_intra: float) -> np.ndarray:
+def _peel_start(S0: NDArray[Any], C: int, singleton_intra: float) -> NDArray[Any]:
     """Greedy start: one big group, then C-1 times split off the client that best improves J.
 
     Each split scores all K candidates at once with the rank-2 block-sum update.
@@ -281,7 +286,7 @@ def _peel_start(S0: np.ndarray, C: int, singleton_intra: float) -> np.ndarray:
     return labels
 
 
-def _spectral_start(S: np.ndarray, C: int, seed: int) -> np.ndarray:
+def _spectral_start(S: NDArray[Any], C: int, seed: int) -> NDArray[Any]:
     """Labels from k-means on the top-C eigenvectors of the normalised affinity (S+1)/2."""
     W = (S + 1.0) / 2.0
     np.fill_diagonal(W, 0.0)
@@ -295,7 +300,7 @@ def _spectral_start(S: np.ndarray, C: int, seed: int) -> np.ndarray:
     return lab.astype(np.int64)
 
 
-def _agglomerative_start(S: np.ndarray, C: int) -> np.ndarray:
+def _agglomerative_start(S: NDArray[Any], C: int) -> NDArray[Any]:
     """Average-linkage clustering on the cosine distance 1 - S, cut into C groups."""
     D = np.clip(1.0 - S, 0.0, 2.0)
     np.fill_diagonal(D, 0.0)
@@ -304,7 +309,7 @@ def _agglomerative_start(S: np.ndarray, C: int) -> np.ndarray:
 
 
 def cua_scalable(
-    S: np.ndarray,
+    S: NDArray[Any],
     C: int,
     singleton_intra: float = 0.0,
     seed: int = 0,
@@ -351,7 +356,7 @@ def cua_scalable(
     return CUAResult(_canonical(best_lab), best_val, "scalable")
 
 
-def _canonical(labels: np.ndarray) -> np.ndarray:
+def _canonical(labels: NDArray[Any]) -> NDArray[Any]:
     """Relabel groups in order of first appearance (restricted growth form)."""
     mapping: dict[int, int] = {}
     out = np.empty_like(labels)
@@ -363,7 +368,7 @@ def _canonical(labels: np.ndarray) -> np.ndarray:
 
 
 def cua_partition(
-    S: np.ndarray,
+    S: NDArray[Any],
     C: int,
     method: str = "auto",
     singleton_intra: float = 0.0,

@@ -24,9 +24,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
@@ -49,7 +52,7 @@ __all__ = [
 Clusters = list[tuple[int, ...]]
 
 
-def _check_A(A: np.ndarray) -> np.ndarray:
+def _check_A(A: NDArray[Any]) -> NDArray[Any]:
     A = np.asarray(A, dtype=np.float64)
     if A.ndim != 2 or A.shape[0] != A.shape[1] or A.shape[0] == 0:
         raise ValueError(f"divergence matrix must be square and non-empty, got shape {A.shape}")
@@ -58,7 +61,7 @@ def _check_A(A: np.ndarray) -> np.ndarray:
     return A
 
 
-def threshold_membership(A: np.ndarray, tau: float) -> np.ndarray:
+def threshold_membership(A: NDArray[Any], tau: float) -> NDArray[Any]:
     """Binary (K, K) membership: row i = clients within distance tau of client i (incl. i)."""
     A = _check_A(A)
     if not np.isfinite(tau) or tau < 0:
@@ -68,7 +71,7 @@ def threshold_membership(A: np.ndarray, tau: float) -> np.ndarray:
     return M
 
 
-def merge_subsets(M: np.ndarray) -> np.ndarray:
+def merge_subsets(M: NDArray[Any]) -> NDArray[Any]:
     """Absorb duplicate and proper-subset rows until none is left; rows ordered by first member.
 
     Absorbing a subset into a superset leaves the superset unchanged, so iterating to a fixed
@@ -102,23 +105,23 @@ def merge_subsets(M: np.ndarray) -> np.ndarray:
     return out[order]
 
 
-def _as_clusters(M: np.ndarray) -> Clusters:
+def _as_clusters(M: NDArray[Any]) -> Clusters:
     return [tuple(int(i) for i in np.flatnonzero(row)) for row in M]
 
 
-def soft_clusters(A: np.ndarray, tau: float) -> Clusters:
+def soft_clusters(A: NDArray[Any], tau: float) -> Clusters:
     """FeDepth soft clusters: threshold, then subset merging to convergence."""
     return _as_clusters(merge_subsets(threshold_membership(A, tau)))
 
 
-def _soft_checked(A: np.ndarray, tau: float) -> Clusters:
+def _soft_checked(A: NDArray[Any], tau: float) -> Clusters:
     """`soft_clusters` of an A already checked (the tau scans check it once, not per tau)."""
     M = A <= tau
     np.fill_diagonal(M, True)
     return _as_clusters(merge_subsets(M))
 
 
-def hard_clusters(A: np.ndarray, tau: float) -> Clusters:
+def hard_clusters(A: NDArray[Any], tau: float) -> Clusters:
     """Disjoint clusters: average-linkage agglomerative on A cut at distance tau."""
     A = _check_A(A)
     K = A.shape[0]
@@ -145,7 +148,7 @@ def overlap_ratio(clusters: Clusters, K: int) -> float:
     return float(np.mean(counts > 1)) if K else 0.0
 
 
-def _candidate_taus(A: np.ndarray, max_candidates: int) -> np.ndarray:
+def _candidate_taus(A: NDArray[Any], max_candidates: int) -> NDArray[Any]:
     if not isinstance(max_candidates, int) or max_candidates < 2:
         raise ValueError(f"max_candidates must be an int >= 2, got {max_candidates!r}")
     cand = np.unique(np.concatenate([[0.0], A[np.triu_indices(A.shape[0], 1)]]))
@@ -157,8 +160,8 @@ def _candidate_taus(A: np.ndarray, max_candidates: int) -> np.ndarray:
 
 
 def overlap_sweep(
-    A: np.ndarray, hard: bool = False, max_candidates: int = 256
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    A: NDArray[Any], hard: bool = False, max_candidates: int = 256
+) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
     """(taus, overlap ratios, cluster counts) at every candidate tau, ascending.
 
     Candidates are 0 plus the distinct off-diagonal divergences (the only values where the
@@ -176,7 +179,7 @@ def overlap_sweep(
 
 
 def calibrate_tau(
-    A: np.ndarray, target_overlap: float = 0.2, hard: bool = False, max_candidates: int = 256
+    A: NDArray[Any], target_overlap: float = 0.2, hard: bool = False, max_candidates: int = 256
 ) -> tuple[float, float]:
     """Largest candidate tau whose overlap ratio does not exceed the target; returns (tau, overlap).
 
@@ -205,13 +208,13 @@ def calibrate_tau(
     return 0.0, overlap_ratio(hard_clusters(A, 0.0) if hard else soft_clusters(A, 0.0), K)
 
 
-def route_scores(a_test: np.ndarray, clusters: Clusters) -> np.ndarray:
+def route_scores(a_test: NDArray[Any], clusters: Clusters) -> NDArray[Any]:
     """S_k = mean Jeffreys divergence between the test descriptor and cluster k's members."""
     a = np.asarray(a_test, dtype=np.float64)
     return np.array([a[list(c)].mean() for c in clusters])
 
 
-def route_clusters(a_test: np.ndarray, clusters: Clusters, tau: float) -> list[int]:
+def route_clusters(a_test: NDArray[Any], clusters: Clusters, tau: float) -> list[int]:
     """Indices of clusters with S_k <= tau, else [argmin_k S_k]."""
     if not clusters:
         raise ValueError("no clusters to route to")
@@ -221,8 +224,8 @@ def route_clusters(a_test: np.ndarray, clusters: Clusters, tau: float) -> list[i
 
 
 def jeffreys_to_each(
-    mean: np.ndarray, var: np.ndarray, means: np.ndarray, variances: np.ndarray
-) -> np.ndarray:
+    mean: NDArray[Any], var: NDArray[Any], means: NDArray[Any], variances: NDArray[Any]
+) -> NDArray[Any]:
     """Jeffreys divergence from one diagonal Gaussian to each of K others ((K, D) arrays)."""
     m = np.asarray(means, dtype=np.float64)
     v = np.asarray(variances, dtype=np.float64)

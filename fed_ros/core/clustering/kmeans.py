@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Sequence
+from typing import Sequence, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 
 def _check_count(name: str, value: int, minimum: int = 1) -> None:
@@ -21,7 +22,7 @@ def _check_count(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def encode_groups(groups: Sequence[object]) -> tuple[np.ndarray, tuple[str, ...]]:
+def encode_groups(groups: Sequence[object]) -> tuple[NDArray[Any], tuple[str, ...]]:
     """Map arbitrary group labels to 0..G-1 codes; returns (codes, sorted label names)."""
     raw = list(groups.tolist() if isinstance(groups, np.ndarray) else groups)
     if not raw:
@@ -40,19 +41,19 @@ def encode_groups(groups: Sequence[object]) -> tuple[np.ndarray, tuple[str, ...]
 class KMeansResult:
     """Labels (N,), centers (k, D), inertia (sum of squared distances), iterations run."""
 
-    labels: np.ndarray
-    centers: np.ndarray
+    labels: NDArray[Any]
+    centers: NDArray[Any]
     inertia: float
     n_iter: int
 
 
-def _sq_dists(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+def _sq_dists(x: NDArray[Any], c: NDArray[Any]) -> NDArray[Any]:
     # ||x||^2 - 2 x.c + ||c||^2, clipped at 0 against round-off.
     d = (x * x).sum(1)[:, None] - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
     return np.maximum(d, 0.0)
 
 
-def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+def _kmeans_pp(x: NDArray[Any], k: int, rng: np.random.Generator) -> NDArray[Any]:
     """k-means++ seeding (D^2 sampling)."""
     centers = np.empty((k, x.shape[1]))
     centers[0] = x[rng.integers(len(x))]
@@ -67,7 +68,7 @@ def _kmeans_pp(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def kmeans(
-    x: np.ndarray, k: int, seed: int = 0, n_init: int = 4, max_iter: int = 300, tol: float = 1e-6
+    x: NDArray[Any], k: int, seed: int = 0, n_init: int = 4, max_iter: int = 300, tol: float = 1e-6
 ) -> KMeansResult:
     """Lloyd's k-means with k-means++ seeding, best of ``n_init`` restarts (seeded)."""
     x = np.asarray(x, dtype=np.float64)
@@ -114,7 +115,7 @@ def kmeans(
 # --------------------------------------------------------------------------- diagnostics
 
 
-def _comb2(x: np.ndarray | int) -> np.ndarray | float:
+def _comb2(x: NDArray[Any] | int) -> NDArray[Any] | float:
     x = np.asarray(x, dtype=np.float64)
     return x * (x - 1) / 2.0
 
@@ -142,7 +143,7 @@ def adjusted_rand_index(labels_a: Sequence[object], labels_b: Sequence[object]) 
     return (sum_ij - expected) / (max_index - expected)
 
 
-def silhouette_score(x: np.ndarray, labels: Sequence[object], chunk: int = 2048) -> float:
+def silhouette_score(x: NDArray[Any], labels: Sequence[object], chunk: int = 2048) -> float:
     """Mean silhouette coefficient (Euclidean); singleton clusters score 0 (Rousseeuw)."""
     x = np.asarray(x, dtype=np.float64)
     lab, _ = encode_groups(labels)
@@ -172,7 +173,7 @@ def silhouette_score(x: np.ndarray, labels: Sequence[object], chunk: int = 2048)
 
 
 def silhouette_vs_k(
-    x: np.ndarray, ks: Sequence[int], seed: int = 0, n_init: int = 4
+    x: NDArray[Any], ks: Sequence[int], seed: int = 0, n_init: int = 4
 ) -> dict[int, float]:
     """Silhouette score of k-means clusterings for each k (the paper's cluster validity curve)."""
     return {
@@ -181,7 +182,7 @@ def silhouette_vs_k(
 
 
 def kmeans_stability(
-    x: np.ndarray, k: int, seeds: Sequence[int] = (0, 1, 2), n_init: int = 1
+    x: NDArray[Any], k: int, seeds: Sequence[int] = (0, 1, 2), n_init: int = 1
 ) -> tuple[float, float]:
     """Mean and std of pairwise ARI between k-means runs with different seeds."""
     if len(seeds) < 2:

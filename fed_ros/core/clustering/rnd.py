@@ -17,9 +17,12 @@ the connected components of the undirected graph: no preset count. A missing sco
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
@@ -28,7 +31,7 @@ SYMMETRISE_MODES = ("mutual", "either")
 
 def novelty_matrix(
     robot_ids: Sequence[str], scores: Mapping[str, Mapping[str, float]]
-) -> np.ndarray:
+) -> NDArray[Any]:
     """(K, K) matrix N[i, j] = s_ij (row = evaluating robot i); NaN where a score is missing."""
     K = len(robot_ids)
     pos = {r: k for k, r in enumerate(robot_ids)}
@@ -50,7 +53,7 @@ def novelty_matrix(
     return N
 
 
-def compatibility(N: np.ndarray, sigma: np.ndarray, eps: float) -> np.ndarray:
+def compatibility(N: NDArray[Any], sigma: NDArray[Any], eps: float) -> NDArray[Any]:
     """Directed relation C[i, j] = s_ij <= s_ii + eps * sigma_i (missing scores -> False)."""
     N = np.asarray(N, dtype=np.float64)
     sigma = np.asarray(sigma, dtype=np.float64)
@@ -75,7 +78,7 @@ def compatibility(N: np.ndarray, sigma: np.ndarray, eps: float) -> np.ndarray:
     return C
 
 
-def symmetrise(C: np.ndarray, mode: str = "mutual") -> np.ndarray:
+def symmetrise(C: NDArray[Any], mode: str = "mutual") -> NDArray[Any]:
     """Undirected adjacency: C & C.T (mutual) or C | C.T (either)."""
     if mode not in SYMMETRISE_MODES:
         raise ValueError(f"symmetrise mode {mode!r} not in {SYMMETRISE_MODES}")
@@ -83,7 +86,7 @@ def symmetrise(C: np.ndarray, mode: str = "mutual") -> np.ndarray:
     return (C & C.T) if mode == "mutual" else (C | C.T)
 
 
-def federations(adjacency: np.ndarray) -> list[list[int]]:
+def federations(adjacency: NDArray[Any]) -> list[list[int]]:
     """Connected components of an undirected adjacency, ordered by their smallest member."""
     adj = np.asarray(adjacency, dtype=bool)
     n, labels = connected_components(csr_matrix(adj), directed=False)
@@ -99,7 +102,7 @@ def rnd_federations(
     sigma: Mapping[str, float],
     eps: float,
     mode: str = "mutual",
-) -> tuple[list[list[str]], np.ndarray]:
+) -> tuple[list[list[str]], NDArray[Any]]:
     """Federations (lists of robot ids) and the novelty matrix, from the robots' reports."""
     N = novelty_matrix(robot_ids, scores)
     sig = np.array([float(sigma[r]) for r in robot_ids])

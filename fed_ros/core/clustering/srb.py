@@ -20,10 +20,13 @@ measured effect.
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 import scipy.linalg
 
 from fed_ros.core.params import Manifest, offsets
@@ -52,7 +55,7 @@ class SRBInfo:
         }
 
 
-def threshold_index(sigma: np.ndarray, beta: float) -> int:
+def threshold_index(sigma: NDArray[Any], beta: float) -> int:
     """0-based index of c*: the first i whose cumulative share of sum(sigma) reaches beta."""
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"SRB beta must be in [0, 1], got {beta!r}")
@@ -66,7 +69,7 @@ def threshold_index(sigma: np.ndarray, beta: float) -> int:
     return min(idx, s.size - 1)
 
 
-def rebalanced_singular_values(sigma: np.ndarray, beta: float) -> np.ndarray:
+def rebalanced_singular_values(sigma: NDArray[Any], beta: float) -> NDArray[Any]:
     """sigma~_i = max(sigma_i, sigma_c*)."""
     s = np.asarray(sigma, dtype=np.float64)
     if s.size == 0:
@@ -75,8 +78,8 @@ def rebalanced_singular_values(sigma: np.ndarray, beta: float) -> np.ndarray:
 
 
 def srb_block(
-    delta: np.ndarray, beta: float, out: np.ndarray | None = None
-) -> tuple[np.ndarray, SRBInfo]:
+    delta: NDArray[Any], beta: float, out: NDArray[Any] | None = None
+) -> tuple[NDArray[Any], SRBInfo]:
     """Rebalance one 2-D update block; writes into `out` (may be `delta` itself) when given."""
     if delta.ndim != 2:
         raise ValueError(f"SRB needs a 2-D block, got shape {delta.shape}")
@@ -122,7 +125,7 @@ def eligible_blocks(
 
 
 def apply_srb(
-    delta_flat: np.ndarray, manifest: Manifest, beta: float, blocks: Sequence[str]
+    delta_flat: NDArray[Any], manifest: Manifest, beta: float, blocks: Sequence[str]
 ) -> dict[str, SRBInfo]:
     """Rebalance the named blocks of a flat update vector in place; returns per-block info."""
     offs = offsets(manifest)

@@ -7,11 +7,14 @@ load) next to the MCAP recording it came from, so training never re-decodes imag
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
 # Actions are 4-D across every task family: normalised OSC end-effector position deltas
 # (dx, dy, dz in [-1, 1]) and the gripper command (-1 open, 1 closed). One action space
@@ -51,8 +54,8 @@ class Episode:
 
     task: str
     instruction: str
-    observations: dict[str, np.ndarray]
-    actions: np.ndarray
+    observations: dict[str, NDArray[Any]]
+    actions: NDArray[Any]
     variation: str = "default"
     robot_id: str = ""
     success: bool = True

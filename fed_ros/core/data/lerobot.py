@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
@@ -162,13 +163,13 @@ def hf_features(feats: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _png(pil: Any, frame: np.ndarray) -> bytes:
+def _png(pil: Any, frame: NDArray[Any]) -> bytes:
     buf = io.BytesIO()
     pil.fromarray(np.ascontiguousarray(frame)).save(buf, format="PNG")
     return buf.getvalue()
 
 
-def _frame_columns(episode: Episode, feats: dict, cams: dict[str, str]) -> dict[str, np.ndarray]:
+def _frame_columns(episode: Episode, feats: dict, cams: dict[str, str]) -> dict[str, NDArray[Any]]:
     """One episode's values per feature (cameras as frames), before indices are added."""
     state = np.concatenate([episode.observations[k].astype(np.float32) for k in STATE_KEYS], 1)
     out = {"observation.state": state}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from tqdm.auto import tqdm
 
 from fed_ros.core.data import episode as ep
@@ -92,9 +93,11 @@ class _Videos:
 
     def __init__(self, root: Path, fps: int) -> None:
         self.root, self.fps = root, fps
-        self._files: dict[Path, dict[int, np.ndarray]] = {}
+        self._files: dict[Path, dict[int, NDArray[Any]]] = {}
 
-    def frames(self, feature: str, meta: dict[str, list], i: int, times: list[float]) -> np.ndarray:
+    def frames(
+        self, feature: str, meta: dict[str, list], i: int, times: list[float]
+    ) -> NDArray[Any]:
         """Episode row ``i``'s frames of ``feature`` at its data ``times`` (seconds)."""
         from fed_ros.core.data.lerobot_video import decode_frames
 
@@ -164,7 +167,7 @@ def read_lerobot(root: Path, profile: Any) -> list[Episode]:
         state = np.asarray([cols["observation.state"][r] for r in rows], np.float32)
         if state.shape != (len(rows), len(names)):
             raise DatasetError(f"episode {e_idx}: observation.state shape {state.shape}")
-        obs: dict[str, np.ndarray] = {}
+        obs: dict[str, NDArray[Any]] = {}
         start = 0
         for key, width in zip(STATE_KEYS, widths):
             obs[key] = state[:, start : start + width]

@@ -15,19 +15,22 @@ its camera std is wrong; here pixels are squared in float64.
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
 QUANTILE_KEYS = tuple(f"q{int(q * 100):02d}" for q in QUANTILES)
 QUANTILE_BINS = 5000
 STAT_KEYS = ("min", "max", "mean", "std", "count", *QUANTILE_KEYS)
 
-Stats = dict[str, np.ndarray]
+Stats = dict[str, NDArray[Any]]
 
 
-def _quantile(hist: np.ndarray, edges: np.ndarray, target: float) -> float:
+def _quantile(hist: NDArray[Any], edges: NDArray[Any], target: float) -> float:
     """One quantile from a histogram, interpolated inside its bin (lerobot's estimate)."""
     cumsum = np.cumsum(hist)
     idx = int(np.searchsorted(cumsum, target))
@@ -42,7 +45,7 @@ def _quantile(hist: np.ndarray, edges: np.ndarray, target: float) -> float:
     return float(edges[idx] + (target - before) / in_bin * (edges[idx + 1] - edges[idx]))
 
 
-def vector_stats(values: np.ndarray) -> Stats:
+def vector_stats(values: NDArray[Any]) -> Stats:
     """Statistics of (N,) or (N, D) values per entry; (N,) gives shape-(1,) statistics."""
     values = np.asarray(values)
     if values.ndim not in (1, 2) or len(values) == 0:
@@ -83,7 +86,7 @@ def sample_indices(length: int) -> list[int]:
     return np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
 
 
-def image_stats(frames: np.ndarray) -> Stats:
+def image_stats(frames: NDArray[Any]) -> Stats:
     """Per-channel statistics of (N, H, W, C) uint8 frames, in [0, 1], each of shape (C, 1, 1)."""
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.dtype != np.uint8:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.extras import require
 
@@ -37,7 +38,7 @@ class Mp4Writer:
         self._stream.width, self._stream.height, self._stream.pix_fmt = width, height, "rgb24"
         self._frame_type = av.VideoFrame
 
-    def append(self, frames: np.ndarray) -> tuple[float, float]:
+    def append(self, frames: NDArray[Any]) -> tuple[float, float]:
         """Encode (N, H, W, 3) uint8 frames; returns the episode's (from, to) seconds in the mp4."""
         start = self.frames
         for frame in frames:
@@ -73,7 +74,7 @@ def video_info(path: Path) -> dict[str, Any]:
         }
 
 
-def decode_frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
+def decode_frames(path: Path) -> tuple[NDArray[Any], NDArray[Any]]:
     """Every frame of an mp4 as (N, H, W, 3) uint8 RGB, and each frame's time in seconds."""
     av = _av()
     frames, times = [], []

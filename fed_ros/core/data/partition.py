@@ -19,9 +19,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.clustering.kmeans import KMeansResult, encode_groups, kmeans
 
@@ -61,10 +62,10 @@ class Partition:
     (rows sum to 1; for non-Dirichlet splits the realised mixture).
     """
 
-    indices: tuple[np.ndarray, ...]
-    groups: np.ndarray
+    indices: tuple[NDArray[Any], ...]
+    groups: NDArray[Any]
     group_names: tuple[str, ...]
-    proportions: np.ndarray
+    proportions: NDArray[Any]
     alpha: float = math.inf
     seed: int = 0
     kind: str = "task"
@@ -74,18 +75,18 @@ class Partition:
         """Number of robots (partitions)."""
         return len(self.indices)
 
-    def counts(self) -> np.ndarray:
+    def counts(self) -> NDArray[Any]:
         """(robots, groups) item counts."""
         out = np.zeros((self.num_robots, len(self.group_names)), dtype=np.int64)
         for n, idx in enumerate(self.indices):
             np.add.at(out[n], self.groups[idx], 1)
         return out
 
-    def sizes(self) -> np.ndarray:
+    def sizes(self) -> NDArray[Any]:
         """Items per robot."""
         return np.array([len(i) for i in self.indices], dtype=np.int64)
 
-    def robot_of(self) -> np.ndarray:
+    def robot_of(self) -> NDArray[Any]:
         """Robot index of every pool item (-1 if unassigned)."""
         out = np.full(len(self.groups), -1, dtype=np.int64)
         for n, idx in enumerate(self.indices):
@@ -109,8 +110,8 @@ class Partition:
 
 
 def dirichlet_proportions(
-    alpha: float, prior: np.ndarray, num_robots: int, rng: np.random.Generator
-) -> np.ndarray:
+    alpha: float, prior: NDArray[Any], num_robots: int, rng: np.random.Generator
+) -> NDArray[Any]:
     """Draw q_n ~ Dir(alpha * prior) for each robot; returns (num_robots, G), rows sum to 1.
 
     ``alpha = inf`` returns the prior itself (the IID limit). Very small concentrations
@@ -148,7 +149,7 @@ def dirichlet_proportions(
 
 def quantity_skew_sizes(
     total: int, num_robots: int, beta: float, seed: int = 0, min_size: int = 1
-) -> np.ndarray:
+) -> NDArray[Any]:
     """Robot dataset sizes with sum ``total`` drawn as total * Dir(beta) (inf: equal sizes)."""
     _check_count("num_robots", num_robots)
     _check_count("min_size", min_size, 0)
@@ -164,7 +165,7 @@ def quantity_skew_sizes(
     return sizes.astype(np.int64)
 
 
-def _round_preserving_sum(x: np.ndarray) -> np.ndarray:
+def _round_preserving_sum(x: NDArray[Any]) -> NDArray[Any]:
     """Largest-remainder rounding: integers that sum to round(sum(x))."""
     floor = np.floor(x).astype(np.int64)
     short = int(round(float(x.sum()))) - int(floor.sum())
@@ -232,8 +233,8 @@ def dirichlet_split(
 
 
 def _allocate(
-    q: np.ndarray, sizes: np.ndarray, available: np.ndarray, rng: np.random.Generator
-) -> np.ndarray:
+    q: NDArray[Any], sizes: NDArray[Any], available: NDArray[Any], rng: np.random.Generator
+) -> NDArray[Any]:
     """(robots, groups) integer counts following q row-wise, within group availability."""
     remaining = available.astype(np.int64).copy()
     need = sizes.astype(np.int64).copy()
@@ -273,7 +274,7 @@ def task_split(
 
 
 def embedding_split(
-    embeddings: np.ndarray,
+    embeddings: NDArray[Any],
     num_robots: int,
     alpha: float,
     k: int = 16,

@@ -14,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.data.episode import Episode
 from fed_ros.core.strategies.types import ClientUpdate
 
-StateDict = dict[str, np.ndarray]
+StateDict = dict[str, NDArray[Any]]
 
 MODEL_ATTACKS = ("none", "sign_flip", "scale10", "scale100", "gaussian", "nan")
 DATA_ATTACKS = ("label_flip_negate", "label_flip_shuffle")
@@ -26,14 +27,14 @@ ATTACKS = MODEL_ATTACKS + DATA_ATTACKS
 
 
 def attack_vector(
-    update: np.ndarray,
-    reference: np.ndarray,
+    update: NDArray[Any],
+    reference: NDArray[Any],
     attack: str,
     *,
     seed: int = 0,
     noise_std: float | None = None,
     nan_fraction: float = 0.01,
-) -> np.ndarray:
+) -> NDArray[Any]:
     """Apply a model attack to a flat float32 update given the reference it started from.
 
     sign_flip: reference - delta; scaleN: reference + N * delta; gaussian: reference + N(0, s^2)
@@ -71,8 +72,8 @@ def attack_vector(
 
 
 def attack_state_dict(
-    update: Mapping[str, np.ndarray],
-    reference: Mapping[str, np.ndarray],
+    update: Mapping[str, NDArray[Any]],
+    reference: Mapping[str, NDArray[Any]],
     attack: str,
     **kw: Any,
 ) -> StateDict:
@@ -111,7 +112,7 @@ def attack_state_dict(
 
 
 def attack_update(
-    update: ClientUpdate, reference: Mapping[str, np.ndarray], attack: str, **kw: Any
+    update: ClientUpdate, reference: Mapping[str, NDArray[Any]], attack: str, **kw: Any
 ) -> ClientUpdate:
     """A copy of a core ClientUpdate whose params carry the attack (sample count unchanged)."""
     return dataclasses.replace(

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 NONCE_BYTES = 16
 # Domain-separation tags: a signature made for one kind of message can never be
@@ -313,6 +314,6 @@ def new_nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def sha256_hex(data: bytes | memoryview | np.ndarray) -> str:
+def sha256_hex(data: bytes | memoryview | NDArray[Any]) -> str:
     """Lower-case hex SHA-256 of a byte buffer (what TensorPayload.sha256 carries)."""
     return hashlib.sha256(data).hexdigest()

@@ -7,9 +7,12 @@ averaged in a single BLAS pass over the updates (the read-pass bound).
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.params import (
     Manifest,
@@ -21,7 +24,9 @@ from fed_ros.core.params import (
 )
 
 
-def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = None) -> np.ndarray:
+def sample_weights(
+    num_samples: Sequence[float], names: Sequence[str] | None = None
+) -> NDArray[Any]:
     """n_k / sum n_j as float64; raises ValueError for negative, non-finite or all-zero counts."""
     n = np.asarray(list(num_samples), dtype=np.float64)
     if n.ndim != 1 or n.size == 0:
@@ -39,7 +44,7 @@ def sample_weights(num_samples: Sequence[float], names: Sequence[str] | None = N
 
 def membership_matrix(
     groups: Sequence[Sequence[int]], num_samples: Sequence[float], K: int
-) -> np.ndarray:
+) -> NDArray[Any]:
     """(C, K) float32 matrix whose row s holds n_k / sum_{j in G_s} n_j on G_s's members."""
     n = np.asarray(list(num_samples), dtype=np.float64)
     if n.shape != (K,):
@@ -55,7 +60,9 @@ def membership_matrix(
     return W.astype(np.float32)
 
 
-def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def weighted_rows(
+    stacked: NDArray[Any], W: NDArray[Any], out: NDArray[Any] | None = None
+) -> NDArray[Any]:
     """W (C, K) @ stacked (K, P) -> (C, P) float32, into `out` if given.
 
     Row g adds W[g, k] * stacked[k] over the k with W[g, k] != 0 one after another, in float32
@@ -106,12 +113,12 @@ def weighted_rows(stacked: np.ndarray, W: np.ndarray, out: np.ndarray | None = N
 _ROW_BLOCK = 1 << 18  # floats of partial sums kept in cache while every row is added
 
 
-def weighted_average(stacked: np.ndarray, weights: np.ndarray) -> np.ndarray:
+def weighted_average(stacked: NDArray[Any], weights: NDArray[Any]) -> NDArray[Any]:
     """sum_k w_k x_k over the rows of a (K, P) float32 array (weights must sum to 1)."""
     return weighted_rows(stacked, np.asarray(weights, dtype=np.float32)[None, :])[0]
 
 
-def all_finite(arr: np.ndarray) -> bool:
+def all_finite(arr: NDArray[Any]) -> bool:
     """True iff no NaN/Inf, via one BLAS dot pass (NaN/Inf propagate through x.x) with an
     exact chunked re-check only when that overflows (|x| ~ 1e19, never for real models)."""
     flat = arr.reshape(-1) if arr.flags.c_contiguous else None
@@ -126,7 +133,7 @@ def all_finite(arr: np.ndarray) -> bool:
     return all(np.isfinite(flat[a : a + (1 << 20)]).all() for a in range(0, flat.size, 1 << 20))
 
 
-def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
+def first_nonfinite_row(stacked: NDArray[Any], chunk: int = 1 << 20) -> int:
     """Index of the first row holding NaN/Inf (-1 if none), scanning in chunks to bound memory."""
     for k in range(stacked.shape[0]):
         row = stacked[k]
@@ -137,7 +144,7 @@ def first_nonfinite_row(stacked: np.ndarray, chunk: int = 1 << 20) -> int:
 
 
 def fedavg(
-    state_dicts: Sequence[Mapping[str, np.ndarray]],
+    state_dicts: Sequence[Mapping[str, NDArray[Any]]],
     num_samples: Sequence[float],
     manifest: Manifest | None = None,
 ) -> StateDict:
@@ -168,7 +175,7 @@ def fedavg(
     return unflatten(out, manifest)
 
 
-def gram_to_cosine(G: np.ndarray) -> np.ndarray:
+def gram_to_cosine(G: NDArray[Any]) -> NDArray[Any]:
     """Cosine matrix from a Gram matrix; zero vectors get S_ij = 0 off the diagonal, S_ii = 1."""
     norms = np.sqrt(np.maximum(np.diag(G), 0.0))
     safe = np.where(norms > 0, norms, 1.0)
@@ -179,7 +186,7 @@ def gram_to_cosine(G: np.ndarray) -> np.ndarray:
     return np.clip(S, -1.0, 1.0)
 
 
-def cosine_similarity_matrix(V: np.ndarray) -> np.ndarray:
+def cosine_similarity_matrix(V: NDArray[Any]) -> NDArray[Any]:
     """S_ij = v_i.v_j / (|v_i||v_j|) as float64; zero vectors get S_ij = 0 off the diagonal,
     S_ii = 1."""
     V = np.asarray(V)
@@ -196,8 +203,8 @@ def similarity_chunk(K: int, chunk: int = 1 << 16) -> int:
 
 
 def update_similarity(
-    stacked: np.ndarray, columns: np.ndarray | slice, origin: np.ndarray, chunk: int = 1 << 16
-) -> np.ndarray:
+    stacked: NDArray[Any], columns: NDArray[Any] | slice, origin: NDArray[Any], chunk: int = 1 << 16
+) -> NDArray[Any]:
     """Cosine similarity of v_k = stacked[k, columns] - origin[columns] without materialising V.
 
     Each column chunk is centred in float32 (subtracting before the product avoids the
@@ -233,7 +240,7 @@ def update_similarity(
 
 
 def kl_diag_gaussian(
-    mu_p: np.ndarray, var_p: np.ndarray, mu_q: np.ndarray, var_q: np.ndarray
+    mu_p: NDArray[Any], var_p: NDArray[Any], mu_q: NDArray[Any], var_q: NDArray[Any]
 ) -> float:
     """KL(N(mu_p, diag var_p) || N(mu_q, diag var_q))."""
     mu_p, var_p, mu_q, var_q = (np.asarray(a, dtype=np.float64) for a in (mu_p, var_p, mu_q, var_q))
@@ -241,13 +248,13 @@ def kl_diag_gaussian(
 
 
 def jeffreys_diag(
-    mu_i: np.ndarray, var_i: np.ndarray, mu_j: np.ndarray, var_j: np.ndarray
+    mu_i: NDArray[Any], var_i: NDArray[Any], mu_j: NDArray[Any], var_j: NDArray[Any]
 ) -> float:
     """Symmetric Jeffreys divergence KL(N_i||N_j) + KL(N_j||N_i) of diagonal Gaussians."""
     return kl_diag_gaussian(mu_i, var_i, mu_j, var_j) + kl_diag_gaussian(mu_j, var_j, mu_i, var_i)
 
 
-def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
+def jeffreys_matrix(means: NDArray[Any], variances: NDArray[Any]) -> NDArray[Any]:
     """(K, K) Jeffreys divergences between K diagonal Gaussians given as (K, D) arrays.
 
     Closed form: J_ij = 1/2 sum_d [(v_i + (m_i-m_j)^2)/v_j + (v_j + (m_i-m_j)^2)/v_i] - D,
@@ -290,8 +297,8 @@ def jeffreys_matrix(means: np.ndarray, variances: np.ndarray) -> np.ndarray:
 
 
 def weighted_model(
-    models: Mapping[int, Mapping[str, np.ndarray]], membership: Sequence[tuple[int, float]]
-) -> dict[str, np.ndarray]:
+    models: Mapping[int, Mapping[str, NDArray[Any]]], membership: Sequence[tuple[int, float]]
+) -> dict[str, NDArray[Any]]:
     """A robot's starting model: weighted mean of its clusters' models (weights > 0), a fresh copy.
 
     Used by the robot node and the benchmark alike, so both start from the same floats.

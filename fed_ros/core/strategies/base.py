@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.strategies.aggregate import all_finite, sample_weights, weighted_rows
 from fed_ros.core.strategies.streamed import robust_average, weighted_sums
@@ -48,7 +49,7 @@ from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, Member
 log = logging.getLogger(__name__)
 
 
-def _readonly(vec: np.ndarray) -> np.ndarray:
+def _readonly(vec: NDArray[Any]) -> NDArray[Any]:
     vec.flags.writeable = False
     return vec
 
@@ -81,10 +82,10 @@ class Strategy(ABC):
         self.local_epochs, self.local_steps, self.lr = local_epochs, local_steps, lr
         RoundConfig(local_epochs=local_epochs, local_steps=local_steps, lr=lr)
         self._manifest: Manifest | None = None
-        self._theta0: np.ndarray | None = None
-        self._models: dict[int, np.ndarray] = {}
+        self._theta0: NDArray[Any] | None = None
+        self._models: dict[int, NDArray[Any]] = {}
         self._assign: dict[str, Membership] = {}
-        self._owners: list[np.ndarray] = []  # recent average buffers, recycled when unreferenced
+        self._owners: list[NDArray[Any]] = []  # recent average buffers, recycled when unreferenced
 
     # ------------------------------------------------------------------ life cycle
     def initialize(self, initial: StateDict, robot_ids: Sequence[str]) -> None:
@@ -200,7 +201,7 @@ class Strategy(ABC):
         )
         return unflatten(self._mean_of(mem), self._manifest)
 
-    def _mean_of(self, mem: Membership) -> np.ndarray:
+    def _mean_of(self, mem: Membership) -> NDArray[Any]:
         entries = [(c, w) for c, w in mem if w > 0]
         if not entries:
             raise ValueError(f"membership {mem} has no cluster with weight > 0")
@@ -241,8 +242,8 @@ class Strategy(ABC):
         self,
         prep: PreparedRound,
         groups: Sequence[Sequence[int]],
-        references: Sequence[np.ndarray] | None = None,
-    ) -> np.ndarray:
+        references: Sequence[NDArray[Any]] | None = None,
+    ) -> NDArray[Any]:
         """(G, P) averages of the given member-index groups.
 
         FedAvg: sample-weighted sums added in robot-id order (over the stacked array or reading
@@ -293,7 +294,7 @@ class Strategy(ABC):
                 out[g] = robust_average(sds, w, self._manifest, self.robust, **kw)
         return out
 
-    def _spare_buffer(self, shape: tuple[int, int]) -> np.ndarray | None:
+    def _spare_buffer(self, shape: tuple[int, int]) -> NDArray[Any] | None:
         """A (G, P) buffer of an earlier round's averages that nothing references any more.
 
         Writing a fresh multi-MB result makes the kernel fault in and zero new pages, which at
@@ -315,7 +316,7 @@ class Strategy(ABC):
         )
 
     # ------------------------------------------------------------------ persistence
-    def state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def state(self) -> tuple[dict[str, NDArray[Any]], dict[str, Any]]:
         """Arrays and JSON meta that fully restore the strategy (for ModelStore)."""
         self._require_init()
         arrays = {"theta0": self._theta0}
@@ -330,7 +331,7 @@ class Strategy(ABC):
         }
         return arrays, meta
 
-    def load_state(self, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+    def load_state(self, arrays: Mapping[str, NDArray[Any]], meta: Mapping[str, Any]) -> None:
         """Restore from `state()` output; raises ValueError on a mismatched or malformed state."""
         if meta.get("name") != self.name:
             raise ValueError(f"state is for strategy {meta.get('name')!r}, not {self.name!r}")
@@ -360,13 +361,13 @@ class Strategy(ABC):
         self._assign = assign
         self._load_extra(arrays, dict(meta.get("extra", {})))
 
-    def _extra_arrays(self) -> dict[str, np.ndarray]:
+    def _extra_arrays(self) -> dict[str, NDArray[Any]]:
         return {}
 
     def _extra_meta(self) -> dict[str, Any]:
         return {}
 
-    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+    def _load_extra(self, arrays: Mapping[str, NDArray[Any]], extra: dict[str, Any]) -> None:
         return None
 
 

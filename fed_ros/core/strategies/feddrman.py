@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.strategies.aggregate import update_similarity
 from fed_ros.core.clustering.cua import cua_partition
@@ -103,9 +104,9 @@ class FedDRManStrategy(Strategy):
         # Buffered rounds: CUA regroups the fleet every this many buffer aggregations, on every
         # robot's latest accumulated update (self._latest), never on one buffer's few robots.
         self.buffer_regroup_every = int(buffer_regroup_every)
-        self._latest: dict[str, np.ndarray] = {}
+        self._latest: dict[str, NDArray[Any]] = {}
         self._buffers = 0
-        self._omega: np.ndarray | slice | None = None
+        self._omega: NDArray[Any] | slice | None = None
         self._omega_all = False
 
     def _config_fields(self, round_idx: int) -> dict[str, Any]:
@@ -196,7 +197,7 @@ class FedDRManStrategy(Strategy):
         self._commit_groups(prep, groups, ids, diag)
         return self._result(diag)
 
-    def _similarity(self, prep: PreparedRound) -> np.ndarray:
+    def _similarity(self, prep: PreparedRound) -> NDArray[Any]:
         """CUA's cosine matrix of the updates' Omega parts; streamed, it reads the Omega columns
         of each update in place, block by block (the stacked path's blocks: the same S)."""
         if prep.stacked is not None:
@@ -302,5 +303,5 @@ class FedDRManStrategy(Strategy):
             "buffer_regroup_every": self.buffer_regroup_every,
         }
 
-    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+    def _load_extra(self, arrays: Mapping[str, NDArray[Any]], extra: dict[str, Any]) -> None:
         self._resolve_omega()

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.clustering import fedepth as fd
 from fed_ros.core.rounds.config import Membership
@@ -57,8 +58,8 @@ class FeDepthStrategy(Strategy):
         self.tau: float | None = tau
         self._clusters: dict[int, list[str]] = {}  # cluster id -> member robot ids
         self._desc_ids: list[str] = []
-        self._desc_mean: np.ndarray | None = None
-        self._desc_var: np.ndarray | None = None
+        self._desc_mean: NDArray[Any] | None = None
+        self._desc_var: NDArray[Any] | None = None
         self._clustered_round = -1
 
     def needs_descriptors(self, round_idx: int) -> set[str]:
@@ -164,7 +165,7 @@ class FeDepthStrategy(Strategy):
         chosen = fd.route_clusters(a, clusters, float(self.tau))
         return [(cids[k], 1.0 / len(chosen)) for k in chosen]
 
-    def _extra_arrays(self) -> dict[str, np.ndarray]:
+    def _extra_arrays(self) -> dict[str, NDArray[Any]]:
         if self._desc_mean is None:
             return {}
         return {"desc_mean": self._desc_mean, "desc_var": self._desc_var}
@@ -177,7 +178,7 @@ class FeDepthStrategy(Strategy):
             "clustered_round": self._clustered_round,
         }
 
-    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+    def _load_extra(self, arrays: Mapping[str, NDArray[Any]], extra: dict[str, Any]) -> None:
         self.tau = extra.get("tau")
         self._clusters = {int(c): list(g) for c, g in extra.get("clusters", {}).items()}
         self._desc_ids = list(extra.get("desc_ids", []))

@@ -13,10 +13,13 @@ a strategy's clusters; the averaging that consumes a :class:`PreparedRound` is
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.params import Manifest, StateDict, check_manifest, flatten, stack_state_dicts
 from fed_ros.core.strategies.aggregate import first_nonfinite_row, sample_weights
@@ -29,8 +32,8 @@ class PreparedRound:
     """Validated updates of one round in robot-id order; ``stacked`` (K, P) on the stacked path."""
 
     robot_ids: list[str]
-    stacked: np.ndarray | None
-    num_samples: np.ndarray
+    stacked: NDArray[Any] | None
+    num_samples: NDArray[Any]
     updates: list[ClientUpdate]
     manifest: Manifest = ()
 
@@ -39,7 +42,7 @@ class PreparedRound:
         """Every update's state dict, in robot-id order."""
         return [u.params for u in self.updates]
 
-    def row(self, k: int) -> np.ndarray:
+    def row(self, k: int) -> NDArray[Any]:
         """Update k as a flat float32 vector (a view on the stacked path, else a copy)."""
         if self.stacked is not None:
             return self.stacked[k]

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.clustering import rnd
 from fed_ros.core.strategies.base import Strategy, _readonly
@@ -114,5 +115,5 @@ class RNDStrategy(Strategy):
     def _extra_meta(self) -> dict[str, Any]:
         return {"clustered_round": self._clustered_round, "eps": self.eps}
 
-    def _load_extra(self, arrays: Mapping[str, np.ndarray], extra: dict[str, Any]) -> None:
+    def _load_extra(self, arrays: Mapping[str, NDArray[Any]], extra: dict[str, Any]) -> None:
         self._clustered_round = int(extra.get("clustered_round", -1))

@@ -11,6 +11,7 @@ Median and trimmed mean are unweighted (order statistics); the others use the we
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,7 +40,9 @@ def check_rule_kwargs(rule: str, kw: dict) -> None:
         raise ValueError(f"rule {rule!r} does not take {sorted(unknown)}")
 
 
-def _check_inputs(stacked: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _check_inputs(
+    stacked: NDArray[Any], weights: NDArray[Any]
+) -> tuple[NDArray[Any], NDArray[Any]]:
     stacked = np.asarray(stacked)
     if stacked.ndim != 2 or stacked.shape[0] == 0:
         raise ValueError(f"stacked updates must be (K, P) with K >= 1, got shape {stacked.shape}")
@@ -58,7 +61,7 @@ def _check_inputs(stacked: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray,
     return stacked, w / w.sum()
 
 
-def coordinate_median(stacked: np.ndarray) -> np.ndarray:
+def coordinate_median(stacked: NDArray[Any]) -> NDArray[Any]:
     """Coordinate-wise median of the rows.
 
     The middle pair of an even count is averaged in float64: np.median's float32 mean of
@@ -72,7 +75,7 @@ def coordinate_median(stacked: np.ndarray) -> np.ndarray:
     return ((part[mid - 1].astype(np.float64) + part[mid]) / 2.0).astype(np.float32)
 
 
-def trimmed_mean(stacked: np.ndarray, trim: float = 0.1) -> np.ndarray:
+def trimmed_mean(stacked: NDArray[Any], trim: float = 0.1) -> NDArray[Any]:
     """Coordinate-wise mean after dropping floor(trim*K) smallest and largest values."""
     if not 0.0 <= trim < 0.5:
         raise ValueError(f"trim must be in [0, 0.5), got {trim!r}")
@@ -85,11 +88,11 @@ def trimmed_mean(stacked: np.ndarray, trim: float = 0.1) -> np.ndarray:
 
 
 def norm_clip_mean(
-    stacked: np.ndarray,
-    weights: np.ndarray,
+    stacked: NDArray[Any],
+    weights: NDArray[Any],
     clip_norm: float | None = None,
-    reference: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+    reference: NDArray[Any] | None = None,
+) -> tuple[NDArray[Any], NDArray[Any]]:
     """Weighted mean of reference + clip(x_k - reference, clip_norm); returns (result, scales).
 
     Without `clip_norm` the median update norm is used (adaptive clipping).
@@ -113,8 +116,8 @@ def norm_clip_mean(
 
 
 def gram_by_blocks(
-    read: Callable[[int, int, Any], np.ndarray], n: int, ranges: Sequence[tuple[int, int, Any]]
-) -> np.ndarray:
+    read: Callable[[int, int, Any], NDArray[Any]], n: int, ranges: Sequence[tuple[int, int, Any]]
+) -> NDArray[Any]:
     """(n, n) float64 Gram matrix of n rows, accumulated over column blocks.
 
     ``read(a, b, extra)`` returns the (n, b - a) float32 columns [a, b) of every row; the
@@ -134,7 +137,7 @@ def column_ranges(P: int, block: int | None = None) -> list[tuple[int, int, None
     return [(a, min(a + block, P), None) for a in range(0, P, block)]
 
 
-def krum_scores(stacked: np.ndarray, f: int) -> np.ndarray:
+def krum_scores(stacked: NDArray[Any], f: int) -> NDArray[Any]:
     """Krum score of each update: sum of squared distances to its n - f - 2 nearest others."""
     G = gram_by_blocks(
         lambda a, b, _: stacked[:, a:b], stacked.shape[0], column_ranges(stacked.shape[1])
@@ -142,7 +145,7 @@ def krum_scores(stacked: np.ndarray, f: int) -> np.ndarray:
     return scores_from_gram(G, f)
 
 
-def scores_from_gram(G: np.ndarray, f: int) -> np.ndarray:
+def scores_from_gram(G: NDArray[Any], f: int) -> NDArray[Any]:
     """Krum scores from the Gram matrix: |x_i - x_j|^2 = G_ii + G_jj - 2 G_ij."""
     n = G.shape[0]
     sq = np.diag(G).copy()
@@ -153,12 +156,12 @@ def scores_from_gram(G: np.ndarray, f: int) -> np.ndarray:
 
 
 def krum_choice(
-    G: np.ndarray,
-    weights: np.ndarray,
+    G: NDArray[Any],
+    weights: NDArray[Any],
     f: int,
     m: int | None,
     bytes_of: Callable[[int], bytes],
-) -> tuple[list[int], np.ndarray]:
+) -> tuple[list[int], NDArray[Any]]:
     """The m lowest-score updates (sorted indices) and their renormalised weights."""
     n = G.shape[0]
     if f < 0:
@@ -189,8 +192,8 @@ def krum_choice(
 
 
 def multi_krum(
-    stacked: np.ndarray, weights: np.ndarray, f: int, m: int | None = None
-) -> tuple[np.ndarray, list[int]]:
+    stacked: NDArray[Any], weights: NDArray[Any], f: int, m: int | None = None
+) -> tuple[NDArray[Any], list[int]]:
     """Multi-Krum: weighted mean of the m lowest-score updates; refuses n < 2f + 3."""
     n = stacked.shape[0]
     if f < 0:
@@ -203,8 +206,8 @@ def multi_krum(
 
 
 def aggregate_robust(
-    stacked: np.ndarray, weights: np.ndarray, rule: str = "mean", **kw
-) -> np.ndarray:
+    stacked: NDArray[Any], weights: NDArray[Any], rule: str = "mean", **kw
+) -> NDArray[Any]:
     """Aggregate K updates with a robust rule; returns the (P,) float32 result.
 
     Keyword settings: trimmed_mean `trim`; clip `clip_norm`, `reference`; multi_krum `f`, `m`.

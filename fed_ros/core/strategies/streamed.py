@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.params import Manifest, num_params, offsets
 from fed_ros.core.strategies.aggregate import gram_to_cosine, similarity_chunk
@@ -65,8 +66,8 @@ def blocks(manifest: Manifest, block: int | None = None) -> list[tuple[int, int,
 
 
 def read_block(
-    sds: Sequence[Mapping[str, np.ndarray]], segments: Segments, width: int, out: np.ndarray
-) -> np.ndarray:
+    sds: Sequence[Mapping[str, NDArray[Any]]], segments: Segments, width: int, out: NDArray[Any]
+) -> NDArray[Any]:
     """Copy the given columns of every state dict into rows of ``out`` ((K, >= width))."""
     view = out[: len(sds), :width]
     for i, sd in enumerate(sds):
@@ -75,7 +76,7 @@ def read_block(
     return view
 
 
-def first_nonfinite(sds: Sequence[Mapping[str, np.ndarray]]) -> int:
+def first_nonfinite(sds: Sequence[Mapping[str, NDArray[Any]]]) -> int:
     """Index of the first state dict holding NaN/Inf (-1 if none)."""
     for k, sd in enumerate(sds):
         for arr in sd.values():
@@ -89,11 +90,11 @@ def first_nonfinite(sds: Sequence[Mapping[str, np.ndarray]]) -> int:
 
 
 def weighted_sums(
-    sds: Sequence[Mapping[str, np.ndarray]],
-    W: np.ndarray,
+    sds: Sequence[Mapping[str, NDArray[Any]]],
+    W: NDArray[Any],
     manifest: Manifest,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
+    out: NDArray[Any] | None = None,
+) -> NDArray[Any]:
     """(G, P) float32: row g = sum_k W[g, k] x_k over k with W[g, k] != 0, added in order.
 
     Each update is read in place tensor piece by tensor piece; the partial sums of a piece stay
@@ -139,11 +140,11 @@ def offsets_cache(manifest: Manifest) -> dict[str, int]:
 
 
 def omega_similarity(
-    sds: Sequence[Mapping[str, np.ndarray]],
+    sds: Sequence[Mapping[str, NDArray[Any]]],
     manifest: Manifest,
     names: Sequence[str],
-    origin: Mapping[str, np.ndarray],
-) -> np.ndarray:
+    origin: Mapping[str, NDArray[Any]],
+) -> NDArray[Any]:
     """`aggregate.update_similarity` of the tensors ``names`` (manifest order), read in place.
 
     The Omega columns are taken in the same (K, chunk) blocks as the stacked path takes them
@@ -170,12 +171,12 @@ def omega_similarity(
 
 
 def robust_average(
-    sds: Sequence[Mapping[str, np.ndarray]],
-    weights: np.ndarray,
+    sds: Sequence[Mapping[str, NDArray[Any]]],
+    weights: NDArray[Any],
     manifest: Manifest,
     rule: str,
     **kw: Any,
-) -> np.ndarray:
+) -> NDArray[Any]:
     """`robust.aggregate_robust` of the given updates, read block by block (weights normalised
     as there); the caller has checked that every update is finite."""
     check_rule_kwargs(rule, kw)
@@ -204,17 +205,17 @@ def robust_average(
     return weighted_sums([sds[i] for i in chosen], cw[None, :], manifest)[0]
 
 
-def _bytes(sd: Mapping[str, np.ndarray]) -> bytes:
+def _bytes(sd: Mapping[str, NDArray[Any]]) -> bytes:
     return b"".join(np.ascontiguousarray(v).tobytes() for v in sd.values())
 
 
 def _clip_mean(
-    sds: Sequence[Mapping[str, np.ndarray]],
-    w: np.ndarray,
+    sds: Sequence[Mapping[str, NDArray[Any]]],
+    w: NDArray[Any],
     manifest: Manifest,
     clip_norm: float | None,
-    reference: np.ndarray | None,
-) -> np.ndarray:
+    reference: NDArray[Any] | None,
+) -> NDArray[Any]:
     """`robust.norm_clip_mean` reading one update at a time (norms over whole rows, as there)."""
     P = num_params(manifest)
     ref = np.zeros(P, np.float32) if reference is None else np.asarray(reference, np.float32)

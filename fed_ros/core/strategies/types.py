@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from fed_ros.core.params import StateDict
 from fed_ros.core.rounds.config import Membership
@@ -62,8 +63,8 @@ class ClientDescriptor:
 
     robot_id: str
     kind: str
-    mean: np.ndarray | None = None
-    variance: np.ndarray | None = None
+    mean: NDArray[Any] | None = None
+    variance: NDArray[Any] | None = None
     num_samples: int = 0
     scores: dict[str, float] = field(default_factory=dict)
     residual_std: float = math.nan
