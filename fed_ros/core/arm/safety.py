@@ -14,12 +14,13 @@ becomes the position ``open + (g + 1) / 2 * (closed - open)``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from fed_ros.core.arm.profile import ArmProfile, GripperConfig, LimitsConfig
 
@@ -38,7 +39,9 @@ class JointSelector:
         self._names: tuple[str, ...] = ()
         self._index: NDArray[Any] | None = None
 
-    def select(self, names, positions, velocities=()) -> tuple[NDArray[Any], NDArray[Any]]:
+    def select(
+        self, names: Iterable[str], positions: ArrayLike, velocities: ArrayLike = ()
+    ) -> tuple[NDArray[Any], NDArray[Any]]:
         """(positions, velocities) of the wanted joints; ValueError names any that are missing."""
         names = tuple(names)
         if names != self._names:  # joint_state_broadcaster keeps one order: cache the map
@@ -104,7 +107,11 @@ def twist_from_delta(
 
 
 def enforce_workspace(
-    position: NDArray[Any], linear: NDArray[Any], period_s: float, lo, hi
+    position: NDArray[Any],
+    linear: NDArray[Any],
+    period_s: float,
+    lo: ArrayLike,
+    hi: ArrayLike,
 ) -> tuple[NDArray[Any], bool]:
     """Limit ``linear`` so one period of motion does not leave the box [lo, hi].
 
@@ -175,7 +182,7 @@ class SafetyFilter:
         self._command: _Command | None = None
         self._gripper = -1.0  # last gripper sent (robosuite and most drivers start open)
 
-    def command(self, action, gripper: float, mode: int, now_s: float) -> str:
+    def command(self, action: ArrayLike, gripper: float, mode: int, now_s: float) -> str:
         """Take a policy command; returns "" or the reason it was refused (then the arm holds)."""
         if self.hold_requested:
             return "hold requested"  # ignored, not stored: a release waits for a fresh command
@@ -233,9 +240,14 @@ class SafetyFilter:
             if cmd.mode == MODE_HOLD
             else ""
         )
-        if not reason and cmd.mode != MODE_JOINT_VELOCITY and eef_position is None:
+        if (
+            not reason
+            and cmd is not None
+            and cmd.mode != MODE_JOINT_VELOCITY
+            and eef_position is None
+        ):
             reason = "end-effector pose unknown (workspace box cannot be enforced)"
-        if reason:
+        if reason or cmd is None:  # no command always comes with a reason
             self.counters.held_ticks += 1
             return TickOutput("hold", applied_gripper=self._gripper, reason=reason)
         self._gripper = cmd.gripper
@@ -249,6 +261,7 @@ class SafetyFilter:
                 applied_gripper=cmd.gripper,
                 applied_mode=cmd.mode,
             )
+        assert eef_position is not None  # held above: no pose, no twist
         linear, angular = twist_from_delta(cmd.action, self.limits)
         linear, limited = enforce_workspace(
             eef_position,

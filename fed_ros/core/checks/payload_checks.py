@@ -124,7 +124,8 @@ def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32)
         return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
     if encoding == ENCODING_INT4_BLOCK:
         return sum(block_nbytes(math.prod(s.shape), "int4_block") for s in manifest)
-    return sum(math.prod(s.shape) for s in manifest) * BYTES_PER_VALUE[encoding]
+    # Whole bytes per value here: the half-byte encodings returned or raised above.
+    return sum(math.prod(s.shape) for s in manifest) * int(BYTES_PER_VALUE[encoding])
 
 
 def payload_size_range(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> tuple[int, int]:

@@ -22,7 +22,7 @@ def _check_count(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def encode_groups(groups: Sequence[object]) -> tuple[NDArray[Any], tuple[str, ...]]:
+def encode_groups(groups: Sequence[object] | NDArray[Any]) -> tuple[NDArray[Any], tuple[str, ...]]:
     """Map arbitrary group labels to 0..G-1 codes; returns (codes, sorted label names)."""
     raw = list(groups.tolist() if isinstance(groups, np.ndarray) else groups)
     if not raw:
@@ -120,7 +120,9 @@ def _comb2(x: NDArray[Any] | int) -> NDArray[Any] | float:
     return x * (x - 1) / 2.0
 
 
-def adjusted_rand_index(labels_a: Sequence[object], labels_b: Sequence[object]) -> float:
+def adjusted_rand_index(
+    labels_a: Sequence[object] | NDArray[Any], labels_b: Sequence[object] | NDArray[Any]
+) -> float:
     """Adjusted Rand Index (Hubert & Arabie) between two clusterings of the same items."""
     a, _ = encode_groups(labels_a)
     b, _ = encode_groups(labels_b)
@@ -143,7 +145,9 @@ def adjusted_rand_index(labels_a: Sequence[object], labels_b: Sequence[object]) 
     return (sum_ij - expected) / (max_index - expected)
 
 
-def silhouette_score(x: NDArray[Any], labels: Sequence[object], chunk: int = 2048) -> float:
+def silhouette_score(
+    x: NDArray[Any], labels: Sequence[object] | NDArray[Any], chunk: int = 2048
+) -> float:
     """Mean silhouette coefficient (Euclidean); singleton clusters score 0 (Rousseeuw)."""
     x = np.asarray(x, dtype=np.float64)
     lab, _ = encode_groups(labels)

@@ -176,7 +176,7 @@ def _round_preserving_sum(x: NDArray[Any]) -> NDArray[Any]:
 
 
 def dirichlet_split(
-    groups: Sequence[object],
+    groups: Sequence[object] | NDArray[Any],
     num_robots: int,
     alpha: float,
     seed: int = 0,

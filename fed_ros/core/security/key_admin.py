@@ -91,5 +91,7 @@ def list_keys(allow_list: str | Path) -> int:
     if allow.server is not None:
         print(f"server     {allow.server.hex()}")
     for rid in allow.robot_ids:
-        print(f"{rid:10s} {allow.public_key(rid).hex()}")
+        key = allow.public_key(rid)
+        assert key is not None  # robot_ids lists the robots that have a key
+        print(f"{rid:10s} {key.hex()}")
     return 0
