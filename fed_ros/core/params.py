@@ -44,12 +44,12 @@ class TensorSpec:
         """Number of elements."""
         return int(math.prod(self.shape))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """JSON-friendly form (for stores and messages)."""
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
     @staticmethod
-    def from_json(obj: Mapping) -> "TensorSpec":
+    def from_json(obj: Mapping[str, Any]) -> "TensorSpec":
         """Inverse of `to_json`; raises ValueError on malformed input."""
         try:
             return TensorSpec(
@@ -74,12 +74,12 @@ def manifest_of(sd: Mapping[str, NDArray[Any]]) -> Manifest:
     return tuple(specs)
 
 
-def manifest_to_json(manifest: Manifest) -> list[dict]:
+def manifest_to_json(manifest: Manifest) -> list[dict[str, Any]]:
     """Manifest as a JSON list."""
     return [s.to_json() for s in manifest]
 
 
-def manifest_from_json(obj: Iterable[Mapping]) -> Manifest:
+def manifest_from_json(obj: Iterable[Mapping[str, Any]]) -> Manifest:
     """Manifest from its JSON list."""
     return tuple(TensorSpec.from_json(o) for o in obj)
 

@@ -116,7 +116,9 @@ def encode_tensor(values: NDArray[Any], fraction: float, name: str = "tensor") -
     return head + idx.astype("<u4").tobytes() + flat[idx].astype("<f4").tobytes()
 
 
-def decode_payload(buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str]) -> list:
+def decode_payload(
+    buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str]
+) -> list[NDArray[Any]]:
     """Dense float32 deltas (flat) of every tensor from a topk payload; ValueError naming the
     tensor and the field when the payload is malformed."""
     buf = np.asarray(buf).reshape(-1).view(np.uint8)

@@ -263,7 +263,9 @@ def _build(cls: type, data: Any, where: str) -> Any:
     return cls(**kwargs)
 
 
-def merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = "") -> dict:
+def merge_overrides(
+    base: Mapping[str, Any], overrides: Mapping[str, Any], where: str = ""
+) -> dict[str, Any]:
     """Deep merge: mappings merge key by key, anything else replaces."""
     out = dict(base)
     for key, value in overrides.items():

@@ -43,7 +43,7 @@ class SRBInfo:
     norm_before: float
     norm_after: float
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """JSON-friendly dict."""
         return {
             "c_star": self.c_star,

@@ -169,7 +169,9 @@ def _png(pil: Any, frame: NDArray[Any]) -> bytes:
     return buf.getvalue()
 
 
-def _frame_columns(episode: Episode, feats: dict, cams: dict[str, str]) -> dict[str, NDArray[Any]]:
+def _frame_columns(
+    episode: Episode, feats: dict[str, Any], cams: dict[str, str]
+) -> dict[str, NDArray[Any]]:
     """One episode's values per feature (cameras as frames), before indices are added."""
     state = np.concatenate([episode.observations[k].astype(np.float32) for k in STATE_KEYS], 1)
     out = {"observation.state": state}
@@ -182,7 +184,7 @@ def _frame_columns(episode: Episode, feats: dict, cams: dict[str, str]) -> dict[
     return out
 
 
-def _arrow_column(pa: Any, name: str, f: dict, values: list) -> Any:
+def _arrow_column(pa: Any, name: str, f: dict[str, Any], values: list[Any]) -> Any:
     if f["dtype"] == "image":
         return pa.array(values, type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
     if f["shape"] == [1]:
@@ -220,8 +222,8 @@ def export_lerobot(
     videos = [f for f in cams if feats[f]["dtype"] == "video"]
     tasks = sorted({e.instruction for e in episodes})
     task_index = {t: i for i, t in enumerate(tasks)}
-    columns: dict[str, list] = {name: [] for name in feats if name not in videos}
-    rows: dict[str, list] = {}
+    columns: dict[str, list[Any]] = {name: [] for name in feats if name not in videos}
+    rows: dict[str, list[Any]] = {}
     per_episode_stats = []
     tmp = Path(
         tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent if out.parent.exists() else None)

@@ -96,7 +96,7 @@ class _Videos:
         self._files: dict[Path, dict[int, NDArray[Any]]] = {}
 
     def frames(
-        self, feature: str, meta: dict[str, list], i: int, times: list[float]
+        self, feature: str, meta: dict[str, list[Any]], i: int, times: list[float]
     ) -> NDArray[Any]:
         """Episode row ``i``'s frames of ``feature`` at its data ``times`` (seconds)."""
         from fed_ros.core.data.lerobot_video import decode_frames

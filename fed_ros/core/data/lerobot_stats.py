@@ -131,9 +131,9 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, Sta
     return out
 
 
-def stats_columns(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, list]:
+def stats_columns(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, list[Any]]:
     """``meta/episodes``' ``stats/<feature>/<stat>`` columns: one list per column, a row each."""
-    columns: dict[str, list] = {}
+    columns: dict[str, list[Any]] = {}
     for stats in per_episode:
         for feature, values in stats.items():
             for key in STAT_KEYS:
@@ -141,6 +141,6 @@ def stats_columns(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, list]
     return columns
 
 
-def stats_json(stats: Mapping[str, Stats]) -> dict[str, dict[str, list]]:
+def stats_json(stats: Mapping[str, Stats]) -> dict[str, dict[str, list[Any]]]:
     """``meta/stats.json``'s content: the aggregate as nested lists."""
     return {f: {k: np.asarray(v).tolist() for k, v in s.items()} for f, s in stats.items()}

@@ -93,7 +93,7 @@ class Partition:
             out[idx] = n
         return out
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         """JSON-able description (used for per-robot manifests)."""
         return {
             "kind": self.kind,

@@ -31,7 +31,7 @@ _RULE_KWARGS = {
 }
 
 
-def check_rule_kwargs(rule: str, kw: dict) -> None:
+def check_rule_kwargs(rule: str, kw: dict[str, Any]) -> None:
     """Raise ValueError for an unknown rule or a setting the rule does not take."""
     if rule not in RULES:
         raise ValueError(f"unknown robust rule {rule!r}; choose from {RULES}")
