@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fed_ros.core.checks.decisions import Decision, _is_int
 
@@ -60,7 +60,7 @@ class AuditLog:
         self._written = 0
         self._lock = threading.Lock()
         self._counters: OrderedDict[int, RoundCounters] = OrderedDict()
-        self._file = None
+        self._file: TextIO | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(self.path, "a", encoding="utf-8")
@@ -68,14 +68,16 @@ class AuditLog:
 
     def _rotate(self) -> None:
         """audit.jsonl -> audit.jsonl.1 -> ... (the oldest beyond ``backups`` is dropped)."""
-        self._file.close()
+        path, file = self.path, self._file
+        assert path is not None and file is not None  # record() rotates only an open log
+        file.close()
         for i in range(self.backups, 0, -1):
-            src = self.path if i == 1 else self.path.with_name(f"{self.path.name}.{i - 1}")
+            src = path if i == 1 else path.with_name(f"{path.name}.{i - 1}")
             if src.exists():
-                os.replace(src, self.path.with_name(f"{self.path.name}.{i}"))
+                os.replace(src, path.with_name(f"{path.name}.{i}"))
         if self.backups == 0:
-            self.path.unlink(missing_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+            path.unlink(missing_ok=True)
+        self._file = open(path, "a", encoding="utf-8")
         self._written = 0
 
     def record(
