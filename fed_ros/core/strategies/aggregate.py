@@ -25,7 +25,7 @@ from fed_ros.core.params import (
 
 
 def sample_weights(
-    num_samples: Sequence[float], names: Sequence[str] | None = None
+    num_samples: Sequence[float] | NDArray[Any], names: Sequence[str] | None = None
 ) -> NDArray[Any]:
     """n_k / sum n_j as float64; raises ValueError for negative, non-finite or all-zero counts."""
     n = np.asarray(list(num_samples), dtype=np.float64)

@@ -43,8 +43,8 @@ from fed_ros.core.params import (
 )
 from fed_ros.core.strategies.prepared_round import PreparedRound, prepare_round
 from fed_ros.core.strategies.robust import RULES, aggregate_robust
-from fed_ros.core.rounds.config import RobotInstruction, RoundConfig
-from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, Membership, RoundResult
+from fed_ros.core.rounds.config import Membership, RobotInstruction, RoundConfig
+from fed_ros.core.strategies.types import ClientDescriptor, ClientUpdate, RoundResult
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +108,22 @@ class Strategy(ABC):
 
     def _setup(self, robot_ids: list[str]) -> None:
         """Default: one cluster 0 = theta^0, every robot in it."""
-        self._models = {0: self._theta0}
+        self._models = {0: self.initial_vector}
         self._assign = {rid: [(0, 1.0)] for rid in robot_ids}
 
     @property
     def manifest(self) -> Manifest:
         """Manifest of the models (after initialize)."""
-        self._require_init()
+        if self._manifest is None:
+            raise ValueError(f"{self.name}: initialize() has not been called")
         return self._manifest
+
+    @property
+    def initial_vector(self) -> NDArray[Any]:
+        """The common initial model theta^0, flat (after initialize)."""
+        if self._theta0 is None:
+            raise ValueError(f"{self.name}: initialize() has not been called")
+        return self._theta0
 
     def _require_init(self) -> None:
         if self._manifest is None:
@@ -191,7 +199,7 @@ class Strategy(ABC):
     def cluster_models(self) -> dict[int, StateDict]:
         """Current cluster models as read-only state dicts (views, no copy)."""
         self._require_init()
-        return {cid: unflatten(v, self._manifest) for cid, v in sorted(self._models.items())}
+        return {cid: unflatten(v, self.manifest) for cid, v in sorted(self._models.items())}
 
     def model_for(self, robot_id: str) -> StateDict:
         """Starting model of a robot: weighted mean of its clusters' models."""
@@ -199,7 +207,7 @@ class Strategy(ABC):
         mem = self._assign.get(robot_id) or self.route(
             ClientDescriptor(robot_id=robot_id, kind="update")
         )
-        return unflatten(self._mean_of(mem), self._manifest)
+        return unflatten(self._mean_of(mem), self.manifest)
 
     def _mean_of(self, mem: Membership) -> NDArray[Any]:
         entries = [(c, w) for c, w in mem if w > 0]
@@ -212,7 +220,7 @@ class Strategy(ABC):
             return self._models[entries[0][0]]
         w = np.array([w for _, w in entries], dtype=np.float64)
         w /= w.sum()
-        out = np.zeros_like(self._theta0)
+        out = np.zeros_like(self.initial_vector)
         for (c, _), wc in zip(entries, w):
             out += np.float32(wc) * self._models[c]
         return _readonly(out)
@@ -234,9 +242,7 @@ class Strategy(ABC):
     def _prepare(self, round_idx: int, updates: Sequence[ClientUpdate]) -> PreparedRound:
         """Validate (manifest, sample counts, ids, rounds) and stack the updates once."""
         self._require_init()
-        return prepare_round(
-            self.name, round_idx, updates, self._manifest, stack=self.stack_updates
-        )
+        return prepare_round(self.name, round_idx, updates, self.manifest, stack=self.stack_updates)
 
     def _average_groups(
         self,
@@ -249,7 +255,7 @@ class Strategy(ABC):
         FedAvg: sample-weighted sums added in robot-id order (over the stacked array or reading
         each update in place, the same bits); otherwise the robust rule inside each group.
         """
-        K, P = len(prep.robot_ids), num_params(self._manifest)
+        K, P = len(prep.robot_ids), num_params(self.manifest)
         for g, members in enumerate(groups):
             if len(members) == 0:
                 raise ValueError(f"cluster group {g} is empty")
@@ -264,7 +270,7 @@ class Strategy(ABC):
             if prep.stacked is not None:
                 out = weighted_rows(prep.stacked, W.astype(np.float32), out=spare)
             else:
-                out = weighted_sums(prep.params, W.astype(np.float32), self._manifest, out=spare)
+                out = weighted_sums(prep.params, W.astype(np.float32), self.manifest, out=spare)
             if not all_finite(out):
                 # Weights are finite, so a non-finite average means a non-finite input.
                 bad = prep.first_nonfinite()
@@ -291,7 +297,7 @@ class Strategy(ABC):
                 out[g] = aggregate_robust(prep.stacked[members], w, self.robust, **kw)
             else:
                 sds = [prep.updates[i].params for i in members]
-                out[g] = robust_average(sds, w, self._manifest, self.robust, **kw)
+                out[g] = robust_average(sds, w, self.manifest, self.robust, **kw)
         return out
 
     def _spare_buffer(self, shape: tuple[int, int]) -> NDArray[Any] | None:
@@ -319,13 +325,13 @@ class Strategy(ABC):
     def state(self) -> tuple[dict[str, NDArray[Any]], dict[str, Any]]:
         """Arrays and JSON meta that fully restore the strategy (for ModelStore)."""
         self._require_init()
-        arrays = {"theta0": self._theta0}
+        arrays = {"theta0": self.initial_vector}
         for cid, vec in self._models.items():
             arrays[f"cluster/{cid}"] = vec
         arrays.update(self._extra_arrays())
         meta = {
             "name": self.name,
-            "manifest": manifest_to_json(self._manifest),
+            "manifest": manifest_to_json(self.manifest),
             "assignments": {r: [[int(c), float(w)] for c, w in m] for r, m in self._assign.items()},
             "extra": self._extra_meta(),
         }

@@ -127,12 +127,12 @@ class FedDRManStrategy(Strategy):
 
     def _setup(self, robot_ids: list[str]) -> None:
         # All C persistent models start at theta^0 (one shared read-only array, no copies).
-        self._models = {s: self._theta0 for s in range(self.effective_clusters)}
+        self._models = {s: self.initial_vector for s in range(self.effective_clusters)}
         self._assign = {rid: [(0, 1.0)] for rid in robot_ids}
         self._resolve_omega()
 
     def _resolve_omega(self) -> None:
-        cols = prefix_columns(self._manifest, self.omega_prefixes)
+        cols = prefix_columns(self.manifest, self.omega_prefixes)
         empty = isinstance(cols, np.ndarray) and cols.size == 0
         self._omega_all = empty
         if empty:
@@ -142,7 +142,7 @@ class FedDRManStrategy(Strategy):
             )
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
             log.warning(msg)
-            self._omega = slice(0, self._theta0.shape[0])
+            self._omega = slice(0, self.initial_vector.shape[0])
         else:
             self._omega = cols
 
@@ -201,15 +201,15 @@ class FedDRManStrategy(Strategy):
         """CUA's cosine matrix of the updates' Omega parts; streamed, it reads the Omega columns
         of each update in place, block by block (the stacked path's blocks: the same S)."""
         if prep.stacked is not None:
-            return update_similarity(prep.stacked, self._omega, self._theta0)
-        origin = unflatten(self._theta0, self._manifest)
-        return omega_similarity(prep.params, self._manifest, self._omega_names(), origin)
+            return update_similarity(prep.stacked, self._omega, self.initial_vector)
+        origin = unflatten(self.initial_vector, self.manifest)
+        return omega_similarity(prep.params, self.manifest, self._omega_names(), origin)
 
     def _omega_names(self) -> list[str]:
         """Tensors CUA compares (all when no name matches omega_prefixes), manifest order."""
         if self._omega_all:
-            return [s.name for s in self._manifest]
-        return [s.name for s in self._manifest if s.name.startswith(self.omega_prefixes)]
+            return [s.name for s in self.manifest]
+        return [s.name for s in self.manifest if s.name.startswith(self.omega_prefixes)]
 
     def _commit_groups(
         self,
@@ -220,18 +220,18 @@ class FedDRManStrategy(Strategy):
     ) -> None:
         """Per-cluster FedAvg -> SRB -> persistent models of clusters ``ids``; the groups'
         robots assigned to them. Clusters not in ``ids`` keep their models."""
-        references = [self._models.get(cid, self._theta0) for cid in ids]
+        references = [self._models.get(cid, self.initial_vector) for cid in ids]
         avg = self._average_groups(prep, groups, references=references)  # (G, P), new buffer
         srb_info: dict[str, Any] = {}
         blocks = eligible_blocks(
-            self._manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude
+            self.manifest, self.srb_prefixes, self.srb_min_dim, self.srb_exclude
         )
         for g, cid in enumerate(ids):
             theta = references[g]
             if self.use_srb and blocks:
                 row = avg[g]
                 row -= theta  # Delta_s, in place
-                info = apply_srb(row, self._manifest, self.beta, blocks)
+                info = apply_srb(row, self.manifest, self.beta, blocks)
                 row += theta  # theta_s + Delta~_s
                 srb_info[str(cid)] = {name: i.to_json() for name, i in info.items()}
             self._models[cid] = _readonly(avg[g])
@@ -278,7 +278,7 @@ class FedDRManStrategy(Strategy):
         matched to the previous ones), the models unchanged until the next buffers."""
         robots = sorted(self._latest)
         S = update_similarity(
-            np.stack([self._latest[r] for r in robots]), self._omega, self._theta0
+            np.stack([self._latest[r] for r in robots]), self._omega, self.initial_vector
         )
         res = cua_partition(
             S, C, method=self.cua_method, singleton_intra=self.singleton_intra, seed=self.seed
@@ -288,7 +288,7 @@ class FedDRManStrategy(Strategy):
         ids = match_cluster_ids(members, previous, list(self._models))
         for group, cid in zip(members, ids):
             if cid not in self._models:
-                self._models[cid] = self._theta0
+                self._models[cid] = self.initial_vector
             for rid in group:
                 self._assign[rid] = [(cid, 1.0)]
         return {str(cid): group for group, cid in zip(members, ids)}

@@ -131,12 +131,12 @@ class FeDepthStrategy(Strategy):
                 groups.append(g)
         if not groups:
             raise ValueError(f"FeDepth round {round_idx}: no update comes from a clustered robot")
-        refs = [self._models.get(cid, self._theta0) for cid in cids]
+        refs = [self._models.get(cid, self.initial_vector) for cid in cids]
         avg = self._average_groups(prep, groups, references=refs)
         for g, cid in enumerate(cids):
             self._models[cid] = _readonly(avg[g])
         for cid in self._clusters:
-            self._models.setdefault(cid, self._theta0)
+            self._models.setdefault(cid, self.initial_vector)
         # Robots' memberships: plain mean over all clusters they belong to.
         member_of: dict[str, list[int]] = {}
         for cid, members in sorted(self._clusters.items()):

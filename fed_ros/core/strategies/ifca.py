@@ -58,10 +58,10 @@ class IFCAStrategy(Strategy):
 
     def _setup(self, robot_ids: list[str]) -> None:
         rng = np.random.default_rng(self.seed)
-        self._models = {0: self._theta0}
-        offs = offsets(self._manifest)
+        self._models = {0: self.initial_vector}
+        offs = offsets(self.manifest)
         for c in range(1, self.num_clusters):
-            vec = self._theta0.copy()
+            vec = self.initial_vector.copy()
             for name, (a, b) in offs.items():
                 # Per-tensor relative noise keeps the perturbation scale-free across layers.
                 scale = float(np.std(vec[a:b])) or 1.0

@@ -28,7 +28,7 @@ class LocalStrategy(Strategy):
 
     def _new_robot(self, robot_id: str) -> Membership:
         cid = (max(self._models) + 1) if self._models else 0
-        self._models[cid] = self._theta0
+        self._models[cid] = self.initial_vector
         return [(cid, 1.0)]
 
     def aggregate_round(

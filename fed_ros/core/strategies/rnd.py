@@ -82,7 +82,7 @@ class RNDStrategy(Strategy):
             cids = match_cluster_ids(groups, previous, list(self._models))
             new_models = {}
             for cid, g in zip(cids, groups):
-                new_models[cid] = self._models.get(cid, self._theta0)
+                new_models[cid] = self._models.get(cid, self.initial_vector)
                 for r in g:
                     self._assign[r] = [(cid, 1.0)]
             self._models = new_models

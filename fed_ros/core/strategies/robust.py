@@ -206,7 +206,7 @@ def multi_krum(
 
 
 def aggregate_robust(
-    stacked: NDArray[Any], weights: NDArray[Any], rule: str = "mean", **kw
+    stacked: NDArray[Any], weights: NDArray[Any], rule: str = "mean", **kw: Any
 ) -> NDArray[Any]:
     """Aggregate K updates with a robust rule; returns the (P,) float32 result.
 
