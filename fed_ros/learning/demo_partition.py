@@ -62,6 +62,7 @@ def episode_embeddings(
     if not Path(checkpoint).is_file():
         raise ValueError(f"checkpoint {str(checkpoint)!r} not found")
     sd = load_checkpoint(checkpoint)
+    cfg: PolicyConfig | None
     if policy_config:
         raw = json.loads(Path(policy_config).read_text())
         cfg = PolicyConfig.from_dict(raw.get("policy", raw))
