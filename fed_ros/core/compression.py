@@ -126,7 +126,8 @@ def dequantize_blocks(
     if not np.all(np.isfinite(scales)):
         raise ValueError(f"{encoding}: a block scale is not finite")
     per_value = np.repeat(scales, block)[: q.size]
-    return q.astype(np.float32) * per_value
+    values: NDArray[Any] = q.astype(np.float32) * per_value
+    return values
 
 
 def roundtrip(sd: Mapping[str, NDArray[Any]], encoding: str) -> dict[str, NDArray[Any]]:

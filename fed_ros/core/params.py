@@ -215,11 +215,13 @@ def prefix_columns(manifest: Manifest, prefixes: Sequence[str]) -> NDArray[Any] 
             merged.append([a, b])
     if len(merged) == 1:
         return slice(merged[0][0], merged[0][1])
-    return np.concatenate([np.arange(a, b) for a, b in merged])
+    columns: NDArray[Any] | slice = np.concatenate([np.arange(a, b) for a, b in merged])
+    return columns
 
 
 def _address(arr: NDArray[Any]) -> int:
-    return arr.__array_interface__["data"][0]
+    address: int = arr.__array_interface__["data"][0]
+    return address
 
 
 def shared_buffer_rows(

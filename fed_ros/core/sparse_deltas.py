@@ -109,11 +109,13 @@ def encode_tensor(values: NDArray[Any], fraction: float, name: str = "tensor") -
     k = topk_count(flat.size, fraction)
     head = np.uint32(k).astype("<u4").tobytes()
     if k == flat.size:  # whole: the values alone
-        return head + flat.astype("<f4").tobytes()
+        encoded: bytes = head + flat.astype("<f4").tobytes()
+        return encoded
     # Stable sort on -|x| keeps the choice deterministic (the robot's residual and the server's
     # view agree bit for bit) where argpartition's order is unspecified.
     idx = np.sort(np.argsort(-np.abs(flat), kind="stable")[:k])
-    return head + idx.astype("<u4").tobytes() + flat[idx].astype("<f4").tobytes()
+    encoded = head + idx.astype("<u4").tobytes() + flat[idx].astype("<f4").tobytes()
+    return encoded
 
 
 def decode_payload(

@@ -287,7 +287,8 @@ def profile_from_dict(data: Any, overrides: Mapping[str, Any] | None = None) -> 
             raise ProfileError(f"arm profile overrides must be a mapping, got {overrides!r}")
         data = merge_overrides(data, overrides)
     name = data.get("name", "")
-    return _build(ArmProfile, data, f"arm profile {name!r}")
+    profile: ArmProfile = _build(ArmProfile, data, f"arm profile {name!r}")
+    return profile
 
 
 def config_dir(name: str) -> Path:

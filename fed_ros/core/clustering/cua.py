@@ -94,7 +94,7 @@ def _objective_from_blocks(
     pairs = n * (n - 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         intra = np.where(n >= 2, diag / np.where(pairs > 0, pairs, 1), singleton_intra)
-    score = intra.mean(axis=-1)
+    score: NDArray[Any] = intra.mean(axis=-1)
     if C >= 2:
         iu = _triu(C)
         denom = (n[..., :, None] * n[..., None, :])[..., iu[0], iu[1]]
@@ -157,7 +157,8 @@ def enumerate_partitions(K: int, C: int) -> NDArray[Any]:
         mx = np.concatenate(children_m)
     if K == 1:
         return lab if C == 1 else np.zeros((0, 1), dtype=np.int8)
-    return lab[mx == C - 1]
+    partitions: NDArray[Any] = lab[mx == C - 1]
+    return partitions
 
 
 def cua_exact(
@@ -297,7 +298,8 @@ def _spectral_start(S: NDArray[Any], C: int, seed: int) -> NDArray[Any]:
     X = vecs[:, -C:]
     X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
     _, lab = kmeans2(X, C, seed=seed, minit="++")
-    return lab.astype(np.int64)
+    labels: NDArray[Any] = lab.astype(np.int64)
+    return labels
 
 
 def _agglomerative_start(S: NDArray[Any], C: int) -> NDArray[Any]:
@@ -305,7 +307,8 @@ def _agglomerative_start(S: NDArray[Any], C: int) -> NDArray[Any]:
     D = np.clip(1.0 - S, 0.0, 2.0)
     np.fill_diagonal(D, 0.0)
     Z = linkage(squareform(D, checks=False), method="average")
-    return (fcluster(Z, t=C, criterion="maxclust") - 1).astype(np.int64)
+    labels: NDArray[Any] = (fcluster(Z, t=C, criterion="maxclust") - 1).astype(np.int64)
+    return labels
 
 
 def cua_scalable(

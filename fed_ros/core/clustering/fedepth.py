@@ -85,7 +85,8 @@ def merge_subsets(M: NDArray[Any]) -> NDArray[Any]:
     if M.shape[1] and full.any():
         # A row holding every client contains all others: it alone survives (a cheap exit
         # that calibrate_tau takes for every tau above the smallest row maximum).
-        return M[np.flatnonzero(full)[:1]]
+        merged: NDArray[Any] = M[np.flatnonzero(full)[:1]]
+        return merged
     # Distinct rows by their packed bytes: np.unique(M, axis=0) sorted K records of K bool
     # fields (50 of the 83 s of a K = 1000 calibration on a loaded machine, 2026-12-07).
     packed = np.packbits(M, axis=1)
@@ -102,7 +103,8 @@ def merge_subsets(M: NDArray[Any]) -> NDArray[Any]:
     inside = (inter >= size[:, None] - 0.5) & (size[None, :] > size[:, None])
     out = rows[~inside.any(axis=1)]
     order = sorted(range(out.shape[0]), key=lambda i: tuple(np.flatnonzero(out[i]).tolist()))
-    return out[order]
+    merged = out[order]
+    return merged
 
 
 def _as_clusters(M: NDArray[Any]) -> Clusters:
@@ -151,7 +153,7 @@ def overlap_ratio(clusters: Clusters, K: int) -> float:
 def _candidate_taus(A: NDArray[Any], max_candidates: int) -> NDArray[Any]:
     if not isinstance(max_candidates, int) or max_candidates < 2:
         raise ValueError(f"max_candidates must be an int >= 2, got {max_candidates!r}")
-    cand = np.unique(np.concatenate([[0.0], A[np.triu_indices(A.shape[0], 1)]]))
+    cand: NDArray[Any] = np.unique(np.concatenate([[0.0], A[np.triu_indices(A.shape[0], 1)]]))
     if cand.size > max_candidates:
         # Large fleets: scan a quantile grid of the divergences (still exact values of A,
         # always including 0 and the largest, i.e. singletons and one cluster).
@@ -236,7 +238,8 @@ def jeffreys_to_each(
             f"descriptor dimension {mu.shape[1]} does not match the clustered ones {m.shape[1:]}"
         )
     d2 = (mu - m) ** 2
-    return 0.5 * np.sum((va + d2) / v + (v + d2) / va, axis=1) - m.shape[1]
+    divergence: NDArray[Any] = 0.5 * np.sum((va + d2) / v + (v + d2) / va, axis=1) - m.shape[1]
+    return divergence
 
 
 def memberships(clusters: Sequence[Sequence[int]], K: int) -> list[list[int]]:

@@ -50,7 +50,8 @@ class KMeansResult:
 def _sq_dists(x: NDArray[Any], c: NDArray[Any]) -> NDArray[Any]:
     # ||x||^2 - 2 x.c + ||c||^2, clipped at 0 against round-off.
     d = (x * x).sum(1)[:, None] - 2.0 * x @ c.T + (c * c).sum(1)[None, :]
-    return np.maximum(d, 0.0)
+    sq_dists: NDArray[Any] = np.maximum(d, 0.0)
+    return sq_dists
 
 
 def _kmeans_pp(x: NDArray[Any], k: int, rng: np.random.Generator) -> NDArray[Any]:
@@ -117,7 +118,8 @@ def kmeans(
 
 def _comb2(x: NDArray[Any] | int) -> NDArray[Any] | float:
     x = np.asarray(x, dtype=np.float64)
-    return x * (x - 1) / 2.0
+    pairs: NDArray[Any] | float = x * (x - 1) / 2.0
+    return pairs
 
 
 def adjusted_rand_index(

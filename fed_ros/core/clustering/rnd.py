@@ -72,7 +72,7 @@ def compatibility(N: NDArray[Any], sigma: NDArray[Any], eps: float) -> NDArray[A
             f"self-novelty s_ii missing for index {int(np.flatnonzero(np.isnan(diag))[0])}"
         )
     with np.errstate(invalid="ignore"):
-        C = N <= (diag + eps * sigma)[:, None]
+        C: NDArray[Any] = N <= (diag + eps * sigma)[:, None]
     C &= ~np.isnan(N)
     np.fill_diagonal(C, True)
     return C
@@ -83,7 +83,8 @@ def symmetrise(C: NDArray[Any], mode: str = "mutual") -> NDArray[Any]:
     if mode not in SYMMETRISE_MODES:
         raise ValueError(f"symmetrise mode {mode!r} not in {SYMMETRISE_MODES}")
     C = np.asarray(C, dtype=bool)
-    return (C & C.T) if mode == "mutual" else (C | C.T)
+    adjacency: NDArray[Any] = (C & C.T) if mode == "mutual" else (C | C.T)
+    return adjacency
 
 
 def federations(adjacency: NDArray[Any]) -> list[list[int]]:

@@ -41,7 +41,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise DatasetError(f"{path}: missing (not a LeRobot dataset?)")
     try:
-        return json.loads(path.read_text())
+        content: dict[str, Any] = json.loads(path.read_text())
+        return content
     except (OSError, ValueError) as err:
         raise DatasetError(f"{path}: not readable JSON ({err})") from None
 

@@ -83,7 +83,8 @@ def sample_indices(length: int) -> list[int]:
     """The frames lerobot samples from an episode's camera: all below 100, then ~length**0.75."""
     least = min(100, length)
     count = max(least, min(int(length**0.75), 10_000))
-    return np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
+    indices: list[int] = np.round(np.linspace(0, length - 1, count)).astype(int).tolist()
+    return indices
 
 
 def image_stats(frames: NDArray[Any]) -> Stats:

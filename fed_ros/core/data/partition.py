@@ -167,7 +167,7 @@ def quantity_skew_sizes(
 
 def _round_preserving_sum(x: NDArray[Any]) -> NDArray[Any]:
     """Largest-remainder rounding: integers that sum to round(sum(x))."""
-    floor = np.floor(x).astype(np.int64)
+    floor: NDArray[Any] = np.floor(x).astype(np.int64)
     short = int(round(float(x.sum()))) - int(floor.sum())
     if short > 0:
         order = np.argsort(-(x - floor), kind="stable")

@@ -39,7 +39,8 @@ def sample_weights(
     total = n.sum()
     if total <= 0:
         raise ValueError(f"num_samples sum to {total!r}; at least one client needs samples > 0")
-    return n / total
+    weights: NDArray[Any] = n / total
+    return weights
 
 
 def membership_matrix(
@@ -115,7 +116,10 @@ _ROW_BLOCK = 1 << 18  # floats of partial sums kept in cache while every row is 
 
 def weighted_average(stacked: NDArray[Any], weights: NDArray[Any]) -> NDArray[Any]:
     """sum_k w_k x_k over the rows of a (K, P) float32 array (weights must sum to 1)."""
-    return weighted_rows(stacked, np.asarray(weights, dtype=np.float32)[None, :])[0]
+    average: NDArray[Any] = weighted_rows(stacked, np.asarray(weights, dtype=np.float32)[None, :])[
+        0
+    ]
+    return average
 
 
 def all_finite(arr: NDArray[Any]) -> bool:
@@ -183,7 +187,8 @@ def gram_to_cosine(G: NDArray[Any]) -> NDArray[Any]:
     S[norms == 0, :] = 0.0
     S[:, norms == 0] = 0.0
     np.fill_diagonal(S, 1.0)
-    return np.clip(S, -1.0, 1.0)
+    cosine: NDArray[Any] = np.clip(S, -1.0, 1.0)
+    return cosine
 
 
 def cosine_similarity_matrix(V: NDArray[Any]) -> NDArray[Any]:
@@ -285,7 +290,8 @@ def jeffreys_matrix(means: NDArray[Any], variances: NDArray[Any]) -> NDArray[Any
             - D
         )
         np.fill_diagonal(J, 0.0)
-        return np.maximum(J, 0.0)
+        divergence: NDArray[Any] = np.maximum(J, 0.0)
+        return divergence
     # sum_d (v_i + m_i^2 - 2 m_i m_j + m_j^2) / v_j, for both orders.
     a = (v + m * m) @ iv.T  # sum_d (v_i + m_i^2) / v_j
     b = m @ (m * iv).T  # sum_d m_i m_j / v_j
@@ -293,7 +299,8 @@ def jeffreys_matrix(means: NDArray[Any], variances: NDArray[Any]) -> NDArray[Any
     term_ij = a - 2.0 * b + cj[None, :]
     J = 0.5 * (term_ij + term_ij.T) - D
     np.fill_diagonal(J, 0.0)
-    return np.maximum(J, 0.0)
+    divergence = np.maximum(J, 0.0)
+    return divergence
 
 
 def weighted_model(

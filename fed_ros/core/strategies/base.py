@@ -408,4 +408,5 @@ def make_strategy(name: str, **settings: Any) -> Strategy:
         raise ValueError(
             f"strategy {key!r} does not take setting(s) {unknown}; accepted: {sorted(accepted)}"
         )
-    return cls(**settings)
+    strategy: Strategy = cls(**settings)
+    return strategy

@@ -45,7 +45,8 @@ class PreparedRound:
     def row(self, k: int) -> NDArray[Any]:
         """Update k as a flat float32 vector (a view on the stacked path, else a copy)."""
         if self.stacked is not None:
-            return self.stacked[k]
+            update_row: NDArray[Any] = self.stacked[k]
+            return update_row
         return flatten(self.updates[k].params)
 
     def first_nonfinite(self, members: Sequence[int] | None = None) -> int:

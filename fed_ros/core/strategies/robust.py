@@ -70,9 +70,11 @@ def coordinate_median(stacked: NDArray[Any]) -> NDArray[Any]:
     K = stacked.shape[0]
     mid = K // 2
     if K % 2:
-        return np.partition(stacked, mid, axis=0)[mid].astype(np.float32)
+        median: NDArray[Any] = np.partition(stacked, mid, axis=0)[mid].astype(np.float32)
+        return median
     part = np.partition(stacked, (mid - 1, mid), axis=0)
-    return ((part[mid - 1].astype(np.float64) + part[mid]) / 2.0).astype(np.float32)
+    median = ((part[mid - 1].astype(np.float64) + part[mid]) / 2.0).astype(np.float32)
+    return median
 
 
 def trimmed_mean(stacked: NDArray[Any], trim: float = 0.1) -> NDArray[Any]:
@@ -82,9 +84,11 @@ def trimmed_mean(stacked: NDArray[Any], trim: float = 0.1) -> NDArray[Any]:
     K = stacked.shape[0]
     cut = int(np.floor(trim * K))
     if cut == 0:
-        return stacked.mean(axis=0, dtype=np.float64).astype(np.float32)
+        mean: NDArray[Any] = stacked.mean(axis=0, dtype=np.float64).astype(np.float32)
+        return mean
     srt = np.sort(stacked, axis=0)
-    return srt[cut : K - cut].mean(axis=0, dtype=np.float64).astype(np.float32)
+    mean = srt[cut : K - cut].mean(axis=0, dtype=np.float64).astype(np.float32)
+    return mean
 
 
 def norm_clip_mean(
@@ -152,7 +156,8 @@ def scores_from_gram(G: NDArray[Any], f: int) -> NDArray[Any]:
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * G, 0.0)
     np.fill_diagonal(d2, np.inf)
     k = n - f - 2
-    return np.sort(d2, axis=1)[:, :k].sum(axis=1)
+    scores: NDArray[Any] = np.sort(d2, axis=1)[:, :k].sum(axis=1)
+    return scores
 
 
 def krum_choice(

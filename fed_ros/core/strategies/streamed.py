@@ -186,7 +186,8 @@ def robust_average(
     w = w / w.sum()
     P = num_params(manifest)
     if rule == "mean":
-        return weighted_sums(sds, w[None, :], manifest)[0]
+        average: NDArray[Any] = weighted_sums(sds, w[None, :], manifest)[0]
+        return average
     if rule in ("median", "trimmed_mean"):
         out = np.empty(P, dtype=np.float32)
         buf = np.empty((len(sds), min(BLOCK, P)), dtype=np.float32)
@@ -202,7 +203,8 @@ def robust_average(
         lambda a, b, segs: read_block(sds, segs, b - a, buf), len(sds), blocks(manifest)
     )
     chosen, cw = krum_choice(G, w, int(kw.get("f", 1)), kw.get("m"), lambda i: _bytes(sds[i]))
-    return weighted_sums([sds[i] for i in chosen], cw[None, :], manifest)[0]
+    average = weighted_sums([sds[i] for i in chosen], cw[None, :], manifest)[0]
+    return average
 
 
 def _bytes(sd: Mapping[str, NDArray[Any]]) -> bytes:
