@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Sequence, Any
+from typing import Sequence, Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -116,6 +116,10 @@ def kmeans(
 # --------------------------------------------------------------------------- diagnostics
 
 
+@overload
+def _comb2(x: NDArray[Any]) -> NDArray[Any]: ...
+@overload
+def _comb2(x: int) -> float: ...
 def _comb2(x: NDArray[Any] | int) -> NDArray[Any] | float:
     x = np.asarray(x, dtype=np.float64)
     pairs: NDArray[Any] | float = x * (x - 1) / 2.0

@@ -235,8 +235,8 @@ class FedDRManStrategy(Strategy):
                 row += theta  # theta_s + Delta~_s
                 srb_info[str(cid)] = {name: i.to_json() for name, i in info.items()}
             self._models[cid] = _readonly(avg[g])
-        for g, cid in zip(groups, ids):
-            for i in g:
+        for members, cid in zip(groups, ids):
+            for i in members:
                 self._assign[prep.robot_ids[i]] = [(cid, 1.0)]
         diag.update(
             {

@@ -133,8 +133,8 @@ class FeDepthStrategy(Strategy):
             raise ValueError(f"FeDepth round {round_idx}: no update comes from a clustered robot")
         refs = [self._models.get(cid, self.initial_vector) for cid in cids]
         avg = self._average_groups(prep, groups, references=refs)
-        for g, cid in enumerate(cids):
-            self._models[cid] = _readonly(avg[g])
+        for slot, cid in enumerate(cids):
+            self._models[cid] = _readonly(avg[slot])
         for cid in self._clusters:
             self._models.setdefault(cid, self.initial_vector)
         # Robots' memberships: plain mean over all clusters they belong to.

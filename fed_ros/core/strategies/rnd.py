@@ -104,8 +104,8 @@ class RNDStrategy(Strategy):
         avg = self._average_groups(
             prep, [by_cluster[c] for c in cids], references=[self._models[c] for c in cids]
         )
-        for g, cid in enumerate(cids):
-            self._models[cid] = _readonly(avg[g])
+        for slot, cid in enumerate(cids):
+            self._models[cid] = _readonly(avg[slot])
         for r, mem in list(self._assign.items()):
             if mem[0][0] not in self._models:
                 self._assign[r] = self.route(ClientDescriptor(robot_id=r, kind="update"))
