@@ -4,7 +4,7 @@ Walks every module of fed_ros with ``ast`` (no imports executed) and collects ev
 at module level and inside functions (a lazy import is still a dependency).
 
 Layers: core (numpy/scipy) <- learning (torch) <- sim (MuJoCo) <- ros (rclpy, fed_ros.msg/srv);
-bench and cli sit on top.
+bench, cli and commands (the argument parsing) sit on top.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ FORBIDDEN = {
         "fed_ros.srv",
         "mujoco",
         "robosuite",
+        "fed_ros.cli",
+        "fed_ros.commands",
     ),
     "fed_ros.learning": (
         "rclpy",
@@ -40,8 +42,18 @@ FORBIDDEN = {
         "fed_ros.bench",
         "fed_ros.msg",
         "fed_ros.srv",
+        "fed_ros.cli",
+        "fed_ros.commands",
     ),
-    "fed_ros.sim": ("rclpy", "fed_ros.ros", "fed_ros.bench", "fed_ros.msg", "fed_ros.srv"),
+    "fed_ros.sim": (
+        "rclpy",
+        "fed_ros.ros",
+        "fed_ros.bench",
+        "fed_ros.msg",
+        "fed_ros.srv",
+        "fed_ros.cli",
+        "fed_ros.commands",
+    ),
 }
 ROS_ONLY = ("rclpy", "fed_ros.msg", "fed_ros.srv", "rcl_interfaces", "launch", "launch_ros")
 
