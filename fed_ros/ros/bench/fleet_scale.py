@@ -59,6 +59,8 @@ class ScaleRun:
     faults: bool
     completed: bool
     round_s: float
+    send_s: float  # announcement -> the last update left its process (robots' side)
+    prepared_used: int  # updates encoded before the round (the rest were encoded in it)
     server_cpu_s: float
     server_peak_rss_mb: float
     bytes_out: int
@@ -298,6 +300,7 @@ def run_round(
                     "keys_dir": str(work / "keys"),
                     "robots": mine,
                     "families": families,
+                    "policy": policy,
                     "encoding": encoding,
                     "channel": channel,
                     "timeout_s": timeout_s,
@@ -370,6 +373,8 @@ def _summarise(
         faults=bool(faults),
         completed=bool(first["completed"]),
         round_s=max(r["delivered_at"] for r in results) - first["announced_at"],
+        send_s=max(r["sent_at"] for r in results) - first["announced_at"],
+        prepared_used=sum(int(r["prepared_used"]) for r in results),
         server_cpu_s=cpu,
         server_peak_rss_mb=hwm,
         bytes_out=sum(int(r["bytes_out"]) for r in results),
@@ -404,6 +409,7 @@ def fitted_exponent(ns: list[int], values: list[float]) -> float:
 COLUMNS = (
     ("robots", "N", "{:d}"),
     ("round_s", "round s", "{:.1f}"),
+    ("send_s", "send s", "{:.1f}"),
     ("server_cpu_s", "srv CPU s", "{:.1f}"),
     ("server_peak_rss_mb", "srv RSS MB", "{:.0f}"),
     ("bytes_out", "MB out", None),

@@ -132,6 +132,10 @@ class VirtualRobots:
         self.acks: dict[str, tuple[bool, str]] = {}  # payload id -> (accepted, code)
         self.outbox: dict[str, tuple[Any, int, float]] = {}  # pid -> (Outgoing, sends, last)
         self.storm_answers: list[bool] = []
+        self.prepared: dict[tuple[str, int, int], Any] = {}  # (robot, cluster, round) -> payload
+        self.prepared_used = 0
+        self.prepared_start = ""  # digest of the model the prepared updates start from
+        self.sent_at = 0.0  # when the last update of this process left (time.time())
 
     # ----------------------------------------------------------------- callbacks
 
@@ -250,19 +254,17 @@ class VirtualRobots:
             cid, start = self._start_model(rid)
             self._send_one(index, rid, fault, cid, start)
             self.ex.spin_once(timeout_sec=0.0)  # keep acks and resend requests flowing
+        self.sent_at = time.time()
         for index, rid, fault in self.robots:
             if fault == "storm" and rid in ann.participants:
                 for _ in range(int(self.spec.get("storm_count", 10))):
                     self.storm_answers.append(self.register(rid))
 
-    def _send_one(self, index: int, rid: str, fault: str, cid: int, start: dict) -> None:
-        import secrets
-
-        from fed_ros.ros.wire.round_msgs import model_update_msg
+    def encode(self, index: int, fault: str, start: dict, round_idx: int) -> Any:
+        """Robot ``index``'s 'training' result for ``round_idx`` from ``start``, encoded."""
         from fed_ros.ros.wire.tensors import encode_state_dict
 
-        r = self.announcement.round_idx
-        trained = synthetic_update(start, index, self.families, r)
+        trained = synthetic_update(start, index, self.families, round_idx)
         encoding = self.encoding
         if fault in ("shape", "nan", "oversized"):
             encoding = "float32"  # the hostile payloads are dense models
@@ -275,9 +277,41 @@ class VirtualRobots:
                 total = sum(a.size for a in trained.values())
                 trained["zz_oversized"] = np.zeros(4 * total, np.float32)
         if encoding in ("int8_delta", "int4_delta", "topk"):
-            payload = encode_state_dict({n: trained[n] - start[n] for n in trained}, encoding)
+            return encode_state_dict({n: trained[n] - start[n] for n in trained}, encoding)
+        return encode_state_dict(trained, encoding)
+
+    def prepare(self) -> None:
+        """Encode every robot's round-0 update before registering (the round starts at the last
+        registration).
+
+        Every robot starts round 0 from cluster 0's initial model (FedDRMan's setup), which is
+        the policy's seeded initial weights, computed here as the server computes them; an
+        update is used only if the model the server then sends has the same digest. So the
+        robots' 'training' costs nothing inside the measured round (in a real fleet it runs on
+        each robot's own computer, not on this machine's 2 cores). Any other (cluster, round)
+        is encoded when announced.
+        """
+        from fed_ros.learning.configuration_policy import PolicyConfig
+        from fed_ros.learning.trainer import initial_state_dict
+
+        start = initial_state_dict(PolicyConfig(kind=self.spec["policy"]), seed=0)
+        self.prepared_start = params_digest(start)
+        for index, rid, fault in self.robots:
+            self.prepared[(rid, 0, 0)] = self.encode(index, fault, start, 0)
+
+    def _send_one(self, index: int, rid: str, fault: str, cid: int, start: dict) -> None:
+        import secrets
+
+        from fed_ros.ros.wire.round_msgs import model_update_msg
+
+        r = self.announcement.round_idx
+        payload = self.prepared.pop((rid, cid, r), None)
+        if payload is not None and self.models[(cid, r)][1] != self.prepared_start:
+            payload = None  # the server started from another model than the seeded one
+        if payload is None:
+            payload = self.encode(index, fault, start, r)
         else:
-            payload = encode_state_dict(trained, encoding)
+            self.prepared_used += 1
         nonce = secrets.token_bytes(16)
         pid = f"{rid}/r{r}/update/{nonce.hex()[:8]}"
         fields = dict(
@@ -302,11 +336,12 @@ class VirtualRobots:
             chunks = chunks[:1] if len(chunks) > 1 else []  # gone after its first chunk
         for chunk in chunks:
             self._publish(model_update_msg(chunk, **out.meta), chunk)
-        if fault in ("", "storm"):
+        if fault != "vanish":  # like a robot's uplink: re-sent until acknowledged (bounded)
             self.outbox[pid] = (out, 1, time.monotonic())
 
     def resend_due(self) -> None:
-        """Honest updates not acknowledged: sent again every RETRY_S, MAX_SENDS times at most."""
+        """Updates not acknowledged: sent again every RETRY_S, MAX_SENDS times at most (the
+        server's KEEP_LAST inbox and the acknowledgements can drop samples in a burst)."""
         from fed_ros.ros.wire.round_msgs import model_update_msg
 
         now = time.monotonic()
@@ -335,6 +370,8 @@ class VirtualRobots:
             "robots": len(self.robots),
             "round": ann.round_idx,
             "announced_at": self.announced_at,
+            "sent_at": self.sent_at,
+            "prepared_used": self.prepared_used,
             "delivered_at": max(self.models[(c, nxt)][2] for c in clusters),
             "model_digests": {str(c): self.models[(c, nxt)][1] for c in clusters},
             "clusters": {str(c): m for c, m in clusters.items()},
@@ -353,6 +390,7 @@ class VirtualRobots:
 
     def run(self) -> dict[str, Any]:
         """Register, answer the TRAIN announcement, wait for the new models (all bounded)."""
+        self.prepare()  # before registering: the last registration starts the round
         self.register_all()
         print(json.dumps({"event": "registered", "worker": self.spec["worker"]}), flush=True)
         while self.announcement is None:
