@@ -79,6 +79,33 @@ def _torch_seeded_per_test() -> Iterator[None]:
     yield
 
 
+# Variables that redirect every later ROS process of the worker: a test that leaves one set
+# breaks discovery for the tests after it in that worker.
+ROS_ROUTING_VARIABLES = (
+    "ROS_DISCOVERY_SERVER",
+    "ROS_SUPER_CLIENT",
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+)
+
+
+@pytest.fixture(autouse=True)
+def _ros_routing_environment_restored() -> Iterator[None]:
+    """Put the ROS routing variables back as they were before each test.
+
+    launch's ``SetEnvironmentVariable`` writes ``os.environ`` itself (its context's environment
+    is the process's), so a test that visited a launch description with a Discovery Server left
+    ``ROS_DISCOVERY_SERVER`` pointing at a server that never ran, and 12 later tests of that
+    xdist worker found no node (CI of b798700: "no arm reset service 'arm/reset' after 60 s").
+    """
+    before = {name: os.environ.get(name) for name in ROS_ROUTING_VARIABLES}
+    yield
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def default_sigint() -> None:
     """In a child before exec: SIGINT back to its default action.
 
