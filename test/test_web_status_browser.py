@@ -90,8 +90,11 @@ def _open_camera_by_click(page: Page, robot_id: str) -> dict:
     page.click(f'img.thumb[data-robot="{robot_id}"]')
     return page.wait_for(
         """(() => { const img = document.getElementById("camera-large");
+        const note = document.getElementById("camera-note").textContent;
+        // complete/naturalWidth turn true before the load event has written the note (CI of
+        // b798700 read "loading ..."): wait for the note too.
         if (document.getElementById("camera-view").hidden || !img.complete ||
-            !img.naturalWidth) return null;
+            !img.naturalWidth || note.startsWith("loading")) return null;
         return {w: img.naturalWidth, h: img.naturalHeight, shown: img.width,
                 hash: location.hash, note: document.getElementById("camera-note").textContent};
         })()""",
