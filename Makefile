@@ -121,7 +121,7 @@ FAST_TESTS := test/test_attacks.py test/test_auth.py test/test_core_boundaries.p
   $(wildcard test/test_registration.py test/test_arm_profile_safety.py test/test_core_cluster_model_checks.py \
     test/test_core_validation_exact.py test/test_core_auth_exact.py test/test_core_rounds_exact.py \
     test/test_core_store_exact.py test/test_core_strategy_exact.py test/test_core_clustering_exact.py \
-    test/test_core_cua_exact.py test/test_core_round_report_exact.py)
+    test/test_core_cua_exact.py test/test_core_round_report_exact.py test/test_core_arm_state.py)
 test-fast: setup
 	FED_ROS_FUZZ_EXAMPLES=1000 $(PY) -m pytest $(FAST_TESTS) -p randomly $(PYTEST_ARGS)
 
