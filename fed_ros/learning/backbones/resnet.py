@@ -23,6 +23,9 @@ class FrozenStatsBatchNorm2d(nn.Module):
     statistics makes the forward deterministic and leaves nothing non-trainable to average.
     """
 
+    running_mean: torch.Tensor  # buffers (register_buffer below), declared for the type checker
+    running_var: torch.Tensor
+
     def __init__(self, channels: int, eps: float = 1e-5) -> None:
         super().__init__()
         self.eps = eps

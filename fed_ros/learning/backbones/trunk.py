@@ -30,6 +30,9 @@ class PretrainedTrunk(nn.Module):
     """Images (N, 3, H, W) in [0, 1] -> resized to ``input_size``, ImageNet-normalised ->
     the backbone's feature map (N, C, h, w)."""
 
+    mean: torch.Tensor  # buffers (register_buffer below), declared for the type checker
+    std: torch.Tensor
+
     def __init__(self, name: str, weights: str | Path | None, input_size: int) -> None:
         super().__init__()
         spec = spec_of(name)
