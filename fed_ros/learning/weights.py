@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from safetensors.numpy import save_file as st_save_file
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 StateDict = dict[str, np.ndarray]
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)
 
 
 def policy_to_state_dict(model: torch.nn.Module) -> StateDict:
@@ -54,7 +56,7 @@ def check_state_dict(model: torch.nn.Module, sd: StateDict) -> None:
             raise ValueError(f"tensor {name!r} contains NaN/Inf")
 
 
-def load_state_dict_into(model: torch.nn.Module, sd: StateDict) -> torch.nn.Module:
+def load_state_dict_into(model: ModuleT, sd: StateDict) -> ModuleT:
     """Copy a StateDict into the model in place (exact names and shapes); returns the model."""
     check_state_dict(model, sd)
     own = model.state_dict()
