@@ -167,6 +167,10 @@ class RandomFourierFeatures(nn.Module):
     """cos(W (x / scale) + b), W ~ N(0, 1/L^2), b ~ U[0, 2 pi): (n, 53) -> (n, width),
     in [-1, 1]."""
 
+    inv_scale: torch.Tensor  # buffers (register_buffer below), declared for the type checker
+    W: torch.Tensor
+    b: torch.Tensor
+
     def __init__(
         self, scale: np.ndarray, width: int, lengthscale: float, gen: torch.Generator
     ) -> None:
