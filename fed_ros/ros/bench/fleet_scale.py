@@ -61,6 +61,8 @@ class ScaleRun:
     round_s: float
     send_s: float  # announcement -> the last update left its process (robots' side)
     prepared_used: int  # updates encoded before the round (the rest were encoded in it)
+    resent: int  # whole updates sent again (no acknowledgement: the robots' retry schedule)
+    chunks_resent: int  # update chunks sent again on the server's request
     server_cpu_s: float
     server_peak_rss_mb: float
     bytes_out: int
@@ -375,6 +377,8 @@ def _summarise(
         round_s=max(r["delivered_at"] for r in results) - first["announced_at"],
         send_s=max(r["sent_at"] for r in results) - first["announced_at"],
         prepared_used=sum(int(r["prepared_used"]) for r in results),
+        resent=sum(int(r["resent"]) for r in results),
+        chunks_resent=sum(int(r["chunks_resent"]) for r in results),
         server_cpu_s=cpu,
         server_peak_rss_mb=hwm,
         bytes_out=sum(int(r["bytes_out"]) for r in results),
@@ -417,6 +421,7 @@ COLUMNS = (
     ("cpu_per_update_ms", "ms/upd", "{:.1f}"),
     ("aggregation_s", "agg s", "{:.2f}"),
     ("ari", "ARI", "{:.2f}"),
+    ("resent", "resent", "{:d}"),
     ("load_average", "load", "{:.1f}"),
 )
 

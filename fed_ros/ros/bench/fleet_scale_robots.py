@@ -34,9 +34,10 @@ import numpy as np
 
 HOSTILE = ("shape", "nan", "badsig", "oversized")
 FAULTS = ("vanish", *HOSTILE, "storm")
-# An unacknowledged honest update is sent again this often, at most MAX_SENDS times in all.
-RETRY_S = 5.0
-MAX_SENDS = 4
+# An unacknowledged update is sent again on a robot's schedule (robot parameter update_retry_s
+# 2 s, doubling, at most 10 s: robot_uplink's RetrySchedule), at most MAX_SENDS times in all.
+RETRY_FIRST_S, RETRY_MAX_S = 2.0, 10.0
+MAX_SENDS = 8
 
 
 def family_of(index: int, families: int) -> int:
@@ -134,6 +135,8 @@ class VirtualRobots:
         self.storm_answers: list[bool] = []
         self.prepared: dict[tuple[str, int, int], Any] = {}  # (robot, cluster, round) -> payload
         self.prepared_used = 0
+        self.resent = 0  # whole updates sent again for want of an acknowledgement
+        self.chunks_resent = 0  # chunks sent again on the server's request
         self.prepared_start = ""  # digest of the model the prepared updates start from
         self.sent_at = 0.0  # when the last update of this process left (time.time())
 
@@ -168,6 +171,7 @@ class VirtualRobots:
             out, chunks = answer
             for chunk in chunks:
                 self._publish(model_update_msg(chunk, **out.meta), chunk)
+            self.chunks_resent += len(chunks)
 
     def _on_model(self, msg) -> None:
         from fed_ros.ros.wire.tensors import manifest_from_msgs
@@ -340,17 +344,19 @@ class VirtualRobots:
             self.outbox[pid] = (out, 1, time.monotonic())
 
     def resend_due(self) -> None:
-        """Updates not acknowledged: sent again every RETRY_S, MAX_SENDS times at most (the
-        server's KEEP_LAST inbox and the acknowledgements can drop samples in a burst)."""
+        """Updates not acknowledged: sent again on the robot's retry schedule, MAX_SENDS times at
+        most (the server's KEEP_LAST(8) inbox drops chunks of a burst of updates)."""
         from fed_ros.ros.wire.round_msgs import model_update_msg
 
         now = time.monotonic()
         for pid, (out, sends, last) in list(self.outbox.items()):
-            if pid in self.acks or sends >= MAX_SENDS or now - last < RETRY_S:
+            wait = min(RETRY_FIRST_S * 2 ** (sends - 1), RETRY_MAX_S)
+            if pid in self.acks or sends >= MAX_SENDS or now - last < wait:
                 continue
             for chunk in out.chunks():
                 self._publish(model_update_msg(chunk, **out.meta), chunk)
             self.outbox[pid] = (out, sends + 1, now)
+            self.resent += 1
 
     def done(self) -> bool:
         """The round's report is in and every cluster model it produced has arrived."""
@@ -372,6 +378,8 @@ class VirtualRobots:
             "announced_at": self.announced_at,
             "sent_at": self.sent_at,
             "prepared_used": self.prepared_used,
+            "resent": self.resent,
+            "chunks_resent": self.chunks_resent,
             "delivered_at": max(self.models[(c, nxt)][2] for c in clusters),
             "model_digests": {str(c): self.models[(c, nxt)][1] for c in clusters},
             "clusters": {str(c): m for c, m in clusters.items()},
