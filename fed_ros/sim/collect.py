@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -51,7 +51,7 @@ def run_episode(
     success = False
     instruction = env.instruction
     for _ in range(limit):
-        policy_obs = dict(obs)
+        policy_obs: dict[str, Any] = dict(obs)
         policy_obs["instruction"] = instruction
         action = env.check_action(policy.act(policy_obs))
         if record:

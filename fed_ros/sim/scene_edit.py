@@ -111,7 +111,7 @@ class SceneEditor:
             or (m.geom(g).name.startswith("wall") and m.geom(g).name.endswith("visual"))
         ]
         # Python-side object sizes feed robosuite's placement sampler (bottom offset, radius).
-        py_sizes = []
+        py_sizes: list[tuple[str, Any]] = []
         for obj in self.objects:
             if (
                 hasattr(obj, "size")

@@ -11,6 +11,7 @@ non-IID heterogeneity between robots in a fleet.
 from __future__ import annotations
 
 import math
+from typing import Any, TypeGuard
 from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
@@ -47,7 +48,7 @@ CAMERA_ROTATION_LIMIT = 25.0  # degrees per axis
 LIGHT_SCALE_RANGE = (0.0, 3.0)
 
 
-def _is_number(v: object) -> bool:
+def _is_number(v: object) -> TypeGuard[float]:
     return (
         isinstance(v, (int, float, np.integer, np.floating))
         and not isinstance(v, bool)
@@ -237,7 +238,7 @@ def random_variation(seed: int, name: str | None = None) -> Variation:
     else:
         table_material = str(rng.choice(sorted(TABLE_MATERIALS)))
     first, second = rng.choice(len(colours), size=2, replace=False)
-    object_colors = (colours[first], colours[second], colours[first])
+    object_colors: tuple[Any, ...] = (colours[first], colours[second], colours[first])
     object_material = None
     if rng.random() < 0.35:
         # Only the manipulated object keeps a flat colour; the others show a texture.
