@@ -87,7 +87,7 @@ class LocalTrainer:
 
     # -- template steps ------------------------------------------------------------
 
-    def process_batch(self, data: DemoDataset, idx: np.ndarray) -> dict[str, Any]:
+    def process_batch(self, data: DemoDataset | DeviceDataset, idx: np.ndarray) -> dict[str, Any]:
         batch = data.torch_batch(idx, self.device)
         if self.pc.kind == "image" and self.pc.random_shift > 0:
             # One shift per episode and camera: every frame of a window moves alike (motion
@@ -161,7 +161,7 @@ class LocalTrainer:
 
     def run(
         self,
-        data: DemoDataset,
+        data: DemoDataset | DeviceDataset,
         on_step: Callable[[int, dict[str, float]], None] | None = None,
         on_start: Callable[[int], None] | None = None,
     ) -> dict[str, float]:
