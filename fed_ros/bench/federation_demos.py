@@ -93,7 +93,7 @@ class DemoCache:
         self.root = Path(root)
         self.noise_std = float(noise_std)
         self.data_seed = int(data_seed)
-        self._mem: dict[tuple[str, str], list[Episode]] = {}
+        self._mem: dict[tuple[str, str, bool], list[Episode]] = {}
 
     def _dir(self, task: str, variation: str, cameras: bool = False) -> Path:
         cams = "__cam84" if cameras else ""  # camera demos: two 84x84 images per step
