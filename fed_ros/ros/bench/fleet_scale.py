@@ -252,11 +252,13 @@ def run_round(
     timeout_s: float = 900.0,
     round_timeout_s: float = 600.0,
     quorum_fraction: float = 0.75,
+    spread_s: float = 0.0,
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> ScaleRun:
     """One round: the server and the virtual robots ``only`` (default all N), behaviours
-    ``faults`` (index -> fault, '' honest); every process is reaped before it returns."""
+    ``faults`` (index -> fault, '' honest), sending spread over ``spread_s`` seconds; every
+    process is reaped before it returns."""
     from fed_ros.ros.fleet.domains import exclusive_domain_id
 
     if n < families:
@@ -307,6 +309,7 @@ def run_round(
                     "channel": channel,
                     "timeout_s": timeout_s,
                     "storm_count": 10,
+                    "spread_s": spread_s,
                 }
                 (work / f"spec_{w}.json").write_text(json.dumps(spec))
                 workers.append(
@@ -504,6 +507,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", type=int, default=4, help="C: families = clusters")
     parser.add_argument("--procs", type=int, default=0, help="robot processes (0: N/100, <= 4)")
     parser.add_argument("--faults", action="store_true", help="the reliability comparison")
+    parser.add_argument(
+        "--spread-s",
+        type=float,
+        default=0.0,
+        help="robots send their updates spread evenly over this many seconds (0: all at once)",
+    )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="bound on one run")
     parser.add_argument(
         "--round-timeout-s", type=float, default=600.0, help="the server's round deadline"
@@ -520,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         procs=args.procs,
         timeout_s=args.timeout_s,
         round_timeout_s=args.round_timeout_s,
+        spread_s=args.spread_s,
     )
     if args.faults:
         for n in args.ns:

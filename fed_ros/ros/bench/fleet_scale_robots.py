@@ -135,6 +135,7 @@ class VirtualRobots:
         self.storm_answers: list[bool] = []
         self.prepared: dict[tuple[str, int, int], Any] = {}  # (robot, cluster, round) -> payload
         self.prepared_used = 0
+        self.offered: set[str] = set()  # payload ids offered on the bulk channel
         self.resent = 0  # whole updates sent again for want of an acknowledgement
         self.chunks_resent = 0  # chunks sent again on the server's request
         self.prepared_start = ""  # digest of the model the prepared updates start from
@@ -234,7 +235,12 @@ class VirtualRobots:
 
     def _publish(self, msg, chunk) -> None:
         self.pub.publish(msg)
+        # A bulk offer carries no bytes: its payload is counted once, when first offered (the
+        # server fetches it once; a fetch is not seen here).
         self.bytes_out += len(chunk.data)
+        if chunk.bulk_uri and chunk.payload_id not in self.offered:
+            self.offered.add(chunk.payload_id)
+            self.bytes_out += int(chunk.total_bytes)
 
     def _start_model(self, rid: str) -> tuple[int, dict]:
         """(cluster, model) robot ``rid`` starts from: its cluster's model of the round."""
@@ -252,9 +258,18 @@ class VirtualRobots:
 
         wait_for_subscribers(self.node, self.pub, "/fleet/updates", timeout=min(30.0, self._left()))
         ann = self.announcement
-        for index, rid, fault in self.robots:
+        spread = float(self.spec.get("spread_s", 0.0))
+        # Robots finish training at different times: robot k sends spread_s x frac(k x golden
+        # ratio) after the announcement (deterministic, evenly spread); 0: all at once.
+        order = sorted(self.robots, key=lambda r: (r[0] * 0.6180339887) % 1.0 if spread else 0)
+        for index, rid, fault in order:
             if rid not in ann.participants:
                 continue
+            due = self.announced_at + spread * ((index * 0.6180339887) % 1.0)
+            while spread and time.time() < due:
+                self._left()
+                self.spin(min(0.05, max(due - time.time(), 0.0)))
+                self.resend_due()
             cid, start = self._start_model(rid)
             self._send_one(index, rid, fault, cid, start)
             self.ex.spin_once(timeout_sec=0.0)  # keep acks and resend requests flowing
