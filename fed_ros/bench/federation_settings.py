@@ -162,7 +162,7 @@ class Profile:
 
     def policy_config(self) -> PolicyConfig:
         """The benchmark's low-dim policy (small enough for CPU rounds)."""
-        base = dict(
+        base: dict[str, Any] = dict(
             kind="lowdim",
             embed_dim=32,
             window=2,

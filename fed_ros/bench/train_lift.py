@@ -71,7 +71,7 @@ def lift_from_images(
 
     device = device or torch.device("cpu")
     cameras = kind == "image"
-    fields = {"kind": kind, "image_profile": image_profile}
+    fields: dict[str, Any] = {"kind": kind, "image_profile": image_profile}
     if eef_state:
         fields["use_eef_state"] = True
     cfg = PolicyConfig.from_dict({**fields, **dict(policy_overrides or {})})
@@ -127,7 +127,7 @@ def lift_from_images(
         image_size=cfg.image_size,
     )
     t3, c3 = time.perf_counter(), time.process_time()
-    row = {
+    row: dict[str, Any] = {
         "task": task,
         "kind": kind,
         "image_profile": image_profile,
