@@ -149,7 +149,7 @@ class LocalTrainer:
         self.optimizer.step()
         return float(norm)
 
-    def train_step(self, data: DemoDataset, idx: np.ndarray) -> dict[str, float]:
+    def train_step(self, data: DemoDataset | DeviceDataset, idx: np.ndarray) -> dict[str, float]:
         """One optimiser step on the windows ending at frames ``idx``; returns loss values."""
         batch = self.process_batch(data, idx)
         out_s, out_t = self.forward(batch)
