@@ -81,6 +81,11 @@ class ScaleRun:
     storm_calls: int = 0
     storm_accepted: int = 0
 
+    @property
+    def tail_s(self) -> float:
+        """From the last update sent to the last model delivered: the server's part of a round."""
+        return self.round_s - self.send_s
+
 
 def fault_plan(n: int) -> dict[int, str]:
     """Which virtual robots misbehave under ``--faults``: 10 % vanish, 10 % hostile (the four
@@ -417,6 +422,7 @@ COLUMNS = (
     ("robots", "N", "{:d}"),
     ("round_s", "round s", "{:.1f}"),
     ("send_s", "send s", "{:.1f}"),
+    ("tail_s", "tail s", "{:.1f}"),
     ("server_cpu_s", "srv CPU s", "{:.1f}"),
     ("server_peak_rss_mb", "srv RSS MB", "{:.0f}"),
     ("bytes_out", "MB out", None),
@@ -440,7 +446,7 @@ def format_table(runs: list[ScaleRun]) -> str:
             cells.append(f"{value / 1e6:.1f}" if fmt is None else fmt.format(value))
         lines.append(" | ".join(cells))
     ns = [r.robots for r in runs]
-    for key in ("round_s", "server_cpu_s", "aggregation_s"):
+    for key in ("round_s", "tail_s", "server_cpu_s", "aggregation_s"):
         slope = fitted_exponent(ns, [getattr(r, key) for r in runs])
         lines.append(f"fitted exponent of {key} vs N (log-log slope): {slope:.2f}")
     return "\n".join(lines)
