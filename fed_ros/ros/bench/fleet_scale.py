@@ -412,7 +412,7 @@ def _summarise(
 def fitted_exponent(ns: list[int], values: list[float]) -> float:
     """Log-log slope of ``values`` against ``ns`` (least squares); NaN with fewer than 2."""
     pts = [(math.log(n), math.log(v)) for n, v in zip(ns, values) if v > 0]
-    if len(pts) < 2:
+    if len({x for x, _ in pts}) < 2:  # e.g. --faults: one N twice
         return math.nan
     x, y = np.array(pts).T
     return float(np.polyfit(x, y, 1)[0])
