@@ -197,3 +197,71 @@ def test_a_missing_weights_file_stops_the_node_at_start_naming_it(tmp_path, ros_
     assert done.returncode == 2, done.stderr[-3000:]
     assert str(missing) in done.stderr and "download.pytorch.org" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "keys, server, message",
+    [
+        (
+            {},
+            {"encoder_rounds": 1},
+            "'encoder_rounds' is 1 but the policy reads vision_backbone 'scratch'",
+        ),
+        (
+            dict(vision_backbone="fleet", backbone_weights="/w/fleet.safetensors"),
+            {"encoder_rounds": 1},
+            "the fleet encoder needs vision_backbone 'fleet' and backbone_weights ''",
+        ),
+        (
+            dict(vision_backbone="fleet"),
+            {"encoder_refresh_every": 2},
+            "'encoder_refresh_every' is 2 but 'encoder_rounds' is 0",
+        ),
+        (
+            dict(vision_backbone="fleet"),
+            {"encoder_rounds": 1, "require_signatures": True, "allowed_keys_file": "/k.yaml"},
+            "encoder updates are not signed yet",
+        ),
+    ],
+    ids=["scratch", "own-file", "refresh-without-rounds", "signed-fleet"],
+)
+def test_the_encoder_stage_needs_the_servers_fleet_backbone(tmp_path, keys, server, message):
+    with pytest.raises(ValueError) as err:
+        fleet_config_from_dict(_fleet(tmp_path, server=server, **keys))
+    assert message in str(err.value)
+
+
+def test_encoder_settings_reach_the_fleet_encoder_config():
+    from fed_ros.ros.nodes.server_encoder import fleet_encoder_config
+
+    params = ServerParams.from_mapping(
+        {
+            "policy": "image",
+            "vision_backbone": "fleet",
+            "encoder_rounds": 2,
+            "encoder_refresh_every": 4,
+            "encoder.objective": "temporal",
+            "encoder.local_steps": 7,
+        }
+    )
+    cfg = fleet_encoder_config(params)
+    assert (cfg.objective, cfg.local_steps, cfg.rounds, cfg.refresh_every) == ("temporal", 7, 2, 4)
+
+
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ({"encoder.rounds": 3}, "unknown server parameter 'encoder.rounds'"),
+        ({"encoder.local_steps": 0}, "encoder.*: local_steps must be an int >= 1, got 0"),
+        ({"encoder.objective": "masked"}, "objective must be one of ('proprio', 'temporal')"),
+    ],
+)
+def test_a_bad_encoder_setting_is_named(setting, message):
+    from fed_ros.ros.nodes.server_encoder import fleet_encoder_config
+
+    params = ServerParams.from_mapping(
+        {"policy": "image", "vision_backbone": "fleet", "encoder_rounds": 1, **setting}
+    )
+    with pytest.raises(ValueError) as err:
+        fleet_encoder_config(params)
+    assert message in str(err.value)

@@ -40,6 +40,8 @@ from fed_ros.core.strategies.aggregate import fedavg
 
 ENCODER_DIR = "encoder"  # under the server's state_dir
 _ENCODER_CLUSTER = 0  # the store keeps the one encoder as its only "cluster"
+# Refusals named in a round's report: a flood of made-up robot ids only costs this many.
+_MAX_REFUSALS_KEPT = 256
 
 
 def encoder_due(policy_round: int, refresh_every: int) -> bool:
@@ -158,7 +160,8 @@ class EncoderRounds:
 
     def refuse(self, robot_id: str, decision: Decision) -> Decision:
         """Record a refusal (also one decided by the caller) for the round's report."""
-        self._refused[robot_id] = f"{decision.code}: {decision.reason}"
+        if robot_id in self._refused or len(self._refused) < _MAX_REFUSALS_KEPT:
+            self._refused[robot_id] = f"{decision.code}: {decision.reason}"
         return decision
 
     def _check(

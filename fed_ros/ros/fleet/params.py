@@ -82,7 +82,8 @@ def backbone_weights_param() -> Any:
     return param(
         "",
         "with a pretrained vision_backbone: its weights file (.pth / .safetensors), '' = the "
-        "torch hub cache; never downloaded, a missing file stops the node at start",
+        "torch hub cache (fleet: the server's encoder stage, encoder_rounds); never downloaded, "
+        "a missing file stops the node at start",
     )
 
 
@@ -109,13 +110,14 @@ def check_backbone(node: str, policy: str, vision_backbone: str, backbone_weight
         )
 
 
-def policy_architecture(params: Any) -> dict[str, Any]:
-    """PolicyConfig keyword arguments the server and robot nodes take from their parameters."""
+def policy_architecture(params: Any, backbone_weights: str | None = None) -> dict[str, Any]:
+    """PolicyConfig keyword arguments the server and robot nodes take from their parameters
+    (``backbone_weights``: the fleet encoder's file, where the node keeps it)."""
     out: dict[str, Any] = {"kind": params.policy}
     if params.vision_backbone != "scratch":
         out.update(
             vision_backbone=params.vision_backbone,
-            backbone_weights=params.backbone_weights or None,
+            backbone_weights=backbone_weights or params.backbone_weights or None,
             freeze_backbone=params.freeze_backbone,
         )
     return out
@@ -126,7 +128,8 @@ class ServerParams(NodeParams):
     """Parameters of the fleet server node (fed_ros/ros/nodes/server_node.py)."""
 
     NODE: ClassVar[str] = "server"
-    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy",)  # -> make_strategy(**settings)
+    # strategy.* -> make_strategy(**settings); encoder.* -> FleetEncoderConfig fields.
+    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy", "encoder")
 
     algorithm: str = param("feddrman", "strategy name", choices=ALGORITHMS)
     rounds: int = param(3, "rounds to complete, then STAGE_DONE", ge=1)
@@ -207,6 +210,27 @@ class ServerParams(NodeParams):
     vision_backbone: str = backbone_param()
     backbone_weights: str = backbone_weights_param()
     freeze_backbone: bool = freeze_backbone_param()
+    encoder_rounds: int = param(
+        0,
+        "fleet encoder: FedAvg rounds of every robot's shared camera encoder before policy "
+        "round 0 (and each refresh), settings under encoder.* (FleetEncoderConfig); needs "
+        "vision_backbone fleet with backbone_weights '' (0 = off)",
+        unit="rounds",
+        ge=0,
+    )
+    encoder_refresh_every: int = param(
+        0,
+        "with encoder_rounds: policy rounds between encoder stages (0 = only before round 0)",
+        unit="rounds",
+        ge=0,
+    )
+    encoder_timeout_s: float = param(
+        600.0,
+        "with encoder_rounds: an encoder round closes with the updates in by this long after "
+        "its announcement (all robots answered: at once)",
+        unit="s",
+        gt=0.0,
+    )
     seed: int = param(0, "seed of the initial policy weights")
     evaluate_every: int = param(
         0, "rounds between closed-loop evaluations (0 = never)", unit="rounds", ge=0, live=True
@@ -267,6 +291,29 @@ class ServerParams(NodeParams):
                 "server parameter 'require_signatures' is true but 'allowed_keys_file' is empty"
             )
         check_backbone(self.NODE, self.policy, self.vision_backbone, self.backbone_weights)
+        self._check_encoder()
+
+    def _check_encoder(self) -> None:
+        if self.encoder_refresh_every and not self.encoder_rounds:
+            raise ValueError(
+                f"server parameter 'encoder_refresh_every' is {self.encoder_refresh_every} but "
+                "'encoder_rounds' is 0 (the fleet encoder is off)"
+            )
+        if not self.encoder_rounds:
+            return
+        if self.vision_backbone != "fleet" or self.backbone_weights:
+            raise ValueError(
+                f"server parameter 'encoder_rounds' is {self.encoder_rounds} but the policy "
+                f"reads vision_backbone {self.vision_backbone!r} from "
+                f"{self.backbone_weights or 'the hub cache'!r}: the fleet encoder needs "
+                "vision_backbone 'fleet' and backbone_weights '' (the server's encoder)"
+            )
+        if self.require_signatures:
+            # EncoderUpdate carries no signature yet: a signed fleet would take unsigned encoders.
+            raise ValueError(
+                "server parameter 'encoder_rounds' is set but 'require_signatures' is true: "
+                "encoder updates are not signed yet (docs/fleet.md)"
+            )
 
 
 @dataclass(frozen=True)

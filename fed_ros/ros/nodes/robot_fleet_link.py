@@ -16,6 +16,8 @@ from std_msgs.msg import String
 from fed_ros.msg import (
     ClientDescriptor as DescriptorMsg,
     ClusterModel,
+    EncoderUpdate,
+    FleetEncoder,
     ModelUpdate,
     RobotMetrics,
     RoundAnnouncement,
@@ -45,8 +47,14 @@ def fleet_keys(params) -> tuple[Any, Any]:
 class RobotFleetTopics:
     """Publishers and the register client under ``fleet`` (the fleet namespace, no trailing /)."""
 
-    def __init__(self, node, fleet: str, register_group) -> None:
+    def __init__(self, node, fleet: str, register_group, encoder: bool = False) -> None:
         self.node, self.fleet = node, fleet
+        # Only a robot taking the server's fleet encoder sends encoder updates.
+        self.encoder_update_pub = (
+            node.create_publisher(EncoderUpdate, f"{fleet}/encoder_updates", qos.control_qos())
+            if encoder
+            else None
+        )
         self.update_pub = node.create_publisher(ModelUpdate, f"{fleet}/updates", qos.control_qos())
         self.descriptor_pub = node.create_publisher(
             DescriptorMsg, f"{fleet}/descriptors", qos.control_qos()
@@ -74,6 +82,7 @@ class RobotFleetTopics:
         on_update_resend: Callable[[Any], None],
         on_peer_descriptor: Callable[[Any], None],
         on_update_ack: Callable[[Any], None],
+        on_encoder: Callable[[Any], None] | None = None,
     ) -> None:
         """The server's topics, each handler wrapped by ``guard`` (no handler crashes the node),
         all in the one mutually exclusive ``group``."""
@@ -113,6 +122,15 @@ class RobotFleetTopics:
             qos.control_qos(),
             callback_group=group,
         )
+        if on_encoder is not None:
+            # Latched, depth 1 (the server's): a robot joining late gets the current encoder.
+            node.create_subscription(
+                FleetEncoder,
+                f"{fleet}/encoder",
+                guard.wrap("encoder", on_encoder),
+                qos.latched_qos(),
+                callback_group=group,
+            )
 
     def register(
         self, robot_id: str, tasks, *, cameras: bool, num_samples: int, signer, timeout_s, stop

@@ -18,8 +18,9 @@ class RobotLearner:
     manifest: Any  # fed_ros.core.params.Manifest: what cluster models must match
 
 
-def make_learner(params) -> RobotLearner:
-    """From RobotParams: torch threads set, the policy config, the client, the manifest.
+def make_learner(params, backbone_weights: str | None = None) -> RobotLearner:
+    """From RobotParams: torch threads set, the policy config, the client, the manifest
+    (``backbone_weights``: the file the robot keeps the server's fleet encoder in).
 
     A pretrained backbone's weights are read here: a missing file raises the backbones'
     FileNotFoundError (the path and how to get the file) before the node starts.
@@ -35,7 +36,7 @@ def make_learner(params) -> RobotLearner:
     from fed_ros.ros.fleet.params import policy_architecture
 
     policy_cfg = PolicyConfig(
-        **policy_architecture(params),
+        **policy_architecture(params, backbone_weights),
         use_object_state=None if params.use_object_state else False,
     )
     # The robot's own training settings; the round config overrides what it decides.

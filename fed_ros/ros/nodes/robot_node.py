@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from fed_ros.ros.fleet.params import RobotParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
 from fed_ros.ros.nodes.robot_announcements import AnnouncementFollower
 from fed_ros.ros.nodes.robot_fleet_link import RobotFleetTopics, fleet_keys
+from fed_ros.ros.nodes.robot_encoder import RobotEncoder, server_encoder_file, write_placeholder
 from fed_ros.ros.nodes.robot_learner import make_learner
 from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
 from fed_ros.ros.nodes.robot_rounds import RobotRounds
@@ -67,7 +69,13 @@ class RobotNode(Node):
         self.cameras = p.policy == "image"
         # Signed fleet: the robot's key signs what it sends; the server's key checks what it obeys.
         self.signer, self.server_key = fleet_keys(p)
-        self.learner = make_learner(p)  # ValueError at start on a bad or forbidden setting
+        # The server's fleet encoder (vision_backbone fleet, no backbone_weights): the policy is
+        # built on a placeholder file the first encoder from the server replaces.
+        encoder_file = server_encoder_file(p)
+        if encoder_file is not None:
+            write_placeholder(encoder_file)
+        # ValueError at start on a bad or forbidden setting
+        self.learner = make_learner(p, str(encoder_file) if encoder_file else None)
         self.client, self.manifest = self.learner.client, self.learner.manifest
 
         fleet = p.fleet_namespace.rstrip("/")
@@ -88,7 +96,9 @@ class RobotNode(Node):
             callback_group=io_group,
         )
 
-        self.fleet_topics = topics = RobotFleetTopics(self, fleet, register_group=io_group)
+        self.fleet_topics = topics = RobotFleetTopics(
+            self, fleet, register_group=io_group, encoder=encoder_file is not None
+        )
         self.descriptor_pub, self.metrics_pub = topics.descriptor_pub, topics.metrics_pub
         # Cluster models in, updates out (kept until acknowledged), resends both ways.
         self.transfer = RobotTransfer(
@@ -115,6 +125,7 @@ class RobotNode(Node):
             on_update_resend=lambda msg: self.downlink.on_update_resend(msg),
             on_peer_descriptor=lambda msg: self.rounds.on_peer_descriptor(msg),
             on_update_ack=self.uplink.on_ack,
+            on_encoder=self._on_encoder if encoder_file is not None else None,
         )
         self.create_service(
             Record,
@@ -136,13 +147,28 @@ class RobotNode(Node):
             self, p.learning_enabled, callback_group=io_group, on_change=self._on_learning_changed
         )
 
+        self.encoder = (
+            RobotEncoder(
+                encoder_file,
+                self.robot_id,
+                self.server_key,
+                self.downlink.refuse,
+                self.get_logger(),
+            )
+            if encoder_file is not None
+            else None
+        )
         self.follower = AnnouncementFollower(
             self.robot_id, self.server_key, self.downlink.refuse, self.gate.skip, self.get_logger()
         )
         self.registered = threading.Event()
         self.worker = JobWorker(
             f"{self.robot_id}-worker",
-            {STARTUP: self._startup, "announcement": self._handle_announcement},
+            {
+                STARTUP: self._startup,
+                "announcement": self._handle_announcement,
+                "encoder": self._train_encoder,
+            },
             self.get_logger(),
         )
         self.stop_event = self.worker.stop_event
@@ -229,14 +255,47 @@ class RobotNode(Node):
     def _tick(self) -> None:
         self.transfer.tick()
 
+    def _on_encoder(self, msg) -> None:
+        job = self.encoder.on_message(msg)
+        if job is not None:
+            self.worker.put("encoder", job)
+
     # ------------------------------------------------------------------ round work
     def _handle_announcement(self, item: tuple[Announcement, int]) -> None:
         ann, stamp = item
         shutdown.wait_for(self.registered, math.inf, self.stop_event)
+        if self.encoder is not None and not self.encoder.wait_for(
+            ann.encoder_version, max(0.0, ann.deadline_s - time.time()), self.stop_event
+        ):
+            self.get_logger().warning(
+                f"round {ann.round_idx} {ann.stage}: fleet encoder version "
+                f"{ann.encoder_version} not received by the deadline (have "
+                f"{self.encoder.version}); not taking part"
+            )
+            return
         if self.follower.still_due(ann, stamp) and not self.gate.skip(
             f"round {ann.round_idx} {ann.stage}"
         ):
             self.rounds.run_stage(ann)
+
+    def _train_encoder(self, job) -> None:
+        """An encoder round the server asked for, on every recorded episode."""
+        shutdown.wait_for(self.registered, math.inf, self.stop_event)
+        if self.gate.skip(f"fleet encoder version {job.version}"):
+            return
+        episodes = self.demos.episodes()
+        if not episodes:
+            self.get_logger().info(
+                f"fleet encoder version {job.version}: no recorded episodes; not taking part"
+            )
+            return
+        pub = self.fleet_topics.encoder_update_pub
+
+        def publish(msg) -> None:
+            wait_for_subscribers(self, pub, "encoder_updates")
+            pub.publish(msg)
+
+        self.encoder.train(job, self.client, episodes, publish)
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):

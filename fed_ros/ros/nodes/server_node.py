@@ -17,6 +17,9 @@ live there and are unit-tested without ROS). Interfaces, in the server namespace
                                                   sits a stage out, why)
     round_report    fed_ros/msg/RoundReport       RELIABLE + TRANSIENT_LOCAL, last 16
                                                   (fed-ros status)
+    encoder         fed_ros/msg/FleetEncoder      with encoder_rounds: the fleet encoder,
+                                                  RELIABLE + TRANSIENT_LOCAL, depth 1
+    encoder_updates fed_ros/msg/EncoderUpdate     robots -> server (server_encoder.py)
     server/set_rounds  std_srvs/SetBool  pause new rounds (rounds_enabled);
     server/end_fleet   std_srvs/Trigger  end the federation after the current round
 
@@ -42,6 +45,8 @@ from fed_ros.core.rounds.spill import RoundSpills
 from fed_ros.msg import (
     ClientDescriptor as DescriptorMsg,
     ClusterModel,
+    EncoderUpdate,
+    FleetEncoder,
     ModelUpdate,
     RobotMetrics,
     RoundAnnouncement,
@@ -60,6 +65,7 @@ from fed_ros.srv import Register
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server_config import live_round_settings, liveness_settings
+from fed_ros.ros.nodes.server_encoder import ServerEncoder, open_encoder_stage
 from fed_ros.ros.nodes.server_heartbeats import HeartbeatIntake
 from fed_ros.ros.nodes.server_keys import load_server_keys
 from fed_ros.ros.nodes.server_models import ClusterModelPublisher
@@ -89,8 +95,13 @@ class FleetServer(Node):
         self.params = p = declare_typed_parameters(self, ServerParams, self._on_params_changed)
 
         self.keys = keys = load_server_keys(p)
+        # The fleet encoder's stage (encoder_rounds > 0) first: the initial policy reads its
+        # frozen trunk from the encoder's file.
+        encoder_stage, encoder_cfg, encoder_file = open_encoder_stage(p)
         # The strategy, store, audit log and coordinator, resumed from the last commit.
-        self.state = state = open_round_state(p, keys.allowed_keys, clock=self._now)
+        self.state = state = open_round_state(
+            p, keys.allowed_keys, clock=self._now, backbone_weights=encoder_file
+        )
         self.coord, self.audit, self.resumed = state.coord, state.audit, state.resumed
         self.limits = TransferLimits(max_total_bytes=p.max_update_bytes)
         log = self.get_logger()
@@ -142,6 +153,22 @@ class FleetServer(Node):
             now_msg=self._now_msg,
             log=log,
         )
+        self.encoder: ServerEncoder | None = None
+        if encoder_stage is not None:
+            self.encoder = ServerEncoder(
+                stage=encoder_stage,
+                cfg=encoder_cfg,
+                weights_file=encoder_file,
+                coord=self.coord,
+                publish=lambda msg: self.encoder_pub.publish(msg),
+                signer=keys.signer,
+                tracker=lambda: self.rounds.tracker,
+                audit=self.audit,
+                now=self._now,
+                now_msg=self._now_msg,
+                log=log,
+            )
+            self.coord.hold_before = encoder_stage.holds  # policy rounds wait for the encoder
         # The tick: models -> report -> announcement, and the exit code.
         self.rounds = RoundDriver(
             coord=self.coord,
@@ -157,6 +184,7 @@ class FleetServer(Node):
             resumed=self.resumed,
             now_msg=self._now_msg,
             log=log,
+            encoder=self.encoder,
         )
 
         group = MutuallyExclusiveCallbackGroup()  # every callback that touches round state
@@ -211,6 +239,17 @@ class FleetServer(Node):
             qos.control_qos(),
             callback_group=group,
         )
+        if self.encoder is not None:
+            # One message holds the whole encoder; depth 1: the current one is what counts.
+            self.encoder_pub = self.create_publisher(FleetEncoder, "encoder", qos.latched_qos())
+            self.create_subscription(
+                EncoderUpdate,
+                "encoder_updates",
+                guard.wrap("encoder_updates", self.encoder.on_update),
+                qos.inbox_qos(UPDATES_INBOX_DEPTH),
+                callback_group=group,
+            )
+            self.encoder.publish_current()
         self.create_service(
             Register,
             "register",

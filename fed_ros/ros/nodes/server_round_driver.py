@@ -49,6 +49,7 @@ class RoundDriver:
         resumed: bool,
         now_msg: Callable[[], Any],
         log: Any,
+        encoder: Any = None,
     ) -> None:
         self.coord, self.updates_in, self.intake, self.models = coord, updates_in, intake, models
         self.publish_report = publish_report
@@ -56,6 +57,7 @@ class RoundDriver:
         self.publish_resend = publish_resend
         self.keys, self.after_round, self.params = keys, after_round, params
         self.resumed, self.now_msg, self.log = resumed, now_msg, log
+        self.encoder = encoder  # the fleet encoder's stage (ServerEncoder), or None when off
         p = params()
         # Each round's outcome as scalars (TensorBoard by default when installed), in the run's
         # tb tree beside the robots' (state_dir is <run_dir>/server in a fleet).
@@ -95,6 +97,9 @@ class RoundDriver:
                 if not self.ready_to_start():
                     return
                 self.started = self.coord.held = True  # poll announces the round (not while paused)
+            if self.encoder is not None:
+                # Before poll: a policy round it holds is announced after the encoder it needs.
+                self.encoder.tick()
             plan, outcome = self.coord.poll()
             if plan is not None or outcome is not None:
                 self.publish_plan(plan, outcome)
@@ -132,6 +137,8 @@ class RoundDriver:
         if self.coord.round_idx != self.models.published_round:
             self.models.publish_models()
         if outcome is not None:
+            if self.encoder is not None:
+                outcome.diagnostics.update(self.encoder.take_diagnostics())
             self.publish_report(round_report_to_msg(outcome, self.now_msg()))
             self.log.info(
                 f"round {outcome.round_idx}: {outcome.status} ({outcome.updates_accepted}/"
@@ -160,6 +167,7 @@ class RoundDriver:
                 memberships=plan.memberships,
                 quorum=plan.quorum,
                 configs=plan.configs,
+                encoder_version=self.encoder.version if self.encoder is not None else 0,
             )
             self.intake.forget_stale(plan)
             msg = announcement_to_msg(ann)

@@ -46,9 +46,13 @@ class RoundState:
 
 
 def open_round_state(
-    params: ServerParams, allowed_keys: dict[str, bytes] | None, clock: Callable[[], float]
+    params: ServerParams,
+    allowed_keys: dict[str, bytes] | None,
+    clock: Callable[[], float],
+    backbone_weights: str | None = None,
 ) -> RoundState:
-    """Build the strategy, store, audit log and coordinator, and resume the last commit."""
+    """Build the strategy, store, audit log and coordinator, and resume the last commit
+    (``backbone_weights``: the fleet encoder's file when the server runs its stage)."""
     from fed_ros.core.rounds.roster import Roster
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
@@ -56,7 +60,9 @@ def open_round_state(
     p = params
     strategy = make_strategy(p.algorithm, **strategy_settings(p.algorithm, p))
     # The robots' architecture (backbone included): their updates must match this manifest.
-    initial = initial_state_dict(PolicyConfig(**policy_architecture(p)), seed=p.seed)
+    initial = initial_state_dict(
+        PolicyConfig(**policy_architecture(p, backbone_weights)), seed=p.seed
+    )
     manifest = manifest_of(initial)
     state_dir = Path(p.state_dir)
     store = ModelStore(state_dir, _crash_point=faults.store_hook(lambda: coord.round_idx))  # tests

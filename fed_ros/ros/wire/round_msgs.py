@@ -239,6 +239,7 @@ class Announcement:
     memberships: dict[str, list[tuple[int, float]]]
     quorum: int
     configs: dict[str, RoundConfig] = field(default_factory=dict)  # per robot; absent = defaults
+    encoder_version: int = 0  # the fleet encoder the stage's policies read (0: no encoder stage)
 
 
 def _check_membership(robot_id: str, membership: Sequence[tuple[int, float]]) -> None:
@@ -291,7 +292,7 @@ def announcement_to_msg(ann: Announcement) -> RoundAnnouncement:
     """Announcement -> RoundAnnouncement message (validated)."""
     if ann.stage not in STAGES:
         raise ValueError(f"unknown stage {ann.stage!r}; expected one of {sorted(STAGES)}")
-    if ann.round_idx < 0 or ann.quorum < 0:
+    if ann.round_idx < 0 or ann.quorum < 0 or ann.encoder_version < 0:
         raise ValueError(f"round and quorum must be >= 0: {ann}")
     if ann.quorum > len(ann.participants):
         raise ValueError(f"quorum {ann.quorum} > {len(ann.participants)} participants")
@@ -303,6 +304,7 @@ def announcement_to_msg(ann: Announcement) -> RoundAnnouncement:
         algorithm=ann.algorithm,
         participants=list(ann.participants),
         quorum=int(ann.quorum),
+        encoder_version=int(ann.encoder_version),
     )
     sec = int(math.floor(ann.deadline_s))
     msg.deadline.sec = sec
@@ -351,6 +353,7 @@ def announcement_from_msg(msg: RoundAnnouncement) -> Announcement:
         memberships=memberships,
         quorum=int(msg.quorum),
         configs=configs,
+        encoder_version=int(msg.encoder_version),
     )
 
 
