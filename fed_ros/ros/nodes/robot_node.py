@@ -256,6 +256,8 @@ class RobotNode(Node):
         self.transfer.tick()
 
     def _on_encoder(self, msg) -> None:
+        if self.encoder is None:  # (subscribed only with one)
+            return
         job = self.encoder.on_message(msg)
         if job is not None:
             self.worker.put("encoder", job)
@@ -289,13 +291,15 @@ class RobotNode(Node):
                 f"fleet encoder version {job.version}: no recorded episodes; not taking part"
             )
             return
-        pub = self.fleet_topics.encoder_update_pub
+        pub, encoder = self.fleet_topics.encoder_update_pub, self.encoder
+        if pub is None or encoder is None:  # (jobs come only from a robot taking the encoder)
+            return
 
         def publish(msg) -> None:
             wait_for_subscribers(self, pub, "encoder_updates")
             pub.publish(msg)
 
-        self.encoder.train(job, self.client, episodes, publish)
+        encoder.train(job, self.client, episodes, publish)
 
     # ------------------------------------------------------------------ services
     def _on_record(self, request, response):

@@ -127,14 +127,14 @@ class ServerEncoder:
             idle = coord.held and coord.collector is None and not coord.paused
             if idle and not (coord.finished or coord.end_requested):
                 if self.stage.holds(coord.round_idx) and coord.roster.ids:
-                    ann = self.stage.start(coord.round_idx, tuple(coord.roster.ids), self.now())
-                    self._publish(ann)
+                    started = self.stage.start(coord.round_idx, tuple(coord.roster.ids), self.now())
+                    self._publish(started)
             return
-        ann, report = self.stage.poll(self.now())
+        nxt, report = self.stage.poll(self.now())
         if report is not None:
             self._committed(report)
-        if ann is not None:
-            self._publish(ann)
+        if nxt is not None:
+            self._publish(nxt)
 
     def _publish(self, ann: EncoderAnnouncement) -> None:
         msg = FleetEncoder(

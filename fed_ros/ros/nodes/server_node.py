@@ -154,7 +154,7 @@ class FleetServer(Node):
             log=log,
         )
         self.encoder: ServerEncoder | None = None
-        if encoder_stage is not None:
+        if encoder_stage is not None and encoder_file is not None:
             self.encoder = ServerEncoder(
                 stage=encoder_stage,
                 cfg=encoder_cfg,
