@@ -106,6 +106,28 @@ def _ros_routing_environment_restored() -> Iterator[None]:
             os.environ[name] = value
 
 
+@pytest.fixture(autouse=True)
+def _scheduling_policy_kept() -> Iterator[None]:
+    """Fail a test that leaves its worker at another CPU scheduling policy, and put it back.
+
+    Every later test of the worker and every process they start inherit the policy. SVT-AV1's
+    encoder set SCHED_FIFO 99 on the thread that opened it (root may). The fleet nodes started
+    after that spun at real-time priority, load reached 76, rounds timed out, and one
+    FleetMonitor close never returned (CI killed at 90 min; test_lerobot_dataset's AV1 case
+    now encodes in a child process).
+    """
+    before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    if after != before:
+        os.sched_setscheduler(0, before[0], os.sched_param(before[1]))
+        pytest.fail(
+            f"the test left this process at scheduling policy {after[0]} priority {after[1]} "
+            f"(was {before[0]} priority {before[1]}); every later test and child would inherit it",
+            pytrace=False,
+        )
+
+
 def default_sigint() -> None:
     """In a child before exec: SIGINT back to its default action.
 

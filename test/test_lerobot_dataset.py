@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import subprocess
 
 import numpy as np
 import pytest
@@ -381,20 +382,35 @@ def test_an_import_keeps_the_datasets_task_strings(exported, tmp_path):
     assert [(b.task, b.instruction) for b in back] == [(e.instruction,) * 2 for e in episodes]
 
 
-def _reencode(path, codec: str, pix_fmt: str, options: dict, keep: int | None = None) -> None:
-    """Rewrite an mp4 with another codec (and only its first ``keep`` frames)."""
-    import av
+_REENCODE = """
+import json, sys
+import av
+path, codec, pix_fmt, options, keep = sys.argv[1:]
+keep = None if keep == "all" else int(keep)
+with av.open(path) as c:
+    frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+with av.open(path, "w") as c:
+    stream = c.add_stream(codec, rate=20, options=json.loads(options))
+    stream.width, stream.height, stream.pix_fmt = 84, 84, pix_fmt
+    for i, frame in enumerate(frames[:keep]):
+        video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
+        video_frame.pts = i
+        c.mux(stream.encode(video_frame))
+    c.mux(stream.encode())
+"""
 
-    with av.open(str(path)) as c:
-        frames = [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
-    with av.open(str(path), "w") as c:
-        stream = c.add_stream(codec, rate=20, options=options)
-        stream.width, stream.height, stream.pix_fmt = 84, 84, pix_fmt
-        for i, frame in enumerate(frames[:keep]):
-            video_frame = av.VideoFrame.from_ndarray(frame, format="rgb24")
-            video_frame.pts = i
-            c.mux(stream.encode(video_frame))
-        c.mux(stream.encode())
+
+def _reencode(path, codec: str, pix_fmt: str, options: dict, keep: int | None = None) -> None:
+    """Rewrite an mp4 with another codec (and only its first ``keep`` frames).
+
+    In a child process: SVT-AV1's encoder (libsvtav1) puts the thread that opens it at
+    SCHED_FIFO priority 99 when it may (root, as CI runs). In the xdist worker, every later
+    test and every ROS node it started inherited that policy. Those nodes' spin loops then
+    starved the rest of the machine (load 76, fleet rounds timing out, a FleetMonitor close
+    that never returned; CI killed at 90 min).
+    """
+    argv = [sys.executable, "-c", _REENCODE, str(path), codec, pix_fmt, json.dumps(options)]
+    subprocess.run([*argv, "all" if keep is None else str(keep)], check=True, timeout=300)
 
 
 def _video_export(tmp_path, episodes):
