@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 
 from fed_ros.ros.bench.fleet_scale import (
+    ScaleRun,
     adjusted_rand_index,
     compare_faults,
     fault_plan,
-    fitted_exponent,
     run_round,
 )
+from fed_ros.ros.bench.fleet_scale_report import fitted_exponent, jitter_comparison
 
 N = 20
 
@@ -35,6 +36,33 @@ def test_fault_plan_takes_ten_percent_vanish_ten_percent_hostile_and_one_storm()
 
 def test_fitted_exponent_of_a_power_law():
     assert fitted_exponent([10, 100, 1000], [2.0, 200.0, 20000.0]) == pytest.approx(2.0)
+
+
+def _run(n: int, jitter: float, round_s: float, resent: int) -> ScaleRun:
+    zeros = dict.fromkeys(
+        ("send_s", "server_cpu_s", "server_peak_rss_mb", "aggregation_s", "cpu_per_update_ms"), 0.0
+    )
+    counts = dict.fromkeys(
+        ("prepared_used", "chunks_resent", "bytes_out", "bytes_in", "updates_received"), 0
+    )
+    return ScaleRun(
+        robots=n, policy="image", encoding="int8_delta", channel="zmq", faults=False,
+        completed=True, round_s=round_s, resent=resent, updates_accepted=n, updates_rejected=0,
+        ari=1.0, load_average=0.0, robots_delivered=n, retry_jitter=jitter, **zeros, **counts,
+    )  # fmt: skip
+
+
+def test_jitter_comparison_puts_each_n_side_by_side_with_its_ratio():
+    groups = {
+        "image int8_delta zmq jitter 0": [_run(100, 0.0, 45.0, 201)],
+        "image int8_delta zmq jitter 0.5": [_run(100, 0.5, 15.0, 120)],
+    }
+    lines = jitter_comparison(groups).splitlines()
+    assert lines[0] == "image int8_delta zmq: re-send jitter side by side (ratio to jitter 0)"
+    assert lines[2:] == [
+        "100 | 0 | 45.0 | 1.00 | 201 | 0.00",
+        "100 | 0.5 | 15.0 | 0.33 | 120 | 0.00",
+    ]
 
 
 def test_one_round_of_twenty_virtual_robots_recovers_the_families(ros_env, tmp_path):

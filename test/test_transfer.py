@@ -45,6 +45,44 @@ def test_retry_schedule_doubles_up_to_its_cap_and_validates() -> None:
         s.delay(0)
 
 
+def test_retry_jitter_spreads_each_delay_within_its_band() -> None:
+    s = RetrySchedule(first_s=2.0, factor=2.0, max_s=10.0, jitter=0.5)
+    assert s.delay(1) == 2.0  # the band's middle is the schedule itself
+    assert (s.delay(1, draw=0.0), s.delay(1, draw=1.0)) == (1.0, 3.0)
+    assert (s.delay(9, draw=0.0), s.delay(9, draw=1.0)) == (5.0, 15.0)  # around the cap too
+    assert RetrySchedule(first_s=2.0).delay(2, draw=0.0) == 4.0  # no jitter: draw ignored
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="jitter must be in"):
+            RetrySchedule(jitter=bad)
+    with pytest.raises(ValueError, match="draw"):
+        s.delay(1, draw=1.5)
+
+
+def test_outboxes_dropped_together_resend_spread_out() -> None:
+    """100 robots whose updates one full inbox dropped at t = 0: with the deterministic schedule
+    all re-send at t = 2 s; with the robot's jitter they spread over [1, 3) s."""
+    import random
+
+    def first_resends(jitter: float) -> list[float]:
+        times = []
+        for robot in range(100):
+            clock = FakeClock()
+            box = Outbox(
+                RetrySchedule(first_s=2.0, jitter=jitter),
+                clock=clock,
+                draw=random.Random(robot).random,
+            )
+            box.add(0, f"robot_{robot}/r0", item="p", deadline=60.0)
+            clock.now = next(t / 100 for t in range(400) if box.due(now=t / 100))
+            times.append(clock.now)
+        return times
+
+    assert set(first_resends(0.0)) == {2.0}
+    spread = first_resends(0.5)
+    assert 1.0 <= min(spread) < 1.2 and 2.8 < max(spread) <= 3.0
+    assert len(set(spread)) > 50  # not in a few waves either
+
+
 def test_outbox_resends_on_schedule_until_acknowledged_or_deadline() -> None:
     clock = FakeClock()
     box = Outbox(RetrySchedule(first_s=1.0, factor=2.0, max_s=4.0), clock=clock)

@@ -12,6 +12,7 @@ Pure logic (no ROS), used by the transfer objects in ``fed_ros/ros/wire/transfer
 
 from __future__ import annotations
 
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -23,11 +24,21 @@ from fed_ros.core.checks.decisions import Decision
 
 @dataclass(frozen=True)
 class RetrySchedule:
-    """Delay before re-send k (k = 1, 2, ...): first_s * factor**(k-1), at most max_s."""
+    """Delay before re-send k (k = 1, 2, ...): first_s * factor**(k-1), at most max_s, then
+    spread by +-``jitter`` of itself.
+
+    Why the jitter: robots whose updates were dropped together (a burst beyond the server's
+    KEEP_LAST inbox) re-sent on the same deterministic schedule all came back at the same
+    instant, and the inbox dropped all but a few of them again: at N = 100 robots sending at
+    once, each update went out 3-4 times and the round took 45 s for 2.7 s of server CPU
+    (docs/fleet.md "A thousand robots"). A random delay in [1 - jitter, 1 + jitter] x the
+    schedule spreads the re-sends over the window ("equal jitter" of exponential back-off).
+    """
 
     first_s: float = 2.0
     factor: float = 2.0
     max_s: float = 10.0
+    jitter: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.first_s > 0:
@@ -38,12 +49,21 @@ class RetrySchedule:
             raise ValueError(
                 f"RetrySchedule.max_s must be >= first_s ({self.first_s}), got {self.max_s}"
             )
+        if not 0.0 <= self.jitter < 1.0:
+            raise ValueError(f"RetrySchedule.jitter must be in [0, 1), got {self.jitter}")
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after send number ``attempt`` (1 = the first send) before the next."""
+    def delay(self, attempt: int, draw: float = 0.5) -> float:
+        """Seconds to wait after send number ``attempt`` (1 = the first send) before the next.
+
+        ``draw`` in [0, 1) places the delay in the jitter band (0.5: its middle, the schedule's
+        own value); without jitter it has no effect.
+        """
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
-        return min(self.max_s, self.first_s * self.factor ** min(attempt - 1, 64))
+        if not 0.0 <= draw <= 1.0:
+            raise ValueError(f"draw must be in [0, 1], got {draw}")
+        base = min(self.max_s, self.first_s * self.factor ** min(attempt - 1, 64))
+        return base * (1.0 + self.jitter * (2.0 * draw - 1.0))
 
 
 @dataclass
@@ -67,11 +87,20 @@ class Outbox:
     """
 
     def __init__(
-        self, schedule: RetrySchedule | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        schedule: RetrySchedule | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        draw: Callable[[], float] | None = None,
     ) -> None:
         self.schedule = schedule or RetrySchedule()
         self._clock = clock
+        # Where each re-send falls in the schedule's jitter band (uniform [0, 1)); injectable so
+        # tests replay a sequence. Each robot process draws its own.
+        self._draw = draw or random.Random().random
         self._entries: dict[int, OutboxEntry] = {}
+
+    def _delay(self, attempt: int) -> float:
+        return self.schedule.delay(attempt, self._draw() if self.schedule.jitter else 0.5)
 
     def add(self, round_idx: int, payload_id: str, item: Any, deadline: float) -> OutboxEntry:
         """Record a payload just sent for ``round_idx`` (replaces an older one of that round)."""
@@ -83,7 +112,7 @@ class Outbox:
             payload_id=payload_id,
             item=item,
             deadline=float(deadline),
-            next_due=now + self.schedule.delay(1),
+            next_due=now + self._delay(1),
             added_at=now,
         )
         self._entries[int(round_idx)] = entry
@@ -116,7 +145,7 @@ class Outbox:
         entry.payload_id, entry.item, entry.deadline = payload_id, item, float(deadline)
         entry.decision, entry.sends = None, 1
         entry.added_at = self._clock()
-        entry.next_due = entry.added_at + self.schedule.delay(1)
+        entry.next_due = entry.added_at + self._delay(1)
         return entry
 
     def due(self, now: float | None = None) -> list[OutboxEntry]:
@@ -127,7 +156,7 @@ class Outbox:
             if entry.decision is not None or now > entry.deadline or now < entry.next_due:
                 continue
             entry.sends += 1
-            entry.next_due = now + self.schedule.delay(entry.sends)
+            entry.next_due = now + self._delay(entry.sends)
             out.append(entry)
         return out
 

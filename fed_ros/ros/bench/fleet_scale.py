@@ -80,6 +80,7 @@ class ScaleRun:
     accepted_robots: list[str] = field(default_factory=list)  # robots the server acked accepted
     storm_calls: int = 0
     storm_accepted: int = 0
+    retry_jitter: float = 0.5  # the robots' re-send spread (robot_uplink.UPDATE_RESEND_JITTER)
 
     @property
     def tail_s(self) -> float:
@@ -258,6 +259,7 @@ def run_round(
     round_timeout_s: float = 600.0,
     quorum_fraction: float = 0.75,
     spread_s: float = 0.0,
+    retry_jitter: float = 0.5,
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> ScaleRun:
@@ -315,6 +317,7 @@ def run_round(
                     "timeout_s": timeout_s,
                     "storm_count": 10,
                     "spread_s": spread_s,
+                    "retry_jitter": retry_jitter,
                 }
                 (work / f"spec_{w}.json").write_text(json.dumps(spec))
                 workers.append(
@@ -338,7 +341,9 @@ def run_round(
             raise
         finally:
             _reap(started)
-    return _summarise(n, policy, encoding, channel, families, faults, results, cpu, hwm)
+    run = _summarise(n, policy, encoding, channel, families, faults, results, cpu, hwm)
+    run.retry_jitter = retry_jitter
+    return run
 
 
 class _given:
@@ -409,74 +414,6 @@ def _summarise(
     )
 
 
-def fitted_exponent(ns: list[int], values: list[float]) -> float:
-    """Log-log slope of ``values`` against ``ns`` (least squares); NaN with fewer than 2."""
-    pts = [(math.log(n), math.log(v)) for n, v in zip(ns, values) if v > 0]
-    if len({x for x, _ in pts}) < 2:  # e.g. --faults: one N twice
-        return math.nan
-    x, y = np.array(pts).T
-    return float(np.polyfit(x, y, 1)[0])
-
-
-COLUMNS = (
-    ("robots", "N", "{:d}"),
-    ("round_s", "round s", "{:.1f}"),
-    ("send_s", "send s", "{:.1f}"),
-    ("tail_s", "tail s", "{:.1f}"),
-    ("server_cpu_s", "srv CPU s", "{:.1f}"),
-    ("server_peak_rss_mb", "srv RSS MB", "{:.0f}"),
-    ("bytes_out", "MB out", None),
-    ("bytes_in", "MB in", None),
-    ("cpu_per_update_ms", "ms/upd", "{:.1f}"),
-    ("aggregation_s", "agg s", "{:.2f}"),
-    ("ari", "ARI", "{:.2f}"),
-    ("resent", "resent", "{:d}"),
-    ("load_average", "load", "{:.1f}"),
-)
-
-
-def format_table(runs: list[ScaleRun]) -> str:
-    """The cost-growth table of one policy/encoding, with the fitted exponents."""
-    head = " | ".join(title for _, title, _ in COLUMNS)
-    lines = [head, "-" * len(head)]
-    for run in runs:
-        cells = []
-        for key, _, fmt in COLUMNS:
-            value = getattr(run, key)
-            cells.append(f"{value / 1e6:.1f}" if fmt is None else fmt.format(value))
-        lines.append(" | ".join(cells))
-    ns = [r.robots for r in runs]
-    for key in ("round_s", "tail_s", "server_cpu_s", "aggregation_s"):
-        slope = fitted_exponent(ns, [getattr(r, key) for r in runs])
-        lines.append(f"fitted exponent of {key} vs N (log-log slope): {slope:.2f}")
-    return "\n".join(lines)
-
-
-def write_plot(groups: dict[str, list[ScaleRun]], path: Path) -> None:
-    """Round time, server CPU and peak RSS against N (log-log), one line per configuration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    for label, runs in groups.items():
-        ns = [r.robots for r in runs]
-        for ax, key in zip(axes, ("round_s", "server_cpu_s", "server_peak_rss_mb")):
-            ax.plot(ns, [getattr(r, key) for r in runs], "o-", label=label)
-    for ax, title in zip(axes, ("round wall time (s)", "server CPU (s)", "server peak RSS (MB)")):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("virtual robots N")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def compare_faults(n: int, **kw: Any) -> tuple[ScaleRun, ScaleRun, list[str]]:
     """(faulty run, clean run of the honest robots only, honest robots whose digests differ)."""
     plan = fault_plan(n)
@@ -491,18 +428,15 @@ def compare_faults(n: int, **kw: Any) -> tuple[ScaleRun, ScaleRun, list[str]]:
     return faulty, clean, differ
 
 
-def fault_summary(faulty: ScaleRun, clean: ScaleRun, differ: list[str]) -> str:
-    """One line: completed, the reject codes, the storm, honest models that differ."""
-    codes = sorted(set(faulty.rejected_codes.values()))
-    return (
-        f"completed {faulty.completed}; rejected {codes}; storm re-registrations accepted "
-        f"{faulty.storm_accepted}/{faulty.storm_calls}; honest models differing: "
-        f"{len(differ)} of {len(clean.robot_digests)}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep; print the tables and write the JSON results and the plot."""
+    from fed_ros.ros.bench.fleet_scale_report import (
+        fault_summary,
+        format_table,
+        jitter_comparison,
+        write_plot,
+    )
+
     parser = argparse.ArgumentParser(
         prog="fed-ros bench fleet-scale", description=__doc__.split("\n")[0]
     )
@@ -519,6 +453,14 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="robots send their updates spread evenly over this many seconds (0: all at once)",
     )
+    parser.add_argument(
+        "--retry-jitters",
+        type=float,
+        nargs="+",
+        default=[0.5],
+        help="the robots' re-send spread, each a run side by side (0: the deterministic schedule; "
+        "0.5: the robot node's)",
+    )
     parser.add_argument("--timeout-s", type=float, default=900.0, help="bound on one run")
     parser.add_argument(
         "--round-timeout-s", type=float, default=600.0, help="the server's round deadline"
@@ -528,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.ns:
         if n < args.families:
             parser.error(f"--ns: N = {n} is below --families {args.families}")
+    for jitter in args.retry_jitters:
+        if not 0.0 <= jitter < 1.0:
+            parser.error(f"--retry-jitters: {jitter} is not in [0, 1)")
     args.out.mkdir(parents=True, exist_ok=True)
     common = dict(
         channel=args.channel,
@@ -555,17 +500,27 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[str, list[ScaleRun]] = {}
     for policy in args.policies:
         for encoding in args.encodings:
-            label = f"{policy} {encoding} {args.channel}"
-            runs = groups.setdefault(label, [])
+            labels = {}
+            for jitter in args.retry_jitters:
+                labels[jitter] = f"{policy} {encoding} {args.channel}"
+                if args.retry_jitters != [0.5]:
+                    labels[jitter] += f" jitter {jitter:g}"
+            # Each N's runs back to back, one per jitter, so they see the same load.
             for n in args.ns:
-                run = run_round(n, policy=policy, encoding=encoding, **common)
-                runs.append(run)
-                print(f"{label} N={n}: {run.round_s:.1f} s, ARI {run.ari:.2f}", flush=True)
-                with open(args.out / "runs.jsonl", "a") as f:
-                    row = asdict(run)
-                    row.pop("robot_digests")
-                    f.write(json.dumps(row) + "\n")
-            print(f"\n{label}\n{format_table(runs)}\n", flush=True)
+                for jitter, label in labels.items():
+                    run = run_round(
+                        n, policy=policy, encoding=encoding, retry_jitter=jitter, **common
+                    )
+                    groups.setdefault(label, []).append(run)
+                    print(f"{label} N={n}: {run.round_s:.1f} s, ARI {run.ari:.2f}", flush=True)
+                    with open(args.out / "runs.jsonl", "a") as f:
+                        row = asdict(run)
+                        row.pop("robot_digests")
+                        f.write(json.dumps(row) + "\n")
+            for label in labels.values():
+                print(f"\n{label}\n{format_table(groups[label])}\n", flush=True)
+    if len(args.retry_jitters) > 1:
+        print(jitter_comparison(groups), flush=True)
     write_plot(groups, args.out / "fleet_scale.png")
     print(f"plot: {args.out / 'fleet_scale.png'}")
     return 0

@@ -35,7 +35,8 @@ import numpy as np
 HOSTILE = ("shape", "nan", "badsig", "oversized")
 FAULTS = ("vanish", *HOSTILE, "storm")
 # An unacknowledged update is sent again on a robot's schedule (robot parameter update_retry_s
-# 2 s, doubling, at most 10 s: robot_uplink's RetrySchedule), at most MAX_SENDS times in all.
+# 2 s, doubling, at most 10 s, spread by the spec's retry_jitter: robot_uplink's RetrySchedule),
+# at most MAX_SENDS times in all.
 RETRY_FIRST_S, RETRY_MAX_S = 2.0, 10.0
 MAX_SENDS = 8
 
@@ -131,7 +132,16 @@ class VirtualRobots:
         self.bytes_in = 0  # payload bytes of cluster-model chunks received (or fetched)
         self.bytes_out = 0  # payload bytes of update chunks sent (re-sends included)
         self.acks: dict[str, tuple[bool, str]] = {}  # payload id -> (accepted, code)
-        self.outbox: dict[str, tuple[Any, int, float]] = {}  # pid -> (Outgoing, sends, last)
+        from fed_ros.core.rounds.delivery import RetrySchedule
+        from fed_ros.ros.nodes.robot_uplink import UPDATE_RESEND_JITTER
+
+        self.retry = RetrySchedule(
+            first_s=RETRY_FIRST_S,
+            max_s=RETRY_MAX_S,
+            jitter=float(spec.get("retry_jitter", UPDATE_RESEND_JITTER)),
+        )
+        self._draws = np.random.default_rng([13, int(spec["worker"])])
+        self.outbox: dict[str, tuple[Any, int, float]] = {}  # pid -> (Outgoing, sends, due at)
         self.storm_answers: list[bool] = []
         self.prepared: dict[tuple[str, int, int], Any] = {}  # (robot, cluster, round) -> payload
         self.prepared_used = 0
@@ -356,7 +366,10 @@ class VirtualRobots:
         for chunk in chunks:
             self._publish(model_update_msg(chunk, **out.meta), chunk)
         if fault != "vanish":  # like a robot's uplink: re-sent until acknowledged (bounded)
-            self.outbox[pid] = (out, 1, time.monotonic())
+            self.outbox[pid] = (out, 1, time.monotonic() + self._retry_delay(1))
+
+    def _retry_delay(self, sends: int) -> float:
+        return self.retry.delay(sends, float(self._draws.random()))
 
     def resend_due(self) -> None:
         """Updates not acknowledged: sent again on the robot's retry schedule, MAX_SENDS times at
@@ -364,13 +377,12 @@ class VirtualRobots:
         from fed_ros.ros.wire.round_msgs import model_update_msg
 
         now = time.monotonic()
-        for pid, (out, sends, last) in list(self.outbox.items()):
-            wait = min(RETRY_FIRST_S * 2 ** (sends - 1), RETRY_MAX_S)
-            if pid in self.acks or sends >= MAX_SENDS or now - last < wait:
+        for pid, (out, sends, due) in list(self.outbox.items()):
+            if pid in self.acks or sends >= MAX_SENDS or now < due:
                 continue
             for chunk in out.chunks():
                 self._publish(model_update_msg(chunk, **out.meta), chunk)
-            self.outbox[pid] = (out, sends + 1, now)
+            self.outbox[pid] = (out, sends + 1, now + self._retry_delay(sends + 1))
             self.resent += 1
 
     def done(self) -> bool:

@@ -439,7 +439,8 @@ class RobotParams(NodeParams):
     )
     update_retry_s: float = param(
         2.0,
-        "time before an unacknowledged update is re-sent (doubling, max 10 s)",
+        "time before an unacknowledged update is re-sent (doubling, max 10 s; each wait spread "
+        "+-50 % so robots dropped together do not come back together)",
         unit="s",
         gt=0.0,
     )

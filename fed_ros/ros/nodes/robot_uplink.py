@@ -18,6 +18,11 @@ from fed_ros.core.rounds.delivery import Outbox, RetrySchedule
 from fed_ros.ros.wire.round_msgs import Announcement, model_update_msg
 from fed_ros.ros.wire.transfer import Outgoing, TransferSender
 
+# Each re-send of an unacknowledged update waits its schedule's delay x [0.5, 1.5): robots whose
+# updates a full server inbox dropped together come back spread out, not all at once
+# (core/rounds/delivery.py RetrySchedule).
+UPDATE_RESEND_JITTER = 0.5
+
 
 class UpdateUplink:
     """Updates out of one robot node: ``publisher`` sends them, ``wait_for_server()`` blocks until
@@ -39,7 +44,9 @@ class UpdateUplink:
         self.pub, self.robot_id, self.signer, self.log = publisher, robot_id, signer, log
         self.wait_for_server = wait_for_server
         self.sender = TransferSender(transfer_channel, bulk_threshold_bytes=bulk_threshold_bytes)
-        self.outbox = Outbox(RetrySchedule(first_s=retry_s, max_s=max(10.0, retry_s)))
+        self.outbox = Outbox(
+            RetrySchedule(first_s=retry_s, max_s=max(10.0, retry_s), jitter=UPDATE_RESEND_JITTER)
+        )
         self._log_transfer = log_transfer
         self._matched = 0  # subscriptions our update writer matched at the last tick
         self._lost_at: float | None = (
