@@ -211,6 +211,22 @@ def test_bench_refuses_a_bad_encoder_size_naming_it(capsys):
     assert "local_steps must be an int >= 1, got 0" in capsys.readouterr().err
 
 
+def test_an_encoder_objective_keys_its_cells_apart_from_the_default_ones():
+    from fed_ros.bench.federation import _parser as build_parser
+    from fed_ros.bench.federation_image import few_image_profile, image_profile
+
+    argv = ["--only", "few_image", "--vision-backbone", "fleet", "--seeds", "7"]
+    default = image_profile(build_parser().parse_args(argv))
+    temporal = image_profile(build_parser().parse_args([*argv, "--encoder-objective", "temporal"]))
+    assert (
+        default.backbone_suffix == "__fleet" and temporal.fleet_encoder["objective"] == "temporal"
+    )
+    assert temporal.backbone_suffix == "__fleet_temporal"
+    assert few_image_profile(temporal, temporal).backbone_suffix == "__fleet_temporal"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*argv, "--encoder-objective", "masked"])
+
+
 def test_tracking_keys_fleet_cells_apart_and_plots_the_encoder_rounds():
     from fed_ros.bench.federation_tracking import cell_run_name, cell_scalars
 
@@ -234,6 +250,8 @@ def test_tracking_keys_fleet_cells_apart_and_plots_the_encoder_rounds():
     assert cell_run_name(rec) == "few_demos_image__feddrman__s7__fleet"
     scratch = {**rec, "profile": {"encoding": "float32", "policy": {"kind": "image"}}}
     assert cell_run_name(scratch) == "few_demos_image__feddrman__s7"
+    temporal = {**rec, "profile": {**rec["profile"], "fleet_encoder": {"objective": "temporal"}}}
+    assert cell_run_name(temporal) == "few_demos_image__feddrman__s7__fleet_temporal"
     scalars = cell_scalars(rec)
     assert scalars[1]["encoder/loss_last"] == 0.25 and scalars[0]["train/loss_bc"] == -3.0
     assert scalars[0]["encoder/cpu_s_per_robot"] == 5.0

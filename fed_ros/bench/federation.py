@@ -40,6 +40,7 @@ from typing import Any, Sequence
 from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.learning.backbones.specs import VISION_BACKBONES
+from fed_ros.learning.configuration_fleet_encoder import OBJECTIVES
 from fed_ros.bench import federation_report as R
 from fed_ros.bench.federation_tracking import track_cells
 from fed_ros.bench.federation_wire import check_bench_encoding
@@ -108,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--encoder-rounds", type=int, help="fleet encoder: FedAvg rounds per stage")
     ap.add_argument(
         "--encoder-steps", type=int, help="fleet encoder: steps per robot per encoder round"
+    )
+    ap.add_argument(
+        "--encoder-objective",
+        choices=OBJECTIVES,
+        help="fleet encoder: what it learns from frames (default proprio; cells of another "
+        "objective are keyed __fleet_<objective>)",
     )
     ap.add_argument("--seeds", type=int, nargs="+", help="override seeds")
     ap.add_argument(

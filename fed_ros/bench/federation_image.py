@@ -73,6 +73,7 @@ def image_profile(args: argparse.Namespace | None = None) -> Profile:
         sizes = {
             "rounds": getattr(args, "encoder_rounds", None),
             "local_steps": getattr(args, "encoder_steps", None),
+            "objective": getattr(args, "encoder_objective", None),
         }
         sizes = {k: v for k, v in sizes.items() if v is not None}
         if sizes:

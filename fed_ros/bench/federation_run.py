@@ -31,7 +31,7 @@ from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
 from fed_ros.bench.federation_settings import Profile, Setting
 from fed_ros.core.data.episode import Episode
-from fed_ros.learning.backbones.specs import FLEET, SCRATCH
+from fed_ros.learning.backbones.specs import FLEET
 from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 
 
@@ -212,9 +212,8 @@ class CellSpec:
         """File-name key (a compressed run's cells are its own: ``__<encoding>``)."""
         enc = self.profile.encoding
         suffix = "" if enc == "float32" else f"__{encoding_suffix(enc)}"
-        backbone = self.profile.policy.get("vision_backbone", SCRATCH)
-        if backbone != SCRATCH:
-            suffix += f"__{backbone}"  # beside the scratch trunk's cells, never resumed as them
+        # Beside the scratch trunk's cells, never resumed as them.
+        suffix += self.profile.backbone_suffix
         return f"{self.setting.name}__{self.method.name}__s{self.seed}{suffix}"
 
 

@@ -21,6 +21,8 @@ from fed_ros.bench.federation_methods import (
     method_by_name,
 )
 from fed_ros.bench.federation_wire import check_bench_encoding, model_encoding
+from fed_ros.learning.backbones.specs import FLEET, SCRATCH
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 
@@ -154,6 +156,11 @@ class Profile:
 
     def __post_init__(self) -> None:
         check_bench_encoding(self.encoding)
+
+    @property
+    def backbone_suffix(self) -> str:
+        """The cell-key suffix of the camera trunk (see :func:`backbone_suffix`)."""
+        return backbone_suffix(self.policy, self.fleet_encoder)
 
     @property
     def model_encoding(self) -> str:
@@ -379,3 +386,16 @@ def with_overrides(profile: Profile, **changes: Any) -> Profile:
 def fmt_alpha(a: float) -> str:
     """Alpha for file names and tables."""
     return "inf" if math.isinf(a) else f"{a:g}"
+
+
+def backbone_suffix(policy: dict[str, Any], fleet_encoder: dict[str, Any] | None) -> str:
+    """``""`` for the scratch trunk, else ``__<backbone>``; the fleet encoder's objective is
+    named when it is not the default (``__fleet_temporal``), so cells of two objectives never
+    resume as each other."""
+    backbone = policy.get("vision_backbone", SCRATCH)
+    if backbone == SCRATCH:
+        return ""
+    objective = (fleet_encoder or {}).get("objective", FleetEncoderConfig.objective)
+    if backbone == FLEET and objective != FleetEncoderConfig.objective:
+        return f"__{backbone}_{objective}"
+    return f"__{backbone}"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fed_ros.bench.federation_wire import encoding_suffix
-from fed_ros.learning.backbones.specs import SCRATCH
+from fed_ros.bench.federation_settings import backbone_suffix
 from fed_ros.learning.tracking import open_tracker
 
 _ROUND_COLUMNS = {
@@ -33,8 +33,7 @@ def cell_run_name(rec: Mapping[str, Any]) -> str:
     encoding = profile.get("encoding", "float32")
     if encoding != "float32":
         name += f"__{encoding_suffix(encoding)}"
-    backbone = (profile.get("policy") or {}).get("vision_backbone", SCRATCH)
-    return name if backbone == SCRATCH else f"{name}__{backbone}"
+    return name + backbone_suffix(profile.get("policy") or {}, profile.get("fleet_encoder"))
 
 
 def cell_scalars(rec: Mapping[str, Any]) -> dict[int, dict[str, float]]:
