@@ -1,14 +1,54 @@
-"""What `fed-ros bench fleet-scale` prints and draws: the cost-growth table with its fitted
-exponents, the plot, the re-send jitter comparison and the fault summary."""
+"""What `fed-ros bench fleet-scale` measured and how it is shown: one round's record
+(``ScaleRun``), the cost-growth table with its fitted exponents, the plot, the re-send jitter
+comparison and the fault summary."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from fed_ros.ros.bench.fleet_scale import ScaleRun
+
+@dataclass
+class ScaleRun:
+    """One round of the real server against ``robots`` virtual robots."""
+
+    robots: int
+    policy: str
+    encoding: str
+    channel: str
+    faults: bool
+    completed: bool
+    round_s: float
+    send_s: float  # announcement -> the last update left its process (robots' side)
+    prepared_used: int  # updates encoded before the round (the rest were encoded in it)
+    resent: int  # whole updates sent again (no acknowledgement: the robots' retry schedule)
+    chunks_resent: int  # update chunks sent again on the server's request
+    server_cpu_s: float
+    server_peak_rss_mb: float
+    bytes_out: int
+    bytes_in: int
+    updates_received: int
+    updates_accepted: int
+    updates_rejected: int
+    aggregation_s: float
+    cpu_per_update_ms: float
+    ari: float
+    load_average: float
+    robots_delivered: int  # robots whose process assembled every new cluster model, same digests
+    robot_digests: dict[str, str] = field(default_factory=dict)  # robot -> its cluster's model
+    rejected_codes: dict[str, str] = field(default_factory=dict)  # robot -> server's reject code
+    accepted_robots: list[str] = field(default_factory=list)  # robots the server acked accepted
+    storm_calls: int = 0
+    storm_accepted: int = 0
+    retry_jitter: float = 0.5  # the robots' re-send spread (robot_uplink.UPDATE_RESEND_JITTER)
+
+    @property
+    def tail_s(self) -> float:
+        """From the last update sent to the last model delivered: the server's part of a round."""
+        return self.round_s - self.send_s
 
 
 def fitted_exponent(ns: list[int], values: list[float]) -> float:

@@ -27,19 +27,18 @@ the arm-side inputs (``arm_inputs``), the control loop with every stop path
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from fed_ros.core.arm.profile import load_profile, parse_overrides
 from fed_ros.core.arm.safety import SafetyFilter
 from fed_ros.core.arm.state import ArmStateStore
 from fed_ros.ros import shutdown
+from fed_ros.ros.nodes.node_process import run_node
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.arm.adapter_control import ArmControlLoop
 from fed_ros.ros.arm.adapter_episode import AdapterEpisode
@@ -195,35 +194,17 @@ class ArmAdapterNode(Node):
         return self.count_publishers(self.resolve_topic_name(at.COMMAND_TOPIC))
 
 
-@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
-def main(args: list[str] | None = None) -> int | None:
-    """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``); 2: bad
-    configuration.
+def _stop(node: ArmAdapterNode, executor) -> None:
+    # The arm gets its zero command before anything is torn down (a signal only set a flag).
+    if rclpy.ok():
+        stop_and_linger(node, lambda timeout: executor.spin_once(timeout_sec=timeout))
 
-    rclpy's own signal handlers are off (:func:`fed_ros.ros.shutdown.init`): a signal only sets
-    a flag, the spin loop sees it and the arm gets its zero command before anything is torn down.
-    """
-    shutdown.init(args)
-    node = None
-    executor = MultiThreadedExecutor(num_threads=3)
-    try:
-        try:
-            node = ArmAdapterNode()
-        except ValueError as exc:  # a bad parameter or profile, named: no traceback, no arm to stop
-            print(f"fed_ros arm adapter: invalid configuration: {exc}", file=sys.stderr)
-            return 2
-        executor.add_node(node)
-        while rclpy.ok() and not shutdown.requested():
-            executor.spin_once(timeout_sec=0.1)
-        if rclpy.ok():
-            stop_and_linger(node, lambda timeout: executor.spin_once(timeout_sec=timeout))
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+
+@shutdown.node_main  # ends the process with os._exit after main()'s own teardown
+def main(args: list[str] | None = None) -> int:
+    """Run one arm adapter until Ctrl-C / SIGTERM (``--ros-args -p profile:=ur5e``); 2: bad
+    configuration (a bad parameter or profile, named: no traceback, no arm to stop)."""
+    return run_node("arm adapter", ArmAdapterNode, args, threads=3, stop=_stop)
 
 
 if __name__ == "__main__":

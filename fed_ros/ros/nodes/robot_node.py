@@ -26,12 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from fed_ros.ros import shutdown
+from fed_ros.ros.nodes.node_process import run_node
 from fed_ros.ros.nodes.learning_gate import LearningGate
 from fed_ros.ros.wire import diagnostics
 from fed_ros.ros.wire.publish import wait_for_subscribers
@@ -329,34 +328,28 @@ class RobotNode(Node):
         super().destroy_node()
 
 
+def _stop(node: RobotNode, executor) -> int:
+    if node.failed and not shutdown.requested():
+        node.get_logger().fatal(node.failed)
+        return 1
+    return 0
+
+
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> int:
-    """Run the robot node until Ctrl-C / SIGTERM (exit 0) or a failed start-up (exit 1)."""
-    shutdown.init(args)  # Ctrl-C sets a flag every wait observes (fed_ros.ros.shutdown)
-    node = None
-    code = 0
-    try:
-        try:
-            node = RobotNode()
-        except (ValueError, FileNotFoundError) as exc:
-            # FileNotFoundError: a pretrained backbone's weights file (its message says how
-            # to get it).
-            print(f"fed_ros robot: invalid configuration: {exc}", file=sys.stderr)
-            return 2
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(node)
-        while rclpy.ok() and not node.failed and not shutdown.requested():
-            executor.spin_once(timeout_sec=0.1)
-        if node.failed and not shutdown.requested():
-            node.get_logger().fatal(node.failed)
-            code = 1
-    except (KeyboardInterrupt, ExternalShutdownException):
-        code = 0
-    finally:
-        if node is not None:
-            node.destroy_node()  # stops the worker: its waits give up within shutdown.POLL_S
-        rclpy.try_shutdown()
-    return code
+    """Run the robot node until Ctrl-C / SIGTERM (exit 0) or a failed start-up (exit 1); 2: bad
+    configuration (FileNotFoundError: a pretrained backbone's weights file, its message says how
+    to get it)."""
+    return run_node(
+        "robot",
+        RobotNode,
+        args,
+        threads=4,
+        config_errors=(ValueError, FileNotFoundError),
+        ended=lambda node: bool(node.failed),
+        stop=_stop,
+        shutdown_executor=False,
+    )
 
 
 if __name__ == "__main__":

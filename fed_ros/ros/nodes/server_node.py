@@ -34,9 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from std_msgs.msg import String
 
@@ -55,6 +53,7 @@ from fed_ros.msg import (
     UpdateAck,
 )
 from fed_ros.ros import shutdown
+from fed_ros.ros.nodes.node_process import run_node
 from fed_ros.ros.wire import diagnostics, qos
 from fed_ros.ros.fleet.params import ServerParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
@@ -308,35 +307,27 @@ class FleetServer(Node):
         super().destroy_node()
 
 
+def _stop(node: FleetServer, executor) -> int:
+    # Exit 0 after STAGE_DONE: once the robots acknowledged it (<= 5 s; not on Ctrl-C).
+    node.rounds_gate.deliver_done()
+    return node.exit_code or 0
+
+
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
 def main(args: list[str] | None = None) -> int:
     """Run the fleet server until Ctrl-C / SIGTERM (exit 0), failure, or (exit_when_done) the
-    last round."""
-    shutdown.init(args)  # Ctrl-C sets a flag the loop below observes (fed_ros.ros.shutdown)
-    node = None
-    code = 0
-    try:
-        try:
-            node = FleetServer()
-        except (ValueError, FileNotFoundError) as exc:
-            # FileNotFoundError: a pretrained backbone's weights file (its message says how
-            # to get it).
-            print(f"fed_ros server: invalid configuration: {exc}", file=sys.stderr)
-            return 2
-        executor = MultiThreadedExecutor(num_threads=3)
-        executor.add_node(node)
-        while rclpy.ok() and node.exit_code is None and not shutdown.requested():
-            executor.spin_once(timeout_sec=0.1)
-        code = node.exit_code or 0
-        # Exit 0 after STAGE_DONE: once the robots acknowledged it (<= 5 s).
-        node.rounds_gate.deliver_done()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        code = 0
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+    last round; 2: bad configuration (FileNotFoundError: a pretrained backbone's weights file,
+    its message says how to get it)."""
+    return run_node(
+        "server",
+        FleetServer,
+        args,
+        threads=3,
+        config_errors=(ValueError, FileNotFoundError),
+        ended=lambda node: node.exit_code is not None,
+        stop=_stop,
+        shutdown_executor=False,
+    )
 
 
 if __name__ == "__main__":

@@ -18,16 +18,14 @@ state's stamp (plus its gripper command), and the state is re-sent at the contro
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-import rclpy  # noqa: E402
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: E402
 from rclpy.node import Node  # noqa: E402
 
 from fed_ros.ros import shutdown  # noqa: E402
+from fed_ros.ros.nodes.node_process import run_node  # noqa: E402
 from fed_ros.ros.arm import topics as at  # noqa: E402
 from fed_ros.ros.arm.bridge_commands import (  # noqa: E402
     LatestCommand,
@@ -241,29 +239,14 @@ class SimBridgeNode(Node):
 
 
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
-def main(args: list[str] | None = None) -> int | None:
+def main(args: list[str] | None = None) -> int:
     """Run one sim bridge until shutdown (``fed-ros-sim-bridge --ros-args -p task:=lift``);
-    2: bad configuration."""
-    # Ctrl-C only sets a flag (fed_ros.ros.shutdown): a KeyboardInterrupt raised inside a physics
-    # step (robosuite's numba code) ended the process with a SystemError and exit code 1.
-    shutdown.init(args)
-    node = None
-    try:
-        try:
-            node = SimBridgeNode()
-        except ValueError as exc:  # a bad parameter (named) or an environment that cannot be built
-            print(f"fed_ros sim bridge: invalid configuration: {exc}", file=sys.stderr)
-            return 2
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        while rclpy.ok() and not shutdown.requested():
-            executor.spin_once(timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    2: bad configuration (a bad parameter, named, or an environment that cannot be built).
+
+    Ctrl-C only sets a flag (fed_ros.ros.shutdown): a KeyboardInterrupt raised inside a physics
+    step (robosuite's numba code) ended the process with a SystemError and exit code 1.
+    """
+    return run_node("sim bridge", SimBridgeNode, args, threads=1, shutdown_executor=False)
 
 
 if __name__ == "__main__":

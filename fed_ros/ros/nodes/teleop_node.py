@@ -14,7 +14,6 @@ flips the gripper between open and closed.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
@@ -22,12 +21,12 @@ import numpy as np
 import rclpy
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.duration import Duration
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from fed_ros.core.arm.safety import MODE_HOLD, MODE_OSC_POSITION
 from fed_ros.core.arm.teleop import HOLD_DEADMAN, HoldLog, TeleopMapper, load_teleop_profile
 from fed_ros.ros import shutdown
+from fed_ros.ros.nodes.node_process import run_node
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.fleet.arm_params import TeleopParams
 from fed_ros.ros.nodes.typed_params import declare_typed_parameters
@@ -221,31 +220,16 @@ class TeleopNode(Node):
             self._record_busy.release()
 
 
+def _stop(node: TeleopNode, executor) -> None:
+    if rclpy.ok():
+        node.send_hold("teleop shutting down")  # the arm gets a HOLD last
+
+
 @shutdown.node_main  # ends the process with os._exit after main()'s own teardown
-def main(args: list[str] | None = None) -> int | None:
-    """Run teleoperation until Ctrl-C / SIGTERM; the arm gets a HOLD last. 2: bad configuration."""
-    shutdown.init(args)
-    node = None
-    executor = MultiThreadedExecutor(num_threads=3)
-    try:
-        try:
-            node = TeleopNode()
-        except ValueError as exc:  # a bad parameter or profile, named
-            print(f"fed_ros teleop: invalid configuration: {exc}", file=sys.stderr)
-            return 2
-        executor.add_node(node)
-        while rclpy.ok() and not shutdown.requested():
-            executor.spin_once(timeout_sec=0.1)
-        if rclpy.ok():
-            node.send_hold("teleop shutting down")
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        executor.shutdown()
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return None
+def main(args: list[str] | None = None) -> int:
+    """Run teleoperation until Ctrl-C / SIGTERM; the arm gets a HOLD last. 2: bad configuration
+    (a bad parameter or profile, named)."""
+    return run_node("teleop", TeleopNode, args, threads=3, stop=_stop)
 
 
 if __name__ == "__main__":
