@@ -20,7 +20,7 @@ from fed_ros.learning.dataset import synthetic_episodes
 from fed_ros.learning.trainer import LocalResult, initial_state_dict
 from fed_ros.msg import ClientDescriptor as DescriptorMsg
 from fed_ros.ros.nodes import robot_rounds
-from fed_ros.ros.nodes.robot_rounds import RobotRounds
+from fed_ros.ros.nodes.robot_rounds import RobotRounds, RoundsCollaborators
 from fed_ros.ros.wire.round_msgs import Announcement
 
 CFG = PolicyConfig(
@@ -111,30 +111,32 @@ def _rounds(tmp_path: Path, client: Client, waiting: str = "", peers: dict | Non
     )
     log, descriptors, metrics, waited = Log(), Publisher(), Publisher(), []
     rounds = RobotRounds(
-        client,
-        Models(),
-        Uplink(),
-        demos,
-        arm=None,
-        arm_lock=threading.Lock(),
-        params=lambda: types.SimpleNamespace(
-            eval_episodes=1,
-            seed=0,
-            update_encoding="float32",
-            heartbeat_period_s=5.0,
-            train_step_delay_s=0.0,
-            tracking="tensorboard",
-            tracking_dir=str(tmp_path / "tb"),
-        ),
-        log=log,
-        stop=threading.Event(),
-        latest=lambda: None,
-        signer=None,
-        model_dir=tmp_path,
-        log_transfer=lambda **entry: None,
-        descriptor_pub=descriptors,
-        metrics_pub=metrics,
-        wait_matched=lambda pub, what: waited.append(what),
+        RoundsCollaborators(
+            client=client,
+            models=Models(),
+            uplink=Uplink(),
+            demos=demos,
+            arm=None,
+            arm_lock=threading.Lock(),
+            params=lambda: types.SimpleNamespace(
+                eval_episodes=1,
+                seed=0,
+                update_encoding="float32",
+                heartbeat_period_s=5.0,
+                train_step_delay_s=0.0,
+                tracking="tensorboard",
+                tracking_dir=str(tmp_path / "tb"),
+            ),
+            log=log,
+            stop=threading.Event(),
+            latest=lambda: None,
+            signer=None,
+            model_dir=tmp_path,
+            log_transfer=lambda **entry: None,
+            descriptor_pub=descriptors,
+            metrics_pub=metrics,
+            wait_matched=lambda pub, what: waited.append(what),
+        )
     )
     rounds.peer_predictors.update(peers or {})
     return rounds, log, descriptors, metrics, waited

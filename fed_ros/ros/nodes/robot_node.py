@@ -42,7 +42,7 @@ from fed_ros.ros.nodes.robot_fleet_link import RobotFleetTopics, fleet_keys
 from fed_ros.ros.nodes.robot_encoder import RobotEncoder, server_encoder_file, write_placeholder
 from fed_ros.ros.nodes.robot_learner import make_learner
 from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
-from fed_ros.ros.nodes.robot_rounds import RobotRounds
+from fed_ros.ros.nodes.robot_rounds import RobotRounds, RoundsCollaborators
 from fed_ros.ros.nodes.robot_transfer import RobotTransfer
 from fed_ros.ros.nodes.robot_worker import STARTUP, JobWorker
 from fed_ros.srv import EvaluatePolicy, Record
@@ -184,23 +184,25 @@ class RobotNode(Node):
         )
         # The work of each announced stage, over the collaborators made above.
         self.rounds = RobotRounds(
-            self.client,
-            self.transfer.models,
-            self.uplink,
-            self.demos,
-            self.arm,
-            self.arm_lock,
-            lambda: self.params,
-            self.get_logger(),
-            self.stop_event,
-            lambda: self.follower.latest,
-            self.signer,
-            self.model_dir,
-            self.transfer.log_transfer,
-            self.descriptor_pub,
-            self.metrics_pub,
-            lambda p, w: wait_for_subscribers(self, p, w),
-            progress_pub=self.fleet_topics.progress_pub,
+            RoundsCollaborators(
+                client=self.client,
+                models=self.transfer.models,
+                uplink=self.uplink,
+                demos=self.demos,
+                arm=self.arm,
+                arm_lock=self.arm_lock,
+                params=lambda: self.params,
+                log=self.get_logger(),
+                stop=self.stop_event,
+                latest=lambda: self.follower.latest,
+                signer=self.signer,
+                model_dir=self.model_dir,
+                log_transfer=self.transfer.log_transfer,
+                descriptor_pub=self.descriptor_pub,
+                metrics_pub=self.metrics_pub,
+                wait_matched=lambda p, w: wait_for_subscribers(self, p, w),
+                progress_pub=self.fleet_topics.progress_pub,
+            )
         )
         self.worker.start()
         self.worker.put(STARTUP)

@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,53 +43,54 @@ ARM_WAIT_S = (
 )
 
 
+@dataclass(frozen=True)
+class RoundsCollaborators:
+    """What a robot's stage work needs, handed over explicitly (no node)."""
+
+    client: Any  # learns (`RobotClient`: robot id, policy, fit, descriptors)
+    models: Any  # the received cluster models (`ModelCache`)
+    uplink: Any  # sends updates (`UpdateUplink`)
+    demos: Any  # the demonstrations (`RobotDemonstrations`: episodes, status)
+    arm: Any  # driven under ``arm_lock`` to evaluate (None: no arm)
+    arm_lock: threading.Lock
+    params: Callable[[], Any]  # the robot's current parameters (live)
+    log: Any  # the node's logger
+    stop: threading.Event  # the node's stop flag
+    latest: Callable[[], Announcement | None]  # the newest announcement received
+    signer: Any  # signs descriptors (None: unsigned)
+    model_dir: Path  # keeps local updates
+    log_transfer: Callable[..., None]  # log_transfer(**entry) writes the transfer log
+    descriptor_pub: Any  # the fleet's descriptor topic ...
+    metrics_pub: Any  # ... and metrics topic, published once wait_matched(pub, what) returns
+    wait_matched: Callable[[Any, str], None]
+    progress_pub: Any = None  # the training heartbeats (None: none are sent)
+
+
 class RobotRounds:
-    """One robot's answer to each round stage (worker thread).
+    """One robot's answer to each round stage (worker thread), over its
+    :class:`RoundsCollaborators`."""
 
-    Collaborators: ``client`` learns (`RobotClient`: robot id, policy, fit, descriptors), ``models``
-    holds the received cluster models (`ModelCache`), ``uplink`` sends updates (`UpdateUplink`),
-    ``demos`` has the demonstrations (`RobotDemonstrations`: episodes, status); ``arm`` is driven
-    under ``arm_lock`` to evaluate; ``params()`` returns the robot's current parameters (live),
-    ``log`` is the node's logger, ``stop`` its stop flag, ``latest()`` the newest announcement
-    received; ``signer`` signs descriptors (None: unsigned), ``model_dir`` keeps local updates,
-    ``log_transfer(**entry)`` writes the transfer log; ``descriptor_pub`` / ``metrics_pub`` are the
-    fleet's topics, published once ``wait_matched(pub, what)`` returns (the server subscribes);
-    ``progress_pub`` carries the training heartbeats (None: none are sent).
-    """
-
-    def __init__(
-        self,
-        client: Any,
-        models: Any,
-        uplink: Any,
-        demos: Any,
-        arm: Any,
-        arm_lock: threading.Lock,
-        params: Callable[[], Any],
-        log: Any,
-        stop: threading.Event,
-        latest: Callable[[], Announcement | None],
-        signer: Any,
-        model_dir: Path,
-        log_transfer: Callable[..., None],
-        descriptor_pub: Any,
-        metrics_pub: Any,
-        wait_matched: Callable[[Any, str], None],
-        progress_pub: Any = None,
-    ) -> None:
-        self.client, self.models, self.uplink, self.demos = client, models, uplink, demos
-        self.arm, self.arm_lock, self.params, self.log, self.stop = arm, arm_lock, params, log, stop
-        self.latest, self.signer, self.model_dir, self.log_transfer = (
-            latest,
-            signer,
-            model_dir,
-            log_transfer,
+    def __init__(self, deps: RoundsCollaborators) -> None:
+        self.client, self.models, self.uplink, self.demos = (
+            deps.client,
+            deps.models,
+            deps.uplink,
+            deps.demos,
+        )
+        self.arm, self.arm_lock, self.params = deps.arm, deps.arm_lock, deps.params
+        self.log, self.stop, self.latest = deps.log, deps.stop, deps.latest
+        self.signer, self.model_dir, self.log_transfer = (
+            deps.signer,
+            deps.model_dir,
+            deps.log_transfer,
         )
         self.descriptor_pub, self.metrics_pub, self.wait_matched = (
-            descriptor_pub,
-            metrics_pub,
-            wait_matched,
+            deps.descriptor_pub,
+            deps.metrics_pub,
+            deps.wait_matched,
         )
+        client, log, params, signer = deps.client, deps.log, deps.params, deps.signer
+        model_dir, progress_pub = deps.model_dir, deps.progress_pub
         self.robot_id: str = client.robot_id
         self.heartbeat = TrainingHeartbeat(
             self.robot_id,
