@@ -270,7 +270,15 @@ def main(argv: list[str]) -> int:
     env = {**os.environ, "MUJOCO_GL": "egl", "OMP_NUM_THREADS": "1"}
 
     def fed(*cmd: object) -> str:
-        done = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True)
+        # lerobot's AV1 encoder (SVT-AV1) sets the thread that opens it to SCHED_FIFO 99 when it
+        # may (root): fed_ros's side must not inherit a real-time policy (docs/testing.md).
+        done = subprocess.run(
+            [str(c) for c in cmd],
+            env=env,
+            capture_output=True,
+            text=True,
+            preexec_fn=lambda: os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0)),
+        )
         if done.returncode:
             command = " ".join(map(str, cmd[:3]))
             output = done.stderr[-800:] + done.stdout[-800:]
