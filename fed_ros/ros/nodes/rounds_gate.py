@@ -19,6 +19,9 @@ The state machine lives in :class:`fed_ros.core.rounds.coordinator.RoundCoordina
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from rclpy.parameter import Parameter
 
 PARAMETER = "rounds_enabled"
@@ -27,37 +30,45 @@ DONE_ACK_TIMEOUT_S = 5.0
 
 
 class RoundsGate:
-    """Follows the ``rounds_enabled`` parameter; offers ``~/set_rounds`` and ``~/end_fleet``."""
+    """Follows the ``rounds_enabled`` parameter and answers ``~/set_rounds`` and ``~/end_fleet``.
 
-    def __init__(self, node, enabled: bool, callback_group=None) -> None:
-        from std_srvs.srv import SetBool, Trigger
+    Collaborators: ``coord`` the round state machine it pauses and ends, ``log`` the node's
+    logger, ``set_parameter(param)`` sets one of the node's parameters (returns its
+    SetParametersResult), ``exit_code()`` the server's decided exit code (None while serving),
+    ``announce_pub`` the announcement publisher whose STAGE_DONE must be acknowledged. The node
+    registers ``after_set`` as a post-set-parameters callback and the two services' handlers.
+    """
 
-        self.node = node
-        node.coord.paused = not enabled
+    def __init__(
+        self,
+        coord,
+        enabled: bool,
+        *,
+        log,
+        set_parameter: Callable[[Parameter], Any],
+        exit_code: Callable[[], int | None],
+        announce_pub,
+    ) -> None:
+        self.coord, self.log, self.set_parameter = coord, log, set_parameter
+        self.exit_code, self.announce_pub = exit_code, announce_pub
+        coord.paused = not enabled
         if not enabled:
-            node.get_logger().warning(
+            log.warning(
                 "rounds DISABLED (rounds_enabled false): no round is announced until it is set true"
             )
-        node.add_post_set_parameters_callback(self._after_set)
-        node.create_service(
-            SetBool, "~/set_rounds", self._on_set_rounds, callback_group=callback_group
-        )
-        node.create_service(
-            Trigger, "~/end_fleet", self._on_end_fleet, callback_group=callback_group
-        )
 
     @property
     def enabled(self) -> bool:
         """Whether the server may announce new rounds now."""
-        return not self.node.coord.paused
+        return not self.coord.paused
 
-    def _after_set(self, params) -> None:
+    def after_set(self, params) -> None:
         for p in params:
             if p.name == PARAMETER:
-                coord = self.node.coord
+                coord = self.coord
                 coord.paused = not bool(p.value)
                 if p.value:
-                    self.node.get_logger().warning(
+                    self.log.warning(
                         "rounds ENABLED: "
                         + (
                             f"announcing round {coord.round_idx}"
@@ -66,15 +77,13 @@ class RoundsGate:
                         )
                     )
                 else:
-                    self.node.get_logger().warning(
+                    self.log.warning(
                         "rounds DISABLED (paused): the round in progress finishes; no new round is "
                         "announced until rounds_enabled is true"
                     )
 
-    def _on_set_rounds(self, request, response):
-        result = self.node.set_parameters(
-            [Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))]
-        )[0]
+    def on_set_rounds(self, request, response):
+        result = self.set_parameter(Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data)))
         response.success = bool(result.successful)
         response.message = (
             f"rounds {'enabled' if request.data else 'paused'}"
@@ -83,13 +92,13 @@ class RoundsGate:
         )
         return response
 
-    def _on_end_fleet(self, request, response):
-        coord = self.node.coord
+    def on_end_fleet(self, request, response):
+        coord = self.coord
         coord.end_requested = True
         # The server exits 0 once STAGE_DONE is out, as after the last round with exit_when_done
         # (set through the parameter, so `ros2 param get` shows it; also ends a server that stays
         # up).
-        self.node.set_parameters([Parameter("exit_when_done", Parameter.Type.BOOL, True)])
+        self.set_parameter(Parameter("exit_when_done", Parameter.Type.BOOL, True))
         where = (
             "federation already finished"
             if coord.finished
@@ -101,14 +110,14 @@ class RoundsGate:
             True,
             f"ending the federation after the current round: {where}",
         )
-        self.node.get_logger().warning(f"end_fleet: {response.message}")
+        self.log.warning(f"end_fleet: {response.message}")
         return response
 
     def after_round(self, plan) -> None:
         """A round closed: say so when the pause held the next one back."""
-        if plan is None and self.node.coord.held and self.node.coord.paused:
-            self.node.get_logger().warning(
-                f"rounds paused: round {self.node.coord.round_idx} is not announced "
+        if plan is None and self.coord.held and self.coord.paused:
+            self.log.warning(
+                f"rounds paused: round {self.coord.round_idx} is not announced "
                 "until rounds_enabled is true"
             )
 
@@ -116,10 +125,10 @@ class RoundsGate:
         """Before the exit 0 after STAGE_DONE (not on Ctrl-C), wait (bounded) until the robots'
         readers acknowledged the announcement, so the last thing they see is the end of the
         federation."""
-        if self.node.exit_code == 0 and self.node.coord.finished:
+        if self.exit_code() == 0 and self.coord.finished:
             from rclpy.duration import Duration
 
-            if not self.node.announce_pub.wait_for_all_acked(Duration(seconds=timeout_s)):
-                self.node.get_logger().warning(
+            if not self.announce_pub.wait_for_all_acked(Duration(seconds=timeout_s)):
+                self.log.warning(
                     f"STAGE_DONE not acknowledged by every robot within {timeout_s:.0f} s"
                 )

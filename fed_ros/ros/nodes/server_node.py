@@ -61,6 +61,7 @@ from fed_ros.ros.wire.transfer import TransferSender
 from fed_ros.ros.wire.transfer_receiver import TransferReceiver
 from fed_ros.ros.wire.chunk_assembler import TransferLimits
 from fed_ros.srv import Register
+from std_srvs.srv import SetBool, Trigger
 from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server_config import live_round_settings, liveness_settings
@@ -256,9 +257,17 @@ class FleetServer(Node):
             callback_group=group,
         )
         self.create_timer(0.1, self.rounds.tick, callback_group=group)
-        self.rounds_gate = RoundsGate(
-            self, p.rounds_enabled, callback_group=group
-        )  # ~/set_rounds, ~/end_fleet
+        self.rounds_gate = gate = RoundsGate(
+            self.coord,
+            p.rounds_enabled,
+            log=self.get_logger(),
+            set_parameter=lambda param: self.set_parameters([param])[0],
+            exit_code=lambda: self.exit_code,
+            announce_pub=self.announce_pub,
+        )
+        self.add_post_set_parameters_callback(gate.after_set)
+        self.create_service(SetBool, "~/set_rounds", gate.on_set_rounds, callback_group=group)
+        self.create_service(Trigger, "~/end_fleet", gate.on_end_fleet, callback_group=group)
         diagnostics.attach(self, "server", callback_group=group)  # /diagnostics, 1 Hz
         self.get_logger().info(
             f"fleet server: {p.algorithm} x {p.rounds} rounds, "
