@@ -15,7 +15,7 @@ last command (the arm must not keep executing a command nobody follows any more)
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from rclpy.parameter import Parameter
 
@@ -23,25 +23,26 @@ PARAMETER = "learning_enabled"
 
 
 class LearningGate:
-    """Follows the ``learning_enabled`` parameter; offers ``~/set_learning``."""
+    """Follows the ``learning_enabled`` parameter and answers ``~/set_learning``.
+
+    Collaborators: ``log`` the node's logger, ``set_parameter(param)`` sets one of the node's
+    parameters (returns its SetParametersResult), ``on_change(on)`` runs on every switch. The
+    node registers ``after_set`` as a post-set-parameters callback and ``on_set_learning`` as
+    the service's handler.
+    """
 
     def __init__(
         self,
-        node,
         enabled: bool,
-        callback_group=None,
+        *,
+        log,
+        set_parameter: Callable[[Parameter], Any],
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
-        from std_srvs.srv import SetBool
-
-        self.node = node
+        self.log, self.set_parameter = log, set_parameter
         self._on_change = on_change
         self._on = threading.Event()
         self._set(enabled)
-        node.add_post_set_parameters_callback(self._after_set)
-        node.create_service(
-            SetBool, "~/set_learning", self._on_set_learning, callback_group=callback_group
-        )
 
     @property
     def enabled(self) -> bool:
@@ -54,7 +55,7 @@ class LearningGate:
         else:
             self._on.clear()
 
-    def _after_set(self, params) -> None:
+    def after_set(self, params) -> None:
         for p in params:
             if p.name == PARAMETER:
                 # Off: the gate closes, then the arm is stopped; on: the arm client may drive
@@ -64,14 +65,10 @@ class LearningGate:
                 self._set(bool(p.value))
                 if not p.value and self._on_change is not None:
                     self._on_change(False)
-                self.node.get_logger().warning(
-                    f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}"
-                )
+                self.log.warning(f"learning {'ENABLED' if p.value else 'DISABLED (gate off)'}")
 
-    def _on_set_learning(self, request, response):
-        result = self.node.set_parameters(
-            [Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data))]
-        )[0]
+    def on_set_learning(self, request, response):
+        result = self.set_parameter(Parameter(PARAMETER, Parameter.Type.BOOL, bool(request.data)))
         response.success = bool(result.successful)
         response.message = (
             f"learning {'enabled' if request.data else 'disabled'}"
@@ -83,9 +80,7 @@ class LearningGate:
     def wait(self, stop: threading.Event, poll_s: float = 0.5) -> bool:
         """Block until the gate is on (True) or ``stop`` is set (False)."""
         if not self.enabled:
-            self.node.get_logger().info(
-                "learning disabled: waiting for learning_enabled before collecting"
-            )
+            self.log.info("learning disabled: waiting for learning_enabled before collecting")
         while not stop.is_set():
             if self._on.wait(poll_s):
                 return True
@@ -95,7 +90,5 @@ class LearningGate:
         """True (and logged) when the gate is off and ``what`` must not happen."""
         if self.enabled:
             return False
-        self.node.get_logger().info(
-            f"learning disabled: skipping {what}", throttle_duration_sec=5.0
-        )
+        self.log.info(f"learning disabled: skipping {what}", throttle_duration_sec=5.0)
         return True

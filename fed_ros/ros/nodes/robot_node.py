@@ -46,6 +46,7 @@ from fed_ros.ros.nodes.robot_rounds import RobotRounds, RoundsCollaborators
 from fed_ros.ros.nodes.robot_transfer import RobotTransfer
 from fed_ros.ros.nodes.robot_worker import STARTUP, JobWorker
 from fed_ros.srv import EvaluatePolicy, Record
+from std_srvs.srv import SetBool
 
 
 class RobotNode(Node):
@@ -142,8 +143,15 @@ class RobotNode(Node):
         diagnostics.attach(self, "robot", callback_group=io_group)  # /diagnostics, 1 Hz
         # ~/set_learning; switching off stops an arm episode being driven (a HOLD after its last
         # command)
-        self.gate = LearningGate(
-            self, p.learning_enabled, callback_group=io_group, on_change=self._on_learning_changed
+        self.gate = gate = LearningGate(
+            p.learning_enabled,
+            log=self.get_logger(),
+            set_parameter=lambda param: self.set_parameters([param])[0],
+            on_change=self._on_learning_changed,
+        )
+        self.add_post_set_parameters_callback(gate.after_set)
+        self.create_service(
+            SetBool, "~/set_learning", gate.on_set_learning, callback_group=io_group
         )
 
         self.encoder = (
