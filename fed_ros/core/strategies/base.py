@@ -388,21 +388,36 @@ STRATEGIES: dict[str, str] = {
 }
 
 
-def make_strategy(name: str, **settings: Any) -> Strategy:
-    """Build a strategy by name with keyword settings; unknown names/settings raise ValueError."""
+def strategy_class(name: str) -> type:
+    """The strategy class registered under ``name`` (ValueError naming the choices)."""
     import importlib
-    import inspect
 
     key = str(name).lower()
     if key not in STRATEGIES:
         raise ValueError(f"unknown strategy {name!r}; choose from {sorted(STRATEGIES)}")
     module_name, cls_name = STRATEGIES[key].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
+    cls: type = getattr(importlib.import_module(module_name), cls_name)
+    return cls
+
+
+def accepted_settings(name: str) -> set[str]:
+    """The keyword settings strategy ``name`` takes: the keyword-only arguments of every
+    ``__init__`` along its class hierarchy."""
+    import inspect
+
     accepted: set[str] = set()
-    for klass in cls.__mro__:
+    for klass in strategy_class(name).__mro__:
         if "__init__" in vars(klass) and klass is not object:
             params = inspect.signature(vars(klass)["__init__"]).parameters
             accepted |= {p for p, v in params.items() if v.kind == inspect.Parameter.KEYWORD_ONLY}
+    return accepted
+
+
+def make_strategy(name: str, **settings: Any) -> Strategy:
+    """Build a strategy by name with keyword settings; unknown names/settings raise ValueError."""
+    key = str(name).lower()
+    cls = strategy_class(key)
+    accepted = accepted_settings(key)
     unknown = sorted(set(settings) - accepted)
     if unknown:
         raise ValueError(

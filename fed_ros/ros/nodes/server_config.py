@@ -9,13 +9,12 @@ and the mapping from parameters to core objects is read (and changed) in one pla
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 from fed_ros.core.rounds.liveness import LivenessSettings
 from fed_ros.core.rounds.buffered import BufferSettings
 from fed_ros.core.rounds.settings import RoundSettings
-from fed_ros.core.strategies.base import STRATEGIES
+from fed_ros.core.strategies.base import accepted_settings
 from fed_ros.ros.fleet.params import ServerParams
 
 
@@ -24,16 +23,7 @@ def strategy_settings(algorithm: str, params: ServerParams) -> dict[str, Any]:
     settings = {
         k[len("strategy.") :]: v for k, v in params.extra.items() if k.startswith("strategy.")
     }
-    module_name, cls_name = STRATEGIES[algorithm].split(":")
-    cls = getattr(__import__(module_name, fromlist=[cls_name]), cls_name)
-    accepted = set()
-    for klass in cls.__mro__:
-        if "__init__" in vars(klass) and klass is not object:
-            accepted |= {
-                p
-                for p, v in inspect.signature(vars(klass)["__init__"]).parameters.items()
-                if v.kind == inspect.Parameter.KEYWORD_ONLY
-            }
+    accepted = accepted_settings(algorithm)
     for key in ("num_clusters", "C"):
         if key in accepted and key not in settings:
             settings[key] = params.num_clusters
