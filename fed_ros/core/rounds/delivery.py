@@ -55,7 +55,7 @@ class RetrySchedule:
     def delay(self, attempt: int, draw: float = 0.5) -> float:
         """Seconds to wait after send number ``attempt`` (1 = the first send) before the next.
 
-        ``draw`` in [0, 1) places the delay in the jitter band (0.5: its middle, the schedule's
+        ``draw`` in [0, 1] places the delay in the jitter band (0.5: its middle, the schedule's
         own value); without jitter it has no effect.
         """
         if attempt < 1:
