@@ -180,6 +180,37 @@ def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
     assert torch.get_num_threads() == 1
 
 
+def test_bench_stage_is_trained_once_per_seed_and_loaded_identically_after(tmp_path):
+    from fed_ros.bench.federation_encoder import EncoderStageStore, FleetEncoderStage
+
+    data = robot_data(2)
+    store = EncoderStageStore(tmp_path / "encoders")
+
+    def run_stage(name, cfg, stage_data):
+        stage = FleetEncoderStage(cfg, tmp_path / f"{name}.safetensors", store=store)
+        policy_cfg = stage.policy_config(PolicyConfig(**TINY_POLICY, vision_backbone="fleet"))
+        rows = stage.run(clients(policy_cfg, stage_data), stage_data)
+        return stage, rows
+
+    trained, rows = run_stage("first", encoder_cfg(rounds=2), data)
+    assert not any(r.get("loaded") for r in rows)
+    # Another cell of the seed: the same encoder, bit for bit, with the rows of its training.
+    loaded, again = run_stage("second", encoder_cfg(rounds=2), data)
+    assert all(r["loaded"] for r in again) and loaded.rounds_run == trained.rounds_run == 2
+    assert [r["cpu_s"] for r in again] == [r["cpu_s"] for r in rows]
+    assert loaded.state.keys() == trained.state.keys()
+    for k, v in trained.state.items():
+        np.testing.assert_array_equal(loaded.state[k], v, err_msg=k)
+    assert (tmp_path / "first.safetensors").read_bytes() == (
+        tmp_path / "second.safetensors"
+    ).read_bytes()
+    # Anything that changes the stage misses the store: another seed, other frames.
+    _, other_seed = run_stage("third", encoder_cfg(rounds=2, seed=1), data)
+    fewer = {rid: eps[:-1] if len(eps) > 1 else eps for rid, eps in data.items()}
+    _, other_data = run_stage("fourth", encoder_cfg(rounds=2), fewer)
+    assert not any(r.get("loaded") for r in other_seed + other_data)
+
+
 @pytest.mark.sim
 def test_bench_image_cell_with_the_fleet_encoder_runs_its_stage_first(tmp_path):
     import json

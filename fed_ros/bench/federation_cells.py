@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol, Sequence
 from tqdm.auto import tqdm
 
 from fed_ros.bench.federation_demos import DemoCache
+from fed_ros.bench.federation_encoder import EncoderStageStore
 from fed_ros.bench.federation_few import few_demos_setting
 from fed_ros.bench.federation_methods import METHODS
 from fed_ros.bench.federation_run import CellSpec, cell_path, run_cell, save_json
@@ -44,8 +45,10 @@ def compute_cell(
     A method whose component is unavailable or misconfigured gives a record with ``error``
     (not fatal, so the rest of the table is still produced); anything else propagates.
     """
+    # Encoder stages trained on the cached demos are kept beside them (`EncoderStageStore`).
+    encoders = EncoderStageStore(cache.root.parent / "encoders")
     try:
-        return run_cell(spec, cache, progress=progress)
+        return run_cell(spec, cache, progress=progress, encoder_store=encoders)
     except (
         ValueError,
         ImportError,

@@ -7,13 +7,24 @@ A cell whose policy says ``vision_backbone="fleet"`` runs it (`federation_run.ru
 encoder file it writes is the ``backbone_weights`` every policy of the cell reads, frozen and
 cached. Rewriting the file in place is what a refresh does: the frozen trunk is keyed by the
 file's modification time and size, so the next policy built reads the new weights.
+
+A stage is a pure function of the encoder config, the robots, their frames and the rounds run
+before it (every robot's steps are seeded), and every method of a seed runs the same one. So
+`EncoderStageStore` keeps each finished stage on disk and the other cells of the seed load it
+instead of training it again; a cell's record says which stages it loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +36,85 @@ from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 from fed_ros.learning.configuration_policy import PolicyConfig
 
 
+def stage_key(
+    cfg: FleetEncoderConfig, data: Mapping[str, Sequence[Episode]], rounds_run: int
+) -> str:
+    """What determines one encoder stage, as a hex digest: the config, the rounds already run,
+    and per robot (in order) its episodes' identity (task, variation, length, actions and
+    first camera frames). The clients' seeds follow from the robot ids and ``cfg.seed``."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps({"cfg": asdict(cfg), "rounds_run": rounds_run}, sort_keys=True).encode())
+    for rid, episodes in data.items():
+        h.update(f"|{rid}:{len(episodes)}".encode())
+        for ep in episodes:
+            h.update(f"|{ep.task}/{ep.variation}/{len(ep)}".encode())
+            h.update(np.ascontiguousarray(ep.actions).tobytes())
+            for cam in cfg.cameras:
+                if cam in ep.observations:
+                    h.update(np.ascontiguousarray(ep.observations[cam][0]).tobytes())
+    return h.hexdigest()
+
+
+class EncoderStageStore:
+    """Finished encoder stages under ``root``: ``<key>.safetensors`` (the whole encoder state,
+    trunk and objective heads, which a later stage continues from) and ``<key>.json`` (its
+    report rows). Cells of one seed run side by side in worker processes, so a stage is
+    computed under an exclusive file lock: the second cell waits for it, then loads it."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    @contextlib.contextmanager
+    def locked(self, key: str) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f"{key}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def load(self, key: str) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]] | None:
+        from safetensors.numpy import load_file
+
+        tensors, rows = self.root / f"{key}.safetensors", self.root / f"{key}.json"
+        if not (tensors.is_file() and rows.is_file()):
+            return None
+        return dict(load_file(str(tensors))), json.loads(rows.read_text())
+
+    def store(self, key: str, state: Mapping[str, np.ndarray], rows: list[dict[str, Any]]) -> None:
+        from safetensors.numpy import save_file
+
+        # The rows last, each file replaced atomically: `load` sees a stage whole or not at all.
+        tensors = {k: np.ascontiguousarray(v) for k, v in state.items()}
+        with self._replacing(f"{key}.safetensors") as tmp:
+            save_file(tensors, tmp)
+        with self._replacing(f"{key}.json") as tmp:
+            Path(tmp).write_text(json.dumps(rows))
+
+    @contextlib.contextmanager
+    def _replacing(self, name: str) -> Iterator[str]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+        os.close(fd)
+        try:
+            yield tmp
+            os.replace(tmp, self.root / name)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+
 class FleetEncoderStage:
     """The server's side of the encoder rounds: the current encoder, its file, its schedule."""
 
-    def __init__(self, cfg: FleetEncoderConfig, path: str | Path) -> None:
+    def __init__(
+        self, cfg: FleetEncoderConfig, path: str | Path, store: EncoderStageStore | None = None
+    ) -> None:
         from fed_ros.learning.fleet_encoder import initial_encoder_state, save_backbone
 
         self.cfg = cfg
+        self.store = store
         self.state = initial_encoder_state(cfg)
         # Written at once: building any fleet-backbone policy (a client's placeholder model,
         # the initial model) reads the file, before the first stage has trained it.
@@ -56,9 +139,33 @@ class FleetEncoderStage:
         self, clients: Mapping[str, Any], data: Mapping[str, Sequence[Episode]]
     ) -> list[dict[str, Any]]:
         """``cfg.rounds`` encoder rounds over every robot, then the file rewritten; one report
-        row per round (frames, loss, CPU seconds and bytes per robot)."""
+        row per round (frames, loss, CPU seconds and bytes per robot). With a store, a stage
+        another cell already ran is loaded; its rows then say ``"loaded": true`` and carry the
+        CPU seconds the stage cost when it was computed."""
         from fed_ros.learning.backbones.trunk import forget_frozen
-        from fed_ros.learning.fleet_encoder import aggregate_encoders, save_backbone
+        from fed_ros.learning.fleet_encoder import save_backbone
+
+        if self.store is None:
+            rows = self._train(clients, data)
+        else:
+            key = stage_key(self.cfg, data, self.rounds_run)
+            with self.store.locked(key):
+                done = self.store.load(key)
+                if done is None:
+                    rows = self._train(clients, data)
+                    self.store.store(key, self.state, rows)
+                else:
+                    self.state, rows = done
+                    rows = [{**row, "loaded": True} for row in rows]
+                    self.rounds_run += self.cfg.rounds
+        forget_frozen(self.path)  # policies built from now on read the new file
+        save_backbone(self.state, self.path)
+        return rows
+
+    def _train(
+        self, clients: Mapping[str, Any], data: Mapping[str, Sequence[Episode]]
+    ) -> list[dict[str, Any]]:
+        from fed_ros.learning.fleet_encoder import aggregate_encoders
 
         rows = []
         payload = int(sum(np.asarray(v).nbytes for v in self.state.values()))
@@ -84,6 +191,4 @@ class FleetEncoderStage:
                 }
             )
             self.rounds_run += 1
-        forget_frozen(self.path)  # policies built from now on read the new file
-        save_backbone(self.state, self.path)
         return rows

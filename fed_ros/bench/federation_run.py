@@ -26,7 +26,7 @@ from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
 from fed_ros.bench.federation_wire import encoding_suffix, model_encoding, send_update
 from fed_ros.core import sparse_deltas
-from fed_ros.bench.federation_encoder import FleetEncoderStage
+from fed_ros.bench.federation_encoder import EncoderStageStore, FleetEncoderStage
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
 from fed_ros.bench.federation_settings import Profile, Setting
@@ -244,9 +244,13 @@ def eval_horizons(
 
 
 def run_cell(
-    spec: CellSpec, cache: DemoCache, progress: Callable[[str], None] | None = None
+    spec: CellSpec,
+    cache: DemoCache,
+    progress: Callable[[str], None] | None = None,
+    encoder_store: EncoderStageStore | None = None,
 ) -> dict[str, Any]:
-    """Run one (setting, method, seed) federation and return its JSON record."""
+    """Run one (setting, method, seed) federation and return its JSON record. A fleet-encoder
+    cell loads its encoder stages from ``encoder_store`` when another cell ran them."""
     import torch
 
     torch.set_num_threads(1)  # the benchmark runs cells side by side on few cores
@@ -258,7 +262,9 @@ def run_cell(
         if policy_cfg.vision_backbone == FLEET:
             # Seeded by the cell's seed, so every method of a seed starts from one encoder.
             enc_cfg = FleetEncoderConfig(**{"seed": seed, **(profile.fleet_encoder or {})})
-            encoder = FleetEncoderStage(enc_cfg, Path(tmp) / "fleet_encoder.safetensors")
+            encoder = FleetEncoderStage(
+                enc_cfg, Path(tmp) / "fleet_encoder.safetensors", store=encoder_store
+            )
             policy_cfg = encoder.policy_config(policy_cfg)
         return _run_cell(spec, data, policy_cfg, encoder, progress)
 
