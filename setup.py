@@ -25,12 +25,12 @@ setup(
     entry_points={
         "console_scripts": [
             "fed-ros = fed_ros.cli:main",
-            "fed-ros-server = fed_ros.ros.nodes.server_node:main",
-            "fed-ros-robot = fed_ros.ros.nodes.robot_node:main",
-            "fed-ros-sim-bridge = fed_ros.ros.nodes.sim_bridge_node:main",
-            "fed-ros-expert-driver = fed_ros.ros.nodes.expert_driver_node:main",
-            "fed-ros-arm-adapter = fed_ros.ros.nodes.arm_adapter_node:main",
-            "fed-ros-teleop = fed_ros.ros.nodes.teleop_node:main",
+            "fed-ros-server = fed_ros.ros.nodes.server.server_node:main",
+            "fed-ros-robot = fed_ros.ros.nodes.robot.robot_node:main",
+            "fed-ros-sim-bridge = fed_ros.ros.nodes.sim_bridge.sim_bridge_node:main",
+            "fed-ros-expert-driver = fed_ros.ros.nodes.expert_driver.expert_driver_node:main",
+            "fed-ros-arm-adapter = fed_ros.ros.nodes.arm_adapter.arm_adapter_node:main",
+            "fed-ros-teleop = fed_ros.ros.nodes.teleop.teleop_node:main",
         ]
     },
 )

@@ -20,7 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "show the live fleet: robots, clusters, round, metrics",
     ),
     "robot": (
-        "fed_ros.ros.fleet.robot_cli:main",
+        "fed_ros.ros.operator.robot_cli:main",
         "operate one robot: reset, record, learning on/off, evaluate, estop",
     ),
     "plan": ("fed_ros.ros.fleet.cli:plan_main", "print the nodes a fleet config starts"),

@@ -21,7 +21,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Fast DDS puts domain d on UDP ports 7400 + 250 d + 10 + 2 p (participant p): ids above 101
 # reach Linux's ephemeral range (32768-60999), where any socket of the machine can hold the port.
-from fed_ros.ros.fleet.domains import DOMAIN_IDS, DOMAIN_LOCK_DIR, exclusive_domain_id  # noqa: E402,F401
+from fed_ros.ros.rigs.domains import DOMAIN_IDS, DOMAIN_LOCK_DIR, exclusive_domain_id  # noqa: E402,F401
 
 
 # Files whose tests take ~30 s or more on 2 cores (measured, `make test --durations`), longest

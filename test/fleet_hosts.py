@@ -1,4 +1,4 @@
-"""Fleet hosts for tests across network namespaces (fed_ros/ros/fleet/netns.py): the
+"""Fleet hosts for tests across network namespaces (fed_ros/ros/rigs/netns.py): the
 environment and the `fed-ros up` command line docs/fleet.md's "Across machines" section gives each
 machine, and where a host's node logs land. Shared by test_multihost.py and
 test_heartbeats_outage.py."""

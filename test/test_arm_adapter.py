@@ -14,8 +14,8 @@ from fed_ros.core.arm.profile import load_profile
 
 rclpy = pytest.importorskip("rclpy")
 
-ADAPTER = "fed_ros.ros.nodes.arm_adapter_node"
-BRIDGE = "fed_ros.ros.nodes.sim_bridge_node"
+ADAPTER = "fed_ros.ros.nodes.arm_adapter.arm_adapter_node"
+BRIDGE = "fed_ros.ros.nodes.sim_bridge.sim_bridge_node"
 
 
 def wait_until(cond, timeout: float, what: str, poll: float = 0.05):
@@ -123,7 +123,7 @@ class TinyUR5e:
 
 
 def test_adapter_clips_boxes_watchdogs_and_holds_over_dds(ros_env, processes, tmp_path):
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from std_msgs.msg import Bool
 
     profile = load_profile("ur5e")
@@ -294,7 +294,7 @@ def test_ur5e_fleet_without_arm_names_missing_topics(ros_env, processes, tmp_pat
     )
     spun = Spun("probe")
     try:
-        from fed_ros.ros.arm.bridge_eval import ArmClient
+        from fed_ros.ros.arm.arm_client import ArmClient
 
         client = ArmClient(spun.node, namespace="/ur_1", cameras=False)
         assert client._reset_client.wait_for_service(timeout_sec=30.0)
@@ -317,7 +317,7 @@ def test_sil_records_trains_and_evaluates_through_standard_interfaces(
     from fed_ros.learning.runner import PolicyRunner
     from fed_ros.learning.configuration_trainer import TrainerConfig
     from fed_ros.learning.trainer import initial_state_dict, train_local
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
     from fed_ros.sim.experts import make_expert
 

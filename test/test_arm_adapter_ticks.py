@@ -29,7 +29,7 @@ class FakeClock:
 def adapter(request, ros_env, monkeypatch):
     """A panda_sim adapter without cameras, driven by direct callback calls."""
     from rclpy.parameter import Parameter
-    from fed_ros.ros.nodes import arm_adapter_node as mod
+    from fed_ros.ros.nodes.arm_adapter import arm_adapter_node as mod
 
     clock = FakeClock()
     monkeypatch.setattr(mod, "time", clock)
@@ -93,7 +93,7 @@ def _answer(node) -> None:
 
 
 def _start_episode(node, clock) -> None:
-    # What the reset service leaves behind (adapter_reset.EpisodeReset), without the home motion.
+    # What the reset service leaves behind (arm_adapter.reset.EpisodeReset), without the home motion.
     _arm_state(node, clock, 1_000_000_000)
     episode = node.episode
     episode.number, episode.step, episode.done, episode.success = 1, 0, False, False

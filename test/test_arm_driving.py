@@ -24,7 +24,7 @@ from conftest import ProcessGroup  # noqa: E402
 def mirrored_arm(tmp_path):
     """A lockstep lift bridge with a mirrored mount (no cameras) and a client node holding
     an ArmClient labelled "policy" plus a Recorder, as the robot node has them."""
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
     from fed_ros.ros.spun_node import spun_node
 
@@ -38,7 +38,7 @@ def mirrored_arm(tmp_path):
     group.python(
         [
             "-m",
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             "--ros-args",
             "-p",
             "task:=lift",

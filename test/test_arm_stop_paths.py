@@ -27,7 +27,7 @@ from fed_ros.core.arm.profile import load_profile
 
 rclpy = pytest.importorskip("rclpy")
 
-ADAPTER = "fed_ros.ros.nodes.arm_adapter_node"
+ADAPTER = "fed_ros.ros.nodes.arm_adapter.arm_adapter_node"
 NS = "/robot_0"
 CLOSED = 0.79  # ur5e profile: gripper closed position, rad
 NO_WATCHDOG = "{watchdog_timeout_s: 30.0}"  # so the watchdog cannot mask the zero under test
@@ -185,7 +185,7 @@ class Driver:
     """A policy on the robot side: answers every observation with a move (+x, gripper closed)."""
 
     def __init__(self, node) -> None:
-        from fed_ros.ros.arm.bridge_eval import ArmClient
+        from fed_ros.ros.arm.arm_client import ArmClient
 
         self.client = ArmClient(node, namespace=NS, cameras=False)
         self.stop = threading.Event()
@@ -253,7 +253,7 @@ def test_an_exception_in_the_adapters_tick_ends_with_a_zero_command(ros_env, tmp
     """In process (to inject the fault): the safety filter raises in the middle of a tick."""
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.parameter import Parameter
-    from fed_ros.ros.nodes.arm_adapter_node import ArmAdapterNode
+    from fed_ros.ros.nodes.arm_adapter.arm_adapter_node import ArmAdapterNode
 
     profile = load_profile("ur5e")
     context = rclpy.Context()

@@ -255,11 +255,11 @@ def test_sros2_policy_grants_what_the_nodes_use():
             for t in group
         }
 
-    def topics(prefix: str, call: str, fleet_relative: bool) -> set[str]:
-        """Topic names passed to ``<x>.<call>(Type, topic, ...)`` in the node modules named
-        ``prefix*``: plain names on the server, ``f"{fleet}/name"`` on a robot."""
+    def topics(node_dir: str, call: str, fleet_relative: bool) -> set[str]:
+        """Topic names passed to ``<x>.<call>(Type, topic, ...)`` in the node's folder
+        (``nodes/<node_dir>/``): plain names on the server, ``f"{fleet}/name"`` on a robot."""
         found = set()
-        for path in sorted((root_dir / "fed_ros/ros/nodes").glob(prefix + "*.py")):
+        for path in sorted((root_dir / "fed_ros/ros/nodes" / node_dir).glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
                     continue

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import wait_until
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
-from fed_ros.ros.fleet.params import VISION_BACKBONES, RobotParams, ServerParams
+from fed_ros.ros.configuration.fleet_params import VISION_BACKBONES, RobotParams, ServerParams
 from fed_ros.ros.fleet.plan import plan_fleet
 
 ROBOT = "robot_0"
@@ -232,7 +232,7 @@ def test_the_encoder_stage_needs_the_servers_fleet_backbone(tmp_path, keys, serv
 
 
 def test_encoder_settings_reach_the_fleet_encoder_config():
-    from fed_ros.ros.nodes.server_encoder import fleet_encoder_config
+    from fed_ros.ros.nodes.server.encoder import fleet_encoder_config
 
     params = ServerParams.from_mapping(
         {
@@ -257,7 +257,7 @@ def test_encoder_settings_reach_the_fleet_encoder_config():
     ],
 )
 def test_a_bad_encoder_setting_is_named(setting, message):
-    from fed_ros.ros.nodes.server_encoder import fleet_encoder_config
+    from fed_ros.ros.nodes.server.encoder import fleet_encoder_config
 
     params = ServerParams.from_mapping(
         {"policy": "image", "vision_backbone": "fleet", "encoder_rounds": 1, **setting}

@@ -35,14 +35,14 @@ def _command(action, gripper=0.0, mode=0, stamp_ns=0):
     ],
 )
 def test_validate_command_names_the_problem(msg, reason):
-    from fed_ros.ros.arm.bridge_commands import validate_command
+    from fed_ros.ros.nodes.sim_bridge.command_validation import validate_command
 
     with pytest.raises(ValueError, match=reason):
         validate_command(msg)
 
 
 def test_validate_command_accepts_position_and_hold():
-    from fed_ros.ros.arm.bridge_commands import validate_command
+    from fed_ros.ros.nodes.sim_bridge.command_validation import validate_command
 
     ok = validate_command(_command([1.0, -1.0, 0.0], gripper=1.0, stamp_ns=7))
     assert not ok.hold and ok.gripper == 1.0 and ok.stamp_ns == 7
@@ -59,7 +59,7 @@ def test_bad_commands_rejected_and_arm_holds_still(ros_env, processes, tmp_path)
     bridge = processes.python(
         [
             "-m",
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             "--ros-args",
             "-p",
             "task:=lift",

@@ -59,7 +59,7 @@ def test_unanswered_observation_is_resent_with_its_stamp(tmp_path):
         group.python(
             [
                 "-m",
-                "fed_ros.ros.nodes.sim_bridge_node",
+                "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
                 "--ros-args",
                 "-p",
                 "task:=lift",

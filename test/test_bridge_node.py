@@ -50,7 +50,7 @@ def _lockstep_bridge(tmp_path_factory, domain: int):
     group.python(
         [
             "-m",
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             "--ros-args",
             "-p",
             "task:=lift",
@@ -73,7 +73,7 @@ def _lockstep_bridge(tmp_path_factory, domain: int):
 
 @pytest.fixture
 def arm_client(lockstep_bridge):
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.spun_node import spun_node
 
     with spun_node("test_client") as node:
@@ -118,7 +118,7 @@ def test_bridge_publishes_what_the_simulator_renders(arm_client):
 
 
 def test_expert_evaluation_through_bridge_reports_success_rate(lockstep_bridge):
-    from fed_ros.ros.arm.bridge_evaluation import evaluate_through_bridge
+    from fed_ros.ros.arm.policy_evaluation import evaluate_through_bridge
     from fed_ros.sim.evaluate import evaluate
     from fed_ros.sim.experts import make_expert
 
@@ -150,7 +150,7 @@ def test_episode_recorded_through_ros_matches_what_was_commanded(lockstep_bridge
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.expert_driver_node",
+            "fed_ros.ros.nodes.expert_driver.expert_driver_node",
             "--ros-args",
             "-p",
             "task:=lift",

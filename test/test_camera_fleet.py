@@ -85,7 +85,7 @@ def test_image_fleet_learns_and_evaluates_from_camera_topics(tmp_path, ros_env, 
     )
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
 
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor() as monitor:
         deadline = time.monotonic() + 840  # liveness only

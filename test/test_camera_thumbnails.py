@@ -28,7 +28,7 @@ def test_large_frames_are_bounded_in_size_and_rate(ros_env):
     from rclpy.executors import SingleThreadedExecutor
     from sensor_msgs.msg import Image
 
-    from fed_ros.ros.fleet.camera_thumbnails import LARGE_SIDE, THUMB_SIDE, CameraThumbnails
+    from fed_ros.ros.operator.camera_thumbnails import LARGE_SIDE, THUMB_SIDE, CameraThumbnails
     from fed_ros.ros.wire import qos
     from fed_ros.ros.wire.images import image_to_msg
 
@@ -87,7 +87,7 @@ def test_large_frames_are_bounded_in_size_and_rate(ros_env):
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan")])
 def test_the_encoding_period_must_be_a_number_of_seconds(bad):
-    from fed_ros.ros.fleet.camera_thumbnails import CameraThumbnails
+    from fed_ros.ros.operator.camera_thumbnails import CameraThumbnails
 
     with pytest.raises(ValueError, match=f"min_period_s must be >= 0 s, got {bad}"):
         CameraThumbnails(None, min_period_s=bad)

@@ -111,7 +111,7 @@ def test_compressed_cameras_recorded_and_trained_on(ros_context, tmp_path):  # n
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.configuration_trainer import TrainerConfig
     from fed_ros.learning.trainer import initial_state_dict, train_local
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.wire.images import decode_camera
 
     robot = ros_context("robot")

@@ -34,7 +34,7 @@ def test_every_ros2_run_node_has_a_console_script():
     console = set(_setup_console_scripts().values())
     missing = {node: t for node, t in _script_targets().items() if t not in console}
     assert not missing, f"nodes without a console script in setup.py: {missing}"
-    assert _setup_console_scripts()["fed-ros-teleop"] == "fed_ros.ros.nodes.teleop_node:main"
+    assert _setup_console_scripts()["fed-ros-teleop"] == "fed_ros.ros.nodes.teleop.teleop_node:main"
 
 
 def test_the_installed_package_has_the_console_scripts_of_setup_py():

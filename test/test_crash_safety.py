@@ -521,7 +521,7 @@ def test_l3_real_server_node_killed_and_restarted_resumes_identically(tmp_path, 
     argv = [
         sys.executable,
         "-m",
-        "fed_ros.ros.nodes.server_node",
+        "fed_ros.ros.nodes.server.server_node",
         "--ros-args",
         "-r",
         "__ns:=/fleet",

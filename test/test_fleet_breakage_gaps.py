@@ -60,7 +60,7 @@ def test_round_0_waits_for_registration_timeout_with_min_robots_but_not_all_expe
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.server_node",
+            "fed_ros.ros.nodes.server.server_node",
             "--ros-args",
             "-r",
             "__ns:=/fleet",

@@ -106,7 +106,7 @@ class _Observer:
         from rclpy.executors import SingleThreadedExecutor
 
         from fed_ros.msg import EncoderUpdate, FleetEncoder, RoundReport
-        from fed_ros.ros.nodes.server_node import REPORT_HISTORY
+        from fed_ros.ros.nodes.server.server_node import REPORT_HISTORY
         from fed_ros.ros.wire import qos
 
         self.ctx = rclpy.Context()

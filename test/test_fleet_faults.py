@@ -91,7 +91,7 @@ def test_robot_killed_mid_round_round_completes_at_quorum(tmp_path, ros_env, pro
     commands = _fleet(tmp_path, robots=3, rounds=1, quorum_fraction=0.6, round_timeout_s=45.0)
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor(track_models=False) as monitor:
         _wait(
@@ -140,7 +140,7 @@ def test_robot_killed_mid_training_and_restarted_rejoins_with_its_key(tmp_path, 
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     robot_1 = next(c for c in commands if c.spec.fqn == "/robot_1/robot")
     server_log = next(c.log_path for c in commands if c.spec.fqn == "/fleet/server")
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor(track_models=False) as monitor:
         _wait(  # its first heartbeat: sent when training starts
@@ -183,7 +183,7 @@ def test_server_killed_and_restarted_resumes_with_identical_models(tmp_path, ros
     env = fleet_env(base=ros_env)
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
     server = next(c for c in commands if c.spec.fqn == "/fleet/server")
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor() as monitor:
         _wait(

@@ -11,7 +11,7 @@ import yaml
 
 from fed_ros.ros.fleet import launcher
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict, load_fleet_config
-from fed_ros.ros.fleet.params import ALGORITHMS, SIM_TASKS, RobotParams, ServerParams
+from fed_ros.ros.configuration.fleet_params import ALGORITHMS, SIM_TASKS, RobotParams, ServerParams
 from fed_ros.ros.fleet.plan import plan_fleet
 
 REPO = Path(__file__).resolve().parents[1]

@@ -63,7 +63,7 @@ def test_fleet_of_four_arms_runs_feddrman_end_to_end(tmp_path, ros_env, processe
     assert len(commands) == 9  # server + 4 bridges + 4 robots
     procs = {c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path) for c in commands}
 
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor() as monitor:
         deadline = time.monotonic() + 380
@@ -182,7 +182,7 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             *ns,
             "-r",
             "__node:=arm",
@@ -200,7 +200,7 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.robot_node",
+            "fed_ros.ros.nodes.robot.robot_node",
             *ns,
             "-r",
             "__node:=robot",
@@ -216,7 +216,7 @@ def test_record_service_records_expert_demonstrations_through_the_robot_node(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.expert_driver_node",
+            "fed_ros.ros.nodes.expert_driver.expert_driver_node",
             *ns,
             "-p",
             "task:=lift",
@@ -248,7 +248,7 @@ def test_nodes_refuse_bad_parameters_naming_them(tmp_path, ros_env):
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.server_node",
+            "fed_ros.ros.nodes.server.server_node",
             "--ros-args",
             "-p",
             "quorum_fraction:=1.5",
@@ -265,7 +265,7 @@ def test_nodes_refuse_bad_parameters_naming_them(tmp_path, ros_env):
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.robot_node",
+            "fed_ros.ros.nodes.robot.robot_node",
             "--ros-args",
             "-r",
             "__ns:=/robot_0",
@@ -311,7 +311,7 @@ def test_rnd_fleet_exchanges_predictors_and_scores_before_training(tmp_path, ros
         c.spec.fqn: processes.start(c.argv, env, log_path=c.log_path)
         for c in build_commands(plan_fleet(config), tmp_path)
     }
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     with FleetMonitor(track_models=False) as monitor:
         deadline = time.monotonic() + 150

@@ -32,7 +32,7 @@ def test_discovery_range_option_then_recorded_then_environment():
 def test_status_shows_the_latest_report_and_pulls_no_models(tmp_path, ros_env):
     import rclpy
     from fed_ros.msg import ClusterModel, RoundAnnouncement, RoundReport
-    from fed_ros.ros.nodes.server_node import REPORT_HISTORY
+    from fed_ros.ros.nodes.server.server_node import REPORT_HISTORY
     from fed_ros.ros.wire import qos
 
     context = rclpy.Context()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict, load_fleet_config
-from fed_ros.ros.fleet.foxglove_layout import (
+from fed_ros.ros.operator.foxglove_layout import (
     foxglove_layout,
     layout_leaves,
     layout_topics,

@@ -1,5 +1,5 @@
 """A slow robot whose link goes down for 2x the heartbeat period is not declared dead (issue 26
-item 2), across separate hosts (network namespaces, fed_ros/ros/fleet/netns.py).
+item 2), across separate hosts (network namespaces, fed_ros/ros/rigs/netns.py).
 
 The server and one robot each run `fed-ros up` on their own host. The robot is throttled
 (``train_step_delay_s``: >= 12 s of training for a round the server announced with an 8 s
@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.ros.fleet.netns import Network, unavailable_reason
+from fed_ros.ros.rigs.netns import Network, unavailable_reason
 from fleet_hosts import host_env, node_log, stop_hosts, tail, up_argv
 
 ROBOT = "robot_0"

@@ -17,8 +17,8 @@ import pytest
 
 from fed_ros.core.checks.audit_log import read_audit_log
 
-from fed_ros.ros.fleet.reference_federation import committed_models, reference_models
-from fed_ros.ros.fleet.scripted import (
+from fed_ros.ros.rigs.reference_federation import committed_models, reference_models
+from fed_ros.ros.rigs.scripted import (
     ROBOTS,
     ScriptedRobots,
     initial_model,
@@ -35,14 +35,14 @@ JUNK = int(
 ATTACKER = [
     sys.executable,
     "-m",
-    "fed_ros.ros.fleet.attacker",
+    "fed_ros.ros.rigs.attacker",
 ]  # shared with `fed-ros bench robustness --protocol`
 
 
 def run_attacker(
     tmp_path: Path, env: dict, *attacks: str, timeout: float = 240.0
 ) -> dict[str, dict]:
-    """Run the attacker (fed_ros/ros/fleet/attacker.py) as its own process; its JSON result per
+    """Run the attacker (fed_ros/ros/rigs/attacker.py) as its own process; its JSON result per
     attack."""
     out = subprocess.run(
         [*ATTACKER, str(tmp_path / "keys"), *attacks],

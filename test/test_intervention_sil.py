@@ -72,7 +72,7 @@ class Human:
     def __init__(self, node) -> None:
         from fed_ros.msg import ArmCommand, EpisodeStatus, RoundReport
         from fed_ros.ros.arm import topics as at
-        from fed_ros.ros.fleet.monitor import report_to_dict
+        from fed_ros.ros.operator.monitor import report_to_dict
         from fed_ros.ros.wire import qos
         from sensor_msgs.msg import Joy
 
@@ -164,7 +164,7 @@ def test_a_human_takes_over_mid_episode_and_the_next_round_trains_on_the_segment
     (tmp_path / "pad.yaml").write_text(yaml.safe_dump(pad_profile))
     teleop_log = tmp_path / "teleop.log"
     processes.python(
-        ["-m", "fed_ros.ros.nodes.teleop_node", "--ros-args", "-r", f"__ns:={NS}"]
+        ["-m", "fed_ros.ros.nodes.teleop.teleop_node", "--ros-args", "-r", f"__ns:={NS}"]
         + ["-p", f"profile:={tmp_path / 'pad.yaml'}"],
         env,
         log_path=teleop_log,

@@ -4,7 +4,10 @@ Walks every module of fed_ros with ``ast`` (no imports executed) and collects ev
 at module level and inside functions (a lazy import is still a dependency).
 
 Layers: core (numpy/scipy) <- learning (torch) <- sim (MuJoCo) <- ros (rclpy, fed_ros.msg/srv);
-bench, cli and commands (the argument parsing) sit on top.
+bench, cli and commands (the argument parsing) sit on top. Inside ros, the test rigs
+(``ros.rigs``) and the benchmarks over DDS (``ros.bench``) are tooling: no product module imports
+them. The nodes read their parameter schemas from ``ros.configuration``, never from the
+fleet's planning (``ros.fleet``) or the operator interfaces (``ros.operator``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,22 @@ FORBIDDEN = {
         "fed_ros.srv",
         "fed_ros.cli",
         "fed_ros.commands",
+    ),
+    "fed_ros.ros.nodes": (
+        "fed_ros.ros.fleet",
+        "fed_ros.ros.operator",
+        "fed_ros.bench",
+        "fed_ros.ros.rigs",
+        "fed_ros.cli",
+        "fed_ros.commands",
+    ),
+    "fed_ros.ros.configuration": (
+        "rclpy",
+        "fed_ros.ros.nodes",
+        "fed_ros.ros.fleet",
+        "fed_ros.ros.operator",
+        "fed_ros.bench",
+        "fed_ros.ros.rigs",
     ),
 }
 ROS_ONLY = ("rclpy", "fed_ros.msg", "fed_ros.srv", "rcl_interfaces", "launch", "launch_ros")
@@ -146,6 +165,22 @@ def test_layer_imports_only_downwards(layer):
                 for m in sorted(imports_of(path))
                 if _matches(m, FORBIDDEN[layer])
             ]
+    assert not bad, "\n".join(bad)
+
+
+# Inside the ROS layer (the only one that may import rclpy), what runs on a robot or a server
+# and what tests and benchmarks it: the product never imports its tooling.
+ROS_TOOLING = ("fed_ros.ros.rigs", "fed_ros.ros.bench")
+
+
+def test_the_ros_product_never_imports_its_tooling():
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if not _matches(name, ("fed_ros.ros",)) or _matches(name, ROS_TOOLING):
+            continue
+        tooling = (*ROS_TOOLING, "fed_ros.bench", "fed_ros.cli", "fed_ros.commands")
+        bad += [f"{name} imports {m}" for m in sorted(imports_of(path)) if _matches(m, tooling)]
     assert not bad, "\n".join(bad)
 
 

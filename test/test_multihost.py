@@ -4,7 +4,7 @@
 Server and two robots each run on their own "host": a network namespace with its own
 address on a bridge, its own hostname, /dev/shm and machine-id (so Fast DDS cannot use shared
 memory between them and the network is really used), robot links shaped to 20 Mbit/s with
-tbf (fed_ros/ros/fleet/netns.py; facts in ../shared/multihost.md). Each host runs
+tbf (fed_ros/ros/rigs/netns.py; facts in ../shared/multihost.md). Each host runs
 `fed-ros up fleet.yaml ... --discovery-range SUBNET --domain-id N` with FED_ROS_BULK_HOST set
 to its own address. Robots train on fixed demos (Episode .npz, no simulator, no evaluation).
 
@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.ros.fleet.netns import Network, unavailable_reason
+from fed_ros.ros.rigs.netns import Network, unavailable_reason
 from fleet_hosts import host_env, node_log, stop_hosts, tail, up_argv
 
 ROBOTS = ("robot_0", "robot_1")

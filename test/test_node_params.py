@@ -1,5 +1,5 @@
-"""Typed node parameters: one declaration (fed_ros.ros.fleet.params, arm_params) gives the
-defaults, the documented config files, the ParameterDescriptors and the live set-parameters
+"""Typed node parameters: one declaration (fed_ros.ros.configuration.fleet_params, arm_params) gives
+the defaults, the documented config files, the ParameterDescriptors and the live set-parameters
 checks.
 
 The ROS tests start real nodes and change their parameters through rclpy's parameter client
@@ -18,13 +18,13 @@ import pytest
 import yaml
 
 from conftest import wait_until
-from fed_ros.ros.fleet.arm_params import (
+from fed_ros.ros.configuration.arm_params import (
     AdapterParams,
     BridgeParams,
     ExpertDriverParams,
     TeleopParams,
 )
-from fed_ros.ros.fleet.params import RobotParams, ServerParams
+from fed_ros.ros.configuration.fleet_params import RobotParams, ServerParams
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_PARAMS = [
@@ -229,7 +229,7 @@ def test_robot_node_applies_live_changes_and_refuses_read_only_and_invalid(
     contexts, tmp_path, torch_one_thread
 ):
     from rclpy.parameter import Parameter
-    from fed_ros.ros.nodes.robot_node import RobotNode
+    from fed_ros.ros.nodes.robot.robot_node import RobotNode
 
     node_ctx, caller_ctx = contexts
     node = RobotNode(
@@ -274,7 +274,7 @@ def test_server_node_applies_round_timing_live_and_refuses_the_algorithm(
     contexts, tmp_path, torch_one_thread
 ):
     from rclpy.parameter import Parameter
-    from fed_ros.ros.nodes.server_node import FleetServer
+    from fed_ros.ros.nodes.server.server_node import FleetServer
 
     node_ctx, caller_ctx = contexts
     node = FleetServer(
@@ -310,7 +310,7 @@ def test_server_node_applies_round_timing_live_and_refuses_the_algorithm(
 def test_unknown_or_mistyped_override_stops_the_node_naming_it(ros_env, tmp_path):
     import rclpy
     from rclpy.parameter import Parameter
-    from fed_ros.ros.nodes.server_node import FleetServer
+    from fed_ros.ros.nodes.server.server_node import FleetServer
 
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -350,7 +350,7 @@ class NodeCase:
 NODE_CASES = [
     # No arm behind it: the adapter waits for one, its parameter services answer meanwhile.
     NodeCase(
-        "fed_ros.ros.nodes.arm_adapter_node",
+        "fed_ros.ros.nodes.arm_adapter.arm_adapter_node",
         "arm_adapter",
         {"cameras": "false"},
         read_only={"profile": "ur5e"},
@@ -360,7 +360,7 @@ NODE_CASES = [
         invalid_reason="arm_adapter parameter 'max_episode_steps' must be >= 1 steps, got 0",
     ),
     NodeCase(
-        "fed_ros.ros.nodes.sim_bridge_node",
+        "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
         "sim_bridge",
         {"cameras": "false", "lockstep": "true"},
         read_only={"task": "stack"},
@@ -372,7 +372,7 @@ NODE_CASES = [
     # No arm either: the driver waits for one (connect_timeout_s) while the test sets its
     # parameters.
     NodeCase(
-        "fed_ros.ros.nodes.expert_driver_node",
+        "fed_ros.ros.nodes.expert_driver.expert_driver_node",
         "expert_driver",
         {"cameras": "false", "connect_timeout_s": "600.0"},
         read_only={"episodes": 5},
@@ -383,7 +383,7 @@ NODE_CASES = [
     ),
     # No pad, no arm: the teleop node holds and answers its parameter services.
     NodeCase(
-        "fed_ros.ros.nodes.teleop_node",
+        "fed_ros.ros.nodes.teleop.teleop_node",
         "teleop",
         {},
         read_only={"rate_hz": 50.0},
@@ -451,24 +451,24 @@ def test_node_process_applies_live_changes_and_refuses_read_only_and_invalid(
     "module, overrides, message",
     [
         (
-            "fed_ros.ros.nodes.arm_adapter_node",
+            "fed_ros.ros.nodes.arm_adapter.arm_adapter_node",
             ["state_timeout_s:=0.0"],
             "arm_adapter parameter 'state_timeout_s' must be > 0.0 s, got 0.0",
         ),
         (
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             ["task:=juggle"],
             "sim_bridge parameter 'task' must be one of ('lift', 'pick_place_can', 'stack'), got "
             "'juggle'",
         ),
         (
-            "fed_ros.ros.nodes.expert_driver_node",
+            "fed_ros.ros.nodes.expert_driver.expert_driver_node",
             ["record_service:=record", "record_dir:=demos"],
             "expert_driver parameters 'record_service' and 'record_dir' are both set ('record', "
             "'demos')",
         ),
         (
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             ["command_timeout:=1.0"],
             "unknown sim_bridge parameter 'command_timeout'",
         ),

@@ -24,11 +24,11 @@ ALLOWED: dict[tuple[str, str], str] = {
         "node._parameter_overrides",
     ): "rclpy keeps the --ros-args overrides only there; unknown overrides must be refused by name",
     (
-        "ros/fleet/attacker.py",
+        "rigs/attacker.py",
         "msg._robot_id",
     ): "the attacker writes past the message's bound checks on purpose",
     (
-        "ros/fleet/attacker.py",
+        "rigs/attacker.py",
         "msg.payload._payload_id",
     ): "the attacker writes past the bound checks on purpose",
     (

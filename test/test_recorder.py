@@ -432,7 +432,7 @@ def test_a_refused_stop_is_quarantined_and_never_blocks_a_later_one(ros_context,
     import types
 
     from fed_ros.core.data.quarantine import QUARANTINE_DIR, REASON_SUFFIX
-    from fed_ros.ros.nodes.robot_demos import RobotDemonstrations
+    from fed_ros.ros.nodes.robot.demos import RobotDemonstrations
     from fed_ros.srv import Record
 
     recorder = Recorder(ros_context("robot"), tmp_path, robot_id="robot_7")

@@ -134,7 +134,7 @@ def test_a_fleet_round_completes_with_a_bad_file_beside_each_robots_demos(
     tmp_path, ros_env, processes
 ):
     from fed_ros.ros.fleet.launcher import fleet_env
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     from test_fleet_faults import _fleet, _wait
 
@@ -165,7 +165,7 @@ def test_a_fleet_round_completes_with_a_bad_file_beside_each_robots_demos(
 def test_a_free_running_arm_nobody_drove_is_refused_and_quarantined(tmp_path, ros_env, processes):
     """A free-running adapter applies a hold every tick: a STOP labelled success after a second
     of them was saved as an episode of hold steps (77-83 in the issue's run) and trained on."""
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
 
     from test_arm_adapter import BRIDGE, Spun, _try_reset, start_adapter

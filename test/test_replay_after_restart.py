@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from fed_ros.ros.fleet.scripted import ScriptedRobots, make_keys, server_argv
+from fed_ros.ros.rigs.scripted import ScriptedRobots, make_keys, server_argv
 
 rclpy = pytest.importorskip("rclpy")
 pytestmark = pytest.mark.ros

@@ -2,7 +2,7 @@
 authentication"): no nonce memory (the replay guard exists only with ``allowed_keys_file``), but
 the round rules: one answer per robot and round, and only the open round.
 
-ROS-free: the server's key loading (fed_ros/ros/nodes/server_keys.py) and the round coordinator
+ROS-free: the server's key loading (fed_ros/ros/nodes/server/keys.py) and the round coordinator
 with a fake clock.
 """
 
@@ -16,9 +16,9 @@ from fed_ros.core.rounds.settings import RoundSettings
 from fed_ros.core.rounds.store import ModelStore
 from fed_ros.core.strategies.base import make_strategy
 from fed_ros.core.strategies.types import ClientUpdate
-from fed_ros.ros.fleet.params import ServerParams
-from fed_ros.ros.fleet.scripted import make_keys
-from fed_ros.ros.nodes.server_keys import load_server_keys
+from fed_ros.ros.configuration.fleet_params import ServerParams
+from fed_ros.ros.rigs.scripted import make_keys
+from fed_ros.ros.nodes.server.keys import load_server_keys
 
 
 def test_the_replay_guard_exists_only_with_an_allow_list(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_until
-from fed_ros.ros.fleet import robot_cli
+from fed_ros.ros.operator import robot_cli
 
 pytestmark = [pytest.mark.ros]
 
@@ -100,7 +100,7 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.sim_bridge_node",
+            "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
             *ns,
             "-r",
             "__node:=arm",
@@ -118,7 +118,7 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.robot_node",
+            "fed_ros.ros.nodes.robot.robot_node",
             *ns,
             "-r",
             "__node:=robot",
@@ -138,7 +138,7 @@ def test_robot_cli_switches_learning_records_and_stops_the_arm(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.arm_adapter_node",
+            "fed_ros.ros.nodes.arm_adapter.arm_adapter_node",
             "--ros-args",
             "-r",
             "__ns:=/arm_1",

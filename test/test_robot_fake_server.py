@@ -20,7 +20,7 @@ import pytest
 
 from fed_ros.core.security import auth
 
-from fed_ros.ros.fleet.scripted import initial_model, make_keys, wait_for
+from fed_ros.ros.rigs.scripted import initial_model, make_keys, wait_for
 
 pytestmark = pytest.mark.ros
 
@@ -29,7 +29,7 @@ def robot_argv(tmp_path: Path, signed: bool = True) -> list[str]:
     argv = [
         sys.executable,
         "-m",
-        "fed_ros.ros.nodes.robot_node",
+        "fed_ros.ros.nodes.robot.robot_node",
         "--ros-args",
         "-r",
         "__ns:=/robot_0",

@@ -19,8 +19,8 @@ from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes
 from fed_ros.learning.trainer import LocalResult, initial_state_dict
 from fed_ros.msg import ClientDescriptor as DescriptorMsg
-from fed_ros.ros.nodes import robot_rounds
-from fed_ros.ros.nodes.robot_rounds import RobotRounds, RoundsCollaborators
+from fed_ros.ros.nodes.robot import rounds as robot_rounds
+from fed_ros.ros.nodes.robot.rounds import RobotRounds, RoundsCollaborators
 from fed_ros.ros.wire.round_msgs import Announcement
 
 CFG = PolicyConfig(

@@ -23,7 +23,7 @@ rclpy = pytest.importorskip("rclpy")
 def start_robot(processes, env, tmp_path, **params):
     args = [
         "-m",
-        "fed_ros.ros.nodes.robot_node",
+        "fed_ros.ros.nodes.robot.robot_node",
         "--ros-args",
         "-r",
         f"__ns:={NS}",
@@ -132,7 +132,7 @@ def test_a_robot_without_demonstrations_waits_for_them_then_trains(tmp_path, ros
     from diagnostic_msgs.msg import DiagnosticArray
     from fed_ros.learning.dataset import synthetic_episodes
     from fed_ros.ros.fleet.launcher import build_commands, fleet_env
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
     from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
     from fed_ros.ros.fleet.plan import plan_fleet
 

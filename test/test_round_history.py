@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from fed_ros.ros.fleet.round_history import RoundHistory
+from fed_ros.ros.operator.round_history import RoundHistory
 
 
 def _line(rid: str, clusters: list[int], samples: int, loss: float, success: float) -> dict:

@@ -1,5 +1,5 @@
 """Managed operation of the fleet server over DDS (issue 18 item 6): the real server node
-with scripted signed robots (fed_ros.ros.fleet.scripted.ScriptedRobots).
+with scripted signed robots (fed_ros.ros.rigs.scripted.ScriptedRobots).
 
 - ``/fleet/server/set_rounds`` (std_srvs/SetBool) pauses: the round in progress finishes and
   commits, no new round is announced while the server is observed paused (its parameter and
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from fed_ros.ros.fleet.reference_federation import committed_models
-from fed_ros.ros.fleet.scripted import (
+from fed_ros.ros.rigs.reference_federation import committed_models
+from fed_ros.ros.rigs.scripted import (
     ScriptedRobots,
     make_keys,
     server_argv,

@@ -74,7 +74,7 @@ def bridge_argv(ns: str = "/robot_0", lockstep: bool = True) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "fed_ros.ros.nodes.sim_bridge_node",
+        "fed_ros.ros.nodes.sim_bridge.sim_bridge_node",
         "--ros-args",
         "-r",
         f"__ns:={ns}",
@@ -99,7 +99,7 @@ def test_sigint_robot_while_recording_then_bridge(tmp_path, ros_env, processes):
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.robot_node",
+            "fed_ros.ros.nodes.robot.robot_node",
             "--ros-args",
             "-r",
             "__ns:=/robot_0",
@@ -138,7 +138,7 @@ def test_sigint_bridge_while_stepping(tmp_path, ros_env, processes):
         log_path=log,
     )
     wait_for_log(log, r"sim bridge up", 90, [bridge])
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
     from fed_ros.msg import EpisodeStatus
     from fed_ros.ros.arm import topics as at
 
@@ -167,7 +167,7 @@ def test_sigint_expert_driver_mid_episode(tmp_path, ros_env, processes):
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.expert_driver_node",
+            "fed_ros.ros.nodes.expert_driver.expert_driver_node",
             "--ros-args",
             "-r",
             "__ns:=/robot_0",

@@ -235,7 +235,7 @@ def test_teleop_md_says_which_parameters_change_live():
     import re
     from pathlib import Path
 
-    from fed_ros.ros.fleet.arm_params import TeleopParams
+    from fed_ros.ros.configuration.arm_params import TeleopParams
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "teleop.md").read_text()
     paragraph = text[text.index("Parameters (") :].split("\n\n")[0]

@@ -24,7 +24,7 @@ rclpy = pytest.importorskip("rclpy")
 
 from test_arm_stop_paths import NS, RecordingArm, Spun, _speed, start_adapter  # noqa: E402
 
-TELEOP = "fed_ros.ros.nodes.teleop_node"
+TELEOP = "fed_ros.ros.nodes.teleop.teleop_node"
 DEADMAN, STICK_X = 9, 1  # xbox profile: LEFTSHOULDER, LEFTY (up = +x)
 
 
@@ -67,7 +67,7 @@ class Pad:
 
 
 def _reset(node) -> None:
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
 
     client = ArmClient(node, namespace=NS, cameras=False)
     client.wait_for_arm(60.0)
@@ -247,7 +247,7 @@ def teleop_in_process(ros_env, monkeypatch):
     published commands and log lines are collected."""
     from rclpy.parameter import Parameter
 
-    from fed_ros.ros.nodes import teleop_node as mod
+    from fed_ros.ros.nodes.teleop import teleop_node as mod
 
     clock = _FakeClock()
     monkeypatch.setattr(mod, "time", clock)

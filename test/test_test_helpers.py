@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import exclusive_domain_id, wait_until  # noqa: E402
 
-from fed_ros.ros.fleet import domains  # noqa: E402
+from fed_ros.ros.rigs import domains  # noqa: E402
 
 
 @pytest.fixture

@@ -194,7 +194,7 @@ def test_transfer_recovery_paths_over_dds(tmp_path: Path, ros_env, processes) ->
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.server_node",
+            "fed_ros.ros.nodes.server.server_node",
             "--ros-args",
             "-r",
             "__ns:=/fleet",
@@ -429,7 +429,7 @@ def test_max_attempts_ends_the_run_with_a_clear_message_and_the_robots_told(
         [
             sys.executable,
             "-m",
-            "fed_ros.ros.nodes.server_node",
+            "fed_ros.ros.nodes.server.server_node",
             "--ros-args",
             "-r",
             "__ns:=/fleet",

@@ -1,5 +1,5 @@
 """`fed-ros bench transfer --shaped`: a small measurement through a tbf-shaped link between two
-network-namespace hosts (fed_ros/ros/fleet/netns.py) prints and records goodput as a fraction
+network-namespace hosts (fed_ros/ros/rigs/netns.py) prints and records goodput as a fraction
 of the link rate for each channel, ROS chunks paced by a Fast DDS flow controller included
 (fed_ros/ros/wire/pacing.py: its nodes must start and deliver). Structure only, never a speed
 threshold.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from fed_ros.ros.fleet import netns
-from fed_ros.ros.fleet.netns import unavailable_reason
+from fed_ros.ros.rigs import netns
+from fed_ros.ros.rigs.netns import unavailable_reason
 
 RATE_MBIT = 20
 SHAPED_MB = 0.2  # 0.08 s at 20 Mbit/s: the run is dominated by process start-up and discovery

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from fed_ros.ros.fleet.round_history import RoundHistory
-from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
+from fed_ros.ros.operator.round_history import RoundHistory
+from fed_ros.ros.operator.web_status import StatusWebServer, fleet_snapshot
 
 ANNOUNCEMENT = {
     "round": 2,
@@ -95,7 +95,7 @@ def test_camera_thumbnails_are_small_pngs_any_decoder_reads():
     import numpy as np
     from PIL import Image
 
-    from fed_ros.ros.fleet.camera_thumbnails import THUMB_SIDE, data_url, png_bytes, thumbnail
+    from fed_ros.ros.operator.camera_thumbnails import THUMB_SIDE, data_url, png_bytes, thumbnail
 
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 256, (84, 84, 3), dtype=np.uint8)
@@ -126,7 +126,7 @@ def test_snapshot_carries_the_round_history_for_the_charts():
 
 
 def test_server_serves_a_robots_large_camera_frame_and_nothing_for_other_names():
-    from fed_ros.ros.fleet.camera_thumbnails import png_bytes
+    from fed_ros.ros.operator.camera_thumbnails import png_bytes
 
     import numpy as np
 
@@ -165,7 +165,7 @@ def test_server_serves_a_robots_large_camera_frame_and_nothing_for_other_names()
 def test_large_camera_frames_are_bounded_and_larger_than_thumbnails():
     import numpy as np
 
-    from fed_ros.ros.fleet.camera_thumbnails import LARGE_SIDE, THUMB_SIDE, thumbnail
+    from fed_ros.ros.operator.camera_thumbnails import LARGE_SIDE, THUMB_SIDE, thumbnail
 
     big = np.zeros((480, 640, 3), np.uint8)
     large = thumbnail(big, LARGE_SIDE)
@@ -179,7 +179,7 @@ def test_large_camera_frames_are_bounded_and_larger_than_thumbnails():
 
 def test_the_page_fetches_nothing_from_elsewhere():
     """No script, style sheet, font or image from another address: only relative paths."""
-    from fed_ros.ros.fleet.web_page import PAGE
+    from fed_ros.ros.operator.web_page import PAGE
 
     assert re.findall(r"(?:https?:)?//[\w.-]+\.[a-z]{2,}", PAGE) == []
     assert not re.search(r"<(?:link|iframe)\b|<script\s[^>]*src=|@import|url\(", PAGE)

@@ -123,9 +123,9 @@ def _frame() -> np.ndarray:
 
 @pytest.mark.timeout(120)
 def test_charts_and_the_larger_camera_view_in_chromium():
-    from fed_ros.ros.fleet.camera_thumbnails import LARGE_SIDE, data_url, png_bytes, thumbnail
-    from fed_ros.ros.fleet.round_history import RoundHistory
-    from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
+    from fed_ros.ros.operator.camera_thumbnails import LARGE_SIDE, data_url, png_bytes, thumbnail
+    from fed_ros.ros.operator.round_history import RoundHistory
+    from fed_ros.ros.operator.web_status import StatusWebServer, fleet_snapshot
 
     nan = math.nan
     success = {"robot_0": [0.0, 0.5, nan, 1.0], "robot_1": [0.2, 0.4, 0.6, 0.8]}
@@ -266,7 +266,7 @@ def test_live_fleet_view_renders_the_fleet_in_chromium(tmp_path, ros_env, proces
     web = processes.start([fed_ros, "status", "--web", str(port)], env, log_path=web_log)
     url = f"http://127.0.0.1:{port}/"
     camera = _Camera("/robot_0/arm/agentview/image_raw")
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     heard = FleetMonitor(track_models=False)  # the reports, as an independent subscriber hears
 
@@ -294,7 +294,7 @@ def test_live_fleet_view_renders_the_fleet_in_chromium(tmp_path, ros_env, proces
             diagnostics=lambda: f"fed-ros status exit {web.poll()}: " + web_log.read_text()[-2000:],
         )
         # The Foxglove layout made from this fleet's file reads only topics on the live graph.
-        from fed_ros.ros.fleet.foxglove_layout import foxglove_layout, layout_topics
+        from fed_ros.ros.operator.foxglove_layout import foxglove_layout, layout_topics
 
         graph = {name for name, _ in camera.node.get_topic_names_and_types()}
         assert layout_topics(foxglove_layout(config)) <= graph, sorted(graph)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_until
-from fed_ros.ros.fleet.netns import unavailable_reason
+from fed_ros.ros.rigs.netns import unavailable_reason
 from fed_ros.ros.wire.socket_buffers import (
     DEFAULT_BUFFER_BYTES,
     apply_buffers_profile,

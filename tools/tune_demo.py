@@ -132,7 +132,7 @@ def run_config(
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.runner import PolicyRunner
     from fed_ros.learning.trainer import initial_state_dict
-    from fed_ros.ros.fleet.params import RobotParams
+    from fed_ros.ros.configuration.fleet_params import RobotParams
     from fed_ros.sim.envs import make_env
     from fed_ros.sim.evaluate import evaluate
 

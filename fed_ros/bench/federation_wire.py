@@ -5,7 +5,7 @@ under the update encoding (the server aggregates what it decodes), and every pay
 counted. A benchmark encoding is ``UPDATE[/MODEL]``: ``int8_block`` for both, or
 ``int4_block/float32`` for 4-bit updates and exact models. ``topk[:fraction]`` updates are
 sparse deltas against the start model with each robot's error feedback, exactly as
-`fed_ros.ros.nodes.robot_update_encoding` sends them and the server node rebuilds them;
+`fed_ros.ros.nodes.robot.update_encoding` sends them and the server node rebuilds them;
 ``int8_delta``/``int4_delta`` updates are that delta quantized and deflated, with the same error
 feedback. A delta robot that started from a mix of clusters sends float32.
 """

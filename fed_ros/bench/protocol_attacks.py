@@ -4,7 +4,7 @@ A real server node (its own process; allow-list, `require_signatures`, server ke
 chunks) and two honest signed robots (scripted, in this process: deterministic updates, so every
 round's cluster model has a reference computed without DDS and without an attacker). Round 0 is
 clean; every later round first runs one attack from a separate attacker process
-(`fed_ros.ros.fleet.attacker`, the same one the hostile-peer suite uses) while the robots hold
+(`fed_ros.ros.rigs.attacker`, the same one the hostile-peer suite uses) while the robots hold
 their answers, then lets the honest robots answer. One row per round:
 
 * rejected?: nothing the attacker sent was accepted (no Register accepted, no audited accept of a
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from fed_ros.bench.protocol_fleet import AttackedFleet, foreign_chunk_attack
 from fed_ros.core.rounds.store import ModelStore
-from fed_ros.ros.fleet.domains import exclusive_domain_id
+from fed_ros.ros.rigs.domains import exclusive_domain_id
 
 QUICK_ATTACKS = (
     "register_replay",
@@ -104,7 +104,7 @@ def ros_domain(env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 
 def _row(fleet: AttackedFleet, spec: str, round_idx: int, reference, rss_mb) -> ProtocolRow:
-    from fed_ros.ros.fleet.reference_federation import committed_models
+    from fed_ros.ros.rigs.reference_federation import committed_models
 
     name, _, count = spec.partition(":")
     fleet.wait(
@@ -199,8 +199,8 @@ def run_protocol(
     signed: bool = True,
 ) -> tuple[list[ProtocolRow], dict]:
     """Run the fleet, one attack per round after a clean round 0; (rows, run facts)."""
-    from fed_ros.ros.fleet.reference_federation import reference_models
-    from fed_ros.ros.fleet.scripted import ROBOTS, initial_model, rss_mb
+    from fed_ros.ros.rigs.reference_federation import reference_models
+    from fed_ros.ros.rigs.scripted import ROBOTS, initial_model, rss_mb
     from fed_ros.ros.wire.register import register_request
 
     out.mkdir(parents=True, exist_ok=True)

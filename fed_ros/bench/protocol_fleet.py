@@ -3,7 +3,7 @@
 `protocol_attacks` measures, round by round, what attacks do to a signed fleet; this module is
 the fleet itself and the means to attack it: the server node as its own process (its log and
 audit log on disk), two scripted honest signed robots in the bench's process that answer a round
-only when told to, the attacker process (`fed_ros.ros.fleet.attacker`, the one the hostile-peer
+only when told to, the attacker process (`fed_ros.ros.rigs.attacker`, the one the hostile-peer
 suite runs) and the foreign-chunk attack, which has to interleave with an honest upload.
 Starting, driving and stopping these processes is one concern; reading a round's outcome from
 what they leave behind is the other, which stays in `protocol_attacks`.
@@ -21,14 +21,14 @@ from pathlib import Path
 
 from fed_ros.core.checks.audit_log import read_audit_log
 
-ATTACKER = [sys.executable, "-m", "fed_ros.ros.fleet.attacker"]
+ATTACKER = [sys.executable, "-m", "fed_ros.ros.rigs.attacker"]
 
 
 class AttackedFleet:
     """The server process, the scripted honest robots and what they leave on disk."""
 
     def __init__(self, out: Path, env: dict[str, str], rounds: int, signed: bool) -> None:
-        from fed_ros.ros.fleet.scripted import ScriptedRobots, make_keys, server_argv
+        from fed_ros.ros.rigs.scripted import ScriptedRobots, make_keys, server_argv
 
         self.out, self.env = out, env
         self.log_path = out / "server.log"
@@ -48,7 +48,7 @@ class AttackedFleet:
         return self.server.poll() is None
 
     def wait(self, predicate, timeout: float, what: str, probe: bool = False) -> None:
-        from fed_ros.ros.fleet.scripted import wait_for
+        from fed_ros.ros.rigs.scripted import wait_for
 
         poll = (
             (lambda: (self.robots.publish_probe(), self.robots.spin(0.3)))
@@ -132,7 +132,7 @@ def foreign_chunk_attack(fleet: AttackedFleet, round_idx: int) -> dict:
                 for e in read_audit_log(p)
             )
 
-        from fed_ros.ros.fleet.scripted import wait_for
+        from fed_ros.ros.rigs.scripted import wait_for
 
         fleet.robots.between_chunks = (
             lambda pid, chunks: (  # inside the robots' spin: wait without spinning

@@ -75,7 +75,7 @@ def bridge_steps_per_second(
     scripted expert drives it over ROS, images published; the rate comes from the stamps
     of the bridge's own episode statuses, resets excluded (as ``raw_steps_per_second``).
     """
-    from fed_ros.ros.arm.bridge_benchmark import measure_bridge_steps_per_second
+    from fed_ros.ros.bench.bridge_benchmark import measure_bridge_steps_per_second
 
     return measure_bridge_steps_per_second(
         task,

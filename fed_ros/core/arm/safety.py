@@ -1,8 +1,8 @@
 """The arm adapter's pure logic: joint selection, scaling, clipping, workspace box, watchdog, hold.
 
 ROS-free (numpy only) so every safety rule is unit-tested without DDS; the adapter node
-(``fed_ros.ros.nodes.arm_adapter_node``) converts messages and calls :class:`SafetyFilter`
-once per control tick.
+(``fed_ros.ros.nodes.arm_adapter.arm_adapter_node``) converts messages and calls
+:class:`SafetyFilter` once per control tick.
 
 Scaling (stated, configurable in the profile's ``limits``): a normalised end-effector delta
 ``d`` in [-1, 1] becomes a twist ``v = d * max_linear_speed`` (m/s) and

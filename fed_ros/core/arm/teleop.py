@@ -2,7 +2,7 @@
 commands.
 
 ROS-free (numpy + YAML) so every rule is unit-tested without DDS; the teleop node
-(``fed_ros.ros.nodes.teleop_node``) converts messages and calls :class:`TeleopMapper`.
+(``fed_ros.ros.nodes.teleop.teleop_node``) converts messages and calls :class:`TeleopMapper`.
 
 A :class:`TeleopProfile` (``config/teleop/<name>.yaml``) names which device axes drive the
 normalised end-effector deltas x / y / z (each with ``scale`` and ``sign``), a ``deadzone``,

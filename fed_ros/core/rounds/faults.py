@@ -8,7 +8,7 @@ written, its manifest not yet renamed into place: between aggregation and the co
 The process dies by SIGKILL at the ``n``-th time (default the first) it reaches that step for
 that round: no cleanup, no flush, no atexit, exactly like a power cut of the server.
 
-Steps the server reaches: ``update_accepted`` (fed_ros/ros/nodes/server_updates.py) and every
+Steps the server reaches: ``update_accepted`` (fed_ros/ros/nodes/server/updates.py) and every
 ModelStore commit step (``begin``, ``written:<file>``, ``renamed:<file>``, ``synced:<file>``,
 ``written:manifest`` ... ``committed``; fed_ros/core/rounds/store.py).
 """

@@ -1,6 +1,6 @@
 """The server's round settings: timing, quorum, attempts and closed-loop evaluation.
 
-One frozen value the server builds from its parameters (``fed_ros.ros.nodes.server_config``)
+One frozen value the server builds from its parameters (``fed_ros.ros.nodes.server.config``)
 and hands to the round coordinator (:mod:`fed_ros.core.rounds.coordinator`), which reads it
 for every announcement and every close. It stands alone because it is the contract between
 the two: every bound is checked here, once, when it is built, so a misconfigured server

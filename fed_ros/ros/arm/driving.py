@@ -26,7 +26,7 @@ def attach_arm(
     """A robot node's two views of its arm, on the arm's topics under ``namespace``: the
     ArmClient that drives it (as the policy) and the Recorder that records demonstrations into
     ``demo_dir``. Both read the same cameras, at the policy's image size."""
-    from fed_ros.ros.arm.bridge_eval import ArmClient
+    from fed_ros.ros.arm.arm_client import ArmClient
     from fed_ros.ros.arm.recorder import Recorder
 
     cams = dict(cameras=cameras, camera_transport=camera_transport, image_size=image_size)

@@ -2,7 +2,7 @@
 
 N robot participants and one server participant (fed_ros.ros.bench.discovery_worker: the
 fleet's star of topics) on separate hosts: network namespaces on one bridge
-(fed_ros/ros/fleet/netns.py), the server on its own host and the robots spread over
+(fed_ros/ros/rigs/netns.py), the server on its own host and the robots spread over
 ``--hosts`` robot hosts, several participants per process so that N = 80 fits on 2 cores. Per N
 and mode it measures:
 
@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fed_ros.ros.fleet.discovery import DiscoveryConfig, find_executable
-from fed_ros.ros.fleet.domains import exclusive_domain_id
-from fed_ros.ros.fleet.netns import Network, unavailable_reason
+from fed_ros.ros.rigs.domains import exclusive_domain_id
+from fed_ros.ros.rigs.netns import Network, unavailable_reason
 
 MODES = ("simple", "server", "server-nomc", "simple-nomc")
 WORKER = [sys.executable, "-m", "fed_ros.ros.bench.discovery_worker"]

@@ -1,8 +1,8 @@
 """`fed-ros bench fleet-scale`: the real server node against N virtual robots, one round each.
 
-The server is the fleet's server process (`fed_ros.ros.nodes.server_node`, signatures required,
-the allow-list of ``fed-ros keys generate``), FedDRMan with C = ``--families``. The robots are
-virtual (:mod:`fed_ros.ros.bench.fleet_scale_robots`): many per rclpy process, real keys, real
+The server is the fleet's server process (`fed_ros.ros.nodes.server.server_node`, signatures
+required, the allow-list of ``fed-ros keys generate``), FedDRMan with C = ``--families``. The robots
+are virtual (:mod:`fed_ros.ros.bench.fleet_scale_robots`): many per rclpy process, real keys, real
 announcements, signed updates of the policy's real size and encoding over the real transfer path
 (``--channel ros``: chunks on the topic; ``zmq``: the bulk channel), synthetic 'training' with a
 family structure. Per N it measures one round:
@@ -132,7 +132,7 @@ def server_argv(
         "allowed_keys_file": str(work / "keys" / "allow_list.yaml"),
         "private_key_file": str(work / "keys" / "server.key"),
     }
-    argv = [sys.executable, "-m", "fed_ros.ros.nodes.server_node", "--ros-args"]
+    argv = [sys.executable, "-m", "fed_ros.ros.nodes.server.server_node", "--ros-args"]
     argv += ["-r", "__ns:=/fleet"]
     for key, value in params.items():
         argv += ["-p", f"{key}:={value}"]
@@ -233,7 +233,7 @@ def run_round(
     """One round: the server and the virtual robots ``only`` (default all N), behaviours
     ``faults`` (index -> fault, '' honest), sending spread over ``spread_s`` seconds; every
     process is reaped before it returns."""
-    from fed_ros.ros.fleet.domains import exclusive_domain_id
+    from fed_ros.ros.rigs.domains import exclusive_domain_id
 
     if n < families:
         raise ValueError(f"N = {n} robots < {families} families")

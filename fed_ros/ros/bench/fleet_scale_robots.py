@@ -35,7 +35,7 @@ import numpy as np
 HOSTILE = ("shape", "nan", "badsig", "oversized")
 FAULTS = ("vanish", *HOSTILE, "storm")
 # An unacknowledged update is sent again on a robot's schedule (robot parameter update_retry_s
-# 2 s, doubling, at most 10 s, spread by the spec's retry_jitter: robot_uplink's RetrySchedule),
+# 2 s, doubling, at most 10 s, spread by the spec's retry_jitter: the robot uplink's RetrySchedule),
 # at most MAX_SENDS times in all.
 RETRY_FIRST_S, RETRY_MAX_S = 2.0, 10.0
 MAX_SENDS = 8
@@ -133,7 +133,7 @@ class VirtualRobots:
         self.bytes_out = 0  # payload bytes of update chunks sent (re-sends included)
         self.acks: dict[str, tuple[bool, str]] = {}  # payload id -> (accepted, code)
         from fed_ros.core.rounds.delivery import RetrySchedule
-        from fed_ros.ros.nodes.robot_uplink import UPDATE_RESEND_JITTER
+        from fed_ros.ros.nodes.robot.uplink import UPDATE_RESEND_JITTER
 
         self.retry = RetrySchedule(
             first_s=RETRY_FIRST_S,

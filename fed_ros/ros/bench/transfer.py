@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _shaped(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each method through a tbf-shaped robot link (two namespace hosts); goodput / link rate."""
-    from fed_ros.ros.fleet.netns import Network, unavailable_reason
+    from fed_ros.ros.rigs.netns import Network, unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -1,12 +1,12 @@
 """Link bytes of a robot's update sent as ROS chunks, against its payload (issue 36 item 5).
 
 ``python -m fed_ros.ros.bench.wire_overhead`` (root): a server host and a robot host, each a
-network namespace with its own /dev/shm (fed_ros/ros/fleet/netns.py), so Fast DDS really uses
+network namespace with its own /dev/shm (fed_ros/ros/rigs/netns.py), so Fast DDS really uses
 UDP between them. The robot sends ``--updates`` updates of a real policy (its initial model plus
 noise, encoded as a robot encodes it: ``float32``, ``int8_delta``, ...) as fed_ros ModelUpdate
 chunks with the fleet's QoS, and re-sends a whole update that the server has not acknowledged
 after ``--retry-s`` (the robot's ``update_retry_s``: 2 s, doubling, at most 10 s), as
-``robot_uplink.UpdateUplink`` does. The server assembles the chunks, checks the sha256 and
+``nodes.robot.uplink.UpdateUplink`` does. The server assembles the chunks, checks the sha256 and
 acknowledges once per completed send, as the fleet server does.
 
 Per update the robot reads its own link's counters (``/sys/class/net/eth0/statistics`` inside
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "receiver":
         _receiver(args)
         return 0
-    from fed_ros.ros.fleet.netns import Network, unavailable_reason
+    from fed_ros.ros.rigs.netns import Network, unavailable_reason
 
     reason = unavailable_reason()
     if reason:

@@ -246,7 +246,7 @@ def status_main(argv: list[str]) -> int:
         recorded.get("discovery_range"),
         os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE"),
     )
-    from fed_ros.ros.fleet.monitor import FleetMonitor, format_report
+    from fed_ros.ros.operator.monitor import FleetMonitor, format_report
 
     if args.web is not None:
         return _serve_web(args.host, args.web, args.camera, args.camera_topic)
@@ -293,7 +293,7 @@ def _write_foxglove_layout(fleet: str | None, out: str) -> int:
     """`fed-ros status FLEET --foxglove-layout OUT.json`."""
     import json
 
-    from fed_ros.ros.fleet.foxglove_layout import foxglove_layout
+    from fed_ros.ros.operator.foxglove_layout import foxglove_layout
 
     if not fleet:
         print("fed-ros status: --foxglove-layout needs the fleet file", file=sys.stderr)
@@ -312,9 +312,9 @@ def _write_foxglove_layout(fleet: str | None, out: str) -> int:
 
 def _serve_web(host: str, port: int, camera: str = "", camera_topic: str = "") -> int:
     """`fed-ros status --web`: the monitor spins here, the page is served from a thread."""
-    from fed_ros.ros.fleet.camera_thumbnails import CameraThumbnails
-    from fed_ros.ros.fleet.monitor import FleetMonitor
-    from fed_ros.ros.fleet.web_status import StatusWebServer, fleet_snapshot
+    from fed_ros.ros.operator.camera_thumbnails import CameraThumbnails
+    from fed_ros.ros.operator.monitor import FleetMonitor
+    from fed_ros.ros.operator.web_status import StatusWebServer, fleet_snapshot
 
     with FleetMonitor(track_models=False) as monitor:
         cameras = CameraThumbnails(monitor.node, camera, camera_topic) if camera else None

@@ -328,7 +328,7 @@ def run_demo(argv: list[str]) -> int:
     )
     timeout = args.timeout or (1800.0 if config.policy == "lowdim" else 3600.0)
 
-    from fed_ros.ros.fleet.monitor import FleetMonitor
+    from fed_ros.ros.operator.monitor import FleetMonitor
 
     t0 = time.monotonic()
     fleet = start_fleet(config, run_dir, domain)

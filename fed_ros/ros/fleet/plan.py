@@ -4,8 +4,8 @@ Both the ROS 2 launch files (``launch/*.launch.py``) and ``fed-ros up`` start ex
 list :func:`plan_fleet` returns, so the two can never disagree. This module is pure
 Python (PyYAML only, no rclpy, no launch): launch files import it on machines where the
 rest of fed_ros may not even be importable. Node parameters are typed there by the same
-dataclasses the nodes declare (fed_ros.ros.fleet.params and arm_params), the one source of
-their defaults and checks. A fleet YAML file becomes a ``FleetConfig`` in
+dataclasses the nodes declare (fed_ros.ros.configuration.fleet_params and arm_params), the one
+source of their defaults and checks. A fleet YAML file becomes a ``FleetConfig`` in
 :mod:`fed_ros.ros.fleet.fleet_file`.
 """
 
@@ -17,9 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from fed_ros.ros.fleet.arm_params import AdapterParams, BridgeParams
+from fed_ros.ros.configuration.arm_params import AdapterParams, BridgeParams
 from fed_ros.ros.fleet.discovery import SERVER_EXECUTABLE, DiscoveryConfig
-from fed_ros.ros.fleet.params import (
+from fed_ros.ros.configuration.fleet_params import (
     ALGORITHMS,
     ID_RE,
     MAX_EPISODE_STEPS,
@@ -29,19 +29,19 @@ from fed_ros.ros.fleet.params import (
     RobotParams,
     ServerParams,
 )
-from fed_ros.ros.fleet.param_spec import NodeParams
+from fed_ros.ros.configuration.param_spec import NodeParams
 
 PACKAGE = "fed_ros"
 
 # Executables installed under lib/fed_ros (ros2 run fed_ros <exe>) and the Python entry
 # point `fed-ros up` runs for each of them.
 EXECUTABLE_ENTRY_POINTS: dict[str, str] = {
-    "server_node": "fed_ros.ros.nodes.server_node:main",
-    "robot_node": "fed_ros.ros.nodes.robot_node:main",
-    "sim_bridge_node": "fed_ros.ros.nodes.sim_bridge_node:main",
-    "expert_driver_node": "fed_ros.ros.nodes.expert_driver_node:main",
-    "arm_adapter_node": "fed_ros.ros.nodes.arm_adapter_node:main",
-    "teleop_node": "fed_ros.ros.nodes.teleop_node:main",
+    "server_node": "fed_ros.ros.nodes.server.server_node:main",
+    "robot_node": "fed_ros.ros.nodes.robot.robot_node:main",
+    "sim_bridge_node": "fed_ros.ros.nodes.sim_bridge.sim_bridge_node:main",
+    "expert_driver_node": "fed_ros.ros.nodes.expert_driver.expert_driver_node:main",
+    "arm_adapter_node": "fed_ros.ros.nodes.arm_adapter.arm_adapter_node:main",
+    "teleop_node": "fed_ros.ros.nodes.teleop.teleop_node:main",
 }
 
 SERVER_NODE_NAME = "server"

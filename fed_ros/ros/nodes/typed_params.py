@@ -1,4 +1,4 @@
-"""Declare a node's typed parameters (fed_ros.ros.fleet.param_spec) on an rclpy node.
+"""Declare a node's typed parameters (fed_ros.ros.configuration.param_spec) on an rclpy node.
 
 Each parameter gets a ParameterDescriptor (description with unit, type, an integer or
 floating-point range where both ends are inclusive, read_only unless it can change live).
@@ -23,7 +23,7 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from fed_ros.ros.fleet.param_spec import NodeParams, ParamSpec
+from fed_ros.ros.configuration.param_spec import NodeParams, ParamSpec
 
 P = TypeVar("P", bound=NodeParams)
 

@@ -1,0 +1,1 @@
+"""The scripted-expert driver node (``fed-ros-expert-driver``)."""

@@ -1,0 +1,1 @@
+"""The robot node (``fed-ros-robot``) and its helpers."""

@@ -1,0 +1,1 @@
+"""The server node (``fed-ros-server``) and its helpers."""

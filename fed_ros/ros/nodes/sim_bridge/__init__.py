@@ -1,0 +1,1 @@
+"""The MuJoCo sim bridge node (``fed-ros-sim-bridge``) and its helpers."""

@@ -1,0 +1,1 @@
+"""The teleoperation node (``fed-ros-teleop``)."""
