@@ -58,7 +58,7 @@ $(PKG_STAMP): $(DEPS_STAMP) setup.py
 	@touch $@
 
 # Test oracle, not a dependency: the real ROS 2 launch system (launch, launch_ros, the `ros2`
-# command) for test/test_launch_real.py, installed from ../shared/tools/ros2-launch when that
+# command) for test/slow/test_launch_real.py, installed from ../shared/tools/ros2-launch when that
 # folder exists (a full ROS 2 install brings its own; without either those tests skip).
 ROS2_LAUNCH_TOOL := $(abspath ../shared/tools/ros2-launch)
 LAUNCH_STAMP := $(VENV)/.stamp-ros2-launch
@@ -114,16 +114,8 @@ test: setup lint $(LAUNCH_STAMP) $(TEST_EXTRAS_STAMP) $(BROWSER_STAMP)
 # Fast feedback tier: pure modules only, no ROS processes, no MuJoCo, no torch training;
 # random order every run; fuzzing at 1,000 messages per handler instead of 10,000.
 # README "Fast tier" lists what it leaves out and why.
-FAST_TESTS := test/test_attacks.py test/test_auth.py test/test_core_boundaries.py test/test_core_clustering.py \
-  test/test_core_params_aggregate.py test/test_core_rounds.py test/test_core_store.py test/test_core_strategies.py \
-  test/test_validation.py test/test_fuzz_handlers.py test/test_partition.py test/test_fleet_plan.py \
-  test/test_fleet_demo.py test/test_ros_conversions.py test/test_ros_images.py test/test_test_helpers.py test/test_arm_ticks.py test/test_imports.py \
-  $(wildcard test/test_registration.py test/test_arm_profile_safety.py test/test_core_cluster_model_checks.py \
-    test/test_core_validation_exact.py test/test_core_auth_exact.py test/test_core_rounds_exact.py \
-    test/test_core_store_exact.py test/test_core_strategy_exact.py test/test_core_clustering_exact.py \
-    test/test_core_cua_exact.py test/test_core_round_report_exact.py test/test_core_arm_state.py)
 test-fast: setup
-	FED_ROS_FUZZ_EXAMPLES=1000 $(PY) -m pytest $(FAST_TESTS) -p randomly $(PYTEST_ARGS)
+	FED_ROS_FUZZ_EXAMPLES=1000 $(PY) -m pytest test -m unit -p randomly $(PYTEST_ARGS)
 
 # Mutation testing of the ROS-free decision code (mutmut, in a private copy under
 # build/mutation; never rewrites the source tree): validation, signing, the round state

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TEST_ROOT = Path(__file__).resolve().parent
 
 
 # Fast DDS puts domain d on UDP ports 7400 + 250 d + 10 + 2 p (participant p): ids above 101
@@ -24,45 +26,32 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 from fed_ros.ros.rigs.domains import DOMAIN_IDS, DOMAIN_LOCK_DIR, exclusive_domain_id  # noqa: E402,F401
 
 
-# Files whose tests take ~30 s or more on 2 cores (measured, `make test --durations`), longest
-# first. `make test` runs two workers, one file at a time each: starting these first lets both
-# workers finish together instead of one running the colcon build alone at the end. Order only:
-# a file missing here just runs in its place; with pytest-randomly active the order is random.
-SLOW_FILES_FIRST = (
-    "test_colcon_build.py",
-    "test_bench_protocol_attacks.py",
-    "test_bench_federation.py",
-    "test_fleet_sil.py",
-    "test_fleet_faults.py",
-    "test_fleet_breakage_gaps.py",
-    "test_multihost.py",
-    "test_fleet_resume_outcome.py",
-    "test_sim_experts.py",
-    "test_launch_real.py",
-    "test_arm_robot_sil.py",
-    "test_learning_descriptors.py",
-    "test_fleet_bench_equivalence.py",
-    "test_camera_fleet.py",
-    "test_fuzz_handlers.py",
-    "test_sim_envs.py",
-    "test_bridge_node.py",
-    "test_hostile_peers.py",
-    "test_arm_adapter.py",
-    "test_robot_cli.py",
-    "test_recording_quarantine.py",
-)
+# The tiers are folders; each sets its tests' marker, so `-m unit` (make test-fast) or `-m "not
+# slow"` selects by tier without a hand-kept list of files.
+TIER_MARKERS = {"unit": "unit", "learning": "learning", "sim": "sim", "dds": "ros", "slow": "slow"}
+# `make test` runs two workers, one file at a time each: the heaviest tiers start first, so both
+# workers finish together instead of one running a fleet or the colcon build alone at the end.
+TIER_ORDER = ("slow", "dds", "sim", "learning", "unit")
+
+
+def _tier(item) -> str | None:
+    parts = Path(item.path).relative_to(TEST_ROOT).parts
+    return parts[0] if len(parts) > 1 and parts[0] in TIER_MARKERS else None
 
 
 def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        tier = _tier(item)
+        if tier is not None:
+            item.add_marker(TIER_MARKERS[tier])
     if (
         config.pluginmanager.has_plugin("randomly")
         and config.getoption("randomly_seed", None) is not None
     ):
         return
-    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
-    items.sort(
-        key=lambda item: rank.get(item.path.name, len(rank))
-    )  # stable: file order kept otherwise
+    rank = {tier: i for i, tier in enumerate(TIER_ORDER)}
+    # Stable: the file order within a tier is kept.
+    items.sort(key=lambda item: rank.get(_tier(item) or "", len(rank)))
 
 
 @pytest.fixture(autouse=True)
@@ -248,3 +237,64 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# ROS fixtures several test files share (their helpers are in test/support/); rclpy is imported
+# inside them, so the ROS-free tiers never load it.
+@pytest.fixture
+def ros_context(ros_env):
+    """An rclpy context with a two-thread executor; ``make(name)`` adds a node to it."""
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    executor = MultiThreadedExecutor(num_threads=2, context=context)
+    nodes = []
+
+    def make(name):
+        node = rclpy.create_node(name, context=context)
+        executor.add_node(node)
+        nodes.append(node)
+        return node
+
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        yield make
+    finally:
+        executor.shutdown()
+        for node in nodes:
+            node.destroy_node()
+        rclpy.try_shutdown(context=context)
+        spinner.join(timeout=5)
+
+
+@pytest.fixture(params=[True, False], ids=["lockstep", "free-running"])
+def adapter(request, ros_env, monkeypatch):
+    """A panda_sim adapter without cameras, driven by direct callback calls (the tick and hand-back
+    tests)."""
+    import rclpy
+    from rclpy.parameter import Parameter
+    from support.adapter_ticks import FakeClock
+
+    from fed_ros.ros.nodes.arm_adapter import arm_adapter_node as mod
+
+    clock = FakeClock()
+    monkeypatch.setattr(mod, "time", clock)
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = mod.ArmAdapterNode(
+        context=context,
+        parameter_overrides=[
+            Parameter("lockstep", value=request.param),
+            Parameter("cameras", value=False),
+            Parameter("state_timeout_s", value=0.5),
+            Parameter("max_episode_steps", value=50),
+        ],
+    )
+    try:
+        yield node, clock
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown(context=context)

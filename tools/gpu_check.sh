@@ -28,9 +28,9 @@ if not torch.cuda.is_available():
 print("device:", torch.cuda.get_device_name(0), "bf16:", torch.cuda.is_bf16_supported())
 PY
 
-echo "== CUDA tests (test/test_learning_cuda.py)"
+echo "== CUDA tests (test/learning/test_learning_cuda.py)"
 # -rs: a skip here means CUDA was not picked up, which this check must not hide.
-"$PY" -m pytest test/test_learning_cuda.py -q -rs -p no:cacheprovider --timeout 240
+"$PY" -m pytest test/learning/test_learning_cuda.py -q -rs -p no:cacheprovider --timeout 240
 
 echo "== fed-ros bench train --device cuda (AMP: bf16 autocast)"
 # Both kinds at the default (CPU) image profile, then the LIBERO ResNet-T-sized profile

@@ -2,7 +2,7 @@
 
 Reproduces config/fleet_demo.yaml's fleet with the benchmark's public round
 (`fed_ros.bench.federation_run.federation_round` / `make_clients`, which
-test/test_fleet_bench_equivalence.py proves gives the ROS fleet's cluster models bit for
+test/slow/test_fleet_bench_equivalence.py proves gives the ROS fleet's cluster models bit for
 bit for the same demos): robots robot_0..3, tasks lift (variations default, default,
 mirrored_mount, mirrored_mount), FedDRMan with num_clusters 2, fleet seed 0, the low-dim
 policy `PolicyConfig(kind="lowdim")`, robot i seeded as the fleet plan seeds it (training

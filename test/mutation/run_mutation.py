@@ -125,6 +125,12 @@ DEFAULT = (
 HELPERS = ("conftest.py",)
 
 
+def _test_file(name: str) -> Path | None:
+    """Where ``name`` lives under test/ (its tier folder, or test/ itself), or None."""
+    found = sorted((REPO / "test").rglob(name))
+    return found[0] if found else None
+
+
 # module -> its file under fed_ros/core (one folder per concept, fed_ros/core/__init__.py);
 # "strategies" is the one module per strategy.
 PATHS: dict[str, tuple[str, ...]] = {
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown modules {unknown}; choose from {sorted(MODULES)}")
     # A listed file that does not exist (yet) is left out: tests of a module may be added later.
-    tests = sorted({t for m in modules for t in MODULES[m] if (REPO / "test" / t).exists()})
+    tests = sorted({t for m in modules for t in MODULES[m] if _test_file(t) is not None})
 
     work = Path(args.dir).resolve()
     if work == REPO or REPO in work.parents and work.parent == REPO:
@@ -276,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(REPO / "msg", work / "msg")
     (work / "test").mkdir(parents=True)
     for name in tests + list(HELPERS):
-        shutil.copy2(REPO / "test" / name, work / "test" / name)
+        # Flat in the copy: the mutated tests are unit-tier files, and the tier only sets a marker.
+        shutil.copy2(_test_file(name), work / "test" / name)
     _write_config(work, modules, tests)
 
     env = dict(

@@ -18,7 +18,8 @@ a fast-discovery-server on the server host, started as `discovery: {server: star
 and the same two with multicast dropped by the bridge (``*-nomc``: Wi-Fi, clouds); ``simple-nomc``
 runs at the smallest N only, with a short timeout (it is expected never to match).
 Every participant uses UDPv4 only: participants sharing a host would otherwise talk over shared
-memory, which no interface counter sees. Needs root and ``ip netns`` (as test/test_multihost.py).
+memory, which no interface counter sees. Needs root and ``ip netns`` (as
+test/slow/test_multihost.py).
 """
 
 from __future__ import annotations

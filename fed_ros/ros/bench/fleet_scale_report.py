@@ -43,7 +43,8 @@ class ScaleRun:
     accepted_robots: list[str] = field(default_factory=list)  # robots the server acked accepted
     storm_calls: int = 0
     storm_accepted: int = 0
-    retry_jitter: float = 0.5  # the robots' re-send spread (nodes.robot.uplink.UPDATE_RESEND_JITTER)
+    # The robots' re-send spread (nodes.robot.uplink.UPDATE_RESEND_JITTER).
+    retry_jitter: float = 0.5
 
     @property
     def tail_s(self) -> float:

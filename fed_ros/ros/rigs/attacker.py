@@ -1,5 +1,5 @@
 """A hostile DDS peer (its own process: rclpy + the generated fed_ros types), shared by the
-hostile-peer suite (test/test_hostile_peers.py) and `fed-ros bench robustness --protocol`.
+hostile-peer suite (test/slow/test_hostile_peers.py) and `fed-ros bench robustness --protocol`.
 
 ``python -m fed_ros.ros.rigs.attacker <keys_dir> [--round R] <attack>[:<n>] ...`` prints one JSON
 line per attack: {"attack", "sent", "accepted", "reasons"} (service answers) or {"attack", "sent"}

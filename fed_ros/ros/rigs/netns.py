@@ -1,6 +1,6 @@
 """Separate hosts on one Linux machine: network namespaces on a bridge, tbf-shaped links, outages.
 
-Used by the separate-host fleet test (test/test_multihost.py) and `fed-ros bench transfer
+Used by the separate-host fleet test (test/slow/test_multihost.py) and `fed-ros bench transfer
 --shaped`. Each host is a network namespace with its own address on a bridge that lives in a
 "hub" namespace, and its processes run with their own hostname, /dev/shm and machine-id, so
 Fast DDS sees different machines and really uses the network (with a shared /dev/shm it

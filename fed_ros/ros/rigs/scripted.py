@@ -1,5 +1,5 @@
 """A signed fleet over real DDS with scripted honest robots, shared by the hostile-peer suite
-(test/test_hostile_peers.py) and `fed-ros bench robustness --protocol`:
+(test/slow/test_hostile_peers.py) and `fed-ros bench robustness --protocol`:
 keys + allow-list, the real server process's argv, scripted honest robots (signed registration,
 deterministic signed chunked updates) and a process's resident memory. The reference result of
 the same federation without any attacker, and what the server committed, are in
@@ -175,8 +175,9 @@ class ScriptedRobots:
         self.node.create_subscription(
             String, "/fleet/update_resend", self._on_resend, qos.control_qos()
         )
-        # Like a real robot (nodes.robot.uplink.UpdateUplink): an update the server did not acknowledge is sent
-        # again (its first chunk may have been pushed out of the server's KEEP_LAST inbox).
+        # Like a real robot (nodes.robot.uplink.UpdateUplink): an update the server did not
+        # acknowledge is sent again (its first chunk may have been pushed out of the server's
+        # KEEP_LAST inbox).
         self.acked: set[str] = set()
         self.retry_s = 5.0
         self.last_sent: dict[str, float] = {}
