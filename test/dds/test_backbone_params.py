@@ -180,19 +180,19 @@ def test_a_fleet_trains_a_round_on_a_pretrained_backbone_file(tmp_path, ros_env,
 
 
 @pytest.mark.ros
-@pytest.mark.parametrize("module", ["robot_node", "server_node"])
+@pytest.mark.parametrize("module", ["robot.robot_node", "server.server_node"])
 def test_a_missing_weights_file_stops_the_node_at_start_naming_it(tmp_path, ros_env, module):
     missing = tmp_path / "nowhere" / "resnet18-f37072fd.pth"
     args = [sys.executable, "-m", f"fed_ros.ros.nodes.{module}", "--ros-args"]
-    args += ["-r", f"__ns:=/{ROBOT}"] if module == "robot_node" else []
+    args += ["-r", f"__ns:=/{ROBOT}"] if module == "robot.robot_node" else []
     for p in (
         "policy:=image",
         "vision_backbone:=resnet18_imagenet",
         f"backbone_weights:={missing}",
     ):
         args += ["-p", p]
-    args += ["-p", f"state_dir:={tmp_path / 'server'}"] if module == "server_node" else []
-    args += ["-p", f"data_dir:={tmp_path / ROBOT}"] if module == "robot_node" else []
+    args += ["-p", f"state_dir:={tmp_path / 'server'}"] if module == "server.server_node" else []
+    args += ["-p", f"data_dir:={tmp_path / ROBOT}"] if module == "robot.robot_node" else []
     done = subprocess.run(args, env=ros_env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
     assert str(missing) in done.stderr and "download.pytorch.org" in done.stderr, done.stderr
