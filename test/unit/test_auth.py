@@ -255,15 +255,21 @@ def test_sros2_policy_grants_what_the_nodes_use():
             for t in group
         }
 
+    ALIASES = {"create_subscription": ("create_subscription", "subscribe")}
+
     def topics(node_dir: str, call: str, fleet_relative: bool) -> set[str]:
         """Topic names passed to ``<x>.<call>(Type, topic, ...)`` in the node's folder
         (``nodes/<node_dir>/``): plain names on the server, ``f"{fleet}/name"`` on a robot."""
         found = set()
         for path in sorted((root_dir / "fed_ros/ros/nodes" / node_dir).glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                if not isinstance(node, ast.Call) or len(node.args) < 2:
                     continue
-                if node.func.attr != call or len(node.args) < 2:
+                # `node.create_publisher(...)`, or the node's callable passed in and called
+                # as `create_publisher(...)` (`subscribe(...)` in the robot's fleet link).
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name not in ALIASES.get(call, (call,)):
                     continue
                 topic = node.args[1]
                 if not fleet_relative and isinstance(topic, ast.Constant):

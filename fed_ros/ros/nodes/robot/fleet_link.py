@@ -45,30 +45,39 @@ def fleet_keys(params) -> tuple[Any, Any]:
 
 
 class RobotFleetTopics:
-    """Publishers and the register client under ``fleet`` (the fleet namespace, no trailing /)."""
+    """Publishers and the register client under ``fleet`` (the fleet namespace, no trailing /).
 
-    def __init__(self, node, fleet: str, register_group, encoder: bool = False) -> None:
-        self.node, self.fleet = node, fleet
+    ``create_publisher``, ``create_subscription`` and ``create_client`` are the owning node's
+    (explicit collaborators, never the node)."""
+
+    def __init__(
+        self,
+        create_publisher: Callable[..., Any],
+        create_subscription: Callable[..., Any],
+        create_client: Callable[..., Any],
+        fleet: str,
+        register_group: Any,
+        encoder: bool = False,
+    ) -> None:
+        self.create_subscription, self.fleet = create_subscription, fleet
         # Only a robot taking the server's fleet encoder sends encoder updates.
         self.encoder_update_pub = (
-            node.create_publisher(EncoderUpdate, f"{fleet}/encoder_updates", qos.control_qos())
+            create_publisher(EncoderUpdate, f"{fleet}/encoder_updates", qos.control_qos())
             if encoder
             else None
         )
-        self.update_pub = node.create_publisher(ModelUpdate, f"{fleet}/updates", qos.control_qos())
-        self.descriptor_pub = node.create_publisher(
+        self.update_pub = create_publisher(ModelUpdate, f"{fleet}/updates", qos.control_qos())
+        self.descriptor_pub = create_publisher(
             DescriptorMsg, f"{fleet}/descriptors", qos.control_qos()
         )
-        self.metrics_pub = node.create_publisher(
+        self.metrics_pub = create_publisher(
             RobotMetrics, f"{fleet}/robot_metrics", qos.control_qos()
         )
-        self.model_resend_pub = node.create_publisher(
-            String, f"{fleet}/model_resend", qos.control_qos()
-        )
-        self.progress_pub = node.create_publisher(
+        self.model_resend_pub = create_publisher(String, f"{fleet}/model_resend", qos.control_qos())
+        self.progress_pub = create_publisher(
             TrainingProgress, f"{fleet}/training_progress", qos.heartbeat_qos()
         )
-        self.register_client = node.create_client(
+        self.register_client = create_client(
             Register, f"{fleet}/register", callback_group=register_group
         )
 
@@ -86,36 +95,36 @@ class RobotFleetTopics:
     ) -> None:
         """The server's topics, each handler wrapped by ``guard`` (no handler crashes the node),
         all in the one mutually exclusive ``group``."""
-        node, fleet = self.node, self.fleet
-        node.create_subscription(
+        subscribe, fleet = self.create_subscription, self.fleet
+        subscribe(
             RoundAnnouncement,
             f"{fleet}/round",
             guard.wrap("round", on_round),
             qos.latched_qos(),
             callback_group=group,
         )
-        node.create_subscription(
+        subscribe(
             ClusterModel,
             f"{fleet}/cluster_models",
             guard.wrap("cluster_models", on_cluster_model),
             qos.model_state_qos(MODEL_TOPIC_DEPTH),
             callback_group=group,
         )
-        node.create_subscription(
+        subscribe(
             String,
             f"{fleet}/update_resend",
             guard.wrap("update_resend", on_update_resend),
             qos.control_qos(),
             callback_group=group,
         )
-        node.create_subscription(
+        subscribe(
             DescriptorMsg,
             f"{fleet}/descriptors",
             guard.wrap("descriptors", on_peer_descriptor),
             qos.control_qos(),
             callback_group=group,
         )
-        node.create_subscription(
+        subscribe(
             UpdateAck,
             f"{fleet}/update_acks",
             guard.wrap("update_acks", on_update_ack),
@@ -124,7 +133,7 @@ class RobotFleetTopics:
         )
         if on_encoder is not None:
             # Latched, depth 1 (the server's): a robot joining late gets the current encoder.
-            node.create_subscription(
+            subscribe(
                 FleetEncoder,
                 f"{fleet}/encoder",
                 guard.wrap("encoder", on_encoder),

@@ -97,7 +97,12 @@ class RobotNode(Node):
         )
 
         self.fleet_topics = topics = RobotFleetTopics(
-            self, fleet, register_group=io_group, encoder=encoder_file is not None
+            self.create_publisher,
+            self.create_subscription,
+            self.create_client,
+            fleet,
+            register_group=io_group,
+            encoder=encoder_file is not None,
         )
         self.descriptor_pub, self.metrics_pub = topics.descriptor_pub, topics.metrics_pub
         # Cluster models in, updates out (kept until acknowledged), resends both ways.
