@@ -22,7 +22,9 @@ from fed_ros.core.strategies.base import make_strategy
 from fed_ros.core.strategies.types import ClientUpdate
 
 TIMEOUT = 10.0  # the announced deadline is t0 + this
-LIVENESS = LivenessSettings(heartbeat_timeout_s=3.0, max_extension_s=20.0, max_train_steps=100)
+LIVENESS = LivenessSettings(
+    heartbeat_timeout_s=3.0, max_extension_s=20.0, heartbeat_step_budget=100
+)
 
 
 class Clock:
@@ -288,5 +290,5 @@ def test_settings_are_validated():
         LivenessSettings(heartbeat_timeout_s=0)
     with pytest.raises(ValueError, match="max_extension_s"):
         LivenessSettings(max_extension_s=-1)
-    with pytest.raises(ValueError, match="max_train_steps"):
-        LivenessSettings(max_train_steps=0)
+    with pytest.raises(ValueError, match="heartbeat_step_budget"):
+        LivenessSettings(heartbeat_step_budget=0)

@@ -104,6 +104,11 @@ def test_plan_subsets_for_one_machine():
         ({"robots": [{"task": "lift", "colour": "red"}]}, "colour"),
         ({"server": {"quorum_fraction": 1.5}}, "quorum_fraction"),
         ({"server": {"round_timeout": 3}}, "round_timeout"),
+        # A renamed parameter is refused with its new name (one name per idea, issue 38).
+        (
+            {"server": {"max_train_steps": 100}},
+            "server parameter 'max_train_steps' was renamed 'heartbeat_step_budget'",
+        ),
         ({"robot_defaults": {"train_lr": "fast"}}, "train_lr"),
         ({"policy": "pixels"}, "policy"),
         ({"speed": 3}, "speed"),

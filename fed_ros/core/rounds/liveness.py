@@ -17,7 +17,7 @@ decided here is whether a heartbeat is admissible and what it extends:
 - with a sequence number above the last one of that robot in this round (a replay, or a
   reordered old heartbeat, extends nothing);
 - with ``steps_done <= expected_steps <= max_steps`` (the round config's ``local_steps`` when it
-  sets one, else the fleet's ``max_train_steps``): a robot claiming more work than its budget
+  sets one, else the fleet's ``heartbeat_step_budget``): a robot claiming more work than its budget
   is refused;
 - it extends only when it is the robot's first accepted heartbeat of the round (training has
   started: the robot sends one at step 0, after its model arrived and its data loaded, so a slow
@@ -55,20 +55,22 @@ class LivenessSettings:
         2 periods wherever it falls between two heartbeats).
     max_extension_s: the cap: no robot's deadline moves past announced deadline + this
         (0 = heartbeats extend nothing: every robot keeps the announced deadline).
-    max_train_steps: the step budget when the round config sets no ``local_steps``.
+    heartbeat_step_budget: the step budget when the round config sets no ``local_steps``.
     """
 
     heartbeat_timeout_s: float = 20.0
     max_extension_s: float = 600.0
-    max_train_steps: int = 1_000_000
+    heartbeat_step_budget: int = 1_000_000
 
     def __post_init__(self) -> None:
         if not self.heartbeat_timeout_s > 0:
             raise ValueError(f"heartbeat_timeout_s must be > 0, got {self.heartbeat_timeout_s}")
         if not self.max_extension_s >= 0:
             raise ValueError(f"max_extension_s must be >= 0, got {self.max_extension_s}")
-        if not _is_int(self.max_train_steps) or self.max_train_steps < 1:
-            raise ValueError(f"max_train_steps must be an int >= 1, got {self.max_train_steps!r}")
+        if not _is_int(self.heartbeat_step_budget) or self.heartbeat_step_budget < 1:
+            raise ValueError(
+                f"heartbeat_step_budget must be an int >= 1, got {self.heartbeat_step_budget!r}"
+            )
 
 
 @dataclass
@@ -134,7 +136,7 @@ class ProgressLedger:
                 NOT_PARTICIPANT,
                 f"heartbeat from {robot_id!r}: not a participant of round {round_idx}",
             )
-        budget = self.step_budgets.get(robot_id, self.settings.max_train_steps)
+        budget = self.step_budgets.get(robot_id, self.settings.heartbeat_step_budget)
         if expected_steps > budget or steps_done > expected_steps:
             return _reject(
                 BUDGET,
@@ -175,7 +177,7 @@ def attach_ledger(collector, settings: LivenessSettings) -> None:
     if plan.stage != "train":
         return
     budgets = {
-        r: (c.local_steps if c.local_steps is not None else settings.max_train_steps)
+        r: (c.local_steps if c.local_steps is not None else settings.heartbeat_step_budget)
         for r, c in plan.configs.items()
     }
     collector.ledger = ProgressLedger(

@@ -13,6 +13,7 @@ arm side (adapter, sim bridge, expert driver, teleop) are
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -132,6 +133,9 @@ class ServerParams(NodeParams):
     NODE: ClassVar[str] = "server"
     # strategy.* -> make_strategy(**settings); encoder.* -> FleetEncoderConfig fields.
     OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy", "encoder")
+    # One name per idea: the step limit is the round's local_steps and the robot's
+    # train_max_steps; this one only bounds what a heartbeat may claim (issue 38).
+    RENAMED: ClassVar[Mapping[str, str]] = {"max_train_steps": "heartbeat_step_budget"}
 
     algorithm: str = param("feddrman", "strategy name", choices=ALGORITHMS)
     rounds: int = param(3, "rounds to complete, then STAGE_DONE", ge=1)
@@ -200,7 +204,7 @@ class ServerParams(NodeParams):
         ge=0.0,
         live=True,
     )
-    max_train_steps: int = param(
+    heartbeat_step_budget: int = param(
         1_000_000, "step budget a heartbeat may claim when the round sets no local_steps", ge=1
     )
     state_dir: str = param(

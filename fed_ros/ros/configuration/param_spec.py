@@ -136,6 +136,16 @@ class NodeParams:
     OPEN_PREFIXES: ClassVar[
         tuple[str, ...]
     ] = ()  # parameter groups passed through to their consumer
+    # Old name -> new name of a renamed parameter: the old one is refused with the new name.
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def unknown_parameter(cls, name: str) -> str:
+        """The error for an undeclared parameter ``name``: its new name when it was renamed,
+        else every known one."""
+        if name in cls.RENAMED:
+            return f"{cls.NODE} parameter {name!r} was renamed {cls.RENAMED[name]!r}"
+        return f"unknown {cls.NODE} parameter {name!r} (known: {', '.join(sorted(cls.specs()))})"
 
     @classmethod
     def specs(cls) -> dict[str, ParamSpec]:
@@ -170,9 +180,7 @@ class NodeParams:
             elif cls.is_open(name):
                 out[name] = value
             else:
-                raise ValueError(
-                    f"unknown {cls.NODE} parameter {name!r} (known: {', '.join(sorted(specs))})"
-                )
+                raise ValueError(cls.unknown_parameter(name))
         return out
 
     @classmethod
@@ -205,7 +213,7 @@ class NodeParams:
         coerced = {}
         for name, value in changes.items():
             if name not in specs:
-                raise ValueError(f"unknown {self.NODE} parameter {name!r}")
+                raise ValueError(self.unknown_parameter(name))
             value = specs[name].coerce(self.NODE, value)
             coerced[name] = tuple(value) if isinstance(value, list) else value
         return dataclasses.replace(self, **coerced)

@@ -85,9 +85,7 @@ def declare_typed_parameters(
     overrides = set(node._parameter_overrides) - ROS_BUILTIN_PARAMS
     unknown = sorted(n for n in overrides if n not in specs and not cls.is_open(n))
     if unknown:
-        raise ValueError(
-            f"unknown {cls.NODE} parameter {unknown[0]!r} (known: {', '.join(sorted(specs))})"
-        )
+        raise ValueError(cls.unknown_parameter(unknown[0]))
     values = {}
     for name, spec in specs.items():
         given = _override_value(node, spec)

@@ -59,7 +59,7 @@ def liveness_settings(params: ServerParams) -> LivenessSettings:
     return LivenessSettings(
         heartbeat_timeout_s=params.heartbeat_timeout_s,
         max_extension_s=params.max_deadline_extension_s,
-        max_train_steps=params.max_train_steps,
+        heartbeat_step_budget=params.heartbeat_step_budget,
     )
 
 
