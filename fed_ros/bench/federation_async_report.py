@@ -10,16 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score 95 % interval of a success rate."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = successes / n
-    d = 1 + z * z / n
-    c = p + z * z / (2 * n)
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (max(0.0, (c - h) / d), min(1.0, (c + h) / d))
+from fed_ros.bench.federation_report import wilson
 
 
 def time_to_target(evals: Sequence[dict[str, Any]], target: float) -> float | None:

@@ -9,6 +9,17 @@ from typing import Any, Sequence
 import numpy as np
 
 
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95 % interval of a success rate."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    d = 1 + z * z / n
+    c = p + z * z / (2 * n)
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, (c - h) / d), min(1.0, (c + h) / d))
+
+
 def _fmt(mean: float | None, std: float | None = None, pct: bool = True) -> str:
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "n/a"
@@ -47,6 +58,20 @@ def success_stats(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def pooled_successes(cells: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """(successes, rollouts) of the final evaluation, pooled over the cells' seeds and models."""
+    rollouts = [r for c in cells if not c.get("error") for r in c.get("rollouts") or []]
+    return sum(1 for r in rollouts if r[1]), len(rollouts)
+
+
+def _pooled(cells: Sequence[dict[str, Any]]) -> str:
+    k, n = pooled_successes(cells)
+    if not n:
+        return "-"
+    lo, hi = wilson(k, n)
+    return f"{100 * k / n:.1f} ({k}/{n}) [{100 * lo:.1f}-{100 * hi:.1f}]"
+
+
 def coassign_stats(cells: Sequence[dict[str, Any]]) -> tuple[float | None, float | None]:
     """Fraction of (round, pair) where same-group pairs share a cluster / cross-group pairs do."""
     same, cross = [], []
@@ -65,7 +90,8 @@ def coassign_stats(cells: Sequence[dict[str, Any]]) -> tuple[float | None, float
 def method_table(
     setting: str, grouped: dict[tuple[str, str], list[dict[str, Any]]], methods: Sequence[str]
 ) -> str:
-    """The papers' style table: success per family and mean (%, mean ± std over seeds)."""
+    """The papers' style table: success per family and mean (%, mean ± std over seeds), and
+    the final rollouts pooled over seeds with their 95 % Wilson interval."""
     fams: list[str] = []
     for (s, _), cells in grouped.items():
         if s != setting:
@@ -77,10 +103,10 @@ def method_table(
     head = (
         "| method | "
         + " | ".join(fams)
-        + " | mean | same-group co-clustered | cross-group co-clustered | cluster CPU s/round"
-        " | seeds | CPU s |"
+        + " | mean | pooled (95 % Wilson) | same-group co-clustered | cross-group co-clustered"
+        " | cluster CPU s/round | seeds | CPU s |"
     )
-    lines = [head, "|" + "---|" * (len(fams) + 7)]
+    lines = [head, "|" + "---|" * (len(fams) + 8)]
     for m in methods:
         cells = grouped.get((setting, m))
         if not cells:
@@ -102,7 +128,7 @@ def method_table(
         lines.append(
             f"| {name} | "
             + " | ".join(fam_cells)
-            + f" | {_fmt(st['mean'], st['std'])} | {co[0]} | {co[1]} | {ccost_s}"
+            + f" | {_fmt(st['mean'], st['std'])} | {_pooled(cells)} | {co[0]} | {co[1]} | {ccost_s}"
             f" | {st['seeds']} | {cpu:.0f} |"
         )
     return "\n".join(lines)
