@@ -18,22 +18,22 @@ from conftest import wait_until
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
 from fed_ros.ros.configuration.fleet_params import VISION_BACKBONES, RobotParams, ServerParams
 from fed_ros.ros.fleet.plan import plan_fleet
+from support.fleets import fleet_document
 
 ROBOT = "robot_0"
 
 
 def _fleet(tmp_path, **keys) -> dict:
-    return {
-        "fleet": {
+    robots = [{"id": ROBOT, "task": "lift", "sim": False}]
+    return fleet_document(
+        **{
             "name": "backbones",
-            "algorithm": "fedavg",
-            "rounds": 1,
             "policy": "image",
             "run_dir": str(tmp_path),
-            "robots": [{"id": ROBOT, "task": "lift", "sim": False}],
+            "robots": robots,
             **keys,
         }
-    }
+    )
 
 
 def _fleet_weights(tmp_path) -> str:

@@ -23,17 +23,14 @@ from fed_ros.ros.fleet.cli import plan_main
 from fed_ros.ros.fleet.discovery import DISCOVERY_SERVER_ENV, find_executable
 from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
 from fed_ros.ros.fleet.plan import DISCOVERY_SERVER_NAME, fleet_setup, plan_fleet
+from support.fleets import fleet_config, fleet_data
 
 REPO = Path(__file__).resolve().parents[2]
 FED_ROS = str(Path(sys.executable).parent / "fed-ros")
 
 
 def _fleet(discovery=None, **overrides):
-    data = {"name": "t", "algorithm": "fedavg", "rounds": 1, "robots": [{"task": "lift"}]}
-    if discovery is not None:
-        data["discovery"] = discovery
-    data.update(overrides)
-    return fleet_config_from_dict({"fleet": data})
+    return fleet_config(**({} if discovery is None else {"discovery": discovery}), **overrides)
 
 
 def _load_launch(name: str):
@@ -90,13 +87,7 @@ def test_bad_discovery_values_name_the_value(discovery, match):
 
 def test_launch_files_get_the_same_setup_as_up(tmp_path):
     fleet = tmp_path / "fleet.yaml"
-    data = {
-        "name": "t",
-        "algorithm": "fedavg",
-        "rounds": 1,
-        "robots": [{"task": "lift"}],
-        "discovery": {"server": "start", "address": "10.1.2.3"},
-    }
+    data = fleet_data(discovery={"server": "start", "address": "10.1.2.3"})
     fleet.write_text(yaml.safe_dump({"fleet": data}))
     config = fleet_config_from_dict({"fleet": data})
 

@@ -212,11 +212,9 @@ def test_hold_latch_stops_at_once_and_needs_a_new_command_after_release():
 
 
 def _fleet(**robot):
-    from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict
+    from support.fleets import fleet_config
 
-    return fleet_config_from_dict(
-        {"name": "lab", "algorithm": "fedavg", "rounds": 1, "robots": [robot]}
-    )
+    return fleet_config(name="lab", robots=[robot])
 
 
 def test_fleet_profile_plans_an_adapter_and_a_ros2_control_bridge():

@@ -10,23 +10,18 @@ import pytest
 import yaml
 
 from fed_ros.ros.fleet import launcher
-from fed_ros.ros.fleet.fleet_file import fleet_config_from_dict, load_fleet_config
+from fed_ros.ros.fleet.fleet_file import load_fleet_config
 from fed_ros.ros.configuration.fleet_params import ALGORITHMS, SIM_TASKS, RobotParams, ServerParams
 from fed_ros.ros.fleet.plan import plan_fleet
+from support.fleets import fleet_config
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "config" / "fleet_demo.yaml"
 
 
 def _fleet(**overrides):
-    data = {
-        "name": "t",
-        "algorithm": "feddrman",
-        "rounds": 2,
-        "robots": [{"task": "lift"}, {"task": "lift"}, {"task": "stack", "count": 2}],
-    }
-    data.update(overrides)
-    return fleet_config_from_dict({"fleet": data})
+    robots = [{"task": "lift"}, {"task": "lift"}, {"task": "stack", "count": 2}]
+    return fleet_config(**{"algorithm": "feddrman", "rounds": 2, "robots": robots, **overrides})
 
 
 def _load_launch(name: str):
