@@ -39,6 +39,6 @@ echo "== fed-ros bench train --device cuda (AMP: bf16 autocast)"
     --warmup 5 --json "$OUT/bench_default.json"
 "$VENV/bin/fed-ros" bench train --device cuda --amp --kinds image --image-profile resnet_t \
     --steps 20 --warmup 5 --json "$OUT/bench_resnet_t.json"
-echo "== fed-ros bench train --data-path (demonstrations on the host vs on the GPU)"
-"$VENV/bin/fed-ros" bench train --device cuda --data-path --steps 10 --json "$OUT/data_path.json"
+echo "== fed-ros bench train data-path (demonstrations on the host vs on the GPU)"
+"$VENV/bin/fed-ros" bench train data-path --device cuda --steps 10 --json "$OUT/data_path.json"
 echo "gpu_check: done; rows in $OUT/"

@@ -6,9 +6,12 @@ on the same synthetic batches, and prints steps/s side by side with their ratio 
 a FedDRMan step costs <= 1.5x a BC step), the parameter count and peak memory. It also
 splits the extra cost into the teacher forward and the subspace projectors.
 
-``--lift`` instead measures that the camera policy still learns: it collects scripted Lift
-demonstrations with both cameras (MuJoCo, in process), trains BC from the images and
-reports closed-loop success over seeded evaluation episodes (`train_lift`).
+The other modes are subcommands. ``lift`` measures that the camera policy still learns: it
+collects scripted Lift demonstrations with both cameras (MuJoCo, in process), trains BC from
+the images and reports closed-loop success over seeded evaluation episodes (`train_lift`);
+``closed-loop`` does the same for any task and policy kind; ``data-path`` times the image data
+path (`train_data_path`). The old flags ``--lift``, ``--closed-loop`` and ``--data-path``
+still select them.
 """
 
 from __future__ import annotations
@@ -192,22 +195,71 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print the table; returns 0."""
-    ap = argparse.ArgumentParser(prog="fed-ros bench train", description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="few steps, batch 8 (smoke run)")
-    ap.add_argument("--kinds", default="lowdim,image", help="comma list of image,lowdim")
-    ap.add_argument("--batch", type=int, default=32, help="batch size (paper: 32)")
-    ap.add_argument("--steps", type=int, default=20, help="timed steps per mode (interleaved)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
-    ap.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+# The modes before they were subcommands: their old flags still select them.
+LEGACY_MODE_FLAGS = {"--lift": "lift", "--closed-loop": "closed-loop", "--data-path": "data-path"}
+MODES = ("steps", "lift", "closed-loop", "data-path")
+
+
+def _add_device_options(ap: argparse.ArgumentParser, sub: bool) -> None:
+    """Options every mode takes. On a subcommand their defaults are suppressed, so an option
+    given before the subcommand is not overwritten by the subcommand's default."""
+    d = (lambda v: argparse.SUPPRESS) if sub else (lambda v: v)
+    ap.add_argument("--quick", action="store_true", default=d(False), help="smoke run")
+    ap.add_argument("--batch", type=int, default=d(32), help="batch size (paper: 32)")
+    ap.add_argument("--device", default=d("auto"), help="auto, cpu or cuda[:i]")
+    ap.add_argument("--threads", type=int, default=d(0), help="torch CPU threads (0: default)")
     ap.add_argument(
         "--image-profile",
-        default="lite",
+        default=d("lite"),
         choices=tuple(IMAGE_PROFILES),
         help="image trunk (lite: CPU default; resnet_t: LIBERO ResNet-T size, GPUs)",
     )
+    ap.add_argument("--json", default=d(None), help="also write the results to this JSON file")
+
+
+def _add_closed_loop_options(ap: argparse.ArgumentParser, closed_loop: bool) -> None:
+    if closed_loop:
+        ap.add_argument("--task", default="lift", help="lift, pick_place_can, stack")
+        ap.add_argument("--kind", choices=("image", "lowdim"), default="image", help="the policy")
+    ap.add_argument(
+        "--demos",
+        type=int,
+        default=150,
+        help="expert demonstrations (defaults: the recipe measured to learn Lift from cameras, "
+        "docs/learning.md)",
+    )
+    ap.add_argument("--train-steps", type=int, default=8000, help="BC optimiser steps")
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    ap.add_argument(
+        "--lr-schedule",
+        choices=LR_SCHEDULES,
+        default="cosine",
+        help="constant, or cosine decay to 0 over the run",
+    )
+    ap.add_argument(
+        "--eef-state",
+        action="store_true",
+        help="an image policy also reads the end-effector pose (PolicyConfig.use_eef_state)",
+    )
+    ap.add_argument(
+        "--policy",
+        default="",
+        metavar="YAML",
+        help="further PolicyConfig fields as a YAML mapping, e.g. '{window: 2, embed_dim: 32}' "
+        "(a recipe under test)",
+    )
+    ap.add_argument("--eval-episodes", type=int, default=50, help="seeded evaluation episodes")
+    ap.add_argument("--seed", type=int, default=0, help="demo/train/eval seed")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """``fed-ros bench train [steps options]`` times training steps; the other modes are
+    subcommands: ``lift``, ``closed-loop`` and ``data-path``."""
+    ap = argparse.ArgumentParser(prog="fed-ros bench train", description=__doc__.splitlines()[0])
+    _add_device_options(ap, sub=False)
+    ap.add_argument("--kinds", default="lowdim,image", help="comma list of image,lowdim")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per mode (interleaved)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps")
     ap.add_argument(
         "--episodes",
         type=int,
@@ -221,93 +273,53 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="bf16 autocast on CUDA (no effect on CPU)",
     )
-    ap.add_argument("--json", help="also write the rows to this JSON file")
-    ap.add_argument(
-        "--lift",
-        action="store_true",
-        help="instead: Lift success of the camera policy trained from scripted "
-        "demos (MuJoCo, in process; see --demos/--train-steps/--eval-episodes)",
+    sub = ap.add_subparsers(dest="mode", metavar="{lift,closed-loop,data-path}")
+    lift = sub.add_parser(
+        "lift",
+        help="Lift success of the camera policy trained from scripted demos (MuJoCo, in "
+        "process); = closed-loop --task lift --kind image",
     )
-    ap.add_argument(
-        "--data-path",
-        action="store_true",
-        help="instead: windows/s of the image data path, demonstrations on the host vs on the "
-        "device, batch 32 and 512",
+    _add_device_options(lift, sub=True)
+    _add_closed_loop_options(lift, closed_loop=False)
+    loop = sub.add_parser(
+        "closed-loop", help="success of a policy trained by BC on --task's scripted demos"
     )
-    ap.add_argument(
-        "--closed-loop",
-        action="store_true",
-        help="instead: success of a policy trained by BC on --task's scripted demos (--kind "
-        "image or lowdim); --lift is --closed-loop --task lift --kind image",
+    _add_device_options(loop, sub=True)
+    _add_closed_loop_options(loop, closed_loop=True)
+    data = sub.add_parser(
+        "data-path",
+        help="windows/s of the image data path, demonstrations on the host vs on the device",
     )
-    ap.add_argument("--task", default="lift", help="--closed-loop: lift, pick_place_can, stack")
-    ap.add_argument(
-        "--kind", choices=("image", "lowdim"), default="image", help="--closed-loop: the policy"
-    )
-    ap.add_argument(
-        "--demos",
-        type=int,
-        default=150,
-        help="--lift/--closed-loop: expert demonstrations (defaults: the recipe measured to learn "
-        "Lift from cameras, docs/learning.md)",
-    )
-    ap.add_argument(
-        "--train-steps", type=int, default=8000, help="--lift/--closed-loop: BC optimiser steps"
-    )
-    ap.add_argument(
-        "--lr", type=float, default=1e-3, help="--lift/--closed-loop: AdamW learning rate"
-    )
-    ap.add_argument(
-        "--lr-schedule",
-        choices=LR_SCHEDULES,
-        default="cosine",
-        help="--lift/--closed-loop: constant, or cosine decay to 0 over the run",
-    )
-    ap.add_argument(
-        "--eef-state",
-        action="store_true",
-        help="--closed-loop --kind image: the policy also reads the end-effector pose "
-        "(PolicyConfig.use_eef_state)",
-    )
-    ap.add_argument(
-        "--policy",
-        default="",
-        metavar="YAML",
-        help="--closed-loop: further PolicyConfig fields as a YAML mapping, e.g. "
-        "'{window: 2, embed_dim: 32}' (a recipe under test)",
-    )
-    ap.add_argument(
-        "--eval-episodes",
-        type=int,
-        default=50,
-        help="--lift/--closed-loop: seeded evaluation episodes",
-    )
-    ap.add_argument(
-        "--seed", type=int, default=0, help="--lift/--closed-loop: demo/train/eval seed"
-    )
-    args = ap.parse_args(argv)
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    for k in kinds:
-        if k not in ("image", "lowdim"):
-            ap.error(f"unknown policy kind {k!r}")
-    if args.quick:
-        args.batch, args.steps, args.warmup = min(args.batch, 8), min(args.steps, 3), 1
+    _add_device_options(data, sub=True)
+    data.add_argument("--steps", type=int, default=20, help="timed batches per batch size")
+    return ap
+
+
+def _with_subcommand(argv: list[str]) -> list[str]:
+    """``--lift`` / ``--closed-loop`` / ``--data-path`` (the old flags) as their subcommand."""
+    flags = [a for a in argv if a in LEGACY_MODE_FLAGS]
+    if not flags:
+        return argv
+    mode = "closed-loop" if "--closed-loop" in flags else LEGACY_MODE_FLAGS[flags[0]]
+    return [mode, *(a for a in argv if a not in LEGACY_MODE_FLAGS)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen mode (training steps by default) and print its table; returns 0."""
+    import sys
+
+    ap = build_parser()
+    args = ap.parse_args(_with_subcommand(list(sys.argv[1:] if argv is None else argv)))
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    if args.data_path:
-        from fed_ros.bench.train_data_path import data_path_rows, print_data_path
-
-        batches = (8, 32) if args.quick else (32, 512)
-        rows = data_path_rows(device, batches, steps=args.steps, image_profile=args.image_profile)
-        print_data_path(rows, device)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(rows, f, indent=2)
-        return 0
-    if args.lift or args.closed_loop:
+    if args.mode == "data-path":
+        return _data_path(args, device)
+    if args.mode in ("lift", "closed-loop"):
+        closed = args.mode == "closed-loop"
+        task, kind = (args.task, args.kind) if closed else ("lift", "image")
         try:
-            overrides = policy_overrides(args.policy, args.kind if args.closed_loop else "image")
+            overrides = policy_overrides(args.policy, kind)
         except ValueError as exc:
             ap.error(str(exc))
         row = lift_from_images(
@@ -320,15 +332,39 @@ def main(argv: list[str] | None = None) -> int:
             args.image_profile,
             device,
             args.lr_schedule,
-            args.task if args.closed_loop else "lift",
-            args.kind if args.closed_loop else "image",
+            task,
+            kind,
             eef_state=args.eef_state,
             policy_overrides=overrides,
         )
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(row, f, indent=2)
+        _write_json(args.json, row)
         return 0
+    return _steps(ap, args, device)
+
+
+def _write_json(path: str | None, data: Any) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(data, f, indent=2)
+
+
+def _data_path(args: argparse.Namespace, device: torch.device) -> int:
+    from fed_ros.bench.train_data_path import data_path_rows, print_data_path
+
+    batches = (8, 32) if args.quick else (32, 512)
+    rows = data_path_rows(device, batches, steps=args.steps, image_profile=args.image_profile)
+    print_data_path(rows, device)
+    _write_json(args.json, rows)
+    return 0
+
+
+def _steps(ap: argparse.ArgumentParser, args: argparse.Namespace, device: torch.device) -> int:
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    for k in kinds:
+        if k not in ("image", "lowdim"):
+            ap.error(f"unknown policy kind {k!r}")
+    if args.quick:
+        args.batch, args.steps, args.warmup = min(args.batch, 8), min(args.steps, 3), 1
     print(
         f"fed-ros bench train: device={device} threads={torch.get_num_threads()} "
         f"batch={args.batch} steps={args.steps} per mode, interleaved (median step time) "
@@ -357,9 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak memory: CUDA allocator peak per mode on GPU; process max RSS on CPU "
         "(cumulative, so the FedDRMan column includes the BC run)"
     )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+    _write_json(args.json, rows)
     return 0
 
 

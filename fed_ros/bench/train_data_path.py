@@ -1,4 +1,4 @@
-"""`fed-ros bench train --data-path`: windows per second of the image policy's data path, with the
+"""`fed-ros bench train data-path`: windows per second of the image policy's data path, with the
 demonstrations on the host (numpy batches copied to the device) and on the device
 (`fed_ros.learning.device_dataset`), side by side, for the batch building with its random-shift
 augmentation alone and for whole training steps (issue 23 item 5).
@@ -77,7 +77,7 @@ def data_path_rows(
 
 def print_data_path(rows: list[dict[str, Any]], device: torch.device) -> None:
     """The table, each device row beside its host row (ratios measured in the same run)."""
-    print(f"fed-ros bench train --data-path: device={device}, image policy, windows/s")
+    print(f"fed-ros bench train data-path: device={device}, image policy, windows/s")
     print(
         f"{'batch':>6} {'path':<7} {'build+aug':>11} {'x host':>7} {'train step':>11} {'x host':>7}"
     )

@@ -1,4 +1,4 @@
-"""`fed-ros bench train --lift` / `--closed-loop`: does a policy learn a task from demonstrations?
+"""`fed-ros bench train lift` / `closed-loop`: does a policy learn a task from demonstrations?
 
 A separate check from the throughput table of `train`: it collects scripted demonstrations of a
 task (Lift by default; `--task pick_place_can`, `stack`) with both cameras for the image policy

@@ -62,3 +62,28 @@ def test_bench_train_quick_image_reports_profile_and_distinct_frames(tmp_path, c
     # batch 8 x window 5 over 4 short synthetic episodes: windows share frames.
     assert 0 < row["distinct_frames"] < row["batch"] * row["window"]
     assert row["bc_steps_per_s"] > 0 and row["feddrman_peak_mem_mb"] > 0
+
+
+def test_modes_are_subcommands_and_the_old_flags_still_select_them(capsys):
+    import pytest
+
+    from fed_ros.bench.train import _with_subcommand, build_parser
+
+    def parse(*argv):
+        return build_parser().parse_args(_with_subcommand(list(argv)))
+
+    steps = parse("--kinds", "image", "--threads", "2")
+    assert (steps.mode, steps.kinds, steps.threads) == (None, "image", 2)
+    # An option before the subcommand is kept: the subcommand's default does not overwrite it.
+    lift = parse("--threads", "1", "lift", "--demos", "30")
+    assert (lift.mode, lift.threads, lift.demos, lift.batch) == ("lift", 1, 30, 32)
+    assert parse("lift", "--threads", "3").threads == 3
+    old = parse("--lift", "--demos", "30", "--threads", "1")
+    assert (old.mode, old.demos, old.threads) == ("lift", 30, 1)
+    loop = parse("--closed-loop", "--task", "stack", "--kind", "lowdim")
+    assert (loop.mode, loop.task, loop.kind) == ("closed-loop", "stack", "lowdim")
+    assert parse("--data-path", "--quick").mode == "data-path"
+    # A mode's own options belong to it: the step timer's --kinds is no lift option.
+    with pytest.raises(SystemExit):
+        parse("lift", "--kinds", "image")
+    assert "unrecognized arguments: --kinds" in capsys.readouterr().err

@@ -14,7 +14,7 @@ def test_closed_loop_bc_on_pick_place_can_from_the_low_dim_state(tmp_path):
     from fed_ros.bench.train import main
 
     out = tmp_path / "can.json"
-    argv = ["--closed-loop", "--task", "pick_place_can", "--kind", "lowdim", "--demos", "2"]
+    argv = ["closed-loop", "--task", "pick_place_can", "--kind", "lowdim", "--demos", "2"]
     argv += ["--train-steps", "2", "--eval-episodes", "1", "--threads", "1", "--json", str(out)]
     argv += ["--policy", "{window: 2, embed_dim: 32}"]
     assert main(argv) == 0
