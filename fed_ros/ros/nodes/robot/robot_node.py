@@ -122,16 +122,6 @@ class RobotNode(Node):
         from fed_ros.ros.nodes.handler_guard import HandlerGuard, refuse_service
 
         self.guard = guard = HandlerGuard(self)
-        topics.subscribe(
-            guard,
-            self._fleet_group,
-            on_round=self._on_announcement,
-            on_cluster_model=lambda msg: self.downlink.on_cluster_model(msg),
-            on_update_resend=lambda msg: self.downlink.on_update_resend(msg),
-            on_peer_descriptor=lambda msg: self.rounds.on_peer_descriptor(msg),
-            on_update_ack=self.uplink.on_ack,
-            on_encoder=self._on_encoder if encoder_file is not None else None,
-        )
         self.create_service(
             Record,
             "record",
@@ -216,6 +206,18 @@ class RobotNode(Node):
                 wait_matched=lambda p, w: wait_for_subscribers(self, p, w),
                 progress_pub=self.fleet_topics.progress_pub,
             )
+        )
+        # The fleet's topics last, when every handler's owner exists (no callback runs before
+        # the node spins, but a handler is then a plain bound method, never a forward lambda).
+        topics.subscribe(
+            guard,
+            self._fleet_group,
+            on_round=self._on_announcement,
+            on_cluster_model=self.downlink.on_cluster_model,
+            on_update_resend=self.downlink.on_update_resend,
+            on_peer_descriptor=self.rounds.on_peer_descriptor,
+            on_update_ack=self.uplink.on_ack,
+            on_encoder=self._on_encoder if encoder_file is not None else None,
         )
         self.worker.start()
         self.worker.put(STARTUP)

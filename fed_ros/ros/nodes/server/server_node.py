@@ -105,6 +105,18 @@ class FleetServer(Node):
         self.coord, self.audit, self.resumed = state.coord, state.audit, state.resumed
         self.limits = TransferLimits(max_total_bytes=p.max_update_bytes)
         log = self.get_logger()
+        # The publishers first: the collaborators below publish through them.
+        self.announce_pub = self.create_publisher(RoundAnnouncement, "round", qos.latched_qos())
+        self.model_pub = self.create_publisher(
+            ClusterModel, "cluster_models", qos.model_state_qos(MODEL_TOPIC_DEPTH)
+        )
+        # Reports keep a history: with KEEP_LAST(1) a report published right after another
+        # can replace it before a reader acknowledged it (reliable + keep-last drops).
+        self.report_pub = self.create_publisher(
+            RoundReport, "round_report", qos.model_state_qos(REPORT_HISTORY)
+        )
+        self.resend_pub = self.create_publisher(String, "update_resend", qos.control_qos())
+        self.ack_pub = self.create_publisher(UpdateAck, "update_acks", qos.control_qos())
         # Transfer: updates in (assembly, bulk fetch, the one payload check), cluster models out.
         self.updates_in = TransferReceiver(
             state.manifest,
@@ -117,12 +129,23 @@ class FleetServer(Node):
             bulk_threshold_bytes=p.bulk_threshold_bytes,
             bulk_ttl_s=7 * 24 * 3600.0,
         )  # the current models stay fetchable
+        # Cluster models out (after each commit) and their chunks re-sent on request.
+        self.models = ClusterModelPublisher(
+            coord=self.coord,
+            models_out=self.models_out,
+            publish=self.model_pub.publish,
+            signer=keys.signer,
+            allow_list=keys.allow_list,
+            params=lambda: self.params,
+            now_msg=self._now_msg,
+            log=log,
+        )
         # Updates: checks, assembly, one decision per payload id, acknowledgements.
         self.intake = UpdateIntake(
             coord=self.coord,
             updates_in=self.updates_in,
             audit=self.audit,
-            publish_ack=lambda msg: self.ack_pub.publish(msg),
+            publish_ack=self.ack_pub.publish,
             manifest=state.manifest,
             allow_list=keys.allow_list,
             replay_guard=keys.replay_guard,
@@ -130,7 +153,7 @@ class FleetServer(Node):
             now=self._now,
             now_msg=self._now_msg,
             log=log,
-            delta_base=lambda round_idx, cid: self.models.sent_model(round_idx, cid),
+            delta_base=self.models.sent_model,
             spills=RoundSpills(state.manifest, Path(p.state_dir) / "spill"),
         )
         self.stage_inputs = StageInputs(
@@ -142,26 +165,19 @@ class FleetServer(Node):
         self.registration = RegistrationDesk(
             coord=self.coord, registration_guard=keys.registration_guard, audit=self.audit, log=log
         )
-        # Cluster models out (after each commit) and their chunks re-sent on request.
-        self.models = ClusterModelPublisher(
-            coord=self.coord,
-            models_out=self.models_out,
-            publish=lambda msg: self.model_pub.publish(msg),
-            signer=keys.signer,
-            allow_list=keys.allow_list,
-            params=lambda: self.params,
-            now_msg=self._now_msg,
-            log=log,
-        )
         self.encoder: ServerEncoder | None = None
         if encoder_stage is not None and encoder_file is not None:
+            # One message holds the whole encoder; depth 1: the current one is what counts.
+            self.encoder_pub = self.create_publisher(FleetEncoder, "encoder", qos.latched_qos())
             self.encoder = ServerEncoder(
                 stage=encoder_stage,
                 cfg=encoder_cfg,
                 weights_file=encoder_file,
                 coord=self.coord,
-                publish=lambda msg: self.encoder_pub.publish(msg),
+                publish=self.encoder_pub.publish,
                 signer=keys.signer,
+                # The round driver takes this encoder, and this reads the driver's tracker:
+                # a cycle, so the tracker is looked up when an encoder round reports.
                 tracker=lambda: self.rounds.tracker,
                 audit=self.audit,
                 now=self._now,
@@ -169,17 +185,26 @@ class FleetServer(Node):
                 log=log,
             )
             self.coord.hold_before = encoder_stage.holds  # policy rounds wait for the encoder
+        # Rounds on/off and the fleet's end (its services are created below).
+        self.rounds_gate = gate = RoundsGate(
+            self.coord,
+            p.rounds_enabled,
+            log=self.get_logger(),
+            set_parameter=lambda param: self.set_parameters([param])[0],
+            exit_code=lambda: self.exit_code,
+            announce_pub=self.announce_pub,
+        )
         # The tick: models -> report -> announcement, and the exit code.
         self.rounds = RoundDriver(
             coord=self.coord,
             updates_in=self.updates_in,
             intake=self.intake,
             models=self.models,
-            publish_report=lambda msg: self.report_pub.publish(msg),
-            publish_announcement=lambda msg: self.announce_pub.publish(msg),
-            publish_resend=lambda msg: self.resend_pub.publish(msg),
+            publish_report=self.report_pub.publish,
+            publish_announcement=self.announce_pub.publish,
+            publish_resend=self.resend_pub.publish,
             keys=keys,
-            after_round=lambda plan: self.rounds_gate.after_round(plan),
+            after_round=self.rounds_gate.after_round,
             params=lambda: self.params,
             resumed=self.resumed,
             now_msg=self._now_msg,
@@ -188,17 +213,6 @@ class FleetServer(Node):
         )
 
         group = MutuallyExclusiveCallbackGroup()  # every callback that touches round state
-        self.announce_pub = self.create_publisher(RoundAnnouncement, "round", qos.latched_qos())
-        self.model_pub = self.create_publisher(
-            ClusterModel, "cluster_models", qos.model_state_qos(MODEL_TOPIC_DEPTH)
-        )
-        # Reports keep a history: with KEEP_LAST(1) a report published right after another
-        # can replace it before a reader acknowledged it (reliable + keep-last drops).
-        self.report_pub = self.create_publisher(
-            RoundReport, "round_report", qos.model_state_qos(REPORT_HISTORY)
-        )
-        self.resend_pub = self.create_publisher(String, "update_resend", qos.control_qos())
-        self.ack_pub = self.create_publisher(UpdateAck, "update_acks", qos.control_qos())
         # No handler can crash the node: a failing callback is logged with its type, counted
         # (guard.failures) and audited; the node keeps serving.
         self.guard = guard = HandlerGuard(self, on_error=self._audit_handler_failure)
@@ -240,8 +254,6 @@ class FleetServer(Node):
             callback_group=group,
         )
         if self.encoder is not None:
-            # One message holds the whole encoder; depth 1: the current one is what counts.
-            self.encoder_pub = self.create_publisher(FleetEncoder, "encoder", qos.latched_qos())
             self.create_subscription(
                 EncoderUpdate,
                 "encoder_updates",
@@ -257,14 +269,6 @@ class FleetServer(Node):
             callback_group=group,
         )
         self.create_timer(0.1, self.rounds.tick, callback_group=group)
-        self.rounds_gate = gate = RoundsGate(
-            self.coord,
-            p.rounds_enabled,
-            log=self.get_logger(),
-            set_parameter=lambda param: self.set_parameters([param])[0],
-            exit_code=lambda: self.exit_code,
-            announce_pub=self.announce_pub,
-        )
         self.add_post_set_parameters_callback(gate.after_set)
         self.create_service(SetBool, "~/set_rounds", gate.on_set_rounds, callback_group=group)
         self.create_service(Trigger, "~/end_fleet", gate.on_end_fleet, callback_group=group)
