@@ -59,9 +59,18 @@ def success_stats(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def pooled_successes(cells: Sequence[dict[str, Any]]) -> tuple[int, int]:
-    """(successes, rollouts) of the final evaluation, pooled over the cells' seeds and models."""
-    rollouts = [r for c in cells if not c.get("error") for r in c.get("rollouts") or []]
-    return sum(1 for r in rollouts if r[1]), len(rollouts)
+    """(successes, rollouts) of each cell's final evaluation, pooled over the cells' seeds.
+
+    A cell's ``rollouts`` log holds every evaluation of the run; its last entry of ``evals``
+    is the final one, with its success rate and rollout count."""
+    k = n = 0
+    for c in cells:
+        evals = [] if c.get("error") else c.get("evals") or []
+        if evals and evals[-1].get("rollouts"):
+            final = evals[-1]
+            k += round(final["mean"] * final["rollouts"])
+            n += int(final["rollouts"])
+    return k, n
 
 
 def _pooled(cells: Sequence[dict[str, Any]]) -> str:

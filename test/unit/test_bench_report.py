@@ -7,13 +7,19 @@ from fed_ros.bench.federation_report import method_table, pooled_successes, wils
 
 
 def _cell(seed: int, rollouts: list[list], mean: float, error: str = "") -> dict:
+    # The rollouts log holds an earlier evaluation too (all failures): only the final counts.
+    earlier = [["lift", False, 200]] * len(rollouts)
     return {
         "setting": "few",
         "method": "feddrman",
         "seed": seed,
         "groups": [],
         "rounds": [],
-        "rollouts": rollouts,
+        "rollouts": earlier + rollouts,
+        "evals": [
+            {"round": 0, "mean": 0.0, "rollouts": len(earlier)},
+            {"round": 1, "mean": mean, "rollouts": len(rollouts)},
+        ],
         "final": {"mean": mean, "per_family": {"lift": mean}},
         "cpu_s": 10.0,
         **({"error": error} if error else {}),
