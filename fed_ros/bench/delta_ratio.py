@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.compression import BLOCK, block_count, quantize_blocks
-from fed_ros.core.quantized_deltas import payload_nbytes
+from fed_ros.core.encodings.blockwise import BLOCK, block_count, quantize_blocks
+from fed_ros.core.encodings.quantized_delta import payload_nbytes
 
 
 def _entropy_bits(counts: np.ndarray) -> float:

@@ -25,7 +25,7 @@ import numpy as np
 from fed_ros.bench.federation_demos import DemoCache
 from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
 from fed_ros.bench.federation_wire import encoding_suffix, model_encoding, send_update
-from fed_ros.core import sparse_deltas
+from fed_ros.core.encodings.feedback import ErrorFeedback
 from fed_ros.bench.federation_encoder import EncoderStageStore, FleetEncoderStage
 from fed_ros.bench.federation_eval import Evaluator
 from fed_ros.bench.federation_methods import Method
@@ -135,7 +135,7 @@ def federation_round(
     ``topk[:fraction]`` the updates are sparse deltas against the start model with each robot's
     error feedback kept in ``feedback`` (robot id -> ErrorFeedback, across rounds), models as
     float32 (`federation_wire`)."""
-    from fed_ros.core.compression import encoded_nbytes, roundtrip
+    from fed_ros.core.encodings import encoded_nbytes, roundtrip
     from fed_ros.core.strategies.aggregate import weighted_model
     from fed_ros.core.strategies.types import ClientUpdate
 
@@ -176,7 +176,7 @@ def federation_round(
             membership,
             start.picked,
             encoding,
-            feedback.setdefault(rid, sparse_deltas.ErrorFeedback()),
+            feedback.setdefault(rid, ErrorFeedback()),
         )
         extra["update_bytes"] += nbytes
         updates.append(
@@ -277,7 +277,7 @@ def _run_cell(
     progress: Callable[[str], None] | None,
 ) -> dict[str, Any]:
     """`run_cell` once its data and policy (and fleet encoder stage, if any) are set up."""
-    from fed_ros.core.compression import roundtrip
+    from fed_ros.core.encodings import roundtrip
     from fed_ros.core.params import flatten
     from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.core.strategies.base import make_strategy

@@ -145,7 +145,7 @@ class Profile:
     partition_rounds: int = 4
     policy: dict[str, Any] = field(default_factory=dict)
     noise_std: float = 0.05
-    # How updates and cluster models travel (fed_ros.core.compression): the robots start from
+    # How updates and cluster models travel (fed_ros.core.encodings): the robots start from
     # and are evaluated on the decoded models, the server aggregates the decoded updates.
     # "topk" / "topk:<fraction>": sparse update deltas with error feedback, float32 models;
     # "UPDATE/MODEL" names the two apart (e.g. int4_block/float32).

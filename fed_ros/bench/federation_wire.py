@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core import quantized_deltas, sparse_deltas
-from fed_ros.core.compression import ENCODING_NAMES, check_encoding, encoded_nbytes, roundtrip
-from fed_ros.core.quantized_deltas import is_delta_encoding
+from fed_ros.core import encodings
+from fed_ros.core.encodings.feedback import apply_delta, starts_from_one_cluster
 
 StateDict = dict[str, np.ndarray]
 
@@ -30,19 +29,18 @@ def split_encoding(encoding: str) -> tuple[str, str]:
     float32 unless named)."""
     update, _, model = str(encoding).partition("/")
     if not model:
-        model = "float32" if is_delta_encoding(update) else update
+        model = "float32" if encodings.is_delta(update) else update
     return update, model
 
 
 def check_bench_encoding(encoding: str) -> str:
     """``encoding`` if both its parts are known, else ValueError naming the unknown part."""
     update, model = split_encoding(encoding)
-    if not is_delta_encoding(update):
-        check_encoding(update)
-    if model not in ENCODING_NAMES:
+    encodings.resolve(update)
+    if model not in encodings.MODEL_ENCODINGS:
         raise ValueError(
             f"unknown model encoding {model!r} in {encoding!r}; expected one of "
-            f"{list(ENCODING_NAMES)} (the delta encodings are for updates only)"
+            f"{list(encodings.MODEL_ENCODINGS)} (the delta encodings are for updates only)"
         )
     return encoding
 
@@ -68,21 +66,16 @@ def send_update(
 ) -> tuple[StateDict, int]:
     """(the update the server decodes, its payload bytes). ``feedback`` is this robot's
     `ErrorFeedback` (used, and updated, under the delta encodings only)."""
-    update_encoding, model_enc = split_encoding(encoding)
-    delta = is_delta_encoding(update_encoding)
-    if delta and sparse_deltas.starts_from_one_cluster(membership, picked):
+    update_encoding = split_encoding(encoding)[0]
+    enc = encodings.resolve(update_encoding)
+    if enc.delta and starts_from_one_cluster(membership, picked):
         full = feedback.delta_to_send(trained, start)
-        fraction = sparse_deltas.parse_topk(update_encoding)
-        if fraction is not None:
-            sent = sparse_deltas.roundtrip(full, fraction)
-            nbytes = sparse_deltas.payload_nbytes([v.size for v in full.values()], fraction)
-        else:
-            sent = quantized_deltas.roundtrip(full, update_encoding)
-            nbytes = quantized_deltas.payload_nbytes(full, update_encoding)
+        sent = enc.roundtrip(full)
+        nbytes = enc.nbytes(full)
         feedback.keep_unsent(full, sent)
-        received, why = sparse_deltas.apply_delta(start, sent, cluster_id)
+        received, why = apply_delta(start, sent, cluster_id)
         if why:
             raise ValueError(why)
         return received, nbytes
-    dense = "float32" if delta else update_encoding  # a delta robot's fallback
-    return roundtrip(trained, dense), encoded_nbytes(trained, dense)
+    dense = encodings.FLOAT32 if enc.delta else enc  # a delta robot's fallback
+    return dense.roundtrip(trained), dense.nbytes(trained)

@@ -91,7 +91,7 @@ def _accepted_sizes(log: str) -> list[int]:
 def test_blockwise_updates_and_compressed_models_federate(
     tmp_path, ros_env, processes, update_encoding, model_encoding
 ):
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.core.rounds.store import ModelStore
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
@@ -142,8 +142,8 @@ def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, proc
     cluster models: the server adds each delta to the model as the robots decoded it, so between
     two committed rounds a tensor changes in at most 2 k entries (two robots' kept sets), and
     nowhere else."""
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.compression import encoded_nbytes, roundtrip
+    from fed_ros.core.encodings import feedback, topk
+    from fed_ros.core.encodings import encoded_nbytes, roundtrip
     from fed_ros.core.rounds.store import ModelStore
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
@@ -155,13 +155,13 @@ def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, proc
 
     initial = initial_state_dict(PolicyConfig(kind="lowdim"), seed=0)
     sizes = [v.size for v in initial.values()]
-    expected = sparse_deltas.payload_nbytes(sizes, fraction)
+    expected = topk.payload_nbytes(sizes, fraction)
     got = _accepted_sizes(log)
     assert got == [expected] * 4, (got, expected)
     # 8.5x: the tensors of up to DENSE_MAX values (2 % of the policy) travel whole
     assert encoded_nbytes(initial, "float32") / expected > 8.0
     for rid in robots:  # error feedback: what was left out waits on the robot, on disk
-        residual = sparse_deltas.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
+        residual = feedback.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
         assert set(residual.residual) == set(initial) and residual.norm() > 0
     store = ModelStore(tmp_path / "server")
     before, after = store.load_round(0), store.load_round(1)
@@ -171,7 +171,7 @@ def test_topk_delta_updates_with_error_feedback_federate(tmp_path, ros_env, proc
         for name, value in model.items():
             assert value.dtype == np.float32 and np.all(np.isfinite(value))
             moved = np.count_nonzero(value - base[name])
-            assert moved <= 2 * sparse_deltas.topk_count(value.size, fraction), name
+            assert moved <= 2 * topk.topk_count(value.size, fraction), name
             changed += moved
         assert changed > 0
 
@@ -184,8 +184,8 @@ def test_quantized_delta_updates_federate_in_fewer_bytes_than_quantized_weights(
     blockwise and deflated, the rounding error kept on the robot): every update is accepted, each
     one smaller than the same policy as int4_block (deflate), and the server's models stay
     float32 and finite, and move."""
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import feedback
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.core.rounds.store import ModelStore
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
@@ -199,7 +199,7 @@ def test_quantized_delta_updates_federate_in_fewer_bytes_than_quantized_weights(
     assert max(sizes) < encoded_nbytes(initial, "int4_block"), sizes
     assert encoded_nbytes(initial, "float32") / max(sizes) > 7.1, sizes
     for rid in ROBOTS:  # the rounding error waits on the robot, on disk
-        residual = sparse_deltas.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
+        residual = feedback.ErrorFeedback(tmp_path / rid / "models" / "topk_residual.npz")
         assert set(residual.residual) == set(initial) and residual.norm() > 0
     store = ModelStore(tmp_path / "server")
     before, after = store.load_round(0), store.load_round(1)

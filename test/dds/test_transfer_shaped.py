@@ -142,8 +142,8 @@ def test_bench_transfer_shaped_per_encoding_times_a_real_update_end_to_end(
     reason = unavailable_reason()
     if reason:
         pytest.skip(f"separate hosts need network namespaces: {reason}")
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import topk
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict
     from fed_ros.ros.bench.transfer import main
@@ -158,7 +158,7 @@ def test_bench_transfer_shaped_per_encoding_times_a_real_update_end_to_end(
     sizes = [v.size for v in model.values()]
     assert [(r["encoding"], r["bytes"]) for r in rows] == [
         ("float32", encoded_nbytes(model, "float32")),
-        ("topk:0.05", sparse_deltas.payload_nbytes(sizes, 0.05)),
+        ("topk:0.05", topk.payload_nbytes(sizes, 0.05)),
     ]
     for row in rows:
         assert row["median_s"] is not None and row["median_s"] > 0, row

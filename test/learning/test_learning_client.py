@@ -102,7 +102,7 @@ def test_the_placeholder_is_recognised_after_any_wire_encoding(encoding):
     """A fleet may send its cluster models float16 or int8: the initial model's placeholder
     normalisation must still be replaced by the robot's own (it was missed with float16, and
     the robots learned nothing); a model that already carries statistics is left alone."""
-    from fed_ros.core.compression import roundtrip
+    from fed_ros.core.encodings import roundtrip
 
     cfg = PolicyConfig(kind="lowdim")
     robot = RobotClient("robot_0", cfg, robot_seed=0, device="cpu")

@@ -348,7 +348,7 @@ def test_tiny_end_to_end_cell_is_resumable(tmp_path, monkeypatch):
 def test_a_compressed_cell_counts_its_bytes_and_is_its_own_cell(tmp_path):
     """--encoding int8_block: the cell file is separate from the float32 one, every round
     records the bytes of its models and updates (about 3.9x fewer than float32)."""
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.learning.trainer import initial_state_dict
 
     out = tmp_path / "bench"
@@ -386,8 +386,8 @@ def test_a_benchmark_encoding_names_updates_and_models_apart():
 def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path):
     """--encoding topk:0.05: updates are 5 % of each large tensor's changes in every round,
     models float32, and the cell file is its own."""
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import topk
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.learning.trainer import initial_state_dict
 
     out = tmp_path / "bench"
@@ -399,17 +399,17 @@ def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path
     model = initial_state_dict(PROFILES["quick"].policy_config(), seed=0)
     sizes = [v.size for v in model.values()]
     for row in cell["rounds"]:
-        assert row["update_bytes"] == 2 * sparse_deltas.payload_nbytes(sizes, 0.05)
+        assert row["update_bytes"] == 2 * topk.payload_nbytes(sizes, 0.05)
         assert row["model_bytes"] == encoded_nbytes(model, "float32")
     # The cell is a TensorBoard run too (auto: installed here), with its bytes and success.
     from support.tb_events import read_scalars
 
     tb = read_scalars(out / "tb" / "cross_family__fedavg__s0__topk-0.05")
-    sent = 2.0 * sparse_deltas.payload_nbytes(sizes, 0.05)
+    sent = 2.0 * topk.payload_nbytes(sizes, 0.05)
     assert tb["bytes/updates"] == [(0, sent), (1, sent)]
     assert [step for step, _ in tb["eval/success_mean"]] == [e["round"] for e in cell["evals"]]
     # (9 % of this tiny model's values are in tensors sent whole: 5.4x, 8.5x on a fleet's policy)
-    assert encoded_nbytes(model, "float32") / sparse_deltas.payload_nbytes(sizes, 0.05) > 5.0
+    assert encoded_nbytes(model, "float32") / topk.payload_nbytes(sizes, 0.05) > 5.0
     with pytest.raises(ValueError, match="top-k fraction"):
         with_overrides(PROFILES["quick"], encoding="topk:2")
 
@@ -418,7 +418,7 @@ def test_a_topk_cell_sends_sparse_deltas_and_keeps_each_robots_residual(tmp_path
 def test_a_quantized_delta_cell_sends_deflated_deltas_below_the_blockwise_size(tmp_path):
     """--encoding int8_delta: each round's updates are the robots' deltas, int8 and deflated
     (fewer bytes than int8_block of the same model), with float32 models."""
-    from fed_ros.core.compression import encoded_nbytes
+    from fed_ros.core.encodings import encoded_nbytes
     from fed_ros.learning.trainer import initial_state_dict
 
     out = tmp_path / "bench"

@@ -1,4 +1,4 @@
-"""Value encodings on the wire (fed_ros.core.compression, issue 26 item 1): error bounds, sizes,
+"""Value encodings on the wire (fed_ros.core.encodings, issue 26 item 1): error bounds, sizes,
 refusals; and the same encodings through the wire format (fed_ros.ros.wire.tensors)."""
 
 from __future__ import annotations
@@ -8,16 +8,13 @@ import math
 import numpy as np
 import pytest
 
-from fed_ros.core.compression import (
+from fed_ros.core.encodings import MODEL_ENCODINGS, encoded_nbytes, model_encoding, roundtrip
+from fed_ros.core.encodings.blockwise import (
     BLOCK,
-    ENCODING_NAMES,
     block_count,
     block_nbytes,
-    check_encoding,
     dequantize_blocks,
-    encoded_nbytes,
     quantize_blocks,
-    roundtrip,
 )
 
 
@@ -74,9 +71,11 @@ def test_bad_values_scales_and_names_are_refused_naming_them():
         dequantize_blocks(np.ones(1, np.float32), np.zeros(130, np.int8))
     with pytest.raises(ValueError, match="a block scale is not finite"):
         dequantize_blocks(np.array([math.inf], np.float32), np.zeros(3, np.int8))
-    with pytest.raises(ValueError, match=r"unknown encoding 'int4'; expected one of"):
-        check_encoding("int4")
-    assert ENCODING_NAMES == ("float32", "float16", "int8", "int8_block", "int4_block")
+    with pytest.raises(ValueError, match=r"unknown model encoding 'int4'; expected one of"):
+        model_encoding("int4")
+    with pytest.raises(ValueError, match=r"'int8_delta'.*a delta encoding is for updates only"):
+        model_encoding("int8_delta")
+    assert MODEL_ENCODINGS == ("float32", "float16", "int8", "int8_block", "int4_block")
 
 
 @pytest.mark.parametrize("encoding,bad_scale", [("int8_block", math.inf), ("int4_block", math.nan)])
@@ -105,9 +104,9 @@ def test_the_wire_format_carries_blockwise_encodings_and_refuses_a_bad_scale(enc
 
 
 def test_int4_block_packs_two_values_a_byte_within_half_a_step_of_its_block():
-    from fed_ros.core.compression import BLOCK4, decode_block_tensor, encode_block_tensor
+    from fed_ros.core.encodings.blockwise import BLOCK4, decode_block_tensor, encode_block_tensor
 
-    assert BLOCK4 == 64 and "int4_block" in ENCODING_NAMES
+    assert BLOCK4 == 64 and "int4_block" in MODEL_ENCODINGS
     assert [block_nbytes(n, "int4_block") for n in (0, 1, 2, 64, 65)] == [0, 5, 5, 36, 41]
     sd = _model()
     assert encoded_nbytes(sd, "float32") / encoded_nbytes(sd, "int4_block") > 7.0

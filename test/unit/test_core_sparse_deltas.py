@@ -1,4 +1,4 @@
-"""Top-k sparse deltas with error feedback (fed_ros.core.sparse_deltas), ROS-free: what is kept,
+"""Top-k sparse deltas with error feedback (fed_ros.core.encodings.topk), ROS-free: what is kept,
 the bytes, the residual that carries the rest to later rounds, and hostile payloads."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fed_ros.core import sparse_deltas as sd
+from fed_ros.core.encodings import feedback, topk as sd
 from fed_ros.core.checks.decisions import SIZE_MISMATCH
-from fed_ros.core.checks.payload_checks import ENCODING_TOPK, check_payload_manifest
+from fed_ros.core.checks.payload_checks import check_payload_manifest
 from fed_ros.core.params import TensorSpec
 
 
@@ -20,18 +20,18 @@ def _payload(tensors: dict[str, np.ndarray], fraction: float) -> np.ndarray:
 def test_keeps_the_largest_entries_exactly_and_zeros_the_rest():
     x = np.zeros(300, np.float32)
     x[[1, 3, 6, 7]] = [-5.0, 3.0, 4.0, -0.01]
-    out = sd.roundtrip({"w": x}, 0.01)["w"]  # k = ceil(300 * 0.01) = 3
+    out = sd.TopK(0.01).roundtrip({"w": x})["w"]  # k = ceil(300 * 0.01) = 3
     expected = np.zeros(300, np.float32)
     expected[[1, 3, 6]] = [-5.0, 3.0, 4.0]
     assert np.array_equal(out, expected)
     assert sd.topk_count(300, 0.01) == 3 and sd.topk_count(1000, 0.0001) == 1
-    assert np.array_equal(sd.roundtrip({"w": x}, 1.0)["w"], x)
+    assert np.array_equal(sd.TopK(1.0).roundtrip({"w": x})["w"], x)
 
 
 def test_small_tensors_travel_whole_without_indices():
     small = np.arange(sd.DENSE_MAX, dtype=np.float32)  # e.g. a normaliser's statistics
     assert sd.topk_count(sd.DENSE_MAX, 0.05) == sd.DENSE_MAX
-    assert np.array_equal(sd.roundtrip({"s": small}, 0.05)["s"], small)
+    assert np.array_equal(sd.TopK(0.05).roundtrip({"s": small})["s"], small)
     assert len(sd.encode_tensor(small, 0.05)) == 4 + 4 * sd.DENSE_MAX  # values only
     assert sd.topk_count(sd.DENSE_MAX + 1, 0.05) == 13
 
@@ -47,7 +47,7 @@ def test_bytes_are_eight_per_kept_value_plus_a_count_per_tensor():
 def test_error_feedback_delivers_every_change_over_rounds(tmp_path):
     rng = np.random.default_rng(0)
     shape = (30, 20)
-    fb = sd.ErrorFeedback(tmp_path / "residual.npz")
+    fb = feedback.ErrorFeedback(tmp_path / "residual.npz")
     start = {"w": rng.normal(size=shape).astype(np.float32)}
     true_total = np.zeros(shape, np.float32)
     sent_total = np.zeros(shape, np.float32)
@@ -55,7 +55,7 @@ def test_error_feedback_delivers_every_change_over_rounds(tmp_path):
         trained = {"w": start["w"] + rng.normal(scale=0.1, size=shape).astype(np.float32)}
         true_total += trained["w"] - start["w"]
         full = fb.delta_to_send(trained, start)
-        sent = sd.roundtrip(full, 0.1)
+        sent = sd.TopK(0.1).roundtrip(full)
         fb.keep_unsent(full, sent)
         sent_total += sent["w"]
         assert np.count_nonzero(sent["w"]) <= sd.topk_count(600, 0.1)
@@ -63,19 +63,19 @@ def test_error_feedback_delivers_every_change_over_rounds(tmp_path):
     np.testing.assert_allclose(sent_total + fb.residual["w"], true_total, atol=1e-5)
     # Without the residual the same rounds would have lost most of the mass for good.
     assert fb.norm() < np.linalg.norm(true_total)
-    again = sd.ErrorFeedback(tmp_path / "residual.npz")  # a restarted robot keeps its memory
+    again = feedback.ErrorFeedback(tmp_path / "residual.npz")  # a restarted robot keeps its memory
     assert np.array_equal(again.residual["w"], fb.residual["w"])
 
 
 def test_residual_of_another_model_is_not_added_and_a_torn_file_is_ignored(tmp_path):
     path = tmp_path / "residual.npz"
-    fb = sd.ErrorFeedback(path)
+    fb = feedback.ErrorFeedback(path)
     fb.keep_unsent({"w": np.ones(4, np.float32)}, {"w": np.zeros(4, np.float32)})
     other = {"v": np.ones(3, np.float32)}
-    delta = sd.ErrorFeedback(path).delta_to_send(other, {"v": np.zeros(3, np.float32)})
+    delta = feedback.ErrorFeedback(path).delta_to_send(other, {"v": np.zeros(3, np.float32)})
     assert delta["v"].tolist() == [1.0, 1.0, 1.0]  # the old residual (of "w") is not mixed in
     path.write_bytes(b"PK\x03\x04 torn")
-    assert sd.ErrorFeedback(path).residual == {}
+    assert feedback.ErrorFeedback(path).residual == {}
 
 
 def _bad(kind: str) -> bytes:
@@ -126,18 +126,18 @@ def test_encoding_refuses_non_finite_deltas_and_bad_fractions():
 
 def test_apply_delta_needs_the_base_the_robot_started_from():
     base = {"w": np.array([1.0, 2.0], np.float32)}
-    out, why = sd.apply_delta(base, {"w": np.array([0.0, 0.5], np.float32)}, 0)
+    out, why = feedback.apply_delta(base, {"w": np.array([0.0, 0.5], np.float32)}, 0)
     assert why == "" and out["w"].tolist() == [1.0, 2.5]
-    assert "cluster 3" in sd.apply_delta(None, {"w": np.zeros(2, np.float32)}, 3)[1]
-    assert "differ" in sd.apply_delta(base, {"v": np.zeros(2, np.float32)}, 0)[1]
-    assert "shape" in sd.apply_delta(base, {"w": np.zeros(3, np.float32)}, 0)[1]
+    assert "cluster 3" in feedback.apply_delta(None, {"w": np.zeros(2, np.float32)}, 3)[1]
+    assert "differ" in feedback.apply_delta(base, {"v": np.zeros(2, np.float32)}, 0)[1]
+    assert "shape" in feedback.apply_delta(base, {"w": np.zeros(3, np.float32)}, 0)[1]
 
 
 def test_the_server_size_check_takes_any_topk_size_the_manifest_allows():
     manifest = (TensorSpec("w", (10,), "float32"),)
     lo, hi = sd.payload_bounds([10])
     for total in (lo, sd.payload_nbytes([10], 0.3), hi):
-        assert check_payload_manifest(manifest, total, ENCODING_TOPK, manifest)
+        assert check_payload_manifest(manifest, total, sd.TopK.wire_id, manifest)
     for total in (lo - 1, hi + 1):
-        d = check_payload_manifest(manifest, total, ENCODING_TOPK, manifest)
+        d = check_payload_manifest(manifest, total, sd.TopK.wire_id, manifest)
         assert not d and d.code == SIZE_MISMATCH

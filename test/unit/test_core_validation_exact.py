@@ -49,23 +49,15 @@ from fed_ros.core.checks.descriptor_checks import (
     validate_descriptor,
 )
 from fed_ros.core.checks.payload_checks import (
-    BYTES_PER_VALUE,
-    ENCODING_FLOAT16,
-    ENCODING_FLOAT32,
-    ENCODING_INT8,
-    ENCODING_INT4_BLOCK,
-    ENCODING_INT8_BLOCK,
-    ENCODING_TOPK,
-    ENCODING_INT8_DELTA,
-    ENCODING_INT4_DELTA,
     check_payload_manifest,
     check_tensors,
     compare_manifest,
-    expected_payload_bytes,
+    payload_size_range,
     validate_cluster_model,
 )
 from fed_ros.core.checks.sender_checks import ValidationContext
 from fed_ros.core.checks.update_checks import UpdateEnvelope, check_update_envelope, validate_update
+from fed_ros.core.encodings import BY_NAME, REGISTRY
 from fed_ros.core.security.auth import AllowList, Signer
 from fed_ros.core.security.replay import ReplayGuard
 from fed_ros.core.checks.decisions import _is_int, _short
@@ -74,6 +66,9 @@ from fed_ros.core.params import TensorSpec
 PROPS = settings(max_examples=50, deadline=None, database=None, derandomize=True)
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
+ENCODING_FLOAT32 = BY_NAME["float32"].wire_id
+ENCODING_FLOAT16 = BY_NAME["float16"].wire_id
+ENCODING_INT8 = BY_NAME["int8"].wire_id
 
 MANIFEST = (TensorSpec("w", (2, 3)), TensorSpec("b", (3,)))  # 9 values, 36 bytes as float32
 SHA = "ab" * 32
@@ -459,39 +454,35 @@ def test_auth_checks_signature_before_the_replay_guard():
 # ============================================================================= payload checks
 
 
-def test_encoding_constants_are_the_wire_values():
-    assert (
-        ENCODING_FLOAT32,
-        ENCODING_FLOAT16,
-        ENCODING_INT8,
-        ENCODING_INT8_BLOCK,
-        ENCODING_TOPK,
-        ENCODING_INT4_BLOCK,
-        ENCODING_INT8_DELTA,
-        ENCODING_INT4_DELTA,
-    ) == (0, 1, 2, 3, 4, 5, 6, 7)
-    assert BYTES_PER_VALUE == {0: 4, 1: 2, 2: 1, 3: 1, 4: 8, 5: 0.5, 6: 1, 7: 0.5}
+def test_encoding_registry_holds_the_wire_values():
+    assert [(e.name, e.wire_id, e.delta, e.bytes_per_value) for e in REGISTRY] == [
+        ("float32", 0, False, 4),
+        ("float16", 1, False, 2),
+        ("int8", 2, False, 1),
+        ("int8_block", 3, False, 1),
+        ("topk", 4, True, 8),
+        ("int4_block", 5, False, 0.5),
+        ("int8_delta", 6, True, 1),
+        ("int4_delta", 7, True, 0.5),
+    ]
 
 
-def test_encoding_constants_mirror_the_message_definition():
+def test_encoding_registry_mirrors_the_message_definition():
     msg = REPO / "msg" / "TensorPayload.msg"  # the mutation runner copies msg/ too
     wire = {
         m.group(1): int(m.group(2))
         for m in re.finditer(r"uint8 (ENCODING_\w+)=(\d+)", msg.read_text())
     }
-    assert wire == {
-        "ENCODING_FLOAT32": ENCODING_FLOAT32,
-        "ENCODING_FLOAT16": ENCODING_FLOAT16,
-        "ENCODING_INT8": ENCODING_INT8,
-        "ENCODING_INT8_BLOCK": ENCODING_INT8_BLOCK,
-        "ENCODING_TOPK": ENCODING_TOPK,
-        "ENCODING_INT4_BLOCK": ENCODING_INT4_BLOCK,
-        "ENCODING_INT8_DELTA": ENCODING_INT8_DELTA,
-        "ENCODING_INT4_DELTA": ENCODING_INT4_DELTA,
-    }
+    assert wire == {f"ENCODING_{e.name.upper()}": e.wire_id for e in REGISTRY}
 
 
-def test_expected_payload_bytes_per_encoding_and_unknown_encoding():
+def expected_payload_bytes(manifest, encoding=ENCODING_FLOAT32):
+    lo, hi = payload_size_range(manifest, encoding)
+    assert lo == hi, f"encoding {encoding} has no fixed size"
+    return lo
+
+
+def test_payload_size_range_per_encoding_and_unknown_encoding():
     assert expected_payload_bytes(MANIFEST) == 36
     assert [expected_payload_bytes(MANIFEST, e) for e in (0, 1, 2)] == [36, 18, 9]
     assert expected_payload_bytes((TensorSpec("s", ()),)) == 4  # a scalar holds one value
@@ -504,11 +495,11 @@ def test_expected_payload_bytes_per_encoding_and_unknown_encoding():
     big = (TensorSpec("w", (128,)), TensorSpec("b", (129,)), TensorSpec("e", (0,)))
     assert expected_payload_bytes(big, 3) == (4 + 128) + (8 + 129) + 0
     with pytest.raises(ValueError) as err:
-        expected_payload_bytes(MANIFEST, 8)
-    assert str(err.value) == "unknown encoding 8; known [0, 1, 2, 3, 4, 5, 6, 7]"
-    for delta in (4, 6, 7):  # topk and the deflated deltas: payload_size_range gives the bounds
-        with pytest.raises(ValueError, match=f"encoding {delta} has no fixed size"):
-            expected_payload_bytes(MANIFEST, delta)
+        payload_size_range(MANIFEST, 8)
+    assert str(err.value) == "unknown payload encoding 8"
+    for delta in (4, 6, 7):  # topk and the deflated deltas: a range, checked on decoding
+        lo, hi = payload_size_range(MANIFEST, delta)
+        assert 0 < lo < hi, delta
 
 
 @PROPS

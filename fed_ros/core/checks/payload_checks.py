@@ -37,34 +37,8 @@ from fed_ros.core.checks.decisions import (
     _reject,
     _short,
 )
-from fed_ros.core.compression import block_nbytes
-from fed_ros.core import quantized_deltas
-from fed_ros.core.sparse_deltas import payload_bounds
+from fed_ros.core import encodings
 from fed_ros.core.params import Manifest
-
-# TensorPayload.encoding constants (mirrors msg/TensorPayload.msg) -> bytes per value on the wire.
-ENCODING_FLOAT32 = 0
-ENCODING_FLOAT16 = 1
-ENCODING_INT8 = 2
-ENCODING_INT8_BLOCK = 3  # block scales inside the payload (fed_ros.core.compression)
-ENCODING_TOPK = 4  # updates only: a sparse delta, size set by the sender (core.sparse_deltas)
-ENCODING_INT4_BLOCK = 5  # 4-bit values, block scales inside the payload (core.compression)
-ENCODING_INT8_DELTA = 6  # updates only: a deflated int8_block delta (core.quantized_deltas)
-ENCODING_INT4_DELTA = 7  # updates only: a deflated int4_block delta (core.quantized_deltas)
-# The encodings of a delta against the round's cluster model (updates only; the server adds the
-# delta to that model): the sizes of the two deflated ones depend on the values.
-QUANTIZED_DELTA_NAMES = {ENCODING_INT8_DELTA: "int8_delta", ENCODING_INT4_DELTA: "int4_delta"}
-DELTA_ENCODING_IDS = frozenset({ENCODING_TOPK, *QUANTIZED_DELTA_NAMES})
-BYTES_PER_VALUE = {
-    ENCODING_FLOAT32: 4,
-    ENCODING_FLOAT16: 2,
-    ENCODING_INT8: 1,
-    ENCODING_INT8_BLOCK: 1,
-    ENCODING_TOPK: 8,  # per kept value (uint32 index + float32), plus a count per tensor
-    ENCODING_INT4_BLOCK: 0.5,  # plus a float32 scale per 64 values
-    ENCODING_INT8_DELTA: 1,  # at most, before deflate; plus a float32 scale per 128 values
-    ENCODING_INT4_DELTA: 0.5,  # at most, before deflate; plus a float32 scale per 64 values
-}
 
 
 def _spec_fields(spec: Any) -> tuple[str, tuple[int, ...], str]:
@@ -112,33 +86,13 @@ def compare_manifest(announced: Sequence[Any], expected: Manifest) -> str | None
     return None
 
 
-def expected_payload_bytes(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> int:
-    """Encoded size in bytes of a payload with this manifest and a dense encoding."""
-    if encoding not in BYTES_PER_VALUE:
-        raise ValueError(f"unknown encoding {encoding!r}; known {sorted(BYTES_PER_VALUE)}")
-    if encoding in DELTA_ENCODING_IDS:
-        raise ValueError(
-            f"a payload of encoding {encoding} has no fixed size; use payload_size_range"
-        )
-    if encoding == ENCODING_INT8_BLOCK:
-        return sum(block_nbytes(math.prod(s.shape)) for s in manifest)
-    if encoding == ENCODING_INT4_BLOCK:
-        return sum(block_nbytes(math.prod(s.shape), "int4_block") for s in manifest)
-    # Whole bytes per value here: the half-byte encodings returned or raised above.
-    return sum(math.prod(s.shape) for s in manifest) * int(BYTES_PER_VALUE[encoding])
-
-
-def payload_size_range(manifest: Manifest, encoding: int = ENCODING_FLOAT32) -> tuple[int, int]:
+def payload_size_range(
+    manifest: Manifest, encoding: int = encodings.FLOAT32.wire_id
+) -> tuple[int, int]:
     """(smallest, largest) payload bytes: one size for a dense encoding, a range for the delta
-    encodings (topk's depends on the fraction, a deflated delta's on its values)."""
-    if encoding == ENCODING_TOPK:
-        return payload_bounds([math.prod(s.shape) for s in manifest])
-    if encoding in QUANTIZED_DELTA_NAMES:
-        return quantized_deltas.payload_bounds(
-            [math.prod(s.shape) for s in manifest], QUANTIZED_DELTA_NAMES[encoding]
-        )
-    size = expected_payload_bytes(manifest, encoding)
-    return size, size
+    encodings (topk's depends on the fraction, a deflated delta's on its values). ValueError
+    naming an unknown encoding id."""
+    return encodings.by_wire_id(encoding).size_range([math.prod(s.shape) for s in manifest])
 
 
 def check_payload_manifest(

@@ -27,12 +27,8 @@ from fed_ros.core.checks.decisions import (
     _reject,
     _short,
 )
-from fed_ros.core.checks.payload_checks import (
-    BYTES_PER_VALUE,
-    ENCODING_FLOAT32,
-    check_payload_manifest,
-    check_tensors,
-)
+from fed_ros.core import encodings
+from fed_ros.core.checks.payload_checks import check_payload_manifest, check_tensors
 from fed_ros.core.checks.sender_checks import (
     ValidationContext,
     _check_auth,
@@ -56,7 +52,7 @@ class UpdateEnvelope:
     manifest: Sequence[Any]
     total_bytes: int
     payload_sha256: str
-    encoding: int = ENCODING_FLOAT32
+    encoding: int = encodings.FLOAT32.wire_id
     cluster_id: int = -1
     nonce: bytes = b""
     signature: bytes = b""
@@ -108,7 +104,7 @@ def _check_update_envelope(env: UpdateEnvelope, ctx: ValidationContext) -> Decis
             f"robot {rid!r}: update of {env.total_bytes} bytes exceeds the cap "
             f"{limits.max_update_bytes} bytes",
         )
-    if not _is_int(env.encoding) or env.encoding not in BYTES_PER_VALUE:
+    if not _is_int(env.encoding) or env.encoding not in encodings.BY_WIRE_ID:
         return _reject(MALFORMED, f"robot {rid!r}: unknown encoding {_short(env.encoding)}")
     if ctx.expected_manifest is not None:  # None: the transfer receiver checks the payload itself
         d = check_payload_manifest(

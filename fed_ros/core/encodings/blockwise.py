@@ -1,41 +1,37 @@
-"""Update and model compression: the value encodings a fleet may put on the wire (issue 26).
+"""The blockwise value encodings: ``int8_block`` and ``int4_block`` (issue 26).
 
-``float32`` (exact), ``float16`` (2 bytes a value; refused above the float16 range instead of
-turning into inf), ``int8`` (one scale per tensor) and ``int8_block``: one float32 scale per
-block of :data:`BLOCK` consecutive values of a tensor (absmax / 127), then one int8 per value,
-as NVFlare's blockwise-8 filter and bitsandbytes do. A block scale keeps one large weight from
-flattening every small one of the same tensor to zero, which a per-tensor scale does: the
-error of a value is at most half its own block's step. ``int4_block`` is the same with 4 bits a
-value (levels -7..7, two values a byte) and a scale per :data:`BLOCK4` values.
+``int8_block``: one float32 scale per block of :data:`BLOCK` consecutive values of a tensor
+(absmax / 127), then one int8 per value, as NVFlare's blockwise-8 filter and bitsandbytes do. A
+block scale keeps one large weight from flattening every small one of the same tensor to zero,
+which a per-tensor scale does: the error of a value is at most half its own block's step.
+``int4_block`` is the same with 4 bits a value (levels -7..7, two values a byte) and a scale per
+:data:`BLOCK4` values.
 
-Pure numpy, so the wire format (:mod:`fed_ros.ros.wire.tensors`) and the benchmarks (which
-pass updates and models through :func:`roundtrip` to measure what an encoding costs in
-success) share one implementation. Every decoder refuses non-finite scales: a payload whose
-decoded values would not be finite is rejected like any other bad update.
+Payload, per tensor in manifest order: its block scales (little-endian float32), then its
+levels, all inside the payload bytes (covered by the digest and the signature). The quantized
+delta encodings (:mod:`fed_ros.core.encodings.quantized_delta`) reuse these tensor codecs.
+Every decoder refuses non-finite scales: a payload whose decoded values would not be finite is
+rejected like any other bad update.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
+
+from fed_ros.core.encodings.base import Encoding, no_scales
 
 BLOCK = 128  # values per int8 block scale (the issue asks for 64-256)
 # int4_block: 4 bits a value, one float32 scale per 64 values (NVFlare's 4-bit filters use 64):
 # 0.5625 bytes a value, 7.1x fewer than float32.
 BLOCK4 = 64
-FLOAT16_MAX = float(np.finfo(np.float16).max)
-ENCODING_NAMES = ("float32", "float16", "int8", "int8_block", "int4_block")
 # The blockwise encodings: (values per block scale, largest integer level); the scales are inside
 # the payload before each tensor's values.
 BLOCKWISE = {"int8_block": (BLOCK, 127), "int4_block": (BLOCK4, 7)}
-# Wire bytes per value of the other encodings (int8: one scale per tensor travels beside the
-# payload).
-_VALUE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
 
 
 def block_count(n: int, block: int = BLOCK) -> int:
@@ -81,13 +77,6 @@ def decode_block_tensor(buf: NDArray[Any], n: int, encoding: str) -> NDArray[Any
     return dequantize_blocks(scales, q, block, encoding)
 
 
-def check_encoding(encoding: str) -> str:
-    """``encoding`` if it is a known name, else ValueError naming it and the choices."""
-    if encoding not in ENCODING_NAMES:
-        raise ValueError(f"unknown encoding {encoding!r}; expected one of {list(ENCODING_NAMES)}")
-    return encoding
-
-
 def quantize_blocks(
     values: NDArray[Any],
     name: str = "tensor",
@@ -130,40 +119,43 @@ def dequantize_blocks(
     return values
 
 
-def roundtrip(sd: Mapping[str, NDArray[Any]], encoding: str) -> dict[str, NDArray[Any]]:
-    """What the receiver decodes after ``sd`` travelled under ``encoding`` (float32 copies).
+class BlockwiseEncoding(Encoding):
+    """Block scales, then levels, per tensor, all inside the payload."""
 
-    The in-process benchmarks use it to charge an encoding's error without a wire."""
-    check_encoding(encoding)
-    out: dict[str, NDArray[Any]] = {}
-    for name, value in sd.items():
-        arr = np.asarray(value, dtype=np.float32)
-        if encoding == "float32":
-            dec = arr.copy()
-        elif encoding == "float16":
-            if arr.size and float(np.max(np.abs(arr))) > FLOAT16_MAX:
-                raise ValueError(f"tensor {name!r} exceeds the float16 range (|x| > {FLOAT16_MAX})")
-            dec = arr.astype(np.float16).astype(np.float32)
-        elif encoding == "int8":
-            peak = float(np.max(np.abs(arr))) if arr.size else 0.0
-            if not math.isfinite(peak):
-                raise ValueError(
-                    f"tensor {name!r} is not finite; int8 encoding needs finite values"
-                )
-            scale = np.float32(peak / 127.0 if peak > 0 else 1.0)
-            dec = np.clip(np.rint(arr / scale), -127, 127).astype(np.float32) * scale
-        else:  # blockwise
-            raw = np.frombuffer(encode_block_tensor(arr, encoding, name), np.uint8)
-            dec = decode_block_tensor(raw, arr.size, encoding)
-        out[name] = dec.reshape(arr.shape)
-    return out
+    def size_range(self, sizes: Sequence[int]) -> tuple[int, int]:
+        size = sum(block_nbytes(int(n), self.name) for n in sizes)
+        return size, size
+
+    def encode(self, sd: Mapping[str, NDArray[Any]]) -> tuple[NDArray[Any], NDArray[Any]]:
+        parts = [encode_block_tensor(np.asarray(v), self.name, name) for name, v in sd.items()]
+        return np.frombuffer(b"".join(parts), np.uint8).copy(), no_scales()
+
+    def decode(
+        self, buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str], scales: NDArray[Any]
+    ) -> list[NDArray[Any]]:
+        out = []
+        offset = 0
+        for n, name in zip(sizes, names):
+            size = block_nbytes(int(n), self.name)
+            try:
+                out.append(decode_block_tensor(buf[offset : offset + size], int(n), self.name))
+            except ValueError as err:
+                raise ValueError(f"tensor {name!r}: {err}") from None
+            offset += size
+        return out
 
 
-def encoded_nbytes(sd: Mapping[str, NDArray[Any]], encoding: str) -> int:
-    """Payload bytes of ``sd`` under ``encoding`` (int8's per-tensor scales included: 4 each)."""
-    check_encoding(encoding)
-    sizes = [int(np.asarray(v).size) for v in sd.values()]
-    if encoding in BLOCKWISE:
-        return sum(block_nbytes(n, encoding) for n in sizes)
-    extra = 4 * len(sizes) if encoding == "int8" else 0
-    return sum(sizes) * _VALUE_BYTES[encoding] + extra
+class Int8Block(BlockwiseEncoding):
+    """int8 levels, a float32 scale per 128 values: 3.9x fewer bytes than float32."""
+
+    name = "int8_block"
+    wire_id = 3
+    bytes_per_value = 1.0
+
+
+class Int4Block(BlockwiseEncoding):
+    """4-bit levels two a byte, a float32 scale per 64 values: 7.1x fewer bytes than float32."""
+
+    name = "int4_block"
+    wire_id = 5
+    bytes_per_value = 0.5

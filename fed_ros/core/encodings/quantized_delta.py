@@ -9,11 +9,11 @@ crowd around zero, so deflate (zlib) shrinks them further: 3.86x fewer bytes tha
 int8_block weights, 4.6x as a deflated int8 delta, 8.5x as a deflated int4 delta.
 
 What the robot sends is ``trained - start + residual`` (the error feedback of
-:class:`fed_ros.core.sparse_deltas.ErrorFeedback`, shared with topk): quantization error is not
+:class:`fed_ros.core.encodings.feedback.ErrorFeedback`, shared with topk): quantization error is not
 lost but carried into the next round. The server adds the decoded delta to the round's model
 of the update's cluster as the robots decoded it, exactly as for topk.
 
-Payload: zlib of the per-tensor blockwise payloads (:func:`fed_ros.core.compression.
+Payload: zlib of the per-tensor blockwise payloads (:func:`fed_ros.core.encodings.blockwise.
 encode_block_tensor`: block scales, then levels) in manifest order. Decoding inflates at most
 one byte past the size the manifest implies, so a deflate bomb costs the receiver nothing, and
 refuses a stream that is truncated, longer than implied or followed by other bytes. Pure numpy
@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from fed_ros.core.compression import block_nbytes, decode_block_tensor, encode_block_tensor
-from fed_ros.core.sparse_deltas import parse_topk
+from fed_ros.core.encodings.base import Encoding, no_scales
+from fed_ros.core.encodings.blockwise import block_nbytes, decode_block_tensor, encode_block_tensor
 
 # Delta encoding -> the blockwise quantizer of its values.
 DELTA_QUANTIZERS = {"int8_delta": "int8_block", "int4_delta": "int4_block"}
@@ -48,13 +48,6 @@ def check_delta_encoding(encoding: str) -> str:
             f"unknown delta encoding {encoding!r}; expected one of {list(DELTA_ENCODINGS)}"
         )
     return encoding
-
-
-def is_delta_encoding(encoding: str) -> bool:
-    """Whether an update encoding sends a delta against the start model (topk[:fraction],
-    int8_delta, int4_delta): the robot keeps error feedback and the server adds the delta to the
-    round's cluster model."""
-    return encoding in DELTA_QUANTIZERS or parse_topk(encoding) is not None
 
 
 def raw_nbytes(sizes: Sequence[int], encoding: str) -> int:
@@ -126,14 +119,40 @@ def decode_payload(
     return out
 
 
-def roundtrip(delta: Mapping[str, NDArray[Any]], encoding: str) -> dict[str, NDArray[Any]]:
-    """What the server decodes of ``delta`` sent under ``encoding`` (benchmarks and tests)."""
-    arrays = {k: np.asarray(v, np.float32) for k, v in delta.items()}
-    payload = np.frombuffer(encode_payload(arrays, encoding), np.uint8)
-    flat = decode_payload(payload, [v.size for v in arrays.values()], list(arrays), encoding)
-    return {k: f.reshape(v.shape) for (k, v), f in zip(arrays.items(), flat)}
-
-
 def payload_nbytes(delta: Mapping[str, NDArray[Any]], encoding: str) -> int:
     """Payload bytes of ``delta`` under ``encoding`` (deflate's output depends on the values)."""
     return len(encode_payload(delta, encoding))
+
+
+class QuantizedDeltaEncoding(Encoding):
+    """A delta quantized blockwise and deflated (updates only; size depends on the values)."""
+
+    delta = True
+
+    def size_range(self, sizes: Sequence[int]) -> tuple[int, int]:
+        return payload_bounds(sizes, self.name)
+
+    def encode(self, sd: Mapping[str, NDArray[Any]]) -> tuple[NDArray[Any], NDArray[Any]]:
+        packed = encode_payload(sd, self.name)
+        return np.frombuffer(packed, dtype=np.uint8).copy(), no_scales()
+
+    def decode(
+        self, buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str], scales: NDArray[Any]
+    ) -> list[NDArray[Any]]:
+        return decode_payload(buf, sizes, names, self.name)
+
+
+class Int8Delta(QuantizedDeltaEncoding):
+    """The delta as int8_block, deflated: 4.6x fewer bytes than float32 on a bench policy."""
+
+    name = "int8_delta"
+    wire_id = 6
+    bytes_per_value = 1.0  # at most, before deflate; plus a float32 scale per 128 values
+
+
+class Int4Delta(QuantizedDeltaEncoding):
+    """The delta as int4_block, deflated: 8.5x fewer bytes than float32 on a bench policy."""
+
+    name = "int4_delta"
+    wire_id = 7
+    bytes_per_value = 0.5  # at most, before deflate; plus a float32 scale per 64 values

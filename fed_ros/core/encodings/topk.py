@@ -1,19 +1,21 @@
-"""Top-k sparse update deltas with error feedback (issue 26; Stich et al., "Sparsified SGD with
-memory", and Lin et al., "Deep Gradient Compression").
+"""Top-k sparse update deltas: ``topk`` (issue 26; Stich et al., "Sparsified SGD with memory",
+and Lin et al., "Deep Gradient Compression").
 
 A robot sends, per tensor, only the ``k = ceil(fraction * n)`` largest-magnitude entries of its
 update delta (trained model minus the cluster model it started from) as (index, value) pairs.
-What it leaves out is not lost: :class:`ErrorFeedback` keeps it as a residual on the robot and
-adds it to the next round's delta, so every coordinate's change eventually reaches the server.
-The server rebuilds the update as the round's cluster model (decoded exactly as it was sent)
-plus the decoded delta, then checks it like any dense update.
+What it leaves out is not lost: the error feedback of :mod:`fed_ros.core.encodings.feedback`
+keeps it as a residual on the robot and adds it to the next round's delta, so every
+coordinate's change eventually reaches the server. The server rebuilds the update as the
+round's cluster model (decoded exactly as it was sent) plus the decoded delta, then checks it
+like any dense update.
 
 Payload layout, per tensor in manifest order (little-endian): ``k`` (uint32), ``k`` indices
 (uint32, strictly increasing, < n), ``k`` values (float32); when ``k == n`` (a tensor sent whole,
-see DENSE_MAX) the indices are left out. Pure numpy: the wire format
-(:mod:`fed_ros.ros.wire.tensors`), the size checks and the benchmarks share it. Every decoder
-refuses a count above n, unsorted or repeated or out-of-range indices, non-finite values and a
-payload that is not exactly consumed: a hostile payload is rejected, never half-applied.
+see DENSE_MAX) the indices are left out. The size depends on the sender's fraction, so a
+receiver accepts any size from no entry to every entry kept and checks the rest on decoding.
+Every decoder refuses a count above n, unsorted or repeated or out-of-range indices, non-finite
+values and a payload that is not exactly consumed: a hostile payload is rejected, never
+half-applied.
 """
 
 from __future__ import annotations
@@ -21,14 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 import math
-import os
-import tempfile
-import zipfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
+
+from fed_ros.core.encodings.base import Encoding, no_scales
 
 TOPK = "topk"
 DEFAULT_FRACTION = 0.1  # 8 bytes per kept value: 0.1 -> 5x fewer bytes than float32
@@ -55,12 +56,6 @@ def parse_topk(encoding: str) -> float | None:
                 f"encoding {encoding!r}: the top-k fraction must be a number in (0, 1]"
             ) from None
     return None
-
-
-def starts_from_one_cluster(membership: Sequence[tuple[int, float]], picked: bool) -> bool:
-    """Whether a robot's start model is one cluster's model as sent (IFCA's pick, or a single
-    cluster): only then can the server rebuild its update from a delta."""
-    return picked or sum(1 for _, w in membership if w > 0) == 1
 
 
 def check_fraction(fraction: float) -> float:
@@ -156,93 +151,31 @@ def decode_payload(
     return out
 
 
-def roundtrip(delta: Mapping[str, NDArray[Any]], fraction: float) -> dict[str, NDArray[Any]]:
-    """What the server decodes of ``delta`` sent as topk (zeros where nothing was kept)."""
-    out = {}
-    for name, value in delta.items():
-        arr = np.asarray(value, dtype=np.float32)
-        dense = decode_payload(
-            np.frombuffer(encode_tensor(arr, fraction, name), np.uint8), [arr.size], [name]
-        )[0]
-        out[name] = dense.reshape(arr.shape)
-    return out
+@dataclass(frozen=True, repr=False)
+class TopK(Encoding):
+    """A sparse delta: the ``fraction`` largest changes of each tensor (updates only)."""
 
+    fraction: float = DEFAULT_FRACTION
+    name = TOPK
+    wire_id = 4
+    delta = True
+    bytes_per_value = 8.0  # per kept value (uint32 index + float32), plus a count per tensor
 
-def apply_delta(
-    base: Mapping[str, NDArray[Any]] | None, delta: Mapping[str, NDArray[Any]], cluster_id: int
-) -> tuple[dict[str, NDArray[Any]], str]:
-    """(base + delta, "") or ({}, why not): the server's update from a delta encoding (topk,
-    int8_delta, int4_delta).
+    def with_fraction(self, fraction: float) -> Encoding:
+        return TopK(check_fraction(fraction))
 
-    ``base`` is the update's cluster model of its round as the robots decoded it; None when the
-    server sent no such model (an unknown cluster, or a round it no longer serves)."""
-    if base is None:
-        return {}, f"delta against cluster {cluster_id}, whose model this round was not sent"
-    if set(base) != set(delta):
-        return {}, "delta tensors differ from the cluster model's"
-    out = {}
-    for name, d in delta.items():
-        b = np.asarray(base[name], dtype=np.float32)
-        if b.shape != np.shape(d):
-            return {}, f"tensor {name!r}: delta shape {np.shape(d)} != model shape {b.shape}"
-        out[name] = b + np.asarray(d, dtype=np.float32)
-    return out, ""
+    def size_range(self, sizes: Sequence[int]) -> tuple[int, int]:
+        return payload_bounds(sizes)
 
+    def nbytes(self, sd: Mapping[str, NDArray[Any]]) -> int:
+        # Set by the fraction alone: no need to encode.
+        return payload_nbytes([int(np.asarray(v).size) for v in sd.values()], self.fraction)
 
-class ErrorFeedback:
-    """A robot's memory of what top-k left out (Stich et al.'s error feedback).
+    def encode(self, sd: Mapping[str, NDArray[Any]]) -> tuple[NDArray[Any], NDArray[Any]]:
+        packed = b"".join(encode_tensor(v, self.fraction, k) for k, v in sd.items())
+        return np.frombuffer(packed, dtype=np.uint8).copy(), no_scales()
 
-    ``delta_to_send(trained, start)`` is ``trained - start + residual``; after encoding it,
-    ``keep_unsent(full, sent)`` stores ``full - sent`` as the next residual. The residual is
-    saved atomically beside the robot's models (``path``), so a restarted robot keeps it, and is
-    dropped when the model's tensors change (another policy) or a file is unreadable.
-    """
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = Path(path) if path is not None else None
-        self.residual: dict[str, NDArray[Any]] = {}
-        if self.path is not None and self.path.exists():
-            try:
-                with np.load(self.path) as z:
-                    self.residual = {k: z[k].astype(np.float32) for k in z.files}
-            except (OSError, ValueError, EOFError, zipfile.BadZipFile):
-                self.residual = {}  # a torn or foreign file: start without memory
-
-    def _matches(self, model: Mapping[str, NDArray[Any]]) -> bool:
-        return set(self.residual) == set(model) and all(
-            self.residual[k].shape == np.shape(v) for k, v in model.items()
-        )
-
-    def delta_to_send(
-        self, trained: Mapping[str, NDArray[Any]], start: Mapping[str, NDArray[Any]]
-    ) -> dict[str, NDArray[Any]]:
-        """This round's delta plus the residual of earlier rounds (float32)."""
-        delta = {
-            k: np.asarray(trained[k], np.float32) - np.asarray(start[k], np.float32)
-            for k in trained
-        }
-        if self._matches(delta):
-            for k in delta:
-                delta[k] += self.residual[k]
-        return delta
-
-    def keep_unsent(
-        self, full: Mapping[str, NDArray[Any]], sent: Mapping[str, NDArray[Any]]
-    ) -> None:
-        """Remember ``full - sent`` (what did not travel) for the next round, durably."""
-        self.residual = {k: np.asarray(full[k], np.float32) - sent[k] for k in full}
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".npz.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **self.residual)
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def norm(self) -> float:
-        """L2 norm of the residual (diagnostics: how much is waiting to be sent)."""
-        return float(math.sqrt(sum(float(np.sum(v * v)) for v in self.residual.values())))
+    def decode(
+        self, buf: NDArray[Any], sizes: Sequence[int], names: Sequence[str], scales: NDArray[Any]
+    ) -> list[NDArray[Any]]:
+        return decode_payload(buf, sizes, names)

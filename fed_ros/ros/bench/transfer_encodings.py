@@ -23,19 +23,16 @@ def encode_update(
 ) -> Any:
     """The EncodedPayload a robot sends for ``trained`` under ``encoding`` (a delta encoding:
     against ``start``, with a fresh error feedback)."""
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.quantized_deltas import is_delta_encoding
+    from fed_ros.core import encodings
+    from fed_ros.core.encodings.feedback import ErrorFeedback
     from fed_ros.ros.wire.tensors import decode_state_dict, encode_state_dict
 
-    if not is_delta_encoding(encoding):
+    enc = encodings.resolve(encoding)
+    if not enc.delta:
         return encode_state_dict(trained, encoding)
-    fraction = sparse_deltas.parse_topk(encoding)
-    feedback = sparse_deltas.ErrorFeedback()
+    feedback = ErrorFeedback()
     full = feedback.delta_to_send(trained, start)
-    wire = "topk" if fraction is not None else encoding
-    payload = encode_state_dict(
-        full, wire, topk_fraction=fraction or sparse_deltas.DEFAULT_FRACTION
-    )
+    payload = encode_state_dict(full, enc)
     sent = decode_state_dict(payload.manifest, payload.encoding, payload.data, copy=True)
     feedback.keep_unsent(full, sent)
     return payload
@@ -59,18 +56,18 @@ def noisy_update(policy: str, seed: int = 0) -> tuple[dict[str, np.ndarray], dic
 def encoded_update(policy: str, encoding: str, seed: int = 0) -> dict[str, Any]:
     """Encode and decode one update of ``policy`` (lowdim, image) under ``encoding``; returns its
     bytes and the encode and decode seconds."""
-    from fed_ros.core import sparse_deltas
-    from fed_ros.core.quantized_deltas import is_delta_encoding
+    from fed_ros.core.encodings import is_delta
+    from fed_ros.core.encodings.feedback import apply_delta
     from fed_ros.ros.wire.tensors import decode_state_dict
 
     start, trained = noisy_update(policy, seed)
-    delta = is_delta_encoding(encoding)
+    delta = is_delta(encoding)
     t0 = time.perf_counter()
     payload = encode_update(start, trained, encoding)
     t1 = time.perf_counter()
     received = decode_state_dict(payload.manifest, payload.encoding, payload.data, payload.scales)
     if delta:
-        received, _ = sparse_deltas.apply_delta(start, received, 0)
+        received, _ = apply_delta(start, received, 0)
     t2 = time.perf_counter()
     return {
         "encoding": encoding,

@@ -17,10 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from fed_ros.core.compression import ENCODING_NAMES
-from fed_ros.core.quantized_deltas import DELTA_ENCODINGS
+from fed_ros.core.encodings import MODEL_ENCODINGS, UPDATE_ENCODINGS
+from fed_ros.core.encodings.topk import DEFAULT_FRACTION
 from fed_ros.core.rounds.buffered import STALENESS_KINDS
-from fed_ros.core.sparse_deltas import DEFAULT_FRACTION, TOPK
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.ros.configuration.param_spec import NodeParams, param
 from fed_ros.ros.wire.channels import CHANNELS
@@ -263,7 +262,7 @@ class ServerParams(NodeParams):
         "int8_block (a scale per 128 values), int4_block (4 bits, a scale per 64); the server "
         "keeps float32",
         live=True,
-        choices=ENCODING_NAMES,
+        choices=MODEL_ENCODINGS,
     )
     tracking: str = param(
         "auto",
@@ -425,7 +424,7 @@ class RobotParams(NodeParams):
         "round), int8_delta / int4_delta (the change since the start model, quantized and "
         "deflated, its rounding error kept on the robot)",
         live=True,
-        choices=ENCODING_NAMES + (TOPK,) + DELTA_ENCODINGS,
+        choices=UPDATE_ENCODINGS,
     )
     tracking: str = param(
         "auto",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fed_ros.core import encodings
 from fed_ros.core.params import Manifest
 from fed_ros.msg import TensorPayload
 from fed_ros.ros.wire.chunk_sender import MAX_PAYLOAD_ID
@@ -149,7 +150,7 @@ def check_header(msg: TensorPayload, limits: TransferLimits) -> Manifest:
             f"payload {pid!r}: manifest implies {implied} bytes, total_bytes says {total}"
         )
     # Only int8 carries scales beside the payload (one per tensor; int8_block's are inside).
-    want = len(manifest) if int(msg.encoding) == TensorPayload.ENCODING_INT8 else 0
+    want = encodings.BY_WIRE_ID[int(msg.encoding)].scale_count(len(manifest))
     if len(msg.scales) != want:
         raise PayloadRejected(
             f"payload {pid!r}: {ENCODING_NAMES[int(msg.encoding)]} needs {want} scales, "

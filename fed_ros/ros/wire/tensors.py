@@ -13,54 +13,23 @@ from __future__ import annotations
 
 import array
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fed_ros.core import quantized_deltas, sparse_deltas
-from fed_ros.core.compression import block_nbytes, decode_block_tensor, encode_block_tensor
+from fed_ros.core import encodings
+from fed_ros.core.encodings.base import numel as _numel
+from fed_ros.core.encodings.topk import DEFAULT_FRACTION
 from fed_ros.core.params import Manifest, TensorSpec, manifest_of
 from fed_ros.msg import TensorPayload, TensorSpec as TensorSpecMsg
 
 StateDict = dict[str, np.ndarray]
 
-# Encoding names <-> TensorPayload.ENCODING_* constants.
-ENCODINGS: dict[str, int] = {
-    "float32": TensorPayload.ENCODING_FLOAT32,
-    "float16": TensorPayload.ENCODING_FLOAT16,
-    "int8": TensorPayload.ENCODING_INT8,
-    "int8_block": TensorPayload.ENCODING_INT8_BLOCK,
-    "topk": TensorPayload.ENCODING_TOPK,
-    "int4_block": TensorPayload.ENCODING_INT4_BLOCK,
-    "int8_delta": TensorPayload.ENCODING_INT8_DELTA,
-    "int4_delta": TensorPayload.ENCODING_INT4_DELTA,
-}
+# Encoding names <-> TensorPayload.encoding values (the registry's; `fed_ros.core.encodings`).
+ENCODINGS: dict[str, int] = {e.name: e.wire_id for e in encodings.REGISTRY}
 ENCODING_NAMES: dict[int, str] = {v: k for k, v in ENCODINGS.items()}
-# Bytes per element on the wire, per encoding (little-endian, no padding).
-_WIRE_DTYPE: dict[int, np.dtype] = {
-    TensorPayload.ENCODING_FLOAT32: np.dtype("<f4"),
-    TensorPayload.ENCODING_FLOAT16: np.dtype("<f2"),
-    TensorPayload.ENCODING_INT8: np.dtype("i1"),
-    TensorPayload.ENCODING_INT8_BLOCK: np.dtype("i1"),  # plus its block scales (tensor_nbytes)
-    TensorPayload.ENCODING_TOPK: np.dtype("<f4"),  # values; plus count and indices (sparse_deltas)
-    TensorPayload.ENCODING_INT4_BLOCK: np.dtype("u1"),  # two values a byte, plus block scales
-    TensorPayload.ENCODING_INT8_DELTA: np.dtype("u1"),  # a zlib stream (quantized_deltas)
-    TensorPayload.ENCODING_INT4_DELTA: np.dtype("u1"),  # a zlib stream (quantized_deltas)
-}
-# The deflated, quantized delta encodings (updates only; sizes depend on the values).
-_QUANTIZED_DELTAS = {
-    TensorPayload.ENCODING_INT8_DELTA: "int8_delta",
-    TensorPayload.ENCODING_INT4_DELTA: "int4_delta",
-}
-# The blockwise encodings (block scales inside the payload: fed_ros.core.compression).
-_BLOCKWISE = {
-    TensorPayload.ENCODING_INT8_BLOCK: "int8_block",
-    TensorPayload.ENCODING_INT4_BLOCK: "int4_block",
-}
-_FLOAT16_MAX = float(np.finfo(np.float16).max)
 # Model dtypes a manifest may name (core state dicts are float32; see core/params.py).
 MODEL_DTYPES = frozenset({"float32"})
 
@@ -137,48 +106,27 @@ def manifest_from_msgs(specs: Sequence[TensorSpecMsg]) -> Manifest:
     return tuple(out)
 
 
-def _numel(shape: Sequence[int]) -> int:
-    # Python ints: an adversarial shape cannot overflow into a small allocation.
-    return math.prod(int(d) for d in shape)
-
-
-def tensor_nbytes(n: int, encoding: int) -> int:
-    """Payload bytes of one tensor of ``n`` values under ``encoding``."""
-    if encoding in _BLOCKWISE:
-        return block_nbytes(n, _BLOCKWISE[encoding])
-    return n * _WIRE_DTYPE[encoding].itemsize
-
-
 def encoded_size(manifest: Sequence[TensorSpec], encoding: int) -> int:
-    """Number of payload bytes the manifest implies under a dense ``encoding`` (a topk
-    payload's size depends on the sender's fraction: see :func:`size_range`)."""
-    if encoding not in _WIRE_DTYPE:
-        raise ValueError(f"unknown payload encoding {encoding!r}")
-    if encoding == TensorPayload.ENCODING_TOPK or encoding in _QUANTIZED_DELTAS:
+    """Number of payload bytes the manifest implies under an ``encoding`` of fixed size (a delta
+    payload's size depends on the sender: see :func:`size_range`)."""
+    lo, hi = size_range(manifest, encoding)
+    if lo != hi:
         raise ValueError(f"a {ENCODING_NAMES[encoding]} payload has no fixed size; use size_range")
-    return sum(tensor_nbytes(_numel(s.shape), encoding) for s in manifest)
+    return lo
 
 
 def size_range(manifest: Sequence[TensorSpec], encoding: int) -> tuple[int, int]:
     """(smallest, largest) payload bytes the manifest allows under ``encoding``: one size for
-    the dense encodings; for topk, from no entry to every entry kept (decoding checks the rest)."""
-    if encoding == TensorPayload.ENCODING_TOPK:
-        return sparse_deltas.payload_bounds([_numel(s.shape) for s in manifest])
-    if encoding in _QUANTIZED_DELTAS:
-        sizes = [_numel(s.shape) for s in manifest]
-        return quantized_deltas.payload_bounds(sizes, _QUANTIZED_DELTAS[encoding])
-    size = encoded_size(manifest, encoding)
-    return size, size
+    the dense encodings; for the delta ones the encoding's bounds (decoding checks the rest)."""
+    return encodings.by_wire_id(encoding).size_range([_numel(s.shape) for s in manifest])
 
 
-def _encoding_id(encoding: int | str) -> int:
+def _encoding(encoding: int | str) -> encodings.Encoding:
     if isinstance(encoding, str):
         if encoding not in ENCODINGS:
             raise ValueError(f"unknown encoding {encoding!r}; expected one of {sorted(ENCODINGS)}")
-        return ENCODINGS[encoding]
-    if encoding not in _WIRE_DTYPE:
-        raise ValueError(f"unknown payload encoding {encoding!r}")
-    return int(encoding)
+        return encodings.BY_NAME[encoding]
+    return encodings.by_wire_id(encoding)
 
 
 # ------------------------------------------------------------------ encode / decode
@@ -202,69 +150,26 @@ class EncodedPayload:
 
 def encode_state_dict(
     sd: Mapping[str, np.ndarray],
-    encoding: int | str = "float32",
-    topk_fraction: float = sparse_deltas.DEFAULT_FRACTION,
+    encoding: int | str | encodings.Encoding = "float32",
+    topk_fraction: float = DEFAULT_FRACTION,
 ) -> EncodedPayload:
     """Pack a state dict into one buffer (one pass over the tensors) and hash it.
 
     Under ``topk``, ``sd`` is a delta (what to add to the start model) and ``topk_fraction`` of
-    each tensor's entries travel; under ``int8_delta``/``int4_delta`` it is a delta too, all of
-    it quantized and deflated."""
-    enc = _encoding_id(encoding)
-    wire = _WIRE_DTYPE[enc]
+    each tensor's entries travel (an `Encoding` instance keeps its own fraction); under
+    ``int8_delta``/``int4_delta`` it is a delta too, all of it quantized and deflated."""
+    if isinstance(encoding, encodings.Encoding):
+        enc = encoding
+    else:
+        enc = _encoding(encoding).with_fraction(topk_fraction)
     specs = manifest_of(sd)  # validates: ndarray, float32, non-empty unique names
-    if enc == TensorPayload.ENCODING_TOPK or enc in _QUANTIZED_DELTAS:
-        if enc == TensorPayload.ENCODING_TOPK:
-            packed = b"".join(
-                sparse_deltas.encode_tensor(v, topk_fraction, k) for k, v in sd.items()
-            )
-        else:
-            packed = quantized_deltas.encode_payload(sd, _QUANTIZED_DELTAS[enc])
-        data = np.frombuffer(packed, dtype=np.uint8).copy()
-        return EncodedPayload(
-            manifest=tuple(specs),
-            encoding=enc,
-            scales=np.zeros(0, np.float32),
-            data=data,
-            sha256=sha256_hex(data),
-        )
-    total = encoded_size(specs, enc)
-    data = np.empty(total, dtype=np.uint8)
-    scales = np.zeros(len(specs) if enc == TensorPayload.ENCODING_INT8 else 0, dtype=np.float32)
-    offset = 0
-    for i, (name, value) in enumerate(sd.items()):
-        arr = np.asarray(value)
-        n = arr.size
-        if enc in _BLOCKWISE:
-            packed = encode_block_tensor(arr, _BLOCKWISE[enc], name)
-            data[offset : offset + len(packed)] = np.frombuffer(packed, np.uint8)
-            offset += len(packed)
-            continue
-        dest = data[offset : offset + n * wire.itemsize].view(wire)
-        if enc == TensorPayload.ENCODING_INT8:
-            peak = float(np.max(np.abs(arr))) if n else 0.0
-            if not math.isfinite(peak):
-                raise ValueError(
-                    f"tensor {name!r} is not finite; int8 encoding needs finite values"
-                )
-            scale = peak / 127.0 if peak > 0 else 1.0
-            scales[i] = scale
-            np.clip(np.rint(arr.reshape(-1) / scale), -127, 127, out=dest, casting="unsafe")
-        else:
-            if (
-                enc == TensorPayload.ENCODING_FLOAT16
-                and n
-                and float(np.max(np.abs(arr))) > _FLOAT16_MAX
-            ):
-                # float16 would turn these into inf silently; the server rejects non-finite updates.
-                raise ValueError(
-                    f"tensor {name!r} exceeds the float16 range (|x| > {_FLOAT16_MAX})"
-                )
-            # Writes straight into the payload buffer: the only copy of the tensor bytes.
-            np.copyto(dest, arr.reshape(-1), casting="same_kind")
-        offset += n * wire.itemsize
+    data, scales = enc.encode(sd)
     return EncodedPayload(
-        manifest=tuple(specs), encoding=enc, scales=scales, data=data, sha256=sha256_hex(data)
+        manifest=tuple(specs),
+        encoding=enc.wire_id,
+        scales=scales,
+        data=data,
+        sha256=sha256_hex(data),
     )
 
 
@@ -276,59 +181,22 @@ def decode_state_dict(
     copy: bool = False,
 ) -> StateDict:
     """Unpack payload bytes into a state dict; float32 tensors are zero-copy views unless
-    ``copy``."""
-    enc = _encoding_id(encoding)
-    wire = _WIRE_DTYPE[enc]
+    ``copy``. A delta encoding gives the delta (zeros where a sparse one sent nothing)."""
+    enc = _encoding(encoding)
     buf = bytes_view(data) if not isinstance(data, np.ndarray) else data.reshape(-1).view(np.uint8)
-    lo, hi = size_range(manifest, enc)
+    lo, hi = enc.size_range([_numel(s.shape) for s in manifest])
     if not lo <= buf.nbytes <= hi:
         raise ValueError(
             f"payload has {buf.nbytes} bytes; manifest and encoding "
-            f"{ENCODING_NAMES[enc]} imply {lo if lo == hi else f'{lo}..{hi}'}"
+            f"{enc.name} imply {lo if lo == hi else f'{lo}..{hi}'}"
         )
-    if enc == TensorPayload.ENCODING_TOPK:  # a dense delta per tensor (zeros where none sent)
-        dense = sparse_deltas.decode_payload(
-            buf, [_numel(s.shape) for s in manifest], [s.name for s in manifest]
-        )
-        return {s.name: v.astype(s.dtype).reshape(s.shape) for s, v in zip(manifest, dense)}
-    if enc in _QUANTIZED_DELTAS:
-        dense = quantized_deltas.decode_payload(
-            buf,
-            [_numel(s.shape) for s in manifest],
-            [s.name for s in manifest],
-            _QUANTIZED_DELTAS[enc],
-        )
-        return {s.name: v.astype(s.dtype).reshape(s.shape) for s, v in zip(manifest, dense)}
-    scale_arr = np.asarray(scales, dtype=np.float32).reshape(-1)
-    if enc == TensorPayload.ENCODING_INT8:
-        if scale_arr.size != len(manifest):
-            raise ValueError(f"int8 payload needs {len(manifest)} scales, got {scale_arr.size}")
-        if not np.all(np.isfinite(scale_arr)):
-            raise ValueError("int8 payload has non-finite scales")
-    out: StateDict = {}
-    offset = 0
-    for i, spec in enumerate(manifest):
-        n = _numel(spec.shape)
-        if enc in _BLOCKWISE:
-            size = block_nbytes(n, _BLOCKWISE[enc])
-            part = buf[offset : offset + size]
-            offset += size
-            try:
-                value = decode_block_tensor(part, n, _BLOCKWISE[enc])
-            except ValueError as err:
-                raise ValueError(f"tensor {spec.name!r}: {err}") from None
-            out[spec.name] = value.astype(spec.dtype).reshape(spec.shape)
-            continue
-        raw = buf[offset : offset + n * wire.itemsize].view(wire)
-        offset += n * wire.itemsize
-        if enc == TensorPayload.ENCODING_INT8:
-            value = raw.astype(spec.dtype) * np.asarray(scale_arr[i], dtype=spec.dtype)
-        elif raw.dtype == np.dtype(spec.dtype) and not copy:
-            value = raw  # zero copy over the received buffer
-        else:
-            value = raw.astype(spec.dtype)
-        out[spec.name] = value.reshape(spec.shape)
-    return out
+    flat = enc.decode(
+        buf,
+        [_numel(s.shape) for s in manifest],
+        [s.name for s in manifest],
+        np.asarray(scales, dtype=np.float32).reshape(-1),
+    )
+    return {s.name: v.astype(s.dtype, copy=copy).reshape(s.shape) for s, v in zip(manifest, flat)}
 
 
 # --------------------------------------------------------------------------- chunks

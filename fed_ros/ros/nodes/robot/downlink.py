@@ -15,7 +15,7 @@ from typing import Any
 
 from fed_ros.core.checks import bounds
 from fed_ros.core.checks.bounds import RateLimiter
-from fed_ros.core.checks.payload_checks import DELTA_ENCODING_IDS
+from fed_ros.core.encodings import DELTA_WIRE_IDS
 from fed_ros.ros.wire.tensors import ENCODING_NAMES
 from fed_ros.ros.wire.transfer_receiver import Received
 
@@ -111,7 +111,7 @@ class RobotDownlink:
         )
         if why is not None:
             return why
-        if int(msg.payload.encoding) in DELTA_ENCODING_IDS:
+        if int(msg.payload.encoding) in DELTA_WIRE_IDS:
             name = ENCODING_NAMES.get(int(msg.payload.encoding), int(msg.payload.encoding))
             return (
                 f"cluster {int(msg.cluster_id)} round {int(msg.round)}: encoding {name} is a "

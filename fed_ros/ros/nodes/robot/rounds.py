@@ -31,7 +31,7 @@ from fed_ros.ros.nodes.robot.peer_predictors import keep_peer_predictor
 from fed_ros.ros.shutdown import ShutdownRequested
 from fed_ros.ros.wire.round_msgs import Announcement, descriptor_to_msg
 from fed_ros.core.progress import progress_text
-from fed_ros.core.sparse_deltas import starts_from_one_cluster
+from fed_ros.core.encodings.feedback import starts_from_one_cluster
 from fed_ros.learning.tracking import open_tracker_or_warn
 from fed_ros.ros.nodes.robot.update_encoding import UpdateEncoder
 from fed_ros.ros.wire.tensors import encode_state_dict

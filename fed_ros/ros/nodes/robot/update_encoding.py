@@ -3,7 +3,7 @@
 The dense encodings pack the trained model itself. The delta encodings (``topk``, ``int8_delta``,
 ``int4_delta``) pack the change against the cluster model the robot started from, plus what
 earlier rounds left out: top-k's unsent entries or quantization's rounding error (error feedback,
-`fed_ros.core.sparse_deltas.ErrorFeedback`, kept in ``model_dir`` across restarts). The server
+`fed_ros.core.encodings.feedback.ErrorFeedback`, kept in ``model_dir`` across restarts). The server
 rebuilds the update from that round's model of the update's cluster, so a delta is only sent
 when the robot started from exactly one cluster model; a robot that started from a weighted
 mean of several (soft memberships) sends that round's update as float32 and says so.
@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.core.quantized_deltas import is_delta_encoding
-from fed_ros.core.sparse_deltas import ErrorFeedback
+from fed_ros.core.encodings import is_delta
+from fed_ros.core.encodings.feedback import ErrorFeedback
 from fed_ros.ros.wire.tensors import EncodedPayload, decode_state_dict, encode_state_dict
 
 # The name predates the quantized deltas; their rounding error is kept in the same memory (a
@@ -42,7 +42,7 @@ class UpdateEncoder:
     ) -> EncodedPayload:
         """The update's payload: ``trained`` dense, or its delta against ``start``."""
         encoding = params.update_encoding
-        if not is_delta_encoding(encoding):
+        if not is_delta(encoding):
             return encode_state_dict(trained, encoding)
         if not one_cluster:
             self.log.warn(

@@ -19,8 +19,8 @@ from typing import Any
 from fed_ros.core.checks import bounds
 from fed_ros.core.rounds import faults
 from fed_ros.core.checks.decisions import SCHEMA, Decision, Limits
-from fed_ros.core.checks.payload_checks import DELTA_ENCODING_IDS
-from fed_ros.core.sparse_deltas import apply_delta
+from fed_ros.core.encodings import DELTA_WIRE_IDS
+from fed_ros.core.encodings.feedback import apply_delta
 from fed_ros.core.rounds.delivery import Ledger
 from fed_ros.core.rounds.collect import RoundPlan, TRAIN
 from fed_ros.core.checks.sender_checks import ValidationContext
@@ -329,7 +329,7 @@ class UpdateIntake:
         if not result.decision:
             return self._decide(pid, env, result.decision, **extra)
         params = result.params
-        if env.encoding in DELTA_ENCODING_IDS:
+        if env.encoding in DELTA_WIRE_IDS:
             params, why = apply_delta(
                 self.delta_base(env.round_idx, env.cluster_id), params, env.cluster_id
             )
