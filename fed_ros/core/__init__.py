@@ -8,5 +8,7 @@ checks/      Decision and every input check, bounds, the audit log
 security/    keys, signatures, replay protection, registration proofs, the attack harness
 arm/         arm profiles, the safety filter, the tick schedule, the arm-state store
 data/        the Episode contract and non-IID partitioning
+encodings/   the registry of update and model encodings (one module each) and the delta
+             encodings' error feedback
 params.py    model parameters as named float32 tensors; diagnostics.py: node health statuses
 """
