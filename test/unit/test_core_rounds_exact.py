@@ -82,6 +82,7 @@ class ScriptedStrategy:
         self.initialized: list[list[str]] = []
         self.configured: list[tuple[int, list[str]]] = []
         self.aggregated: list[tuple[int, list[str], dict]] = []
+        self.observed: list[tuple[int, str]] = []
         self.loaded = None
         self.kind_calls = 0
         self.on_aggregate = None
@@ -105,6 +106,9 @@ class ScriptedStrategy:
 
     def cluster_models(self):
         return self.models
+
+    def observe(self, round_idx, update):
+        self.observed.append((round_idx, update.robot_id))
 
     def aggregate_round(self, round_idx, updates, descriptors):
         self.aggregated.append((round_idx, [u.robot_id for u in updates], dict(descriptors)))
@@ -798,6 +802,19 @@ def test_update_round_defaults_to_the_open_round_and_an_explicit_one_is_checked(
     future.round_idx = 3
     assert coord.offer_update(future, now=1.0) == _no("future round 3, current round is 0", FUTURE)
     assert coord.offer_update(_update("robot_1", 0), now=1.0) is ACCEPTED
+
+
+def test_the_strategy_observes_each_accepted_update_at_once_and_no_rejected_one():
+    strategy = ScriptedStrategy()
+    coord = _coord(strategy)
+    assert not coord.offer_update(_update("robot_0", 0), now=0.0)  # no round open
+    coord.start_round(now=0.0)
+    assert coord.offer_update(_update("robot_0", 0), now=1.0) is ACCEPTED
+    assert not coord.offer_update(_update("robot_0", 0), now=1.0)  # a second answer
+    late = _update("robot_1", 0)
+    late.round_idx = 3
+    assert not coord.offer_update(late, now=1.0)
+    assert strategy.observed == [(0, "robot_0")]
 
 
 def test_update_checks_use_the_given_now():

@@ -137,6 +137,15 @@ class RoundCoordinator(StageAnswerIntake):
         self._initialized = True
         return True
 
+    def offer_update(self, update: Any, now: float | None = None) -> Decision:
+        """Check and record a core ClientUpdate; an accepted one is shown to the strategy at once
+        (`Strategy.observe`: FedDRMan computes CUA's Gram row while the round waits for the
+        rest)."""
+        decision = super().offer_update(update, now)
+        if decision and self.collector is not None:
+            self.strategy.observe(self.collector.plan.round_idx, update)
+        return decision
+
     def register(self, robot_id: str, **capabilities: Any) -> Decision:
         """Register a robot (Roster.register) and keep the roster on disk when it changed."""
         verdict = self.roster.register(robot_id, **capabilities)

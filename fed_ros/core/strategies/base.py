@@ -165,6 +165,11 @@ class Strategy(ABC):
         """Descriptor kinds the strategy needs before aggregating this round."""
         return set()
 
+    def observe(self, round_idx: int, update: ClientUpdate) -> None:
+        """An update the open round admitted, before the round closes. A strategy may start work
+        here that needs no other robot's update; `aggregate_round` still receives every update
+        and decides as if this had never been called (the default: nothing)."""
+
     @abstractmethod
     def aggregate_round(
         self,

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fed_ros.core.strategies.aggregate import update_similarity
+from fed_ros.core.strategies.aggregate import gram_to_cosine, update_similarity
+from fed_ros.core.strategies.arrival_gram import ArrivalGram
 from fed_ros.core.clustering.cua import cua_partition
 from fed_ros.core.params import prefix_columns, unflatten
 from fed_ros.core.strategies.prepared_round import PreparedRound
@@ -108,6 +109,9 @@ class FedDRManStrategy(Strategy):
         self._buffers = 0
         self._omega: NDArray[Any] | slice | None = None
         self._omega_all = False
+        # CUA's Gram rows of the open round, computed as its updates are admitted (`observe`).
+        self._arrivals: ArrivalGram | None = None
+        self._arrivals_round = -1
 
     def _config_fields(self, round_idx: int) -> dict[str, Any]:
         """Distillation switches and weights of the robots' local objective."""
@@ -168,7 +172,7 @@ class FedDRManStrategy(Strategy):
         if C > 1:
             # Accumulated update from the common initialisation, restricted to Omega (K x |Omega|).
             try:
-                S = self._similarity(prep)
+                S = self._similarity(prep, round_idx)
             except ValueError as exc:
                 bad = prep.first_nonfinite()
                 raise ValueError(
@@ -197,9 +201,35 @@ class FedDRManStrategy(Strategy):
         self._commit_groups(prep, groups, ids, diag)
         return self._result(diag)
 
-    def _similarity(self, prep: PreparedRound) -> NDArray[Any]:
-        """CUA's cosine matrix of the updates' Omega parts; streamed, it reads the Omega columns
+    def observe(self, round_idx: int, update: ClientUpdate) -> None:
+        """Store the admitted update's Omega part and compute its Gram row with the others
+        (every `FLUSH_EVERY` arrivals), so that the round's close pays for the last few only."""
+        if self.effective_clusters <= 1 or self._omega is None:
+            return
+        if self._arrivals is None or self._arrivals_round != round_idx:
+            origin = unflatten(self.initial_vector, self.manifest)
+            self._arrivals = ArrivalGram(self.manifest, self._omega_names(), origin)
+            self._arrivals_round = round_idx
+        try:
+            self._arrivals.add(update.robot_id, update.params)
+        except (KeyError, ValueError):
+            pass  # a malformed update: the close computes its row itself, and refuses it there
+
+    def _similarity(self, prep: PreparedRound, round_idx: int) -> NDArray[Any]:
+        """CUA's cosine matrix of the updates' Omega parts: from the Gram rows computed as they
+        arrived (`observe`) when the round has them; else streamed, reading the Omega columns
         of each update in place, block by block (the stacked path's blocks: the same S)."""
+        arrivals, self._arrivals = self._arrivals, None
+        if arrivals is not None and self._arrivals_round == round_idx:
+            for rid, row, params in zip(
+                prep.robot_ids, arrivals.rows_for(prep.robot_ids), prep.params
+            ):
+                if row is None:  # admitted before a restart, or never observed
+                    arrivals.add(rid, params)
+            G = arrivals.gram(prep.robot_ids)
+            if not np.isfinite(G).all():
+                raise ValueError("update similarity overflowed")
+            return gram_to_cosine(G)
         if prep.stacked is not None:
             return update_similarity(prep.stacked, self._omega, self.initial_vector)
         origin = unflatten(self.initial_vector, self.manifest)
