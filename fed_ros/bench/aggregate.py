@@ -9,6 +9,9 @@ it prints, side by side:
 - FedAvg: the full `FedAvgStrategy.aggregate_round` (validation + average), target <= 2x;
 - SVD: LAPACK gesdd of every block SRB rebalances, for each of the C clusters;
 - FedDRMan: CUA + per-cluster averages + SRB + persistent models, target <= 1.5x (FedAvg + SVD);
+  and the same round as the server node runs it, with CUA's Gram rows computed as each update
+  is admitted (`Strategy.observe`, `arrival_gram`): the CPU of those arrivals (per update and
+  in all, spent while the server waits for the rest of the fleet) and the close that is left;
 - FeDepth: a steady-state round (multi-membership averages) and, once, the round-0
   clustering (Jeffreys matrix, tau calibration to 20% overlap, subset merging);
 - peak: traced heap peak during the FedDRMan step, in model sizes, and the process's peak
@@ -225,12 +228,21 @@ def _timings(
             if rep < max(1, reps - 1):
                 drm = fresh("feddrman", stack, num_clusters=NUM_CLUSTERS, beta=0.9)
                 timed(path, "feddrman", lambda: drm.aggregate_round(0, updates, {}))
+                if not stack:  # the server node's round: Gram rows on arrival, then the close
+                    drm = fresh("feddrman", stack, num_clusters=NUM_CLUSTERS, beta=0.9)
+                    timed(path, "feddrman_arrivals", lambda: _observe_all(drm, updates))
+                    timed(path, "feddrman_close", lambda: drm.aggregate_round(0, updates, {}))
         for key, fn in bounds.items():
             if key == "read" or rep < max(1, reps - 1):
                 timed("bounds", key, fn)
     for path in paths:
         del best[path]["_fedepth"]
     return best
+
+
+def _observe_all(strategy: object, updates: list[ClientUpdate]) -> None:
+    for u in updates:
+        strategy.observe(0, u)  # type: ignore[attr-defined]
 
 
 def _drm_memory(
@@ -464,6 +476,14 @@ def _run(args: argparse.Namespace) -> int:
                 f"streamed FedDRMan round: CUA similarity {sp['similarity']:.2f} s (stacked "
                 f"{sp['similarity_stacked']:.2f} s), CUA partition {sp['cua']:.2f} s, averages + "
                 f"SRB + rest {max(0.0, b['feddrman'] - sp['similarity'] - sp['cua']):.2f} s"
+            )
+            close_ratio = b["feddrman_close"] / (b["fedavg"] + r["svd"])
+            print(
+                "server FedDRMan round (Gram rows on arrival): close "
+                f"{b['feddrman_close'] * 1e3:.0f} ms = {close_ratio:.2f}x (FedAvg + SVD), "
+                f"<= 1.5: {ok(close_ratio <= 1.5)}; "
+                f"arrivals {b['feddrman_arrivals']:.2f} s in all "
+                f"({b['feddrman_arrivals'] / k * 1e3:.1f} ms per update, while the round waits)"
             )
             gc.collect()
     sizes = [12, 100, 300] if args.quick else [12, 100, 300, 1000]

@@ -13,6 +13,8 @@ def test_a_cell_reports_the_stacked_and_the_streamed_path(tmp_path):
     assert r["stacked"]["peak"] > 6
     assert r["streamed"]["peak"] < r["stacked"]["peak"] - 3
     assert list(tmp_path.iterdir()) == []  # the spill's directory went with the cell
+    # The server's round (Gram rows on arrival) is timed beside the close-time one.
+    assert r["streamed"]["feddrman_arrivals"] > 0 and r["streamed"]["feddrman_close"] > 0
 
 
 def test_a_streamed_only_cell_skips_the_stacked_path(tmp_path):
