@@ -230,6 +230,7 @@ def _timings(
                 timed(path, "feddrman", lambda: drm.aggregate_round(0, updates, {}))
                 if not stack:  # the server node's round: Gram rows on arrival, then the close
                     drm = fresh("feddrman", stack, num_clusters=NUM_CLUSTERS, beta=0.9)
+                    drm.configure_round(0, ids)  # as the coordinator does: K participants
                     timed(path, "feddrman_arrivals", lambda: _observe_all(drm, updates))
                     timed(path, "feddrman_close", lambda: drm.aggregate_round(0, updates, {}))
         for key, fn in bounds.items():

@@ -81,6 +81,26 @@ def test_the_arrival_gram_is_the_batch_gram_in_any_order(flush_every):
         gram.gram(["robot_999"])
 
 
+def test_the_rows_pending_are_computed_as_the_last_but_one_expected_update_arrives():
+    """A round whose every participant answers closes with one row left to compute."""
+    updates = _updates(10, seed=5)
+    gram = ArrivalGram(MANIFEST, OMEGA, INIT, flush_every=16, expected=10)
+    for k, u in enumerate(updates[:8]):
+        gram.add(u.robot_id, u.params)
+        assert gram.pending == k + 1
+    gram.add(updates[8].robot_id, updates[8].params)
+    assert gram.pending == 0
+    gram.add(updates[9].robot_id, updates[9].params)
+    assert gram.pending == 1
+    unknown = ArrivalGram(MANIFEST, OMEGA, INIT, flush_every=16)  # participants not known
+    for u in updates:
+        unknown.add(u.robot_id, u.params)
+    assert unknown.pending == 10
+    ids = [u.robot_id for u in updates]
+    ref = unknown.gram(ids)
+    np.testing.assert_allclose(gram.gram(ids), ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+
+
 def test_the_arrival_cosines_match_the_close_time_similarity():
     updates = sorted(_updates(12, seed=4), key=lambda u: u.robot_id)
     gram = ArrivalGram(MANIFEST, OMEGA, INIT, flush_every=5)

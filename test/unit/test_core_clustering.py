@@ -99,6 +99,24 @@ def test_scalable_cua_recovers_large_separated_fleet():
     assert len({(x, y) for x, y in zip(res.labels, truth)}) == 3
 
 
+@pytest.mark.parametrize("K,C", [(150, 3), (400, 2)])
+def test_the_lanczos_spectral_start_decides_as_the_full_eigendecomposition(monkeypatch, K, C):
+    import fed_ros.core.clustering.cua as cua
+
+    S, truth = _separated(2, K, C)
+    S = S + np.random.default_rng(3).normal(0, 0.15, S.shape)  # noisy: the starts matter more
+    S = np.clip((S + S.T) / 2, -1, 1)
+    np.fill_diagonal(S, 1.0)
+    lanczos, start = cua_partition(S, C), cua._spectral_start(S, C, 0)
+    monkeypatch.setattr(cua, "LANCZOS_MIN_K", 10**9)
+    full, full_start = cua_partition(S, C), cua._spectral_start(S, C, 0)
+    # The same spectral start (labels up to renaming), and through it the same result.
+    assert len({(x, y) for x, y in zip(start, full_start)}) == C
+    assert len({(x, y) for x, y in zip(start, truth)}) == C
+    assert lanczos.objective == pytest.approx(full.objective, abs=1e-12)
+    assert len({(x, y) for x, y in zip(lanczos.labels, full.labels)}) == C
+
+
 # --------------------------------------------------------------------------------- SRB
 
 

@@ -8,8 +8,10 @@ the round grows with K. The dot products do not need the round to be over: each 
 only its two updates. :class:`ArrivalGram` keeps each admitted update's Omega sub-vector
 (robots x |Omega| float32, the one thing here that grows with the fleet) and, every
 ``flush_every`` arrivals, computes the new rows against all earlier ones with one sgemm per
-column chunk, accumulated in float64 over the same chunks as the batch path. The round's close
-then computes only the rows still pending (fewer than ``flush_every``).
+column chunk, accumulated in float64 over the same chunks as the batch path. When the round's
+participants are known (``expected``), the pending rows are also computed as the last but one
+arrives, so a round that every participant answers closes with one row to compute; one that
+closes at quorum or its deadline computes the rows still pending (fewer than ``flush_every``).
 
 The total work is the batch path's; it moves to the time the server is waiting for the rest of
 the fleet. Batching the new rows keeps the products compute-bound: one arrival at a time would
@@ -50,12 +52,14 @@ class ArrivalGram:
         origin: Mapping[str, NDArray[Any]],
         capacity: int = 64,
         flush_every: int = FLUSH_EVERY,
+        expected: int = 0,
     ) -> None:
         wanted = set(names)
         self._names = [s.name for s in manifest if s.name in wanted]
         self._origin = self._concat(origin)
         self.width = int(self._origin.size)
         self.flush_every = max(1, int(flush_every))
+        self.expected = int(expected)  # the round's participants (0: not known)
         self._rows = np.empty((max(1, int(capacity)), self.width), dtype=np.float32)
         self._gram = np.zeros((self._rows.shape[0],) * 2, dtype=np.float64)
         self._count = 0  # rows whose Gram entries are computed
@@ -70,6 +74,11 @@ class ArrivalGram:
 
     def __len__(self) -> int:
         return len(self._row_of)
+
+    @property
+    def pending(self) -> int:
+        """Rows stored whose Gram entries are not computed yet."""
+        return len(self._pending)
 
     def _grow(self, rows: int) -> None:
         cap = self._rows.shape[0]
@@ -91,7 +100,7 @@ class ArrivalGram:
         np.subtract(self._concat(params), self._origin, out=self._rows[row])
         self._pending.append(row)
         self._row_of[robot_id] = row
-        if len(self._pending) >= self.flush_every:
+        if len(self._pending) >= self.flush_every or len(self._row_of) == self.expected - 1:
             self.flush()
 
     def flush(self) -> None:

@@ -36,6 +36,7 @@ from fed_ros.core.rounds.config import (
     PAPER_LAMBDA_SUB,
     PAPER_USE_ACT,
     PAPER_USE_SUB,
+    RobotInstruction,
     RoundConfig,
 )
 from fed_ros.core.clustering.srb import apply_srb, eligible_blocks
@@ -112,6 +113,7 @@ class FedDRManStrategy(Strategy):
         # CUA's Gram rows of the open round, computed as its updates are admitted (`observe`).
         self._arrivals: ArrivalGram | None = None
         self._arrivals_round = -1
+        self._participants: tuple[int, int] = (-1, 0)  # (round, robots configured for it)
 
     def _config_fields(self, round_idx: int) -> dict[str, Any]:
         """Distillation switches and weights of the robots' local objective."""
@@ -201,6 +203,13 @@ class FedDRManStrategy(Strategy):
         self._commit_groups(prep, groups, ids, diag)
         return self._result(diag)
 
+    def configure_round(
+        self, round_idx: int, robot_ids: Sequence[str]
+    ) -> dict[str, RobotInstruction]:
+        """The base's instructions; remembers how many updates the round waits for."""
+        self._participants = (round_idx, len(robot_ids))
+        return super().configure_round(round_idx, robot_ids)
+
     def observe(self, round_idx: int, update: ClientUpdate) -> None:
         """Store the admitted update's Omega part and compute its Gram row with the others
         (every `FLUSH_EVERY` arrivals), so that the round's close pays for the last few only."""
@@ -208,7 +217,14 @@ class FedDRManStrategy(Strategy):
             return
         if self._arrivals is None or self._arrivals_round != round_idx:
             origin = unflatten(self.initial_vector, self.manifest)
-            self._arrivals = ArrivalGram(self.manifest, self._omega_names(), origin)
+            expected = self._participants[1] if self._participants[0] == round_idx else 0
+            self._arrivals = ArrivalGram(
+                self.manifest,
+                self._omega_names(),
+                origin,
+                capacity=max(expected, 64),
+                expected=expected,
+            )
             self._arrivals_round = round_idx
         try:
             self._arrivals.add(update.robot_id, update.params)
