@@ -23,7 +23,7 @@ def _adapter(**kw):
         done=False,
     )
     base.update(kw)
-    return D.adapter_status("fed_ros/r/arm_adapter", "ur5e", **base)
+    return D.adapter_status("fed_ros/r/arm_adapter", "ur5e", D.AdapterReading(**base))
 
 
 def test_adapter_ok_then_warn_on_a_recent_watchdog_trip_only():
@@ -68,7 +68,7 @@ def _robot(**kw):
         busy="",
     )
     base.update(kw)
-    return D.robot_status("fed_ros/r/robot", "r", **base)
+    return D.robot_status("fed_ros/r/robot", "r", D.RobotReading(**base))
 
 
 def test_robot_status_levels_and_throughput():
@@ -89,27 +89,31 @@ def test_robot_status_levels_and_throughput():
 def test_server_status_warns_until_every_expected_robot_registered():
     s = D.server_status(
         "fed_ros/fleet/server",
-        round_idx=1,
-        stage="train",
-        robots_registered=1,
-        robots_expected=2,
-        accepted=3,
-        rejected=1,
-        last_rejection="robot_1: stale",
-        done=False,
+        D.ServerReading(
+            round_idx=1,
+            stage="train",
+            robots_registered=1,
+            robots_expected=2,
+            accepted=3,
+            rejected=1,
+            last_rejection="robot_1: stale",
+            done=False,
+        ),
     )
     assert s.level == D.WARN and "1/2 robots registered" in s.message
     assert s.values["updates_rejected"] == "1" and s.values["last_rejection"] == "robot_1: stale"
     done = D.server_status(
         "fed_ros/fleet/server",
-        round_idx=3,
-        stage="done",
-        robots_registered=2,
-        robots_expected=2,
-        accepted=6,
-        rejected=0,
-        last_rejection="",
-        done=True,
+        D.ServerReading(
+            round_idx=3,
+            stage="done",
+            robots_registered=2,
+            robots_expected=2,
+            accepted=6,
+            rejected=0,
+            last_rejection="",
+            done=True,
+        ),
     )
     assert done.level == D.OK and done.message == "federation finished"
 
@@ -123,19 +127,23 @@ def test_server_status_warns_while_rounds_are_paused_or_the_fleet_is_ending():
         last_rejection="",
         done=False,
     )
-    running = D.server_status("fed_ros/fleet/server", round_idx=1, stage="train", **base)
+    running = D.server_status(
+        "fed_ros/fleet/server", D.ServerReading(round_idx=1, stage="train", **base)
+    )
     assert running.level == D.OK and running.values["rounds_enabled"] == "True"
     pausing = D.server_status(
-        "fed_ros/fleet/server", round_idx=1, stage="train", rounds_enabled=False, **base
+        "fed_ros/fleet/server",
+        D.ServerReading(round_idx=1, stage="train", rounds_enabled=False, **base),
     )
     assert pausing.level == D.WARN and "current round finishes" in pausing.message
     held = D.server_status(
-        "fed_ros/fleet/server", round_idx=2, stage="paused", rounds_enabled=False, held=True, **base
+        "fed_ros/fleet/server",
+        D.ServerReading(round_idx=2, stage="paused", rounds_enabled=False, held=True, **base),
     )
     assert held.level == D.WARN and "round 2 waits for a resume" in held.message
     assert held.values["rounds_enabled"] == "False" and held.values["stage"] == "paused"
     ending = D.server_status(
-        "fed_ros/fleet/server", round_idx=1, stage="train", ending=True, **base
+        "fed_ros/fleet/server", D.ServerReading(round_idx=1, stage="train", ending=True, **base)
     )
     assert (
         ending.level == D.WARN
@@ -162,7 +170,9 @@ def test_robot_status_warns_while_it_waits_for_demonstrations():
         busy="",
     )
     waiting = "waiting for demonstrations (have 0 of 3)"
-    status = D.robot_status("fed_ros/robot_0/robot", "robot_0", waiting_for_demos=waiting, **kw)
+    status = D.robot_status(
+        "fed_ros/robot_0/robot", "robot_0", D.RobotReading(waiting_for_demos=waiting, **kw)
+    )
     assert status.level == D.WARN and waiting in status.message
     assert dict(status.values)["waiting_for_demonstrations"] == waiting
-    assert D.robot_status("fed_ros/robot_0/robot", "robot_0", **kw).level == D.OK
+    assert D.robot_status("fed_ros/robot_0/robot", "robot_0", D.RobotReading(**kw)).level == D.OK

@@ -42,6 +42,7 @@ from fed_ros.ros.nodes.node_process import run_node
 from fed_ros.ros.arm import topics as at
 from fed_ros.ros.nodes.arm_adapter.control import ArmControlLoop
 from fed_ros.ros.nodes.arm_adapter.episode import AdapterEpisode
+from fed_ros.ros.nodes.arm_adapter.gauge import AdapterGauge
 from fed_ros.ros.nodes.arm_adapter.observations import ObservationPublisher
 from fed_ros.ros.nodes.arm_adapter.reset import EpisodeReset
 from fed_ros.ros.nodes.arm_adapter.arm_commands import ArmCommandOutput
@@ -146,7 +147,22 @@ class ArmAdapterNode(Node):
             prof.period_s, lambda: self.control.on_tick(from_timer=True), callback_group=io
         )
         self.create_timer(p.report_period_s, self._report_missing, callback_group=io)
-        diagnostics.attach(self, "adapter", callback_group=io)  # /diagnostics, 1 Hz
+        gauge = AdapterGauge(
+            diagnostics.status_name(self.get_namespace(), "arm_adapter"),
+            prof.name,
+            lock=self.lock,
+            safety=self.safety,
+            episode=self.episode,
+            missing=self.missing,
+            lockstep=self.lockstep,
+        )
+        diagnostics.attach(  # /diagnostics, 1 Hz
+            self.create_publisher,
+            self.create_timer,
+            lambda: self.get_clock().now().to_msg(),
+            gauge,
+            callback_group=io,
+        )
         self.observations.publish_task(self.episode.instruction())
         self.get_logger().info(
             f"arm adapter up: profile {prof.name} ({prof.description}), "

@@ -31,6 +31,7 @@ from rclpy.node import Node
 
 from fed_ros.ros import shutdown
 from fed_ros.ros.nodes.node_process import run_node
+from fed_ros.ros.nodes.robot.gauge import RobotGauge
 from fed_ros.ros.nodes.robot.learning_gate import LearningGate
 from fed_ros.ros.wire import diagnostics
 from fed_ros.ros.wire.publish import wait_for_subscribers
@@ -135,7 +136,6 @@ class RobotNode(Node):
             callback_group=self._service_group,
         )
         self.create_timer(0.5, self._tick, callback_group=self._fleet_group)
-        diagnostics.attach(self, "robot", callback_group=io_group)  # /diagnostics, 1 Hz
         # ~/set_learning; switching off stops an arm episode being driven (a HOLD after its last
         # command)
         self.gate = gate = LearningGate(
@@ -218,6 +218,26 @@ class RobotNode(Node):
             on_peer_descriptor=self.rounds.on_peer_descriptor,
             on_update_ack=self.uplink.on_ack,
             on_encoder=self._on_encoder if encoder_file is not None else None,
+        )
+        gauge = RobotGauge(
+            diagnostics.status_name(self.get_namespace(), "robot"),
+            self.robot_id,
+            transfer=self.transfer,
+            follower=self.follower,
+            rounds=self.rounds,
+            gate=self.gate,
+            registered=self.registered,
+            failed=lambda: self.failed,
+            arm_lock=self.arm_lock,
+            worker=self.worker,
+            demos=self.demos,
+        )
+        diagnostics.attach(  # /diagnostics, 1 Hz
+            self.create_publisher,
+            self.create_timer,
+            lambda: self.get_clock().now().to_msg(),
+            gauge,
+            callback_group=io_group,
         )
         self.worker.start()
         self.worker.put(STARTUP)

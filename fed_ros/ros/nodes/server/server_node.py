@@ -66,6 +66,7 @@ from fed_ros.ros.nodes.handler_guard import HandlerGuard
 from fed_ros.ros.nodes.server.rounds_gate import RoundsGate
 from fed_ros.ros.nodes.server.config import live_round_settings, liveness_settings
 from fed_ros.ros.nodes.server.encoder import ServerEncoder, open_encoder_stage
+from fed_ros.ros.nodes.server.gauge import ServerGauge
 from fed_ros.ros.nodes.server.heartbeats import HeartbeatIntake
 from fed_ros.ros.nodes.server.keys import load_server_keys
 from fed_ros.ros.nodes.server.models import ClusterModelPublisher
@@ -272,7 +273,16 @@ class FleetServer(Node):
         self.add_post_set_parameters_callback(gate.after_set)
         self.create_service(SetBool, "~/set_rounds", gate.on_set_rounds, callback_group=group)
         self.create_service(Trigger, "~/end_fleet", gate.on_end_fleet, callback_group=group)
-        diagnostics.attach(self, "server", callback_group=group)  # /diagnostics, 1 Hz
+        gauge = ServerGauge(
+            diagnostics.status_name(self.get_namespace(), "server"),
+            coord=self.coord,
+            params=lambda: self.params,
+            intake=self.intake,
+            models=self.models,
+        )
+        diagnostics.attach(  # /diagnostics, 1 Hz
+            self.create_publisher, self.create_timer, self._now_msg, gauge, callback_group=group
+        )
         self.get_logger().info(
             f"fleet server: {p.algorithm} x {p.rounds} rounds, "
             f"store {Path(p.state_dir)} ({state.resume_note()}); "
