@@ -50,11 +50,11 @@ BENCHES: dict[str, tuple[str, str]] = {
         "model transfer: ROS 2 default / tuned / zmq / memcpy",
     ),
     "federation": (
-        "fed_ros.bench.federation:main",
+        "fed_ros.bench.federation.command:main",
         "the papers' claims on MuJoCo arms, tables and plots",
     ),
     "async": (
-        "fed_ros.bench.federation_async:main",
+        "fed_ros.bench.federation.asynchronous:main",
         "synchronous vs buffered asynchronous rounds, one robot slower",
     ),
     "robustness": (

@@ -1,7 +1,7 @@
 """Tune `make demo`'s schedule in process (no ROS): the demo fleet's FedDRMan rounds, fast.
 
 Reproduces config/fleet_demo.yaml's fleet with the benchmark's public round
-(`fed_ros.bench.federation_run.federation_round` / `make_clients`, which
+(`fed_ros.bench.federation.run.federation_round` / `make_clients`, which
 test/slow/test_fleet_bench_equivalence.py proves gives the ROS fleet's cluster models bit for
 bit for the same demos): robots robot_0..3, tasks lift (variations default, default,
 mirrored_mount, mirrored_mount), FedDRMan with num_clusters 2, fleet seed 0, the low-dim
@@ -127,7 +127,7 @@ def run_config(
     import numpy as np
     import torch
 
-    from fed_ros.bench.federation_run import federation_round, make_clients
+    from fed_ros.bench.federation.run import federation_round, make_clients
     from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.runner import PolicyRunner

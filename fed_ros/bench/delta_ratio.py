@@ -94,7 +94,7 @@ def trained_delta(policy: str, steps: int, seed: int = 0) -> dict[str, np.ndarra
     learning rate; bench: the quick benchmark's smaller one at its rate) after ``steps``
     optimiser steps on synthetic low-dim demonstrations; the start carries their normalisation
     (a later round's start model does), so the delta is what training changed."""
-    from fed_ros.bench.federation_settings import PROFILES
+    from fed_ros.bench.federation.settings import PROFILES
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.configuration_trainer import TrainerConfig
     from fed_ros.learning.dataset import synthetic_episodes

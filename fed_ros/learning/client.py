@@ -13,8 +13,9 @@ One function or method per robot-side step, each written only here:
 - `evaluate_policy` (`RobotClient.evaluate`): a model run through a rollout callable (the arm
   over ROS, or MuJoCo in-process).
 
-The robot node (`fed_ros.ros.nodes.robot.rounds`) and the benchmark (`fed_ros.bench.federation_run`,
-`federation_partition`, `federation_eval`) both call these, so benchmark numbers are fleet numbers.
+The robot node (`fed_ros.ros.nodes.robot.rounds`) and the benchmark
+(`fed_ros.bench.federation.run`, `federation.partition`, `federation.evaluation`) both call these,
+so benchmark numbers are fleet numbers.
 """
 
 from __future__ import annotations

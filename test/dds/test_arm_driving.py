@@ -71,7 +71,7 @@ def mirrored_arm(tmp_path):
 def test_builtin_expert_demo_is_labelled_expert_and_mirrored(mirrored_arm):
     from rosbags.highlevel import AnyReader
 
-    from fed_ros.bench.federation_demos import mirror_episode
+    from fed_ros.bench.federation.demos import mirror_episode
     from fed_ros.ros.arm.driving import record_expert_demos
     from fed_ros.ros.arm.recorded_episodes import load_recorded_episodes
     from fed_ros.sim.collect import collect_demos

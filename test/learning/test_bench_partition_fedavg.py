@@ -8,7 +8,7 @@ import types
 
 import numpy as np
 
-from fed_ros.bench.federation_partition import _segments, fedavg_on_split, partition_seed
+from fed_ros.bench.federation.partition import _segments, fedavg_on_split, partition_seed
 from fed_ros.core.params import flatten
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.dataset import synthetic_episodes

@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from fed_ros.bench import federation_async as A
-from fed_ros.bench import federation_async_report as AR
+from fed_ros.bench.federation import asynchronous as A
+from fed_ros.bench.federation import asynchronous_report as AR
 
 
 def test_time_to_target_and_wilson_interval():

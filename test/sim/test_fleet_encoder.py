@@ -151,7 +151,7 @@ def test_encoder_state_of_another_objective_is_refused():
 
 
 def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
-    from fed_ros.bench.federation_encoder import FleetEncoderStage
+    from fed_ros.bench.federation.encoder import FleetEncoderStage
 
     data = robot_data(2)
     stage = FleetEncoderStage(encoder_cfg(rounds=2, refresh_every=3), tmp_path / "enc.safetensors")
@@ -181,7 +181,7 @@ def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
 
 
 def test_bench_stage_is_trained_once_per_seed_and_loaded_identically_after(tmp_path):
-    from fed_ros.bench.federation_encoder import EncoderStageStore, FleetEncoderStage
+    from fed_ros.bench.federation.encoder import EncoderStageStore, FleetEncoderStage
 
     data = robot_data(2)
     store = EncoderStageStore(tmp_path / "encoders")
@@ -215,7 +215,7 @@ def test_bench_stage_is_trained_once_per_seed_and_loaded_identically_after(tmp_p
 def test_bench_image_cell_with_the_fleet_encoder_runs_its_stage_first(tmp_path):
     import json
 
-    from fed_ros.bench import federation as F
+    from fed_ros.bench.federation import command as F
 
     out = tmp_path / "bench"
     argv = [
@@ -235,7 +235,7 @@ def test_bench_image_cell_with_the_fleet_encoder_runs_its_stage_first(tmp_path):
 
 
 def test_bench_refuses_a_bad_encoder_size_naming_it(capsys):
-    from fed_ros.bench import federation as F
+    from fed_ros.bench.federation import command as F
 
     argv = ["--only", "image", "--vision-backbone", "fleet", "--encoder-steps", "0"]
     assert F.main([*argv, "--out", "/nonexistent/never_written"]) == 2
@@ -243,8 +243,8 @@ def test_bench_refuses_a_bad_encoder_size_naming_it(capsys):
 
 
 def test_an_encoder_objective_keys_its_cells_apart_from_the_default_ones():
-    from fed_ros.bench.federation import _parser as build_parser
-    from fed_ros.bench.federation_image import few_image_profile, image_profile
+    from fed_ros.bench.federation.command import _parser as build_parser
+    from fed_ros.bench.federation.image import few_image_profile, image_profile
 
     argv = ["--only", "few_image", "--vision-backbone", "fleet", "--seeds", "7"]
     default = image_profile(build_parser().parse_args(argv))
@@ -259,7 +259,7 @@ def test_an_encoder_objective_keys_its_cells_apart_from_the_default_ones():
 
 
 def test_tracking_keys_fleet_cells_apart_and_plots_the_encoder_rounds():
-    from fed_ros.bench.federation_tracking import cell_run_name, cell_scalars
+    from fed_ros.bench.federation.tracking import cell_run_name, cell_scalars
 
     rec = {
         "setting": "few_demos_image",

@@ -38,7 +38,7 @@ def test_mirrored_expert_commands_in_the_arm_frame():
 
 
 def test_mirrored_demos_are_the_benchmark_mirror_of_normal_demos():
-    from fed_ros.bench.federation_demos import mirror_episode
+    from fed_ros.bench.federation.demos import mirror_episode
     from fed_ros.sim.collect import collect_demos
 
     normal = collect_demos("lift", "default", n=2, seed=7, cameras=False)

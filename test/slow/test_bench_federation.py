@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from fed_ros.bench import federation as F
-from fed_ros.bench import federation_cells as FC
-from fed_ros.bench import federation_demos as FD
-from fed_ros.bench import federation_eval as FE
-from fed_ros.bench import federation_run as FR
-from fed_ros.bench.federation_methods import fedepth_method, method_by_name
-from fed_ros.bench.federation_settings import (
+from fed_ros.bench.federation import command as F
+from fed_ros.bench.federation import cells as FC
+from fed_ros.bench.federation import demos as FD
+from fed_ros.bench.federation import evaluation as FE
+from fed_ros.bench.federation import run as FR
+from fed_ros.bench.federation.methods import fedepth_method, method_by_name
+from fed_ros.bench.federation.settings import (
     OVERLAP_CELL_OFFSET,
     PROFILES,
     Family,
@@ -370,7 +370,7 @@ def test_a_compressed_cell_counts_its_bytes_and_is_its_own_cell(tmp_path):
 
 
 def test_a_benchmark_encoding_names_updates_and_models_apart():
-    from fed_ros.bench.federation_wire import encoding_suffix, split_encoding
+    from fed_ros.bench.federation.wire import encoding_suffix, split_encoding
 
     assert split_encoding("int8_block") == ("int8_block", "int8_block")
     assert split_encoding("topk:0.05") == ("topk:0.05", "float32")  # models never sparse
@@ -446,7 +446,7 @@ def test_eval_horizons_scale_the_longest_demo_per_family():
 
 
 def test_image_cells_are_named_only_and_use_the_camera_fleet():
-    from fed_ros.bench.federation_image import IMAGE_SETTING, image_profile
+    from fed_ros.bench.federation.image import IMAGE_SETTING, image_profile
 
     assert "image" not in F.DEFAULT_EXPERIMENTS  # ~30 min: never part of the default run
     prof = image_profile()
@@ -580,8 +580,8 @@ def test_the_few_demos_fleet_from_cameras_is_its_own_setting(tmp_path):
 def test_an_unknown_third_family_is_refused_naming_it():
     from dataclasses import replace
 
-    from fed_ros.bench.federation_few import few_demos_setting
-    from fed_ros.bench.federation_settings import PROFILES
+    from fed_ros.bench.federation.few import few_demos_setting
+    from fed_ros.bench.federation.settings import PROFILES
 
     quick = PROFILES["quick"]
     # C for CUA/IFCA: the can arms are a third action mapping, the offset cell shares Lift's.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fed_ros.bench import federation as F
+from fed_ros.bench.federation import command as F
 
 ARGV = ["--quick", "--only", "cross", "--methods", "fedavg", "feddrman", "--robots", "2"]
 ARGV += ["--demos", "2", "--rounds", "1", "--local-steps", "2", "--eval-episodes", "1"]

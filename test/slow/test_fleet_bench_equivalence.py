@@ -86,7 +86,7 @@ def _over_ros(run_dir: Path, config, ros_env, processes) -> dict[int, dict[str, 
 
 def _in_process(run_dir: Path, config) -> dict[int, dict[str, np.ndarray]]:
     """The benchmark's round, fed the same fleet file: strategy, initial model, seeds, demos."""
-    from fed_ros.bench.federation_run import federation_round, make_clients
+    from fed_ros.bench.federation.run import federation_round, make_clients
     from fed_ros.core.strategies.base import make_strategy
     from fed_ros.learning.configuration_policy import PolicyConfig
     from fed_ros.learning.trainer import initial_state_dict

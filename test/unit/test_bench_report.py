@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from fed_ros.bench.federation_report import method_table, pooled_successes, wilson
+from fed_ros.bench.federation.report import method_table, pooled_successes, wilson
 
 
 def _cell(seed: int, rollouts: list[list], mean: float, error: str = "") -> dict:

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from fed_ros.bench import federation_report as R
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_run import save_json
-from fed_ros.bench.federation_settings import Profile
+from fed_ros.bench.federation import report as R
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.run import save_json
+from fed_ros.bench.federation.settings import Profile
 
 RND_EPS_SWEEP = (1.0, 3.0, 10.0, 30.0)  # first = the strategy's default eps
 RND_COST_FRAMES = (
@@ -95,8 +95,8 @@ def rnd_vs_ifca_image_cost(
 
 def run_rnd(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
     """RND federations on clustered feature skew: ARI, novelty matrix, cost vs IFCA."""
-    from fed_ros.bench.federation_run import describe_round, hard_clusters, make_clients
-    from fed_ros.bench.federation_settings import rnd_setting
+    from fed_ros.bench.federation.run import describe_round, hard_clusters, make_clients
+    from fed_ros.bench.federation.settings import rnd_setting
     from fed_ros.core.clustering.kmeans import adjusted_rand_index
     from fed_ros.core.rounds.config import RoundConfig
     from fed_ros.core.strategies.base import make_strategy

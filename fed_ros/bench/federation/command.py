@@ -13,18 +13,18 @@ cells, ``--force`` recomputes):
   matrix, clustering compute vs IFCA's (ratio).
 * ``partition``: loss vs alpha for embedding- vs task-based Dirichlet splits.
 * ``image`` (only when named): cross-family FedDRMan / FedAvg / Local from the two cameras
-  (`federation_image`; camera demos cached under ``<out>/demos/*__cam84``).
+  (`image`; camera demos cached under ``<out>/demos/*__cam84``).
 
 Demonstrations come from the scripted experts without cameras and are cached as Episode
 ``.npz`` under ``<out>/demos``. Output: ``<out>/report.md``, ``<out>/*.png``.
 
 This module is the command: profile, the experiments in order, the report. Each experiment's
-own code and report lines live beside it: `federation_overlap`, `federation_rnd`,
-`federation_partition`, `federation_image`; the method-grid cells (which exist, cached, and the
-executors that run the rest) in `federation_cells`, run side by side by `federation_shards`
-(``--jobs``) or as Ray tasks by `federation_ray` (``--ray``); one cell's rounds in
-`federation_run`, its demos in `federation_demos` and rollouts in `federation_eval`, fleets in
-`federation_settings`, methods in `federation_methods`, tables and plots in `federation_report`.
+own code and report lines live beside it: `overlap`, `rnd`,
+`partition`, `image`; the method-grid cells (which exist, cached, and the
+executors that run the rest) in `cells`, run side by side by `shards`
+(``--jobs``) or as Ray tasks by `ray_tasks` (``--ray``); one cell's rounds in
+`run`, its demos in `demos` and rollouts in `evaluation`, fleets in
+`settings`, methods in `methods`, tables and plots in `report`.
 """
 
 from __future__ import annotations
@@ -41,24 +41,24 @@ from fed_ros.core.extras import INSTALL_COMMANDS, MissingExtra
 from fed_ros.core.tracking import TRACKING_KINDS
 from fed_ros.learning.backbones.specs import VISION_BACKBONES
 from fed_ros.learning.configuration_fleet_encoder import OBJECTIVES
-from fed_ros.bench import federation_report as R
-from fed_ros.bench.federation_tracking import track_cells
-from fed_ros.bench.federation_wire import check_bench_encoding
-from fed_ros.bench.federation_cells import CellExecutor, SerialExecutor, run_settings
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_methods import METHODS
-from fed_ros.bench.federation_overlap import (
+from fed_ros.bench.federation import report as R
+from fed_ros.bench.federation.tracking import track_cells
+from fed_ros.bench.federation.wire import check_bench_encoding
+from fed_ros.bench.federation.cells import CellExecutor, SerialExecutor, run_settings
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.methods import METHODS
+from fed_ros.bench.federation.overlap import (
     OVERLAP_VARIANTS,
     overlap_claims,
     overlap_sweep_section,
     variant_methods,
     variant_overlaps,
 )
-from fed_ros.bench.federation_partition import partition_claims, partition_section, run_partition
-from fed_ros.bench import federation_few as few
-from fed_ros.bench.federation_ray import LOCAL, RayExecutor, import_ray
-from fed_ros.bench.federation_rnd import rnd_claims, rnd_section, run_rnd
-from fed_ros.bench.federation_settings import (
+from fed_ros.bench.federation.partition import partition_claims, partition_section, run_partition
+from fed_ros.bench.federation import few as few
+from fed_ros.bench.federation.ray_tasks import LOCAL, RayExecutor, import_ray
+from fed_ros.bench.federation.rnd import rnd_claims, rnd_section, run_rnd
+from fed_ros.bench.federation.settings import (
     PROFILES,
     Profile,
     overlap_methods,
@@ -217,7 +217,7 @@ def _executor(args: argparse.Namespace, worker_argv: Sequence[str]) -> CellExecu
     if args.ray is not None:
         import_ray()  # a missing extra is one clear line before any work, not a late trace
         return RayExecutor(args.ray, num_cpus=args.jobs)
-    from fed_ros.bench.federation_shards import ShardExecutor
+    from fed_ros.bench.federation.shards import ShardExecutor
 
     jobs = args.jobs if args.jobs is not None else min(2, os.cpu_count() or 1)
     return ShardExecutor(jobs, worker_argv) if jobs > 1 else SerialExecutor()
@@ -295,7 +295,7 @@ def write_report(
         "## Claims",
         "",
     ]
-    from fed_ros.bench.federation_image import image_claims, image_section
+    from fed_ros.bench.federation.image import image_claims, image_section
 
     md += (_claims(cells, rnd, part, prof) + image_claims(g)) or ["- (no claim cells ran)"]
     for setting, methods in (
@@ -352,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fed-ros bench federation: error: {exc}", file=sys.stderr)
         return 2
     experiments = tuple(args.only or DEFAULT_EXPERIMENTS)
-    from fed_ros.bench.federation_image import image_profile
+    from fed_ros.bench.federation.image import image_profile
 
     try:
         iprof = image_profile(args)

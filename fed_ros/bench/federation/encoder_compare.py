@@ -1,7 +1,7 @@
 """Side by side, on recorded Lift camera demonstrations: the fleet encoder's objective and a
 policy's held-out NLL on fleet-encoder features against the from-scratch camera trunk.
 
-    python -m fed_ros.bench.federation_encoder_compare --out runs/encoder_compare
+    python -m fed_ros.bench.federation.encoder_compare --out runs/encoder_compare
 
 The cross-family camera fleet (normal and mirrored-mount Lift arms, cameras at 84 px, the
 federation bench's scripted demos, cached under ``<out>/demos``); each robot keeps its last
@@ -55,11 +55,11 @@ def compare(
     """Run the comparison; its JSON record (also written to ``<out>/encoder_compare.json``)."""
     import torch
 
-    from fed_ros.bench.federation_demos import DemoCache
-    from fed_ros.bench.federation_encoder import FleetEncoderStage
-    from fed_ros.bench.federation_image import IMAGE_PROFILE, image_setting
-    from fed_ros.bench.federation_run import make_clients
-    from fed_ros.bench.federation_settings import with_overrides
+    from fed_ros.bench.federation.demos import DemoCache
+    from fed_ros.bench.federation.encoder import FleetEncoderStage
+    from fed_ros.bench.federation.image import IMAGE_PROFILE, image_setting
+    from fed_ros.bench.federation.run import make_clients
+    from fed_ros.bench.federation.settings import with_overrides
     from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
     from fed_ros.learning.fleet_encoder import evaluate_encoder, initial_encoder_state
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_eval import Evaluator
-from fed_ros.bench.federation_methods import Method, method_by_name
-from fed_ros.bench.federation_run import eval_horizons, make_clients, save_json
-from fed_ros.bench.federation_async_report import format_report, report_rows
-from fed_ros.bench.federation_settings import PROFILES, Profile, Setting, cross_family
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.evaluation import Evaluator
+from fed_ros.bench.federation.methods import Method, method_by_name
+from fed_ros.bench.federation.run import eval_horizons, make_clients, save_json
+from fed_ros.bench.federation.asynchronous_report import format_report, report_rows
+from fed_ros.bench.federation.settings import PROFILES, Profile, Setting, cross_family
 
 MODES = ("sync", "async")
 

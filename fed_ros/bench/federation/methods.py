@@ -4,7 +4,7 @@ A *method* is a strategy name from ``fed_ros.core.strategies.base.make_strategy`
 settings and local-training switches (ablations included), or "centralized": one model trained on
 the pooled data. The named methods, the FeDepth overlap-sweep names (fedepth_ovNNN) that are built
 on demand, and the method lists the profiles run are one vocabulary, apart from the fleets
-(`federation_settings`) they run on.
+(`settings`) they run on.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ encoder on all its recorded frames (`RobotClient.fit_encoder`, the robot node's 
 server FedAvgs it across the whole fleet (`fleet_encoder.aggregate_encoders`), before the
 policy rounds and again every ``refresh_every`` policy rounds.
 
-A cell whose policy says ``vision_backbone="fleet"`` runs it (`federation_run.run_cell`); the
+A cell whose policy says ``vision_backbone="fleet"`` runs it (`federation.run.run_cell`); the
 encoder file it writes is the ``backbone_weights`` every policy of the cell reads, frozen and
 cached. Rewriting the file in place is what a refresh does: the frozen trunk is keyed by the
 file's modification time and size, so the next policy built reads the new weights.

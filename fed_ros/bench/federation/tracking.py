@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fed_ros.bench.federation_wire import encoding_suffix
-from fed_ros.bench.federation_settings import backbone_suffix
+from fed_ros.bench.federation.wire import encoding_suffix
+from fed_ros.bench.federation.settings import backbone_suffix
 from fed_ros.learning.tracking import open_tracker
 
 _ROUND_COLUMNS = {
@@ -27,7 +27,7 @@ _ROUND_COLUMNS = {
 
 def cell_run_name(rec: Mapping[str, Any]) -> str:
     """``<setting>__<method>__s<seed>[__<encoding>][__<backbone>]``, as the cell files are
-    named (`federation_run.CellSpec.key`)."""
+    named (`federation.run.CellSpec.key`)."""
     name = f"{rec['setting']}__{rec['method']}__s{rec['seed']}"
     profile = rec.get("profile") or {}
     encoding = profile.get("encoding", "float32")

@@ -1,7 +1,7 @@
 """Profiles and fleet settings of `fed-ros bench federation`.
 
 A *setting* is a fleet: K robots, each a member of a *family* (task, simulator variation,
-action frame) with its share of demonstrations. A *method* (`federation_methods`) is a strategy
+action frame) with its share of demonstrations. A *method* (`methods`) is a strategy
 with its settings, or "centralized". A *cell* is (setting, method, seed); each finished cell is
 one JSON file, so reruns skip it.
 """
@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from fed_ros.bench.federation_methods import (
+from fed_ros.bench.federation.methods import (
     ALL_METHODS,
     CORE_METHODS,
     METHODS,
@@ -20,7 +20,7 @@ from fed_ros.bench.federation_methods import (
     fedepth_method,
     method_by_name,
 )
-from fed_ros.bench.federation_wire import check_bench_encoding, model_encoding
+from fed_ros.bench.federation.wire import check_bench_encoding, model_encoding
 from fed_ros.learning.backbones.specs import FLEET, SCRATCH
 from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 from fed_ros.learning.configuration_policy import PolicyConfig
@@ -135,7 +135,7 @@ class Profile:
     # fleet help my arm?"): this many robots per family, each with this many demos.
     few_robots_per_family: int = 3
     few_demos_per_robot: int = 4
-    few_third_family: str = "cell"  # or "can": PickPlaceCan arms (`federation_few`)
+    few_third_family: str = "cell"  # or "can": PickPlaceCan arms (`few`)
     few_eval_episodes: int = 20  # rollouts per (model, family) and evaluation
     methods_few: tuple[str, ...] = ("local", "fedavg", "feddrman", "centralized")
     rnd_robots_per_group: int = 2
@@ -151,7 +151,7 @@ class Profile:
     # "UPDATE/MODEL" names the two apart (e.g. int4_block/float32).
     encoding: str = "float32"
     # FleetEncoderConfig fields of the shared encoder stage a ``vision_backbone="fleet"``
-    # policy needs (`federation_encoder`); None takes the config's defaults.
+    # policy needs (`encoder`); None takes the config's defaults.
     fleet_encoder: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:

@@ -15,11 +15,11 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from fed_ros.bench import federation_report as R
-from fed_ros.bench.federation_settings import Family, Profile, Setting
+from fed_ros.bench.federation import report as R
+from fed_ros.bench.federation.settings import Family, Profile, Setting
 
 SETTING = "few_demos"
-# `--only few_image`: the same fleets learned from the two cameras (`federation_image`), each
+# `--only few_image`: the same fleets learned from the two cameras (`image`), each
 # its own setting (few_demos_image, few_demos_can_image) beside the low-dim one.
 FEW_IMAGE_SUFFIX = "_image"
 # Work cell of the third family, relative to the shared frame (m): normal arms whose inputs are

@@ -19,10 +19,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fed_ros.bench import federation_report as R
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_run import save_json
-from fed_ros.bench.federation_settings import Profile
+from fed_ros.bench.federation import report as R
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.run import save_json
+from fed_ros.bench.federation.settings import Profile
 
 
 def _segments(eps: Sequence[Any], length: int) -> list[Any]:
@@ -74,7 +74,7 @@ def fedavg_on_split(
 ) -> dict[str, np.ndarray]:
     """FedAvg over the robots of one split (robots without data sit out): the model after the
     study's rounds."""
-    from fed_ros.bench.federation_run import BENCH_LOCAL, federation_round
+    from fed_ros.bench.federation.run import BENCH_LOCAL, federation_round
     from fed_ros.core.strategies.fedavg import FedAvgStrategy
     from fed_ros.learning.client import RobotClient
 
@@ -100,7 +100,7 @@ def fedavg_on_split(
 
 def run_partition(prof: Profile, out: Path, cache: DemoCache, force: bool) -> dict[str, Any]:
     """Loss vs alpha for task- (variation-label) and embedding-based splits under FedAvg."""
-    from fed_ros.bench.federation_run import BENCH_LOCAL
+    from fed_ros.bench.federation.run import BENCH_LOCAL
     from fed_ros.core.data import partition as P
     from fed_ros.core.clustering import kmeans as KM
     from fed_ros.core.rounds.config import RoundConfig

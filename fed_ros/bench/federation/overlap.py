@@ -15,9 +15,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fed_ros.bench import federation_report as R
-from fed_ros.bench.federation_methods import Method, fedepth_method
-from fed_ros.bench.federation_settings import (
+from fed_ros.bench.federation import report as R
+from fed_ros.bench.federation.methods import Method, fedepth_method
+from fed_ros.bench.federation.settings import (
     Profile,
     overlap_methods,
     overlap_setting,

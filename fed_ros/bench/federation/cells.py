@@ -3,7 +3,7 @@
 The cross/same/overlap experiments (and the image cells) are grids of (setting, method, seed)
 cells. Each finished cell is one JSON file, so a rerun loads it instead of recomputing; the
 missing ones are run by an executor: here in this process (`SerialExecutor`), side by side in
-worker processes of the same command (`federation_shards`), or as Ray tasks (`federation_ray`),
+worker processes of the same command (`shards`), or as Ray tasks (`ray_tasks`),
 each calling the one cell function `compute_cell`. A cell whose method fails is reported in its
 record (not saved), not fatal. Scheduling and caching stand apart from the command's options and
 report (`federation`).
@@ -19,12 +19,12 @@ from typing import Any, Callable, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_encoder import EncoderStageStore
-from fed_ros.bench.federation_few import few_demos_setting
-from fed_ros.bench.federation_methods import METHODS
-from fed_ros.bench.federation_run import CellSpec, cell_path, run_cell, save_json
-from fed_ros.bench.federation_settings import (
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.encoder import EncoderStageStore
+from fed_ros.bench.federation.few import few_demos_setting
+from fed_ros.bench.federation.methods import METHODS
+from fed_ros.bench.federation.run import CellSpec, cell_path, run_cell, save_json
+from fed_ros.bench.federation.settings import (
     Profile,
     cross_family,
     overlap_methods,
@@ -33,7 +33,7 @@ from fed_ros.bench.federation_settings import (
     same_family,
 )
 
-# The bench's one logger (also `federation_demos`'), so its lines read as the command's.
+# The bench's one logger (also `demos`'), so its lines read as the command's.
 log = logging.getLogger("fed_ros.bench.federation")
 
 
@@ -112,7 +112,7 @@ def cell_specs(
     prof: Profile, experiments: Sequence[str], image_prof: Profile | None = None
 ) -> list[CellSpec]:
     """Every cell of the cross/same/overlap (and image) experiments, seed by seed."""
-    from fed_ros.bench.federation_image import (
+    from fed_ros.bench.federation.image import (
         few_image_cell_specs,
         image_cell_specs,
         image_profile,

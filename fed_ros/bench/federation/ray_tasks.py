@@ -1,6 +1,6 @@
 """`fed-ros bench federation --ray [ADDRESS]`: the cells as Ray tasks, local or on a cluster.
 
-Each task runs the one cell function every executor runs (`federation_cells.compute_cell`) with
+Each task runs the one cell function every executor runs (`federation.cells.compute_cell`) with
 one torch thread and ``MUJOCO_GL=egl``, and returns its record; the driver writes the cell files
 itself, so a cluster without a shared filesystem works too. Demos are generated once on the
 driver and travel with the tasks inside the (pickled) demo cache, so workers never read
@@ -14,9 +14,9 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from fed_ros.bench.federation_cells import compute_cell, prepare_demos, store_cell
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_run import CellSpec
+from fed_ros.bench.federation.cells import compute_cell, prepare_demos, store_cell
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.run import CellSpec
 from fed_ros.core.extras import require
 
 log = logging.getLogger("fed_ros.bench.federation")

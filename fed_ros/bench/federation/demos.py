@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fed_ros.bench.federation_settings import Family, Setting
+from fed_ros.bench.federation.settings import Family, Setting
 from fed_ros.core.data.episode import EEF_POS, Episode, OBJECT_STATE
 
 log = logging.getLogger("fed_ros.bench.federation")

@@ -1,4 +1,4 @@
-"""The report of `fed-ros bench async` (`fed_ros.bench.federation_async`): per (method, round
+"""The report of `fed-ros bench async` (`fed_ros.bench.federation.asynchronous`): per (method, round
 mode), the final success over seeds with its Wilson interval, the virtual time each seed took to
 reach a target success, how often the server aggregated, the stale updates it used, and the mean
 success curve at the shared evaluation instants."""
@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from fed_ros.bench.federation_report import wilson
+from fed_ros.bench.federation.report import wilson
 
 
 def time_to_target(evals: Sequence[dict[str, Any]], target: float) -> float | None:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fed_ros.bench.federation_cells import SerialExecutor, prepare_demos
-from fed_ros.bench.federation_demos import DemoCache
-from fed_ros.bench.federation_run import CellSpec, cell_path
+from fed_ros.bench.federation.cells import SerialExecutor, prepare_demos
+from fed_ros.bench.federation.demos import DemoCache
+from fed_ros.bench.federation.run import CellSpec, cell_path
 
 
 class ShardExecutor:
@@ -33,7 +33,8 @@ class ShardExecutor:
         cmd = [
             sys.executable,
             "-c",
-            "import sys; from fed_ros.bench.federation import main; sys.exit(main(sys.argv[1:]))",
+            "import sys; from fed_ros.bench.federation.command import main; "
+            "sys.exit(main(sys.argv[1:]))",
             *self.worker_argv,
             "--jobs",
             "1",

@@ -6,7 +6,7 @@ steps a fleet takes) the strategy configures each robot (membership + round conf
 describe/score when asked, pick (IFCA) and fit obeying their round config, the strategy
 aggregates; every ``eval_every`` rounds the robots' models are rolled out in MuJoCo with
 seeded episodes. Cells are saved as JSON (resumable). The demos come from
-`federation_demos.DemoCache`, the rollouts from `federation_eval.Evaluator`.
+`federation.demos.DemoCache`, the rollouts from `federation.evaluation.Evaluator`.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from fed_ros.bench.federation_demos import DemoCache
+from fed_ros.bench.federation.demos import DemoCache
 from fed_ros.bench.cluster_measures import coassignment, cosine_matrix, hard_clusters, intra_inter
-from fed_ros.bench.federation_wire import encoding_suffix, model_encoding, send_update
+from fed_ros.bench.federation.wire import encoding_suffix, model_encoding, send_update
 from fed_ros.core.encodings.feedback import ErrorFeedback
-from fed_ros.bench.federation_encoder import EncoderStageStore, FleetEncoderStage
-from fed_ros.bench.federation_eval import Evaluator
-from fed_ros.bench.federation_methods import Method
-from fed_ros.bench.federation_settings import Profile, Setting
+from fed_ros.bench.federation.encoder import EncoderStageStore, FleetEncoderStage
+from fed_ros.bench.federation.evaluation import Evaluator
+from fed_ros.bench.federation.methods import Method
+from fed_ros.bench.federation.settings import Profile, Setting
 from fed_ros.core.data.episode import Episode
 from fed_ros.learning.backbones.specs import FLEET
 from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
@@ -134,7 +134,7 @@ def federation_round(
     from the decoded models, the server aggregates the decoded updates), bytes counted. Under
     ``topk[:fraction]`` the updates are sparse deltas against the start model with each robot's
     error feedback kept in ``feedback`` (robot id -> ErrorFeedback, across rounds), models as
-    float32 (`federation_wire`)."""
+    float32 (`wire`)."""
     from fed_ros.core.encodings import encoded_nbytes, roundtrip
     from fed_ros.core.strategies.aggregate import weighted_model
     from fed_ros.core.strategies.types import ClientUpdate

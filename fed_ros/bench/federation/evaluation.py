@@ -15,8 +15,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fed_ros.bench.federation_demos import offset_observations
-from fed_ros.bench.federation_settings import Family, Setting
+from fed_ros.bench.federation.demos import offset_observations
+from fed_ros.bench.federation.settings import Family, Setting
 
 
 class MirroredPolicy:

@@ -1,7 +1,7 @@
 """Image cells of `fed-ros bench federation` (``--only image``): the cross-family fleet learned
 from the two 84x84 cameras instead of the simulator's object state.
 
-The same in-process rounds as the low-dim cells (`federation_run.run_cell`: the fleet's
+The same in-process rounds as the low-dim cells (`federation.run.run_cell`: the fleet's
 strategies, the robots' `RobotClient`, seeded MuJoCo rollouts), with the image policy
 (`PolicyConfig(kind="image")`, the `lite` trunk) and camera demonstrations (scripted expert,
 rendered, cached under ``<out>/demos/*__cam84``). Setting ``cross_family_image`` is
@@ -17,10 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fed_ros.bench.federation_few import FEW_IMAGE_SUFFIX, few_demos_setting
-from fed_ros.bench.federation_run import CellSpec
-from fed_ros.bench.federation_methods import METHODS
-from fed_ros.bench.federation_settings import (
+from fed_ros.bench.federation.few import FEW_IMAGE_SUFFIX, few_demos_setting
+from fed_ros.bench.federation.run import CellSpec
+from fed_ros.bench.federation.methods import METHODS
+from fed_ros.bench.federation.settings import (
     Profile,
     Setting,
     cross_family,
@@ -123,7 +123,7 @@ def few_image_profile(image_prof: Profile, prof: Profile) -> Profile:
 
 
 def few_image_setting(few: Profile) -> Setting:
-    """The few-demos fleet (`federation_few`) seen through the two cameras: its own setting
+    """The few-demos fleet (`few`) seen through the two cameras: its own setting
     (``few_demos_image`` / ``few_demos_can_image``), table and claims. The image policy sees
     the cameras, joints and gripper only, none of which a work-cell offset moves: from cameras
     the offset-cell family is Lift as the normal arms see it (the fleet holds two action
@@ -141,7 +141,7 @@ def few_image_cell_specs(image_prof: Profile, prof: Profile) -> list[CellSpec]:
 
 def image_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
     """One claims line: cross-family success from cameras per method (what was measured)."""
-    from fed_ros.bench import federation_report as R
+    from fed_ros.bench.federation import report as R
 
     got = {m: R.success_stats(g.get((IMAGE_SETTING, m), []))["mean"] for m in IMAGE_METHODS}
     if all(v is None for v in got.values()):
@@ -154,7 +154,7 @@ def image_section(
     out: Path, g: dict[tuple[str, str], list[dict[str, Any]]], prof: Profile | None
 ) -> list[str]:
     """Report section: the image cells' table and success-vs-round plot (empty if none ran)."""
-    from fed_ros.bench import federation_report as R
+    from fed_ros.bench.federation import report as R
 
     if prof is None or not any(s == IMAGE_SETTING for s, _ in g):
         return []
