@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fed_ros.bench.federation import command as F
+from fed_ros.bench.federation import experiments as E
 from fed_ros.bench.federation import cells as FC
 from fed_ros.bench.federation import demos as FD
 from fed_ros.bench.federation import evaluation as FE
@@ -189,7 +190,7 @@ def test_overlap_claims_per_variant_and_seed(tmp_path):
         for st, v in (("overlap", 0.25), ("overlap_shift", 0.3))
         for s in (0, 1)
     ]
-    lines = F._claims(cells, None, None, prof)
+    lines = E.claims(cells, {}, prof)
     conf = [ln for ln in lines if ln.startswith("- overlap (B mirrored")]
     shift = [ln for ln in lines if ln.startswith("- overlap_shift (B not mirrored")]
     assert (
@@ -199,7 +200,7 @@ def test_overlap_claims_per_variant_and_seed(tmp_path):
     )
     assert len(shift) == 1 and "30.0% vs hard 20.0%: soft > hard" in shift[0]
     assert "s0: 30.0 vs 20.0, s1: 30.0 vs 20.0" in shift[0] and "soft >= hard on 2 of 2" in shift[0]
-    md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
+    md = F.write_report(prof, tmp_path, cells, {}, wall_s=1.0).read_text()
     assert "## overlap_shift: success rate" in md and "sensitivity: overlap_shift" in md
     assert (tmp_path / "fedepth_overlap_shift_sweep.png").is_file()
 
@@ -266,10 +267,10 @@ def test_overlap_claim_uses_a_really_overlapping_target(tmp_path):
         ),
         cell("fedepth_ov100", 0.05, 1.0, {"0": ["robot_0", "robot_1"]}),
     ]
-    lines = "\n".join(F._claims(cells, None, None, prof))
+    lines = "\n".join(E.claims(cells, {}, prof))
     assert "NOT tested" in lines
     assert "target 40% (calibrated overlap 40%): 25.0% vs hard 10.0%: soft > hard" in lines
-    md = F.write_report(prof, tmp_path, cells, None, None, wall_s=1.0).read_text()
+    md = F.write_report(prof, tmp_path, cells, {}, wall_s=1.0).read_text()
     assert "| 20% | 0% | {0} {1} | 10.0 |" in md and "| 40% | 40% | {0,1} {1,0} | 25.0 |" in md
 
 
@@ -292,7 +293,7 @@ def test_report_claims_from_records():
         cell("feddrman", 0.8, full),
         cell("feddrman_no_cua", 0.35, ones),
     ]
-    lines = "\n".join(F._claims(cells, None, None))
+    lines = "\n".join(E.claims(cells, {}, None))
     assert "+50.0 pp" in lines and "REPRODUCED" in lines
     assert "collapses towards FedAvg" in lines
     assert "same-family pairs 100%" in lines and "cross-family 0%" in lines
@@ -448,7 +449,7 @@ def test_eval_horizons_scale_the_longest_demo_per_family():
 def test_image_cells_are_named_only_and_use_the_camera_fleet():
     from fed_ros.bench.federation.image import IMAGE_SETTING, image_profile
 
-    assert "image" not in F.DEFAULT_EXPERIMENTS  # ~30 min: never part of the default run
+    assert "image" not in E.DEFAULT_EXPERIMENTS  # ~30 min: never part of the default run
     prof = image_profile()
     specs = FC.cell_specs(PROFILES["quick"], ["cross", "image"])
     image = [s for s in specs if s.setting.name == IMAGE_SETTING]
@@ -523,7 +524,7 @@ def test_the_few_demos_fleet_runs_its_three_families_and_checks_the_targets(tmp_
     assert cell["profile"]["eval_episodes"] == 1
     report = (out / "report.md").read_text()
     assert "## few_demos" in report and "target >= +15 pp" in report
-    assert "few" not in F.DEFAULT_EXPERIMENTS  # 9 robots x 20 rollouts: only when asked
+    assert "few" not in E.DEFAULT_EXPERIMENTS  # 9 robots x 20 rollouts: only when asked
 
 
 @pytest.mark.sim
@@ -574,7 +575,7 @@ def test_the_few_demos_fleet_from_cameras_is_its_own_setting(tmp_path):
     assert sorted((out / "demos").glob("*__cam84/*.npz"))  # camera demonstrations
     report = (out / "report.md").read_text()
     assert "## few_demos_image" in report and "Few demos per arm (few_demos_image)" in report
-    assert "few_image" not in F.DEFAULT_EXPERIMENTS  # hours on 2 cores: only when asked
+    assert "few_image" not in E.DEFAULT_EXPERIMENTS  # hours on 2 cores: only when asked
 
 
 def test_an_unknown_third_family_is_refused_naming_it():
@@ -591,3 +592,26 @@ def test_an_unknown_third_family_is_refused_naming_it():
         few_demos_setting(replace(PROFILES["quick"], few_third_family="stack"))
     with pytest.raises(SystemExit):
         F.main(["--only", "few", "--few-third-family", "stack"])
+
+
+def test_experiments_are_declared_once_and_the_command_tests_for_none():
+    """A setting is one registry entry: the command and the cell grid iterate the registry and
+    never test for an experiment's name (the old if-chains)."""
+    import re
+    from pathlib import Path
+
+    names = "|".join(E.EXPERIMENTS)
+    for module in (F, FC):
+        src = Path(module.__file__).read_text()
+        assert not re.search(rf"\"({names})\" (not )?in ", src), module.__name__
+    only = next(a for a in F._parser()._actions if a.dest == "only")
+    assert tuple(only.choices) == tuple(E.EXPERIMENTS)
+    assert set(E.DEFAULT_EXPERIMENTS) == {"cross", "same", "overlap", "rnd", "partition"}
+    # Each grid experiment adds its own cells, and a cell belongs to one experiment.
+    quick = PROFILES["quick"]
+    keys = {
+        n: {s.key for s in FC.cell_specs(quick, [n])} for n in ("cross", "same", "overlap", "few")
+    }
+    assert all(keys.values())
+    assert sum(map(len, keys.values())) == len(set().union(*keys.values()))
+    assert {s.key for s in FC.cell_specs(quick, list(keys))} == set().union(*keys.values())

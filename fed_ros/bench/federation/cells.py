@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
@@ -21,17 +20,10 @@ from tqdm.auto import tqdm
 
 from fed_ros.bench.federation.demos import DemoCache
 from fed_ros.bench.federation.encoder import EncoderStageStore
-from fed_ros.bench.federation.few import few_demos_setting
-from fed_ros.bench.federation.methods import METHODS
+from fed_ros.bench.federation.experiments import experiment_cells
+from fed_ros.bench.federation.image import image_profile
 from fed_ros.bench.federation.run import CellSpec, cell_path, run_cell, save_json
-from fed_ros.bench.federation.settings import (
-    Profile,
-    cross_family,
-    overlap_methods,
-    overlap_setting,
-    overlap_shift_setting,
-    same_family,
-)
+from fed_ros.bench.federation.settings import Profile
 
 # The bench's one logger (also `demos`'), so its lines read as the command's.
 log = logging.getLogger("fed_ros.bench.federation")
@@ -111,39 +103,8 @@ class SerialExecutor:
 def cell_specs(
     prof: Profile, experiments: Sequence[str], image_prof: Profile | None = None
 ) -> list[CellSpec]:
-    """Every cell of the cross/same/overlap (and image) experiments, seed by seed."""
-    from fed_ros.bench.federation.image import (
-        few_image_cell_specs,
-        image_cell_specs,
-        image_profile,
-    )
-
-    specs: list[CellSpec] = (
-        image_cell_specs(image_prof or image_profile()) if "image" in experiments else []
-    )
-    if "few_image" in experiments:
-        specs += few_image_cell_specs(image_prof or image_profile(), prof)
-    for seed in prof.seeds:
-        if "cross" in experiments:
-            specs += [
-                CellSpec(cross_family(prof), METHODS[m], seed, prof) for m in prof.methods_cross
-            ]
-        if "same" in experiments:
-            specs += [
-                CellSpec(same_family(prof, seed=seed), METHODS[m], seed, prof)
-                for m in prof.methods_same
-            ]
-        if "few" in experiments:
-            # Its own evaluation size: >= 20 rollouts per (model, family) and evaluation.
-            few = replace(prof, eval_episodes=prof.few_eval_episodes)
-            specs += [
-                CellSpec(few_demos_setting(few), METHODS[m], seed, few) for m in prof.methods_few
-            ]
-        if "overlap" in experiments:
-            # Both variants: conflicting (mirrored B) and pure covariate shift (unmirrored B).
-            for ov in (overlap_setting(prof), overlap_shift_setting(prof)):
-                specs += [CellSpec(ov, m, seed, prof) for m in overlap_methods(prof, ov)]
-    return specs
+    """Every cell of the named experiments' method grids (`experiments.EXPERIMENTS`)."""
+    return experiment_cells(prof, experiments, image_prof or image_profile())
 
 
 def run_settings(

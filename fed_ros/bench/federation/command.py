@@ -18,12 +18,12 @@ cells, ``--force`` recomputes):
 Demonstrations come from the scripted experts without cameras and are cached as Episode
 ``.npz`` under ``<out>/demos``. Output: ``<out>/report.md``, ``<out>/*.png``.
 
-This module is the command: profile, the experiments in order, the report. Each experiment's
-own code and report lines live beside it: `overlap`, `rnd`,
-`partition`, `image`; the method-grid cells (which exist, cached, and the
-executors that run the rest) in `cells`, run side by side by `shards`
-(``--jobs``) or as Ray tasks by `ray_tasks` (``--ray``); one cell's rounds in
-`run`, its demos in `demos` and rollouts in `evaluation`, fleets in
+This module is the command: options, profile, the experiments, the report. Which experiments
+exist, their cells, tables, claims and report sections are declared once in `experiments`
+(`EXPERIMENTS`), each beside its own module (`overlap`, `rnd`, `partition`, `few`, `image`);
+the method-grid cells (which exist, cached, and the executors that run the rest) are in
+`cells`, run side by side by `shards` (``--jobs``) or as Ray tasks by `ray_tasks` (``--ray``);
+one cell's rounds in `run`, its demos in `demos` and rollouts in `evaluation`, fleets in
 `settings`, methods in `methods`, tables and plots in `report`.
 """
 
@@ -46,18 +46,15 @@ from fed_ros.bench.federation.tracking import track_cells
 from fed_ros.bench.federation.wire import check_bench_encoding
 from fed_ros.bench.federation.cells import CellExecutor, SerialExecutor, run_settings
 from fed_ros.bench.federation.demos import DemoCache
-from fed_ros.bench.federation.methods import METHODS
-from fed_ros.bench.federation.overlap import (
-    OVERLAP_VARIANTS,
-    overlap_claims,
-    overlap_sweep_section,
-    variant_methods,
-    variant_overlaps,
+from fed_ros.bench.federation.experiments import (
+    DEFAULT_EXPERIMENTS,
+    EXPERIMENTS,
+    claims,
+    run_experiments,
 )
-from fed_ros.bench.federation.partition import partition_claims, partition_section, run_partition
-from fed_ros.bench.federation import few as few
+from fed_ros.bench.federation.methods import METHODS
+from fed_ros.bench.federation import few
 from fed_ros.bench.federation.ray_tasks import LOCAL, RayExecutor, import_ray
-from fed_ros.bench.federation.rnd import rnd_claims, rnd_section, run_rnd
 from fed_ros.bench.federation.settings import (
     PROFILES,
     Profile,
@@ -66,10 +63,6 @@ from fed_ros.bench.federation.settings import (
     with_overrides,
 )
 
-EXPERIMENTS = ("cross", "same", "overlap", "rnd", "partition", "few", "image", "few_image")
-# image cells (~30 min on 2 cores) and the few-demos fleets (9 robots, 20 rollouts per model and
-# family; from cameras: hours) only when asked: --only ... image / few / few_image
-DEFAULT_EXPERIMENTS = EXPERIMENTS[:-3]
 log = logging.getLogger("fed_ros.bench.federation")
 
 
@@ -85,11 +78,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--only",
         nargs="+",
-        choices=EXPERIMENTS,
-        help="run only these experiments (overlap: both variants, overlap and overlap_shift; "
-        "few: 9 robots with 4 demos each in three families; image: cross-family from cameras; "
-        "few_image: the few-demos fleet from cameras, on the image profile's rounds and steps; "
-        "few, image and few_image are never part of the default run)",
+        choices=tuple(EXPERIMENTS),
+        help="run only these experiments ("
+        + "; ".join(f"{e.name}: {e.help}" for e in EXPERIMENTS.values())
+        + "; "
+        + ", ".join(n for n, e in EXPERIMENTS.items() if not e.default)
+        + " are never part of the default run)",
     )
     ap.add_argument("--methods", nargs="+", help="override the method list (cross and same)")
     ap.add_argument("--robots", type=int, help="override K robots")
@@ -223,62 +217,17 @@ def _executor(args: argparse.Namespace, worker_argv: Sequence[str]) -> CellExecu
     return ShardExecutor(jobs, worker_argv) if jobs > 1 else SerialExecutor()
 
 
-def _claims(
-    cells: list[dict[str, Any]], rnd: dict | None, part: dict | None, prof: Profile | None = None
-) -> list[str]:
-    g = R.group_cells(cells)
-    lines = []
-
-    def mean(setting: str, m: str) -> float | None:
-        return R.success_stats(g.get((setting, m), []))["mean"]
-
-    fa, fd, nc = (
-        mean("cross_family", "fedavg"),
-        mean("cross_family", "feddrman"),
-        mean("cross_family", "feddrman_no_cua"),
-    )
-    if fa is not None and fd is not None:
-        ok = fd >= fa + 0.20
-        lines.append(
-            f"- Cross-family FedDRMan {100 * fd:.1f}% vs FedAvg {100 * fa:.1f}% "
-            f"(+{100 * (fd - fa):.1f} pp; claim >= +20 pp): "
-            f"{'REPRODUCED' if ok else 'NOT reproduced'}"
-        )
-    if nc is not None and fd is not None and fa is not None:
-        ok = abs(nc - fa) < abs(nc - fd)
-        lines.append(
-            f"- FedDRMan without CUA {100 * nc:.1f}% (FedAvg {100 * fa:.1f}%, FedDRMan "
-            f"{100 * fd:.1f}%): "
-            f"{'collapses towards FedAvg' if ok else 'does NOT collapse towards FedAvg'}"
-        )
-    same, cross = R.coassign_stats(
-        [c for c in g.get(("cross_family", "feddrman"), []) if not c.get("error")]
-    )
-    if same is not None:
-        ok = same >= 0.95 and cross <= 0.05
-        lines.append(
-            f"- FedDRMan co-clustering: same-family pairs {100 * same:.0f}% of rounds "
-            f"(claim >= 95%), cross-family {100 * cross:.0f}% (claim <= 5%): "
-            f"{'REPRODUCED' if ok else 'NOT reproduced'}"
-        )
-    lines += few.few_claims(g)
-    lines += rnd_claims(rnd, prof)
-    lines += overlap_claims(g, prof)
-    lines += partition_claims(part)
-    return lines
-
-
 def write_report(
     prof: Profile,
     out: Path,
     cells: list[dict[str, Any]],
-    rnd: dict | None,
-    part: dict | None,
+    results: dict[str, Any],
     wall_s: float,
     cpu_s: float | None = None,
     image_prof: Profile | None = None,
 ) -> Path:
-    """report.md with the tables, claims and plot links; PNGs next to it."""
+    """report.md with the tables, claims and plot links; PNGs next to it. ``results``: the
+    runs of the experiments that are not method grids, by name (`run_experiments`)."""
     g = R.group_cells(cells)
     md = [
         f"# fed-ros bench federation — profile `{prof.name}`",
@@ -295,15 +244,9 @@ def write_report(
         "## Claims",
         "",
     ]
-    from fed_ros.bench.federation.image import image_claims, image_section
-
-    md += (_claims(cells, rnd, part, prof) + image_claims(g)) or ["- (no claim cells ran)"]
-    for setting, methods in (
-        ("cross_family", prof.methods_cross),
-        ("same_family", prof.methods_same),
-        *few.few_report_settings(prof),
-        *((v, variant_methods(prof, v)) for v, _ in OVERLAP_VARIANTS),
-    ):
+    md += claims(cells, results, prof) or ["- (no claim cells ran)"]
+    tables = [t for e in EXPERIMENTS.values() for t in e.tables(prof)]
+    for setting, methods in tables:
         if not any(s == setting for s, _ in g):
             continue
         md += [
@@ -328,12 +271,8 @@ def write_report(
         if sim_cells:
             png = R.plot_update_similarity(out / f"{setting}_update_similarity.png", sim_cells)
             md += [f"![update similarity]({png.name})"]
-    md += image_section(out, g, image_prof)  # beside the low-dim cross_family table
-    for setting, label in OVERLAP_VARIANTS:
-        if any(s == setting for s, _ in g):
-            md += overlap_sweep_section(out, g, setting, label, variant_overlaps(prof, setting))
-    md += rnd_section(out, rnd)
-    md += partition_section(out, part)
+    for name, e in EXPERIMENTS.items():
+        md += e.section(out, g, results.get(name), prof, image_prof)
     path = out / "report.md"
     path.write_text("\n".join(md) + "\n")
     return path
@@ -397,20 +336,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         if tracked:
             print(f"{tracked} cell(s) in TensorBoard: tensorboard --logdir {out / 'tb'}")
-    rnd = part = None
-    if "rnd" in experiments:
-        try:
-            rnd = run_rnd(prof, out, cache, args.force)
-        except (ValueError, ImportError, AttributeError, TypeError) as exc:
-            log.warning("RND experiment unavailable: %s", exc)
-    if "partition" in experiments:
-        part = run_partition(prof, out, cache, args.force)
+    results = run_experiments(prof, out, cache, args.force, experiments)
     report = write_report(
         prof,
         out,
         cells,
-        rnd,
-        part,
+        results,
         time.perf_counter() - t0,
         time.process_time() - cpu0,
         image_prof=iprof,

@@ -111,19 +111,23 @@ def few_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def few_report_settings(profile: Profile) -> list[tuple[str, tuple[str, ...]]]:
-    """(setting, methods) of the few-demos tables: both variants, low-dim and from cameras; the
-    report skips one not run."""
-    return [(name, profile.methods_few) for name in _few_settings()]
+def few_report_settings(
+    profile: Profile, cameras: bool = False
+) -> list[tuple[str, tuple[str, ...]]]:
+    """(setting, methods) of the few-demos tables, both third-family variants, low-dim or from
+    the cameras; the report skips one not run."""
+    return [(name, profile.methods_few) for name in _few_settings(cameras)]
 
 
-def _few_settings() -> list[str]:
-    return [t.setting + s for t in THIRD_FAMILIES.values() for s in ("", FEW_IMAGE_SUFFIX)]
+def _few_settings(cameras: bool) -> list[str]:
+    suffix = FEW_IMAGE_SUFFIX if cameras else ""
+    return [t.setting + suffix for t in THIRD_FAMILIES.values()]
 
 
-def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]]) -> list[str]:
-    """The issue's targets on each few-demos fleet that ran, from the cells' final success."""
-    return [line for name in _few_settings() for line in _few_claims(g, name)]
+def few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], cameras: bool = False) -> list[str]:
+    """The issue's targets on each few-demos fleet that ran (low-dim, or from the cameras), from
+    the cells' final success."""
+    return [line for name in _few_settings(cameras) for line in _few_claims(g, name)]
 
 
 def _few_claims(g: dict[tuple[str, str], list[dict[str, Any]]], setting: str) -> list[str]:
