@@ -81,6 +81,37 @@ def test_the_arrival_gram_is_the_batch_gram_in_any_order(flush_every):
         gram.gram(["robot_999"])
 
 
+def test_the_background_worker_computes_the_same_matrix_to_the_bit_at_any_pace():
+    """Block ends depend on the arrivals only, so the worker thread and the caller compute the
+    same blocks: the same bits however the arrivals and the worker interleave."""
+    import time
+
+    updates = _updates(40, seed=7)
+    ids = [u.robot_id for u in updates]
+    plain = ArrivalGram(MANIFEST, OMEGA, INIT, capacity=4, flush_every=5, expected=40)
+    for u in updates:
+        plain.add(u.robot_id, u.params)
+    ref = plain.gram(ids)
+    rng = np.random.default_rng(0)
+    for trial in range(3):
+        worker = ArrivalGram(
+            MANIFEST, OMEGA, INIT, capacity=4, flush_every=5, expected=40, background=True
+        )
+        for u in updates:
+            worker.add(u.robot_id, u.params)
+            if rng.random() < 0.3:
+                time.sleep(0.002 * trial)
+        got = worker.gram(ids)
+        worker.close()
+        assert got.tobytes() == ref.tobytes(), trial
+    closed = ArrivalGram(MANIFEST, OMEGA, INIT, flush_every=5, background=True)
+    for u in updates[:12]:
+        closed.add(u.robot_id, u.params)
+    closed.close()  # the close leaves what the worker did not reach to gram()
+    np.testing.assert_allclose(closed.gram(ids[:12]), plain.gram(ids[:12]), rtol=1e-6)
+    assert closed.pending == 0
+
+
 def test_the_rows_pending_are_computed_as_the_last_but_one_expected_update_arrives():
     """A round whose every participant answers closes with one row left to compute."""
     updates = _updates(10, seed=5)

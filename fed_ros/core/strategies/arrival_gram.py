@@ -26,6 +26,7 @@ same fleets in the tests; the cluster models do not depend on S beyond it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,15 @@ CHUNK = 4096
 
 
 class ArrivalGram:
-    """The Gram matrix of one round's Omega sub-vectors, one block of rows per flush."""
+    """The Gram matrix of one round's Omega sub-vectors, one block of rows per cut.
+
+    Where a block ends (a *cut*) depends only on the arrivals: every ``flush_every`` rows, and
+    at the last but one expected participant. With ``background`` the blocks are multiplied by
+    a worker thread (numpy's products release the GIL, so admission goes on beside them);
+    without it, in the caller as each cut is made. Both compute the same blocks in the same
+    order, so the Gram matrix is the same to the bit; :meth:`gram` waits for the worker and
+    multiplies the rows after the last cut itself.
+    """
 
     def __init__(
         self,
@@ -53,6 +62,7 @@ class ArrivalGram:
         capacity: int = 64,
         flush_every: int = FLUSH_EVERY,
         expected: int = 0,
+        background: bool = False,
     ) -> None:
         wanted = set(names)
         self._names = [s.name for s in manifest if s.name in wanted]
@@ -62,9 +72,19 @@ class ArrivalGram:
         self.expected = int(expected)  # the round's participants (0: not known)
         self._rows = np.empty((max(1, int(capacity)), self.width), dtype=np.float32)
         self._gram = np.zeros((self._rows.shape[0],) * 2, dtype=np.float64)
+        self._stored = 0  # rows written
         self._count = 0  # rows whose Gram entries are computed
-        self._pending: list[int] = []  # rows stored, not yet multiplied
+        self._cuts: list[int] = []  # block ends due, not yet multiplied (ascending)
         self._row_of: dict[str, int] = {}  # robot id -> its latest row
+        # Guards everything above against the worker; the worker's product itself runs
+        # outside it, on rows that no longer change (a row is written once).
+        self._cond = threading.Condition()
+        self._busy = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._work, name="arrival-gram", daemon=True)
+            self._thread.start()
 
     def _concat(self, params: Mapping[str, NDArray[Any]]) -> NDArray[Any]:
         return np.concatenate(
@@ -78,15 +98,18 @@ class ArrivalGram:
     @property
     def pending(self) -> int:
         """Rows stored whose Gram entries are not computed yet."""
-        return len(self._pending)
+        with self._cond:
+            return self._stored - self._count
 
-    def _grow(self, rows: int) -> None:
+    def _grow_locked(self, rows: int) -> None:
         cap = self._rows.shape[0]
         if rows <= cap:
             return
+        while self._busy:  # the worker reads the arrays; replace them only when it is idle
+            self._cond.wait()
         new_cap = max(rows, 2 * cap)
         grown = np.empty((new_cap, self.width), dtype=np.float32)
-        grown[: self._count + len(self._pending)] = self._rows[: self._count + len(self._pending)]
+        grown[: self._stored] = self._rows[: self._stored]
         self._rows = grown
         gram = np.zeros((new_cap, new_cap), dtype=np.float64)
         gram[: self._count, : self._count] = self._gram[: self._count, : self._count]
@@ -95,44 +118,97 @@ class ArrivalGram:
     def add(self, robot_id: str, params: Mapping[str, NDArray[Any]]) -> None:
         """Store ``robot_id``'s update (its Omega sub-vector minus the origin); a second update
         of the same robot replaces the first in :meth:`gram`."""
-        row = self._count + len(self._pending)
-        self._grow(row + 1)
-        np.subtract(self._concat(params), self._origin, out=self._rows[row])
-        self._pending.append(row)
-        self._row_of[robot_id] = row
-        if len(self._pending) >= self.flush_every or len(self._row_of) == self.expected - 1:
-            self.flush()
+        vector = self._concat(params)
+        with self._cond:
+            row = self._stored
+            self._grow_locked(row + 1)
+            np.subtract(vector, self._origin, out=self._rows[row])
+            self._stored = row + 1
+            self._row_of[robot_id] = row
+            last = self._cuts[-1] if self._cuts else self._count
+            if self._stored - last >= self.flush_every or len(self._row_of) == self.expected - 1:
+                self._cuts.append(self._stored)
+                if self._thread is not None:
+                    self._cond.notify_all()
+                else:
+                    self._multiply_due_locked()
 
-    def flush(self) -> None:
-        """Compute the Gram entries of the pending rows (against every earlier row and each
-        other)."""
-        if not self._pending:
-            return
-        lo, hi = self._count, self._count + len(self._pending)
+    def _block(self, rows: NDArray[Any], lo: int, hi: int) -> NDArray[Any]:
+        """Gram rows lo..hi against rows 0..hi (float64, the own square made symmetric)."""
         block = np.zeros((hi - lo, hi), dtype=np.float64)
         for a in range(0, self.width, CHUNK):
             b = min(a + CHUNK, self.width)
-            block += self._rows[lo:hi, a:b] @ self._rows[:hi, a:b].T
+            block += rows[lo:hi, a:b] @ rows[:hi, a:b].T
         # The new rows' products with each other come from one general product, which need not
         # be symmetric to the last bit: keep its lower triangle, mirrored.
         own = block[:, lo:hi]
         block[:, lo:hi] = np.tril(own) + np.tril(own, -1).T
+        return block
+
+    def _store_locked(self, lo: int, hi: int, block: NDArray[Any]) -> None:
         self._gram[lo:hi, :hi] = block
         self._gram[:hi, lo:hi] = block.T
         self._count = hi
-        self._pending = []
+
+    def _multiply_due_locked(self) -> None:
+        while self._cuts:
+            hi = self._cuts.pop(0)
+            lo = self._count
+            self._store_locked(lo, hi, self._block(self._rows, lo, hi))
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._cuts:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                hi, lo, rows = self._cuts.pop(0), self._count, self._rows
+                self._busy = True
+            block = None
+            try:
+                block = self._block(rows, lo, hi)
+            finally:
+                # Stored and marked idle at once: no flush may see the rows as neither pending
+                # nor computed. (A failed block leaves its rows to the close's last block.)
+                with self._cond:
+                    if block is not None:
+                        self._store_locked(lo, hi, block)
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Compute the Gram entries of every stored row (waits for the worker's blocks)."""
+        with self._cond:
+            while self._busy:
+                self._cond.wait()
+            if self._stored > self._count and (not self._cuts or self._cuts[-1] < self._stored):
+                self._cuts.append(self._stored)
+            self._multiply_due_locked()
+
+    def close(self) -> None:
+        """Stop the worker (it finishes the block it is on); the matrix stays readable."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def rows_for(self, robot_ids: Sequence[str]) -> list[int | None]:
         """Each robot's stored row (None: never added)."""
-        return [self._row_of.get(r) for r in robot_ids]
+        with self._cond:
+            return [self._row_of.get(r) for r in robot_ids]
 
     def gram(self, robot_ids: Sequence[str]) -> NDArray[Any]:
         """The (K, K) float64 Gram matrix of these robots' latest updates, in this order;
         KeyError naming a robot that was never added."""
-        missing = [r for r in robot_ids if r not in self._row_of]
+        with self._cond:
+            missing = [r for r in robot_ids if r not in self._row_of]
         if missing:
             raise KeyError(f"no update stored for {missing[:5]}")
         self.flush()
-        idx = np.asarray([self._row_of[r] for r in robot_ids], dtype=np.int64)
-        out: NDArray[Any] = self._gram[np.ix_(idx, idx)]
+        with self._cond:
+            idx = np.asarray([self._row_of[r] for r in robot_ids], dtype=np.int64)
+            out: NDArray[Any] = self._gram[np.ix_(idx, idx)]
         return out

@@ -211,19 +211,23 @@ class FedDRManStrategy(Strategy):
         return super().configure_round(round_idx, robot_ids)
 
     def observe(self, round_idx: int, update: ClientUpdate) -> None:
-        """Store the admitted update's Omega part and compute its Gram row with the others
-        (every `FLUSH_EVERY` arrivals), so that the round's close pays for the last few only."""
+        """Store the admitted update's Omega part; a worker thread computes its Gram row with the
+        others (in blocks of `FLUSH_EVERY` arrivals) beside admission, so that the round's close
+        pays for the last few only."""
         if self.effective_clusters <= 1 or self._omega is None:
             return
         if self._arrivals is None or self._arrivals_round != round_idx:
             origin = unflatten(self.initial_vector, self.manifest)
             expected = self._participants[1] if self._participants[0] == round_idx else 0
+            if self._arrivals is not None:
+                self._arrivals.close()  # an earlier round's, never aggregated
             self._arrivals = ArrivalGram(
                 self.manifest,
                 self._omega_names(),
                 origin,
                 capacity=max(expected, 64),
                 expected=expected,
+                background=True,
             )
             self._arrivals_round = round_idx
         try:
@@ -236,6 +240,8 @@ class FedDRManStrategy(Strategy):
         arrived (`observe`) when the round has them; else streamed, reading the Omega columns
         of each update in place, block by block (the stacked path's blocks: the same S)."""
         arrivals, self._arrivals = self._arrivals, None
+        if arrivals is not None:
+            arrivals.close()  # its worker's blocks are done or left to gram()
         if arrivals is not None and self._arrivals_round == round_idx:
             for rid, row, params in zip(
                 prep.robot_ids, arrivals.rows_for(prep.robot_ids), prep.params
