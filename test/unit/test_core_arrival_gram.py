@@ -92,9 +92,18 @@ def test_the_background_worker_computes_the_same_matrix_to_the_bit_at_any_pace()
     for u in updates:
         plain.add(u.robot_id, u.params)
     ref = plain.gram(ids)
+
+    class SlowWorker(ArrivalGram):
+        """A worker that is always inside a block when the next arrivals come."""
+
+        def _block(self, rows, lo, hi):
+            time.sleep(0.01)
+            return super()._block(rows, lo, hi)
+
     rng = np.random.default_rng(0)
-    for trial in range(3):
-        worker = ArrivalGram(
+    for trial in range(4):
+        kind = SlowWorker if trial == 3 else ArrivalGram
+        worker = kind(
             MANIFEST, OMEGA, INIT, capacity=4, flush_every=5, expected=40, background=True
         )
         for u in updates:

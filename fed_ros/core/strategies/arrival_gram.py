@@ -75,6 +75,7 @@ class ArrivalGram:
         self._stored = 0  # rows written
         self._count = 0  # rows whose Gram entries are computed
         self._cuts: list[int] = []  # block ends due, not yet multiplied (ascending)
+        self._last_cut = 0
         self._row_of: dict[str, int] = {}  # robot id -> its latest row
         # Guards everything above against the worker; the worker's product itself runs
         # outside it, on rows that no longer change (a row is written once).
@@ -125,9 +126,14 @@ class ArrivalGram:
             np.subtract(vector, self._origin, out=self._rows[row])
             self._stored = row + 1
             self._row_of[robot_id] = row
-            last = self._cuts[-1] if self._cuts else self._count
-            if self._stored - last >= self.flush_every or len(self._row_of) == self.expected - 1:
+            # Measured from the last cut made, never from the rows computed so far: the worker
+            # may be inside a block, and the cuts must not depend on how far it got.
+            if (
+                self._stored - self._last_cut >= self.flush_every
+                or len(self._row_of) == self.expected - 1
+            ):
                 self._cuts.append(self._stored)
+                self._last_cut = self._stored
                 if self._thread is not None:
                     self._cond.notify_all()
                 else:
@@ -182,8 +188,9 @@ class ArrivalGram:
         with self._cond:
             while self._busy:
                 self._cond.wait()
-            if self._stored > self._count and (not self._cuts or self._cuts[-1] < self._stored):
+            if self._stored > self._last_cut:
                 self._cuts.append(self._stored)
+                self._last_cut = self._stored
             self._multiply_due_locked()
 
     def close(self) -> None:
