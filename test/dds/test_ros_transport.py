@@ -33,7 +33,7 @@ from fed_ros.ros.wire.chunk_assembler import (
     PayloadRejected,
     TransferLimits,
 )
-from fed_ros.ros.wire.resend_requests import decode_resend_request, encode_resend_request
+from fed_ros.ros.wire.chunk_assembler import decode_resend_request, encode_resend_request
 from fed_ros.ros.wire.chunk_sender import ChunkedSender
 from fed_ros.ros.wire.fastdds_profile import apply_fastdds_profile, fastdds_profile_path
 

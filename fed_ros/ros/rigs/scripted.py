@@ -348,7 +348,7 @@ class ScriptedRobots:
     def _on_resend(self, msg) -> None:
         from fed_ros.ros.wire.round_msgs import model_update_msg
         from fed_ros.ros.wire.signed import verify_json
-        from fed_ros.ros.wire.resend_requests import decode_resend_request
+        from fed_ros.ros.wire.chunk_assembler import decode_resend_request
 
         server = self.signers.get("server")
         if (

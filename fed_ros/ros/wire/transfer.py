@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fed_ros.msg import TensorPayload
-from fed_ros.ros.wire.resend_requests import decode_resend_request
+from fed_ros.ros.wire.chunk_assembler import decode_resend_request
 from fed_ros.ros.wire.channels import BULK_CHANNELS, BULK_THRESHOLD_BYTES, choose_channel
 from fed_ros.ros.wire.chunk_sender import ChunkedSender, DEFAULT_CHUNK_BYTES
 from fed_ros.ros.wire.tensors import EncodedPayload, encode_state_dict

@@ -35,7 +35,7 @@ from fed_ros.ros.wire.chunk_assembler import (
     check_header,
 )
 from fed_ros.ros.wire.channels import bulk_channel_for
-from fed_ros.ros.wire.resend_requests import encode_resend_request
+from fed_ros.ros.wire.chunk_assembler import encode_resend_request
 from fed_ros.ros.wire.tensors import StateDict, decode_state_dict
 
 
