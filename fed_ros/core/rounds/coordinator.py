@@ -142,7 +142,9 @@ class RoundCoordinator(StageAnswerIntake):
         (`Strategy.observe`: FedDRMan computes CUA's Gram row while the round waits for the
         rest)."""
         decision = super().offer_update(update, now)
-        if decision and self.collector is not None:
+        # Not in a buffered round: its aggregation sees one cluster's buffer, and nothing it
+        # would use is computed ahead (FedDRMan's Gram rows would be work and memory for none).
+        if decision and self.collector is not None and not self.collector.plan.buffer_targets:
             self.strategy.observe(self.collector.plan.round_idx, update)
         return decision
 
