@@ -50,14 +50,35 @@ PROPRIO_TARGETS: tuple[tuple[str, int, float], ...] = (
 PROPRIO_DIM = sum(d for _, d, _ in PROPRIO_TARGETS)
 _HIDDEN = 128
 _PROJECTION_DIM = 64
+_DECODER_WIDTH = 32
+
+
+class MaskedDecoder(nn.Module):
+    """The masked objective's head: the trunk's feature map (N, 64, h, w) up to a
+    half-resolution image (N, 3, size, size) in the trunk's normalised colour space."""
+
+    def __init__(self, width: int, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.conv1 = nn.Conv2d(width, _DECODER_WIDTH, 3, 1, 1)
+        self.conv2 = nn.Conv2d(_DECODER_WIDTH, _DECODER_WIDTH // 2, 3, 1, 1)
+        self.out = nn.Conv2d(_DECODER_WIDTH // 2, 3, 3, 1, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.conv1(h))
+        h = F.interpolate(h, scale_factor=2.0, mode="nearest")
+        h = F.relu(self.conv2(h))
+        h = F.interpolate(h, size=(self.size, self.size), mode="nearest")
+        return self.out(h)
 
 
 class FleetEncoder(nn.Module):
     """The shared trunk (``backbone.*``, what policies read) plus the objective's head.
 
     Proprio: one regression head per camera (a wrist view and a scene view see the arm
-    differently). Temporal: one projection head per camera into the InfoNCE space.
-    Everything here is averaged fleet-wide; only ``backbone.*`` is written for policies.
+    differently). Temporal: one projection head per camera into the InfoNCE space. Masked:
+    one decoder per camera. Everything here is averaged fleet-wide; only ``backbone.*`` is
+    written for policies.
     """
 
     def __init__(self, cfg: FleetEncoderConfig) -> None:
@@ -65,20 +86,51 @@ class FleetEncoder(nn.Module):
         self.cfg = cfg
         self.backbone = FleetConvNet()
         width = FleetConvNet.out_channels
-        self.keypoints = SpatialSoftmax(width, cfg.num_keypoints)
-        out = PROPRIO_DIM if cfg.objective == "proprio" else _PROJECTION_DIM
-        self.heads = nn.ModuleDict(
-            {cam: mlp(2 * cfg.num_keypoints + width, _HIDDEN, out) for cam in cfg.cameras}
-        )
+        heads: dict[str, nn.Module]
+        if cfg.objective == "masked":
+            heads = {cam: MaskedDecoder(width, cfg.image_size // 2) for cam in cfg.cameras}
+        else:
+            self.keypoints = SpatialSoftmax(width, cfg.num_keypoints)
+            out = PROPRIO_DIM if cfg.objective == "proprio" else _PROJECTION_DIM
+            heads = {cam: mlp(2 * cfg.num_keypoints + width, _HIDDEN, out) for cam in cfg.cameras}
+        self.heads = nn.ModuleDict(heads)
         self.register_buffer("mean", torch.tensor(IMAGENET_MEAN)[:, None, None], False)
         self.register_buffer("std", torch.tensor(IMAGENET_STD)[:, None, None], False)
 
+    def normalised(self, frames: torch.Tensor) -> torch.Tensor:
+        """uint8 frames (N, H, W, 3) as the trunk sees them: (N, 3, S, S), resized and
+        ImageNet-normalised (the frozen trunk's input exactly)."""
+        x = frames.permute(0, 3, 1, 2).float() / 255.0
+        return backbone_input(x, self.cfg.image_size, self.mean, self.std)
+
     def embed(self, frames: torch.Tensor, camera: str) -> torch.Tensor:
         """Head outputs (N, out) of uint8 frames (N, H, W, 3) from ``camera``."""
-        x = frames.permute(0, 3, 1, 2).float() / 255.0
-        h = self.backbone(backbone_input(x, self.cfg.image_size, self.mean, self.std))
+        h = self.backbone(self.normalised(frames))
         pooled = torch.cat([self.keypoints(h), h.mean(dim=(2, 3))], dim=-1)
         return self.heads[camera](pooled)
+
+    def reconstruct(self, x: torch.Tensor, camera: str) -> torch.Tensor:
+        """The decoder's half-resolution image of normalised (masked) input ``x``."""
+        return self.heads[camera](self.backbone(x))
+
+
+def masked_loss(
+    model: FleetEncoder, frames: torch.Tensor, hidden: torch.Tensor, camera: str
+) -> torch.Tensor:
+    """MSE of the reconstruction on the hidden patches only (MAE's loss).
+
+    ``hidden`` (N, g, g) bool marks the patches set to 0, the mean colour after
+    normalisation; the target is the unmasked frame at the decoder's half resolution."""
+    x = model.normalised(frames)
+    side = x.shape[-1]
+    pixels = hidden.float()[:, None].repeat_interleave(model.cfg.mask_patch, 2)
+    pixels = pixels.repeat_interleave(model.cfg.mask_patch, 3)[..., :side, :side]
+    recon = model.reconstruct(x * (1.0 - pixels), camera)
+    size = recon.shape[-1]
+    target = F.interpolate(x, size=(size, size), mode="area")
+    weight = F.interpolate(pixels, size=(size, size), mode="area")
+    err = ((recon - target) ** 2 * weight).sum()
+    return err / (3.0 * weight.sum()).clamp_min(1.0)
 
 
 def proprio_targets(episode: Episode) -> np.ndarray:
@@ -140,12 +192,26 @@ class FrameSampler:
         later = np.minimum(t + offset, self.lengths[ep] - 1)
         return self._frames(camera, ep, t), self._frames(camera, ep, later)
 
+    def masked_batch(self, camera: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Frames (n, H, W, 3) uint8 and which patches to hide, (n, g, g) bool with
+        exactly round(``mask_ratio`` x g^2) hidden per frame (MAE samples without
+        replacement), g = ceil(``image_size`` / ``mask_patch``)."""
+        ep, t = self._steps(n)
+        g = -(-self.cfg.image_size // self.cfg.mask_patch)
+        k = min(g * g - 1, max(1, round(self.cfg.mask_ratio * g * g)))
+        order = self.rng.random((n, g * g)).argsort(axis=1)
+        hidden = np.zeros((n, g * g), bool)
+        np.put_along_axis(hidden, order[:, :k], True, axis=1)
+        return self._frames(camera, ep, t), torch.from_numpy(hidden.reshape(n, g, g))
+
 
 def objective_loss(model: FleetEncoder, sampler: FrameSampler, camera: str, n: int) -> torch.Tensor:
     """The configured objective on one batch of ``camera``'s frames."""
     if model.cfg.objective == "proprio":
         frames, targets = sampler.proprio_batch(camera, n)
         return F.mse_loss(model.embed(frames, camera), targets)
+    if model.cfg.objective == "masked":
+        return masked_loss(model, *sampler.masked_batch(camera, n), camera)
     anchors, positives = sampler.pair_batch(camera, n)
     za = F.normalize(model.embed(anchors, camera), dim=-1)
     zp = F.normalize(model.embed(positives, camera), dim=-1)

@@ -80,7 +80,7 @@ def test_encoder_fedavg_is_the_frame_weighted_mean_of_the_robots_encoders(tmp_pa
     assert not np.allclose(avg[key], np.mean([res.params[key] for res in results], axis=0))
 
 
-@pytest.mark.parametrize("objective", ["proprio", "temporal"])
+@pytest.mark.parametrize("objective", ["proprio", "temporal", "masked"])
 def test_encoder_loss_falls_on_its_objective(objective):
     cfg = encoder_cfg(objective=objective, local_steps=40, batch_size=16, lr=3e-3)
     eps = synthetic_episodes(3, 12, "image", seed=5, image_size=SIZE)
@@ -131,7 +131,10 @@ def test_policy_without_an_encoder_file_names_the_stage(tmp_path):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        ({"objective": "masked"}, "objective must be one of"),
+        ({"objective": "contrastive"}, "objective must be one of"),
+        ({"mask_ratio": 1.0}, "mask_ratio must be a number in \\(0, 1\\), got 1.0"),
+        ({"mask_ratio": 0}, "mask_ratio must be a number in \\(0, 1\\), got 0"),
+        ({"mask_patch": 0}, "mask_patch must be an int >= 1, got 0"),
         ({"cameras": ("depth",)}, "cameras must be"),
         ({"local_steps": 0}, "local_steps must be an int >= 1, got 0"),
         ({"refresh_every": -1}, "refresh_every must be an int >= 0, got -1"),
@@ -148,6 +151,42 @@ def test_encoder_state_of_another_objective_is_refused():
 
     with pytest.raises(ValueError, match="does not fit objective 'temporal'"):
         build_encoder(encoder_cfg(objective="temporal"), initial_encoder_state(encoder_cfg()))
+
+
+def test_masked_objective_hides_a_fixed_share_of_patches_and_scores_only_those():
+    from fed_ros.learning.fleet_encoder import FrameSampler, build_encoder, masked_loss
+
+    cfg = encoder_cfg(objective="masked", mask_patch=8, mask_ratio=0.5)  # a 4 x 4 grid
+    eps = synthetic_episodes(2, 6, "image", seed=3, image_size=SIZE)
+    sampler = FrameSampler(eps, cfg, seed=0)
+    frames, hidden = sampler.masked_batch(cfg.cameras[0], 16)
+    assert hidden.shape == (16, 4, 4) and (hidden.sum(dim=(1, 2)) == 8).all()
+    assert len({tuple(h.flatten().tolist()) for h in hidden}) > 1  # each frame its own mask
+    model = build_encoder(cfg)
+    outputs = []
+
+    def keep(module, inputs, out):
+        out.retain_grad()
+        outputs.append(out)
+
+    model.heads[cfg.cameras[0]].register_forward_hook(keep)
+    masked_loss(model, frames, hidden, cfg.cameras[0]).backward()
+    # The decoder's 16 x 16 image: each 4 x 4 block is one 8-px patch of the 32-px frame.
+    grad = outputs[0].grad.abs().sum(dim=1)
+    blocks = hidden.repeat_interleave(4, 1).repeat_interleave(4, 2)
+    assert (grad[~blocks] == 0).all(), "a visible patch's reconstruction was scored"
+    assert (grad[blocks] > 0).float().mean() > 0.99
+
+
+def test_masked_settings_key_only_masked_stages():
+    from fed_ros.bench.federation.encoder import stage_key
+
+    data = robot_data(1)
+    for objective, moves in (("proprio", False), ("masked", True)):
+        a = stage_key(encoder_cfg(objective=objective), data, 0)
+        b = stage_key(encoder_cfg(objective=objective, mask_ratio=0.75), data, 0)
+        assert (a != b) is moves, objective
+    assert "mask_ratio" not in encoder_cfg().identity()
 
 
 def test_bench_stage_trains_before_the_policy_rounds_and_refreshes(tmp_path):
@@ -255,7 +294,7 @@ def test_an_encoder_objective_keys_its_cells_apart_from_the_default_ones():
     assert temporal.backbone_suffix == "__fleet_temporal"
     assert few_image_profile(temporal, temporal).backbone_suffix == "__fleet_temporal"
     with pytest.raises(SystemExit):
-        build_parser().parse_args([*argv, "--encoder-objective", "masked"])
+        build_parser().parse_args([*argv, "--encoder-objective", "contrastive"])
 
 
 def test_tracking_keys_fleet_cells_apart_and_plots_the_encoder_rounds():

@@ -24,7 +24,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ def stage_key(
     and per robot (in order) its episodes' identity (task, variation, length, actions and
     first camera frames). The clients' seeds follow from the robot ids and ``cfg.seed``."""
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps({"cfg": asdict(cfg), "rounds_run": rounds_run}, sort_keys=True).encode())
+    h.update(json.dumps({"cfg": cfg.identity(), "rounds_run": rounds_run}, sort_keys=True).encode())
     for rid, episodes in data.items():
         h.update(f"|{rid}:{len(episodes)}".encode())
         for ep in episodes:
