@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from fed_ros.bench.train_lift import lift_from_images, policy_overrides
+from fed_ros.learning.configuration_fleet_encoder import OBJECTIVES, FleetEncoderConfig
 from fed_ros.learning.configuration_policy import IMAGE_PROFILES, PolicyConfig
 from fed_ros.learning.dataset import DemoDataset, synthetic_episodes
 from fed_ros.learning.device import peak_memory_bytes, resolve_device
@@ -250,6 +252,24 @@ def _add_closed_loop_options(ap: argparse.ArgumentParser, closed_loop: bool) -> 
     )
     ap.add_argument("--eval-episodes", type=int, default=50, help="seeded evaluation episodes")
     ap.add_argument("--seed", type=int, default=0, help="demo/train/eval seed")
+    ap.add_argument(
+        "--encoder-objective",
+        choices=OBJECTIVES,
+        help="the image policy reads a frozen fleet trunk this one robot first trains on its "
+        "demonstrations' frames with this objective (default: the scratch trunk)",
+    )
+    ap.add_argument(
+        "--encoder-rounds",
+        type=int,
+        default=3,
+        help="fleet encoder: rounds (a fresh optimiser each)",
+    )
+    ap.add_argument("--encoder-steps", type=int, default=100, help="fleet encoder: steps per round")
+    ap.add_argument(
+        "--encoder-file",
+        help="where the encoder's trunk is written (default: next to --json, else a temporary "
+        "directory)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -320,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         task, kind = (args.task, args.kind) if closed else ("lift", "image")
         try:
             overrides = policy_overrides(args.policy, kind)
+            encoder = _encoder_config(args, kind)
         except ValueError as exc:
             ap.error(str(exc))
         row = lift_from_images(
@@ -336,10 +357,28 @@ def main(argv: list[str] | None = None) -> int:
             kind,
             eef_state=args.eef_state,
             policy_overrides=overrides,
+            encoder=encoder,
+            encoder_path=args.encoder_file
+            or (args.json and str(Path(args.json).with_suffix(".encoder.safetensors"))),
         )
         _write_json(args.json, row)
         return 0
     return _steps(ap, args, device)
+
+
+def _encoder_config(args: argparse.Namespace, kind: str) -> FleetEncoderConfig | None:
+    """``--encoder-*``'s FleetEncoderConfig (None without ``--encoder-objective``);
+    ValueError names a bad value or a policy kind without cameras."""
+    if args.encoder_objective is None:
+        return None
+    if kind != "image":
+        raise ValueError(f"--encoder-objective needs the image policy, got --kind {kind}")
+    return FleetEncoderConfig(
+        objective=args.encoder_objective,
+        rounds=args.encoder_rounds,
+        local_steps=args.encoder_steps,
+        seed=args.seed,
+    )
 
 
 def _write_json(path: str | None, data: Any) -> None:

@@ -12,13 +12,17 @@ it stands apart from it.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 
+from fed_ros.core.data.episode import Episode
+from fed_ros.learning.configuration_fleet_encoder import FleetEncoderConfig
 from fed_ros.learning.configuration_policy import PolicyConfig
 from fed_ros.learning.configuration_trainer import TrainerConfig
 from fed_ros.learning.trainer import initial_state_dict
@@ -39,6 +43,37 @@ def policy_overrides(text: str, kind: str = "image") -> dict[str, Any]:
     return dict(value)
 
 
+def one_robot_encoder(
+    episodes: Sequence[Episode], cfg: FleetEncoderConfig, path: str | Path
+) -> dict[str, Any]:
+    """The fleet encoder stage with a fleet of one: ``cfg.rounds`` rounds of
+    ``cfg.local_steps`` steps on every frame of ``episodes`` (failed demonstrations too: the
+    objective asks nothing of the actions), the trunk written to ``path``. Each round starts
+    a fresh optimiser, as a robot's round does. Returns the stage's record."""
+    from fed_ros.learning.fleet_encoder import initial_encoder_state, save_backbone, train_encoder
+
+    c0 = time.process_time()
+    state = initial_encoder_state(cfg)
+    rounds = []
+    for r in range(cfg.rounds):
+        result = train_encoder(state, episodes, cfg, seed=cfg.seed * 1000 + r)
+        state = result.params
+        rounds.append({k: result.metrics[k] for k in ("loss_first", "loss_last", "cpu_s")})
+        print(
+            f"  encoder round {r} ({cfg.objective}): loss {rounds[-1]['loss_first']:.4f} -> "
+            f"{rounds[-1]['loss_last']:.4f} ({rounds[-1]['cpu_s']:.0f} CPU s)",
+            flush=True,
+        )
+    save_backbone(state, path)
+    return {
+        "config": cfg.to_dict(),
+        "frames": sum(len(e) for e in episodes),
+        "rounds": rounds,
+        "file": str(path),
+        "cpu_minutes": (time.process_time() - c0) / 60,
+    }
+
+
 def lift_from_images(
     demos: int,
     steps: int,
@@ -53,6 +88,8 @@ def lift_from_images(
     kind: str = "image",
     eef_state: bool = False,
     policy_overrides: Mapping[str, Any] | None = None,
+    encoder: FleetEncoderConfig | None = None,
+    encoder_path: str | Path | None = None,
 ) -> dict[str, Any]:
     """Collect demos of ``task`` (with cameras for ``kind`` image), train BC, evaluate in closed
     loop.
@@ -62,6 +99,9 @@ def lift_from_images(
     the success rate over ``eval_episodes`` seeded episodes. ``policy_overrides`` sets further
     ``PolicyConfig`` fields (a recipe under test: window, keypoints, widths, ...); an unknown
     field or a bad value raises ValueError naming it, before any demonstration is collected.
+    With ``encoder``, the image policy reads a frozen fleet trunk that one robot trained on
+    its own demonstrations' frames first (`one_robot_encoder`, written to ``encoder_path``,
+    default a new temporary directory); its CPU counts as training.
     """
     os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
     from fed_ros.learning.runner import PolicyRunner
@@ -74,6 +114,17 @@ def lift_from_images(
     fields: dict[str, Any] = {"kind": kind, "image_profile": image_profile}
     if eef_state:
         fields["use_eef_state"] = True
+    if encoder is not None:
+        if kind != "image":
+            raise ValueError(f"a fleet encoder serves the image policy, got kind={kind!r}")
+        encoder_path = Path(
+            encoder_path or Path(tempfile.mkdtemp(prefix="fed_ros_encoder_")) / "fleet.safetensors"
+        )
+        # The fleet trunk's forward is cheaper than hashing a frame for the feature cache
+        # (docs/learning.md), so it is recomputed; an override may still turn the cache on.
+        fields.update(
+            vision_backbone="fleet", backbone_weights=str(encoder_path), backbone_cache_frames=0
+        )
     cfg = PolicyConfig.from_dict({**fields, **dict(policy_overrides or {})})
     t0, c0 = time.perf_counter(), time.process_time()
     episodes = collect_demos(
@@ -92,6 +143,10 @@ def lift_from_images(
         f"{task}: {ok}/{demos} successful demos, {frames} frames, {(t1 - t0) / 60:.1f} min",
         flush=True,
     )
+    encoder_row = None
+    if encoder is not None:
+        encoder_row = one_robot_encoder(episodes, encoder, encoder_path)
+    te, ce = time.perf_counter(), time.process_time()
     start = initial_state_dict(cfg, seed=seed, episodes=episodes)
     tc = TrainerConfig(
         device=str(device),
@@ -110,7 +165,7 @@ def lift_from_images(
     def report(step: int, values: dict[str, float]) -> None:
         if step % 250 == 0 or step == steps:
             print(
-                f"  step {step}: bc {values['bc']:.3f} ({time.perf_counter() - t1:.0f} s)",
+                f"  step {step}: bc {values['bc']:.3f} ({time.perf_counter() - te:.0f} s)",
                 flush=True,
             )
 
@@ -148,20 +203,24 @@ def lift_from_images(
         "successes": [bool(x) for x in ev.successes],
         "minutes": {
             "collect": (t1 - t0) / 60,
-            "train": (t2 - t1) / 60,
+            "encoder": (te - t1) / 60,
+            "train": (t2 - te) / 60,
             "evaluate": (t3 - t2) / 60,
             "total": (t3 - t0) / 60,
         },
         "cpu_minutes": {
             "collect": (c1 - c0) / 60,
-            "train": (c2 - c1) / 60,
+            "encoder": (ce - c1) / 60,
+            "train": (c2 - ce) / 60,
             "evaluate": (c3 - c2) / 60,
             "total": (c3 - c0) / 60,
         },
+        "encoder": encoder_row,
         "threads": torch.get_num_threads(),
         "seed": seed,
     }
-    source = f"images ({image_profile})" if cameras else "low-dim state"
+    trunk = f"fleet encoder, {encoder.objective}" if encoder is not None else image_profile
+    source = f"images ({trunk})" if cameras else "low-dim state"
     print(
         f"{task} from {source}: {demos} demos ({frames} frames), {steps} BC "
         f"steps at {row['train_steps_per_s']:.2f} steps/s, success "

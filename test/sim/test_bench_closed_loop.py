@@ -46,3 +46,46 @@ def test_a_bad_policy_recipe_is_refused_before_any_demonstration_is_collected(
         main(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.sim
+def test_closed_loop_image_policy_on_a_one_robot_encoder_it_trained_first(tmp_path):
+    from safetensors.torch import load_file
+
+    from fed_ros.bench.train import main
+
+    out = tmp_path / "lift.json"
+    argv = ["closed-loop", "--task", "lift", "--kind", "image", "--demos", "1"]
+    argv += ["--train-steps", "2", "--eval-episodes", "1", "--threads", "1", "--json", str(out)]
+    argv += ["--encoder-objective", "masked", "--encoder-rounds", "2", "--encoder-steps", "2"]
+    argv += ["--policy", "{window: 2, embed_dim: 32}"]
+    assert main(argv) == 0
+    row = json.loads(out.read_text())
+    enc = row["encoder"]
+    assert enc["config"]["objective"] == "masked" and len(enc["rounds"]) == 2
+    assert (
+        enc["frames"] == row["frames"] > 20
+        and enc["cpu_minutes"] > 0
+        and row["cpu_minutes"]["encoder"] > 0
+    )
+    # The policy that was trained and rolled out read the trunk this run wrote.
+    assert row["policy"]["vision_backbone"] == "fleet"
+    assert (
+        row["policy"]["backbone_weights"]
+        == enc["file"]
+        == str(out.with_suffix(".encoder.safetensors"))
+    )
+    assert "conv1.weight" in load_file(enc["file"])
+    assert len(row["successes"]) == 1
+
+
+def test_an_encoder_for_a_policy_without_cameras_is_refused(capsys):
+    from fed_ros.bench.train import main
+
+    argv = ["closed-loop", "--kind", "lowdim", "--encoder-objective", "proprio"]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert (
+        "--encoder-objective needs the image policy, got --kind lowdim" in capsys.readouterr().err
+    )
