@@ -70,6 +70,44 @@ def test_fleet_file_gives_server_and_robots_the_same_backbone(tmp_path):
         assert {k: nodes[executable][k] for k in want} == want, executable
 
 
+def test_fleet_file_architecture_gives_server_and_robots_one_policy(tmp_path):
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.ros.configuration.fleet_params import policy_architecture
+
+    arch = {"conv_channels": [64, 128, 256, 512], "embed_dim": 128, "window": 3}
+    config = fleet_config_from_dict(_fleet(tmp_path, architecture=arch))
+    nodes = {n.executable: n for n in plan_fleet(config)}
+    server = ServerParams.from_mapping(nodes["server_node"].parameters)
+    robot = RobotParams.from_mapping(nodes["robot_node"].parameters, namespace="/robot_0")
+    cfgs = [PolicyConfig(**policy_architecture(p)) for p in (server, robot)]
+    assert cfgs[0] == cfgs[1]
+    assert (cfgs[0].conv_channels, cfgs[0].embed_dim, cfgs[0].window) == (
+        (64, 128, 256, 512),
+        128,
+        3,
+    )
+
+
+@pytest.mark.parametrize(
+    "arch, message",
+    [
+        ({"kind": "lowdim"}, "server parameter 'architecture.kind': set the parameter 'policy'"),
+        ({"vision_backbone": "fleet"}, "set the parameter 'vision_backbone' instead"),
+        ({"widths": [8]}, "unknown server parameter 'architecture.widths' (known: "),
+        ({"embed_dim": -4}, "server parameters architecture.*: embed_dim must be"),
+    ],
+)
+def test_a_bad_architecture_is_refused_naming_it(tmp_path, arch, message):
+    with pytest.raises(ValueError) as err:
+        fleet_config_from_dict(_fleet(tmp_path, architecture=arch))
+    assert message in str(err.value)
+
+
+def test_architecture_must_be_a_mapping(tmp_path):
+    with pytest.raises(ValueError, match="'architecture' must be a mapping, got \\[64\\]"):
+        fleet_config_from_dict(_fleet(tmp_path, architecture=[64]))
+
+
 def test_default_fleet_plan_carries_no_backbone_parameters(tmp_path):
     nodes = plan_fleet(fleet_config_from_dict(_fleet(tmp_path)))
     assert not any("vision_backbone" in n.parameters for n in nodes)

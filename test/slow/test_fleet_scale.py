@@ -84,6 +84,62 @@ def test_one_round_of_twenty_virtual_robots_recovers_the_families(ros_env, tmp_p
     assert run.prepared_used == N  # encoded before the round, from the server's own start
 
 
+def test_synthetic_updates_are_deterministic_and_hold_the_families():
+    import numpy as np
+
+    from fed_ros.ros.bench.fleet_scale_robots import SyntheticUpdates, family_of
+
+    rng = np.random.default_rng(0)
+    start = {"a": rng.standard_normal((300, 40), dtype=np.float32), "b": np.zeros(7, np.float32)}
+    make = SyntheticUpdates(families=4)
+    first = make(start, 5, 0)
+    again = SyntheticUpdates(families=4)(start, 5, 0)
+    assert all(np.array_equal(first[k], again[k]) for k in start)  # bits, in a new process
+    assert {k: v.shape for k, v in first.items()} == {k: v.shape for k, v in start.items()}
+
+    def delta(index):
+        upd = make(start, index, 0)
+        return np.concatenate([(upd[k] - start[k]).ravel() for k in start])
+
+    def cos(i, j):
+        a, b = delta(i), delta(j)
+        return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+    same = [(i, j) for i in range(12) for j in range(i) if family_of(i, 4) == family_of(j, 4)]
+    other = [(i, j) for i in range(12) for j in range(i) if family_of(i, 4) != family_of(j, 4)]
+    assert min(cos(i, j) for i, j in same) > 0.9  # direction 4x the noise: ~0.94
+    assert max(abs(cos(i, j)) for i, j in other) < 0.1
+    assert not np.array_equal(delta(0), delta(4))  # same family, own noise
+    assert not np.array_equal(make(start, 5, 1)["a"], first["a"])  # a new round, new noise
+
+
+def test_a_resnet_sized_policy_set_by_architecture_parameters(ros_env, tmp_path):
+    from fed_ros.ros.bench.fleet_scale import POLICIES
+
+    kind, arch = POLICIES["image_11m"]
+    from fed_ros.learning.configuration_policy import PolicyConfig
+    from fed_ros.learning.trainer import initial_state_dict
+
+    size = sum(a.size for a in initial_state_dict(PolicyConfig(kind=kind, **arch)).values())
+    assert 10.5e6 < size < 11.5e6
+    # The server node takes the architecture from architecture.* parameters: the robots'
+    # updates of that size are admitted; two of four robots are encoded before the round.
+    run = run_round(
+        4,
+        policy="image_11m",
+        encoding="int8_delta",
+        families=2,
+        procs=1,
+        channel="zmq",
+        env=ros_env,
+        work_dir=tmp_path,
+        timeout_s=240.0,
+        prepare_mb=16.0,
+    )
+    assert run.completed and run.updates_accepted == 4 and run.ari == pytest.approx(1.0)
+    assert run.prepared_used == 2  # 11 MB each in int8: the budget ends after the second
+
+
 def test_faults_leave_the_honest_robots_models_bit_identical(ros_env, tmp_path):
     faulty, clean, differ = compare_faults(
         N,

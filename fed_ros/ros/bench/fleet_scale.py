@@ -49,10 +49,22 @@ from fed_ros.ros.bench.fleet_scale_report import (
     jitter_comparison,
     write_plot,
 )
-from fed_ros.ros.bench.fleet_scale_robots import HOSTILE, family_of
+from fed_ros.ros.bench.fleet_scale_robots import HOSTILE, PREPARE_MB, family_of
 
 WORKER = [sys.executable, "-m", "fed_ros.ros.bench.fleet_scale_robots"]
 ENCODINGS = ("float32", "int8_delta")
+# Policies by name: (kind, architecture.* fields, as a fleet file's ``architecture:`` sets
+# them). image_11m is the issue's ResNet-18-sized policy: ResNet-18's stage widths on the
+# image policy's trunk, a wider transformer: 10,926,829 parameters. (The fine-tuned published
+# ResNet-18 has a trunk per camera, 22.6M.)
+POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "image": ("image", {}),
+    "lowdim": ("lowdim", {}),
+    "image_11m": (
+        "image",
+        {"conv_channels": [64, 128, 256, 512], "embed_dim": 128, "transformer_ff": 1024},
+    ),
+}
 
 
 def fault_plan(n: int) -> dict[int, str]:
@@ -114,12 +126,14 @@ def server_argv(
     timeout_s: float,
     quorum_fraction: float,
 ) -> list[str]:
-    """The fleet's server node: FedDRMan, one round, signatures required, the allow-list."""
+    """The fleet's server node: FedDRMan, one round, signatures required, the allow-list;
+    ``policy`` one of ``POLICIES``."""
+    kind, architecture = POLICIES[policy]
     params = {
         "algorithm": "feddrman",
         "rounds": 1,
         "num_clusters": families,
-        "policy": policy,
+        "policy": kind,
         "state_dir": str(work / "state"),
         "expected_robots": f"[{','.join(robots)}]",
         "min_robots": len(robots),
@@ -132,6 +146,10 @@ def server_argv(
         "allowed_keys_file": str(work / "keys" / "allow_list.yaml"),
         "private_key_file": str(work / "keys" / "server.key"),
     }
+    for field, value in architecture.items():
+        params[f"architecture.{field}"] = (
+            f"[{','.join(str(v) for v in value)}]" if isinstance(value, list) else value
+        )
     argv = [sys.executable, "-m", "fed_ros.ros.nodes.server.server_node", "--ros-args"]
     argv += ["-r", "__ns:=/fleet"]
     for key, value in params.items():
@@ -229,6 +247,7 @@ def run_round(
     retry_jitter: float = 0.5,
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
+    prepare_mb: float = PREPARE_MB,
 ) -> ScaleRun:
     """One round: the server and the virtual robots ``only`` (default all N), behaviours
     ``faults`` (index -> fault, '' honest), sending spread over ``spread_s`` seconds; every
@@ -239,6 +258,8 @@ def run_round(
         raise ValueError(f"N = {n} robots < {families} families")
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {policy!r}")
     indices = list(range(n)) if only is None else sorted(only)
     ids = [f"robot_{k}" for k in indices]
     behaviour = faults or {}
@@ -278,13 +299,15 @@ def run_round(
                     "keys_dir": str(work / "keys"),
                     "robots": mine,
                     "families": families,
-                    "policy": policy,
+                    "policy": POLICIES[policy][0],
+                    "architecture": POLICIES[policy][1],
                     "encoding": encoding,
                     "channel": channel,
                     "timeout_s": timeout_s,
                     "storm_count": 10,
                     "spread_s": spread_s,
                     "retry_jitter": retry_jitter,
+                    "prepare_mb": prepare_mb,
                 }
                 (work / f"spec_{w}.json").write_text(json.dumps(spec))
                 workers.append(
@@ -401,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="fed-ros bench fleet-scale", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--ns", type=int, nargs="+", default=[10, 30, 100, 300, 1000])
-    parser.add_argument("--policies", nargs="+", default=["image"], choices=["image", "lowdim"])
+    parser.add_argument("--policies", nargs="+", default=["image"], choices=list(POLICIES))
     parser.add_argument("--encodings", nargs="+", default=["int8_delta"], choices=ENCODINGS)
     parser.add_argument("--channel", default="ros", choices=["ros", "zmq"])
     parser.add_argument("--families", type=int, default=4, help="C: families = clusters")

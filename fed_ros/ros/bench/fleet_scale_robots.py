@@ -8,7 +8,7 @@ announcement with a signed update of the policy's real size, encoded by the flee
 ``encode_state_dict`` (``int8_delta``: the delta against the model it started from, as
 robot_update_encoding does in a robot's first round, where the error feedback is still zero) and
 sent by the fleet's TransferSender. Training is replaced by a synthetic update with a family
-structure (:func:`synthetic_update`), so the clusters the server should find are known.
+structure (:class:`SyntheticUpdates`), so the clusters the server should find are known.
 
 The virtual robots share one subscription per topic: a cluster model reaches the process once,
 for all of its robots (a real fleet sends it to each robot). Behaviours (spec ``faults``):
@@ -46,22 +46,58 @@ def family_of(index: int, families: int) -> int:
     return index % families
 
 
-def synthetic_update(
-    start: dict[str, np.ndarray], index: int, families: int, round_idx: int
-) -> dict[str, np.ndarray]:
+# Round-0 updates encoded before the round, per robot process (see `VirtualRobots.prepare`).
+PREPARE_MB = 1024
+
+
+class SyntheticUpdates:
     """Robot ``index``'s 'trained' model: ``start`` + its family's direction + its own noise.
 
-    Deterministic in (index, families, round): a run with faults and one without send the honest
-    robots' same bytes. The family direction is 4x the noise, so within-family cosine ~0.94.
+    Deterministic in (index, families, round): a run with faults and one without send the
+    honest robots' same bytes. The family direction is 4x the noise, so within-family cosine
+    ~0.94. The directions (one per family) and a noise bank (one per round) are drawn once per
+    process over the whole flattened model; a robot's noise is the bank rotated by an offset of
+    its own, so an update costs a few vector operations on P floats rather than 2P normal
+    draws, and N = 1000 robots of an 11M-parameter policy fit the generator's processes.
     """
-    fam_rng = np.random.default_rng([7, family_of(index, families)])
-    own_rng = np.random.default_rng([11, round_idx, index])
-    out = {}
-    for name, base in start.items():
-        direction = fam_rng.standard_normal(base.shape, dtype=np.float32)
-        noise = own_rng.standard_normal(base.shape, dtype=np.float32)
-        out[name] = (base + 0.02 * direction + 0.005 * noise).astype(np.float32)
-    return out
+
+    def __init__(self, families: int) -> None:
+        self.families = families
+        self._directions: dict[tuple[int, int], np.ndarray] = {}
+        self._banks: dict[tuple[int, int], np.ndarray] = {}
+
+    def _direction(self, family: int, size: int) -> np.ndarray:
+        key = (family, size)
+        if key not in self._directions:
+            rng = np.random.default_rng([7, family])
+            self._directions[key] = 0.02 * rng.standard_normal(size, dtype=np.float32)
+        return self._directions[key]
+
+    def _bank(self, round_idx: int, size: int) -> np.ndarray:
+        key = (round_idx, size)
+        if key not in self._banks:
+            self._banks.clear()  # one round at a time
+            rng = np.random.default_rng([11, round_idx])
+            self._banks[key] = 0.005 * rng.standard_normal(size, dtype=np.float32)
+        return self._banks[key]
+
+    def __call__(
+        self, start: dict[str, np.ndarray], index: int, round_idx: int
+    ) -> dict[str, np.ndarray]:
+        names = list(start)
+        flat = np.concatenate([np.asarray(start[n], np.float32).reshape(-1) for n in names])
+        size = flat.size
+        # Knuth's multiplicative hash: distinct robots, offsets far apart.
+        shift = (index * 2654435761 + 1) % size
+        flat += self._direction(family_of(index, self.families), size)
+        flat += np.roll(self._bank(round_idx, size), shift)
+        out, at = {}, 0
+        for name in names:
+            shape = np.shape(start[name])
+            count = int(np.prod(shape))
+            out[name] = flat[at : at + count].reshape(shape)
+            at += count
+        return out
 
 
 def params_digest(params: dict[str, np.ndarray]) -> str:
@@ -99,6 +135,7 @@ class VirtualRobots:
         self.server_key = auth.Signer.from_file(keys / "server.key").public_key
         self.families = int(spec["families"])
         self.encoding = str(spec["encoding"])
+        self.synthetic = SyntheticUpdates(self.families)
         self.deadline = time.monotonic() + float(spec["timeout_s"])
         rclpy.init()
         self.node = rclpy.create_node(f"virtual_robots_{spec['worker']}")
@@ -166,7 +203,12 @@ class VirtualRobots:
             self.report = msg
 
     def _on_ack(self, msg) -> None:
-        self.acks[str(msg.payload_id)] = (bool(msg.accepted), str(msg.code))
+        pid = str(msg.payload_id)
+        self.acks[pid] = (bool(msg.accepted), str(msg.code))
+        # The server holds it: drop the payload (a robot's own uplink keeps only what is not
+        # acknowledged; here N robots share one process's memory).
+        if self.outbox.pop(pid, None) is not None:
+            self.sender.withdraw(pid)
 
     def _on_resend(self, msg) -> None:
         from fed_ros.ros.wire.round_msgs import model_update_msg
@@ -293,7 +335,7 @@ class VirtualRobots:
         """Robot ``index``'s 'training' result for ``round_idx`` from ``start``, encoded."""
         from fed_ros.ros.wire.tensors import encode_state_dict
 
-        trained = synthetic_update(start, index, self.families, round_idx)
+        trained = self.synthetic(start, index, round_idx)
         encoding = self.encoding
         if fault in ("shape", "nan", "oversized"):
             encoding = "float32"  # the hostile payloads are dense models
@@ -323,10 +365,19 @@ class VirtualRobots:
         from fed_ros.learning.configuration_policy import PolicyConfig
         from fed_ros.learning.trainer import initial_state_dict
 
-        start = initial_state_dict(PolicyConfig(kind=self.spec["policy"]), seed=0)
+        start = initial_state_dict(
+            PolicyConfig(kind=self.spec["policy"], **self.spec.get("architecture", {})), seed=0
+        )
         self.prepared_start = params_digest(start)
+        # Bounded: 250 robots x an 11M-parameter float32 update would be 11 GB in one process.
+        # The rest are encoded when they are sent (inside the measured round).
+        budget, held = float(self.spec.get("prepare_mb", PREPARE_MB)) * 2**20, 0
         for index, rid, fault in self.robots:
-            self.prepared[(rid, 0, 0)] = self.encode(index, fault, start, 0)
+            if held >= budget:
+                break
+            payload = self.encode(index, fault, start, 0)
+            self.prepared[(rid, 0, 0)] = payload
+            held += payload.total_bytes
 
     def _send_one(self, index: int, rid: str, fault: str, cid: int, start: dict) -> None:
         import secrets

@@ -114,10 +114,63 @@ def check_backbone(node: str, policy: str, vision_backbone: str, backbone_weight
         )
 
 
+# PolicyConfig fields set by a node parameter of their own, never under architecture.*.
+_OWN_PARAMETERS = {
+    "kind": "policy",
+    "vision_backbone": "vision_backbone",
+    "backbone_weights": "backbone_weights",
+    "freeze_backbone": "freeze_backbone",
+    "use_object_state": "use_object_state",
+}
+
+
+def architecture_fields(node: str, extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The PolicyConfig fields under ``architecture.<field>`` (the policy's size: widths,
+    window, layers, ...), which the server and every robot must set alike; ValueError names an
+    unknown field or one that has a parameter of its own."""
+    from dataclasses import fields
+
+    from fed_ros.learning.configuration_policy import PolicyConfig
+
+    known = {f.name for f in fields(PolicyConfig)} - set(_OWN_PARAMETERS)
+    out = {}
+    for name, value in extra.items():
+        if not name.startswith("architecture."):
+            continue
+        key = name[len("architecture.") :]
+        if key in _OWN_PARAMETERS:
+            raise ValueError(
+                f"{node} parameter {name!r}: set the parameter {_OWN_PARAMETERS[key]!r} instead"
+            )
+        if key not in known:
+            raise ValueError(
+                f"unknown {node} parameter {name!r} (known: "
+                f"{', '.join('architecture.' + k for k in sorted(known))})"
+            )
+        # A ROS integer array may come as array.array: a list, as PolicyConfig and JSON take.
+        out[key] = (
+            value
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__")
+            else list(value)
+        )
+    return out
+
+
+def check_architecture(params: Any) -> None:
+    """The node's PolicyConfig, built once at parameter time, so that a bad
+    ``architecture.*`` value stops the node at start naming the parameter."""
+    from fed_ros.learning.configuration_policy import PolicyConfig
+
+    try:
+        PolicyConfig(**policy_architecture(params))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{params.NODE} parameters architecture.*: {exc}") from None
+
+
 def policy_architecture(params: Any, backbone_weights: str | None = None) -> dict[str, Any]:
     """PolicyConfig keyword arguments the server and robot nodes take from their parameters
     (``backbone_weights``: the fleet encoder's file, where the node keeps it)."""
-    out: dict[str, Any] = {"kind": params.policy}
+    out: dict[str, Any] = {"kind": params.policy, **architecture_fields(params.NODE, params.extra)}
     if params.vision_backbone != "scratch":
         out.update(
             vision_backbone=params.vision_backbone,
@@ -133,7 +186,8 @@ class ServerParams(NodeParams):
 
     NODE: ClassVar[str] = "server"
     # strategy.* -> make_strategy(**settings); encoder.* -> FleetEncoderConfig fields.
-    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy", "encoder")
+    # architecture.* -> PolicyConfig fields (the same on every robot).
+    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("strategy", "encoder", "architecture")
     # One name per idea: the step limit is the round's local_steps and the robot's
     # train_max_steps; this one only bounds what a heartbeat may claim (issue 38).
     RENAMED: ClassVar[Mapping[str, str]] = {"max_train_steps": "heartbeat_step_budget"}
@@ -298,6 +352,7 @@ class ServerParams(NodeParams):
                 "server parameter 'require_signatures' is true but 'allowed_keys_file' is empty"
             )
         check_backbone(self.NODE, self.policy, self.vision_backbone, self.backbone_weights)
+        check_architecture(self)
         self._check_encoder()
 
     def _check_encoder(self) -> None:
@@ -328,7 +383,8 @@ class RobotParams(NodeParams):
     """Parameters of the onboard robot node (fed_ros/ros/nodes/robot/robot_node.py)."""
 
     NODE: ClassVar[str] = "robot"
-    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("trainer",)  # -> TrainerConfig fields
+    # trainer.* -> TrainerConfig fields; architecture.* -> PolicyConfig fields (the server's).
+    OPEN_PREFIXES: ClassVar[tuple[str, ...]] = ("trainer", "architecture")
 
     robot_id: str = param(
         "",
@@ -490,6 +546,7 @@ class RobotParams(NodeParams):
                 "policy sees the scene only through object_state (use policy image)"
             )
         check_backbone(self.NODE, self.policy, self.vision_backbone, self.backbone_weights)
+        check_architecture(self)
 
     def local_training(self) -> dict[str, Any]:
         """The robot's own training settings (a round config overrides what it decides)."""

@@ -28,6 +28,7 @@ _FLEET_KEYS = {
     "vision_backbone",
     "backbone_weights",
     "freeze_backbone",
+    "architecture",
     "seed",
     "run_dir",
     "server",
@@ -136,7 +137,7 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         else r
         for i, r in enumerate(robots)
     ]
-    for key in ("server", "robot_defaults", "bridge", "strategy"):
+    for key in ("server", "robot_defaults", "bridge", "strategy", "architecture"):
         if not isinstance(data.get(key, {}), dict):
             raise ValueError(f"fleet config: {key!r} must be a mapping, got {data.get(key)!r}")
     for key in ("vision_backbone", "backbone_weights"):
@@ -159,6 +160,7 @@ def fleet_config_from_dict(data: Any) -> FleetConfig:
         vision_backbone=data.get("vision_backbone", "scratch"),
         backbone_weights=data.get("backbone_weights", ""),
         freeze_backbone=data.get("freeze_backbone", True),
+        architecture=dict(data.get("architecture", {})),
         seed=data.get("seed", 0),
         run_dir=str(data.get("run_dir", f"runs/{data['name']}")),
         server=dict(data.get("server", {})),

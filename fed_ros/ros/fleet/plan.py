@@ -124,6 +124,9 @@ class FleetConfig:
     vision_backbone: str = "scratch"
     backbone_weights: str = ""
     freeze_backbone: bool = True
+    # Further PolicyConfig fields (its size: conv_channels, embed_dim, window, ...), the same
+    # on the server and every robot: node parameters architecture.<field>.
+    architecture: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
     run_dir: str = "runs/fleet"
     server: Mapping[str, Any] = field(default_factory=dict)
@@ -188,11 +191,14 @@ class NodeSpec:
         return {self.fqn: {"ros__parameters": dict(self.parameters)}}
 
 
-def backbone_parameters(config: FleetConfig) -> dict[str, Any]:
-    """The camera trunk's node parameters (none for the default scratch trunk)."""
+def architecture_parameters(config: FleetConfig) -> dict[str, Any]:
+    """The policy's architecture as node parameters, the same for the server and every robot:
+    the camera trunk (none for the default scratch trunk) and ``architecture.<field>``."""
+    arch = {f"architecture.{k}": v for k, v in config.architecture.items()}
     if config.vision_backbone == "scratch" and not config.backbone_weights:
-        return {}
+        return arch
     return {
+        **arch,
         "vision_backbone": config.vision_backbone,
         "backbone_weights": config.backbone_weights,
         "freeze_backbone": config.freeze_backbone,
@@ -210,7 +216,7 @@ def server_spec(config: FleetConfig) -> NodeSpec:
         "expected_robots": config.robot_ids,
         "state_dir": f"{config.run_dir}/server",
     }
-    params.update(backbone_parameters(config))
+    params.update(architecture_parameters(config))
     params.update({f"strategy.{k}": v for k, v in config.strategy.items()})
     params.update(config.server)
     if "min_robots" not in params:
@@ -236,7 +242,7 @@ def robot_spec(config: FleetConfig, robot: RobotConfig, index: int) -> NodeSpec:
         "seed": config.seed + index,
         "demo_seed": 1000 * (config.seed + index),
         "data_dir": f"{config.run_dir}/{robot.robot_id}",
-        **backbone_parameters(config),
+        **architecture_parameters(config),
     }
     if robot.sim:
         # Simulated arms share one machine: one torch thread each (oversubscribed CPU
