@@ -81,6 +81,7 @@ def test_one_round_of_twenty_virtual_robots_recovers_the_families(ros_env, tmp_p
     assert sorted(run.robot_digests) == sorted(f"robot_{k}" for k in range(N))
     assert len(set(run.robot_digests.values())) == 4
     assert run.bytes_out > 0 and run.bytes_in > 0 and run.server_peak_rss_mb > 0
+    assert 0 < run.server_peak_anon_mb <= run.server_peak_rss_mb
     assert run.prepared_used == N  # encoded before the round, from the server's own start
 
 

@@ -262,6 +262,35 @@ def _wait_completed(receiver: TransferReceiver, n: int, timeout: float = 30.0) -
     return out
 
 
+def test_bulk_fetches_wait_while_max_fetched_decoded_payloads_are_not_taken() -> None:
+    """A node that admits slower than the fetch workers pull holds max_fetched decoded
+    models, not every robot's; the rest are fetched as completed() takes results."""
+    import time
+
+    sender = TransferSender("zmq", keep=64)
+    receiver = TransferReceiver(manifest_of(MODEL), max_pending=64, fetch_workers=2, max_fetched=3)
+    try:
+        for k in range(10):
+            control = sender.prepare(MODEL, f"r{k}/1").chunks()[0]
+            assert receiver.offer(control, tag=k) is None
+        time.sleep(1.0)  # ample for ten 36-byte fetches over loopback
+        assert receiver._done.qsize() == 3  # the bound, not 10
+        assert len(receiver._fetching) == 7  # the rest wait, offered but not pulled
+        taken = receiver.completed()
+        assert len(taken) == 3
+        taken += _wait_completed(receiver, 7)
+        assert sorted(r.tag for r in taken) == list(range(10))
+        assert all(r.decision for r in taken)
+    finally:
+        receiver.close()
+        sender.close()
+
+
+def test_max_fetched_below_the_workers_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_fetched=1 < fetch_workers=2"):
+        TransferReceiver(manifest_of(MODEL), fetch_workers=2, max_fetched=1)
+
+
 def test_bulk_fetch_follows_a_restarted_sender_offering_the_same_bytes_elsewhere() -> None:
     """A server killed while a robot fetched its model from it republishes the same model (same
     payload id and sha256) from a new bulk endpoint; the fetch goes there instead of retrying

@@ -116,6 +116,37 @@ def _proc_hwm_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM for pid {pid}")
 
 
+class RssSampler:
+    """Peaks of a process's RssAnon and RssFile (MB), read from /proc every ``period_s`` in a
+    thread (the kernel keeps only VmHWM, their sum's peak)."""
+
+    def __init__(self, pid: int, period_s: float = 0.2) -> None:
+        import threading
+
+        self.pid, self.period_s = pid, period_s
+        self.peak_anon_mb = self.peak_file_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                text = Path(f"/proc/{self.pid}/status").read_text()
+            except OSError:
+                return
+            for line in text.splitlines():
+                if line.startswith("RssAnon:"):
+                    self.peak_anon_mb = max(self.peak_anon_mb, int(line.split()[1]) / 1024.0)
+                elif line.startswith("RssFile:"):
+                    self.peak_file_mb = max(self.peak_file_mb, int(line.split()[1]) / 1024.0)
+            self._stop.wait(self.period_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 def server_argv(
     work: Path,
     robots: list[str],
@@ -291,6 +322,7 @@ def run_round(
                 work / "server.log",
             )
             started.append(server)
+            rss = RssSampler(server.pid)
             workers = []
             for w in range(procs):
                 mine = [[k, f"robot_{k}", behaviour.get(k, "")] for k in indices[w::procs]]
@@ -324,6 +356,7 @@ def run_round(
             ]
             cpu = _proc_cpu_s(server.pid) - cpu0
             hwm = _proc_hwm_mb(server.pid)
+            rss.stop()
         except BaseException:
             log = work / "server.log"
             if log.exists():
@@ -333,6 +366,7 @@ def run_round(
             _reap(started)
     run = _summarise(n, policy, encoding, channel, families, faults, results, cpu, hwm)
     run.retry_jitter = retry_jitter
+    run.server_peak_anon_mb, run.server_peak_file_mb = rss.peak_anon_mb, rss.peak_file_mb
     return run
 
 

@@ -45,6 +45,11 @@ class ScaleRun:
     storm_accepted: int = 0
     # The robots' re-send spread (nodes.robot.uplink.UPDATE_RESEND_JITTER).
     retry_jitter: float = 0.5
+    # Peaks of the server's RssAnon (its heap: what it owns) and RssFile (mapped file pages:
+    # the spilled updates, which the kernel writes back and drops under pressure), sampled
+    # every 0.2 s; server_peak_rss_mb (VmHWM) counts both.
+    server_peak_anon_mb: float = 0.0
+    server_peak_file_mb: float = 0.0
 
     @property
     def tail_s(self) -> float:
@@ -68,6 +73,7 @@ COLUMNS = (
     ("tail_s", "tail s", "{:.1f}"),
     ("server_cpu_s", "srv CPU s", "{:.1f}"),
     ("server_peak_rss_mb", "srv RSS MB", "{:.0f}"),
+    ("server_peak_anon_mb", "anon MB", "{:.0f}"),
     ("bytes_out", "MB out", None),
     ("bytes_in", "MB in", None),
     ("cpu_per_update_ms", "ms/upd", "{:.1f}"),

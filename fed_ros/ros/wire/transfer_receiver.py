@@ -63,6 +63,7 @@ class TransferReceiver:
         max_pending: int = 8,
         stall_timeout_s: float = 2.0,
         fetch_workers: int = 2,
+        max_fetched: int = 4,
         fetch_retry: RetrySchedule | None = None,
         fetch_idle_timeout_s: float = 2.0,
         on_event: Callable[[str], None] | None = None,
@@ -85,6 +86,13 @@ class TransferReceiver:
         self.dropped_chunks = 0
         self._drops: deque[Received] = deque(maxlen=64)
         self._done: queue.Queue[Received] = queue.Queue()
+        if max_fetched < fetch_workers:
+            raise ValueError(f"max_fetched={max_fetched} < fetch_workers={fetch_workers}")
+        # Bulk payloads being fetched plus those decoded and not yet taken by completed(): a
+        # fetch waits for a permit, so a node admitting slower than the workers fetch holds
+        # max_fetched decoded models, not every robot's (measured: 7.5 GB of heap at 100
+        # robots x 11M parameters before this bound; the senders keep their bytes meanwhile).
+        self._fetch_permits = threading.Semaphore(max_fetched)
         self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(
             max_workers=fetch_workers, thread_name_prefix="fed_ros-fetch"
@@ -118,7 +126,7 @@ class TransferReceiver:
             if payload.bulk_uri:
                 self._fetching.add(pid)
                 self._offers[pid] = payload
-                self._pool.submit(self._fetch, pid, payload, retry_for_s)
+                self._pool.submit(self._fetch_bounded, pid, payload, retry_for_s)
                 return None
         if payload.bulk_uri:
             held = self._offers.get(pid)
@@ -199,11 +207,20 @@ class TransferReceiver:
         self.assembler.discard(pid)
         return Received(pid, tag, decision)
 
-    def _fetch(self, pid: str, payload: TensorPayload, retry_for_s: float | None) -> None:
-        """Worker thread: pull the bytes.
+    def _fetch_bounded(self, pid: str, payload: TensorPayload, retry_for_s: float | None) -> None:
+        """Worker thread: pull the bytes once a permit is free (see ``max_fetched``).
 
         An unreachable sender is retried with backoff; a retry resumes where it stopped.
         """
+        while not self._fetch_permits.acquire(timeout=0.25):
+            if self._closed.is_set():
+                return
+        if not self._fetch(pid, payload, retry_for_s):
+            self._fetch_permits.release()  # closed: nothing was put for completed() to take
+
+    def _fetch(self, pid: str, payload: TensorPayload, retry_for_s: float | None) -> bool:
+        """Pull, decode and check one payload; put the outcome for :meth:`completed` (True),
+        or nothing when the receiver closed (False)."""
         give_up = self._clock() + (retry_for_s if retry_for_s is not None else 60.0)
         attempt = 0
         try:
@@ -226,7 +243,7 @@ class TransferReceiver:
                     wait = self.fetch_retry.delay(attempt)
                     if self._closed.is_set() or self._clock() + wait > give_up:
                         self._done.put(self._decided(pid, Decision(False, UNREACHABLE, str(exc))))
-                        return
+                        return True
                     self._on_event(
                         f"payload {pid}: {exc}; retrying in {wait:g} s "
                         f"({len(fetch.received)}/{len(fetch.ranges)} chunks kept)"
@@ -234,7 +251,7 @@ class TransferReceiver:
                     end = time.monotonic() + wait  # real time, as the fetch itself
                     while time.monotonic() < end and not self._switch_offer(pid, payload):
                         if self._closed.wait(min(0.25, max(0.0, end - time.monotonic()))):
-                            return
+                            return False
             result = self._decode(pid, *_header_parts(payload), data, payload.sha256)
         except PayloadRejected as exc:
             result = self._decided(pid, Decision(False, exc.code, str(exc)))
@@ -246,6 +263,7 @@ class TransferReceiver:
             self._fetching.discard(pid)
             self._offers.pop(pid, None)
         self._done.put(result)
+        return True
 
     def _switch_offer(self, pid: str, payload: TensorPayload) -> bool:
         """Whether a newer offer of ``pid`` names another endpoint than ``payload``."""
@@ -269,6 +287,7 @@ class TransferReceiver:
                 out.append(self._done.get_nowait())
             except queue.Empty:
                 return out
+            self._fetch_permits.release()
 
     def resend_requests(self) -> list[str]:
         """Resend requests for stalled chunked payloads (publish on the sender's resend topic)."""
