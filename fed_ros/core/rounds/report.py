@@ -86,25 +86,38 @@ def intra_cluster_similarity(
     """Mean pairwise cosine similarity of members' accumulated updates (theta_k - theta_0), per
     cluster.
 
-    NaN for clusters with fewer than two members that sent an update this round.
+    NaN for clusters with fewer than two members that sent an update this round. The updates
+    are float32 differences and the cosines float64, as before; the mean over ordered pairs
+    i != j is (||sum_k u_k||^2 - n) / (k (k - 1)) with u_k the unit updates and n the nonzero
+    ones, so members are read one at a time: a float64 model per cluster in memory, not
+    members x parameters (stacked, a report of 1000 robots x 11M parameters took 44 GB).
     """
-    base = np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in initial.values()])
+    names = list(initial)
+    base = [np.asarray(initial[k], np.float32).reshape(-1) for k in names]
+    ends = np.cumsum([b.size for b in base])
+    starts = ends - np.array([b.size for b in base], dtype=ends.dtype)
     out: dict[int, float] = {}
     for cid, members in clusters.items():
-        rows = [
-            np.concatenate([np.asarray(p[k], np.float32).reshape(-1) for k in initial]) - base
-            for rid in members
-            if (p := params.get(rid)) is not None
-        ]
-        if len(rows) < 2:
+        present = [p for rid in members if (p := params.get(rid)) is not None]
+        if len(present) < 2:
             out[cid] = float("nan")
             continue
-        unit = np.stack(rows).astype(np.float64)
-        norms = np.linalg.norm(unit, axis=1, keepdims=True)
-        unit /= np.where(norms > 0, norms, 1.0)
-        sims = unit @ unit.T
-        k = len(rows)
-        out[cid] = float((sims.sum() - np.trace(sims)) / (k * (k - 1)))
+        total = np.zeros(int(ends[-1]) if len(ends) else 0, np.float64)
+        nonzero = 0
+        for p in present:
+            diffs = [
+                (np.asarray(p[k], np.float32).reshape(-1) - b).astype(np.float64)
+                for k, b in zip(names, base)
+            ]
+            norm = math.sqrt(sum(float(d @ d) for d in diffs))
+            if norm == 0.0:
+                continue  # an unchanged member: cosine 0 with every other
+            nonzero += 1
+            for d, a, e in zip(diffs, starts, ends):
+                d /= norm
+                total[a:e] += d
+        k = len(present)
+        out[cid] = float((float(total @ total) - nonzero) / (k * (k - 1)))
     return out
 
 
