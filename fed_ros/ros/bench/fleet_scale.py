@@ -55,7 +55,7 @@ WORKER = [sys.executable, "-m", "fed_ros.ros.bench.fleet_scale_robots"]
 ENCODINGS = ("float32", "int8_delta")
 # Policies by name: (kind, architecture.* fields, as a fleet file's ``architecture:`` sets
 # them). image_11m is the issue's ResNet-18-sized policy: ResNet-18's stage widths on the
-# image policy's trunk, a wider transformer: 10,926,829 parameters. (The fine-tuned published
+# image policy's trunk, a wider transformer: 10,926,925 parameters. (The fine-tuned published
 # ResNet-18 has a trunk per camera, 22.6M.)
 POLICIES: dict[str, tuple[str, dict[str, Any]]] = {
     "image": ("image", {}),
