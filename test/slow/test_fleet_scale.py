@@ -136,6 +136,7 @@ def test_a_resnet_sized_policy_set_by_architecture_parameters(ros_env, tmp_path)
         work_dir=tmp_path,
         timeout_s=240.0,
         prepare_mb=16.0,
+        unacked_mb=1.0,  # one update of 11 MB in flight at a time: each waits for its ack
     )
     assert run.completed and run.updates_accepted == 4 and run.ari == pytest.approx(1.0)
     assert run.prepared_used == 2  # 11 MB each in int8: the budget ends after the second

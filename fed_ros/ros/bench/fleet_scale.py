@@ -49,7 +49,12 @@ from fed_ros.ros.bench.fleet_scale_report import (
     jitter_comparison,
     write_plot,
 )
-from fed_ros.ros.bench.fleet_scale_robots import HOSTILE, PREPARE_MB, family_of
+from fed_ros.ros.bench.fleet_scale_robots import (
+    HOSTILE,
+    PREPARE_MB,
+    UNACKED_MB,
+    family_of,
+)
 
 WORKER = [sys.executable, "-m", "fed_ros.ros.bench.fleet_scale_robots"]
 ENCODINGS = ("float32", "int8_delta")
@@ -279,6 +284,7 @@ def run_round(
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
     prepare_mb: float = PREPARE_MB,
+    unacked_mb: float = UNACKED_MB,
 ) -> ScaleRun:
     """One round: the server and the virtual robots ``only`` (default all N), behaviours
     ``faults`` (index -> fault, '' honest), sending spread over ``spread_s`` seconds; every
@@ -340,6 +346,7 @@ def run_round(
                     "spread_s": spread_s,
                     "retry_jitter": retry_jitter,
                     "prepare_mb": prepare_mb,
+                    "unacked_mb": unacked_mb,
                 }
                 (work / f"spec_{w}.json").write_text(json.dumps(spec))
                 workers.append(

@@ -48,6 +48,12 @@ def family_of(index: int, families: int) -> int:
 
 # Round-0 updates encoded before the round, per robot process (see `VirtualRobots.prepare`).
 PREPARE_MB = 1024
+# Updates sent and not yet acknowledged, per robot process. Each real robot holds only its own;
+# here hundreds share one machine's memory, and 1000 x 44 MB (the 11M-parameter policy in
+# float32) sent faster than the server admits them was killed for memory. A robot whose turn
+# comes while its process is over the bound sends when acknowledgements free it (the server's
+# admission rate is then what paces the round, as it would anyway).
+UNACKED_MB = 2048
 
 
 class SyntheticUpdates:
@@ -179,6 +185,8 @@ class VirtualRobots:
         )
         self._draws = np.random.default_rng([13, int(spec["worker"])])
         self.outbox: dict[str, tuple[Any, int, float]] = {}  # pid -> (Outgoing, sends, due at)
+        self.outbox_bytes: dict[str, int] = {}  # pid -> payload bytes, until acknowledged
+        self.unacked_budget = float(self.spec.get("unacked_mb", UNACKED_MB)) * 2**20
         self.storm_answers: list[bool] = []
         self.prepared: dict[tuple[str, int, int], Any] = {}  # (robot, cluster, round) -> payload
         self.prepared_used = 0
@@ -207,6 +215,7 @@ class VirtualRobots:
         self.acks[pid] = (bool(msg.accepted), str(msg.code))
         # The server holds it: drop the payload (a robot's own uplink keeps only what is not
         # acknowledged; here N robots share one process's memory).
+        self.outbox_bytes.pop(pid, None)
         if self.outbox.pop(pid, None) is not None:
             self.sender.withdraw(pid)
 
@@ -322,6 +331,10 @@ class VirtualRobots:
                 self._left()
                 self.spin(min(0.05, max(due - time.time(), 0.0)))
                 self.resend_due()
+            while sum(self.outbox_bytes.values()) > self.unacked_budget:
+                self._left()
+                self.spin(0.05)
+                self.resend_due()
             cid, start = self._start_model(rid)
             self._send_one(index, rid, fault, cid, start)
             self.ex.spin_once(timeout_sec=0.0)  # keep acks and resend requests flowing
@@ -418,6 +431,7 @@ class VirtualRobots:
             self._publish(model_update_msg(chunk, **out.meta), chunk)
         if fault != "vanish":  # like a robot's uplink: re-sent until acknowledged (bounded)
             self.outbox[pid] = (out, 1, time.monotonic() + self._retry_delay(1))
+            self.outbox_bytes[pid] = payload.total_bytes
 
     def _retry_delay(self, sends: int) -> float:
         return self.retry.delay(sends, float(self._draws.random()))
