@@ -52,8 +52,10 @@ PREPARE_MB = 1024
 # here hundreds share one machine's memory, and 1000 x 44 MB (the 11M-parameter policy in
 # float32) sent faster than the server admits them was killed for memory. A robot whose turn
 # comes while its process is over the bound sends when acknowledgements free it (the server's
-# admission rate is then what paces the round, as it would anyway).
-UNACKED_MB = 2048
+# admission rate is then what paces the round, as it would anyway). 2048 MB per process queued
+# ~190 such updates at the server, more than it admits within a robot's MAX_SENDS (~54 s):
+# 94 of 1000 robots gave up, and their unanswered bytes held the last robots back.
+UNACKED_MB = 512
 
 
 class SyntheticUpdates:
@@ -443,7 +445,12 @@ class VirtualRobots:
 
         now = time.monotonic()
         for pid, (out, sends, due) in list(self.outbox.items()):
-            if pid in self.acks or sends >= MAX_SENDS or now < due:
+            if pid in self.acks or now < due:
+                continue
+            if sends >= MAX_SENDS:  # the last send went unanswered: the robot gives up on it
+                del self.outbox[pid]
+                self.outbox_bytes.pop(pid, None)  # and no longer holds back the others
+                self.sender.withdraw(pid)
                 continue
             for chunk in out.chunks():
                 self._publish(model_update_msg(chunk, **out.meta), chunk)
