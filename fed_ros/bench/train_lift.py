@@ -114,16 +114,17 @@ def lift_from_images(
     fields: dict[str, Any] = {"kind": kind, "image_profile": image_profile}
     if eef_state:
         fields["use_eef_state"] = True
+    weights: Path | None = None  # the one-robot encoder's trunk file
     if encoder is not None:
         if kind != "image":
             raise ValueError(f"a fleet encoder serves the image policy, got kind={kind!r}")
-        encoder_path = Path(
+        weights = Path(
             encoder_path or Path(tempfile.mkdtemp(prefix="fed_ros_encoder_")) / "fleet.safetensors"
         )
         # The fleet trunk's forward is cheaper than hashing a frame for the feature cache
         # (docs/learning.md), so it is recomputed; an override may still turn the cache on.
         fields.update(
-            vision_backbone="fleet", backbone_weights=str(encoder_path), backbone_cache_frames=0
+            vision_backbone="fleet", backbone_weights=str(weights), backbone_cache_frames=0
         )
     cfg = PolicyConfig.from_dict({**fields, **dict(policy_overrides or {})})
     t0, c0 = time.perf_counter(), time.process_time()
@@ -144,8 +145,8 @@ def lift_from_images(
         flush=True,
     )
     encoder_row = None
-    if encoder is not None:
-        encoder_row = one_robot_encoder(episodes, encoder, encoder_path)
+    if encoder is not None and weights is not None:
+        encoder_row = one_robot_encoder(episodes, encoder, weights)
     te, ce = time.perf_counter(), time.process_time()
     start = initial_state_dict(cfg, seed=seed, episodes=episodes)
     tc = TrainerConfig(
