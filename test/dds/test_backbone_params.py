@@ -291,7 +291,10 @@ def test_encoder_settings_reach_the_fleet_encoder_config():
     [
         ({"encoder.rounds": 3}, "unknown server parameter 'encoder.rounds'"),
         ({"encoder.local_steps": 0}, "encoder.*: local_steps must be an int >= 1, got 0"),
-        ({"encoder.objective": "masked"}, "objective must be one of ('proprio', 'temporal')"),
+        (
+            {"encoder.objective": "contrastive"},
+            "objective must be one of ('proprio', 'temporal', 'masked'), got 'contrastive'",
+        ),
     ],
 )
 def test_a_bad_encoder_setting_is_named(setting, message):
