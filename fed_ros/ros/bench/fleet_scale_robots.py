@@ -35,10 +35,14 @@ import numpy as np
 HOSTILE = ("shape", "nan", "badsig", "oversized")
 FAULTS = ("vanish", *HOSTILE, "storm")
 # An unacknowledged update is sent again on a robot's schedule (robot parameter update_retry_s
-# 2 s, doubling, at most 10 s, spread by the spec's retry_jitter: the robot uplink's RetrySchedule),
-# at most MAX_SENDS times in all.
+# 2 s, doubling, at most 10 s, spread by the spec's retry_jitter: the robot uplink's RetrySchedule)
+# until the announced round's deadline, as the robot node's outbox keeps it; MAX_SENDS bounds the
+# count as well (a 600 s round allows ~65 sends at the jittered 10 s). Until 2026-12-07 the
+# generator gave up after 8 sends (~54 s), which no robot node does: at N = 1000 x 11M in float32,
+# 3 robots whose offers the busy server's inbox dropped 8 times gave up, and the round waited
+# for its 600 s deadline after its 997th update was admitted at 132 s.
 RETRY_FIRST_S, RETRY_MAX_S = 2.0, 10.0
-MAX_SENDS = 8
+MAX_SENDS = 200
 
 
 def family_of(index: int, families: int) -> int:
@@ -439,15 +443,17 @@ class VirtualRobots:
         return self.retry.delay(sends, float(self._draws.random()))
 
     def resend_due(self) -> None:
-        """Updates not acknowledged: sent again on the robot's retry schedule, MAX_SENDS times at
-        most (the server's KEEP_LAST(8) inbox drops chunks of a burst of updates)."""
+        """Updates not acknowledged: sent again on the robot's retry schedule until the round's
+        deadline, MAX_SENDS times at most (the server's KEEP_LAST(8) inbox drops chunks of a burst
+        of updates)."""
         from fed_ros.ros.wire.round_msgs import model_update_msg
 
         now = time.monotonic()
         for pid, (out, sends, due) in list(self.outbox.items()):
             if pid in self.acks or now < due:
                 continue
-            if sends >= MAX_SENDS:  # the last send went unanswered: the robot gives up on it
+            if sends >= MAX_SENDS or time.time() >= self.announcement.deadline_s:
+                # The round is over for this update (as a robot's outbox drops it at the deadline).
                 del self.outbox[pid]
                 self.outbox_bytes.pop(pid, None)  # and no longer holds back the others
                 self.sender.withdraw(pid)
