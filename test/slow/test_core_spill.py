@@ -107,3 +107,71 @@ def test_round_spills_keep_a_malformed_update_as_given_and_take_no_row(tmp_path)
     bad["head.w"] = np.zeros((16, 32), np.float32)
     assert spills.hold(bad) is bad
     assert len(spills.current) == 0
+
+
+# --- release: the rows' pages leave the RSS, their data stays ---------------------------------
+
+BIG_P = 1 << 20  # 4 MB rows
+
+
+def _rss_file_mb() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def _row(i: int) -> dict[str, np.ndarray]:
+    return {"w": np.arange(BIG_P, dtype=np.float32) * np.float32(i + 1)}
+
+
+def test_release_unmaps_the_rows_and_keeps_their_data(tmp_path):
+    spill = UpdateSpill(manifest_of({"w": np.zeros(BIG_P, np.float32)}), 64, tmp_path)
+    views = [spill.add(_row(i)) for i in range(64)]  # 256 MB written: mapped
+    before = _rss_file_mb()
+    assert spill.release()
+    after = _rss_file_mb()
+    assert before - after > 200, f"RssFile {before:.0f} -> {after:.0f} MB: nothing unmapped"
+    for i, v in enumerate(views):  # the same bytes, from the page cache
+        assert np.array_equal(v["w"], _row(i)["w"]), f"row {i} lost by release"
+    assert _rss_file_mb() - after > 200  # reading mapped them again
+    assert len(spill) == 64
+
+
+def test_release_beside_writes_and_reads_loses_nothing(tmp_path):
+    import threading
+
+    spill = UpdateSpill(manifest_of({"w": np.zeros(BIG_P, np.float32)}), 40, tmp_path)
+    stop = threading.Event()
+    released = []
+
+    def release_loop():
+        while not stop.is_set():
+            released.append(spill.release())
+
+    worker = threading.Thread(target=release_loop)
+    worker.start()
+    try:
+        views = []
+        for i in range(40):
+            views.append(spill.add(_row(i)))
+            j = i // 2  # read an earlier row while the pages come and go
+            assert np.array_equal(views[j]["w"], _row(j)["w"])
+    finally:
+        stop.set()
+        worker.join()
+    assert len(released) > 1 and all(released)
+    for i, v in enumerate(views):
+        assert np.array_equal(v["w"], _row(i)["w"]), f"row {i} lost beside release"
+
+
+def test_round_spills_release_the_open_stage_only(tmp_path):
+    spills = RoundSpills(manifest_of({"w": np.zeros(BIG_P, np.float32)}), tmp_path)
+    spills.release()  # none open: nothing to do
+    spills.open(8)
+    views = [spills.hold(_row(i)) for i in range(8)]
+    before = _rss_file_mb()
+    spills.release()
+    assert before - _rss_file_mb() > 24
+    assert all(np.array_equal(v["w"], _row(i)["w"]) for i, v in enumerate(views))

@@ -13,18 +13,48 @@ update is accepted once per round), i.e. capacity x P x 4 bytes of disk, allocat
 rows are written (a sparse file). The file is unlinked as soon as it is mapped: its space is
 freed when the last view of its rows goes (a finished round, or a crash), so nothing is left
 to clean up. The directory is the server's own (``<state_dir>/spill``).
+
+Resident size: a row's pages stay mapped into the server (and count in its RSS) from the
+moment they are written or read until :meth:`UpdateSpill.release` unmaps them. At 1000 robots x
+an 11M-parameter policy that was 20 GB of RSS over a 3.6 GB heap. ``release`` is
+``madvise(MADV_DONTNEED)`` on the shared file mapping: the data stays in the file's page cache
+(written back as the kernel sees fit) and a later read maps it again, so a caller that releases
+every second (the server node's ``spill_release_s`` timer) bounds the rows' share of the RSS to
+what is written or read within a second.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from fed_ros.core.params import Manifest, StateDict, check_manifest, flatten, num_params, unflatten
+
+
+# madvise(2) through ctypes, which releases the GIL for the call (mmap.madvise holds it), so
+# unmapping gigabytes does not stall the server's other threads. Linux's MADV_DONTNEED.
+MADV_DONTNEED = 4
+
+
+def _load_madvise() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _load_madvise()
 
 
 class UpdateSpill:
@@ -68,6 +98,19 @@ class UpdateSpill:
         self._used += 1
         return unflatten(row, self.manifest)
 
+    def release(self) -> bool:
+        """Unmap every row's pages from this process (RSS), keeping their data: the mapping is
+        shared and file-backed, so the next read maps the same bytes again from the page cache.
+        Safe beside concurrent reads and writes of the rows (they fault the pages back in).
+        False where the platform has no madvise (nothing is done there)."""
+        if _MADVISE is None:
+            return False
+        address = self.rows.__array_interface__["data"][0]  # the mapping's start: page-aligned
+        if _MADVISE(address, self.rows.nbytes, MADV_DONTNEED) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"madvise(MADV_DONTNEED) of the update spill: {os.strerror(err)}")
+        return True
+
 
 class RoundSpills:
     """The server's spill for the TRAIN stage now open; earlier ones live while views do."""
@@ -80,6 +123,13 @@ class RoundSpills:
     def open(self, capacity: int) -> None:
         """A fresh spill for a new TRAIN stage of ``capacity`` participants."""
         self.current = UpdateSpill(self.manifest, max(1, int(capacity)), self.directory)
+
+    def release(self) -> None:
+        """Unmap the open spill's pages (:meth:`UpdateSpill.release`); earlier stages' spills are
+        left as they are (only buffered rounds keep them, for a few stale updates)."""
+        spill = self.current  # a strong reference: the mapping outlives the call
+        if spill is not None:
+            spill.release()
 
     def hold(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         """The update's tensors moved into the open spill (views), or as given when none is

@@ -265,6 +265,13 @@ class ServerParams(NodeParams):
     state_dir: str = param(
         "runs/server", "ModelStore directory (committed rounds)", check=not_empty
     )
+    spill_release_s: float = param(
+        1.0,
+        "seconds between unmapping the spilled updates' pages from the server's RSS (their data "
+        "stays in the page cache; 0 = never: written and read rows stay resident)",
+        unit="s",
+        ge=0.0,
+    )
     policy: str = param(
         "lowdim", "initial policy kind when no model is committed yet", choices=POLICY_KINDS
     )

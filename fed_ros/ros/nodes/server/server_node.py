@@ -155,7 +155,7 @@ class FleetServer(Node):
             now_msg=self._now_msg,
             log=log,
             delta_base=self.models.sent_model,
-            spills=RoundSpills(state.manifest, Path(p.state_dir) / "spill"),
+            spills=(spills := RoundSpills(state.manifest, Path(p.state_dir) / "spill")),
         )
         self.stage_inputs = StageInputs(
             coord=self.coord, intake=self.intake, audit=self.audit, log=log
@@ -270,6 +270,13 @@ class FleetServer(Node):
             callback_group=group,
         )
         self.create_timer(0.1, self.rounds.tick, callback_group=group)
+        if p.spill_release_s > 0:
+            # Its own group: it must run while the round group aggregates (which reads every
+            # spilled row and would otherwise map them all into the RSS), and it touches no
+            # round state. madvise releases the GIL (core/rounds/spill.py).
+            self.create_timer(
+                p.spill_release_s, spills.release, callback_group=MutuallyExclusiveCallbackGroup()
+            )
         self.add_post_set_parameters_callback(gate.after_set)
         self.create_service(SetBool, "~/set_rounds", gate.on_set_rounds, callback_group=group)
         self.create_service(Trigger, "~/end_fleet", gate.on_end_fleet, callback_group=group)
